@@ -1,0 +1,3 @@
+"""gateway: an identity-aware access proxy on Twisted."""
+
+__version__ = "0.1.0"
