@@ -1,0 +1,566 @@
+"""The policy: a list of routes, validated and compiled once per snapshot.
+
+``parse_policy`` turns raw route mappings into frozen ``Route`` objects holding parsed
+URLs, compiled RE2 matchers and loaded TLS material, so a request never re-reads
+configuration. Messages the reference spells out are reproduced exactly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+import re2
+
+from gateway.config.errors import Problems
+from gateway.config.material import Pem, Reader, load_material
+from gateway.config.upstreams import (
+    LB_POLICIES,
+    HealthCheck,
+    LeastRequestConfig,
+    MaglevConfig,
+    OutlierDetection,
+    RingHashConfig,
+    Upstream,
+    parse_health_checks,
+    parse_least_request,
+    parse_maglev,
+    parse_outlier_detection,
+    parse_ring_hash,
+    parse_to,
+)
+from gateway.config.values import parse_bool, parse_duration, parse_list, parse_map, split_url
+
+ROUTE_FIELDS: dict[str, str] = {
+    "from": "External URL (https:// or tcp+https://host:port), no path.",
+    "to": "Upstream URL or list of URLs (http, https, tcp), each optionally ',<weight>'.",
+    "redirect": "Redirect instead of proxying (see redirect fields).",
+    "path": "Match only this exact path.",
+    "prefix": "Match only paths beginning with this prefix.",
+    "regex": "Match only paths fully matching this RE2 expression.",
+    "prefix_rewrite": "Replace the matched prefix when forwarding.",
+    "regex_rewrite_pattern": "RE2 pattern rewriting the upstream path.",
+    "regex_rewrite_substitution": "Substitution for regex_rewrite_pattern (\\1 references).",
+    "preserve_host_header": "Pass the incoming Host header upstream.",
+    "host_rewrite": "Literal Host sent upstream.",
+    "host_rewrite_header": "Send the value of this incoming header as Host.",
+    "host_path_regex_rewrite_pattern": "RE2 pattern on the path giving the upstream Host.",
+    "host_path_regex_rewrite_substitution": "Substitution for host_path_regex_rewrite_pattern.",
+    "allowed_domains": "E-mail domains allowed.",
+    "allowed_groups": "Groups (ID or name) allowed.",
+    "allowed_users": "Users (e-mail or user ID) allowed.",
+    "allowed_idp_claims": "Claim name -> allowed values.",
+    "allow_public_unauthenticated_access": "Let everyone in, unauthenticated.",
+    "allow_any_authenticated_user": "Let in anyone who signs in.",
+    "cors_allow_preflight": "Let CORS preflight OPTIONS requests in unauthenticated.",
+    "timeout": "Upstream timeout of this route (default: default_upstream_timeout).",
+    "set_request_headers": "Headers set on requests sent upstream.",
+    "remove_request_headers": "Headers removed from requests sent upstream.",
+    "set_response_headers": "Response headers; win over the global set_response_headers.",
+    "rewrite_response_headers": "List of {header, prefix, value} response header rewrites.",
+    "pass_identity_headers": "Send X-Gateway-Jwt-Assertion and claim headers upstream.",
+    "allow_spdy": "Allow SPDY upgrades.",
+    "allow_websockets": "Allow websocket upgrades (route timeout only).",
+    "tls_skip_verify": "Do not verify the upstream certificate (testing only).",
+    "tls_server_name": "Name verified in the upstream certificate.",
+    "tls_custom_ca": "CA bundle (base64 PEM) replacing the system roots for this upstream.",
+    "tls_custom_ca_file": "File form of tls_custom_ca.",
+    "tls_downstream_client_ca": "CA (base64 PEM) required of clients on this route.",
+    "tls_downstream_client_ca_file": "File form of tls_downstream_client_ca.",
+    "tls_client_cert": "Client certificate (base64 PEM) presented upstream.",
+    "tls_client_key": "Key (base64 PEM) of tls_client_cert.",
+    "tls_client_cert_file": "File form of tls_client_cert.",
+    "tls_client_key_file": "File form of tls_client_key.",
+    "name": "Cluster name used in metrics.",
+    "lb_policy": "ROUND_ROBIN, LEAST_REQUEST, RING_HASH, RANDOM or MAGLEV.",
+    "least_request_lb_config": "{choice_count}.",
+    "ring_hash_lb_config": "{minimum_ring_size, maximum_ring_size, hash_function}.",
+    "maglev_lb_config": "{table_size} (prime).",
+    "health_checks": "List of {timeout, interval, thresholds, one of http/tcp/grpc_health_check}.",
+    "outlier_detection": "{consecutive_5xx, interval, base_ejection_time, max_ejection_percent}.",
+    "orchestrator_service_account_token": "Bearer token toward a cluster orchestrator API.",
+    "orchestrator_service_account_token_file": "File form of the orchestrator token.",
+}
+REDIRECT_FIELDS: dict[str, str] = {
+    "https_redirect": "Swap the scheme to https.",
+    "scheme_redirect": "New scheme.",
+    "host_redirect": "New host.",
+    "port_redirect": "New port.",
+    "path_redirect": "New path.",
+    "prefix_rewrite": "Replace the matched prefix.",
+    "response_code": "Status code (301, 302, 303, 307, 308; default 301).",
+    "strip_query": "Drop the query string.",
+}
+_ALLOW_LISTS = ("allowed_domains", "allowed_groups", "allowed_users", "allowed_idp_claims")
+_BOOLS = (
+    "preserve_host_header", "allow_public_unauthenticated_access", "allow_any_authenticated_user",
+    "cors_allow_preflight", "pass_identity_headers", "allow_spdy", "allow_websockets",
+    "tls_skip_verify",
+)
+_REDIRECT_CODES = (301, 302, 303, 307, 308)
+
+
+@dataclass(frozen=True, slots=True)
+class Redirect:
+    https_redirect: bool = False
+    scheme_redirect: str = ""
+    host_redirect: str = ""
+    port_redirect: int | None = None
+    path_redirect: str = ""
+    prefix_rewrite: str | None = None
+    response_code: int = 301
+    strip_query: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class HeaderRewrite:
+    header: str
+    prefix: str
+    value: str
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    """One compiled route. Unset strings are ``""``; unset rewrites are ``None``."""
+
+    index: int
+    from_url: str
+    scheme: str
+    host: str
+    port: int | None
+    to: tuple[Upstream, ...] = ()
+    redirect: Redirect | None = None
+    path: str = ""
+    prefix: str = ""
+    regex: str = ""
+    prefix_rewrite: str | None = None
+    regex_rewrite_pattern: str = ""
+    regex_rewrite_substitution: str = ""
+    preserve_host_header: bool = False
+    host_rewrite: str = ""
+    host_rewrite_header: str = ""
+    host_path_regex_rewrite_pattern: str = ""
+    host_path_regex_rewrite_substitution: str = ""
+    allowed_domains: tuple[str, ...] = ()
+    allowed_groups: tuple[str, ...] = ()
+    allowed_users: tuple[str, ...] = ()
+    allowed_idp_claims: Mapping[str, tuple[str, ...]] = field(
+        default_factory=lambda: MappingProxyType({})
+    )
+    allow_public_unauthenticated_access: bool = False
+    allow_any_authenticated_user: bool = False
+    cors_allow_preflight: bool = False
+    timeout: float = 30.0
+    set_request_headers: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    remove_request_headers: tuple[str, ...] = ()
+    set_response_headers: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    rewrite_response_headers: tuple[HeaderRewrite, ...] = ()
+    pass_identity_headers: bool = False
+    allow_spdy: bool = False
+    allow_websockets: bool = False
+    tls_skip_verify: bool = False
+    tls_server_name: str = ""
+    tls_custom_ca: bytes | None = None
+    tls_downstream_client_ca: bytes | None = None
+    tls_client_cert: bytes | None = None
+    tls_client_key: bytes | None = None
+    name: str = ""
+    lb_policy: str = "ROUND_ROBIN"
+    least_request_lb_config: LeastRequestConfig | None = None
+    ring_hash_lb_config: RingHashConfig | None = None
+    maglev_lb_config: MaglevConfig | None = None
+    health_checks: tuple[HealthCheck, ...] = ()
+    outlier_detection: OutlierDetection | None = None
+    orchestrator_service_account_token: str = ""
+    path_regex: Any = field(default=None, compare=False, repr=False)
+    rewrite_regex: Any = field(default=None, compare=False, repr=False)
+    host_path_regex: Any = field(default=None, compare=False, repr=False)
+
+    @property
+    def tcp(self) -> bool:
+        return self.scheme == "tcp+https"
+
+    @property
+    def has_allow_lists(self) -> bool:
+        return bool(
+            self.allowed_domains or self.allowed_groups or self.allowed_users
+            or self.allowed_idp_claims
+        )
+
+
+def parse_policy(
+    raw: object, reader: Reader, problems: Problems, default_timeout: float
+) -> tuple[Route, ...]:
+    """Parse the ``policy`` list; every problem is recorded with its ``policy[i]`` path."""
+    if raw is None:
+        return ()
+    if not isinstance(raw, list):
+        problems.error("policy", f"must be a list of routes, got {type(raw).__name__}")
+        return ()
+    routes = []
+    for index, item in enumerate(raw):
+        route = _parse_route(index, item, reader, problems, default_timeout)
+        if route is not None:
+            routes.append(route)
+    return tuple(routes)
+
+
+def _compile(pattern: str, path: str, problems: Problems) -> Any:
+    try:
+        return re2.compile(pattern)
+    except re2.error as exc:
+        problems.error(path, f"invalid RE2 regular expression {pattern!r}: {exc}")
+        return None
+
+
+def _parse_route(
+    index: int, item: object, reader: Reader, problems: Problems, default_timeout: float
+) -> Route | None:
+    base = f"policy[{index}]"
+    if not isinstance(item, Mapping):
+        problems.error(base, f"a route must be an object, got {item!r}")
+        return None
+    for key in item:
+        if key not in ROUTE_FIELDS:
+            problems.warn(f"{base}.{key}", "unknown route field (ignored)" + _suggest(key))
+    errors_before = len(problems.errors)
+    values: dict[str, Any] = {}
+
+    # from
+    from_url = item.get("from")
+    scheme, host, port = "", "", None
+    if not isinstance(from_url, str):
+        problems.error(f"{base}.from", "config: policy bad source url url cannot be empty")
+        from_url = ""
+    else:
+        try:
+            parts = split_url(from_url)
+        except ValueError as exc:
+            problems.error(f"{base}.from", f"config: policy bad source url {exc}")
+        else:
+            scheme, host, port = parts.scheme.lower(), (parts.hostname or "").lower(), parts.port
+            if scheme not in ("https", "http", "tcp+https"):
+                problems.error(
+                    f"{base}.from",
+                    f"config: policy bad source url {from_url}: scheme must be https "
+                    "(or tcp+https for TCP routes)",
+                )
+            if scheme in ("http", "https") and parts.path not in ("", "/"):
+                problems.error(
+                    f"{base}.from",
+                    f"config: policy source url ({from_url}) contains a path, but it should be "
+                    "set using the path field instead",
+                )
+            if parts.query or parts.fragment or parts.username or parts.password:
+                problems.error(
+                    f"{base}.from",
+                    f"config: policy source url ({from_url}) must be scheme://host[:port] only "
+                    "(no query, fragment or credentials)",
+                )
+            if scheme == "tcp+https" and port is None:
+                problems.error(
+                    f"{base}.from",
+                    f"{from_url}: a tcp+https route needs the port of the TCP service, "
+                    "e.g. tcp+https://db.example.com:5432",
+                )
+
+    # to / redirect
+    has_to, has_redirect = "to" in item and item["to"] is not None, item.get("redirect") is not None
+    if not has_to and not has_redirect:
+        problems.error(base, "policy should have either `to` or `redirect` defined")
+    elif has_to and has_redirect:
+        problems.error(base, "policy should have either `to` or `redirect` defined, not both")
+    if has_to:
+        values["to"] = parse_to(item["to"], scheme == "tcp+https", f"{base}.to", problems)
+    if has_redirect:
+        values["redirect"] = _parse_redirect(item["redirect"], f"{base}.redirect", problems)
+        if scheme == "tcp+https":
+            problems.error(f"{base}.redirect", "a tcp+https route cannot redirect")
+
+    # strings
+    for key in ("path", "prefix", "regex", "regex_rewrite_pattern", "regex_rewrite_substitution",
+                "host_rewrite", "host_rewrite_header", "host_path_regex_rewrite_pattern",
+                "host_path_regex_rewrite_substitution", "tls_server_name", "name",
+                "orchestrator_service_account_token"):
+        if key in item and item[key] is not None:
+            if isinstance(item[key], Mapping | list | tuple):
+                problems.error(f"{base}.{key}", f"must be a string, got {item[key]!r}")
+            else:
+                values[key] = str(item[key])
+    if "prefix_rewrite" in item and item["prefix_rewrite"] is not None:
+        values["prefix_rewrite"] = str(item["prefix_rewrite"])
+    for key in ("path", "prefix"):
+        if values.get(key) and not values[key].startswith("/"):
+            problems.error(f"{base}.{key}", f"must start with '/', got {values[key]!r}")
+    matchers = [k for k in ("path", "prefix", "regex") if values.get(k)]
+    if len(matchers) > 1:
+        problems.error(base, f"set only one of path, prefix and regex (got {', '.join(matchers)})")
+    if values.get("regex"):
+        values["path_regex"] = _compile(values["regex"], f"{base}.regex", problems)
+    if "prefix_rewrite" in values and values.get("regex_rewrite_pattern"):
+        problems.error(
+            base,
+            "config: only prefix_rewrite or regex_rewrite_pattern can be specified, but not both",
+        )
+    _pair(values, base, "regex_rewrite_pattern", "regex_rewrite_substitution", item, problems)
+    if values.get("regex_rewrite_pattern"):
+        values["rewrite_regex"] = _compile(
+            values["regex_rewrite_pattern"], f"{base}.regex_rewrite_pattern", problems
+        )
+    _pair(values, base, "host_path_regex_rewrite_pattern", "host_path_regex_rewrite_substitution",
+          item, problems)
+    if values.get("host_path_regex_rewrite_pattern"):
+        values["host_path_regex"] = _compile(
+            values["host_path_regex_rewrite_pattern"],
+            f"{base}.host_path_regex_rewrite_pattern", problems,
+        )
+
+    for key in _BOOLS:
+        if key in item and item[key] is not None:
+            try:
+                values[key] = parse_bool(item[key])
+            except ValueError as exc:
+                problems.error(f"{base}.{key}", str(exc))
+    host_ways = [k for k in ("host_rewrite", "host_rewrite_header",
+                             "host_path_regex_rewrite_pattern") if values.get(k)]
+    if values.get("preserve_host_header"):
+        host_ways.insert(0, "preserve_host_header")
+    if len(host_ways) > 1:
+        problems.error(
+            base,
+            "host_rewrite, host_rewrite_header, host_path_regex_rewrite_pattern and "
+            f"preserve_host_header are mutually exclusive (got {', '.join(host_ways)})",
+        )
+
+    # allow lists
+    for key in ("allowed_domains", "allowed_groups", "allowed_users", "remove_request_headers"):
+        if key in item and item[key] is not None:
+            try:
+                values[key] = parse_list(item[key])
+            except ValueError as exc:
+                problems.error(f"{base}.{key}", str(exc))
+    if "allowed_idp_claims" in item and item["allowed_idp_claims"] is not None:
+        values["allowed_idp_claims"] = _parse_claims(
+            item["allowed_idp_claims"], f"{base}.allowed_idp_claims", problems
+        )
+    has_lists = any(values.get(k) for k in _ALLOW_LISTS)
+    if values.get("allow_public_unauthenticated_access") and has_lists:
+        problems.error(base, "config: policy route marked as public but contains whitelists")
+    if values.get("allow_any_authenticated_user") and has_lists:
+        problems.error(
+            base,
+            "config: policy route marked accessible for any authenticated user but contains "
+            "whitelists",
+        )
+    if values.get("allow_public_unauthenticated_access") and values.get(
+        "allow_any_authenticated_user"
+    ):
+        problems.error(
+            base,
+            "allow_public_unauthenticated_access and allow_any_authenticated_user are both set; "
+            "a public route needs no authentication, choose one",
+        )
+
+    # headers
+    for key in ("set_request_headers", "set_response_headers"):
+        if key in item and item[key] is not None:
+            try:
+                values[key] = MappingProxyType(parse_map(item[key], ":"))
+            except ValueError as exc:
+                problems.error(f"{base}.{key}", str(exc))
+    if "rewrite_response_headers" in item and item["rewrite_response_headers"] is not None:
+        values["rewrite_response_headers"] = _parse_header_rewrites(
+            item["rewrite_response_headers"], f"{base}.rewrite_response_headers", problems
+        )
+
+    # timeout
+    values["timeout"] = default_timeout
+    if "timeout" in item and item["timeout"] is not None:
+        try:
+            values["timeout"] = parse_duration(str(item["timeout"]))
+        except ValueError as exc:
+            problems.error(f"{base}.timeout", str(exc))
+
+    _parse_route_tls(item, base, reader, problems, values)
+    _parse_route_lb(item, base, problems, values)
+
+    token, token_file = (str(item.get("orchestrator_service_account_token") or ""),
+                         str(item.get("orchestrator_service_account_token_file") or ""))
+    if token and token_file:
+        problems.error(
+            base,
+            "config: specified both `orchestrator_service_account_token_file` and "
+            "`orchestrator_service_account_token`",
+        )
+    elif token_file:
+        try:
+            values["orchestrator_service_account_token"] = reader.read(token_file).decode().strip()
+        except (OSError, UnicodeDecodeError) as exc:
+            problems.error(
+                f"{base}.orchestrator_service_account_token_file",
+                f"config: failed to load orchestrator service account token: {exc}",
+            )
+
+    if len(problems.errors) > errors_before:
+        return None
+    return Route(index=index, from_url=str(from_url), scheme=scheme, host=host, port=port,
+                 **values)
+
+
+def _pair(values: dict[str, Any], base: str, pattern: str, substitution: str,
+          item: Mapping[str, Any], problems: Problems) -> None:
+    if values.get(pattern) and substitution not in item:
+        problems.error(f"{base}.{substitution}", f"is required when {pattern} is set")
+    if item.get(substitution) is not None and not values.get(pattern):
+        problems.error(f"{base}.{pattern}", f"is required when {substitution} is set")
+
+
+def _parse_claims(value: object, path: str, problems: Problems) -> Mapping[str, tuple[str, ...]]:
+    if not isinstance(value, Mapping):
+        problems.error(path, f"must be a map of claim name to list of values, got {value!r}")
+        return MappingProxyType({})
+    out: dict[str, tuple[str, ...]] = {}
+    for key, val in value.items():
+        if not isinstance(key, str):
+            problems.error(path, "cannot convert nested map: all keys must be strings")
+            continue
+        items = val if isinstance(val, list) else [val]
+        if any(isinstance(v, Mapping | list) for v in items):
+            problems.error(f"{path}.{key}", "values must be scalars or a list of scalars")
+            continue
+        out[key] = tuple(str(v).lower() if isinstance(v, bool) else str(v) for v in items)
+    return MappingProxyType(out)
+
+
+def _parse_header_rewrites(value: object, path: str, problems: Problems
+                           ) -> tuple[HeaderRewrite, ...]:
+    if not isinstance(value, list):
+        problems.error(path, "must be a list of {header, prefix, value} objects")
+        return ()
+    out = []
+    for i, entry in enumerate(value):
+        if not isinstance(entry, Mapping) or not entry.get("header"):
+            problems.error(f"{path}[{i}]", "needs at least a `header` and a `value`")
+            continue
+        out.append(HeaderRewrite(str(entry["header"]), str(entry.get("prefix") or ""),
+                                 str(entry.get("value") or "")))
+    return tuple(out)
+
+
+def _parse_redirect(value: object, path: str, problems: Problems) -> Redirect | None:
+    if not isinstance(value, Mapping):
+        problems.error(path, f"must be an object, got {value!r}")
+        return None
+    for key in value:
+        if key not in REDIRECT_FIELDS:
+            problems.warn(f"{path}.{key}", "unknown redirect field (ignored)")
+    kwargs: dict[str, Any] = {}
+    try:
+        for key in ("https_redirect", "strip_query"):
+            if key in value:
+                kwargs[key] = parse_bool(value[key])
+    except ValueError as exc:
+        problems.error(path, str(exc))
+    for key in ("scheme_redirect", "host_redirect", "path_redirect"):
+        if value.get(key) is not None:
+            kwargs[key] = str(value[key])
+    if value.get("prefix_rewrite") is not None:
+        kwargs["prefix_rewrite"] = str(value["prefix_rewrite"])
+    if kwargs.get("path_redirect") and "prefix_rewrite" in kwargs:
+        problems.error(path, "path_redirect and prefix_rewrite are mutually exclusive")
+    if kwargs.get("path_redirect") and not kwargs["path_redirect"].startswith("/"):
+        problems.error(f"{path}.path_redirect", "must start with '/'")
+    if kwargs.get("https_redirect") and kwargs.get("scheme_redirect"):
+        problems.error(path, "https_redirect and scheme_redirect are mutually exclusive")
+    if value.get("port_redirect") is not None:
+        port = value["port_redirect"]
+        if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
+            problems.error(f"{path}.port_redirect", f"must be a port 1-65535, got {port!r}")
+        else:
+            kwargs["port_redirect"] = port
+    if value.get("response_code") is not None:
+        code = value["response_code"]
+        if code not in _REDIRECT_CODES or isinstance(code, bool):
+            problems.error(
+                f"{path}.response_code",
+                f"must be one of {', '.join(map(str, _REDIRECT_CODES))}, got {code!r}",
+            )
+        else:
+            kwargs["response_code"] = code
+    return Redirect(**kwargs)
+
+
+def _parse_route_tls(item: Mapping[str, Any], base: str, reader: Reader, problems: Problems,
+                     values: dict[str, Any]) -> None:
+    def text(key: str) -> str:
+        val = item.get(key)
+        return "" if val is None else str(val)
+
+    values["tls_custom_ca"] = load_material(
+        reader, problems, inline_key=f"{base}.tls_custom_ca", inline=text("tls_custom_ca"),
+        file_key=f"{base}.tls_custom_ca_file", file=text("tls_custom_ca_file"), kind=Pem.CERTS,
+    )
+    values["tls_downstream_client_ca"] = load_material(
+        reader, problems, inline_key=f"{base}.tls_downstream_client_ca",
+        inline=text("tls_downstream_client_ca"), file_key=f"{base}.tls_downstream_client_ca_file",
+        file=text("tls_downstream_client_ca_file"), kind=Pem.CERTS,
+    )
+    cert_given = bool(text("tls_client_cert") or text("tls_client_cert_file"))
+    key_given = bool(text("tls_client_key") or text("tls_client_key_file"))
+    if cert_given != key_given:
+        problems.error(base, "config: client certificate key and cert both must be non-empty")
+        return
+    values["tls_client_cert"] = load_material(
+        reader, problems, inline_key=f"{base}.tls_client_cert", inline=text("tls_client_cert"),
+        file_key=f"{base}.tls_client_cert_file", file=text("tls_client_cert_file"),
+        kind=Pem.CERTS,
+    )
+    values["tls_client_key"] = load_material(
+        reader, problems, inline_key=f"{base}.tls_client_key", inline=text("tls_client_key"),
+        file_key=f"{base}.tls_client_key_file", file=text("tls_client_key_file"), kind=Pem.KEY,
+    )
+    if cert_given and values["tls_client_cert"] and values["tls_client_key"]:
+        from gateway.config.material import key_matches_certificate
+
+        if not key_matches_certificate(values["tls_client_cert"], values["tls_client_key"]):
+            problems.error(base, "tls_client_key does not match tls_client_cert")
+
+
+def _parse_route_lb(item: Mapping[str, Any], base: str, problems: Problems,
+                    values: dict[str, Any]) -> None:
+    if item.get("lb_policy") is not None:
+        policy = str(item["lb_policy"]).upper()
+        if policy not in LB_POLICIES:
+            problems.error(
+                f"{base}.lb_policy",
+                f"{item['lb_policy']!r} is not one of {', '.join(LB_POLICIES)}",
+            )
+        values["lb_policy"] = policy
+    policy_configs = (
+        ("least_request_lb_config", "LEAST_REQUEST", parse_least_request),
+        ("ring_hash_lb_config", "RING_HASH", parse_ring_hash),
+        ("maglev_lb_config", "MAGLEV", parse_maglev),
+    )
+    for key, policy_name, parser in policy_configs:
+        if item.get(key) is None:
+            continue
+        values[key] = parser(item[key], f"{base}.{key}", problems)
+        if values.get("lb_policy", "ROUND_ROBIN") != policy_name:
+            problems.error(f"{base}.{key}", f"only applies with lb_policy: {policy_name}")
+    if item.get("health_checks") is not None:
+        values["health_checks"] = parse_health_checks(
+            item["health_checks"], f"{base}.health_checks", problems
+        )
+    if item.get("outlier_detection") is not None:
+        values["outlier_detection"] = parse_outlier_detection(
+            item["outlier_detection"], f"{base}.outlier_detection", problems
+        )
+
+
+def _suggest(key: str) -> str:
+    import difflib
+
+    close = difflib.get_close_matches(key, ROUTE_FIELDS, n=1)
+    return f"; did you mean {close[0]!r}?" if close else ""

@@ -1,0 +1,362 @@
+"""Every global setting of the reference, as one frozen dataclass.
+
+The field metadata *is* the schema: the loader reads kinds, environment names and
+choices from it, ``conf/config.example.yaml`` is checked against it, and ``gateway
+check`` prints from it. Durations are stored as float seconds.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import MISSING, dataclass, field, fields
+from enum import StrEnum
+from types import MappingProxyType
+from typing import Any
+
+
+class Kind(StrEnum):
+    """How a setting's value is written and parsed."""
+
+    STR = "string"
+    BOOL = "bool"
+    DURATION = "duration"
+    INT = "uint32"
+    FLOAT = "float"
+    ENUM = "enum"
+    URL = "url"
+    URL_LIST = "url list"
+    ADDRESS = "host:port"
+    LIST = "list of string"
+    MAP = "map of string"
+    HEADERS = "header map"
+    CLAIM_HEADERS = "claim header list or map"
+    BASE64 = "base64"
+    FILE = "file location"
+    SECRET = "base64 256-bit key"
+    CERTIFICATES = "certificate pairs"
+
+
+SERVICES = ("all", "authenticate", "authorize", "databroker", "proxy")
+LOG_LEVELS = ("debug", "info", "warn", "error")
+IDP_PROVIDERS = ("oidc", "idpvendor1", "idpvendor2", "idpvendor3", "idpvendor4", "idpvendor5")
+DEFAULT_RESPONSE_HEADERS = {
+    "X-Content-Type-Options": "nosniff",
+    "X-Frame-Options": "SAMEORIGIN",
+    "X-XSS-Protection": "1; mode=block",
+    "Strict-Transport-Security": "max-age=31536000; includeSubDomains; preload",
+}
+
+
+def default_autocert_dir() -> str:
+    """``$XDG_DATA_HOME/gateway``, falling back to ``$HOME/.local/share/gateway``."""
+    base = os.environ.get("XDG_DATA_HOME") or os.path.join(
+        os.path.expanduser("~"), ".local", "share"
+    )
+    return os.path.join(base, "gateway")
+
+
+def _s(
+    default: Any,
+    kind: Kind,
+    doc: str,
+    *,
+    env: str | None = "",
+    choices: tuple[str, ...] = (),
+    secret: bool = False,
+    bootstrap: bool = False,
+    extension: bool = False,
+) -> Any:
+    """Declare one setting. ``env=None`` marks it ``file only``; ``""`` means KEY.upper()."""
+    meta = {
+        "kind": kind,
+        "doc": doc,
+        "env": env,
+        "choices": choices,
+        "secret": secret,
+        "bootstrap": bootstrap,
+        "extension": extension,
+    }
+    if isinstance(default, dict):
+        frozen = MappingProxyType(dict(default))
+        return field(default_factory=lambda: frozen, metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+@dataclass(frozen=True, slots=True)
+class CertificatePair:
+    """One entry of ``certificates``: file locations of a certificate chain and its key."""
+
+    cert: str
+    key: str
+
+
+@dataclass(frozen=True)
+class Options:
+    """The global settings after parsing, defaulting and derivation (see ``build``)."""
+
+    # --- shared settings -------------------------------------------------------------
+    address: str = _s(":443", Kind.ADDRESS, "Host and port for HTTP serving; empty means :443.")
+    autocert: bool = _s(False, Kind.BOOL, "Obtain and renew TLS certificates through ACME.")
+    autocert_must_staple: bool = _s(
+        False, Kind.BOOL, "Request certificates with the OCSP must-staple extension."
+    )
+    autocert_dir: str = _s(
+        "", Kind.STR, "Where autocert stores certificate data (shared between instances)."
+    )
+    autocert_use_staging: bool = _s(False, Kind.BOOL, "Use the ACME CA's staging environment.")
+    autocert_ca: str = _s(
+        "", Kind.URL, "ACME directory URL (beyond the reference: private CAs).", extension=True
+    )
+    autocert_trusted_ca: str = _s(
+        "", Kind.BASE64, "CA bundle trusted for autocert_ca (beyond the reference).",
+        extension=True,
+    )
+    autocert_trusted_ca_file: str = _s(
+        "", Kind.FILE, "File form of autocert_trusted_ca (beyond the reference).", extension=True
+    )
+    certificates: tuple[CertificatePair, ...] = _s(
+        (), Kind.CERTIFICATES, "Certificate pairs: list of {cert, key} file locations.", env=None
+    )
+    certificate: str = _s("", Kind.BASE64, "Inline PEM certificate chain, base64.")
+    certificate_key: str = _s("", Kind.BASE64, "Inline PEM private key, base64.", secret=True)
+    certificate_file: str = _s("", Kind.FILE, "PEM certificate chain file.")
+    certificate_key_file: str = _s("", Kind.FILE, "PEM private key file.")
+    client_ca: str = _s("", Kind.BASE64, "CA validating downstream client certificates (mTLS).")
+    client_ca_file: str = _s("", Kind.FILE, "File form of client_ca.")
+    client_crl: str = _s("", Kind.BASE64, "PEM CRL for client certificates, base64.")
+    client_crl_file: str = _s("", Kind.FILE, "File form of client_crl.")
+    cookie_name: str = _s("_gateway", Kind.STR, "Name of the session cookie.")
+    cookie_secret: str = _s(
+        "", Kind.SECRET, "Encrypts and authenticates session cookies.", secret=True
+    )
+    cookie_secret_file: str = _s(
+        "", Kind.FILE, "File holding cookie_secret (beyond the reference).", extension=True
+    )
+    cookie_domain: str = _s("", Kind.STR, "Domain scope of session cookies.")
+    cookie_secure: bool = _s(True, Kind.BOOL, "Send session cookies over HTTPS only.")
+    cookie_http_only: bool = _s(True, Kind.BOOL, "Hide session cookies from scripts.")
+    cookie_expire: float = _s(14 * 3600.0, Kind.DURATION, "Session lifetime.")
+    gateway_debug: bool = _s(
+        False, Kind.BOOL, "Coloured human-readable logs instead of JSON.", env="GATEWAY_DEBUG"
+    )
+    forward_auth_url: str = _s("", Kind.URL, "Enables the forward-authentication endpoint.")
+    timeout_read: float = _s(30.0, Kind.DURATION, "Global server read timeout.")
+    timeout_write: float = _s(0.0, Kind.DURATION, "Global server write timeout (0: none).")
+    timeout_idle: float = _s(300.0, Kind.DURATION, "Global server idle timeout.")
+    grpc_address: str = _s(
+        "", Kind.ADDRESS, "Where gRPC is served (:443; :5443 in all-in-one mode)."
+    )
+    grpc_insecure: bool | None = _s(
+        None, Kind.BOOL, "Disable transport security for gRPC (true in all-in-one mode)."
+    )
+    grpc_client_timeout: float = _s(10.0, Kind.DURATION, "Deadline of outgoing gRPC calls.")
+    grpc_client_dns_roundrobin: bool = _s(
+        True, Kind.BOOL, "Round-robin gRPC calls across a DNS record's addresses."
+    )
+    grpc_server_max_connection_age: float = _s(
+        300.0, Kind.DURATION, "Age after which gRPC clients are asked to reconnect."
+    )
+    grpc_server_max_connection_age_grace: float = _s(
+        300.0, Kind.DURATION, "Grace on top of the max age before connections are closed."
+    )
+    http_redirect_addr: str = _s("", Kind.ADDRESS, "Address of the http-to-https redirector.")
+    insecure_server: bool = _s(False, Kind.BOOL, "Serve plain HTTP (behind a TLS ingress only).")
+    dns_lookup_family: str = _s(
+        "AUTO", Kind.ENUM, "DNS resolution policy.", choices=("V4_ONLY", "V6_ONLY", "AUTO")
+    )
+    log_level: str = _s("info", Kind.ENUM, "Minimum level logged.", choices=LOG_LEVELS)
+    proxy_log_level: str = _s(
+        "", Kind.ENUM, "Minimum level of access logs (default: log_level).", choices=LOG_LEVELS
+    )
+    metrics_address: str = _s("", Kind.ADDRESS, "Exposes the metrics endpoint (off if unset).")
+    metrics_basic_auth: str = _s(
+        "", Kind.BASE64, "base64 of username:password required on the metrics endpoint.",
+        secret=True,
+    )
+    metrics_certificate: str = _s("", Kind.BASE64, "Metrics endpoint TLS certificate, base64.")
+    metrics_certificate_key: str = _s(
+        "", Kind.BASE64, "Metrics endpoint TLS key, base64.", secret=True
+    )
+    metrics_certificate_file: str = _s("", Kind.FILE, "Metrics endpoint TLS certificate file.")
+    metrics_certificate_key_file: str = _s("", Kind.FILE, "Metrics endpoint TLS key file.")
+    metrics_client_ca: str = _s("", Kind.BASE64, "CA for metrics client certificates, base64.")
+    metrics_client_ca_file: str = _s("", Kind.FILE, "File form of metrics_client_ca.")
+    services: str = _s(
+        "all", Kind.ENUM, "Which services run in this process.", choices=SERVICES, bootstrap=True
+    )
+    shared_secret: str = _s(
+        "", Kind.SECRET, "Authenticates calls between services.", secret=True
+    )
+    shared_secret_file: str = _s(
+        "", Kind.FILE, "File holding shared_secret (beyond the reference).", extension=True
+    )
+    use_proxy_protocol: bool = _s(False, Kind.BOOL, "Require PROXY protocol v1/v2 headers.")
+    dataplane_admin_address: str = _s(
+        "", Kind.STR, "Data-plane admin listener (bootstrap only).", bootstrap=True
+    )
+    dataplane_admin_access_log_path: str = _s(
+        "", Kind.STR, "Data-plane admin access log (bootstrap only).", bootstrap=True
+    )
+    dataplane_admin_profile_path: str = _s(
+        "", Kind.STR, "Data-plane admin profile output (bootstrap only).", bootstrap=True
+    )
+    # --- tracing ---------------------------------------------------------------------
+    tracing_provider: str = _s(
+        "", Kind.ENUM, "Tracing provider.", choices=("agenttrace", "thrifttrace", "httptrace")
+    )
+    tracing_sample_rate: float = _s(0.0001, Kind.FLOAT, "Fraction of requests sampled (0-1).")
+    tracing_agenttrace_address: str = _s(
+        "localhost:8126", Kind.ADDRESS, "host:port of the agenttrace agent."
+    )
+    tracing_thrifttrace_collector_endpoint: str = _s(
+        "", Kind.URL, "URL of the thrifttrace HTTP collector."
+    )
+    tracing_thrifttrace_agent_endpoint: str = _s(
+        "", Kind.ADDRESS, "Address of the thrifttrace agent."
+    )
+    tracing_httptrace_endpoint: str = _s("", Kind.URL, "URL of the httptrace span endpoint.")
+    # --- authenticate ----------------------------------------------------------------
+    authenticate_callback_path: str = _s(
+        "/oauth2/callback", Kind.STR, "Path of the identity provider's redirect URI."
+    )
+    authenticate_service_url: str = _s(
+        "", Kind.URL, "External URL of the authenticate service."
+    )
+    idp_client_id: str = _s("", Kind.STR, "OAuth 2.0 client identifier.")
+    idp_client_secret: str = _s("", Kind.STR, "OAuth 2.0 client secret.", secret=True)
+    idp_client_secret_file: str = _s(
+        "", Kind.FILE, "File holding idp_client_secret (beyond the reference).", extension=True
+    )
+    idp_provider: str = _s("", Kind.ENUM, "Identity provider.", choices=IDP_PROVIDERS)
+    idp_scopes: tuple[str, ...] = _s(
+        ("openid", "profile", "email", "offline_access"), Kind.LIST, "OAuth 2.0 scopes."
+    )
+    idp_service_account: str = _s(
+        "", Kind.STR, "Directory credentials (format per provider).", secret=True
+    )
+    idp_provider_url: str = _s("", Kind.URL, "Base URL of the OIDC discovery document.")
+    idp_request_params: Mapping[str, str] = _s(
+        {}, Kind.MAP, "Extra parameters of the sign-in request."
+    )
+    idp_refresh_directory_interval: float = _s(
+        600.0, Kind.DURATION, "Directory synchronisation interval."
+    )
+    idp_refresh_directory_timeout: float = _s(
+        60.0, Kind.DURATION, "Time limit of one directory synchronisation."
+    )
+    # --- proxy -----------------------------------------------------------------------
+    authorize_service_url: str = _s("", Kind.URL, "Internal URL of the authorize service.")
+    authorize_service_urls: tuple[str, ...] = _s(
+        (), Kind.URL_LIST, "Several authorize service URLs."
+    )
+    certificate_authority: str = _s("", Kind.BASE64, "CA for service-to-service TLS, base64.")
+    certificate_authority_file: str = _s("", Kind.FILE, "File form of certificate_authority.")
+    default_upstream_timeout: float = _s(
+        30.0, Kind.DURATION, "Timeout of routes that set none."
+    )
+    set_response_headers: Mapping[str, str] = _s(
+        DEFAULT_RESPONSE_HEADERS, Kind.HEADERS, "Headers added to every response."
+    )
+    jwt_claims_headers: Mapping[str, str] = _s(
+        {}, Kind.CLAIM_HEADERS, "Session claims passed upstream: header name -> claim."
+    )
+    override_certificate_name: str = _s(
+        "", Kind.STR, "Name matched against certificates instead of the route host."
+    )
+    programmatic_redirect_domain_whitelist: tuple[str, ...] = _s(
+        ("localhost",), Kind.LIST, "Allowed redirect domains of programmatic login.", env=None
+    )
+    refresh_cooldown: float = _s(300.0, Kind.DURATION, "Minimum time between manual refreshes.")
+    skip_xff_append: bool = _s(False, Kind.BOOL, "Do not append to X-Forwarded-For.")
+    xff_num_trusted_hops: int = _s(0, Kind.INT, "Number of trusted proxies in front.")
+    codec_type: str = _s(
+        "", Kind.ENUM, "Downstream codec (auto; http1 in all-in-one mode).",
+        choices=("auto", "http1", "http2"),
+    )
+    signout_redirect_url: str = _s("", Kind.URL, "Where users go after signing out.")
+    # --- databroker ------------------------------------------------------------------
+    databroker_service_url: str = _s("", Kind.URL, "Location of the databroker.")
+    databroker_service_urls: tuple[str, ...] = _s(
+        (), Kind.URL_LIST, "Several databroker URLs."
+    )
+    databroker_storage_type: str = _s(
+        "memory", Kind.ENUM, "Storage backend.", choices=("memory", "kvstore")
+    )
+    databroker_storage_connection_string: str = _s(
+        "", Kind.STR, "kvstore connection URL.", secret=True
+    )
+    databroker_storage_cert_file: str = _s("", Kind.FILE, "Client certificate for kvstore TLS.")
+    databroker_storage_key_file: str = _s("", Kind.FILE, "Client key for kvstore TLS.")
+    databroker_storage_ca_file: str = _s("", Kind.FILE, "CA verifying kvstore servers.")
+    databroker_storage_tls_skip_verify: bool = _s(
+        False, Kind.BOOL, "Do not verify kvstore TLS certificates (testing only)."
+    )
+    # --- authorize -------------------------------------------------------------------
+    signing_key: str = _s(
+        "", Kind.BASE64, "PEM private key signing the identity assertion, base64.", secret=True
+    )
+    signing_key_file: str = _s(
+        "", Kind.FILE, "File form of signing_key (beyond the reference).", extension=True
+    )
+    signing_key_algorithm: str = _s(
+        "ES256", Kind.ENUM, "Assertion signature algorithm.", choices=("ES256", "EdDSA", "RS256")
+    )
+    enable_cloud_serverless_authentication: bool = _s(
+        False, Kind.BOOL, "Send a signed Authorization header to cloud serverless upstreams."
+    )
+    cloud_serverless_authentication_service_account: str = _s(
+        "", Kind.BASE64, "Service account for cloud serverless authentication.", secret=True
+    )
+
+    @property
+    def all_in_one(self) -> bool:
+        return self.services == "all"
+
+    def runs(self, service: str) -> bool:
+        """Whether this process runs ``service`` (``all`` runs every one)."""
+        return self.services in ("all", service)
+
+
+@dataclass(frozen=True, slots=True)
+class SettingInfo:
+    """Schema entry of one setting, derived from the ``Options`` field."""
+
+    key: str
+    kind: Kind
+    doc: str
+    env: str | None
+    choices: tuple[str, ...]
+    secret: bool
+    bootstrap: bool
+    extension: bool
+    default: Any
+
+
+def _schema() -> dict[str, SettingInfo]:
+    out: dict[str, SettingInfo] = {}
+    for f in fields(Options):
+        meta = f.metadata
+        env = meta["env"]
+        if f.default is not MISSING:
+            default: Any = f.default
+        elif f.default_factory is not MISSING:
+            default = f.default_factory()
+        else:  # pragma: no cover - every field has a default
+            default = None
+        out[f.name] = SettingInfo(
+            key=f.name,
+            kind=meta["kind"],
+            doc=meta["doc"],
+            env=f.name.upper() if env == "" else env,
+            choices=meta["choices"],
+            secret=meta["secret"],
+            bootstrap=meta["bootstrap"],
+            extension=meta["extension"],
+            default=default,
+        )
+    return out
+
+
+SETTINGS: dict[str, SettingInfo] = _schema()
+"""Schema of every global setting, by key (the policy is described in ``routes``)."""

@@ -1,0 +1,99 @@
+"""One frozen configuration snapshot: options, compiled routes, material, provenance.
+
+``load_snapshot`` is the single entry point: it reads the sources, types every value,
+validates, compiles the policy and loads TLS material, and either returns a
+``Snapshot`` or raises ``ConfigErrors`` listing every problem.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import os
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from gateway.config.coerce import coerce_settings
+from gateway.config.errors import Problem, Problems
+from gateway.config.material import Reader
+from gateway.config.routes import Route, parse_policy
+from gateway.config.settings import SETTINGS, Options
+from gateway.config.sources import read_sources
+from gateway.config.validate import Material, derive, validate
+from gateway.config.values import dumps_canonical
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """Everything the services need, fixed at load time."""
+
+    options: Options
+    routes: tuple[Route, ...]
+    material: Material
+    warnings: tuple[Problem, ...]
+    source: str
+    files: frozenset[str]
+    checksum: int
+    loaded_at: float
+
+    def routes_for_host(self, host: str) -> tuple[Route, ...]:
+        return tuple(r for r in self.routes if r.host == host)
+
+
+def load_snapshot(
+    path: str | None,
+    environ: Mapping[str, str] | None = None,
+    *,
+    now: float | None = None,
+) -> Snapshot:
+    """Build a snapshot from ``path`` and ``environ``; raise ``ConfigErrors`` if invalid."""
+    env = os.environ if environ is None else environ
+    problems = Problems()
+    raw = read_sources(path, env, problems)
+    base_dir = os.path.dirname(os.path.abspath(path)) if path else os.getcwd()
+    reader = Reader(base_dir)
+    if path:
+        reader.files.add(os.path.abspath(path))
+    typed = coerce_settings(raw.values, problems)
+    options = derive(Options(**typed))
+    routes = parse_policy(raw.values.get("policy"), reader, problems,
+                          options.default_upstream_timeout)
+    material = validate(options, routes, reader, problems)
+    problems.raise_if_any(path or "environment")
+    return Snapshot(
+        options=options,
+        routes=routes,
+        material=material,
+        warnings=tuple(problems.warnings),
+        source=path or "environment",
+        files=frozenset(reader.files),
+        checksum=_checksum(raw.values, reader.files),
+        loaded_at=time.time() if now is None else now,
+    )
+
+
+def keep_bootstrap(previous: Snapshot, new: Snapshot) -> tuple[Snapshot, list[str]]:
+    """Carry bootstrap-only settings over from ``previous``; name those that changed."""
+    changed = {}
+    for key, info in SETTINGS.items():
+        if info.bootstrap and getattr(previous.options, key) != getattr(new.options, key):
+            changed[key] = getattr(previous.options, key)
+    if not changed:
+        return new, []
+    options = dataclasses.replace(new.options, **changed)
+    return dataclasses.replace(new, options=options), sorted(changed)
+
+
+def _checksum(values: Mapping[str, object], files: set[str]) -> int:
+    """A signed 64-bit digest of the effective settings and every referenced file."""
+    digest = hashlib.blake2b(digest_size=8)
+    digest.update(dumps_canonical(values).encode())
+    for name in sorted(files):
+        digest.update(name.encode())
+        try:
+            with open(name, "rb") as handle:
+                digest.update(handle.read())
+        except OSError:
+            digest.update(b"\0missing")
+    return int.from_bytes(digest.digest(), "big", signed=True)

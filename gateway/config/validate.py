@@ -1,0 +1,345 @@
+"""Cross-setting rules, derived defaults, and loading of the TLS material and secrets.
+
+Runs after every value has its type. Messages the original product spelled out are kept
+(``config: server must be run with ...``), each prefixed by the key path it concerns.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
+
+from gateway.config.errors import Problems
+from gateway.config.material import Pem, Reader, key_matches_certificate, load_key, load_material
+from gateway.config.routes import Route
+from gateway.config.settings import Options, default_autocert_dir
+from gateway.config.values import decode_base64, decode_secret, split_url
+
+_KVSTORE_SCHEMES = (
+    "kvstore", "kvstores", "kvstore+sentinel", "kvstores+sentinel", "kvstore+cluster",
+    "kvstores+cluster",
+)
+_EPHEMERAL: dict[str, bytes] = {}
+
+
+@dataclass(frozen=True)
+class Material:
+    """Loaded secrets and PEM material the services use (never logged)."""
+
+    shared_secret: bytes = b""
+    cookie_secret: bytes = b""
+    idp_client_secret: str = ""
+    signing_key: bytes | None = None
+    certificates: tuple[tuple[bytes, bytes], ...] = ()
+    client_ca: bytes | None = None
+    client_crl: bytes | None = None
+    certificate_authority: bytes | None = None
+    metrics_certificate: tuple[bytes, bytes] | None = None
+    metrics_client_ca: bytes | None = None
+    metrics_basic_auth: tuple[str, str] | None = None
+    autocert_trusted_ca: bytes | None = None
+    generated: tuple[str, ...] = field(default=())
+
+
+def ephemeral_secret(name: str) -> bytes:
+    """A random key kept for the life of the process, so reloads keep sessions valid."""
+    if name not in _EPHEMERAL:
+        _EPHEMERAL[name] = os.urandom(32)
+    return _EPHEMERAL[name]
+
+
+def derive(options: Options) -> Options:
+    """Fill the defaults that depend on other settings (all-in-one mode and friends)."""
+    aio = options.all_in_one
+    changes: dict[str, Any] = {}
+    if not options.address:
+        changes["address"] = ":443"
+    if not options.autocert_dir:
+        changes["autocert_dir"] = default_autocert_dir()
+    if not options.grpc_address:
+        changes["grpc_address"] = ":5443" if aio else ":443"
+    if options.grpc_insecure is None:
+        changes["grpc_insecure"] = aio
+    if not options.codec_type:
+        changes["codec_type"] = "http1" if aio else "auto"
+    if not options.proxy_log_level:
+        changes["proxy_log_level"] = options.log_level
+    urls = tuple(u for u in (options.authorize_service_url, *options.authorize_service_urls) if u)
+    changes["authorize_service_urls"] = urls or (("http://localhost:5443",) if aio else ())
+    urls = tuple(
+        u for u in (options.databroker_service_url, *options.databroker_service_urls) if u
+    )
+    changes["databroker_service_urls"] = urls or (("http://localhost:5443",) if aio else ())
+    return dataclasses.replace(options, **changes)
+
+
+def needs_identity(options: Options, routes: tuple[Route, ...]) -> bool:
+    """Whether sign-in settings are required: split services always; all-in-one only when
+    some route is not public (a public-only gateway needs no identity provider)."""
+    if options.services in ("authenticate", "authorize", "proxy"):
+        return True
+    if options.services != "all":
+        return False
+    return bool(options.forward_auth_url) or any(
+        not r.allow_public_unauthenticated_access for r in routes
+    )
+
+
+def validate(
+    options: Options, routes: tuple[Route, ...], reader: Reader, problems: Problems
+) -> Material:
+    """Apply every cross-setting rule; returns the loaded material."""
+    material: dict[str, Any] = {}
+    generated: list[str] = []
+    _transport(options, reader, problems, material)
+    _storage(options, reader, problems)
+    _secrets(options, reader, problems, material, generated)
+    _identity(options, routes, reader, problems, material)
+    _observability(options, reader, problems, material)
+    _routes_against_globals(options, routes, problems)
+    return Material(generated=tuple(generated), **material)
+
+
+def _transport(options: Options, reader: Reader, problems: Problems,
+               material: dict[str, Any]) -> None:
+    pairs: list[tuple[bytes, bytes]] = []
+    for index, pair in enumerate(options.certificates):
+        cert = load_material(reader, problems, inline_key="", inline="",
+                             file_key=f"certificates[{index}].cert", file=pair.cert,
+                             kind=Pem.CERTS)
+        key = load_material(reader, problems, inline_key="", inline="",
+                            file_key=f"certificates[{index}].key", file=pair.key, kind=Pem.KEY)
+        if cert and key:
+            if key_matches_certificate(cert, key):
+                pairs.append((cert, key))
+            else:
+                problems.error(f"certificates[{index}]", "the key does not match the certificate")
+    for cert_key, key_key in (("certificate", "certificate_key"),
+                              ("certificate_file", "certificate_key_file")):
+        cert_val, key_val = getattr(options, cert_key), getattr(options, key_key)
+        if bool(cert_val) != bool(key_val):
+            problems.error(key_key if cert_val else cert_key,
+                           f"`{cert_key}` and `{key_key}` must be set together")
+            continue
+        if not cert_val:
+            continue
+        inline = not cert_key.endswith("_file")
+        cert = load_material(reader, problems, inline_key=cert_key, inline=cert_val if inline
+                             else "", file_key=cert_key, file="" if inline else cert_val,
+                             kind=Pem.CERTS)
+        key = load_material(reader, problems, inline_key=key_key, inline=key_val if inline
+                            else "", file_key=key_key, file="" if inline else key_val,
+                            kind=Pem.KEY)
+        if cert and key:
+            if key_matches_certificate(cert, key):
+                pairs.append((cert, key))
+            else:
+                problems.error(key_key, f"the key does not match `{cert_key}`")
+    material["certificates"] = tuple(pairs)
+    has_certs = bool(options.certificates or options.certificate or options.certificate_file)
+    if not (has_certs or options.insecure_server or options.autocert):
+        problems.error(
+            "insecure_server",
+            "config: server must be run with `autocert`, `insecure_server` or manually provided "
+            "certificates to start",
+        )
+    material["client_ca"] = load_material(
+        reader, problems, inline_key="client_ca", inline=options.client_ca,
+        file_key="client_ca_file", file=options.client_ca_file, kind=Pem.CERTS)
+    material["client_crl"] = load_material(
+        reader, problems, inline_key="client_crl", inline=options.client_crl,
+        file_key="client_crl_file", file=options.client_crl_file, kind=Pem.CRL)
+    material["certificate_authority"] = load_material(
+        reader, problems, inline_key="certificate_authority",
+        inline=options.certificate_authority, file_key="certificate_authority_file",
+        file=options.certificate_authority_file, kind=Pem.CERTS)
+    material["autocert_trusted_ca"] = load_material(
+        reader, problems, inline_key="autocert_trusted_ca", inline=options.autocert_trusted_ca,
+        file_key="autocert_trusted_ca_file", file=options.autocert_trusted_ca_file,
+        kind=Pem.CERTS)
+    if options.autocert_ca and not options.autocert:
+        problems.warn("autocert_ca", "has no effect unless autocert is true")
+
+
+def _storage(options: Options, reader: Reader, problems: Problems) -> None:
+    dsn = options.databroker_storage_connection_string
+    if options.databroker_storage_type == "kvstore":
+        if not dsn:
+            problems.error("databroker_storage_connection_string",
+                           "config: missing databroker storage backend dsn")
+        else:
+            scheme = dsn.split("://", 1)[0] if "://" in dsn else ""
+            if scheme not in _KVSTORE_SCHEMES:
+                problems.error(
+                    "databroker_storage_connection_string",
+                    f"unsupported scheme {scheme or '(none)'!r}; use one of "
+                    + ", ".join(f"{s}://" for s in _KVSTORE_SCHEMES),
+                )
+    elif dsn:
+        problems.warn("databroker_storage_connection_string",
+                      "is ignored because databroker_storage_type is memory")
+    for key in ("databroker_storage_cert_file", "databroker_storage_key_file",
+                "databroker_storage_ca_file"):
+        location = getattr(options, key)
+        if location:
+            path = reader.resolve(location)
+            reader.files.add(path)
+            if not os.path.isfile(path):
+                problems.error(key, f"config: bad databroker cert file: {path} does not exist")
+    if bool(options.databroker_storage_cert_file) != bool(options.databroker_storage_key_file):
+        problems.error("databroker_storage_key_file",
+                       "databroker_storage_cert_file and databroker_storage_key_file go together")
+
+
+def _secret(options: Options, name: str, reader: Reader, problems: Problems) -> str:
+    inline, location = getattr(options, name), getattr(options, f"{name}_file")
+    if inline and location:
+        problems.error(f"{name}_file", f"specified both `{name}` and `{name}_file`; set only one")
+        return ""
+    if location:
+        try:
+            return reader.read(location).decode("utf-8").strip()
+        except (OSError, UnicodeDecodeError) as exc:
+            problems.error(f"{name}_file", f"cannot read {location}: {exc}")
+            return ""
+    return str(inline)
+
+
+def _secrets(options: Options, reader: Reader, problems: Problems,
+             material: dict[str, Any], generated: list[str]) -> None:
+    ephemeral_ok = options.all_in_one and options.databroker_storage_type == "memory"
+    shared = _secret(options, "shared_secret", reader, problems)
+    if not shared:
+        if ephemeral_ok:
+            material["shared_secret"] = ephemeral_secret("shared_secret")
+            generated.append("shared_secret")
+        else:
+            problems.error("shared_secret", "config: shared-key cannot be empty; set it to 32 "
+                           "random bytes in base64 (head -c32 /dev/urandom | base64)")
+    else:
+        try:
+            material["shared_secret"] = decode_secret(shared, "shared-key")
+        except ValueError as exc:
+            problems.error("shared_secret", str(exc))
+    cookie = _secret(options, "cookie_secret", reader, problems)
+    if not cookie:
+        if ephemeral_ok or not (options.runs("proxy") or options.runs("authenticate")):
+            material["cookie_secret"] = ephemeral_secret("cookie_secret")
+            generated.append("cookie_secret")
+        else:
+            problems.error("cookie_secret", "proxy: invalid 'COOKIE_SECRET': config: "
+                           "cookie_secret is required; set it to 32 random bytes in base64")
+    else:
+        try:
+            material["cookie_secret"] = decode_secret(cookie, "cookie-secret")
+        except ValueError as exc:
+            problems.error("cookie_secret", f"proxy: invalid 'COOKIE_SECRET': {exc}")
+
+
+def _identity(options: Options, routes: tuple[Route, ...], reader: Reader, problems: Problems,
+              material: dict[str, Any]) -> None:
+    material["idp_client_secret"] = _secret(options, "idp_client_secret", reader, problems)
+    required = needs_identity(options, routes)
+    for key, label in (("authenticate_service_url", "authenticate-url"),
+                       ("signout_redirect_url", "signout-redirect-url"),
+                       ("forward_auth_url", "forward-auth-url")):
+        value = getattr(options, key)
+        if value:
+            try:
+                parts = split_url(value)
+                if parts.scheme not in ("http", "https"):
+                    raise ValueError(f"{value} url must use http or https")
+            except ValueError as exc:
+                problems.error(key, f"config: bad {label} {value} : {exc}")
+    if required:
+        why = ("a route requires sign-in" if options.all_in_one
+               else f"services is {options.services}")
+        missing = [k for k in ("authenticate_service_url", "idp_provider", "idp_client_id",
+                               "idp_provider_url") if not getattr(options, k)]
+        if not material["idp_client_secret"]:
+            missing.append("idp_client_secret")
+        if options.services in ("proxy", "authorize"):
+            missing = [k for k in missing if k == "authenticate_service_url"]
+        for key in missing:
+            problems.error(key, f"is required ({why})")
+        if not options.authenticate_callback_path.startswith("/"):
+            problems.error("authenticate_callback_path",
+                           f"must start with '/', got {options.authenticate_callback_path!r}")
+    signing = load_material(
+        reader, problems, inline_key="signing_key", inline=options.signing_key,
+        file_key="signing_key_file", file=options.signing_key_file, kind=Pem.KEY)
+    if signing:
+        private = load_key(signing)
+        expected = {"ES256": ec.EllipticCurvePrivateKey, "EdDSA": ed25519.Ed25519PrivateKey,
+                    "RS256": rsa.RSAPrivateKey}[options.signing_key_algorithm]
+        if not isinstance(private, expected) or (
+            isinstance(private, ec.EllipticCurvePrivateKey) and private.curve.name != "secp256r1"
+        ):
+            problems.error("signing_key", f"the key does not suit signing_key_algorithm "
+                           f"{options.signing_key_algorithm} (ES256 needs a P-256 EC key, EdDSA "
+                           "an Ed25519 key, RS256 an RSA key)")
+        material["signing_key"] = signing
+    grouped = [r.index for r in routes if r.allowed_groups]
+    if grouped and not options.idp_service_account:
+        problems.warn("idp_service_account", "unset, but allowed_groups is used by "
+                      + ", ".join(f"policy[{i}]" for i in grouped)
+                      + ": group-based rules never match without it")
+
+
+def _observability(options: Options, reader: Reader, problems: Problems,
+                   material: dict[str, Any]) -> None:
+    if options.metrics_basic_auth:
+        user, sep, password = decode_base64(options.metrics_basic_auth).decode(
+            "utf-8", "replace").partition(":")
+        if not sep or not user:
+            problems.error("metrics_basic_auth", "must be base64 of username:password")
+        else:
+            material["metrics_basic_auth"] = (user, password)
+    cert = load_material(reader, problems, inline_key="metrics_certificate",
+                         inline=options.metrics_certificate, file_key="metrics_certificate_file",
+                         file=options.metrics_certificate_file, kind=Pem.CERTS)
+    key = load_material(reader, problems, inline_key="metrics_certificate_key",
+                        inline=options.metrics_certificate_key,
+                        file_key="metrics_certificate_key_file",
+                        file=options.metrics_certificate_key_file, kind=Pem.KEY)
+    if bool(cert) != bool(key) and not problems.errors:
+        problems.error("metrics_certificate_key", "metrics certificate and key go together")
+    elif cert and key:
+        material["metrics_certificate"] = (cert, key)
+    material["metrics_client_ca"] = load_material(
+        reader, problems, inline_key="metrics_client_ca", inline=options.metrics_client_ca,
+        file_key="metrics_client_ca_file", file=options.metrics_client_ca_file, kind=Pem.CERTS)
+    if not 0.0 <= options.tracing_sample_rate <= 1.0:
+        problems.error("tracing_sample_rate",
+                       f"must be between 0 and 1, got {options.tracing_sample_rate}")
+    needed = {"thrifttrace": ("tracing_thrifttrace_collector_endpoint",
+                              "tracing_thrifttrace_agent_endpoint"),
+              "httptrace": ("tracing_httptrace_endpoint",)}.get(options.tracing_provider, ())
+    for setting in needed:
+        if not getattr(options, setting):
+            problems.error(setting,
+                           f"is required when tracing_provider is {options.tracing_provider}")
+
+
+def _routes_against_globals(options: Options, routes: tuple[Route, ...],
+                            problems: Problems) -> None:
+    seen: dict[tuple[str, int | None, str, str, str], int] = {}
+    for route in routes:
+        limit = options.timeout_write
+        if limit and route.timeout > limit and not (route.allow_websockets or route.allow_spdy):
+            problems.error(f"policy[{route.index}].timeout",
+                           f"{route.timeout:g}s exceeds timeout_write ({limit:g}s); a route "
+                           "timeout cannot exceed the global timeouts")
+        key = (route.host, route.port, route.path, route.prefix, route.regex)
+        if key in seen:
+            problems.warn(f"policy[{route.index}]",
+                          f"matches the same requests as policy[{seen[key]}] and is never used")
+        else:
+            seen[key] = route.index
+    if not routes and options.runs("proxy"):
+        problems.warn("policy", "no policy configured: the gateway starts but cannot authorize "
+                      "or proxy any traffic until routes are added")

@@ -1,0 +1,1 @@
+"""Observability for the gateway: structured logging (and, later, metrics and tracing)."""

@@ -1,0 +1,126 @@
+// Test-only OpenID Provider (node-oidc-provider 9.x, ESM-only) for the gateway's tests.
+//
+// Run:  npm ci --prefix tests/peers/oidc && PORT=9000 node tests/peers/oidc/server.js
+// Prints exactly one line "READY <issuer>" on stdout once it listens.
+//
+// Environment (all optional):
+//   PORT                       listening port (default 9000)
+//   HOST                       listening address (default 127.0.0.1; loopback only, please)
+//   ISSUER                     issuer URL (default http://HOST:PORT)
+//   CLIENT_ID                  the one registered client (default gateway)
+//   CLIENT_SECRET              its secret (default secret)
+//   REDIRECT_URIS              comma-separated redirect URIs (default http://127.0.0.1/oauth2/callback)
+//   POST_LOGOUT_REDIRECT_URIS  comma-separated post-logout redirect URIs
+//                              (default: the origin + "/" of every redirect URI)
+//   TOKEN_AUTH_METHOD          client_secret_basic (default) or client_secret_post, ...
+//
+// Dev interactions: any login + any password is accepted; the login string becomes `sub`.
+//   email  = login if it contains '@', else `${login}@example.test`
+//   groups = from the GROUPS table below, else ['users'];
+//            a login of the form "name@dom#g1,g2" yields groups ['g1', 'g2'].
+'use strict';
+
+function csv(value, fallback) {
+  return (value === undefined || value === '' ? fallback : value)
+    .split(',')
+    .map((s) => s.trim())
+    .filter(Boolean);
+}
+
+const PORT = Number(process.env.PORT || 9000);
+const HOST = process.env.HOST || '127.0.0.1';
+const HOST_IN_URL = HOST.includes(':') ? `[${HOST}]` : HOST;
+const ISSUER = process.env.ISSUER || `http://${HOST_IN_URL}:${PORT}`;
+const CLIENT_ID = process.env.CLIENT_ID || 'gateway';
+const CLIENT_SECRET = process.env.CLIENT_SECRET || 'secret';
+const REDIRECT_URIS = csv(process.env.REDIRECT_URIS, 'http://127.0.0.1/oauth2/callback');
+const POST_LOGOUT_REDIRECT_URIS = csv(
+  process.env.POST_LOGOUT_REDIRECT_URIS,
+  [...new Set(REDIRECT_URIS.map((u) => `${new URL(u).origin}/`))].join(','),
+);
+const TOKEN_AUTH_METHOD = process.env.TOKEN_AUTH_METHOD || 'client_secret_basic';
+
+const GROUPS = {
+  'alice@example.test': ['admins', 'engineering'],
+  'bob@example.test': ['engineering'],
+};
+
+function accountClaims(id) {
+  const [base, groupSpec] = id.split('#', 2);
+  const email = base.includes('@') ? base : `${base}@example.test`;
+  const groups = groupSpec !== undefined
+    ? groupSpec.split(',').filter(Boolean)
+    : (GROUPS[email] || ['users']);
+  return { sub: id, email, email_verified: true, groups };
+}
+
+(async () => {
+  const { default: Provider } = await import('oidc-provider'); // ESM package, dynamic import from CJS
+
+  const configuration = {
+    clients: [{
+      client_id: CLIENT_ID,
+      client_secret: CLIENT_SECRET,
+      redirect_uris: REDIRECT_URIS,
+      post_logout_redirect_uris: POST_LOGOUT_REDIRECT_URIS,
+      grant_types: ['authorization_code', 'refresh_token'],
+      response_types: ['code'],
+      token_endpoint_auth_method: TOKEN_AUTH_METHOD,
+    }],
+    // scope -> claims it releases
+    claims: {
+      openid: ['sub'],
+      email: ['email', 'email_verified'],
+      groups: ['groups'],
+    },
+    scopes: ['openid', 'offline_access', 'email', 'groups'],
+    // false: claims of granted scopes are put into the ID token too (not only /me)
+    conformIdTokenClaims: false,
+    features: {
+      devInteractions: { enabled: true }, // built-in login + consent pages
+      introspection: { enabled: true },
+      revocation: { enabled: true },
+      rpInitiatedLogout: { enabled: true }, // end_session_endpoint (/session/end)
+    },
+    cookies: { keys: ['dev-only-cookie-signing-key'] },
+    async findAccount(ctx, id) {
+      return {
+        accountId: id,
+        async claims() { return accountClaims(id); },
+      };
+    },
+    ttl: {
+      AccessToken: 3600,
+      AuthorizationCode: 60,
+      IdToken: 3600,
+      RefreshToken: 86400,
+      Interaction: 3600,
+      Session: 86400,
+      Grant: 86400,
+    },
+  };
+
+  const oidc = new Provider(ISSUER, configuration);
+  oidc.on('server_error', (ctx, err) => console.error('server_error', err));
+  oidc.on('authorization.error', (ctx, err) => console.error('authorization.error', err.message, err.error_description || ''));
+  oidc.on('grant.error', (ctx, err) => console.error('grant.error', err.message, err.error_description || ''));
+  oidc.on('end_session.error', (ctx, err) => console.error('end_session.error', err.message, err.error_description || ''));
+
+  const server = oidc.listen(PORT, HOST, () => {
+    console.error(`oidc-provider listening on http://${HOST_IN_URL}:${PORT}, client ${CLIENT_ID}, `
+      + `redirect_uris ${REDIRECT_URIS.join(' ')}, token auth ${TOKEN_AUTH_METHOD}`);
+    process.stdout.write(`READY ${ISSUER}\n`);
+  });
+  server.on('error', (err) => { console.error('listen error', err); process.exit(1); });
+
+  let stopping = false;
+  const stop = () => {
+    if (stopping) return;
+    stopping = true;
+    server.close(() => process.exit(0));
+    server.closeAllConnections();
+    setTimeout(() => process.exit(0), 2000).unref(); // bounded shutdown
+  };
+  process.on('SIGTERM', stop);
+  process.on('SIGINT', stop);
+})().catch((err) => { console.error(err); process.exit(1); });

@@ -1,0 +1,1 @@
+"""Shared test support code: real peer processes on loopback, readiness checks."""
