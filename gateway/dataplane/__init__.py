@@ -1,0 +1,1 @@
+"""The proxy's data plane: routing, rewriting and forwarding requests."""

@@ -1,0 +1,1 @@
+"""The four logical services and the base class they share."""

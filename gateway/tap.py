@@ -1,0 +1,142 @@
+"""``twistd gateway``: options, validation before binding anything, and the service tree.
+
+``Options.postOptions`` loads and validates the configuration; a bad one prints every
+problem to stderr and exits 1 before any port is bound, with no traceback.
+``makeService`` only wires: the config source, the SIGHUP hook and the services that
+``services`` selects. This is the only module that touches the global reactor.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+from types import FrameType
+from typing import Any
+
+from twisted.application.service import IService, MultiService, Service
+from twisted.logger import Logger
+from twisted.python import usage
+
+from gateway import __version__
+from gateway.config import ConfigErrors, Snapshot, load_snapshot
+from gateway.config.source import ConfigSource
+from gateway.observability import logging as gateway_logging
+from gateway.services.logical import AuthenticateService, AuthorizeService, DataBrokerService
+from gateway.services.proxy import ProxyService
+
+log = Logger(namespace="gateway")
+
+
+class Options(usage.Options):
+    """Command-line options of ``twistd gateway``."""
+
+    synopsis = "[--config FILE]"
+    longdesc = (
+        "Run the gateway. Settings come from FILE (YAML, JSON, TOML or .properties, by "
+        "extension) and from environment variables, which win over the file."
+    )
+    optParameters = [
+        ["config", "c", None, "Configuration file (.yaml, .yml, .json, .toml, .properties)."],
+        ["poll-interval", None, "1", "Seconds between checks of the configuration files."],
+    ]
+
+    def postOptions(self) -> None:
+        try:
+            snapshot = load_snapshot(self["config"])
+        except ConfigErrors as exc:
+            sys.stderr.write(f"gateway: {exc.render()}\n")
+            for warning in exc.warnings:
+                sys.stderr.write(f"gateway: warning: {warning}\n")
+            sys.stderr.flush()
+            raise SystemExit(1) from None
+        try:
+            self["poll-interval"] = float(self["poll-interval"])
+        except ValueError:
+            raise usage.UsageError("--poll-interval must be a number of seconds") from None
+        self["snapshot"] = snapshot
+        options = snapshot.options
+        gateway_logging.configure(
+            debug=options.gateway_debug,
+            log_level=options.log_level,
+            proxy_log_level=options.proxy_log_level,
+        )
+        parent = getattr(self, "parent", None)
+        if parent is not None and not parent.get("logger"):
+            # JSON lines by default, twistd's own start-up lines included.
+            parent["logger"] = "gateway.observability.logging.observer"
+
+
+class SighupService(Service):
+    """Turns SIGHUP into a configuration reload on the reactor thread."""
+
+    def __init__(self, source: ConfigSource, reactor: Any) -> None:
+        self.source = source
+        self.reactor = reactor
+        self._previous: Any = None
+
+    def startService(self) -> None:
+        Service.startService(self)
+        self._previous = signal.signal(signal.SIGHUP, self._handle)
+
+    def stopService(self) -> None:
+        if self._previous is not None:
+            signal.signal(signal.SIGHUP, self._previous)
+        Service.stopService(self)
+
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
+        self.reactor.callFromThread(self.source.reload, "SIGHUP")
+
+
+def build_service_tree(
+    snapshot: Snapshot, path: str | None, reactor: Any, poll_interval: float = 1.0
+) -> MultiService:
+    """The ``MultiService`` for ``services``: config source first, then the services."""
+    root = MultiService()
+    source = ConfigSource(path, snapshot, reactor, poll_interval=poll_interval)
+    source.name = "config"
+    root.addService(source)
+    source.subscribe(_apply_logging)
+    root.addService(SighupService(source, reactor))
+    options = snapshot.options
+    if options.runs("databroker"):
+        root.addService(DataBrokerService(source))
+    if options.runs("authorize"):
+        root.addService(AuthorizeService(source))
+    if options.runs("authenticate"):
+        root.addService(AuthenticateService(source))
+    if options.runs("proxy") or options.services == "authenticate":
+        root.addService(ProxyService(source, reactor))
+    _log_startup(snapshot)
+    return root
+
+
+def _apply_logging(snapshot: Snapshot) -> None:
+    o = snapshot.options
+    gateway_logging.configure(
+        debug=o.gateway_debug, log_level=o.log_level, proxy_log_level=o.proxy_log_level
+    )
+
+
+def _log_startup(snapshot: Snapshot) -> None:
+    o = snapshot.options
+    log.info(
+        "gateway {version} starting: services={services} address={address} "
+        "routes={routes} config={source}",
+        version=__version__, services=o.services, address=o.address,
+        routes=len(snapshot.routes), source=snapshot.source, checksum=snapshot.checksum,
+    )
+    for warning in snapshot.warnings:
+        log.warn("config: {warning}", warning=str(warning))
+    for name in snapshot.material.generated:
+        log.warn(
+            "{setting} is not set: using a random key for this process only "
+            "(sessions end when it restarts)", setting=name,
+        )
+
+
+def makeService(options: Options) -> IService:
+    from twisted.internet import reactor
+
+    return build_service_tree(
+        options["snapshot"], options["config"], reactor, options["poll-interval"]
+    )
