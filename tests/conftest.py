@@ -2,7 +2,7 @@
 
 Sections (add new shared fixtures to the matching section, or start a new one):
 
-1. Import path       - makes ``tests.support`` (and ``gateway``) importable in any mode.
+1. Import path       - the repository root is on sys.path (pyproject: pythonpath).
 2. Environment       - CI detection, external-binary requirement (skip locally, fail in CI).
 3. Peer processes    - real echo upstream / redis-server / oidc-provider on loopback.
 """
@@ -10,7 +10,6 @@ Sections (add new shared fixtures to the matching section, or start a new one):
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 from pathlib import Path
@@ -18,15 +17,9 @@ from typing import Any
 
 import pytest
 
-# --------------------------------------------------------------------------
-# 1. Import path
-# --------------------------------------------------------------------------
+from tests.support import peers
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-if str(REPO_ROOT) not in sys.path:
-    sys.path.insert(0, str(REPO_ROOT))
-
-from tests.support import peers  # noqa: E402
 
 # --------------------------------------------------------------------------
 # 2. Environment
@@ -38,7 +31,7 @@ def in_ci() -> bool:
     return os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
 
 
-def require_binary(name: str, hint: str) -> str:
+def _require_binary(name: str, hint: str) -> str:
     """Path of external program ``name``. If it is missing: skip the test locally, but
     fail it when CI is set (a CI machine must have every peer installed)."""
     path = peers.find_binary(name)
@@ -49,6 +42,13 @@ def require_binary(name: str, hint: str) -> str:
         pytest.fail(f"{message}; CI is set, so missing peers fail instead of skipping",
                     pytrace=False)
     pytest.skip(message)
+
+
+@pytest.fixture
+def require_binary() -> Callable[[str, str], str]:
+    """``require_binary(name, install_hint)`` inside a test: path of the program, or
+    skip (locally) / fail (CI set) when it is missing."""
+    return _require_binary
 
 
 # --------------------------------------------------------------------------
@@ -67,7 +67,7 @@ def echo_upstream(tmp_path: Path) -> Iterator[peers.Upstream]:
 @pytest.fixture
 def redis_server(tmp_path: Path) -> Iterator[peers.Redis]:
     """A running redis-server without password and without persistence."""
-    require_binary("redis-server", peers.REDIS_INSTALL_HINT)
+    _require_binary("redis-server", peers.REDIS_INSTALL_HINT)
     with peers.redis_server(tmp_path / "redis") as redis:
         yield redis
 
@@ -76,7 +76,7 @@ def redis_server(tmp_path: Path) -> Iterator[peers.Redis]:
 def oidc_provider(tmp_path: Path) -> Iterator[peers.OIDCProvider]:
     """A running node-oidc-provider; client ``gateway``/``secret``, redirect URI
     ``http://127.0.0.1/oauth2/callback``, dev interactions (any login accepted)."""
-    require_binary("node", peers.NODE_INSTALL_HINT)
+    _require_binary("node", peers.NODE_INSTALL_HINT)
     with peers.oidc_provider(tmp_path / "oidc") as provider:
         yield provider
 
@@ -100,7 +100,7 @@ def peer_factory(tmp_path: Path) -> Iterator[Callable[..., Any]]:
 
         def start(factory: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
             if factory in binaries:
-                require_binary(*binaries[factory])
+                _require_binary(*binaries[factory])
             name = getattr(factory, "__name__", "peer")
             log_dir = tmp_path / f"{name}-{next(counter)}"
             return stack.enter_context(factory(log_dir, *args, **kwargs))

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import http.client
 import json
-import os
 import secrets
 import socket
 import sys
@@ -23,19 +23,23 @@ from typing import Any
 import pytest
 
 from tests.support import peers
-from tests.support.processes import ManagedProcess, ProcessError, pid_alive, wait_for_port
+from tests.support.processes import (
+    ManagedProcess,
+    ProcessError,
+    free_port,
+    http_ok,
+    loopback_opener,
+    pid_alive,
+    wait_for_port,
+)
 
 pytestmark = pytest.mark.integration
 
 PeerFactory = Callable[..., Any]
 
 
-def _no_proxy_opener(*handlers: urllib.request.BaseHandler) -> urllib.request.OpenerDirector:
-    return urllib.request.build_opener(urllib.request.ProxyHandler({}), *handlers)
-
-
 def _get_json(url: str) -> Any:
-    with _no_proxy_opener().open(url, timeout=10) as resp:
+    with loopback_opener().open(url, timeout=10) as resp:
         return json.load(resp)
 
 
@@ -77,7 +81,7 @@ def test_echo_upstream_reflects_headers_and_body(echo_upstream: peers.Upstream) 
 
 
 def test_echo_upstream_special_paths(echo_upstream: peers.Upstream) -> None:
-    opener = _no_proxy_opener()
+    opener = loopback_opener()
     with pytest.raises(urllib.error.HTTPError) as err:
         opener.open(echo_upstream.url_for("/status/418"), timeout=10)
     assert err.value.code == 418
@@ -206,8 +210,11 @@ class _Browser:
     jar: CookieJar = field(default_factory=CookieJar)
 
     def __post_init__(self) -> None:
-        self._opener = _no_proxy_opener(
-            urllib.request.HTTPCookieProcessor(self.jar), _KeepRedirects()
+        # never follows redirects by itself (so it never leaves loopback on its own)
+        self._opener = urllib.request.build_opener(
+            urllib.request.ProxyHandler({}),
+            urllib.request.HTTPCookieProcessor(self.jar),
+            _KeepRedirects(),
         )
 
     def open(self, url: str, data: dict[str, str] | None = None) -> tuple[str, str]:
@@ -271,7 +278,7 @@ def _token_request(
         token_endpoint, data=urllib.parse.urlencode(params).encode(), headers=headers
     )
     try:
-        with _no_proxy_opener().open(req, timeout=10) as resp:
+        with loopback_opener().open(req, timeout=10) as resp:
             result: dict[str, Any] = json.load(resp)
     except urllib.error.HTTPError as exc:
         raise AssertionError(f"token endpoint: {exc.code} {exc.read()!r}") from exc
@@ -343,7 +350,7 @@ def test_oidc_authorization_code_flow(oidc_provider: peers.OIDCProvider) -> None
     req = urllib.request.Request(
         doc["userinfo_endpoint"], headers={"Authorization": f"Bearer {tokens['access_token']}"}
     )
-    with _no_proxy_opener().open(req, timeout=10) as resp:
+    with loopback_opener().open(req, timeout=10) as resp:
         assert json.load(resp)["sub"] == login
 
     refreshed = _token_request(oidc_provider, doc["token_endpoint"], {
@@ -401,10 +408,9 @@ def test_oidc_client_secret_post_and_logout(peer_factory: PeerFactory) -> None:
 
 
 def test_oidc_provider_without_node_modules(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, require_binary: Callable[[str, str], str]
 ) -> None:
-    if peers.find_binary("node") is None:
-        pytest.skip("node is not installed")
+    require_binary("node", peers.NODE_INSTALL_HINT)
     monkeypatch.setattr(peers, "OIDC_DIR", tmp_path / "empty")
     with (
         pytest.raises(peers.PeerSetupError, match=r"npm ci --prefix tests/peers/oidc"),
@@ -416,29 +422,30 @@ def test_oidc_provider_without_node_modules(
 # ---------------------------------------------------------------- stop / errors
 
 
-def test_stop_ends_every_peer(tmp_path: Path, peer_factory: PeerFactory) -> None:
-    # peer_factory only to get the skip-or-fail behaviour for missing binaries.
-    peer_factory(peers.echo_upstream, name="probe")
-    starters: list[Callable[[Path], Any]] = [
-        lambda d: peers.echo_upstream(d, name="stopme"),
-    ]
-    if peers.find_binary("redis-server") is not None or os.environ.get("CI"):
-        starters.append(lambda d: peers.redis_server(d, password="pw"))
-    if peers.find_binary("node") is not None or os.environ.get("CI"):
-        starters.append(lambda d: peers.oidc_provider(d))
-    for i, start in enumerate(starters):
-        with start(tmp_path / f"stop-{i}") as peer:
-            proc: ManagedProcess = peer.process
-            pid = proc.pid
-            assert pid is not None
-            assert pid_alive(pid)
-            assert proc.running
-        assert not proc.running
-        assert not pid_alive(pid), f"{proc.name} pid {pid} still alive after stop()"
-        assert proc.returncode is not None
-        # graceful SIGTERM handling: exit status 0, not killed by a signal
-        assert proc.returncode == 0, proc.describe()
-        assert proc.stop() == proc.returncode  # idempotent
+@pytest.mark.parametrize("kind", ["echo", "redis", "oidc"])
+def test_stop_ends_peer_process(
+    kind: str, tmp_path: Path, require_binary: Callable[[str, str], str]
+) -> None:
+    manager: contextlib.AbstractContextManager[Any]
+    if kind == "echo":
+        manager = peers.echo_upstream(tmp_path, name="stopme")
+    elif kind == "redis":
+        require_binary("redis-server", peers.REDIS_INSTALL_HINT)
+        manager = peers.redis_server(tmp_path, password="pw")
+    else:
+        require_binary("node", peers.NODE_INSTALL_HINT)
+        manager = peers.oidc_provider(tmp_path)
+    with manager as peer:
+        proc: ManagedProcess = peer.process
+        pid = proc.pid
+        assert pid is not None
+        assert pid_alive(pid)
+        assert proc.running
+    assert not proc.running
+    assert not pid_alive(pid), f"{proc.name} pid {pid} still alive after stop()"
+    # SIGTERM handled gracefully: exit status 0, not killed by a signal
+    assert proc.returncode == 0, proc.describe()
+    assert proc.stop() == 0  # idempotent
 
 
 def test_stop_escalates_to_sigkill(tmp_path: Path) -> None:
@@ -459,9 +466,9 @@ def test_stop_escalates_to_sigkill(tmp_path: Path) -> None:
 
 def test_wait_ready_reports_death_with_log_tail(tmp_path: Path) -> None:
     code = "import sys\nprint('something went wrong here', flush=True)\nsys.exit(3)\n"
-    with ManagedProcess([sys.executable, "-c", code], log_dir=tmp_path, name="dies") as proc:
-        with pytest.raises(ProcessError, match="died before it was ready") as err:
-            proc.wait_ready(lambda: False, timeout=10)
+    proc = ManagedProcess([sys.executable, "-c", code], log_dir=tmp_path, name="dies")
+    with proc, pytest.raises(ProcessError, match="died before it was ready") as err:
+        proc.wait_ready(lambda: False, timeout=10)
     assert "something went wrong here" in str(err.value)
     assert "exited with 3" in str(err.value)
 
@@ -476,8 +483,6 @@ def test_wait_ready_times_out_with_log_tail(tmp_path: Path) -> None:
 
 
 def test_wait_for_port_times_out_and_refuses_remote_hosts(tmp_path: Path) -> None:
-    from tests.support.processes import free_port, http_ok
-
     port = free_port()
     with pytest.raises(TimeoutError):
         wait_for_port("127.0.0.1", port, timeout=0.3)
@@ -486,3 +491,47 @@ def test_wait_for_port_times_out_and_refuses_remote_hosts(tmp_path: Path) -> Non
         wait_for_port("192.0.2.1", 80, timeout=0.1)
     with pytest.raises(ValueError, match="non-loopback"):
         http_ok("http://example.invalid/")
+
+
+def test_loopback_opener_does_not_follow_redirects_off_loopback() -> None:
+    from tests.support.processes import _LoopbackRedirectHandler
+
+    handler = _LoopbackRedirectHandler()
+    req = urllib.request.Request("http://127.0.0.1:1/")
+    headers = http.client.HTTPMessage()
+    assert handler.redirect_request(req, None, 302, "Found", headers, "http://192.0.2.1/") is None
+    followed = handler.redirect_request(req, None, 302, "Found", headers, "http://[::1]:2/x")
+    assert followed is not None
+    assert followed.full_url == "http://[::1]:2/x"
+
+
+def test_port_taken_between_probe_and_bind_is_retried(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, require_binary: Callable[[str, str], str]
+) -> None:
+    require_binary("redis-server", peers.REDIS_INSTALL_HINT)
+    with socket.create_server(("127.0.0.1", 0)) as squatter:
+        taken = squatter.getsockname()[1]
+        ports = iter([taken])
+        real_free_port = peers.free_port
+
+        def first_taken(host: str) -> int:
+            return next(ports, None) or real_free_port(host)
+
+        monkeypatch.setattr(peers, "free_port", first_taken)
+        with peers.redis_server(tmp_path) as redis:
+            assert redis.port != taken
+            with redis.client() as client:
+                assert client.command("PING") == "PONG"
+    first_log = tmp_path / f"redis-{taken}.log"
+    assert "Address already in use" in first_log.read_text()
+
+
+def test_peer_stopped_when_body_raises(tmp_path: Path) -> None:
+    pids: list[int] = []
+    with pytest.raises(RuntimeError, match="test body failed"):  # noqa: SIM117
+        with peers.echo_upstream(tmp_path, name="boom") as upstream:
+            assert upstream.process.pid is not None
+            pids.append(upstream.process.pid)
+            raise RuntimeError("test body failed")
+    assert pids
+    assert not pid_alive(pids[0])

@@ -21,13 +21,12 @@ import socket
 import sys
 import tempfile
 import urllib.parse
-import urllib.request
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO, TypeAlias
+from typing import Any, BinaryIO, Self, TypeAlias
 
-from .processes import ManagedProcess, ProcessError, free_port, http_ok
+from .processes import ManagedProcess, ProcessError, free_port, http_ok, loopback_opener
 
 __all__ = [
     "ECHO_UPSTREAM_SCRIPT",
@@ -242,7 +241,11 @@ class RespClient:
         self._sock = socket.create_connection((host, port), timeout=timeout)
         self._file = self._sock.makefile("rb")
         if password is not None:
-            self.command("AUTH", password)
+            try:
+                self.command("AUTH", password)
+            except BaseException:
+                self.close()
+                raise
 
     def command(self, *args: str | bytes | int) -> RespReply:
         self._sock.sendall(resp_encode(*args))
@@ -252,7 +255,7 @@ class RespClient:
         self._file.close()
         self._sock.close()
 
-    def __enter__(self) -> RespClient:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -344,8 +347,7 @@ class OIDCProvider:
 
     def discovery(self, timeout: float = 5.0) -> dict[str, Any]:
         """The parsed discovery document."""
-        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-        with opener.open(self.discovery_url, timeout=timeout) as resp:
+        with loopback_opener().open(self.discovery_url, timeout=timeout) as resp:
             doc: dict[str, Any] = json.load(resp)
         return doc
 

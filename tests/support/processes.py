@@ -27,7 +27,7 @@ import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Self
+from typing import IO, Self
 
 __all__ = [
     "ManagedProcess",
@@ -35,6 +35,7 @@ __all__ = [
     "free_port",
     "http_ok",
     "is_loopback",
+    "loopback_opener",
     "pid_alive",
     "port_open",
     "wait_for_port",
@@ -45,6 +46,8 @@ __all__ = [
 LOG_TAIL_LINES = 40
 #: How many bytes at most are read from the end of a log for the tail / line search.
 _LOG_READ_LIMIT = 256 * 1024
+#: How many bytes at most are scanned from the start of a log for a line prefix.
+_LOG_SCAN_LIMIT = 16 * 1024 * 1024
 #: Upper bound for the number of rounds of any poll loop in this module.
 _MAX_ROUNDS = 100_000
 
@@ -133,8 +136,29 @@ def wait_for_port(host: str, port: int, timeout: float = 10.0) -> None:
     )
 
 
-# Ignore http(s)_proxy from the environment: peers live on loopback.
-_NO_PROXY_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+class _LoopbackRedirectHandler(urllib.request.HTTPRedirectHandler):
+    """Follow redirects only to loopback hosts (anything else ends in an HTTPError)."""
+
+    def redirect_request(
+        self,
+        req: urllib.request.Request,
+        fp: IO[bytes],
+        code: int,
+        msg: str,
+        headers: http.client.HTTPMessage,
+        newurl: str,
+    ) -> urllib.request.Request | None:
+        if not is_loopback(urllib.parse.urlsplit(newurl).hostname or ""):
+            return None
+        return super().redirect_request(req, fp, code, msg, headers, newurl)
+
+
+def loopback_opener(*handlers: urllib.request.BaseHandler) -> urllib.request.OpenerDirector:
+    """A urllib opener that ignores http(s)_proxy settings (peers live on loopback) and
+    follows redirects only to loopback hosts. Extra ``handlers`` are added as given."""
+    return urllib.request.build_opener(
+        urllib.request.ProxyHandler({}), _LoopbackRedirectHandler(), *handlers
+    )
 
 
 def http_ok(url: str, timeout: float = 2.0) -> bool:
@@ -142,7 +166,7 @@ def http_ok(url: str, timeout: float = 2.0) -> bool:
     host = urllib.parse.urlsplit(url).hostname or ""
     _require_loopback(host)
     try:
-        with _NO_PROXY_OPENER.open(url, timeout=timeout) as resp:
+        with loopback_opener().open(url, timeout=timeout) as resp:
             status: int = resp.status
             return 200 <= status < 300
     except (urllib.error.URLError, http.client.HTTPException, OSError, ValueError):
@@ -164,6 +188,14 @@ def pid_alive(pid: int) -> bool:
     # state is the field after the parenthesised command name
     state = stat.rsplit(")", 1)[-1].split()[:1]
     return state != ["Z"]
+
+
+def _read_head_bytes(path: Path, limit: int) -> bytes:
+    try:
+        with path.open("rb") as fh:
+            return fh.read(limit)
+    except FileNotFoundError:
+        return b""
 
 
 def _read_tail_bytes(path: Path, limit: int = _LOG_READ_LIMIT) -> bytes:
@@ -262,8 +294,9 @@ class ManagedProcess:
         return "\n".join(self.log_text().splitlines()[-lines:])
 
     def find_log_line(self, prefix: str) -> str | None:
-        """The first complete log line starting with ``prefix`` (without newline), if any."""
-        data = _read_tail_bytes(self.log_path).decode("utf-8", errors="replace")
+        """The first complete log line starting with ``prefix`` (without newline), if any
+        (searches the first 16 MiB of the log)."""
+        data = _read_head_bytes(self.log_path, _LOG_SCAN_LIMIT).decode("utf-8", errors="replace")
         complete = data[: data.rfind("\n") + 1]
         for line in complete.splitlines():
             if line.startswith(prefix):
