@@ -32,6 +32,14 @@ _ENUM_MESSAGES = {
     "databroker_storage_type": "config: unknown databroker storage backend type",
 }
 
+_URL_LABELS = {
+    "authenticate_service_url": "authenticate-url",
+    "signout_redirect_url": "signout-redirect-url",
+    "forward_auth_url": "forward-auth-url",
+    "authorize_service_url": "authorize-url",
+    "databroker_service_url": "databroker service url",
+}
+
 
 def claim_header_name(claim: str) -> str:
     """``email`` -> ``X-Gateway-Claim-Email`` (each dash-separated word capitalised)."""
@@ -51,9 +59,10 @@ def coerce_settings(raw: Mapping[str, Any], problems: Problems) -> dict[str, Any
         try:
             out[key] = coerce(info, value)
         except ValueError as exc:
-            shown = "" if info.secret else f" (got {_show(value)})"
-            problems.error(key, f"{exc}{shown}" if shown and _show(value) not in str(exc)
-                           else str(exc))
+            message = str(exc)
+            if not info.secret and str(value) not in message:
+                message += f" (got {_show(value)})"
+            problems.error(key, message)
     return out
 
 
@@ -109,7 +118,11 @@ def coerce(info: SettingInfo, value: Any) -> Any:
         parse_address(text)
         return text.strip().strip("\"'")
     if kind is Kind.URL and text:
-        split_url(text)
+        try:
+            split_url(text)
+        except ValueError as exc:
+            label = _URL_LABELS.get(info.key)
+            raise ValueError(f"config: bad {label} {text} : {exc}" if label else str(exc)) from None
     if kind is Kind.BASE64 and text:
         decode_base64(text)
     return text
