@@ -1,0 +1,173 @@
+"""twistd options, the service tree, SIGHUP wiring and the `gateway` command."""
+
+from __future__ import annotations
+
+import io
+import os
+import signal
+import sys
+import tempfile
+from typing import Any
+
+import yaml
+from twisted.internet.task import Clock
+from twisted.internet.testing import MemoryReactorClock
+from twisted.python import usage
+from twisted.trial.unittest import SynchronousTestCase
+
+from gateway import tap
+from gateway.cli import main as cli_main
+from gateway.config import load_snapshot
+
+from .config.helpers import IDENTITY, SECRET, base_config, write
+
+
+def config_file(**extra: Any) -> str:
+    return write(tempfile.mkdtemp(), "gateway.yaml", yaml.safe_dump(base_config(**extra)))
+
+
+class ParentOptions(dict[str, Any]):
+    """Stands in for twistd's ServerOptions, which the subcommand sees as ``parent``."""
+
+
+class OptionsTests(SynchronousTestCase):
+    def setUp(self) -> None:
+        self.stderr = io.StringIO()
+        self.patch(sys, "stderr", self.stderr)
+
+    def test_bad_config_exits_1_with_every_problem(self) -> None:
+        """A bad config prints all problems to stderr and exits 1 (no traceback)."""
+        path = config_file(services="blue", policy=[{"from": "https://x/a", "to": "http://b"}])
+        options = tap.Options()
+        with self.assertRaises(SystemExit) as caught:
+            options.parseOptions(["--config", path])
+        self.assertEqual(caught.exception.code, 1)
+        text = self.stderr.getvalue()
+        self.assertIn(f"gateway: invalid configuration in {path} (2 problems):", text)
+        self.assertIn("services: config: blue is an invalid service type", text)
+        self.assertIn("policy[0].from: config: policy source url (https://x/a) contains a path",
+                      text)
+        self.assertNotIn("Traceback", text)
+
+    def test_good_config_sets_snapshot_and_json_logger(self) -> None:
+        """A good config is loaded once and twistd is told to use the JSON observer."""
+        options = tap.Options()
+        options.parent = ParentOptions(logger=None)
+        options.parseOptions(["--config", config_file()])
+        self.assertTrue(options["snapshot"].options.insecure_server)
+        self.assertEqual(options.parent["logger"], "gateway.observability.logging.observer")
+
+    def test_explicit_logger_is_kept(self) -> None:
+        """An operator's own --logger wins over ours."""
+        options = tap.Options()
+        options.parent = ParentOptions(logger="my.observer")
+        options.parseOptions(["--config", config_file()])
+        self.assertEqual(options.parent["logger"], "my.observer")
+
+    def test_poll_interval_must_be_a_number(self) -> None:
+        """--poll-interval is validated."""
+        self.assertRaises(usage.UsageError, tap.Options().parseOptions,
+                          ["--config", config_file(), "--poll-interval", "soon"])
+
+
+class ServiceTreeTests(SynchronousTestCase):
+    def tree(self, **extra: Any) -> Any:
+        path = config_file(**extra)
+        return tap.build_service_tree(load_snapshot(path, {}), path, MemoryReactorClock())
+
+    def names(self, root: Any) -> list[str]:
+        return [type(s).__name__ for s in root]
+
+    def test_all_in_one(self) -> None:
+        """`all` runs config, SIGHUP, databroker, authorize, authenticate and proxy."""
+        self.assertEqual(self.names(self.tree()), [
+            "ConfigSource", "SighupService", "DataBrokerService", "AuthorizeService",
+            "AuthenticateService", "ProxyService"])
+
+    def test_single_services(self) -> None:
+        """Each `services` value runs its own service (authenticate also listens)."""
+        secrets = {"shared_secret": SECRET, "cookie_secret": SECRET, **IDENTITY}
+        expected = {
+            "databroker": ["DataBrokerService"],
+            "authorize": ["AuthorizeService"],
+            "authenticate": ["AuthenticateService", "ProxyService"],
+            "proxy": ["ProxyService"],
+        }
+        for service, names in expected.items():
+            root = self.tree(services=service, **secrets)
+            self.assertEqual(self.names(root)[2:], names, service)
+
+    def test_proxy_listens_on_address(self) -> None:
+        """Starting the tree binds `address` through an endpoint service."""
+        path = config_file(address="127.0.0.1:18443")
+        reactor = MemoryReactorClock()
+        root = tap.build_service_tree(load_snapshot(path, {}), path, reactor)
+        root.privilegedStartService()
+        root.startService()
+        self.addCleanup(root.stopService)
+        self.assertEqual([(port, iface) for port, _, _, iface in reactor.tcpServers],
+                         [(18443, "127.0.0.1")])
+
+
+class FakeThreadReactor(Clock):
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[tuple[Any, tuple[Any, ...]]] = []
+
+    def callFromThread(self, f: Any, *args: Any) -> None:
+        self.calls.append((f, args))
+
+
+class SighupTests(SynchronousTestCase):
+    def test_sighup_requests_reload(self) -> None:
+        """SIGHUP schedules a reload on the reactor thread; stop restores the handler."""
+        path = config_file()
+        reactor = FakeThreadReactor()
+        source = tap.ConfigSource(path, load_snapshot(path, {}), reactor, environ={})
+        service = tap.SighupService(source, reactor)
+        before = signal.getsignal(signal.SIGHUP)
+        service.startService()
+        try:
+            os.kill(os.getpid(), signal.SIGHUP)
+            self.assertEqual(reactor.calls, [(source.reload, ("SIGHUP",))])
+        finally:
+            service.stopService()
+        self.assertEqual(signal.getsignal(signal.SIGHUP), before)
+
+
+class CliTests(SynchronousTestCase):
+    def run_cli(self, *argv: str) -> tuple[int, str, str]:
+        out, err = io.StringIO(), io.StringIO()
+        self.patch(sys, "stdout", out)
+        self.patch(sys, "stderr", err)
+        code = cli_main(list(argv))
+        return code, out.getvalue(), err.getvalue()
+
+    def test_check_ok(self) -> None:
+        """`gateway check` prints a one-line summary and exits 0."""
+        path = config_file(http_redirect_addr=":80", cookie_secert="typo")
+        code, out, err = self.run_cli("check", "--config", path)
+        self.assertEqual(code, 0)
+        self.assertEqual(out, f"ok: {path}: services=all listeners=http://:443, redirect "
+                              "http://:80 routes=1 (hosts=1, public=1, tcp=0) warnings=1\n")
+        self.assertIn("warning: cookie_secert: unknown setting", err)
+
+    def test_check_problems(self) -> None:
+        """`gateway check` prints every problem and exits 1."""
+        code, out, err = self.run_cli("check", "--config", config_file(services="blue",
+                                                                        timeout_read="x"))
+        self.assertEqual(code, 1)
+        self.assertEqual(out, "")
+        self.assertIn("(2 problems)", err)
+
+    def test_check_missing_file(self) -> None:
+        """A missing file is one clear line."""
+        code, _, err = self.run_cli("check", "--config", "/nonexistent.yaml")
+        self.assertEqual((code, err), (1, "gateway check: /nonexistent.yaml: no such file\n"))
+
+    def test_version_and_usage(self) -> None:
+        """`gateway version` prints the version; no command prints help and exits 2."""
+        code, out, _ = self.run_cli("version")
+        self.assertEqual(code, 0)
+        self.assertTrue(out.startswith("gateway 0.1.0 (Python 3."))
+        self.assertEqual(self.run_cli()[0], 2)
