@@ -244,8 +244,8 @@ def _parse_route(
             if scheme not in ("https", "http", "tcp+https"):
                 problems.error(
                     f"{base}.from",
-                    f"config: policy bad source url {from_url}: scheme must be https "
-                    "(or tcp+https for TCP routes)",
+                    f"config: policy bad source url {from_url}: scheme must be https, http "
+                    "(behind a TLS-terminating ingress) or tcp+https (TCP routes)",
                 )
             if scheme in ("http", "https") and parts.path not in ("", "/"):
                 problems.error(

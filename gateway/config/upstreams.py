@@ -7,6 +7,9 @@ original embedded (Envoy), with the same names and defaults, so existing configs
 
 from __future__ import annotations
 
+import base64
+import binascii
+
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -72,6 +75,7 @@ class OutlierDetection:
     interval: float = 10.0
     base_ejection_time: float = 30.0
     max_ejection_percent: int = 10
+    enforcing_consecutive_5xx: int = 100
 
 
 def parse_to(value: object, from_tcp: bool, path: str, problems: Problems) -> tuple[Upstream, ...]:
@@ -269,9 +273,9 @@ def _payload(value: object, where: str, problems: Problems) -> bytes:
     try:
         if "text" in raw:  # Envoy: hex-encoded payload
             return bytes.fromhex(str(raw["text"]))
-        return str(raw.get("binary", "")).encode()
-    except ValueError:
-        problems.error(f"{where}.text", "must be hex-encoded bytes")
+        return base64.b64decode(str(raw.get("binary", "")), validate=True)  # Envoy: base64
+    except (ValueError, binascii.Error):
+        problems.error(where, "`text` must be hex-encoded bytes, `binary` base64")
         return b""
 
 
@@ -338,7 +342,11 @@ def parse_outlier_detection(value: object, path: str, problems: Problems) -> Out
     percent = _int(raw, "max_ejection_percent", 10, 0, path, problems)
     if percent > 100:
         problems.error(f"{path}.max_ejection_percent", f"must be 0-100, got {percent}")
+    enforcing = _int(raw, "enforcing_consecutive_5xx", 100, 0, path, problems)
+    if enforcing > 100:
+        problems.error(f"{path}.enforcing_consecutive_5xx", f"must be 0-100, got {enforcing}")
     return OutlierDetection(
+        enforcing_consecutive_5xx=enforcing,
         consecutive_5xx=_int(raw, "consecutive_5xx", 5, 1, path, problems),
         interval=_duration(raw, "interval", 10.0, path, problems),
         base_ejection_time=_duration(raw, "base_ejection_time", 30.0, path, problems),

@@ -32,6 +32,8 @@ HOP_BY_HOP = frozenset(
      b"trailer", b"transfer-encoding", b"upgrade", b"proxy-connection"}
 )
 ROBOTS = b"User-agent: *\nDisallow: /"
+# Module level: a Logger class attribute would take the class name as its namespace.
+_access_log = Logger(namespace="gateway.access")
 
 
 class _QuietPool(HTTPConnectionPool):
@@ -47,14 +49,12 @@ class _QuietPool(HTTPConnectionPool):
 class AccessLoggingSite(Site):
     """Writes one structured access event per request in ``gateway.access``."""
 
-    access = Logger(namespace="gateway.access")
-
     def __init__(self, resource: Resource) -> None:
         Site.__init__(self, resource)
 
     def log(self, request: http.Request) -> None:
         client = request.getClientAddress()
-        self.access.info(
+        _access_log.info(
             "{method} {host}{path} {status}",
             method=request.method.decode("latin-1"),
             host=(request.getHeader(b"host") or b"").decode("latin-1"),

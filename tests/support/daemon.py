@@ -1,0 +1,96 @@
+"""The gateway daemon itself as a test peer: ``twistd -n gateway --config FILE``.
+
+The daemon runs from the repository root, so twistd finds ``twisted/plugins`` there
+even when the package is installed in editable mode.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sys
+import urllib.error
+import urllib.request
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .processes import ManagedProcess, free_port, loopback_opener, port_open, wait_until
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+TWISTD = str(Path(sys.executable).with_name("twistd"))
+
+
+@dataclass
+class Daemon:
+    """A running gateway: its listener URL, config path and process."""
+
+    url: str
+    port: int
+    config_path: Path
+    process: ManagedProcess
+
+    def write_config(self, config: Mapping[str, Any]) -> None:
+        """Replace the config file atomically (as editors and config managers do)."""
+        tmp = self.config_path.with_suffix(".tmp")
+        tmp.write_text(yaml.safe_dump(dict(config)))
+        os.replace(tmp, self.config_path)
+
+    def log_events(self) -> list[dict[str, Any]]:
+        """Every log line parsed as JSON (fails on a line that is not JSON)."""
+        return [json.loads(line) for line in self.process.log_text().splitlines() if line]
+
+    def wait_for_event(self, predicate: Any, timeout: float = 10.0, what: str = "event"
+                       ) -> dict[str, Any]:
+        found: list[dict[str, Any]] = []
+
+        def check() -> bool:
+            found[:] = [e for e in self.log_events() if predicate(e)]
+            return bool(found)
+
+        wait_until(check, timeout, what=what)
+        return found[0]
+
+    def get(self, path: str, host: str | None = None, headers: Mapping[str, str] | None = None
+            ) -> tuple[int, dict[str, str], bytes]:
+        request = urllib.request.Request(self.url + path, headers=dict(headers or {}))
+        if host:
+            request.add_header("Host", host)
+        try:
+            with loopback_opener().open(request, timeout=10) as response:
+                return response.status, dict(response.headers), response.read()
+        except urllib.error.HTTPError as err:
+            return err.code, dict(err.headers), err.read()
+
+
+def daemon_env() -> dict[str, str]:
+    """Run the code under test: the repository first on the path, plugin included."""
+    paths = [str(REPO_ROOT), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+    return {"PYTHONPATH": os.pathsep.join(paths)}
+
+
+def twistd_argv(config_path: Path, *extra: str) -> list[str]:
+    return [TWISTD, "-n", "--pidfile=", "gateway", "--config", str(config_path), *extra]
+
+
+@contextlib.contextmanager
+def gateway_daemon(tmpdir: Path, config: Mapping[str, Any], *, env: Mapping[str, str] | None
+                   = None, extra_args: tuple[str, ...] = ("--poll-interval", "0.2"),
+                   timeout: float = 20.0) -> Iterator[Daemon]:
+    """Start the daemon on a free loopback port (``address`` is filled in) and stop it."""
+    port = free_port()
+    merged = {"insecure_server": True, **config, "address": f"127.0.0.1:{port}"}
+    path = tmpdir / "gateway.yaml"
+    path.write_text(yaml.safe_dump(merged))
+    process = ManagedProcess(twistd_argv(path, *extra_args), log_dir=tmpdir, name="gateway",
+                             cwd=REPO_ROOT, env={**daemon_env(), **(env or {})})
+    process.start()
+    try:
+        process.wait_ready(lambda: port_open("127.0.0.1", port), timeout)
+        yield Daemon(f"http://127.0.0.1:{port}", port, path, process)
+    finally:
+        process.stop()
