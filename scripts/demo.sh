@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Installs the gateway and starts it in front of a demo app, both on loopback:
+#   gateway  http://localhost:8080  (public route, see demo/gateway.yaml)
+#   demo app http://127.0.0.1:8081  (shows the request the gateway forwarded)
+# Ctrl-C stops both.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup-dev.sh
+
+.venv/bin/python demo/app.py --port 8081 &
+app=$!
+trap 'kill $app 2>/dev/null || true' EXIT INT TERM
+
+echo "demo: open http://localhost:8080/ (Ctrl-C to stop)"
+PYTHONPATH="$PWD" .venv/bin/twistd --nodaemon --pidfile= gateway --config demo/gateway.yaml

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Installs everything the gateway's tests and demo need, on a fresh Debian machine or an
+# already prepared one (each step is skipped when it is already done):
+#   Debian packages (python3-venv, redis-server, curl; Node.js only if missing),
+#   a virtualenv in .venv with the project (editable) and its test tools,
+#   the npm packages of the test identity provider (tests/peers/oidc).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need_apt=()
+command -v redis-server >/dev/null 2>&1 || need_apt+=(redis-server redis-tools)
+command -v curl >/dev/null 2>&1 || need_apt+=(curl)
+command -v node >/dev/null 2>&1 || need_apt+=(nodejs npm)
+python3 -c 'import ensurepip, venv' >/dev/null 2>&1 || need_apt+=(python3-venv)
+if [ ${#need_apt[@]} -gt 0 ]; then
+    if [ "$(id -u)" -ne 0 ]; then
+        echo "setup-dev: please install: ${need_apt[*]} (apt-get install -y ...)" >&2
+        exit 1
+    fi
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -q
+    apt-get install -y -q "${need_apt[@]}"
+fi
+
+if [ ! -x .venv/bin/python ]; then
+    python3 -m venv .venv
+fi
+stamp=.venv/.gateway-installed
+if [ ! -f "$stamp" ] || [ setup.cfg -nt "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
+    .venv/bin/python -m pip install -q --upgrade pip
+    .venv/bin/python -m pip install -q -e '.[test]'
+    touch "$stamp"
+fi
+
+if [ ! -d tests/peers/oidc/node_modules ] || \
+   [ tests/peers/oidc/package-lock.json -nt tests/peers/oidc/node_modules ]; then
+    npm ci --prefix tests/peers/oidc --no-audit --no-fund --loglevel=error
+fi
