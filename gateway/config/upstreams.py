@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
