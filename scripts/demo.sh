@@ -9,7 +9,8 @@ bash scripts/setup-dev.sh
 
 .venv/bin/python demo/app.py --port 8081 &
 app=$!
-trap 'kill $app 2>/dev/null || true' EXIT INT TERM
-
+PYTHONPATH="$PWD" .venv/bin/twistd --nodaemon --pidfile= gateway --config demo/gateway.yaml &
+gw=$!
+trap 'kill $app $gw 2>/dev/null || true; wait' EXIT INT TERM
 echo "demo: open http://localhost:8080/ (Ctrl-C to stop)"
-PYTHONPATH="$PWD" .venv/bin/twistd --nodaemon --pidfile= gateway --config demo/gateway.yaml
+wait $gw

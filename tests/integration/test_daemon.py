@@ -15,7 +15,7 @@ import yaml
 
 from tests.support.daemon import REPO_ROOT, daemon_env, gateway_daemon, twistd_argv
 from tests.support.peers import Upstream, echo_upstream
-from tests.support.processes import free_port, port_open, wait_until
+from tests.support.processes import ManagedProcess, free_port, port_open, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -153,3 +153,19 @@ def test_bad_config_exits_before_binding(tmp_path: Path, config: dict[str, Any],
     assert expected in result.stderr
     assert "Traceback" not in result.stderr + result.stdout
     assert not port_open("127.0.0.1", port)
+
+
+def test_example_config_starts(tmp_path: Path) -> None:
+    """conf/config.example.yaml, with its secrets supplied, starts and serves its public
+    route (the address is moved to a free port through the environment)."""
+    port = free_port()
+    env = {**os.environ, **daemon_env(), "ADDRESS": f"127.0.0.1:{port}",
+           "SHARED_SECRET": "a2trazMya2trazMya2trazMya2trazMya2trazMya2s=",
+           "COOKIE_SECRET": "a2trazMya2trazMya2trazMya2trazMya2trazMya2s=",
+           "IDP_CLIENT_SECRET": "secret"}
+    argv = twistd_argv(REPO_ROOT / "conf" / "config.example.yaml")
+    with ManagedProcess(argv, log_dir=tmp_path, name="gateway", cwd=REPO_ROOT, env=env,
+                        inherit_env=False) as gw:
+        gw.wait_ready(lambda: port_open("127.0.0.1", port), 20)
+        wait_until(lambda: "proxy service started" in gw.log_text(), 10)
+        assert "error" not in {json.loads(line)["level"] for line in gw.log_text().splitlines()}
