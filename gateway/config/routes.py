@@ -15,20 +15,24 @@ from typing import Any
 import re2
 
 from gateway.config.errors import Problems
-from gateway.config.material import Pem, Reader, load_material
+from gateway.config.material import Reader
+from gateway.config.route_parts import (
+    HeaderRewrite,
+    Redirect,
+    pair,
+    parse_claims,
+    parse_header_rewrites,
+    parse_redirect,
+    parse_route_lb,
+    parse_route_tls,
+)
 from gateway.config.upstreams import (
-    LB_POLICIES,
     HealthCheck,
     LeastRequestConfig,
     MaglevConfig,
     OutlierDetection,
     RingHashConfig,
     Upstream,
-    parse_health_checks,
-    parse_least_request,
-    parse_maglev,
-    parse_outlier_detection,
-    parse_ring_hash,
     parse_to,
 )
 from gateway.config.values import parse_bool, parse_duration, parse_list, parse_map, split_url
@@ -83,42 +87,12 @@ ROUTE_FIELDS: dict[str, str] = {
     "orchestrator_service_account_token": "Bearer token toward a cluster orchestrator API.",
     "orchestrator_service_account_token_file": "File form of the orchestrator token.",
 }
-REDIRECT_FIELDS: dict[str, str] = {
-    "https_redirect": "Swap the scheme to https.",
-    "scheme_redirect": "New scheme.",
-    "host_redirect": "New host.",
-    "port_redirect": "New port.",
-    "path_redirect": "New path.",
-    "prefix_rewrite": "Replace the matched prefix.",
-    "response_code": "Status code (301, 302, 303, 307, 308; default 301).",
-    "strip_query": "Drop the query string.",
-}
 _ALLOW_LISTS = ("allowed_domains", "allowed_groups", "allowed_users", "allowed_idp_claims")
 _BOOLS = (
     "preserve_host_header", "allow_public_unauthenticated_access", "allow_any_authenticated_user",
     "cors_allow_preflight", "pass_identity_headers", "allow_spdy", "allow_websockets",
     "tls_skip_verify",
 )
-_REDIRECT_CODES = (301, 302, 303, 307, 308)
-
-
-@dataclass(frozen=True, slots=True)
-class Redirect:
-    https_redirect: bool = False
-    scheme_redirect: str = ""
-    host_redirect: str = ""
-    port_redirect: int | None = None
-    path_redirect: str = ""
-    prefix_rewrite: str | None = None
-    response_code: int = 301
-    strip_query: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class HeaderRewrite:
-    header: str
-    prefix: str
-    value: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -275,7 +249,7 @@ def _parse_route(
     if has_to:
         values["to"] = parse_to(item["to"], scheme == "tcp+https", f"{base}.to", problems)
     if has_redirect:
-        values["redirect"] = _parse_redirect(item["redirect"], f"{base}.redirect", problems)
+        values["redirect"] = parse_redirect(item["redirect"], f"{base}.redirect", problems)
         if scheme == "tcp+https":
             problems.error(f"{base}.redirect", "a tcp+https route cannot redirect")
 
@@ -304,12 +278,12 @@ def _parse_route(
             base,
             "config: only prefix_rewrite or regex_rewrite_pattern can be specified, but not both",
         )
-    _pair(values, base, "regex_rewrite_pattern", "regex_rewrite_substitution", item, problems)
+    pair(values, base, "regex_rewrite_pattern", "regex_rewrite_substitution", item, problems)
     if values.get("regex_rewrite_pattern"):
         values["rewrite_regex"] = _compile(
             values["regex_rewrite_pattern"], f"{base}.regex_rewrite_pattern", problems
         )
-    _pair(values, base, "host_path_regex_rewrite_pattern", "host_path_regex_rewrite_substitution",
+    pair(values, base, "host_path_regex_rewrite_pattern", "host_path_regex_rewrite_substitution",
           item, problems)
     if values.get("host_path_regex_rewrite_pattern"):
         values["host_path_regex"] = _compile(
@@ -342,7 +316,7 @@ def _parse_route(
             except ValueError as exc:
                 problems.error(f"{base}.{key}", str(exc))
     if "allowed_idp_claims" in item and item["allowed_idp_claims"] is not None:
-        values["allowed_idp_claims"] = _parse_claims(
+        values["allowed_idp_claims"] = parse_claims(
             item["allowed_idp_claims"], f"{base}.allowed_idp_claims", problems
         )
     has_lists = any(values.get(k) for k in _ALLOW_LISTS)
@@ -371,7 +345,7 @@ def _parse_route(
             except ValueError as exc:
                 problems.error(f"{base}.{key}", str(exc))
     if "rewrite_response_headers" in item and item["rewrite_response_headers"] is not None:
-        values["rewrite_response_headers"] = _parse_header_rewrites(
+        values["rewrite_response_headers"] = parse_header_rewrites(
             item["rewrite_response_headers"], f"{base}.rewrite_response_headers", problems
         )
 
@@ -383,8 +357,8 @@ def _parse_route(
         except ValueError as exc:
             problems.error(f"{base}.timeout", str(exc))
 
-    _parse_route_tls(item, base, reader, problems, values)
-    _parse_route_lb(item, base, problems, values)
+    parse_route_tls(item, base, reader, problems, values)
+    parse_route_lb(item, base, problems, values)
 
     token, token_file = (str(item.get("orchestrator_service_account_token") or ""),
                          str(item.get("orchestrator_service_account_token_file") or ""))
@@ -407,156 +381,6 @@ def _parse_route(
         return None
     return Route(index=index, from_url=str(from_url), scheme=scheme, host=host, port=port,
                  **values)
-
-
-def _pair(values: dict[str, Any], base: str, pattern: str, substitution: str,
-          item: Mapping[str, Any], problems: Problems) -> None:
-    if values.get(pattern) and substitution not in item:
-        problems.error(f"{base}.{substitution}", f"is required when {pattern} is set")
-    if item.get(substitution) is not None and not values.get(pattern):
-        problems.error(f"{base}.{pattern}", f"is required when {substitution} is set")
-
-
-def _parse_claims(value: object, path: str, problems: Problems) -> Mapping[str, tuple[str, ...]]:
-    if not isinstance(value, Mapping):
-        problems.error(path, f"must be a map of claim name to list of values, got {value!r}")
-        return MappingProxyType({})
-    out: dict[str, tuple[str, ...]] = {}
-    for key, val in value.items():
-        if not isinstance(key, str):
-            problems.error(path, "cannot convert nested map: all keys must be strings")
-            continue
-        items = val if isinstance(val, list) else [val]
-        if any(isinstance(v, Mapping | list) for v in items):
-            problems.error(f"{path}.{key}", "values must be scalars or a list of scalars")
-            continue
-        out[key] = tuple(str(v).lower() if isinstance(v, bool) else str(v) for v in items)
-    return MappingProxyType(out)
-
-
-def _parse_header_rewrites(value: object, path: str, problems: Problems
-                           ) -> tuple[HeaderRewrite, ...]:
-    if not isinstance(value, list):
-        problems.error(path, "must be a list of {header, prefix, value} objects")
-        return ()
-    out = []
-    for i, entry in enumerate(value):
-        if not isinstance(entry, Mapping) or not entry.get("header"):
-            problems.error(f"{path}[{i}]", "needs at least a `header` and a `value`")
-            continue
-        out.append(HeaderRewrite(str(entry["header"]), str(entry.get("prefix") or ""),
-                                 str(entry.get("value") or "")))
-    return tuple(out)
-
-
-def _parse_redirect(value: object, path: str, problems: Problems) -> Redirect | None:
-    if not isinstance(value, Mapping):
-        problems.error(path, f"must be an object, got {value!r}")
-        return None
-    for key in value:
-        if key not in REDIRECT_FIELDS:
-            problems.warn(f"{path}.{key}", "unknown redirect field (ignored)")
-    kwargs: dict[str, Any] = {}
-    try:
-        for key in ("https_redirect", "strip_query"):
-            if key in value:
-                kwargs[key] = parse_bool(value[key])
-    except ValueError as exc:
-        problems.error(path, str(exc))
-    for key in ("scheme_redirect", "host_redirect", "path_redirect"):
-        if value.get(key) is not None:
-            kwargs[key] = str(value[key])
-    if value.get("prefix_rewrite") is not None:
-        kwargs["prefix_rewrite"] = str(value["prefix_rewrite"])
-    if kwargs.get("path_redirect") and "prefix_rewrite" in kwargs:
-        problems.error(path, "path_redirect and prefix_rewrite are mutually exclusive")
-    if kwargs.get("path_redirect") and not kwargs["path_redirect"].startswith("/"):
-        problems.error(f"{path}.path_redirect", "must start with '/'")
-    if kwargs.get("https_redirect") and kwargs.get("scheme_redirect"):
-        problems.error(path, "https_redirect and scheme_redirect are mutually exclusive")
-    if value.get("port_redirect") is not None:
-        port = value["port_redirect"]
-        if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
-            problems.error(f"{path}.port_redirect", f"must be a port 1-65535, got {port!r}")
-        else:
-            kwargs["port_redirect"] = port
-    if value.get("response_code") is not None:
-        code = value["response_code"]
-        if code not in _REDIRECT_CODES or isinstance(code, bool):
-            problems.error(
-                f"{path}.response_code",
-                f"must be one of {', '.join(map(str, _REDIRECT_CODES))}, got {code!r}",
-            )
-        else:
-            kwargs["response_code"] = code
-    return Redirect(**kwargs)
-
-
-def _parse_route_tls(item: Mapping[str, Any], base: str, reader: Reader, problems: Problems,
-                     values: dict[str, Any]) -> None:
-    def text(key: str) -> str:
-        val = item.get(key)
-        return "" if val is None else str(val)
-
-    values["tls_custom_ca"] = load_material(
-        reader, problems, inline_key=f"{base}.tls_custom_ca", inline=text("tls_custom_ca"),
-        file_key=f"{base}.tls_custom_ca_file", file=text("tls_custom_ca_file"), kind=Pem.CERTS,
-    )
-    values["tls_downstream_client_ca"] = load_material(
-        reader, problems, inline_key=f"{base}.tls_downstream_client_ca",
-        inline=text("tls_downstream_client_ca"), file_key=f"{base}.tls_downstream_client_ca_file",
-        file=text("tls_downstream_client_ca_file"), kind=Pem.CERTS,
-    )
-    cert_given = bool(text("tls_client_cert") or text("tls_client_cert_file"))
-    key_given = bool(text("tls_client_key") or text("tls_client_key_file"))
-    if cert_given != key_given:
-        problems.error(base, "config: client certificate key and cert both must be non-empty")
-        return
-    values["tls_client_cert"] = load_material(
-        reader, problems, inline_key=f"{base}.tls_client_cert", inline=text("tls_client_cert"),
-        file_key=f"{base}.tls_client_cert_file", file=text("tls_client_cert_file"),
-        kind=Pem.CERTS,
-    )
-    values["tls_client_key"] = load_material(
-        reader, problems, inline_key=f"{base}.tls_client_key", inline=text("tls_client_key"),
-        file_key=f"{base}.tls_client_key_file", file=text("tls_client_key_file"), kind=Pem.KEY,
-    )
-    if cert_given and values["tls_client_cert"] and values["tls_client_key"]:
-        from gateway.config.material import key_matches_certificate
-
-        if not key_matches_certificate(values["tls_client_cert"], values["tls_client_key"]):
-            problems.error(base, "tls_client_key does not match tls_client_cert")
-
-
-def _parse_route_lb(item: Mapping[str, Any], base: str, problems: Problems,
-                    values: dict[str, Any]) -> None:
-    if item.get("lb_policy") is not None:
-        policy = str(item["lb_policy"]).upper()
-        if policy not in LB_POLICIES:
-            problems.error(
-                f"{base}.lb_policy",
-                f"{item['lb_policy']!r} is not one of {', '.join(LB_POLICIES)}",
-            )
-        values["lb_policy"] = policy
-    policy_configs = (
-        ("least_request_lb_config", "LEAST_REQUEST", parse_least_request),
-        ("ring_hash_lb_config", "RING_HASH", parse_ring_hash),
-        ("maglev_lb_config", "MAGLEV", parse_maglev),
-    )
-    for key, policy_name, parser in policy_configs:
-        if item.get(key) is None:
-            continue
-        values[key] = parser(item[key], f"{base}.{key}", problems)
-        if values.get("lb_policy", "ROUND_ROBIN") != policy_name:
-            problems.error(f"{base}.{key}", f"only applies with lb_policy: {policy_name}")
-    if item.get("health_checks") is not None:
-        values["health_checks"] = parse_health_checks(
-            item["health_checks"], f"{base}.health_checks", problems
-        )
-    if item.get("outlier_detection") is not None:
-        values["outlier_detection"] = parse_outlier_detection(
-            item["outlier_detection"], f"{base}.outlier_detection", problems
-        )
 
 
 def _suggest(key: str) -> str:

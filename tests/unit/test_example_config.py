@@ -20,7 +20,8 @@ from gateway.config import ConfigErrors, load_snapshot
 from gateway.config.coerce import coerce
 from gateway.config.errors import Problems
 from gateway.config.material import Reader
-from gateway.config.routes import REDIRECT_FIELDS, ROUTE_FIELDS, parse_policy
+from gateway.config.route_parts import REDIRECT_FIELDS
+from gateway.config.routes import ROUTE_FIELDS, parse_policy
 from gateway.config.settings import SETTINGS, Kind, SettingInfo
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
