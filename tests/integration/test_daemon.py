@@ -5,12 +5,15 @@ from __future__ import annotations
 import json
 import os
 import signal
+import ssl
 import subprocess
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
 import pytest
+import trustme
 import yaml
 
 from tests.support.daemon import REPO_ROOT, daemon_env, gateway_daemon, twistd_argv
@@ -169,3 +172,25 @@ def test_example_config_starts(tmp_path: Path) -> None:
         gw.wait_ready(lambda: port_open("127.0.0.1", port), 20)
         wait_until(lambda: "proxy service started" in gw.log_text(), 10)
         assert "error" not in {json.loads(line)["level"] for line in gw.log_text().splitlines()}
+
+
+def test_tls_listener_serves_configured_certificate(tmp_path: Path) -> None:
+    """Without insecure_server, the listener speaks TLS with the configured certificate."""
+    ca = trustme.CA()
+    leaf = ca.issue_cert("app.localhost.test", "127.0.0.1")
+    leaf.private_key_and_cert_chain_pem.write_to_path(str(tmp_path / "server.pem"))
+    context = ssl.create_default_context()
+    ca.configure_trust(context)
+    with echo_upstream(tmp_path) as up, gateway_daemon(tmp_path, {
+        "insecure_server": False,
+        "certificate_file": str(tmp_path / "server.pem"),
+        "certificate_key_file": str(tmp_path / "server.pem"),
+        "policy": [public_route(up)],
+    }) as gw:
+        url = gw.url.replace("http://", "https://") + "/ping"
+        with urllib.request.urlopen(url, context=context, timeout=10) as response:
+            assert response.status == 200
+            assert response.read() == b"OK\n"
+        plain = urllib.request.Request(gw.url + "/ping")
+        with pytest.raises(OSError):
+            urllib.request.urlopen(plain, timeout=5)
