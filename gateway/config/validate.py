@@ -211,33 +211,34 @@ def _secret(options: Options, name: str, reader: Reader, problems: Problems) -> 
 
 def _secrets(options: Options, reader: Reader, problems: Problems,
              material: dict[str, Any], generated: list[str]) -> None:
-    ephemeral_ok = options.all_in_one and options.databroker_storage_type == "memory"
-    shared = _secret(options, "shared_secret", reader, problems)
-    if not shared:
+    memory_aio = options.all_in_one and options.databroker_storage_type == "memory"
+    _key(options, "shared_secret", reader, problems, material, generated,
+         ephemeral_ok=memory_aio, label="shared-key", wrap="",
+         missing="config: shared-key cannot be empty; set it to 32 random bytes in base64 "
+                 "(head -c32 /dev/urandom | base64)")
+    _key(options, "cookie_secret", reader, problems, material, generated,
+         ephemeral_ok=memory_aio or not (options.runs("proxy") or options.runs("authenticate")),
+         label="cookie-secret", wrap="proxy: invalid 'COOKIE_SECRET': ",
+         missing="proxy: invalid 'COOKIE_SECRET': config: cookie_secret is required; set it "
+                 "to 32 random bytes in base64")
+
+
+def _key(options: Options, name: str, reader: Reader, problems: Problems,
+         material: dict[str, Any], generated: list[str], *, ephemeral_ok: bool, label: str,
+         wrap: str, missing: str) -> None:
+    """A 256-bit key from ``name`` / ``name_file``; a per-process random one where allowed."""
+    text = _secret(options, name, reader, problems)
+    if not text:
         if ephemeral_ok:
-            material["shared_secret"] = ephemeral_secret("shared_secret")
-            generated.append("shared_secret")
+            material[name] = ephemeral_secret(name)
+            generated.append(name)
         else:
-            problems.error("shared_secret", "config: shared-key cannot be empty; set it to 32 "
-                           "random bytes in base64 (head -c32 /dev/urandom | base64)")
-    else:
-        try:
-            material["shared_secret"] = decode_secret(shared, "shared-key")
-        except ValueError as exc:
-            problems.error("shared_secret", str(exc))
-    cookie = _secret(options, "cookie_secret", reader, problems)
-    if not cookie:
-        if ephemeral_ok or not (options.runs("proxy") or options.runs("authenticate")):
-            material["cookie_secret"] = ephemeral_secret("cookie_secret")
-            generated.append("cookie_secret")
-        else:
-            problems.error("cookie_secret", "proxy: invalid 'COOKIE_SECRET': config: "
-                           "cookie_secret is required; set it to 32 random bytes in base64")
-    else:
-        try:
-            material["cookie_secret"] = decode_secret(cookie, "cookie-secret")
-        except ValueError as exc:
-            problems.error("cookie_secret", f"proxy: invalid 'COOKIE_SECRET': {exc}")
+            problems.error(name, missing)
+        return
+    try:
+        material[name] = decode_secret(text, label)
+    except ValueError as exc:
+        problems.error(name, f"{wrap}{exc}")
 
 
 def _identity(options: Options, routes: tuple[Route, ...], reader: Reader, problems: Problems,

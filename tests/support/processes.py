@@ -348,25 +348,22 @@ class ManagedProcess:
         as "not ready yet"."""
         if self._popen is None:
             raise ProcessError(f"{self.name} was not started")
+        popen = self._popen
         start = time.monotonic()
-        deadline = start + timeout
-        rounds = min(_MAX_ROUNDS, math.ceil(timeout / max(interval, 0.001)) + 2)
-        for _ in range(rounds):
-            if self._popen.poll() is not None:
+
+        def ready() -> bool:
+            if popen.poll() is not None:
                 raise ProcessError(f"{self.name} died before it was ready: {self.describe()}")
-            with contextlib.suppress(OSError):
-                if check():
-                    return
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                break
-            time.sleep(min(interval, remaining))
-        if self._popen.poll() is not None:
-            raise ProcessError(f"{self.name} died before it was ready: {self.describe()}")
-        raise ProcessError(
-            f"{self.name} not ready after {time.monotonic() - start:.1f}s "
-            f"(timeout {timeout:.1f}s): {self.describe()}"
-        )
+            return check()
+
+        try:
+            wait_until(ready, timeout, interval=interval, what=f"{self.name} ready")
+        except TimeoutError:
+            ready()  # a death during the last interval is the better message
+            raise ProcessError(
+                f"{self.name} not ready after {time.monotonic() - start:.1f}s "
+                f"(timeout {timeout:.1f}s): {self.describe()}"
+            ) from None
 
     def wait_for_log_line(self, prefix: str, timeout: float) -> str:
         """Wait for a log line starting with ``prefix`` and return it."""
