@@ -30,9 +30,7 @@ def tls_options(snapshot: Snapshot) -> ssl.CertificateOptions | None:
         return None
     cert_pem, key_pem = snapshot.material.certificates[0]
     chain = x509.load_pem_x509_certificates(cert_pem)
-    protocols = [b"http/1.1"]
-    if snapshot.options.codec_type in ("auto", "http2"):
-        protocols.insert(0, b"h2")
+    protocols = [b"http/1.1"]  # h2 is offered once the HTTP/2 codec is in place
     # Twisted's annotations name pyOpenSSL types, but it takes cryptography objects too
     # (and pyOpenSSL's own are deprecated).
     return ssl.CertificateOptions(

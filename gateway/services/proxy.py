@@ -1,4 +1,4 @@
-"""The proxy service: the HTTP(S) listener on ``address``."""
+"""The proxy service: the HTTP(S) listener on ``address`` and its data plane."""
 
 from __future__ import annotations
 
@@ -9,20 +9,25 @@ from twisted.application.service import MultiService
 
 from gateway.config.snapshot import Snapshot
 from gateway.config.source import ConfigSource
-from gateway.dataplane.interim import AccessLoggingSite, InterimProxy
+from gateway.dataplane.authz import Authorizer
+from gateway.dataplane.core import ProxyCore
+from gateway.dataplane.http1 import Http1Factory
 from gateway.dataplane.listener import server_endpoint, tls_options
+from gateway.dataplane.plan import build_plan
 from gateway.services.base import SnapshotService
 
 
 class ProxyService(SnapshotService):
-    """Owns the main listener; routes come from the current snapshot on every request."""
+    """Owns the main listener; each reload compiles a new plan for it."""
 
     label = "proxy"
 
-    def __init__(self, source: ConfigSource, reactor: Any) -> None:
+    def __init__(self, source: ConfigSource, reactor: Any,
+                 authorizer: Authorizer | None = None) -> None:
         super().__init__(source)
         snapshot = source.current
         self.address = snapshot.options.address
+        self.core: ProxyCore | None = None
         tls = None if snapshot.options.insecure_server else tls_options(snapshot)
         if tls is None and not snapshot.options.insecure_server:
             self.log.error(
@@ -30,11 +35,10 @@ class ProxyService(SnapshotService):
                 "cannot serve TLS without certificates", address=self.address,
             )
             return
-        site = AccessLoggingSite(InterimProxy(lambda: self.snapshot, reactor, tls is not None))
-        site.displayTracebacks = False
-        site.noisy = False
+        self.core = ProxyCore(reactor, build_plan(snapshot), tls=tls is not None,
+                              authorizer=authorizer)
         listener = StreamServerEndpointService(
-            server_endpoint(reactor, self.address, snapshot, tls), site
+            server_endpoint(reactor, self.address, snapshot, tls), Http1Factory(self.core)
         )
         listener.name = "listener"
         MultiService.addService(self, listener)
@@ -45,4 +49,6 @@ class ProxyService(SnapshotService):
                 "address changed from {old} to {new}: restart to listen on the new address",
                 old=self.address, new=snapshot.options.address,
             )
+        if self.core is not None and snapshot is not self.core.plan.snapshot:
+            self.core.set_plan(build_plan(snapshot, self.core.plan))
         super().apply(snapshot)

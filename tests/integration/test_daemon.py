@@ -40,7 +40,7 @@ def test_serves_public_route_and_internal_endpoints(tmp_path: Path) -> None:
         echoed = json.loads(body)
         assert echoed["path"] == "/hello?x=1"
         sent = {name.lower(): value for name, value in echoed["headers"]}
-        assert sent["host"] == "127.0.0.1"
+        assert sent["host"] == f"127.0.0.1:{up.port}"
         assert sent["x-route"] == "app"
         assert sent["x-forwarded-for"] == "127.0.0.1"
         assert "x-gateway-jwt-assertion" not in sent

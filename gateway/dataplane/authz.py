@@ -1,0 +1,62 @@
+"""The authorization hook between routing and forwarding.
+
+The data plane asks an ``Authorizer`` about every request to a route that is not public
+(public routes skip the call). The identity issue supplies the real one; until then
+``NotYetAuthorizer`` answers 401 for every such route.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from twisted.internet.defer import Deferred
+
+Pairs = tuple[tuple[bytes, bytes], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class RequestInfo:
+    """What a decision may look at; no transport, no parser."""
+
+    method: bytes
+    scheme: str
+    host: str
+    path: str
+    query: bytes
+    headers: list[tuple[bytes, bytes]]
+    client_ip: str
+
+
+@dataclass(frozen=True, slots=True)
+class Allow:
+    """Forward; ``headers`` are added upstream (identity headers), ``remove`` dropped."""
+
+    headers: Pairs = ()
+    remove: frozenset[bytes] = field(default_factory=frozenset)
+
+
+@dataclass(frozen=True, slots=True)
+class Deny:
+    """Answer the client directly; the upstream is never contacted."""
+
+    status: int
+    body: bytes
+    headers: Pairs = ()
+    reason: str = ""
+
+
+Decision = Allow | Deny
+
+
+class Authorizer(Protocol):
+    def authorize(self, request: RequestInfo, route: object) -> Decision | Deferred[Decision]:
+        ...
+
+
+class NotYetAuthorizer:
+    """Every non-public route is refused until sign-in exists."""
+
+    def authorize(self, request: RequestInfo, route: object) -> Decision:
+        return Deny(401, b"401 Unauthorized: this route requires sign-in\n",
+                    reason="authentication-unavailable")

@@ -1,0 +1,73 @@
+"""Per-listener state shared by all connections: the current plan, the upstream pool,
+the authorization hook, timeouts, and a watchdog that enforces them.
+
+Timeouts are enforced lazily: requests only record timestamps, and one periodic check
+per listener compares them with the deadlines (cheap per request, bounded per second).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from twisted.internet.task import LoopingCall
+from twisted.logger import Logger, LogLevel
+
+from gateway.dataplane.authz import Authorizer, NotYetAuthorizer
+from gateway.dataplane.plan import Plan
+from gateway.dataplane.upstream import Pool
+from gateway.observability.logging import LEVELS
+
+access_log = Logger(namespace="gateway.access")
+
+
+class Watched(Protocol):
+    def check_deadlines(self, now: float) -> None: ...
+
+
+class ProxyCore:
+    """What every downstream connection of one listener shares."""
+
+    def __init__(self, reactor: Any, plan: Plan, *, tls: bool,
+                 authorizer: Authorizer | None = None, watchdog_interval: float = 0.25) -> None:
+        self.reactor = reactor
+        self.plan = plan
+        self.scheme = "https" if tls else "http"
+        self.scheme_bytes = self.scheme.encode()
+        self.authorizer: Authorizer = authorizer or NotYetAuthorizer()
+        self.pool = Pool(reactor)
+        self.connections: set[Watched] = set()
+        self._watchdog = LoopingCall(self._check_all)
+        self._watchdog.clock = reactor
+        self._watchdog_interval = watchdog_interval
+        self.apply_options()
+
+    def apply_options(self) -> None:
+        o = self.plan.snapshot.options
+        self.timeout_read = o.timeout_read
+        self.timeout_write = o.timeout_write
+        self.timeout_idle = o.timeout_idle
+        self.skip_xff_append = o.skip_xff_append
+        self.xff_trusted_hops = o.xff_num_trusted_hops
+
+    def set_plan(self, plan: Plan) -> None:
+        self.plan = plan
+        self.apply_options()
+
+    def start(self) -> None:
+        self.pool.start()
+        if not self._watchdog.running:
+            self._watchdog.start(self._watchdog_interval, now=False)
+
+    def stop(self) -> None:
+        if self._watchdog.running:
+            self._watchdog.stop()
+        self.pool.stop()
+
+    @staticmethod
+    def access_enabled() -> bool:
+        return bool(LogLevel.info >= LEVELS.proxy_log_level)
+
+    def _check_all(self) -> None:
+        now = self.reactor.seconds()
+        for conn in list(self.connections):
+            conn.check_deadlines(now)

@@ -1,0 +1,66 @@
+"""Header rules of the proxy, as plain functions over ``(name, value)`` byte pairs.
+
+Hop-by-hop headers are removed here and nowhere else. Names are compared in lower
+case; the original spelling is kept when forwarding.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+HeaderList = list[tuple[bytes, bytes]]
+
+HOP_BY_HOP = frozenset(
+    {
+        b"connection", b"keep-alive", b"proxy-connection", b"proxy-authenticate",
+        b"proxy-authorization", b"te", b"trailer", b"transfer-encoding", b"upgrade",
+    }
+)
+IDENTITY_PREFIX = b"x-gateway-"
+
+
+def connection_tokens(headers: Iterable[tuple[bytes, bytes]]) -> frozenset[bytes]:
+    """Header names listed in ``Connection`` (they are hop-by-hop too, RFC 9110 7.6.1)."""
+    tokens: set[bytes] = set()
+    for name, value in headers:
+        if name.lower() == b"connection":
+            tokens.update(t.strip().lower() for t in value.split(b",") if t.strip())
+    return frozenset(tokens)
+
+
+def strip_hop_by_hop(headers: HeaderList, keep_upgrade: bool = False) -> HeaderList:
+    """Headers without hop-by-hop ones (``Upgrade``/``Connection`` kept for upgrades)."""
+    named = connection_tokens(headers)
+    out = []
+    for name, value in headers:
+        low = name.lower()
+        kept_upgrade = keep_upgrade and low in (b"upgrade", b"connection")
+        if kept_upgrade or (low not in HOP_BY_HOP and low not in named):
+            out.append((name, value))
+    return out
+
+
+def forwarded_for(
+    incoming: bytes | None, remote_ip: str, trusted_hops: int, skip_append: bool
+) -> tuple[bytes | None, str]:
+    """The outgoing ``X-Forwarded-For`` and the client address to trust.
+
+    With ``xff_num_trusted_hops`` N > 0 the client is the Nth address from the right of
+    the incoming header (the proxies in front appended one each); otherwise the peer.
+    """
+    client = remote_ip
+    if trusted_hops and incoming:
+        chain = [part.strip() for part in incoming.decode("latin-1").split(",") if part.strip()]
+        if len(chain) >= trusted_hops:
+            client = chain[-trusted_hops]
+    if skip_append:
+        return incoming, client
+    ip = remote_ip.encode()
+    return (incoming + b", " + ip if incoming else ip), client
+
+
+def rewrite_prefix(value: bytes, prefix: bytes, replacement: bytes) -> bytes:
+    """``rewrite_response_headers``: a leading ``prefix`` becomes ``replacement``."""
+    if value.startswith(prefix):
+        return replacement + value[len(prefix):]
+    return value

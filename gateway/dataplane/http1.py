@@ -1,0 +1,407 @@
+"""The downstream HTTP/1.1 codec: llhttp parsing, strict validation, pipelining in
+order, response writing, upgrades into byte pipes, and the connection's timeouts.
+
+Strictness, before anything is forwarded: HTTP/1.0 is refused (426); llhttp refuses
+ambiguous framing (Content-Length with Transfer-Encoding, duplicate Content-Length,
+bad chunking) and this codec adds size limits (414, 431) and Host checks. Any framing
+error closes the connection after a 400.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections import deque
+from typing import Any
+
+import httptools
+from twisted.internet.interfaces import IHalfCloseableProtocol, IPushProducer
+from twisted.internet.protocol import Factory, Protocol
+from twisted.logger import Logger
+from twisted.python.failure import Failure
+from zope.interface import implementer
+
+from gateway.dataplane.core import ProxyCore
+from gateway.dataplane.exchange import BODY_CHUNKED, BODY_LENGTH, Exchange
+from gateway.dataplane.normalize import BadTarget, normalise_target, split_absolute
+from gateway.dataplane.responses import error_body, status_line
+from gateway.dataplane.tunnel import Pipe
+from gateway.dataplane.upstream import UpstreamConnection
+
+MAX_TARGET = 8 * 1024
+MAX_HEADER_BYTES = 64 * 1024
+MAX_HEADERS = 100
+log = Logger()
+
+
+class _Reject(Exception):
+    def __init__(self, status: int, detail: str, headers: tuple[tuple[bytes, bytes], ...] = ()
+                 ) -> None:
+        super().__init__(detail)
+        self.status = status
+        self.detail = detail
+        self.headers = headers
+
+
+@implementer(IPushProducer)
+class _ResponseFlow:
+    """Registered on the client transport while a response streams: a full client
+    buffer pauses reading from the upstream (and starts the write timeout)."""
+
+    def __init__(self, conn: Http1Connection, upstream_transport: Any) -> None:
+        self.conn = conn
+        self.upstream = upstream_transport
+
+    def pauseProducing(self) -> None:
+        self.conn.write_blocked_since = self.conn.core.reactor.seconds()
+        self.upstream.pauseProducing()
+
+    def resumeProducing(self) -> None:
+        self.conn.write_blocked_since = 0.0
+        head = self.conn.queue[0] if self.conn.queue else None
+        if head is not None and head.plan is not None:
+            head.deadline = self.conn.core.reactor.seconds() + head.plan.timeout
+        self.upstream.resumeProducing()
+
+    def stopProducing(self) -> None:
+        self.upstream.stopProducing()
+
+
+@implementer(IHalfCloseableProtocol)
+class Http1Connection(Protocol):
+    """One client connection."""
+
+    def __init__(self, core: ProxyCore) -> None:
+        self.core = core
+        self.parser = httptools.HttpRequestParser(self)
+        self.queue: deque[Exchange] = deque()
+        self.current: Exchange | None = None
+        self.client_ip = ""
+        self.header_bytes = 0
+        self.pauses: set[str] = set()
+        self.closing = False
+        self.last_activity = 0.0
+        self.write_blocked_since = 0.0
+        self.pipe: Pipe | None = None
+        self.pipe_upstream: UpstreamConnection | None = None
+        self._flow_registered = False
+
+    # -- connection
+
+    def connectionMade(self) -> None:
+        transport: Any = self.transport
+        peer = transport.getPeer()
+        self.client_ip = getattr(peer, "host", "")
+        if hasattr(transport, "setTcpNoDelay"):
+            transport.setTcpNoDelay(True)
+        self.last_activity = self.core.reactor.seconds()
+        self.core.connections.add(self)
+
+    def connectionLost(self, reason: Failure = Failure(ConnectionError())) -> None:  # noqa: B008
+        self.core.connections.discard(self)
+        self.closing = True
+        for exchange in list(self.queue):
+            exchange.downstream_lost()
+        if self.current is not None and self.current not in self.queue:
+            self.current.downstream_lost()
+        self.queue.clear()
+        if self.pipe is not None:
+            self.pipe.lost()
+
+    def readConnectionLost(self) -> None:
+        """The client half-closed: finish what it asked for, then close."""
+        if self.pipe is not None:
+            self.pipe.eof_from(self.transport)
+            return
+        self.closing = True
+        if not self.queue:
+            self.transport.loseConnection()  # type: ignore[union-attr]
+
+    def writeConnectionLost(self) -> None:
+        self.transport.loseConnection()  # type: ignore[union-attr]
+
+    def dataReceived(self, data: bytes) -> None:
+        self.last_activity = self.core.reactor.seconds()
+        if self.pipe is not None:
+            self.pipe.from_a(data)
+            return
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserUpgrade as upgrade:
+            self._upgrade_requested(data[upgrade.args[0]:])
+        except httptools.HttpParserCallbackError as exc:
+            cause = exc.__context__
+            if isinstance(cause, _Reject):
+                self._refuse(cause.status, cause.detail, cause.headers)
+            else:
+                log.failure("request handling failed", Failure(cause or exc))
+                self._refuse(500, "")
+        except httptools.HttpParserError as exc:
+            self._refuse(400, f"malformed request ({_parser_reason(exc)})")
+
+    def _refuse(self, status: int, detail: str,
+                headers: tuple[tuple[bytes, bytes], ...] = ()) -> None:
+        """Answer a request we could not parse or accept, then close the connection.
+
+        Whatever was dispatched for it upstream is aborted first."""
+        current = self.current
+        if current is not None and not current.finished and (
+            current.upstream is not None or current.connecting is not None
+        ):
+            current.downstream_lost()
+        self.closing = True
+        self.pauses.add("closing")
+        if not any(e.response_started and not e.finished for e in self.queue):
+            body = error_body(status, detail)
+            head = [status_line(status)]
+            for name, value in (*self.core.plan.response_headers, *headers):
+                head += (name, b": ", value, b"\r\n")
+            head.append(b"content-type: text/plain; charset=utf-8\r\ncontent-length: %d\r\n"
+                        b"connection: close\r\n\r\n" % len(body))
+            self.transport.write(b"".join(head) + body)  # type: ignore[union-attr]
+        self.transport.loseConnection()  # type: ignore[union-attr]
+
+    # -- llhttp callbacks
+
+    def on_message_begin(self) -> None:
+        exchange = Exchange(self, self.core)
+        self.current = exchange
+        self.header_bytes = 0
+        if self.queue:
+            self.pause_reading("pipeline")
+        self.queue.append(exchange)
+
+    def on_url(self, url: bytes) -> None:
+        exchange = self.current
+        assert exchange is not None
+        exchange.target += url
+        if len(exchange.target) > MAX_TARGET:
+            raise _Reject(414, f"the request target is longer than {MAX_TARGET} bytes")
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        exchange = self.current
+        assert exchange is not None
+        self.header_bytes += len(name) + len(value) + 4
+        headers = exchange.headers
+        headers.append((name, value))
+        if self.header_bytes > MAX_HEADER_BYTES or len(headers) > MAX_HEADERS:
+            raise _Reject(431, f"request headers exceed {MAX_HEADER_BYTES // 1024} KiB or "
+                               f"{MAX_HEADERS} fields")
+
+    def on_headers_complete(self) -> None:
+        exchange = self.current
+        assert exchange is not None
+        parser = self.parser
+        version = parser.get_http_version()
+        if version != "1.1":
+            raise _Reject(426, f"HTTP/{version} is not supported; use HTTP/1.1 or HTTP/2",
+                          ((b"upgrade", b"HTTP/1.1"),))
+        exchange.method = parser.get_method()
+        host = b""
+        hosts = 0
+        lengths: set[bytes] = set()
+        chunked = False
+        for name, value in exchange.headers:
+            low = name.lower()
+            if low == b"host":
+                hosts += 1
+                host = value
+            elif low == b"content-length":
+                lengths.add(value.strip())
+            elif low == b"transfer-encoding":
+                chunked = True
+                if value.strip().lower() != b"chunked":
+                    raise _Reject(400, "only 'Transfer-Encoding: chunked' is accepted")
+            elif low == b"expect" and value.strip().lower() == b"100-continue":
+                exchange.expect_continue = True
+            elif low == b"upgrade":
+                exchange.upgrade = value.strip()
+        if len(lengths) > 1 or (lengths and chunked):
+            raise _Reject(400, "ambiguous message framing")
+        target = exchange.target
+        absolute = split_absolute(target) if not target.startswith(b"/") else None
+        if absolute is not None:
+            host, target = absolute
+        elif hosts != 1:
+            raise _Reject(400, "exactly one Host header is required")
+        if not host:
+            raise _Reject(400, "the Host header is empty")
+        try:
+            path, query = normalise_target(target)
+        except BadTarget as exc:
+            raise _Reject(400, str(exc)) from None
+        exchange.path = path.decode("latin-1")
+        exchange.query = query
+        exchange.host = host.decode("latin-1").lower()
+        exchange.keep_alive = parser.should_keep_alive()
+        if parser.should_upgrade():
+            exchange.keep_alive = False  # after an upgrade attempt the parser is spent
+        else:
+            if exchange.upgrade.lower() == b"h2c":
+                exchange.upgrade = b""  # not offered: answer in HTTP/1.1
+            elif exchange.upgrade and exchange.method != b"CONNECT":
+                exchange.upgrade = b""  # Upgrade without "Connection: upgrade" is ignored
+        if exchange.method == b"CONNECT":
+            raise _Reject(405, "CONNECT is not supported on this listener")
+        exchange.body_kind = BODY_CHUNKED if chunked else (
+            BODY_LENGTH if lengths and lengths != {b"0"} else 0)
+        exchange.ready = True
+        if self.queue and self.queue[0] is exchange:
+            exchange.begin()
+
+    def on_body(self, body: bytes) -> None:
+        exchange = self.current
+        if exchange is not None:
+            exchange.request_body(body)
+
+    def on_message_complete(self) -> None:
+        exchange = self.current
+        if exchange is not None:
+            exchange.request_complete()
+        if exchange is not None and exchange.upgrade:
+            return  # llhttp stops at an upgrade; the rest of the bytes belong to the pipe
+        self.current = None
+
+    # -- Sink for exchanges
+
+    def write_head(self, status: int, reason: bytes, headers: list[tuple[bytes, bytes]],
+                   body: bool, close: bool) -> None:
+        parts = [status_line(status, reason)]
+        for name, value in headers:
+            parts += (name, b": ", value, b"\r\n")
+        if close:
+            self.closing = True
+            parts.append(b"connection: close\r\n")
+        parts.append(b"\r\n")
+        self.transport.write(b"".join(parts))  # type: ignore[union-attr]
+
+    def write_body(self, data: bytes) -> None:
+        self.transport.write(data)  # type: ignore[union-attr]
+
+    def end_body(self) -> None:
+        pass
+
+    def send_continue(self) -> None:
+        self.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")  # type: ignore[union-attr]
+
+    def start_response_flow(self, producer: Any) -> None:
+        self.transport.registerProducer(_ResponseFlow(self, producer), True)  # type: ignore
+        self._flow_registered = True
+
+    def stop_response_flow(self) -> None:
+        if self._flow_registered:
+            self._flow_registered = False
+            self.write_blocked_since = 0.0
+            self.transport.unregisterProducer()  # type: ignore[union-attr]
+
+    def pause_reading(self, reason: str) -> None:
+        if not self.pauses and self.transport is not None:
+            self.transport.pauseProducing()  # type: ignore[attr-defined]
+        self.pauses.add(reason)
+
+    def resume_reading(self, reason: str) -> None:
+        if reason not in self.pauses:
+            return
+        self.pauses.discard(reason)
+        if not self.pauses and self.transport is not None:
+            self.transport.resumeProducing()  # type: ignore[attr-defined]
+
+    def abort(self) -> None:
+        self.closing = True
+        self.transport.abortConnection()  # type: ignore[union-attr]
+
+    def exchange_done(self, exchange: Exchange) -> None:
+        if self.queue and self.queue[0] is exchange:
+            self.queue.popleft()
+        else:
+            with contextlib.suppress(ValueError):
+                self.queue.remove(exchange)
+        self.last_activity = self.core.reactor.seconds()
+        if self.closing:
+            self.transport.loseConnection()  # type: ignore[union-attr]
+            return
+        if self.queue:
+            head = self.queue[0]
+            if head.ready:
+                head.begin()
+        else:
+            self.resume_reading("pipeline")
+
+    # -- upgrades
+
+    def _upgrade_requested(self, rest: bytes) -> None:
+        """llhttp stopped at an upgrade request; bytes after it wait for the 101."""
+        exchange = self.current
+        if exchange is None or exchange.finished:
+            self.transport.loseConnection()  # type: ignore[union-attr]
+            return
+        self.pause_reading("upgrade")
+        self._early = rest
+
+    def start_tunnel(self, exchange: Exchange, upstream: UpstreamConnection, rest: bytes,
+                     idle_timeout: float) -> None:
+        if upstream.transport is None or self.transport is None:
+            return
+        self.queue.clear()
+        self.current = None
+        self.pipe = Pipe(self.core.reactor, self.transport, upstream.transport, idle_timeout)
+        self.pipe_upstream = upstream
+        upstream.raw = self.pipe
+        if rest:
+            self.pipe.from_b(rest)
+        early = getattr(self, "_early", b"")
+        if early:
+            self.pipe.from_a(early)
+        self.pauses.clear()
+        self.transport.resumeProducing()  # type: ignore[attr-defined]
+
+    # -- timeouts (called by the core's watchdog)
+
+    def check_deadlines(self, now: float) -> None:
+        core = self.core
+        pipe = self.pipe
+        if pipe is not None:
+            return  # the pipe enforces the route timeout itself
+        if self.write_blocked_since and core.timeout_write and \
+                now - self.write_blocked_since > core.timeout_write:
+            self.abort()
+            return
+        head = self.queue[0] if self.queue else None
+        if head is not None and head.deadline and now > head.deadline and not head.finished \
+                and not self.write_blocked_since:
+            head.timed_out()
+            return
+        current = self.current
+        if current is not None and not current.request_done:
+            if core.timeout_read and now - self.last_activity > core.timeout_read:
+                if current.response_started:
+                    self.abort()
+                else:
+                    self._refuse(408, "the request was not received in time")
+            return
+        if not self.queue and core.timeout_idle and \
+                now - self.last_activity > core.timeout_idle:
+            self.closing = True
+            self.transport.loseConnection()  # type: ignore[union-attr]
+
+
+def _parser_reason(exc: Exception) -> str:
+    text = str(exc).strip() or type(exc).__name__
+    return text[:120]
+
+
+class Http1Factory(Factory):
+    """Builds ``Http1Connection``s sharing one ``ProxyCore``."""
+
+    noisy = False
+
+    def __init__(self, core: ProxyCore) -> None:
+        self.core = core
+
+    def buildProtocol(self, addr: Any) -> Http1Connection:
+        return Http1Connection(self.core)
+
+    def startFactory(self) -> None:
+        self.core.start()
+
+    def stopFactory(self) -> None:
+        self.core.stop()

@@ -1,0 +1,146 @@
+"""The compiled form of a snapshot for the data plane: what each request looks up.
+
+Built once per configuration snapshot: routes indexed by Host key, header rules as
+ready-to-write bytes, a load balancer over live host state. Host state (health,
+ejection, load) is carried over from the previous plan for routes whose upstreams and
+balancing settings did not change.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from gateway.config.routes import Route
+from gateway.config.snapshot import Snapshot
+from gateway.dataplane.balancer import Balancer, make_balancer
+from gateway.dataplane.hosts import UpstreamHost, hosts_for
+from gateway.dataplane.router import normalise_host, path_matches, route_host_keys
+
+Pairs = tuple[tuple[bytes, bytes], ...]
+
+
+def _encode(mapping: Any) -> Pairs:
+    return tuple((str(k).encode("latin-1"), str(v).encode("latin-1")) for k, v in mapping.items())
+
+
+@dataclass(frozen=True, slots=True)
+class TLSClientConfig:
+    """How to speak TLS to a route's https upstreams (hashable: it keys the pool)."""
+
+    server_name: str
+    skip_verify: bool
+    custom_ca: bytes | None
+    client_cert: bytes | None
+    client_key: bytes | None
+
+
+@dataclass(eq=False, slots=True)
+class RoutePlan:
+    route: Route
+    hosts: tuple[UpstreamHost, ...]
+    balancer: Balancer | None
+    response_headers: Pairs
+    response_header_names: frozenset[bytes]
+    request_headers: Pairs
+    request_drop: frozenset[bytes]
+    response_rewrites: tuple[tuple[bytes, bytes, bytes], ...]
+    tls: TLSClientConfig | None
+    public: bool
+    timeout: float
+    host_header_name: bytes = b""
+
+    def matches(self, path: str) -> bool:
+        return path_matches(self.route, path)
+
+
+@dataclass(eq=False, slots=True)
+class Plan:
+    snapshot: Snapshot
+    by_host: dict[str, tuple[RoutePlan, ...]]
+    routes: tuple[RoutePlan, ...]
+    response_headers: Pairs
+    state_key: dict[tuple[Any, ...], tuple[tuple[UpstreamHost, ...], Balancer | None]] = field(
+        default_factory=dict
+    )
+
+    def lookup(self, host: str, path: str) -> tuple[RoutePlan | None, bool]:
+        """(first matching route plan, whether the host is known at all)."""
+        plans = self.by_host.get(host)
+        if plans is None:
+            plans = self.by_host.get(normalise_host(host))
+            if plans is None:
+                return None, False
+        for plan in plans:
+            if plan.matches(path):
+                return plan, True
+        return None, True
+
+
+def _state_key(route: Route) -> tuple[Any, ...]:
+    return (route.to, route.lb_policy, route.least_request_lb_config, route.ring_hash_lb_config,
+            route.maglev_lb_config)
+
+
+def _lb_config(route: Route) -> object | None:
+    return {"LEAST_REQUEST": route.least_request_lb_config,
+            "RING_HASH": route.ring_hash_lb_config,
+            "MAGLEV": route.maglev_lb_config}.get(route.lb_policy)
+
+
+def build_plan(snapshot: Snapshot, previous: Plan | None = None) -> Plan:
+    """Compile ``snapshot``; reuse host state of ``previous`` where upstreams are unchanged."""
+    options = snapshot.options
+    global_headers = dict(options.set_response_headers)
+    reused = previous.state_key if previous is not None else {}
+    state: dict[tuple[Any, ...], tuple[tuple[UpstreamHost, ...], Balancer | None]] = {}
+    plans: list[RoutePlan] = []
+    by_host: dict[str, list[RoutePlan]] = {}
+    for route in snapshot.routes:
+        key = _state_key(route)
+        if key in state:
+            hosts, balancer = state[key]
+        elif key in reused:
+            hosts, balancer = reused[key]
+        else:
+            hosts = hosts_for(route.to)
+            balancer = make_balancer(route.lb_policy, hosts, _lb_config(route)) if hosts else None
+        state[key] = (hosts, balancer)
+        merged = {**global_headers, **dict(route.set_response_headers)}
+        set_request = _encode(route.set_request_headers)
+        tls = None
+        if any(u.scheme == "https" for u in route.to):
+            tls = TLSClientConfig(route.tls_server_name, route.tls_skip_verify,
+                                  route.tls_custom_ca, route.tls_client_cert,
+                                  route.tls_client_key)
+        plan = RoutePlan(
+            route=route,
+            hosts=hosts,
+            balancer=balancer,
+            response_headers=_encode(merged),
+            response_header_names=frozenset(k.lower().encode("latin-1") for k in merged),
+            request_headers=set_request,
+            request_drop=frozenset(
+                [h.lower().encode("latin-1") for h in route.remove_request_headers]
+                + [name.lower() for name, _ in set_request]
+            ),
+            response_rewrites=tuple(
+                (r.header.lower().encode("latin-1"), r.prefix.encode("latin-1"),
+                 r.value.encode("latin-1"))
+                for r in route.rewrite_response_headers
+            ),
+            tls=tls,
+            public=route.allow_public_unauthenticated_access,
+            timeout=route.timeout,
+            host_header_name=route.host_rewrite_header.lower().encode("latin-1"),
+        )
+        plans.append(plan)
+        for host_key in route_host_keys(route):
+            by_host.setdefault(host_key, []).append(plan)
+    return Plan(
+        snapshot=snapshot,
+        by_host={k: tuple(v) for k, v in by_host.items()},
+        routes=tuple(plans),
+        response_headers=_encode(global_headers),
+        state_key=state,
+    )

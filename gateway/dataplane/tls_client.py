@@ -1,0 +1,93 @@
+"""TLS toward upstreams: SNI, verification (system roots or ``tls_custom_ca``), client
+certificates, or no verification at all with ``tls_skip_verify``.
+
+Contexts are built once per distinct route TLS setting and reused by every connection.
+Material is passed to pyOpenSSL as ``cryptography`` objects (its own are deprecated).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from cryptography import x509
+from cryptography.hazmat.primitives.serialization import load_pem_private_key
+from OpenSSL import SSL
+from OpenSSL.crypto import X509
+from twisted.internet._sslverify import ClientTLSOptions
+from twisted.internet.interfaces import IOpenSSLClientConnectionCreator
+from zope.interface import implementer
+
+from gateway.dataplane.plan import TLSClientConfig
+
+_contexts: dict[TLSClientConfig, SSL.Context] = {}
+
+
+def _context(config: TLSClientConfig) -> SSL.Context:
+    ctx = _contexts.get(config)
+    if ctx is not None:
+        return ctx
+    ctx = SSL.Context(SSL.TLS_CLIENT_METHOD)
+    ctx.set_min_proto_version(SSL.TLS1_2_VERSION)
+    ctx.set_options(SSL.OP_NO_COMPRESSION)
+    ctx.set_alpn_protos([b"http/1.1"])
+    if config.skip_verify:
+        ctx.set_verify(SSL.VERIFY_NONE)
+    else:
+        ctx.set_verify(SSL.VERIFY_PEER | SSL.VERIFY_FAIL_IF_NO_PEER_CERT)
+        if config.custom_ca:
+            store = ctx.get_cert_store()
+            assert store is not None
+            for cert in x509.load_pem_x509_certificates(config.custom_ca):
+                store.add_cert(X509.from_cryptography(cert))  # replaces the system roots
+        else:
+            ctx.set_default_verify_paths()
+    if config.client_cert and config.client_key:
+        chain = x509.load_pem_x509_certificates(config.client_cert)
+        ctx.use_certificate(chain[0])
+        for extra in chain[1:]:
+            ctx.add_extra_chain_cert(extra)
+        ctx.use_privatekey(load_pem_private_key(config.client_key, None))  # type: ignore[arg-type]
+    _contexts[config] = ctx
+    return ctx
+
+
+@implementer(IOpenSSLClientConnectionCreator)
+class _SNIOnly:
+    """``tls_skip_verify``: send SNI, accept any certificate and name."""
+
+    def __init__(self, ctx: SSL.Context, server_name: str) -> None:
+        self._ctx = ctx
+        self._sni = server_name.encode("idna") if server_name else b""
+
+    def clientConnectionForTLS(self, tlsProtocol: Any) -> SSL.Connection:
+        connection = SSL.Connection(self._ctx, None)
+        connection.set_app_data(tlsProtocol)
+        if self._sni and not _is_ip(self._sni):
+            connection.set_tlsext_host_name(self._sni)
+        return connection
+
+
+def _is_ip(name: bytes) -> bool:
+    import ipaddress
+
+    try:
+        ipaddress.ip_address(name.decode())
+    except ValueError:
+        return False
+    return True
+
+
+def connection_creator(config: TLSClientConfig, host: str) -> IOpenSSLClientConnectionCreator:
+    """The creator for one upstream host: ``tls_server_name`` overrides the name used
+    for SNI and for checking the certificate."""
+    ctx = _context(config)
+    name = config.server_name or host
+    if config.skip_verify:
+        return _SNIOnly(ctx, name)
+
+    def create(tls_protocol: Any) -> SSL.Connection:
+        connection = SSL.Connection(ctx, None)
+        connection.set_app_data(tls_protocol)
+        return connection
+
+    return ClientTLSOptions(create, name)

@@ -1,0 +1,299 @@
+"""HTTP/1.1 toward upstreams: one protocol per connection, parsed with llhttp
+(``httptools``), kept in a pool of persistent connections per upstream.
+
+An ``UpstreamConnection`` serves one exchange at a time and reports to it through the
+``UpstreamListener`` methods; the exchange owns framing and flow control decisions. The
+hot path (a pooled idle connection) involves no Deferreds.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Callable
+from typing import Any, cast
+from typing import Protocol as TypingProtocol
+
+import httptools
+from twisted.internet.defer import Deferred
+from twisted.internet.endpoints import (
+    HostnameEndpoint,
+    TCP4ClientEndpoint,
+    TCP6ClientEndpoint,
+    connectProtocol,
+    wrapClientTLS,
+)
+from twisted.internet.interfaces import IStreamClientEndpoint
+from twisted.internet.protocol import Protocol
+from twisted.internet.task import LoopingCall
+from twisted.logger import Logger
+from twisted.python.failure import Failure
+
+from gateway.dataplane.hosts import UpstreamHost
+from gateway.dataplane.plan import TLSClientConfig
+
+PoolKey = tuple[str, str, int, TLSClientConfig | None]
+log = Logger()
+
+
+class UpstreamListener(TypingProtocol):
+    """What an upstream connection tells the exchange it is serving."""
+
+    def upstream_head(self, status: int, reason: bytes, headers: list[tuple[bytes, bytes]],
+                      keep_alive: bool) -> None: ...
+    def upstream_body(self, data: bytes) -> None: ...
+    def upstream_complete(self) -> None: ...
+    def upstream_upgraded(self, rest: bytes) -> None: ...
+    def upstream_failed(self, reason: str, before_response: bool) -> None: ...
+
+
+class UpstreamConnection(Protocol):
+    """One persistent connection; ``send`` starts an exchange on it."""
+
+    def __init__(self, pool: Pool, key: PoolKey) -> None:
+        self.pool = pool
+        self.key = key
+        self.listener: UpstreamListener | None = None
+        self.parser = httptools.HttpResponseParser(self)
+        self.headers: list[tuple[bytes, bytes]] = []
+        self.reason = b""
+        self.connected = False
+        self.reusable = True
+        self.used = 0
+        self.idle_since = 0.0
+        self._head_request = False
+        self._got_head = False
+        self._informational = False
+        self._reset_parser = False
+        self._framed = False
+        self.raw: Any = None  # a tunnel.Pipe once the connection was upgraded
+
+    # -- lifecycle
+
+    def connectionMade(self) -> None:
+        self.connected = True
+        transport: Any = self.transport
+        if hasattr(transport, "setTcpNoDelay"):
+            transport.setTcpNoDelay(True)
+
+    def connectionLost(self, reason: Failure = Failure(ConnectionError())) -> None:  # noqa: B008
+        self.connected = False
+        self.reusable = False
+        if self.raw is not None:
+            self.raw.lost()
+            return
+        listener, self.listener = self.listener, None
+        self.pool.forget(self)
+        if listener is None:
+            return
+        if self._got_head and not self._framed:
+            listener.upstream_complete()  # body delimited by the connection closing
+        else:
+            listener.upstream_failed("upstream connection closed", not self._got_head)
+
+    def send(self, listener: UpstreamListener, head: bytes, head_request: bool) -> None:
+        self.listener = listener
+        self.used += 1
+        self.headers = []
+        self.reason = b""
+        self._got_head = False
+        self._head_request = head_request
+        self.transport.write(head)  # type: ignore[union-attr]
+
+    def write(self, data: bytes) -> None:
+        self.transport.write(data)  # type: ignore[union-attr]
+
+    def abort(self) -> None:
+        """Drop the connection (the exchange gave up on it)."""
+        self.reusable = False
+        self.listener = None
+        if self.transport is not None:
+            self.transport.abortConnection()  # type: ignore[attr-defined]
+
+    # -- bytes in
+
+    def dataReceived(self, data: bytes) -> None:
+        if self.raw is not None:
+            self.raw.from_b(data)
+            return
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserUpgrade as upgrade:
+            listener, self.listener = self.listener, None
+            self.reusable = False
+            if listener is not None:
+                listener.upstream_upgraded(data[upgrade.args[0]:])
+            return
+        except httptools.HttpParserError as exc:
+            self._fail(f"invalid response from upstream: {exc}")
+            return
+        if self._reset_parser:
+            self._reset_parser = False
+            self.parser = httptools.HttpResponseParser(self)
+
+    def _fail(self, reason: str) -> None:
+        listener, self.listener = self.listener, None
+        self.reusable = False
+        if listener is not None:
+            listener.upstream_failed(reason, not self._got_head)
+        if self.transport is not None:
+            self.transport.abortConnection()  # type: ignore[attr-defined]
+
+    # -- httptools callbacks
+
+    def on_status(self, status: bytes) -> None:
+        self.reason += status
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self.headers.append((name, value))
+
+    def on_headers_complete(self) -> None:
+        status = self.parser.get_status_code()
+        if 100 <= status < 200 and status != 101:
+            self._informational = True  # 100 Continue and friends: not relayed
+            self.headers = []
+            self.reason = b""
+            return
+        self._got_head = True
+        framed = False
+        for name, value in self.headers:
+            low = name.lower()
+            if low == b"content-length" or (low == b"transfer-encoding" and b"chunked" in
+                                            value.lower()):
+                framed = True
+        self._framed = framed or self._head_request or status in (204, 304)
+        keep_alive = self.parser.should_keep_alive()
+        if not keep_alive or not self._framed:
+            self.reusable = False
+        listener = self.listener
+        if listener is None:
+            return
+        listener.upstream_head(status, self.reason, self.headers, keep_alive)
+        if self._head_request and status != 101:
+            self._reset_parser = True  # llhttp cannot be told that a HEAD response has no body
+            self._complete()
+
+    def on_body(self, body: bytes) -> None:
+        if self.listener is not None:
+            self.listener.upstream_body(body)
+
+    def on_message_complete(self) -> None:
+        if self._informational:
+            self._informational = False
+            return
+        if self._head_request:
+            return
+        self._complete()
+
+    def _complete(self) -> None:
+        listener, self.listener = self.listener, None
+        if listener is not None:
+            listener.upstream_complete()
+
+
+def _endpoint(reactor: Any, host: str, port: int, timeout: float) -> IStreamClientEndpoint:
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return HostnameEndpoint(reactor, host, port, timeout=timeout)
+    if address.version == 4:
+        return TCP4ClientEndpoint(reactor, host, port, timeout=timeout)
+    return TCP6ClientEndpoint(reactor, host, port, timeout=timeout)
+
+
+class Pool:
+    """Idle persistent connections per (scheme, host, port, TLS settings)."""
+
+    def __init__(self, reactor: Any, *, max_idle_per_key: int = 128, idle_timeout: float = 60.0,
+                 resolve: Callable[[str, int], Deferred[str]] | None = None) -> None:
+        self.reactor = reactor
+        self.max_idle_per_key = max_idle_per_key
+        self.idle_timeout = idle_timeout
+        self.resolve = resolve
+        self._idle: dict[PoolKey, list[UpstreamConnection]] = {}
+        self._reaper = LoopingCall(self._reap)
+        self._reaper.clock = reactor
+
+    def start(self) -> None:
+        if not self._reaper.running:
+            self._reaper.start(max(self.idle_timeout / 4, 1.0), now=False)
+
+    def stop(self) -> None:
+        if self._reaper.running:
+            self._reaper.stop()
+        for connections in self._idle.values():
+            for conn in connections:
+                conn.reusable = False
+                if conn.transport is not None:
+                    conn.transport.loseConnection()
+        self._idle.clear()
+
+    @staticmethod
+    def key_for(host: UpstreamHost, tls: TLSClientConfig | None) -> PoolKey:
+        up = host.upstream
+        return (up.scheme, up.host, up.port, tls if up.scheme == "https" else None)
+
+    def take_idle(self, key: PoolKey) -> UpstreamConnection | None:
+        connections = self._idle.get(key)
+        while connections:
+            conn = connections.pop()
+            if conn.connected:
+                return conn
+        return None
+
+    def connect(self, key: PoolKey, timeout: float) -> Deferred[UpstreamConnection]:
+        _, host, port, tls = key
+        endpoint = _endpoint(self.reactor, host, port, timeout)
+        if self.resolve is not None and not _is_ip(host):
+            resolved = self.resolve(host, port)
+            return cast(Deferred[UpstreamConnection], resolved.addCallback(
+                lambda ip: self._open(_endpoint(self.reactor, ip, port, timeout), key, host, tls)
+            ))
+        return self._open(endpoint, key, host, tls)
+
+    def _open(self, endpoint: IStreamClientEndpoint, key: PoolKey, host: str,
+              tls: TLSClientConfig | None) -> Deferred[UpstreamConnection]:
+        if tls is not None:
+            from gateway.dataplane.tls_client import connection_creator
+
+            endpoint = wrapClientTLS(connection_creator(tls, host), endpoint)
+        return cast(Deferred[UpstreamConnection],
+                    connectProtocol(endpoint, UpstreamConnection(self, key)))
+
+    def release(self, conn: UpstreamConnection) -> None:
+        """Return a connection after a complete exchange, or close it if not reusable."""
+        if not (conn.reusable and conn.connected):
+            if conn.transport is not None and conn.connected:
+                conn.transport.loseConnection()
+            return
+        idle = self._idle.setdefault(conn.key, [])
+        if len(idle) >= self.max_idle_per_key:
+            conn.transport.loseConnection()  # type: ignore[union-attr]
+            return
+        conn.idle_since = self.reactor.seconds()
+        idle.append(conn)
+
+    def forget(self, conn: UpstreamConnection) -> None:
+        idle = self._idle.get(conn.key)
+        if idle and conn in idle:
+            idle.remove(conn)
+
+    def idle_count(self) -> int:
+        return sum(len(v) for v in self._idle.values())
+
+    def _reap(self) -> None:
+        limit = self.reactor.seconds() - self.idle_timeout
+        for connections in self._idle.values():
+            stale = [c for c in connections if c.idle_since <= limit]
+            for conn in stale:
+                connections.remove(conn)
+                conn.reusable = False
+                if conn.transport is not None:
+                    conn.transport.loseConnection()
+
+
+def _is_ip(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
