@@ -88,6 +88,7 @@ class Exchange:
         self.headers: list[tuple[bytes, bytes]] = []
         self.keep_alive = True
         self.upgrade = b""
+        self.connection_tokens: frozenset[bytes] = frozenset()
         self.expect_continue = False
         self.body_kind = BODY_NONE
         self.ready = False
@@ -304,7 +305,7 @@ class Exchange:
         core = self.core
         path = upstream_path(route, upstream, self.path).encode("latin-1")
         drop = plan.request_drop
-        named = connection_tokens(self.headers) if self.upgrade else frozenset()
+        named = self.connection_tokens
         parts = [self.method, b" ", path, self.query, b" HTTP/1.1\r\n"]
         incoming_host = b""
         xff: bytes | None = None

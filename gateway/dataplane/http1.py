@@ -215,6 +215,9 @@ class Http1Connection(Protocol):
                 exchange.expect_continue = True
             elif low == b"upgrade":
                 exchange.upgrade = value.strip()
+            elif low == b"connection":
+                exchange.connection_tokens = exchange.connection_tokens | {
+                    t.strip().lower() for t in value.split(b",") if t.strip()}
         if len(lengths) > 1 or (lengths and chunked):
             raise _Reject(400, "ambiguous message framing")
         target = exchange.target

@@ -63,6 +63,7 @@ class UpstreamConnection(Protocol):
         self._head_request = False
         self._got_head = False
         self._informational = False
+        self._upgrading = False
         self._reset_parser = False
         self._framed = False
         self.raw: Any = None  # a tunnel.Pipe once the connection was upgraded
@@ -154,6 +155,7 @@ class UpstreamConnection(Protocol):
             self.reason = b""
             return
         self._got_head = True
+        self._upgrading = status == 101
         framed = False
         for name, value in self.headers:
             low = name.lower()
@@ -180,8 +182,8 @@ class UpstreamConnection(Protocol):
         if self._informational:
             self._informational = False
             return
-        if self._head_request:
-            return
+        if self._head_request or self._upgrading:
+            return  # HEAD completed at the headers; a 101 continues as a pipe
         self._complete()
 
     def _complete(self) -> None:

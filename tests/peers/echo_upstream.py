@@ -20,6 +20,9 @@ Special paths (matched on the path part of the target, query ignored):
 * ``/bytes/<n>``      stream n bytes (capped at 1 GiB) with Content-Length, in 64 KiB
   chunks; byte i of the body is ``i % 256``.
 
+``--tls-cert FILE`` serves HTTPS with that PEM (chain and key); ``--client-ca FILE``
+then requires client certificates signed by that CA.
+
 Port 0 lets the kernel pick the port. Once listening it prints ``READY <port>`` on
 stdout (flushed). SIGTERM/SIGINT end it with exit status 0.
 """
@@ -234,11 +237,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--name", default="echo")
     parser.add_argument("--quiet", action="store_true", help="no access log on stderr")
+    parser.add_argument("--tls-cert", help="PEM file with certificate chain and key: serve HTTPS")
+    parser.add_argument("--client-ca", help="with --tls-cert: require client certificates "
+                        "signed by this CA (PEM file)")
     args = parser.parse_args(argv)
 
     handler = type("Handler", (EchoHandler,), {"upstream_name": args.name, "quiet": args.quiet})
     server_cls = Server6 if ":" in args.host else Server
     server = server_cls((args.host.strip("[]"), args.port), handler)
+    if args.tls_cert:
+        import ssl
+
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(args.tls_cert)
+        if args.client_ca:
+            context.verify_mode = ssl.CERT_REQUIRED
+            context.load_verify_locations(args.client_ca)
+        server.socket = context.wrap_socket(server.socket, server_side=True)
     signal.signal(signal.SIGTERM, _exit)
     signal.signal(signal.SIGINT, _exit)
     try:

@@ -149,9 +149,12 @@ def echo_upstream(
     port: int = 0,
     quiet: bool = False,
     timeout: float = 15.0,
+    tls_cert: Path | None = None,
+    client_ca: Path | None = None,
 ) -> Iterator[Upstream]:
     """Run the echo upstream. ``port=0`` lets the server bind a free port itself (no
-    race); its ``READY <port>`` line tells which one."""
+    race); its ``READY <port>`` line tells which one. ``tls_cert`` serves HTTPS (the
+    URL is then https://), ``client_ca`` also requires client certificates."""
     argv = [
         sys.executable,
         "-u",
@@ -165,11 +168,16 @@ def echo_upstream(
     ]
     if quiet:
         argv.append("--quiet")
+    if tls_cert is not None:
+        argv += ["--tls-cert", str(tls_cert)]
+    if client_ca is not None:
+        argv += ["--client-ca", str(client_ca)]
+    scheme = "https" if tls_cert is not None else "http"
     with ManagedProcess(argv, log_dir=Path(tmpdir), name=f"echo-{name}") as proc:
         line = proc.wait_for_log_line("READY ", timeout)
         bound = int(line.split()[1])
         yield Upstream(
-            url=f"http://{_host_in_url(host)}:{bound}",
+            url=f"{scheme}://{_host_in_url(host)}:{bound}",
             port=bound,
             process=proc,
             name=name,

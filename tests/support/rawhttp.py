@@ -1,0 +1,95 @@
+"""Raw HTTP/1.1 over sockets, for tests that must send exactly the bytes they mean."""
+
+from __future__ import annotations
+
+import http.client
+import socket
+from dataclasses import dataclass
+
+from .processes import is_loopback
+
+
+@dataclass
+class Response:
+    status: int
+    headers: dict[str, str]
+    body: bytes
+    header_list: list[tuple[str, str]]
+
+    def json(self) -> object:
+        import json
+
+        return json.loads(self.body)
+
+
+class RawClient:
+    """One connection; ``send`` raw bytes, ``response`` parses the next response."""
+
+    def __init__(self, port: int, host: str = "127.0.0.1", timeout: float = 10.0) -> None:
+        if not is_loopback(host):
+            raise ValueError("tests only talk to loopback")
+        self.sock = socket.create_connection((host, port), timeout=timeout)
+
+    def send(self, data: bytes) -> None:
+        self.sock.sendall(data)
+
+    def response(self, method: str = "GET") -> Response:
+        reply = http.client.HTTPResponse(self.sock, method=method)
+        reply.begin()
+        body = reply.read()
+        headers = reply.getheaders()
+        return Response(reply.status, {k.lower(): v for k, v in headers}, body, headers)
+
+    def request(self, method: str, path: str, host: str, headers: dict[str, str] | None = None,
+                body: bytes = b"") -> Response:
+        lines = [f"{method} {path} HTTP/1.1", f"Host: {host}"]
+        lines += [f"{k}: {v}" for k, v in (headers or {}).items()]
+        if body:
+            lines.append(f"Content-Length: {len(body)}")
+        self.send(("\r\n".join(lines) + "\r\n\r\n").encode() + body)
+        return self.response(method)
+
+    def closed_by_peer(self, timeout: float = 5.0) -> bool:
+        """True when the server closed the connection (EOF or reset) within ``timeout``."""
+        self.sock.settimeout(timeout)
+        try:
+            while True:
+                data = self.sock.recv(65536)
+                if not data:
+                    return True
+        except (ConnectionResetError, BrokenPipeError):
+            return True
+        except TimeoutError:
+            return False
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def __enter__(self) -> RawClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def one_shot(port: int, data: bytes, timeout: float = 10.0) -> bytes:
+    """Send ``data``, read until the server closes (or ``timeout``)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:
+        sock.sendall(data)
+        chunks = []
+        try:
+            while True:
+                chunk = sock.recv(65536)
+                if not chunk:
+                    break
+                chunks.append(chunk)
+        except (TimeoutError, ConnectionResetError):
+            pass
+    return b"".join(chunks)
+
+
+def status_of(raw: bytes) -> int:
+    """Status code of the first response in ``raw`` (0 if there is none)."""
+    if not raw.startswith(b"HTTP/1.1 "):
+        return 0
+    return int(raw[9:12])
