@@ -22,6 +22,23 @@ class Response:
         return json.loads(self.body)
 
 
+class _SharedReader:
+    """One buffered reader for every response on a connection: ``http.client`` would
+    otherwise make a new one per response and lose bytes already read ahead."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self._file = sock.makefile("rb")
+
+    def makefile(self, *args: object, **kwargs: object) -> _SharedReader:
+        return self
+
+    def close(self) -> None:
+        pass  # http.client closes its file after each response; the connection lives on
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._file, name)
+
+
 class RawClient:
     """One connection; ``send`` raw bytes, ``response`` parses the next response."""
 
@@ -29,12 +46,13 @@ class RawClient:
         if not is_loopback(host):
             raise ValueError("tests only talk to loopback")
         self.sock = socket.create_connection((host, port), timeout=timeout)
+        self._reader = _SharedReader(self.sock)
 
     def send(self, data: bytes) -> None:
         self.sock.sendall(data)
 
     def response(self, method: str = "GET") -> Response:
-        reply = http.client.HTTPResponse(self.sock, method=method)
+        reply = http.client.HTTPResponse(self._reader, method=method)  # type: ignore[arg-type]
         reply.begin()
         body = reply.read()
         headers = reply.getheaders()
