@@ -883,7 +883,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     p.add_argument("--duration", type=float, default=10.0, help="seconds per measured run")
     p.add_argument("--repeat", type=int, default=3, help="measured runs per target (median)")
     p.add_argument("--warmup", type=float, default=None,
-                   help="seconds of the warm-up run (default: min(5, duration))")
+                   help="seconds of the warm-up run; None: min(5, duration)")
     p.add_argument("--idle-connections", type=int, default=5000,
                    help="idle keep-alive connections for the memory measurement (0: skip)")
     p.add_argument("--idle-timeout", type=float, default=60.0,
@@ -894,9 +894,9 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     p.add_argument("--h2-streams", type=int, default=1,
                    help="h2load -m: concurrent streams per connection")
     p.add_argument("--twistd", default=None,
-                   help="twistd to run (default: <repo>/.venv/bin/twistd)")
+                   help="twistd to run; None: <repo>/.venv/bin/twistd")
     p.add_argument("--out", default=None,
-                   help="JSON results file (default: bench/results/<timestamp>.json)")
+                   help="JSON results file; None: bench/results/<timestamp>.json")
     p.add_argument("--keep-tmp", action="store_true", help="keep the temp dir (configs, logs)")
     args = p.parse_args(argv)
     if args.quick:

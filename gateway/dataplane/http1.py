@@ -108,13 +108,14 @@ class Http1Connection(Protocol):
             self.pipe.lost()
 
     def readConnectionLost(self) -> None:
-        """The client half-closed: finish what it asked for, then close."""
+        """The client closed its side: in a pipe that is a half-close passed on; for
+        HTTP it ends the connection and aborts what is in flight (as nginx does), so a
+        client that leaves never keeps an upstream busy."""
         if self.pipe is not None:
             self.pipe.eof_from(self.transport)
             return
         self.closing = True
-        if not self.queue:
-            self.transport.loseConnection()  # type: ignore[union-attr]
+        self.transport.abortConnection()  # type: ignore[union-attr]
 
     def writeConnectionLost(self) -> None:
         self.transport.loseConnection()  # type: ignore[union-attr]
@@ -247,6 +248,8 @@ class Http1Connection(Protocol):
             raise _Reject(405, "CONNECT is not supported on this listener")
         exchange.body_kind = BODY_CHUNKED if chunked else (
             BODY_LENGTH if lengths and lengths != {b"0"} else 0)
+        if not exchange.body_kind and not exchange.upgrade:
+            exchange.request_done = True  # nothing more to read for this request
         exchange.ready = True
         if self.queue and self.queue[0] is exchange:
             exchange.begin()
