@@ -42,7 +42,7 @@ class Sink(Protocol):
 
     client_ip: str
     def write_head(self, status: int, reason: bytes, headers: list[tuple[bytes, bytes]],
-                   body: bool, close: bool) -> None: ...
+                   body: bool, close: bool, first_body: bytes = b"") -> None: ...
     def write_body(self, data: bytes) -> None: ...
     def end_body(self) -> None: ...
     def exchange_done(self, exchange: Exchange) -> None: ...
@@ -104,6 +104,7 @@ class Exchange:
         self.deadline = 0.0
         self.waiting_upstream = False
         self.response_started = False
+        self.head_pending: tuple[int, bytes, list[tuple[bytes, bytes]], bool, bool] | None = None
         self.chunked_out = False
         self.status = 0
         self.sent = 0
@@ -390,7 +391,9 @@ class Exchange:
         self.deadline = self.core.reactor.seconds() + plan.timeout
         self.status = status
         out: list[tuple[bytes, bytes]] = []
-        named = connection_tokens(headers)
+        upstream_conn = self.upstream
+        named = connection_tokens(headers) if upstream_conn is not None and \
+            upstream_conn.saw_connection else frozenset()
         overridden = plan.response_header_names
         rewrites = plan.response_rewrites
         has_length = False
@@ -417,10 +420,20 @@ class Exchange:
             out.append((b"transfer-encoding", b"chunked"))
         self.response_started = True
         close = not self.keep_alive and not upgrading
-        self.sink.write_head(status, reason, out, not no_body, close)
+        # Held until the first body bytes or the end of this read, so head and body
+        # usually leave in one send.
+        self.head_pending = (status, reason, out, not no_body, close)
+        if upgrading:
+            self.flush_head()
         upstream = self.upstream
         if upstream is not None and upstream.transport is not None and not upgrading:
             self.sink.start_response_flow(upstream.transport)
+
+    def flush_head(self) -> None:
+        """Write a response head still held back (called after each upstream read)."""
+        head, self.head_pending = self.head_pending, None
+        if head is not None:
+            self.sink.write_head(*head)
 
     def upstream_body(self, data: bytes) -> None:
         if self.finished:
@@ -428,7 +441,10 @@ class Exchange:
         self.deadline = self.core.reactor.seconds() + (self.plan.timeout if self.plan else 30)
         self.sent += len(data)
         if self.chunked_out:
-            self.sink.write_body(b"%x\r\n%s\r\n" % (len(data), data))
+            data = b"%x\r\n%s\r\n" % (len(data), data)
+        head, self.head_pending = self.head_pending, None
+        if head is not None:
+            self.sink.write_head(*head, first_body=data)
         else:
             self.sink.write_body(data)
 
@@ -443,9 +459,18 @@ class Exchange:
             self.core.pool.release(upstream)
         self._release_host(failed=self.status >= 500)
         if self.chunked_out:
-            self.sink.write_body(b"0\r\n\r\n")
+            self.upstream_body_end()
+        else:
+            self.flush_head()
         self.sink.end_body()
         self._finish()
+
+    def upstream_body_end(self) -> None:
+        head, self.head_pending = self.head_pending, None
+        if head is not None:
+            self.sink.write_head(*head, first_body=b"0\r\n\r\n")
+        else:
+            self.sink.write_body(b"0\r\n\r\n")
 
     def upstream_upgraded(self, rest: bytes) -> None:
         upstream, self.upstream = self.upstream, None
@@ -472,6 +497,10 @@ class Exchange:
             return
         self._release_host(failed=True)
         self.detail = reason
+        if self.head_pending is not None:
+            self.head_pending = None  # nothing was written yet: answer cleanly instead
+            self.response_started = False
+            before_response = True
         if before_response and not self.response_started:
             self.local(502, error_body(502, "upstream connection closed before the response"))
         else:
@@ -492,6 +521,9 @@ class Exchange:
             upstream.abort()
         self._release_host(failed=True)
         self.detail = "route timeout"
+        if self.head_pending is not None:
+            self.head_pending = None
+            self.response_started = False
         if not self.response_started:
             self.local(504, error_body(504, "upstream request timeout"))
         else:

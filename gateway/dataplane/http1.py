@@ -22,6 +22,7 @@ from zope.interface import implementer
 
 from gateway.dataplane.core import ProxyCore
 from gateway.dataplane.exchange import BODY_CHUNKED, BODY_LENGTH, Exchange
+from gateway.dataplane.fastio import direct_writer, write_now
 from gateway.dataplane.normalize import BadTarget, normalise_target, split_absolute
 from gateway.dataplane.responses import error_body, status_line
 from gateway.dataplane.tunnel import Pipe
@@ -95,6 +96,10 @@ class Http1Connection(Protocol):
             transport.setTcpNoDelay(True)
         self.last_activity = self.core.reactor.seconds()
         self.core.connections.add(self)
+        if direct_writer(transport):
+            self.write = lambda data: write_now(transport, data)  # type: ignore[method-assign]
+        else:
+            self.write = transport.write  # type: ignore[method-assign]
 
     def connectionLost(self, reason: Failure = Failure(ConnectionError())) -> None:  # noqa: B008
         self.core.connections.discard(self)
@@ -160,6 +165,10 @@ class Http1Connection(Protocol):
                         b"connection: close\r\n\r\n" % len(body))
             self.transport.write(b"".join(head) + body)  # type: ignore[union-attr]
         self.transport.loseConnection()  # type: ignore[union-attr]
+
+    def write(self, data: bytes) -> None:
+        """Replaced per connection in ``connectionMade`` by the fastest safe writer."""
+        self.transport.write(data)  # type: ignore[union-attr]
 
     # -- llhttp callbacks
 
@@ -270,18 +279,18 @@ class Http1Connection(Protocol):
     # -- Sink for exchanges
 
     def write_head(self, status: int, reason: bytes, headers: list[tuple[bytes, bytes]],
-                   body: bool, close: bool) -> None:
+                   body: bool, close: bool, first_body: bytes = b"") -> None:
         parts = [status_line(status, reason)]
         for name, value in headers:
             parts += (name, b": ", value, b"\r\n")
         if close:
             self.closing = True
             parts.append(b"connection: close\r\n")
-        parts.append(b"\r\n")
-        self.transport.write(b"".join(parts))  # type: ignore[union-attr]
+        parts += (b"\r\n", first_body)
+        self.write(b"".join(parts))
 
     def write_body(self, data: bytes) -> None:
-        self.transport.write(data)  # type: ignore[union-attr]
+        self.write(data)
 
     def end_body(self) -> None:
         pass

@@ -28,6 +28,7 @@ from twisted.internet.task import LoopingCall
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
+from gateway.dataplane.fastio import direct_writer, write_now
 from gateway.dataplane.hosts import UpstreamHost
 from gateway.dataplane.plan import TLSClientConfig
 
@@ -43,6 +44,7 @@ class UpstreamListener(TypingProtocol):
     def upstream_body(self, data: bytes) -> None: ...
     def upstream_complete(self) -> None: ...
     def upstream_upgraded(self, rest: bytes) -> None: ...
+    def flush_head(self) -> None: ...
     def upstream_failed(self, reason: str, before_response: bool) -> None: ...
 
 
@@ -67,6 +69,7 @@ class UpstreamConnection(Protocol):
         self._reset_parser = False
         self._framed = False
         self.raw: Any = None  # a tunnel.Pipe once the connection was upgraded
+        self.saw_connection = False
 
     # -- lifecycle
 
@@ -75,6 +78,8 @@ class UpstreamConnection(Protocol):
         transport: Any = self.transport
         if hasattr(transport, "setTcpNoDelay"):
             transport.setTcpNoDelay(True)
+        if direct_writer(transport):
+            self.write = lambda data: write_now(transport, data)  # type: ignore[method-assign]
 
     def connectionLost(self, reason: Failure = Failure(ConnectionError())) -> None:  # noqa: B008
         self.connected = False
@@ -96,9 +101,10 @@ class UpstreamConnection(Protocol):
         self.used += 1
         self.headers = []
         self.reason = b""
+        self.saw_connection = False
         self._got_head = False
         self._head_request = head_request
-        self.transport.write(head)  # type: ignore[union-attr]
+        self.write(head)
 
     def write(self, data: bytes) -> None:
         self.transport.write(data)  # type: ignore[union-attr]
@@ -130,6 +136,9 @@ class UpstreamConnection(Protocol):
         if self._reset_parser:
             self._reset_parser = False
             self.parser = httptools.HttpResponseParser(self)
+        listener = self.listener
+        if listener is not None:
+            listener.flush_head()
 
     def _fail(self, reason: str) -> None:
         listener, self.listener = self.listener, None
@@ -146,6 +155,8 @@ class UpstreamConnection(Protocol):
 
     def on_header(self, name: bytes, value: bytes) -> None:
         self.headers.append((name, value))
+        if len(name) == 10 and name.lower() == b"connection":
+            self.saw_connection = True
 
     def on_headers_complete(self) -> None:
         status = self.parser.get_status_code()
