@@ -14,7 +14,7 @@ from twisted.logger import Logger, LogLevel
 
 from gateway.dataplane.authz import Authorizer, NotYetAuthorizer
 from gateway.dataplane.plan import Plan
-from gateway.dataplane.upstream import Pool
+from gateway.dataplane.upstream import Pool, family_resolver
 from gateway.observability.logging import LEVELS
 
 access_log = Logger(namespace="gateway.access")
@@ -48,6 +48,7 @@ class ProxyCore:
         self.timeout_idle = o.timeout_idle
         self.skip_xff_append = o.skip_xff_append
         self.xff_trusted_hops = o.xff_num_trusted_hops
+        self.pool.resolve = family_resolver(self.reactor, o.dns_lookup_family)
 
     def set_plan(self, plan: Plan) -> None:
         self.plan = plan

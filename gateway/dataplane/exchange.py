@@ -9,17 +9,28 @@ and writes the answers the gateway gives itself.
 
 from __future__ import annotations
 
+import socket
 from typing import TYPE_CHECKING, Any, Protocol
 
 from twisted.internet.defer import CancelledError, Deferred
-from twisted.internet.error import ConnectError, ConnectingCancelledError, TimeoutError
+from twisted.internet.error import (
+    ConnectError,
+    ConnectingCancelledError,
+    DNSLookupError,
+    TimeoutError,
+)
 from twisted.internet.interfaces import IPushProducer
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
 from gateway.dataplane.authz import Allow, Deny, RequestInfo
 from gateway.dataplane.core import ProxyCore, access_log
-from gateway.dataplane.headers import HOP_BY_HOP, IDENTITY_PREFIX, connection_tokens
+from gateway.dataplane.headers import (
+    HOP_BY_HOP,
+    IDENTITY_PREFIX,
+    connection_tokens,
+    forwarded_for,
+)
 from gateway.dataplane.hosts import UpstreamHost
 from gateway.dataplane.plan import RoutePlan
 from gateway.dataplane.redirect import redirect_location
@@ -213,9 +224,18 @@ class Exchange:
             return bool(route.allow_spdy)
         return False
 
+    def client_address(self) -> str:
+        """The client as policy and logs see it: the peer, or with
+        ``xff_num_trusted_hops`` N the Nth address from the right of X-Forwarded-For."""
+        hops = self.core.xff_trusted_hops
+        if not hops:
+            return self.sink.client_ip
+        incoming = b", ".join(v for n, v in self.headers if n.lower() == b"x-forwarded-for")
+        return forwarded_for(incoming or None, self.sink.client_ip, hops, True)[1]
+
     def _info(self) -> RequestInfo:
         return RequestInfo(self.method, self.core.scheme, self.host, self.path, self.query,
-                           self.headers, self.sink.client_ip)
+                           self.headers, self.client_address())
 
     def _decided(self, decision: Allow | Deny) -> None:
         self.sink.resume_reading("authorize")
@@ -291,7 +311,9 @@ class Exchange:
         self._release_host(failed=True)
         if failure.check(TimeoutError, CancelledError, ConnectingCancelledError):
             self.local(504, error_body(504, "upstream connect timeout"))
-        elif failure.check(ConnectError):
+        elif failure.check(DNSLookupError, socket.gaierror):
+            self.local(503, error_body(503, "upstream name resolution failed"))
+        elif failure.check(ConnectError, OSError):
             self.local(503, error_body(503, "upstream connect error"))
         else:
             self.local(502, error_body(502, "upstream TLS or connect error"))
@@ -588,7 +610,7 @@ class Exchange:
             method=self.method.decode("latin-1"), host=self.host, path=self.path,
             query=self.query.decode("latin-1"), status=status, bytes=self.sent,
             duration_ms=round((self.core.reactor.seconds() - self.started) * 1000, 3),
-            client=self.sink.client_ip,
+            client=self.client_address(),
             route=(plan.route.name or str(plan.route.index)) if plan else None,
             detail=self.detail or None,
         )

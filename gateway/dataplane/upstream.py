@@ -304,6 +304,30 @@ class Pool:
                     conn.transport.loseConnection()
 
 
+def family_resolver(reactor: Any, family: str) -> Callable[[str, int], Deferred[str]] | None:
+    """``dns_lookup_family``: ``V4_ONLY``/``V6_ONLY`` resolve names to that family only
+    (in a thread, as getaddrinfo blocks); ``AUTO`` leaves it to ``HostnameEndpoint``,
+    which tries both families (happy eyeballs)."""
+    if family not in ("V4_ONLY", "V6_ONLY"):
+        return None
+    import socket
+
+    from twisted.internet.threads import deferToThreadPool
+
+    wanted = socket.AF_INET if family == "V4_ONLY" else socket.AF_INET6
+
+    def lookup(host: str, port: int) -> str:
+        infos = socket.getaddrinfo(host, port, wanted, socket.SOCK_STREAM)
+        if not infos:
+            raise OSError(f"no {family} address for {host}")
+        return str(infos[0][4][0])
+
+    def resolve(host: str, port: int) -> Deferred[str]:
+        return deferToThreadPool(reactor, reactor.getThreadPool(), lookup, host, port)
+
+    return resolve
+
+
 def _is_ip(host: str) -> bool:
     try:
         ipaddress.ip_address(host)
