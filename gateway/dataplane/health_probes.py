@@ -60,14 +60,15 @@ class ProbeSession(TypingProtocol):
 
 
 def _authority(upstream: Upstream, always_port: bool) -> str:
-    host = f"[{upstream.host}]" if ":" in upstream.host else upstream.host
+    host = upstream.host if upstream.host.isascii() else upstream.host.encode("idna").decode()
+    host = f"[{host}]" if ":" in host else host
     if not always_port and _DEFAULT_PORTS.get(upstream.scheme) == upstream.port:
         return host
     return f"{host}:{upstream.port}"
 
 
 def _token(value: str, what: str) -> bytes:
-    data = value.encode("idna" if what == "host" and value.isascii() is False else "latin-1")
+    data = value.encode("ascii", errors="replace")
     if not data or any(b <= 0x20 or b == 0x7F for b in data):
         raise ValueError(f"health check {what} {value!r} cannot be sent in a request")
     return data
@@ -104,15 +105,13 @@ class HttpStatusSession:
         self._read += len(data)
         try:
             self._parser.feed_data(data)
-        except (httptools.HttpParserError, httptools.HttpParserUpgrade):
-            pass  # a 101 decided in on_headers_complete; anything else is a failure
-        if self.verdict is None and (self._read > MAX_RESPONSE or self.status == 0 and
-                                     self._parser_failed(data)):
+        except httptools.HttpParserUpgrade:
+            pass  # a 101: decided in on_headers_complete
+        except httptools.HttpParserError:
+            self.verdict = self.verdict or False  # not HTTP: a failure (unless decided)
+        if self.verdict is None and self._read > MAX_RESPONSE:
             self.verdict = False
         return b""
-
-    def _parser_failed(self, data: bytes) -> bool:
-        return not data  # an error leaves the verdict unset; see feed's caller, eof
 
     def on_headers_complete(self) -> None:
         status = self._parser.get_status_code()
@@ -232,6 +231,8 @@ class GrpcHealthSession:
         self._http_ok = False
         self._body = bytearray()
         self._stream = 0
+        self._head = b""  # the first bytes read: must be a SETTINGS frame (server preface)
+        self._read = 0
 
     def start(self) -> bytes:
         self._conn.initiate_connection()
@@ -243,6 +244,12 @@ class GrpcHealthSession:
     def feed(self, data: bytes) -> bytes:
         if self.verdict is not None:
             return b""
+        self._read += len(data)
+        if len(self._head) < 9:
+            self._head += data[:9 - len(self._head)]
+        if (len(self._head) == 9 and self._head[3] != 0x04) or self._read > MAX_RESPONSE:
+            self.verdict = False  # not HTTP/2 (h2 would wait for a frame of any size)
+            return b""
         try:
             events = self._conn.receive_data(data)
         except H2Error:
@@ -250,14 +257,11 @@ class GrpcHealthSession:
             return b""
         for event in events:
             if isinstance(event, ResponseReceived | TrailersReceived):
-                fields = event.headers if isinstance(event, ResponseReceived) else event.trailers
-                self._on_fields(fields or [])
+                self._on_fields(event.headers or [])
             elif isinstance(event, DataReceived) and event.data is not None:
                 self._body += event.data
                 self._conn.acknowledge_received_data(event.flow_controlled_length or 0,
                                                      self._stream)
-                if len(self._body) > MAX_RESPONSE:
-                    self.verdict = False
             elif isinstance(event, StreamEnded):
                 self.verdict = self._decide()
             elif isinstance(event, StreamReset | ConnectionTerminated):

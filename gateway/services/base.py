@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from twisted.application.service import MultiService
+from twisted.internet.defer import Deferred
 from twisted.logger import Logger
 
 from gateway.config.snapshot import Snapshot
@@ -33,12 +34,13 @@ class SnapshotService(MultiService):
         MultiService.startService(self)
         self.log.info("{service} service started", service=self.label)
 
-    def stopService(self):  # type: ignore[no-untyped-def]
+    def stopService(self) -> Deferred[None] | None:
         if self._unsubscribe is not None:
             self._unsubscribe()
             self._unsubscribe = None
         self.log.info("{service} service stopping", service=self.label)
-        return MultiService.stopService(self)
+        result: Deferred[None] | None = MultiService.stopService(self)
+        return result
 
     def _on_snapshot(self, snapshot: Snapshot) -> None:
         self.apply(snapshot)

@@ -6,11 +6,13 @@ from typing import Any
 
 from twisted.application.internet import StreamServerEndpointService
 from twisted.application.service import MultiService
+from twisted.internet.defer import Deferred
 
 from gateway.config.snapshot import Snapshot
 from gateway.config.source import ConfigSource
 from gateway.dataplane.authz import Authorizer
 from gateway.dataplane.core import ProxyCore
+from gateway.dataplane.health import HealthManager
 from gateway.dataplane.http1 import Http1Factory
 from gateway.dataplane.listener import server_endpoint, tls_options
 from gateway.dataplane.plan import build_plan
@@ -28,6 +30,7 @@ class ProxyService(SnapshotService):
         snapshot = source.current
         self.address = snapshot.options.address
         self.core: ProxyCore | None = None
+        self.health = HealthManager(reactor)
         tls = None if snapshot.options.insecure_server else tls_options(snapshot)
         if tls is None and not snapshot.options.insecure_server:
             self.log.error(
@@ -49,6 +52,18 @@ class ProxyService(SnapshotService):
                 "address changed from {old} to {new}: restart to listen on the new address",
                 old=self.address, new=snapshot.options.address,
             )
-        if self.core is not None and snapshot is not self.core.plan.snapshot:
-            self.core.set_plan(build_plan(snapshot, self.core.plan))
+        if self.core is not None:
+            if snapshot is not self.core.plan.snapshot:
+                self.core.set_plan(build_plan(snapshot, self.core.plan))
+            if self.running:
+                self.health.update(self.core.plan)
         super().apply(snapshot)
+
+    def startService(self) -> None:
+        super().startService()
+        if self.core is not None:
+            self.health.update(self.core.plan)
+
+    def stopService(self) -> Deferred[None] | None:
+        self.health.stop()
+        return SnapshotService.stopService(self)
