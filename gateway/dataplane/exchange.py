@@ -52,10 +52,12 @@ class Sink(Protocol):
     """The downstream side of one exchange (implemented by each codec)."""
 
     client_ip: str
+    chunked_framing: bool  # HTTP/1.1 frames unknown-length bodies itself; HTTP/2 does not
     def write_head(self, status: int, reason: bytes, headers: list[tuple[bytes, bytes]],
                    body: bool, close: bool, first_body: bytes = b"") -> None: ...
     def write_body(self, data: bytes) -> None: ...
     def end_body(self) -> None: ...
+    def flush(self) -> None: ...
     def exchange_done(self, exchange: Exchange) -> None: ...
     def abort(self) -> None: ...
     def pause_reading(self, reason: str) -> None: ...
@@ -437,7 +439,7 @@ class Exchange:
             out.append((name, value))
         out.extend(plan.response_headers)
         no_body = (self.method == b"HEAD" or status in (204, 304) or upgrading)
-        self.chunked_out = not no_body and not has_length
+        self.chunked_out = not no_body and not has_length and self.sink.chunked_framing
         if self.chunked_out:
             out.append((b"transfer-encoding", b"chunked"))
         self.response_started = True
@@ -456,6 +458,7 @@ class Exchange:
         head, self.head_pending = self.head_pending, None
         if head is not None:
             self.sink.write_head(*head)
+        self.sink.flush()
 
     def upstream_body(self, data: bytes) -> None:
         if self.finished:

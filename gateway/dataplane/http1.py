@@ -15,7 +15,7 @@ from typing import Any
 
 import httptools
 from twisted.internet.interfaces import IHalfCloseableProtocol, IPushProducer
-from twisted.internet.protocol import Factory, Protocol
+from twisted.internet.protocol import Protocol
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 from zope.interface import implementer
@@ -70,6 +70,8 @@ class _ResponseFlow:
 @implementer(IHalfCloseableProtocol)
 class Http1Connection(Protocol):
     """One client connection."""
+
+    chunked_framing = True
 
     def __init__(self, core: ProxyCore) -> None:
         self.core = core
@@ -295,6 +297,9 @@ class Http1Connection(Protocol):
     def end_body(self) -> None:
         pass
 
+    def flush(self) -> None:
+        pass  # writes leave at once (see ``write``)
+
     def send_continue(self) -> None:
         self.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")  # type: ignore[union-attr]
 
@@ -402,21 +407,3 @@ class Http1Connection(Protocol):
 def _parser_reason(exc: Exception) -> str:
     text = str(exc).strip() or type(exc).__name__
     return text[:120]
-
-
-class Http1Factory(Factory):
-    """Builds ``Http1Connection``s sharing one ``ProxyCore``."""
-
-    noisy = False
-
-    def __init__(self, core: ProxyCore) -> None:
-        self.core = core
-
-    def buildProtocol(self, addr: Any) -> Http1Connection:
-        return Http1Connection(self.core)
-
-    def startFactory(self) -> None:
-        self.core.start()
-
-    def stopFactory(self) -> None:
-        self.core.stop()

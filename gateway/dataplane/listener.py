@@ -30,7 +30,8 @@ def tls_options(snapshot: Snapshot) -> ssl.CertificateOptions | None:
         return None
     cert_pem, key_pem = snapshot.material.certificates[0]
     chain = x509.load_pem_x509_certificates(cert_pem)
-    protocols = [b"http/1.1"]  # h2 is offered once the HTTP/2 codec is in place
+    protocols = {"http1": [b"http/1.1"], "http2": [b"h2"]}.get(
+        snapshot.options.codec_type, [b"h2", b"http/1.1"])
     # Twisted's annotations name pyOpenSSL types, but it takes cryptography objects too
     # (and pyOpenSSL's own are deprecated).
     return ssl.CertificateOptions(

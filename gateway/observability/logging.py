@@ -5,10 +5,12 @@ Levels live in a mutable :class:`LevelControl` so a hot reload can change them i
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
 import re
+import string
 import sys
 import threading
 import time
@@ -60,8 +62,11 @@ def parse_level(name: str) -> LogLevel:
     return level
 
 
+@functools.lru_cache(maxsize=4096)
 def is_secret_key(name: str) -> bool:
-    """Whether a field name's last word (plural allowed) names a secret, e.g. ``id_token``."""
+    """Whether a field name's last word (plural allowed) names a secret, e.g. ``id_token``.
+
+    Cached: the same few field names come back on every event."""
     last = (_WORD_RE.findall(name) or [""])[-1].lower()
     return last in _SECRET_WORDS or (last.endswith("s") and last[:-1] in _SECRET_WORDS)
 
@@ -112,16 +117,32 @@ def _event_time(event: LogEvent) -> float:
     return time.time()
 
 
+@functools.lru_cache(maxsize=4)
+def _second(seconds: int) -> str:
+    return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%S")
+
+
 def _rfc3339(when: float) -> str:
     millis = math.floor(when * 1000)
-    stamp = datetime.fromtimestamp(millis // 1000, UTC).strftime("%Y-%m-%dT%H:%M:%S")
-    return f"{stamp}.{millis % 1000:03d}Z"
+    return f"{_second(millis // 1000)}.{millis % 1000:03d}Z"
 
 
 def _message(event: LogEvent, failure: Failure | None) -> str:
     if failure is not None and isinstance(event.get("failure"), Failure):
         # Legacy log.err(): its text embeds the traceback, which has its own field.
         return str(event.get("why") or "Unhandled Error")
+    fmt = event.get("log_format")
+    if isinstance(fmt, str):
+        plan = _simple_format(fmt)
+        if plan is not None:
+            try:
+                return "".join(
+                    part if not is_field else
+                    (REDACTED if is_secret_key(part) else str(event[part]))
+                    for part, is_field in plan
+                )
+            except KeyError:
+                pass  # a missing field: let Twisted render its own explanation
     # Redacted copy: a "{token}" format or Twisted's unformattable-event dump must not leak.
     safe = {k: REDACTED if is_secret_key(str(k)) else v for k, v in event.items()}
     text = formatEvent(safe)
@@ -130,6 +151,29 @@ def _message(event: LogEvent, failure: Failure | None) -> str:
         # the "{log_text}" format publishToNewObserver normally adds.
         text = textFromEventDict(safe) or ""
     return text
+
+
+@functools.lru_cache(maxsize=1024)
+def _simple_format(fmt: str) -> tuple[tuple[str, bool], ...] | None:
+    """A format made only of ``{name}`` fields, parsed once: [(text, is_field)...].
+
+    ``string.Formatter`` costs most of an event's rendering; access logs use plain
+    names only. Anything fancier (specs, conversions, attribute or index lookups,
+    calls) returns None and goes through ``formatEvent``."""
+    try:
+        parsed = list(string.Formatter().parse(fmt))
+    except ValueError:
+        return None
+    plan: list[tuple[str, bool]] = []
+    for literal, field, spec, conversion in parsed:
+        if literal:
+            plan.append((literal, False))
+        if field is None:
+            continue
+        if spec or conversion or not field.isidentifier():
+            return None
+        plan.append((field, True))
+    return tuple(plan)
 
 
 def flatten_event(event: LogEvent) -> dict[str, object]:

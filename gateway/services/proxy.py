@@ -7,15 +7,16 @@ from typing import Any
 from twisted.application.internet import StreamServerEndpointService
 from twisted.application.service import MultiService
 from twisted.internet.defer import Deferred
+from twisted.internet.error import CannotListenError
 
 from gateway.config.snapshot import Snapshot
 from gateway.config.source import ConfigSource
 from gateway.dataplane.authz import Authorizer
 from gateway.dataplane.core import ProxyCore
 from gateway.dataplane.health import HealthManager
-from gateway.dataplane.http1 import Http1Factory
 from gateway.dataplane.listener import server_endpoint, tls_options
 from gateway.dataplane.plan import build_plan
+from gateway.dataplane.switch import HTTPFactory
 from gateway.services.base import SnapshotService
 
 
@@ -41,9 +42,12 @@ class ProxyService(SnapshotService):
         self.core = ProxyCore(reactor, build_plan(snapshot), tls=tls is not None,
                               authorizer=authorizer)
         listener = StreamServerEndpointService(
-            server_endpoint(reactor, self.address, snapshot, tls), Http1Factory(self.core)
+            server_endpoint(reactor, self.address, snapshot, tls),
+            HTTPFactory(self.core, snapshot.options.codec_type, tls is not None),
         )
         listener.name = "listener"
+        # A port that cannot be bound must stop the daemon at start-up, not be logged.
+        listener._raiseSynchronously = True
         MultiService.addService(self, listener)
 
     def apply(self, snapshot: Snapshot) -> None:
@@ -58,6 +62,14 @@ class ProxyService(SnapshotService):
             if self.running:
                 self.health.update(self.core.plan)
         super().apply(snapshot)
+
+    def privilegedStartService(self) -> None:
+        try:
+            MultiService.privilegedStartService(self)
+        except CannotListenError as exc:
+            self.log.critical("cannot listen on {address}: {error}", address=self.address,
+                              error=str(exc.socketError))
+            raise SystemExit(1) from None
 
     def startService(self) -> None:
         super().startService()

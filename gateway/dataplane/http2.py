@@ -1,0 +1,335 @@
+"""The downstream HTTP/2 codec (``h2``), sharing ``Exchange`` with HTTP/1.1.
+
+Each stream is one exchange; upstreams are still spoken to in HTTP/1.1. Flow control
+both ways: request DATA is acknowledged (window reopened) only while the upstream
+accepts it, and response bytes wait for the stream's window, pausing the upstream
+read when more than a bounded amount is waiting.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+import h2.config
+import h2.connection
+import h2.errors
+import h2.events
+import h2.exceptions
+import h2.settings
+from twisted.internet.protocol import Protocol
+from twisted.logger import Logger
+from twisted.python.failure import Failure
+
+from gateway.dataplane.core import ProxyCore
+from gateway.dataplane.exchange import BODY_CHUNKED, BODY_LENGTH, Exchange
+from gateway.dataplane.fastio import direct_writer, write_now
+from gateway.dataplane.normalize import BadTarget, normalise_target
+from gateway.dataplane.responses import error_body
+
+log = Logger()
+_HIGH_WATER = 256 * 1024
+_CONNECTION_SPECIFIC = frozenset({b"connection", b"keep-alive", b"proxy-connection",
+                                  b"transfer-encoding", b"upgrade", b"te"})
+PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+
+
+class _Stream:
+    """The ``Sink`` of one HTTP/2 stream."""
+
+    chunked_framing = False
+
+    def __init__(self, owner: H2Connection, stream_id: int) -> None:
+        self.owner = owner
+        self.stream_id = stream_id
+        self.client_ip = owner.client_ip
+        self.exchange: Exchange | None = None
+        self.pending = bytearray()
+        self.end_pending = False
+        self.producer: Any = None
+        self.producer_paused = False
+        self.unacked = 0
+        self.pauses: set[str] = set()
+        self.closed = False
+
+    # Sink
+    def write_head(self, status: int, reason: bytes, headers: list[tuple[bytes, bytes]],
+                   body: bool, close: bool, first_body: bytes = b"") -> None:
+        if self.closed:
+            return
+        out = [(b":status", b"%d" % status)]
+        for name, value in headers:
+            low = name.lower()
+            if low not in _CONNECTION_SPECIFIC:
+                out.append((low, value))
+        conn = self.owner.h2
+        try:
+            conn.send_headers(self.stream_id, out, end_stream=not body and not first_body)
+        except h2.exceptions.H2Error:
+            self.closed = True
+            return
+        if first_body:
+            self.write_body(first_body)
+
+    def write_body(self, data: bytes) -> None:
+        if self.closed:
+            return
+        self.pending += data
+        self._drain()
+        if len(self.pending) > _HIGH_WATER and self.producer is not None \
+                and not self.producer_paused:
+            self.producer_paused = True
+            self.producer.pauseProducing()
+
+    def end_body(self) -> None:
+        self.end_pending = True
+        self._drain()
+
+    def _drain(self) -> None:
+        conn = self.owner.h2
+        sid = self.stream_id
+        try:
+            while self.pending:
+                window = min(conn.local_flow_control_window(sid), conn.max_outbound_frame_size)
+                if window <= 0:
+                    break
+                chunk = bytes(self.pending[:window])
+                del self.pending[:window]
+                conn.send_data(sid, chunk)
+            if self.end_pending and not self.pending:
+                self.end_pending = False
+                conn.end_stream(sid)
+                self.closed = True
+        except (h2.exceptions.StreamClosedError, h2.exceptions.ProtocolError):
+            self.closed = True
+            self.pending.clear()
+        if self.producer is not None and self.producer_paused and \
+                len(self.pending) < _HIGH_WATER // 2:
+            self.producer_paused = False
+            self.producer.resumeProducing()
+
+    def exchange_done(self, exchange: Exchange) -> None:
+        self.owner.stream_done(self)
+
+    def flush(self) -> None:
+        """Send what h2 has queued (after an upstream read, or when a stream ends)."""
+        self.owner.flush()
+
+    def abort(self) -> None:
+        if not self.closed:
+            self.closed = True
+            self.owner.reset(self.stream_id, h2.errors.ErrorCodes.INTERNAL_ERROR)
+
+    def pause_reading(self, reason: str) -> None:
+        self.pauses.add(reason)
+
+    def resume_reading(self, reason: str) -> None:
+        self.pauses.discard(reason)
+        if not self.pauses and self.unacked:
+            size, self.unacked = self.unacked, 0
+            self.owner.acknowledge(self.stream_id, size)
+
+    def send_continue(self) -> None:
+        if not self.closed:
+            self.owner.h2.send_headers(self.stream_id, [(b":status", b"100")])
+            self.owner.flush()
+
+    def start_response_flow(self, producer: Any) -> None:
+        self.producer = producer
+
+    def stop_response_flow(self) -> None:
+        if self.producer is not None and self.producer_paused:
+            self.producer.resumeProducing()
+        self.producer = None
+        self.producer_paused = False
+
+    def start_tunnel(self, exchange: Exchange, upstream: Any, rest: bytes,
+                     idle_timeout: float) -> None:
+        upstream.abort()  # upgrades do not exist in HTTP/2 (no extended CONNECT here)
+        self.abort()
+
+
+class H2Connection(Protocol):
+    """One HTTP/2 client connection (after ALPN ``h2`` or the h2c preface)."""
+
+    def __init__(self, core: ProxyCore) -> None:
+        self.core = core
+        # Outbound headers are ours (lower-cased, hop-by-hop removed, values parsed by
+        # llhttp), so h2's per-header re-validation is skipped; inbound stays validated.
+        config = h2.config.H2Configuration(
+            client_side=False, header_encoding=None, validate_outbound_headers=False,
+            normalize_outbound_headers=False,
+        )
+        self.h2 = h2.connection.H2Connection(config=config)
+        # Pure-Python Huffman coding costs more than the bytes it saves on loopback-fast
+        # links; HPACK indexing still applies.
+        encode = self.h2.encoder.encode
+        self.h2.encoder.encode = (  # type: ignore[method-assign]
+            lambda headers, huffman=False: encode(headers, huffman=False))
+        self.streams: dict[int, _Stream] = {}
+        self.client_ip = ""
+        self.last_activity = 0.0
+        self.write_blocked_since = 0.0
+
+    def connectionMade(self) -> None:
+        transport: Any = self.transport
+        if hasattr(transport, "setTcpNoDelay"):
+            transport.setTcpNoDelay(True)
+        if direct_writer(transport):
+            self._write = lambda data: write_now(transport, data)  # type: ignore[method-assign]
+        peer = transport.getPeer()
+        self.client_ip = getattr(peer, "host", "")
+        self.last_activity = self.core.reactor.seconds()
+        self.core.connections.add(self)
+        self.h2.update_settings({
+            h2.settings.SettingCodes.MAX_CONCURRENT_STREAMS: 128,
+            h2.settings.SettingCodes.MAX_HEADER_LIST_SIZE: 64 * 1024,
+        })
+        self.h2.initiate_connection()
+        self.flush()
+
+    def connectionLost(self, reason: Failure = Failure(ConnectionError())) -> None:  # noqa: B008
+        self.core.connections.discard(self)
+        for stream in list(self.streams.values()):
+            stream.closed = True
+            if stream.exchange is not None:
+                stream.exchange.downstream_lost()
+        self.streams.clear()
+
+    def flush(self) -> None:
+        data = self.h2.data_to_send()
+        if data and self.transport is not None:
+            self._write(data)
+
+    def _write(self, data: bytes) -> None:
+        self.transport.write(data)  # type: ignore[union-attr]
+
+    def reset(self, stream_id: int, code: int) -> None:
+        with contextlib.suppress(h2.exceptions.H2Error):
+            self.h2.reset_stream(stream_id, code)
+        self.flush()
+
+    def acknowledge(self, stream_id: int, size: int) -> None:
+        try:
+            self.h2.acknowledge_received_data(size, stream_id)
+        except h2.exceptions.H2Error:
+            return
+        self.flush()
+
+    def stream_done(self, stream: _Stream) -> None:
+        self.streams.pop(stream.stream_id, None)
+        self.last_activity = self.core.reactor.seconds()
+        self.flush()
+
+    def dataReceived(self, data: bytes) -> None:
+        self.last_activity = self.core.reactor.seconds()
+        try:
+            events = self.h2.receive_data(data)
+        except h2.exceptions.ProtocolError as exc:
+            log.info("HTTP/2 protocol error from {client}: {error}", client=self.client_ip,
+                     error=str(exc))
+            self.flush()
+            self.transport.loseConnection()  # type: ignore[union-attr]
+            return
+        for event in events:
+            if isinstance(event, h2.events.RequestReceived):
+                self._request(event)
+            elif isinstance(event, h2.events.DataReceived):
+                self._data(event)
+            elif isinstance(event, h2.events.StreamEnded):
+                stream = self.streams.get(event.stream_id)
+                if stream is not None and stream.exchange is not None:
+                    stream.exchange.request_complete()
+            elif isinstance(event, h2.events.StreamReset):
+                stream = self.streams.pop(event.stream_id, None)
+                if stream is not None:
+                    stream.closed = True
+                    if stream.exchange is not None:
+                        stream.exchange.downstream_lost()
+            elif isinstance(event, h2.events.WindowUpdated):
+                self._window(event.stream_id)
+            elif isinstance(event, h2.events.ConnectionTerminated):
+                self.transport.loseConnection()  # type: ignore[union-attr]
+        self.flush()
+
+    def _window(self, stream_id: int) -> None:
+        targets = self.streams.values() if stream_id == 0 else (
+            [self.streams[stream_id]] if stream_id in self.streams else [])
+        for stream in list(targets):
+            if stream.pending or stream.end_pending:
+                stream._drain()
+
+    def _data(self, event: h2.events.DataReceived) -> None:
+        stream = self.streams.get(event.stream_id)
+        if stream is None or stream.exchange is None:
+            self.acknowledge(event.stream_id, event.flow_controlled_length)
+            return
+        stream.exchange.request_body(event.data)
+        if stream.pauses:
+            stream.unacked += event.flow_controlled_length
+        else:
+            self.acknowledge(event.stream_id, event.flow_controlled_length)
+
+    def _request(self, event: h2.events.RequestReceived) -> None:
+        stream = _Stream(self, event.stream_id)
+        self.streams[event.stream_id] = stream
+        exchange = Exchange(stream, self.core)
+        stream.exchange = exchange
+        headers: list[tuple[bytes, bytes]] = []
+        cookies: list[bytes] = []
+        authority = host = b""
+        has_length = False
+        for name, value in event.headers:
+            if name == b":method":
+                exchange.method = value
+            elif name == b":path":
+                exchange.target = value
+            elif name == b":authority":
+                authority = value
+            elif name.startswith(b":"):
+                continue
+            elif name == b"cookie":
+                cookies.append(value)
+            else:
+                if name == b"host":
+                    host = value
+                elif name == b"content-length":
+                    has_length = True
+                headers.append((name, value))
+        if cookies:
+            headers.append((b"cookie", b"; ".join(cookies)))  # RFC 9113 8.2.3
+        exchange.headers = headers
+        exchange.keep_alive = True
+        exchange.host = (authority or host).decode("latin-1").lower()
+        ended = event.stream_ended is not None
+        exchange.body_kind = 0 if ended else (BODY_LENGTH if has_length else BODY_CHUNKED)
+        exchange.request_done = ended
+        exchange.ready = True
+        if exchange.method == b"CONNECT":
+            exchange.local(405, error_body(405, "CONNECT is not supported on this listener"))
+            return
+        if not exchange.host:
+            exchange.local(400, error_body(400, "the request has no authority"))
+            return
+        try:
+            path, query = normalise_target(exchange.target)
+        except BadTarget as exc:
+            exchange.local(400, error_body(400, str(exc)))
+            return
+        exchange.path = path.decode("latin-1")
+        exchange.query = query
+        exchange.begin()
+
+    # watchdog
+    def check_deadlines(self, now: float) -> None:
+        core = self.core
+        for stream in list(self.streams.values()):
+            exchange = stream.exchange
+            if exchange is not None and exchange.deadline and now > exchange.deadline \
+                    and not exchange.finished and not stream.producer_paused:
+                exchange.timed_out()
+        if not self.streams and core.timeout_idle and \
+                now - self.last_activity > core.timeout_idle:
+            self.h2.close_connection()
+            self.flush()
+            self.transport.loseConnection()  # type: ignore[union-attr]
