@@ -158,7 +158,15 @@ class Exchange:
         if self.pending_size > _PENDING_LIMIT:
             self.sink.pause_reading("connect")
 
-    def downstream_lost(self) -> None:
+    def abandon(self, detail: str) -> None:
+        """The gateway gives up on the client (e.g. ``timeout_write``): log what was
+        sent and why, then drop the upstream side; the caller closes the connection."""
+        if self.finished:
+            return
+        self.detail = detail
+        self.downstream_lost(self.status or 499)
+
+    def downstream_lost(self, status: int = 499) -> None:
         """The client went away: abort whatever is in flight upstream."""
         if self.finished:
             return
@@ -169,7 +177,7 @@ class Exchange:
             self.upstream.abort()
             self.upstream = None
         self._release_host(failed=False)
-        self._log(499)
+        self._log(status)
 
     # -- routing
 

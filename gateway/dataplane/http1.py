@@ -383,6 +383,8 @@ class Http1Connection(Protocol):
             return  # the pipe enforces the route timeout itself
         if self.write_blocked_since and core.timeout_write and \
                 now - self.write_blocked_since > core.timeout_write:
+            if self.queue:
+                self.queue[0].abandon("timeout_write: the client stopped reading")
             self.abort()
             return
         head = self.queue[0] if self.queue else None

@@ -110,6 +110,7 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
             public("mtlsmissing.test", mtls.url, tls_custom_ca=ca_b64),
             public("ws.test", f"http://127.0.0.1:{ws_port}", allow_websockets=True),
             public("nows.test", f"http://127.0.0.1:{ws_port}"),
+            public("spdy.test", f"http://127.0.0.1:{ws_port}", allow_spdy=True),
             public("robots.test", a.url, path="/robots.txt"),
         ]
         gw = stack.enter_context(gateway_daemon(tmp, {"policy": policy, **IDENTITY}))
@@ -343,3 +344,12 @@ def test_websocket_refused_without_flag(env: Env) -> None:
     sock, head = _ws_handshake(env, "nows.test")
     with sock:
         assert head.startswith(b"HTTP/1.1 403 ")
+
+
+def test_spdy_upgrade_gate(env: Env) -> None:
+    """SPDY upgrades are refused without allow_spdy and forwarded with it."""
+    for host, expected in (("nows.test", 403), ("spdy.test", 200)):
+        with RawClient(env.gw.port) as client:
+            reply = client.request("GET", "/", host, {"Upgrade": "SPDY/3.1",
+                                                      "Connection": "Upgrade"})
+            assert reply.status == expected, host

@@ -84,11 +84,9 @@ def test_h2_flow_control_large_download_and_upload(tmp_path: Path) -> None:
         assert echoed["body_sha256"] == hashlib.sha256(upload.read_bytes()).hexdigest()
 
 
-def test_h2_concurrent_streams(tmp_path: Path) -> None:
+def test_h2_concurrent_streams(tmp_path: Path, require_binary: Any) -> None:
     """Many concurrent streams on few connections all succeed (h2load)."""
-    h2load = shutil.which("h2load")
-    if h2load is None:
-        pytest.skip("h2load is not installed (apt-get install -y nghttp2-client)")
+    h2load = require_binary("h2load", "apt-get install -y nghttp2-client")
     with echo_upstream(tmp_path, quiet=True) as up, gateway_daemon(tmp_path, {
             "policy": [route(up)], "codec_type": "http2"}) as gw:
         result = subprocess.run([h2load, "-n", "300", "-c", "3", "-m", "20", "-H",

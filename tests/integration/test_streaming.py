@@ -152,3 +152,29 @@ def test_client_disconnect_aborts_upstream(env: Env, tmp_path: Path) -> None:
             assert sock.recv(65536).startswith(b"HTTP/1.1 200")
         wait_until(closed.is_set, 5, what="upstream connection closed")
     listener.close()
+
+
+def test_write_timeout_cuts_off_a_stalled_reader(tmp_path: Path) -> None:
+    """A client that stops reading a large response is dropped after timeout_write."""
+    with echo_upstream(tmp_path, quiet=True) as up, gateway_daemon(tmp_path, {
+        "timeout_write": "1s", "policy": [{
+            "from": "https://bulk.test", "to": up.url, "timeout": "1s",
+            "allow_public_unauthenticated_access": True}]}) as gw:
+        with socket.create_connection(("127.0.0.1", gw.port), timeout=15) as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            sock.sendall(b"GET /bytes/%d HTTP/1.1\r\nHost: bulk.test\r\n\r\n" % (256 << 20))
+            time.sleep(4)  # read nothing: the gateway's buffers fill, its writes block
+            received = 0
+            try:
+                while True:
+                    data = sock.recv(1 << 20)
+                    if not data:
+                        break
+                    received += len(data)
+            except ConnectionResetError:
+                pass
+        assert received < (256 << 20)
+        event = gw.wait_for_event(lambda e: e.get("namespace") == "gateway.access"
+                                  and e.get("path") == f"/bytes/{256 << 20}")
+        assert event["status"] == 200
+        assert event["detail"] == "timeout_write: the client stopped reading"
