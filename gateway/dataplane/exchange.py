@@ -274,7 +274,8 @@ class Exchange:
         assert plan is not None
         now = self.core.reactor.seconds()
         balancer = plan.balancer
-        host = balancer.pick(now, self.sink.client_ip.encode()) if balancer else None
+        key = self.client_address().encode() if plan.hashed else None
+        host = balancer.pick(now, key) if balancer else None
         if host is None:
             self.local(503, error_body(503, "no healthy upstream"))
             return

@@ -49,6 +49,7 @@ class RoutePlan:
     public: bool
     timeout: float
     host_header_name: bytes = b""
+    hashed: bool = False  # RING_HASH/MAGLEV: requests carry the client address as key
 
     def matches(self, path: str) -> bool:
         return path_matches(self.route, path)
@@ -133,6 +134,7 @@ def build_plan(snapshot: Snapshot, previous: Plan | None = None) -> Plan:
             public=route.allow_public_unauthenticated_access,
             timeout=route.timeout,
             host_header_name=route.host_rewrite_header.lower().encode("latin-1"),
+            hashed=route.lb_policy in ("RING_HASH", "MAGLEV"),
         )
         plans.append(plan)
         for host_key in route_host_keys(route):
