@@ -274,8 +274,8 @@ class Exchange:
         assert plan is not None
         now = self.core.reactor.seconds()
         balancer = plan.balancer
-        key = self.client_address().encode() if plan.hashed else None
-        host = balancer.pick(now, key) if balancer else None
+        hash_key = self.client_address().encode() if plan.hashed else None
+        host = balancer.pick(now, hash_key) if balancer else None
         if host is None:
             self.local(503, error_body(503, "no healthy upstream"))
             return
