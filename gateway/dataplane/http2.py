@@ -17,6 +17,7 @@ import h2.errors
 import h2.events
 import h2.exceptions
 import h2.settings
+import hpack.hpack
 from twisted.internet.protocol import Protocol
 from twisted.logger import Logger
 from twisted.python.failure import Failure
@@ -28,6 +29,17 @@ from gateway.dataplane.normalize import BadTarget, normalise_target
 from gateway.dataplane.responses import error_body
 
 log = Logger()
+
+
+class _Silent:
+    """hpack calls its stdlib logger's ``debug`` for every header it codes (dozens of
+    calls per request, each building arguments even when nothing is logged)."""
+
+    def debug(self, *args: object, **kwargs: object) -> None:
+        pass
+
+
+hpack.hpack.log = _Silent()  # type: ignore[assignment]
 _HIGH_WATER = 256 * 1024
 _CONNECTION_SPECIFIC = frozenset({b"connection", b"keep-alive", b"proxy-connection",
                                   b"transfer-encoding", b"upgrade", b"te"})
