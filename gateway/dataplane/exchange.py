@@ -58,6 +58,8 @@ class Sink(Protocol):
     def write_body(self, data: bytes) -> None: ...
     def end_body(self) -> None: ...
     def flush(self) -> None: ...
+    def tls_info(self) -> tuple[str, Any, Any]: ...
+    def client_cert_problem(self, policy: Any) -> str | None: ...
     def exchange_done(self, exchange: Exchange) -> None: ...
     def abort(self) -> None: ...
     def pause_reading(self, reason: str) -> None: ...
@@ -191,6 +193,14 @@ class Exchange:
                 self.local(405, error_body(405), ((b"allow", b"GET, HEAD"),))
             return
         plan, known = core.plan.lookup(self.host, path)
+        sni, certificate, store = self.sink.tls_info()
+        if sni and store is not None:
+            name = _hostname(self.host)
+            if (plan is None and name != sni) or (
+                    certificate is not None and not store.covers(certificate, name)):
+                # An HTTP/2 connection reused for a host it was not set up for.
+                self.local(421, error_body(421, f"this connection cannot serve {name}"))
+                return
         if path == "/robots.txt" and (plan is None or not plan.public):
             self.local(200, ROBOTS)
             return
@@ -199,6 +209,12 @@ class Exchange:
             self.local(404, error_body(404, detail))
             return
         self.plan = plan
+        if plan.client_cert is not None:
+            problem = self.sink.client_cert_problem(plan.client_cert)
+            if problem is not None:
+                self.detail = problem
+                self.local(495, error_body(495, "invalid client certificate"))
+                return
         if path == "/.gateway" or path.startswith("/.gateway/"):
             self.local(404, error_body(404, "not found"))
             return
@@ -641,6 +657,13 @@ def _eject(host: UpstreamHost, hosts: tuple[UpstreamHost, ...], detector: Any,
     host.ejections += 1
     host.ejected_until = now + detector.base_ejection_time * host.ejections
     host.consecutive_5xx = 0
+
+
+def _hostname(host: str) -> str:
+    """The Host value without its port (IPv6 literals keep their brackets)."""
+    if host.startswith("["):
+        return host[: host.find("]") + 1]
+    return host.rsplit(":", 1)[0] if host.count(":") == 1 else host
 
 
 def _bracket(host: str) -> str:

@@ -20,6 +20,7 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
+from gateway.dataplane.connection_tls import ConnectionTLS
 from gateway.dataplane.core import ProxyCore
 from gateway.dataplane.exchange import BODY_CHUNKED, BODY_LENGTH, Exchange
 from gateway.dataplane.fastio import direct_writer, write_now
@@ -68,7 +69,7 @@ class _ResponseFlow:
 
 
 @implementer(IHalfCloseableProtocol)
-class Http1Connection(Protocol):
+class Http1Connection(ConnectionTLS, Protocol):
     """One client connection."""
 
     chunked_framing = True
@@ -122,10 +123,10 @@ class Http1Connection(Protocol):
             self.pipe.eof_from(self.transport)
             return
         self.closing = True
-        self.transport.abortConnection()  # type: ignore[union-attr]
+        self.transport.abortConnection()
 
     def writeConnectionLost(self) -> None:
-        self.transport.loseConnection()  # type: ignore[union-attr]
+        self.transport.loseConnection()
 
     def dataReceived(self, data: bytes) -> None:
         self.last_activity = self.core.reactor.seconds()
@@ -165,12 +166,12 @@ class Http1Connection(Protocol):
                 head += (name, b": ", value, b"\r\n")
             head.append(b"content-type: text/plain; charset=utf-8\r\ncontent-length: %d\r\n"
                         b"connection: close\r\n\r\n" % len(body))
-            self.transport.write(b"".join(head) + body)  # type: ignore[union-attr]
-        self.transport.loseConnection()  # type: ignore[union-attr]
+            self.transport.write(b"".join(head) + body)
+        self.transport.loseConnection()
 
     def write(self, data: bytes) -> None:
         """Replaced per connection in ``connectionMade`` by the fastest safe writer."""
-        self.transport.write(data)  # type: ignore[union-attr]
+        self.transport.write(data)
 
     # -- llhttp callbacks
 
@@ -301,21 +302,21 @@ class Http1Connection(Protocol):
         pass  # writes leave at once (see ``write``)
 
     def send_continue(self) -> None:
-        self.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")  # type: ignore[union-attr]
+        self.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
 
     def start_response_flow(self, producer: Any) -> None:
-        self.transport.registerProducer(_ResponseFlow(self, producer), True)  # type: ignore
+        self.transport.registerProducer(_ResponseFlow(self, producer), True)
         self._flow_registered = True
 
     def stop_response_flow(self) -> None:
         if self._flow_registered:
             self._flow_registered = False
             self.write_blocked_since = 0.0
-            self.transport.unregisterProducer()  # type: ignore[union-attr]
+            self.transport.unregisterProducer()
 
     def pause_reading(self, reason: str) -> None:
         if not self.pauses and self.transport is not None:
-            self.transport.pauseProducing()  # type: ignore[attr-defined]
+            self.transport.pauseProducing()
         self.pauses.add(reason)
 
     def resume_reading(self, reason: str) -> None:
@@ -323,11 +324,11 @@ class Http1Connection(Protocol):
             return
         self.pauses.discard(reason)
         if not self.pauses and self.transport is not None:
-            self.transport.resumeProducing()  # type: ignore[attr-defined]
+            self.transport.resumeProducing()
 
     def abort(self) -> None:
         self.closing = True
-        self.transport.abortConnection()  # type: ignore[union-attr]
+        self.transport.abortConnection()
 
     def exchange_done(self, exchange: Exchange) -> None:
         if self.queue and self.queue[0] is exchange:
@@ -337,7 +338,7 @@ class Http1Connection(Protocol):
                 self.queue.remove(exchange)
         self.last_activity = self.core.reactor.seconds()
         if self.closing:
-            self.transport.loseConnection()  # type: ignore[union-attr]
+            self.transport.loseConnection()
             return
         if self.queue:
             head = self.queue[0]
@@ -352,7 +353,7 @@ class Http1Connection(Protocol):
         """llhttp stopped at an upgrade request; bytes after it wait for the 101."""
         exchange = self.current
         if exchange is None or exchange.finished:
-            self.transport.loseConnection()  # type: ignore[union-attr]
+            self.transport.loseConnection()
             return
         self.pause_reading("upgrade")
         self._early = rest
@@ -372,7 +373,7 @@ class Http1Connection(Protocol):
         if early:
             self.pipe.from_a(early)
         self.pauses.clear()
-        self.transport.resumeProducing()  # type: ignore[attr-defined]
+        self.transport.resumeProducing()
 
     # -- timeouts (called by the core's watchdog)
 
@@ -403,7 +404,7 @@ class Http1Connection(Protocol):
         if not self.queue and core.timeout_idle and \
                 now - self.last_activity > core.timeout_idle:
             self.closing = True
-            self.transport.loseConnection()  # type: ignore[union-attr]
+            self.transport.loseConnection()
 
 
 def _parser_reason(exc: Exception) -> str:

@@ -22,6 +22,7 @@ from twisted.internet.protocol import Protocol
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
+from gateway.dataplane.connection_tls import ConnectionTLS
 from gateway.dataplane.core import ProxyCore
 from gateway.dataplane.exchange import BODY_CHUNKED, BODY_LENGTH, Exchange
 from gateway.dataplane.fastio import direct_writer, write_now
@@ -127,6 +128,12 @@ class _Stream:
         """Send what h2 has queued (after an upstream read, or when a stream ends)."""
         self.owner.flush()
 
+    def tls_info(self) -> tuple[str, Any, Any]:
+        return self.owner.tls_info()
+
+    def client_cert_problem(self, policy: Any) -> str | None:
+        return self.owner.client_cert_problem(policy)
+
     def abort(self) -> None:
         if not self.closed:
             self.closed = True
@@ -161,7 +168,7 @@ class _Stream:
         self.abort()
 
 
-class H2Connection(Protocol):
+class H2Connection(ConnectionTLS, Protocol):
     """One HTTP/2 client connection (after ALPN ``h2`` or the h2c preface)."""
 
     def __init__(self, core: ProxyCore) -> None:
@@ -214,7 +221,7 @@ class H2Connection(Protocol):
             self._write(data)
 
     def _write(self, data: bytes) -> None:
-        self.transport.write(data)  # type: ignore[union-attr]
+        self.transport.write(data)
 
     def reset(self, stream_id: int, code: int) -> None:
         with contextlib.suppress(h2.exceptions.H2Error):
@@ -241,7 +248,7 @@ class H2Connection(Protocol):
             log.info("HTTP/2 protocol error from {client}: {error}", client=self.client_ip,
                      error=str(exc))
             self.flush()
-            self.transport.loseConnection()  # type: ignore[union-attr]
+            self.transport.loseConnection()
             return
         for event in events:
             if isinstance(event, h2.events.RequestReceived):
@@ -261,7 +268,7 @@ class H2Connection(Protocol):
             elif isinstance(event, h2.events.WindowUpdated):
                 self._window(event.stream_id)
             elif isinstance(event, h2.events.ConnectionTerminated):
-                self.transport.loseConnection()  # type: ignore[union-attr]
+                self.transport.loseConnection()
         self.flush()
 
     def _window(self, stream_id: int) -> None:
@@ -344,4 +351,4 @@ class H2Connection(Protocol):
                 now - self.last_activity > core.timeout_idle:
             self.h2.close_connection()
             self.flush()
-            self.transport.loseConnection()  # type: ignore[union-attr]
+            self.transport.loseConnection()

@@ -16,6 +16,7 @@ from gateway.config.snapshot import Snapshot
 from gateway.dataplane.balancer import Balancer, make_balancer
 from gateway.dataplane.hosts import UpstreamHost, hosts_for
 from gateway.dataplane.router import normalise_host, path_matches, route_host_keys
+from gateway.tls.client_certs import ClientCertPolicy
 
 Pairs = tuple[tuple[bytes, bytes], ...]
 
@@ -50,6 +51,7 @@ class RoutePlan:
     timeout: float
     host_header_name: bytes = b""
     hashed: bool = False  # RING_HASH/MAGLEV: requests carry the client address as key
+    client_cert: ClientCertPolicy | None = None  # mTLS required of clients on this route
 
     def matches(self, path: str) -> bool:
         return path_matches(self.route, path)
@@ -95,6 +97,8 @@ def build_plan(snapshot: Snapshot, previous: Plan | None = None) -> Plan:
     global_headers = dict(options.set_response_headers)
     reused = previous.state_key if previous is not None else {}
     state: dict[tuple[Any, ...], tuple[tuple[UpstreamHost, ...], Balancer | None]] = {}
+    policies: dict[tuple[bytes, bytes | None], ClientCertPolicy] = {}
+    material = snapshot.material
     plans: list[RoutePlan] = []
     by_host: dict[str, list[RoutePlan]] = {}
     for route in snapshot.routes:
@@ -114,6 +118,12 @@ def build_plan(snapshot: Snapshot, previous: Plan | None = None) -> Plan:
             tls = TLSClientConfig(route.tls_server_name, route.tls_skip_verify,
                                   route.tls_custom_ca, route.tls_client_cert,
                                   route.tls_client_key)
+        ca = route.tls_downstream_client_ca or material.client_ca
+        client_cert = None
+        if ca:
+            key = (ca, material.client_crl)
+            client_cert = policies.get(key) or policies.setdefault(
+                key, ClientCertPolicy.build(ca, material.client_crl))
         plan = RoutePlan(
             route=route,
             hosts=hosts,
@@ -135,6 +145,7 @@ def build_plan(snapshot: Snapshot, previous: Plan | None = None) -> Plan:
             timeout=route.timeout,
             host_header_name=route.host_rewrite_header.lower().encode("latin-1"),
             hashed=route.lb_policy in ("RING_HASH", "MAGLEV"),
+            client_cert=client_cert,
         )
         plans.append(plan)
         for host_key in route_host_keys(route):

@@ -14,14 +14,17 @@ from gateway.config.source import ConfigSource
 from gateway.dataplane.authz import Authorizer
 from gateway.dataplane.core import ProxyCore
 from gateway.dataplane.health import HealthManager
-from gateway.dataplane.listener import server_endpoint, tls_options
+from gateway.dataplane.listener import listener_factory, server_endpoint
 from gateway.dataplane.plan import build_plan
 from gateway.dataplane.switch import HTTPFactory
 from gateway.services.base import SnapshotService
+from gateway.tls.server import ServerTLS
+from gateway.tls.store import build_store
 
 
 class ProxyService(SnapshotService):
-    """Owns the main listener; each reload compiles a new plan for it."""
+    """Owns the main listener; each reload compiles a new plan and, with TLS, swaps in
+    the new certificates for connections made from then on."""
 
     label = "proxy"
 
@@ -29,22 +32,27 @@ class ProxyService(SnapshotService):
                  authorizer: Authorizer | None = None) -> None:
         super().__init__(source)
         snapshot = source.current
-        self.address = snapshot.options.address
+        options = snapshot.options
+        self.address = options.address
         self.core: ProxyCore | None = None
+        self.tls: ServerTLS | None = None
         self.health = HealthManager(reactor)
-        tls = None if snapshot.options.insecure_server else tls_options(snapshot)
-        if tls is None and not snapshot.options.insecure_server:
-            self.log.error(
-                "autocert certificates are not available yet: the listener on {address} "
-                "cannot serve TLS without certificates", address=self.address,
-            )
-            return
-        self.core = ProxyCore(reactor, build_plan(snapshot), tls=tls is not None,
+        if not options.insecure_server:
+            store = build_store(snapshot)
+            if store is None:
+                self.log.error(
+                    "autocert certificates are not available yet: the listener on {address} "
+                    "cannot serve TLS without certificates", address=self.address,
+                )
+                return
+            self.tls = ServerTLS(store)
+        self.core = ProxyCore(reactor, build_plan(snapshot), tls=self.tls is not None,
                               authorizer=authorizer)
-        listener = StreamServerEndpointService(
-            server_endpoint(reactor, self.address, snapshot, tls),
-            HTTPFactory(self.core, snapshot.options.codec_type, tls is not None),
+        factory = listener_factory(
+            HTTPFactory(self.core, options.codec_type, self.tls is not None), self.tls,
+            options.use_proxy_protocol, reactor,
         )
+        listener = StreamServerEndpointService(server_endpoint(reactor, self.address), factory)
         listener.name = "listener"
         # A port that cannot be bound must stop the daemon at start-up, not be logged.
         listener._raiseSynchronously = True
@@ -56,11 +64,14 @@ class ProxyService(SnapshotService):
                 "address changed from {old} to {new}: restart to listen on the new address",
                 old=self.address, new=snapshot.options.address,
             )
-        if self.core is not None:
-            if snapshot is not self.core.plan.snapshot:
-                self.core.set_plan(build_plan(snapshot, self.core.plan))
-            if self.running:
-                self.health.update(self.core.plan)
+        if self.core is not None and snapshot is not self.core.plan.snapshot:
+            self.core.set_plan(build_plan(snapshot, self.core.plan))
+            if self.tls is not None:
+                store = build_store(snapshot)
+                if store is not None:
+                    self.tls.swap(store)
+        if self.core is not None and self.running:
+            self.health.update(self.core.plan)
         super().apply(snapshot)
 
     def privilegedStartService(self) -> None:

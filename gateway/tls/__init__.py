@@ -1,0 +1,1 @@
+"""TLS toward clients: certificates chosen by SNI, client certificates, hot reload."""
