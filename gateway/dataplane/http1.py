@@ -93,8 +93,6 @@ class Http1Connection(ConnectionTLS, Protocol):
 
     def connectionMade(self) -> None:
         transport: Any = self.transport
-        peer = transport.getPeer()
-        self.client_ip = getattr(peer, "host", "")
         if hasattr(transport, "setTcpNoDelay"):
             transport.setTcpNoDelay(True)
         self.last_activity = self.core.reactor.seconds()
@@ -176,6 +174,10 @@ class Http1Connection(ConnectionTLS, Protocol):
     # -- llhttp callbacks
 
     def on_message_begin(self) -> None:
+        if not self.client_ip:
+            # Here, not in connectionMade: behind a PROXY-protocol wrapper the peer is
+            # only known once its header has been read.
+            self.client_ip = getattr(self.transport.getPeer(), "host", "")
         exchange = Exchange(self, self.core)
         self.current = exchange
         self.header_bytes = 0

@@ -196,8 +196,6 @@ class H2Connection(ConnectionTLS, Protocol):
             transport.setTcpNoDelay(True)
         if direct_writer(transport):
             self._write = lambda data: write_now(transport, data)  # type: ignore[method-assign]
-        peer = transport.getPeer()
-        self.client_ip = getattr(peer, "host", "")
         self.last_activity = self.core.reactor.seconds()
         self.core.connections.add(self)
         self.h2.update_settings({
@@ -290,6 +288,8 @@ class H2Connection(ConnectionTLS, Protocol):
             self.acknowledge(event.stream_id, event.flow_controlled_length)
 
     def _request(self, event: h2.events.RequestReceived) -> None:
+        if not self.client_ip:  # after any PROXY header (see Http1Connection)
+            self.client_ip = getattr(self.transport.getPeer(), "host", "")
         stream = _Stream(self, event.stream_id)
         self.streams[event.stream_id] = stream
         exchange = Exchange(stream, self.core)

@@ -14,6 +14,7 @@ from gateway.config.source import ConfigSource
 from gateway.dataplane.authz import Authorizer
 from gateway.dataplane.core import ProxyCore
 from gateway.dataplane.health import HealthManager
+from gateway.dataplane.http_redirect import RedirectFactory
 from gateway.dataplane.listener import listener_factory, server_endpoint
 from gateway.dataplane.plan import build_plan
 from gateway.dataplane.switch import HTTPFactory
@@ -57,6 +58,16 @@ class ProxyService(SnapshotService):
         # A port that cannot be bound must stop the daemon at start-up, not be logged.
         listener._raiseSynchronously = True
         MultiService.addService(self, listener)
+        if options.http_redirect_addr:
+            self.redirect_address = options.http_redirect_addr
+            core = self.core
+            redirect = StreamServerEndpointService(
+                server_endpoint(reactor, options.http_redirect_addr),
+                RedirectFactory(lambda: core.plan.response_headers),
+            )
+            redirect.name = "http-redirect"
+            redirect._raiseSynchronously = True
+            MultiService.addService(self, redirect)
 
     def apply(self, snapshot: Snapshot) -> None:
         if snapshot.options.address != self.address:
@@ -78,8 +89,8 @@ class ProxyService(SnapshotService):
         try:
             MultiService.privilegedStartService(self)
         except CannotListenError as exc:
-            self.log.critical("cannot listen on {address}: {error}", address=self.address,
-                              error=str(exc.socketError))
+            self.log.critical("cannot listen on {address}: {error}",
+                              address=f"{exc.interface}:{exc.port}", error=str(exc.socketError))
             raise SystemExit(1) from None
 
     def startService(self) -> None:

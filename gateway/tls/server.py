@@ -69,6 +69,10 @@ def peer_chain(transport: Any) -> list[x509.Certificate]:
     for candidate in (transport, getattr(transport, "transport", None)):
         connection = getattr(candidate, "_tlsConnection", None)
         if connection is not None:
-            chain = connection.get_peer_cert_chain(as_cryptography=True)
-            return list(chain or [])
+            leaf = connection.get_peer_certificate(as_cryptography=True)
+            if leaf is None:
+                return []
+            # On a server, OpenSSL's peer chain leaves the client's own certificate out.
+            rest = list(connection.get_peer_cert_chain(as_cryptography=True) or [])
+            return rest if rest and rest[0] == leaf else [leaf, *rest]
     return []
