@@ -234,9 +234,9 @@ def test_proxy_protocol_header(tmp_path: Path) -> None:
         assert headers["x-forwarded-for"] == "203.0.113.9"
         assert one_shot(gw.port, b"GET / HTTP/1.1\r\nHost: app.test\r\n\r\n") == b""
         started = time.monotonic()
-        with socket.create_connection(("127.0.0.1", gw.port), timeout=10) as silent:
-            with contextlib.suppress(ConnectionResetError):
-                assert silent.recv(1) == b""
+        with socket.create_connection(("127.0.0.1", gw.port), timeout=10) as silent, \
+                contextlib.suppress(ConnectionResetError):
+            assert silent.recv(1) == b""
         assert 4 < time.monotonic() - started < 9
 
 
