@@ -84,6 +84,7 @@ class Http1Connection(ConnectionTLS, Protocol):
         self.pauses: set[str] = set()
         self.closing = False
         self.last_activity = 0.0
+        self.request_started = 0.0
         self.write_blocked_since = 0.0
         self.pipe: Pipe | None = None
         self.pipe_upstream: UpstreamConnection | None = None
@@ -181,6 +182,7 @@ class Http1Connection(ConnectionTLS, Protocol):
         exchange = Exchange(self, self.core)
         self.current = exchange
         self.header_bytes = 0
+        self.request_started = self.core.reactor.seconds()
         if self.queue:
             self.pause_reading("pipeline")
         self.queue.append(exchange)
@@ -235,10 +237,16 @@ class Http1Connection(ConnectionTLS, Protocol):
                     t.strip().lower() for t in value.split(b",") if t.strip()}
         if len(lengths) > 1 or (lengths and chunked):
             raise _Reject(400, "ambiguous message framing")
+        if exchange.method == b"CONNECT":
+            raise _Reject(405, "CONNECT is not supported on this listener")
         target = exchange.target
         absolute = split_absolute(target) if not target.startswith(b"/") else None
         if absolute is not None:
+            # RFC 9112 3.2.2: the target's authority replaces the Host header, for the
+            # upstream as much as for routing.
             host, target = absolute
+            exchange.headers = [(n, v) for n, v in exchange.headers if n.lower() != b"host"]
+            exchange.headers.append((b"Host", host))
         elif hosts != 1:
             raise _Reject(400, "exactly one Host header is required")
         if not host:
@@ -258,8 +266,6 @@ class Http1Connection(ConnectionTLS, Protocol):
                 exchange.upgrade = b""  # not offered: answer in HTTP/1.1
             elif exchange.upgrade and exchange.method != b"CONNECT":
                 exchange.upgrade = b""  # Upgrade without "Connection: upgrade" is ignored
-        if exchange.method == b"CONNECT":
-            raise _Reject(405, "CONNECT is not supported on this listener")
         exchange.body_kind = BODY_CHUNKED if chunked else (
             BODY_LENGTH if lengths and lengths != {b"0"} else 0)
         if not exchange.body_kind and not exchange.upgrade:
@@ -397,7 +403,10 @@ class Http1Connection(ConnectionTLS, Protocol):
             return
         current = self.current
         if current is not None and not current.request_done:
-            if core.timeout_read and now - self.last_activity > core.timeout_read:
+            # Headers must be complete within timeout_read of their first byte (however
+            # slowly they trickle in); a body may take longer as long as it keeps coming.
+            since = self.request_started if not current.ready else self.last_activity
+            if core.timeout_read and now - since > core.timeout_read:
                 if current.response_started:
                     self.abort()
                 else:

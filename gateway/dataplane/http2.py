@@ -113,6 +113,8 @@ class _Stream:
                 self.end_pending = False
                 conn.end_stream(sid)
                 self.closed = True
+                if self.exchange is None or self.exchange.finished:
+                    self.owner.streams.pop(sid, None)
         except (h2.exceptions.StreamClosedError, h2.exceptions.ProtocolError):
             self.closed = True
             self.pending.clear()
@@ -234,7 +236,10 @@ class H2Connection(ConnectionTLS, Protocol):
         self.flush()
 
     def stream_done(self, stream: _Stream) -> None:
-        self.streams.pop(stream.stream_id, None)
+        if stream.closed or not (stream.pending or stream.end_pending):
+            self.streams.pop(stream.stream_id, None)
+        # else: the body still waits for the client's window; _drain removes the
+        # stream once END_STREAM is out.
         self.last_activity = self.core.reactor.seconds()
         self.flush()
 

@@ -111,7 +111,11 @@ def build_plan(snapshot: Snapshot, previous: Plan | None = None) -> Plan:
             hosts = hosts_for(route.to)
             balancer = make_balancer(route.lb_policy, hosts, _lb_config(route)) if hosts else None
         state[key] = (hosts, balancer)
-        merged = {**global_headers, **dict(route.set_response_headers)}
+        # Header names are case-insensitive: a route's X-Frame-Options replaces the
+        # global x-frame-options whatever the spelling.
+        by_name = {k.lower(): (k, v) for k, v in global_headers.items()}
+        by_name.update({k.lower(): (k, v) for k, v in route.set_response_headers.items()})
+        merged = dict(by_name.values())
         set_request = _encode(route.set_request_headers)
         tls = None
         if any(u.scheme == "https" for u in route.to):

@@ -1,0 +1,334 @@
+"""Pure data-plane rules: header handling, redirect locations and the compiled plan."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from twisted.trial.unittest import SynchronousTestCase
+
+from gateway.config.snapshot import Snapshot
+from gateway.dataplane.headers import (
+    connection_tokens,
+    forwarded_for,
+    rewrite_prefix,
+    strip_hop_by_hop,
+)
+from gateway.dataplane.plan import Plan, TLSClientConfig, build_plan
+from gateway.dataplane.redirect import redirect_location
+
+from .config.helpers import IDENTITY, PUBLIC_ROUTE, base_config, load
+
+
+def snapshot(*policy: dict[str, Any], **options: Any) -> Snapshot:
+    return load(base_config(policy=list(policy), **IDENTITY, **options))
+
+
+def public(**spec: Any) -> dict[str, Any]:
+    return {**PUBLIC_ROUTE, **spec}
+
+
+class ConnectionTokensTests(SynchronousTestCase):
+    def test_tokens(self) -> None:
+        """Every Connection header counts; tokens are trimmed, lower-cased, empties dropped."""
+        headers = [(b"Connection", b"keep-alive, X-Foo ,, x-bar"), (b"X-Foo", b"1"),
+                   (b"connection", b"Upgrade")]
+        self.assertEqual(connection_tokens(headers),
+                         frozenset({b"keep-alive", b"x-foo", b"x-bar", b"upgrade"}))
+        self.assertEqual(connection_tokens([(b"Host", b"a")]), frozenset())
+
+
+class StripHopByHopTests(SynchronousTestCase):
+    HEADERS = [
+        (b"Host", b"a"), (b"Connection", b"Upgrade, X-Private"), (b"Keep-Alive", b"300"),
+        (b"Proxy-Connection", b"keep-alive"), (b"Proxy-Authenticate", b"Basic"),
+        (b"Proxy-Authorization", b"Basic eA=="), (b"TE", b"trailers"), (b"Trailer", b"X"),
+        (b"Transfer-Encoding", b"chunked"), (b"Upgrade", b"websocket"),
+        (b"X-Private", b"secret"), (b"Cookie", b"a=1"), (b"cookie", b"b=2"),
+    ]
+
+    def test_strip(self) -> None:
+        """Listed hop-by-hop headers and those named in Connection go; the rest keep order."""
+        self.assertEqual(strip_hop_by_hop(list(self.HEADERS)),
+                         [(b"Host", b"a"), (b"Cookie", b"a=1"), (b"cookie", b"b=2")])
+
+    def test_keep_upgrade(self) -> None:
+        """For an upgrade, Upgrade and Connection stay; other hop-by-hop headers still go."""
+        self.assertEqual(
+            strip_hop_by_hop(list(self.HEADERS), keep_upgrade=True),
+            [(b"Host", b"a"), (b"Connection", b"Upgrade, X-Private"),
+             (b"Upgrade", b"websocket"), (b"Cookie", b"a=1"), (b"cookie", b"b=2")],
+        )
+
+
+class ForwardedForTests(SynchronousTestCase):
+    def test_table(self) -> None:
+        """The peer is appended unless skipped; N trusted hops pick the Nth from the right."""
+        chain = b"203.0.113.1, 198.51.100.2"
+        cases: list[tuple[tuple[bytes | None, str, int, bool], tuple[bytes | None, str]]] = [
+            ((None, "192.0.2.7", 0, False), (b"192.0.2.7", "192.0.2.7")),
+            ((b"", "192.0.2.7", 0, False), (b"192.0.2.7", "192.0.2.7")),
+            ((b"203.0.113.1", "192.0.2.7", 0, False),
+             (b"203.0.113.1, 192.0.2.7", "192.0.2.7")),
+            ((chain, "192.0.2.7", 0, False), (chain + b", 192.0.2.7", "192.0.2.7")),
+            ((chain, "192.0.2.7", 1, False), (chain + b", 192.0.2.7", "198.51.100.2")),
+            ((chain, "192.0.2.7", 2, False), (chain + b", 192.0.2.7", "203.0.113.1")),
+            ((chain, "192.0.2.7", 3, False), (chain + b", 192.0.2.7", "192.0.2.7")),
+            ((None, "192.0.2.7", 1, False), (b"192.0.2.7", "192.0.2.7")),
+            ((chain, "192.0.2.7", 0, True), (chain, "192.0.2.7")),
+            ((chain, "192.0.2.7", 1, True), (chain, "198.51.100.2")),
+            ((None, "192.0.2.7", 0, True), (None, "192.0.2.7")),
+            ((b" 203.0.113.1 ,, 198.51.100.2 ,", "192.0.2.7", 1, True),
+             (b" 203.0.113.1 ,, 198.51.100.2 ,", "198.51.100.2")),
+        ]
+        for arguments, expected in cases:
+            self.assertEqual(forwarded_for(*arguments), expected, arguments)
+
+
+class RewritePrefixTests(SynchronousTestCase):
+    def test_table(self) -> None:
+        """Only a leading prefix is replaced, once."""
+        cases = {
+            (b"http://internal/x", b"http://internal/", b"https://app/"): b"https://app/x",
+            (b"http://internal/", b"http://internal/", b"/"): b"/",
+            (b"http://other/x", b"http://internal/", b"https://app/"): b"http://other/x",
+            (b"x http://internal/", b"http://internal/", b"/"): b"x http://internal/",
+            (b"aaa", b"a", b"b"): b"baa",
+        }
+        for (value, prefix, replacement), expected in cases.items():
+            self.assertEqual(rewrite_prefix(value, prefix, replacement), expected, value)
+
+
+class RedirectLocationTests(SynchronousTestCase):
+    def location(self, redirect: dict[str, Any], scheme: str, host: str,
+                 request_path: str = "/p", route: dict[str, Any] | None = None) -> str:
+        spec = {"from": "https://old.example.com", "redirect": redirect, **(route or {})}
+        return redirect_location(snapshot(spec).routes[0], scheme, host, request_path, "?q=1")
+
+    def test_table(self) -> None:
+        """Each redirect field changes its part of the URL; the rest comes from the request."""
+        cases: list[tuple[dict[str, Any], str, str, str]] = [
+            ({"https_redirect": True}, "http", "old.example.com:8080",
+             "https://old.example.com/p?q=1"),
+            ({"https_redirect": True}, "http", "old.example.com",
+             "https://old.example.com/p?q=1"),
+            ({"https_redirect": True}, "https", "old.example.com:8443",
+             "https://old.example.com:8443/p?q=1"),
+            ({"https_redirect": True, "port_redirect": 8443}, "http", "old.example.com:8080",
+             "https://old.example.com:8443/p?q=1"),
+            ({"scheme_redirect": "http"}, "https", "old.example.com:8443",
+             "http://old.example.com/p?q=1"),
+            ({"scheme_redirect": "https"}, "https", "old.example.com:8443",
+             "https://old.example.com:8443/p?q=1"),
+            ({"host_redirect": "new.example.com"}, "https", "old.example.com:8443",
+             "https://new.example.com/p?q=1"),
+            ({"host_redirect": "new.example.com:9443"}, "https", "old.example.com",
+             "https://new.example.com:9443/p?q=1"),
+            ({"host_redirect": "new.example.com:443"}, "https", "old.example.com",
+             "https://new.example.com/p?q=1"),
+            ({"port_redirect": 8443}, "https", "old.example.com",
+             "https://old.example.com:8443/p?q=1"),
+            ({"port_redirect": 443}, "https", "old.example.com:8443",
+             "https://old.example.com/p?q=1"),
+            ({"port_redirect": 80}, "http", "old.example.com:8080",
+             "http://old.example.com/p?q=1"),
+            ({"path_redirect": "/elsewhere"}, "https", "old.example.com",
+             "https://old.example.com/elsewhere?q=1"),
+            ({"strip_query": True}, "https", "old.example.com", "https://old.example.com/p"),
+            ({"path_redirect": "/x", "strip_query": True, "host_redirect": "n.example.com"},
+             "https", "old.example.com", "https://n.example.com/x"),
+            ({"https_redirect": True}, "http", "[::1]:8080", "https://[::1]/p?q=1"),
+            ({"port_redirect": 8443}, "https", "[2001:db8::1]", "https://[2001:db8::1]:8443/p?q=1"),
+            ({"path_redirect": "/x"}, "https", "[2001:db8::1]:9443",
+             "https://[2001:db8::1]:9443/x?q=1"),
+        ]
+        for redirect, scheme, host, expected in cases:
+            self.assertEqual(self.location(redirect, scheme, host), expected, (redirect, host))
+
+    def test_response_code_not_in_location(self) -> None:
+        """``response_code`` changes the status only, never the Location."""
+        for code in (301, 302, 303, 307, 308):
+            self.assertEqual(
+                self.location({"host_redirect": "new.example.com", "response_code": code},
+                              "https", "old.example.com"),
+                "https://new.example.com/p?q=1",
+            )
+        route = snapshot({"from": "https://old.example.com",
+                          "redirect": {"https_redirect": True, "response_code": 308}}).routes[0]
+        assert route.redirect is not None
+        self.assertEqual(route.redirect.response_code, 308)
+
+    def test_prefix_rewrite(self) -> None:
+        """prefix_rewrite replaces the matched prefix of a prefix (or path) route."""
+        cases = [
+            ({"prefix": "/old"}, "/new", "/old/x", "https://old.example.com/new/x?q=1"),
+            ({"prefix": "/old/"}, "/", "/old/x/y", "https://old.example.com/x/y?q=1"),
+            ({"prefix": "/old"}, "/new", "/old", "https://old.example.com/new?q=1"),
+            ({"path": "/exact"}, "/other", "/exact", "https://old.example.com/other?q=1"),
+            ({}, "/base", "/x", "https://old.example.com/basex?q=1"),
+        ]
+        for route, rewrite, path, expected in cases:
+            self.assertEqual(
+                self.location({"prefix_rewrite": rewrite}, "https", "old.example.com", path,
+                              route),
+                expected, (route, path),
+            )
+
+
+class BuildPlanTests(SynchronousTestCase):
+    def test_host_keys(self) -> None:
+        """Routes are indexed by each Host value they answer (default port with or without)."""
+        plan = build_plan(snapshot(
+            public(**{"from": "https://app.example.com"}),
+            public(**{"from": "http://plain.example.com", "to": "http://10.0.0.9"}),
+            public(**{"from": "https://port.example.com:8443"}),
+        ))
+        self.assertEqual(set(plan.by_host), {
+            "app.example.com", "app.example.com:443", "plain.example.com",
+            "plain.example.com:80", "port.example.com:8443",
+        })
+        self.assertEqual([p.route.index for p in plan.routes], [0, 1, 2])
+
+    def test_route_order_per_host(self) -> None:
+        """Per host, route plans keep the order of the policy list."""
+        plan = build_plan(snapshot(
+            public(prefix="/a"), public(**{"from": "https://other.example.com"}),
+            public(prefix="/b"), public(),
+        ))
+        for key in ("app.example.com", "app.example.com:443"):
+            self.assertEqual([p.route.index for p in plan.by_host[key]], [0, 2, 3])
+        self.assertEqual([p.route.index for p in plan.by_host["other.example.com"]], [1])
+
+    def test_response_headers_merged(self) -> None:
+        """Global response headers apply to every route; a route's value wins per name."""
+        plan = build_plan(snapshot(
+            public(set_response_headers={"X-B": "route", "X-C": "route"}), public(prefix="/x"),
+            set_response_headers={"X-A": "global", "X-B": "global"},
+        ))
+        first, second = plan.routes
+        self.assertEqual(dict(first.response_headers),
+                         {b"X-A": b"global", b"X-B": b"route", b"X-C": b"route"})
+        self.assertEqual(first.response_header_names, frozenset({b"x-a", b"x-b", b"x-c"}))
+        self.assertEqual(dict(second.response_headers), {b"X-A": b"global", b"X-B": b"global"})
+        self.assertEqual(dict(plan.response_headers), {b"X-A": b"global", b"X-B": b"global"})
+
+    def test_default_response_headers(self) -> None:
+        """Without a setting, the security headers of the reference are added."""
+        plan = build_plan(snapshot(public()))
+        self.assertEqual(dict(plan.response_headers), {
+            b"X-Content-Type-Options": b"nosniff",
+            b"X-Frame-Options": b"SAMEORIGIN",
+            b"X-XSS-Protection": b"1; mode=block",
+            b"Strict-Transport-Security": b"max-age=31536000; includeSubDomains; preload",
+        })
+
+    def test_response_headers_disabled(self) -> None:
+        """``disable: true`` removes the global headers; route headers still apply."""
+        plan = build_plan(snapshot(public(set_response_headers={"X-Route": "1"}),
+                                   set_response_headers={"disable": True}))
+        self.assertEqual(plan.response_headers, ())
+        self.assertEqual(plan.routes[0].response_headers, ((b"X-Route", b"1"),))
+        self.assertEqual(plan.routes[0].response_header_names, frozenset({b"x-route"}))
+
+    def test_route_header_wins_whatever_its_case(self) -> None:
+        """A route header replaces the global one of the same name in any letter case."""
+        plan = build_plan(snapshot(public(set_response_headers={"x-frame-options": "DENY"})))
+        values = [v for n, v in plan.routes[0].response_headers
+                  if n.lower() == b"x-frame-options"]
+        self.assertEqual(values, [b"DENY"])
+
+    def test_request_drop(self) -> None:
+        """Removed names and names the route sets are dropped from the client's request."""
+        plan = build_plan(snapshot(public(remove_request_headers=["X-Secret", "Cookie"],
+                                          set_request_headers={"X-Extra": "1", "X-Two": "2"})))
+        route = plan.routes[0]
+        self.assertEqual(route.request_drop,
+                         frozenset({b"x-secret", b"cookie", b"x-extra", b"x-two"}))
+        self.assertEqual(route.request_headers, ((b"X-Extra", b"1"), (b"X-Two", b"2")))
+
+    def test_tls_only_for_https_upstreams(self) -> None:
+        """A TLS client config exists only when a route has an https upstream."""
+        plan = build_plan(snapshot(
+            public(),
+            public(**{"from": "https://tls.example.com", "to": "https://10.0.0.2:8443",
+                      "tls_server_name": "up.internal", "tls_skip_verify": True}),
+            public(**{"from": "https://mixed.example.com",
+                      "to": ["http://10.0.0.3", "https://10.0.0.4"]}),
+        ))
+        plain, tls, mixed = plan.routes
+        self.assertIsNone(plain.tls)
+        self.assertEqual(tls.tls, TLSClientConfig("up.internal", True, None, None, None))
+        self.assertEqual(mixed.tls, TLSClientConfig("", False, None, None, None))
+
+    def test_public_and_timeout(self) -> None:
+        """The plan carries whether a route is public and its upstream timeout."""
+        plan = build_plan(snapshot(public(timeout="7s"),
+                                   {"from": "https://private.example.com", "to": "http://a"},
+                                   default_upstream_timeout="11s"))
+        self.assertEqual([(p.public, p.timeout) for p in plan.routes], [(True, 7.0), (False, 11.0)])
+
+    def test_same_upstreams_share_state(self) -> None:
+        """Two routes to the same upstreams share host state and balancer in one plan."""
+        plan = build_plan(snapshot(public(prefix="/a"), public(prefix="/b"),
+                                   public(**{"to": "http://10.0.0.5"})))
+        a, b, c = plan.routes
+        self.assertIs(a.hosts[0], b.hosts[0])
+        self.assertIs(a.balancer, b.balancer)
+        self.assertIsNot(a.hosts[0], c.hosts[0])
+
+    def test_state_reused_across_rebuild(self) -> None:
+        """Host state outlives a rebuild that leaves a route's upstreams unchanged."""
+        first = build_plan(snapshot(public(), public(**{"from": "https://b.example.com",
+                                                        "to": "http://10.0.0.5"})))
+        first.routes[0].hosts[0].healthy = False
+        second = build_plan(snapshot(public(set_response_headers={"X-New": "1"}),
+                                     public(**{"from": "https://b.example.com",
+                                               "to": "http://10.0.0.6"})),
+                            previous=first)
+        self.assertIs(second.routes[0].hosts[0], first.routes[0].hosts[0])
+        self.assertIs(second.routes[0].balancer, first.routes[0].balancer)
+        self.assertFalse(second.routes[0].hosts[0].healthy)
+        self.assertIsNot(second.routes[1].hosts[0], first.routes[1].hosts[0])
+        self.assertEqual(second.routes[1].hosts[0].upstream.host, "10.0.0.6")
+
+    def test_state_replaced_when_to_changes(self) -> None:
+        """Changing ``to`` (or the balancing policy) gives fresh host state."""
+        first = build_plan(snapshot(public()))
+        first.routes[0].hosts[0].healthy = False
+        changed_to = build_plan(snapshot(public(to=["http://127.0.0.1:9000",
+                                                    "http://127.0.0.1:9001"])), previous=first)
+        self.assertIsNot(changed_to.routes[0].hosts[0], first.routes[0].hosts[0])
+        self.assertTrue(changed_to.routes[0].hosts[0].healthy)
+        changed_lb = build_plan(snapshot(public(lb_policy="RANDOM")), previous=first)
+        self.assertIsNot(changed_lb.routes[0].hosts[0], first.routes[0].hosts[0])
+
+    def test_redirect_route_has_no_hosts(self) -> None:
+        """A redirect route has no upstream hosts and no balancer."""
+        plan = build_plan(snapshot({"from": "https://old.example.com",
+                                    "redirect": {"https_redirect": True}}))
+        self.assertEqual((plan.routes[0].hosts, plan.routes[0].balancer), ((), None))
+
+
+class LookupTests(SynchronousTestCase):
+    def plan(self) -> Plan:
+        return build_plan(snapshot(public(prefix="/api"), public(path="/exact")))
+
+    def test_unknown_host(self) -> None:
+        """A host no route names: no plan, and the host is reported unknown."""
+        self.assertEqual(self.plan().lookup("nope.example.com", "/api"), (None, False))
+        self.assertEqual(self.plan().lookup("app.example.com:8443", "/api"), (None, False))
+
+    def test_known_host_without_matching_path(self) -> None:
+        """A known host whose routes match no path: no plan, but the host is known."""
+        self.assertEqual(self.plan().lookup("app.example.com", "/other"), (None, True))
+
+    def test_match(self) -> None:
+        """The first route matching the path answers; Host is compared normalised."""
+        plan = self.plan()
+        for host in ("app.example.com", "app.example.com:443", "APP.Example.com.",
+                     "app.example.com.:443"):
+            found, known = plan.lookup(host, "/api/x")
+            assert found is not None
+            self.assertEqual((found.route.index, known), (0, True), host)
+        found, _ = plan.lookup("app.example.com", "/exact")
+        assert found is not None
+        self.assertEqual(found.route.index, 1)
