@@ -230,17 +230,15 @@ class Exchange:
             self.keep_alive = False
             self.local(403, error_body(403, f"{token} upgrades are not enabled on this route"))
             return
-        if not plan.public:
-            decision = core.authorizer.authorize(self._info(), plan)
-            if isinstance(decision, Deferred):
-                self.sink.pause_reading("authorize")
-                decision.addCallbacks(self._decided, self._decision_failed)
-                return
-            if isinstance(decision, Deny):
-                self._deny(decision)
-                return
-            self.allow = decision
-        self.dispatch()
+        if plan.public:
+            self.dispatch()
+            return
+        decision = core.authorizer.authorize(self._info(), plan)
+        if isinstance(decision, Deferred):
+            self.sink.pause_reading("authorize")
+            decision.addCallbacks(self._decided, self._decision_failed)
+            return
+        self._apply(decision)
 
     def _upgrade_allowed(self, route: Any) -> bool:
         token = self.upgrade.lower()
@@ -265,8 +263,10 @@ class Exchange:
 
     def _decided(self, decision: Allow | Deny) -> None:
         self.sink.resume_reading("authorize")
-        if self.finished:
-            return
+        if not self.finished:
+            self._apply(decision)
+
+    def _apply(self, decision: Allow | Deny) -> None:
         if isinstance(decision, Deny):
             self._deny(decision)
             return

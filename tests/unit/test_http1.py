@@ -15,6 +15,7 @@ from twisted.trial.unittest import SynchronousTestCase
 from gateway.dataplane.core import ProxyCore
 from gateway.dataplane.http1 import Http1Connection
 from gateway.dataplane.plan import build_plan
+from tests.support.memory_upstream import MemoryUpstream
 
 from .config.helpers import IDENTITY, base_config, load
 
@@ -92,24 +93,7 @@ def parse(data: bytes) -> list[Response]:
     return collector.responses
 
 
-class Upstream:
-    """The server side of one connection the pool opened, on a StringTransport."""
-
-    def __init__(self, reactor: MemoryReactorClock, index: int) -> None:
-        self.host, self.port, factory, self.timeout, _ = reactor.tcpClients[index]
-        protocol = factory.buildProtocol(IPv4Address("TCP", self.host, self.port))
-        assert protocol is not None
-        self.protocol = protocol
-        self.transport = StringTransport()
-        self.protocol.makeConnection(self.transport)
-
-    def received(self) -> bytes:
-        data: bytes = self.transport.value()
-        self.transport.clear()
-        return data
-
-    def respond(self, data: bytes) -> None:
-        self.protocol.dataReceived(data)
+Upstream = MemoryUpstream
 
 
 class Http1TestCase(SynchronousTestCase):

@@ -17,6 +17,7 @@ from twisted.trial.unittest import SynchronousTestCase
 from gateway.dataplane.core import ProxyCore
 from gateway.dataplane.http2 import H2Connection
 from gateway.dataplane.plan import build_plan
+from tests.support.memory_upstream import MemoryUpstream
 
 from .config.helpers import base_config, load
 
@@ -45,24 +46,7 @@ class StreamResult:
         return int(dict(self.headers)[b":status"])
 
 
-class Upstream:
-    """The server side of one connection the pool opened, on a StringTransport."""
-
-    def __init__(self, reactor: MemoryReactorClock, index: int = -1) -> None:
-        self.host, self.port, factory, _, _ = reactor.tcpClients[index]
-        protocol = factory.buildProtocol(IPv4Address("TCP", self.host, self.port))
-        assert protocol is not None
-        self.protocol = protocol
-        self.transport = StringTransport()
-        self.protocol.makeConnection(self.transport)
-
-    def received(self) -> bytes:
-        data: bytes = self.transport.value()
-        self.transport.clear()
-        return data
-
-    def respond(self, data: bytes) -> None:
-        self.protocol.dataReceived(data)
+Upstream = MemoryUpstream
 
 
 class H2TestCase(SynchronousTestCase):
