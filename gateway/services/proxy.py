@@ -9,6 +9,8 @@ from twisted.application.service import MultiService
 from twisted.internet.defer import Deferred
 from twisted.internet.error import CannotListenError
 
+from gateway.autocert.challenge import PendingChallenges
+from gateway.autocert.service import AutocertService
 from gateway.config.snapshot import Snapshot
 from gateway.config.source import ConfigSource
 from gateway.dataplane.authz import Authorizer
@@ -20,7 +22,7 @@ from gateway.dataplane.plan import build_plan
 from gateway.dataplane.switch import HTTPFactory
 from gateway.services.base import SnapshotService
 from gateway.tls.server import ServerTLS
-from gateway.tls.store import build_store
+from gateway.tls.store import CertificateStore, build_store
 
 
 class ProxyService(SnapshotService):
@@ -38,13 +40,17 @@ class ProxyService(SnapshotService):
         self.core: ProxyCore | None = None
         self.tls: ServerTLS | None = None
         self.health = HealthManager(reactor)
+        self.challenges: PendingChallenges | None = None
+        self.autocert: AutocertService | None = None
+        if options.autocert and not options.insecure_server:
+            self.challenges = PendingChallenges()
+            self.autocert = AutocertService(reactor, snapshot, self.challenges,
+                                            self._certificates_changed)
+            MultiService.addService(self, self.autocert)
         if not options.insecure_server:
-            store = build_store(snapshot)
-            if store is None:
-                self.log.error(
-                    "autocert certificates are not available yet: the listener on {address} "
-                    "cannot serve TLS without certificates", address=self.address,
-                )
+            store = self._store(snapshot)
+            if store is None:  # validation guarantees a TLS source; kept for safety
+                self.log.error("no certificate to serve on {address}", address=self.address)
                 return
             self.tls = ServerTLS(store)
         self.core = ProxyCore(reactor, build_plan(snapshot), tls=self.tls is not None,
@@ -77,13 +83,26 @@ class ProxyService(SnapshotService):
             )
         if self.core is not None and snapshot is not self.core.plan.snapshot:
             self.core.set_plan(build_plan(snapshot, self.core.plan))
+            if self.autocert is not None:
+                self.autocert.update(snapshot)
             if self.tls is not None:
-                store = build_store(snapshot)
+                store = self._store(snapshot)
                 if store is not None:
                     self.tls.swap(store)
         if self.core is not None and self.running:
             self.health.update(self.core.plan)
         super().apply(snapshot)
+
+    def _store(self, snapshot: Snapshot) -> CertificateStore | None:
+        extra = self.autocert.pairs() if self.autocert is not None else []
+        return build_store(snapshot, extra, self.challenges)
+
+    def _certificates_changed(self) -> None:
+        """Autocert obtained or renewed a certificate: serve it from now on."""
+        if self.tls is not None:
+            store = self._store(self.snapshot)
+            if store is not None:
+                self.tls.swap(store)
 
     def privilegedStartService(self) -> None:
         try:

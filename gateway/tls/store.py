@@ -17,6 +17,7 @@ from cryptography.hazmat.primitives.serialization import load_pem_private_key
 from cryptography.x509.oid import NameOID
 from OpenSSL import SSL
 
+from gateway.autocert.challenge import ACME_TLS_1, PendingChallenges
 from gateway.config.snapshot import Snapshot
 
 # Mozilla "intermediate" TLS 1.2 suites (TLS 1.3 suites are OpenSSL's defaults).
@@ -76,7 +77,8 @@ class CertificateStore:
 
 
 def _context(chain: Sequence[x509.Certificate], key_pem: bytes, alpn: list[bytes],
-             request_client_cert: bool) -> SSL.Context:
+             request_client_cert: bool, challenges: PendingChallenges | None = None
+             ) -> SSL.Context:
     ctx = SSL.Context(SSL.TLS_SERVER_METHOD)
     ctx.set_min_proto_version(SSL.TLS1_2_VERSION)
     ctx.set_options(SSL.OP_NO_COMPRESSION | SSL.OP_CIPHER_SERVER_PREFERENCE
@@ -89,6 +91,17 @@ def _context(chain: Sequence[x509.Certificate], key_pem: bytes, alpn: list[bytes
     ctx.check_privatekey()
 
     def select(connection: SSL.Connection, offered: list[bytes]) -> bytes:
+        if ACME_TLS_1 in offered:
+            # TLS-ALPN-01 validation: answer with the challenge certificate for the name,
+            # on this same listener, without disturbing ordinary clients of that name.
+            raw = connection.get_servername()
+            pair = challenges.get(raw.decode("ascii", "replace")) if (
+                challenges is not None and raw) else None
+            if pair is None:
+                return SSL.NO_OVERLAPPING_PROTOCOLS  # type: ignore[return-value]
+            connection.use_certificate(pair[0])
+            connection.use_privatekey(pair[1])
+            return ACME_TLS_1
         for protocol in alpn:
             if protocol in offered:
                 return protocol
@@ -102,20 +115,29 @@ def _context(chain: Sequence[x509.Certificate], key_pem: bytes, alpn: list[bytes
     return ctx
 
 
-def build_store(snapshot: Snapshot) -> CertificateStore | None:
-    """The store for a snapshot, or None when it has no certificates."""
+def build_store(snapshot: Snapshot, extra: Sequence[tuple[bytes, bytes]] = (),
+                challenges: PendingChallenges | None = None) -> CertificateStore | None:
+    """The store for a snapshot plus ``extra`` (autocert) pairs, or None without any.
+
+    With autocert and no certificate yet, a self-signed placeholder lets the listener
+    start, so the CA can validate and ordinary clients get a handshake (and a warning)
+    rather than a refused connection."""
     material = snapshot.material
-    if not material.certificates:
+    pairs = [*material.certificates, *extra]
+    if not pairs and snapshot.options.autocert:
+        pairs = [_placeholder()]
+    if not pairs:
         return None
     options = snapshot.options
     alpn = alpn_protocols(options.codec_type)
     wants_client = bool(material.client_ca) or any(
         r.tls_downstream_client_ca for r in snapshot.routes)
     store = CertificateStore([], override_name=options.override_certificate_name)
-    for cert_pem, key_pem in material.certificates:
+    for cert_pem, key_pem in pairs:
         chain = x509.load_pem_x509_certificates(cert_pem)
         names = certificate_names(chain[0])
-        entry = ServerCertificate(chain, names, _context(chain, key_pem, alpn, wants_client))
+        entry = ServerCertificate(chain, names, _context(chain, key_pem, alpn, wants_client,
+                                                         challenges))
         store.certificates.append(entry)
         for name in names:
             if name.startswith("*."):
@@ -123,3 +145,25 @@ def build_store(snapshot: Snapshot) -> CertificateStore | None:
             else:
                 store.exact.setdefault(name, entry)
     return store
+
+
+def _placeholder() -> tuple[bytes, bytes]:
+    """A self-signed certificate for ``gateway.invalid`` (until autocert has one)."""
+    import datetime
+
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "gateway.invalid")])
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name)
+            .public_key(key.public_key()).serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(minutes=5))
+            .not_valid_after(now + datetime.timedelta(days=7))
+            .add_extension(x509.SubjectAlternativeName([x509.DNSName("gateway.invalid")]),
+                           critical=False)
+            .sign(key, hashes.SHA256()))
+    return (cert.public_bytes(serialization.Encoding.PEM),
+            key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                              serialization.NoEncryption()))

@@ -80,9 +80,9 @@ def twistd_argv(config_path: Path, *extra: str) -> list[str]:
 @contextlib.contextmanager
 def gateway_daemon(tmpdir: Path, config: Mapping[str, Any], *, env: Mapping[str, str] | None
                    = None, extra_args: tuple[str, ...] = ("--poll-interval", "0.2"),
-                   timeout: float = 20.0) -> Iterator[Daemon]:
+                   timeout: float = 20.0, port: int | None = None) -> Iterator[Daemon]:
     """Start the daemon on a free loopback port (``address`` is filled in) and stop it."""
-    port = free_port()
+    port = port or free_port()
     merged = {"insecure_server": True, **config, "address": f"127.0.0.1:{port}"}
     path = tmpdir / "gateway.yaml"
     path.write_text(yaml.safe_dump(merged))

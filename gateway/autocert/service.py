@@ -1,0 +1,132 @@
+"""Keeps a certificate for every host the gateway serves: issues missing ones, renews
+them a third of their lifetime (at most 30 days) before expiry, retries failures with
+backoff, and tells the listener when its certificate set changed.
+
+The blocking ACME client runs in the reactor's thread pool; everything else runs on
+the reactor thread.
+"""
+
+from __future__ import annotations
+
+import datetime
+import ipaddress
+from collections.abc import Callable
+from typing import Any
+from urllib.parse import urlsplit
+
+from twisted.application.service import Service
+from twisted.internet.task import LoopingCall
+from twisted.internet.threads import deferToThreadPool
+from twisted.logger import Logger
+from twisted.python.failure import Failure
+
+from gateway.autocert.challenge import PendingChallenges
+from gateway.autocert.issue import PRODUCTION, STAGING, AcmeSettings, issue
+from gateway.autocert.storage import CertificateFiles, StoredCertificate
+from gateway.config.snapshot import Snapshot
+
+CHECK_INTERVAL = 60.0
+FIRST_BACKOFF = 30.0
+MAX_BACKOFF = 3600.0
+
+
+def wanted_domains(snapshot: Snapshot) -> list[str]:
+    """Every route host and the authenticate host that is a DNS name."""
+    names: list[str] = []
+    hosts = [r.host for r in snapshot.routes]
+    if snapshot.options.authenticate_service_url:
+        hosts.append(urlsplit(snapshot.options.authenticate_service_url).hostname or "")
+    for host in hosts:
+        try:
+            ipaddress.ip_address(host)
+            continue
+        except ValueError:
+            pass
+        if host and "." in host and not host.startswith("*") and host not in names:
+            names.append(host)
+    return names
+
+
+def acme_settings(snapshot: Snapshot, trusted_ca_file: str | None) -> AcmeSettings:
+    o = snapshot.options
+    directory = o.autocert_ca or (STAGING if o.autocert_use_staging else PRODUCTION)
+    return AcmeSettings(directory, trusted_ca_file, o.autocert_must_staple)
+
+
+class AutocertService(Service):
+    log = Logger()
+
+    def __init__(self, reactor: Any, snapshot: Snapshot, pending: PendingChallenges,
+                 on_change: Callable[[], None]) -> None:
+        self.reactor = reactor
+        self.pending = pending
+        self.on_change = on_change
+        self.snapshot = snapshot
+        self.files = CertificateFiles(snapshot.options.autocert_dir)
+        self.certificates: dict[str, StoredCertificate] = {}
+        self._in_flight: set[str] = set()
+        self._backoff: dict[str, tuple[float, float]] = {}  # domain -> (retry at, delay)
+        self._loop = LoopingCall(self.check)
+        self._loop.clock = reactor
+        for domain in wanted_domains(snapshot):
+            stored = self.files.load(domain)
+            if stored is not None:
+                self.certificates[domain] = stored
+
+    def update(self, snapshot: Snapshot) -> None:
+        self.snapshot = snapshot
+        if self.running:
+            self.check()
+
+    def pairs(self) -> list[tuple[bytes, bytes]]:
+        now = datetime.datetime.now(datetime.UTC)
+        return [(c.chain_pem, c.key_pem) for c in self.certificates.values() if c.not_after > now]
+
+    def startService(self) -> None:
+        Service.startService(self)
+        self._loop.start(CHECK_INTERVAL, now=True).addErrback(
+            lambda f: self.log.failure("autocert loop stopped", f))
+
+    def stopService(self) -> None:
+        if self._loop.running:
+            self._loop.stop()
+        Service.stopService(self)
+
+    def check(self) -> None:
+        now = self.reactor.seconds()
+        utcnow = datetime.datetime.now(datetime.UTC)
+        for domain in wanted_domains(self.snapshot):
+            current = self.certificates.get(domain)
+            if current is not None and utcnow < current.renew_at():
+                continue
+            if domain in self._in_flight or self._backoff.get(domain, (0.0, 0.0))[0] > now:
+                continue
+            self._order(domain)
+
+    def _order(self, domain: str) -> None:
+        self._in_flight.add(domain)
+        trusted = self.snapshot.options.autocert_trusted_ca_file or None
+        settings = acme_settings(self.snapshot, trusted)
+        self.log.info("autocert: requesting a certificate for {domain} from {directory}",
+                      domain=domain, directory=settings.directory)
+        d = deferToThreadPool(self.reactor, self.reactor.getThreadPool(), issue, settings,
+                              self.files, self.pending, domain)
+        d.addCallbacks(self._issued, self._failed, callbackArgs=(domain,),
+                       errbackArgs=(domain,))
+
+    def _issued(self, result: tuple[bytes, bytes], domain: str) -> None:
+        self._in_flight.discard(domain)
+        self._backoff.pop(domain, None)
+        chain_pem, key_pem = result
+        stored = self.files.save(domain, chain_pem, key_pem)
+        self.certificates[domain] = stored
+        self.log.info("autocert: certificate for {domain} issued, valid until {until}",
+                      domain=domain, until=stored.not_after.isoformat())
+        self.on_change()
+
+    def _failed(self, failure: Failure, domain: str) -> None:
+        self._in_flight.discard(domain)
+        delay = min(self._backoff.get(domain, (0.0, FIRST_BACKOFF / 2))[1] * 2, MAX_BACKOFF)
+        self._backoff[domain] = (self.reactor.seconds() + delay, delay)
+        self.log.error("autocert: order for {domain} failed, retrying in {delay:.0f}s: "
+                       "{error}", domain=domain, delay=delay, error=failure.getErrorMessage())
