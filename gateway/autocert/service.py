@@ -15,6 +15,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from twisted.application.service import Service
+from twisted.internet.defer import Deferred
 from twisted.internet.task import LoopingCall
 from twisted.internet.threads import deferToThreadPool
 from twisted.logger import Logger
@@ -57,8 +58,15 @@ class AutocertService(Service):
     log = Logger()
 
     def __init__(self, reactor: Any, snapshot: Snapshot, pending: PendingChallenges,
-                 on_change: Callable[[], None]) -> None:
+                 on_change: Callable[[], None], *,
+                 issuer: Callable[..., tuple[bytes, bytes]] = issue,
+                 run: Callable[..., Deferred[Any]] | None = None) -> None:
+        """``issuer`` and ``run`` (how the blocking issuer is called; the thread pool by
+        default) are replaceable for tests."""
         self.reactor = reactor
+        self.issuer = issuer
+        self.run = run or (lambda f, *a: deferToThreadPool(reactor, reactor.getThreadPool(),
+                                                            f, *a))
         self.pending = pending
         self.on_change = on_change
         self.snapshot = snapshot
@@ -66,6 +74,7 @@ class AutocertService(Service):
         self.certificates: dict[str, StoredCertificate] = {}
         self._in_flight: set[str] = set()
         self._backoff: dict[str, tuple[float, float]] = {}  # domain -> (retry at, delay)
+        self._retries: list[Any] = []
         self._loop = LoopingCall(self.check)
         self._loop.clock = reactor
         for domain in wanted_domains(snapshot):
@@ -87,9 +96,18 @@ class AutocertService(Service):
         self._loop.start(CHECK_INTERVAL, now=True).addErrback(
             lambda f: self.log.failure("autocert loop stopped", f))
 
+    def _retry(self) -> None:
+        self._retries = [r for r in self._retries if r.active()]
+        if self.running:
+            self.check()
+
     def stopService(self) -> None:
         if self._loop.running:
             self._loop.stop()
+        for retry in self._retries:
+            if retry.active():
+                retry.cancel()
+        self._retries = []
         Service.stopService(self)
 
     def check(self) -> None:
@@ -109,8 +127,7 @@ class AutocertService(Service):
         settings = acme_settings(self.snapshot, trusted)
         self.log.info("autocert: requesting a certificate for {domain} from {directory}",
                       domain=domain, directory=settings.directory)
-        d = deferToThreadPool(self.reactor, self.reactor.getThreadPool(), issue, settings,
-                              self.files, self.pending, domain)
+        d = self.run(self.issuer, settings, self.files, self.pending, domain)
         d.addCallbacks(self._issued, self._failed, callbackArgs=(domain,),
                        errbackArgs=(domain,))
 
@@ -128,5 +145,7 @@ class AutocertService(Service):
         self._in_flight.discard(domain)
         delay = min(self._backoff.get(domain, (0.0, FIRST_BACKOFF / 2))[1] * 2, MAX_BACKOFF)
         self._backoff[domain] = (self.reactor.seconds() + delay, delay)
+        retry = self.reactor.callLater(delay, self._retry)
+        self._retries.append(retry)
         self.log.error("autocert: order for {domain} failed, retrying in {delay:.0f}s: "
                        "{error}", domain=domain, delay=delay, error=failure.getErrorMessage())
