@@ -33,6 +33,12 @@ class AcmeError(Exception):
     """An order failed; the message says at which step and why."""
 
 
+def certificate_request(domain: str, key_pem: bytes, must_staple: bool) -> bytes:
+    """The CSR (PEM) for ``domain``; ``must_staple`` asks for the TLS Feature
+    status_request extension (RFC 7633)."""
+    return bytes(crypto_util.make_csr(key_pem, [domain], must_staple=must_staple))
+
+
 def issue(settings: AcmeSettings, files: CertificateFiles, pending: PendingChallenges,
           domain: str) -> tuple[bytes, bytes]:
     """Obtain a certificate for ``domain``: (full chain PEM, private key PEM)."""
@@ -51,7 +57,7 @@ def issue(settings: AcmeSettings, files: CertificateFiles, pending: PendingChall
                 messages.RegistrationResource(uri=conflict.location, body=registration))
         net.account = account
         key_pem = new_certificate_key()
-        csr = crypto_util.make_csr(key_pem, [domain], must_staple=settings.must_staple)
+        csr = certificate_request(domain, key_pem, settings.must_staple)
         order = acme.new_order(csr)
         published: list[str] = []
         try:

@@ -23,6 +23,7 @@ from twisted.python.failure import Failure
 
 from gateway.autocert.challenge import PendingChallenges
 from gateway.autocert.issue import PRODUCTION, STAGING, AcmeSettings, issue
+from gateway.autocert.ocsp import Staple, fetch_staple
 from gateway.autocert.storage import CertificateFiles, StoredCertificate
 from gateway.config.snapshot import Snapshot
 
@@ -60,11 +61,14 @@ class AutocertService(Service):
     def __init__(self, reactor: Any, snapshot: Snapshot, pending: PendingChallenges,
                  on_change: Callable[[], None], *,
                  issuer: Callable[..., tuple[bytes, bytes]] = issue,
+                 stapler: Callable[[bytes], Staple | None] = fetch_staple,
                  run: Callable[..., Deferred[Any]] | None = None) -> None:
         """``issuer`` and ``run`` (how the blocking issuer is called; the thread pool by
         default) are replaceable for tests."""
         self.reactor = reactor
         self.issuer = issuer
+        self.stapler = stapler
+        self._no_ocsp: set[str] = set()
         self.run = run or (lambda f, *a: deferToThreadPool(reactor, reactor.getThreadPool(),
                                                             f, *a))
         self.pending = pending
@@ -75,6 +79,8 @@ class AutocertService(Service):
         self._in_flight: set[str] = set()
         self._backoff: dict[str, tuple[float, float]] = {}  # domain -> (retry at, delay)
         self._retries: list[Any] = []
+        self.staples: dict[str, Staple] = {}
+        self._stapling: set[str] = set()
         self._loop = LoopingCall(self.check)
         self._loop.clock = reactor
         for domain in wanted_domains(snapshot):
@@ -87,9 +93,15 @@ class AutocertService(Service):
         if self.running:
             self.check()
 
-    def pairs(self) -> list[tuple[bytes, bytes]]:
+    def pairs(self) -> list[tuple[bytes, bytes, bytes | None]]:
+        """(chain, key, stapled OCSP response or None) of every valid certificate."""
         now = datetime.datetime.now(datetime.UTC)
-        return [(c.chain_pem, c.key_pem) for c in self.certificates.values() if c.not_after > now]
+        out: list[tuple[bytes, bytes, bytes | None]] = []
+        for domain, cert in self.certificates.items():
+            if cert.not_after > now:
+                staple = self.staples.get(domain)
+                out.append((cert.chain_pem, cert.key_pem, staple.der if staple else None))
+        return out
 
     def startService(self) -> None:
         Service.startService(self)
@@ -116,10 +128,38 @@ class AutocertService(Service):
         for domain in wanted_domains(self.snapshot):
             current = self.certificates.get(domain)
             if current is not None and utcnow < current.renew_at():
+                self._maybe_staple(domain, current, utcnow)
                 continue
             if domain in self._in_flight or self._backoff.get(domain, (0.0, 0.0))[0] > now:
                 continue
             self._order(domain)
+
+    def _maybe_staple(self, domain: str, cert: StoredCertificate,
+                      utcnow: datetime.datetime) -> None:
+        """Fetch (or refresh, halfway to nextUpdate) the OCSP response to staple."""
+        staple = self.staples.get(domain)
+        if domain in self._stapling or (staple is not None and utcnow < staple.refresh_at()):
+            return
+        if staple is None and domain in self._no_ocsp:
+            return
+        self._stapling.add(domain)
+        d = self.run(self.stapler, cert.chain_pem)
+        d.addCallbacks(self._stapled, self._staple_failed, callbackArgs=(domain, cert),
+                       errbackArgs=(domain,))
+
+    def _stapled(self, staple: Staple | None, domain: str, cert: StoredCertificate) -> None:
+        self._stapling.discard(domain)
+        if staple is None:
+            self._no_ocsp.add(domain)  # the CA offers no OCSP for it
+            return
+        if self.certificates.get(domain) is cert:
+            self.staples[domain] = staple
+            self.on_change()
+
+    def _staple_failed(self, failure: Failure, domain: str) -> None:
+        self._stapling.discard(domain)
+        self.log.warn("autocert: OCSP response for {domain} not fetched: {error}",
+                      domain=domain, error=failure.getErrorMessage())
 
     def _order(self, domain: str) -> None:
         self._in_flight.add(domain)
@@ -137,6 +177,9 @@ class AutocertService(Service):
         chain_pem, key_pem = result
         stored = self.files.save(domain, chain_pem, key_pem)
         self.certificates[domain] = stored
+        self.staples.pop(domain, None)
+        self._no_ocsp.discard(domain)
+        self._maybe_staple(domain, stored, datetime.datetime.now(datetime.UTC))
         self.log.info("autocert: certificate for {domain} issued, valid until {until}",
                       domain=domain, until=stored.not_after.isoformat())
         self.on_change()

@@ -77,8 +77,8 @@ class CertificateStore:
 
 
 def _context(chain: Sequence[x509.Certificate], key_pem: bytes, alpn: list[bytes],
-             request_client_cert: bool, challenges: PendingChallenges | None = None
-             ) -> SSL.Context:
+             request_client_cert: bool, challenges: PendingChallenges | None = None,
+             staple: bytes | None = None) -> SSL.Context:
     ctx = SSL.Context(SSL.TLS_SERVER_METHOD)
     ctx.set_min_proto_version(SSL.TLS1_2_VERSION)
     ctx.set_options(SSL.OP_NO_COMPRESSION | SSL.OP_CIPHER_SERVER_PREFERENCE
@@ -111,11 +111,14 @@ def _context(chain: Sequence[x509.Certificate], key_pem: bytes, alpn: list[bytes
     if request_client_cert:
         # Ask, accept anything at the TLS layer; the route checks it (495 if bad).
         ctx.set_verify(SSL.VERIFY_PEER, lambda conn, cert, errno, depth, ok: True)
+    if staple:
+        # Answer a client's status_request with the CA's OCSP response.
+        ctx.set_ocsp_server_callback(lambda connection, data: staple)
     ctx.set_session_id(b"gateway")
     return ctx
 
 
-def build_store(snapshot: Snapshot, extra: Sequence[tuple[bytes, bytes]] = (),
+def build_store(snapshot: Snapshot, extra: Sequence[tuple[bytes, bytes, bytes | None]] = (),
                 challenges: PendingChallenges | None = None) -> CertificateStore | None:
     """The store for a snapshot plus ``extra`` (autocert) pairs, or None without any.
 
@@ -123,9 +126,11 @@ def build_store(snapshot: Snapshot, extra: Sequence[tuple[bytes, bytes]] = (),
     start, so the CA can validate and ordinary clients get a handshake (and a warning)
     rather than a refused connection."""
     material = snapshot.material
-    pairs = [*material.certificates, *extra]
+    pairs: list[tuple[bytes, bytes, bytes | None]] = [
+        (cert, key, None) for cert, key in material.certificates]
+    pairs.extend(extra)
     if not pairs and snapshot.options.autocert:
-        pairs = [_placeholder()]
+        pairs = [(*_placeholder(), None)]
     if not pairs:
         return None
     options = snapshot.options
@@ -133,11 +138,11 @@ def build_store(snapshot: Snapshot, extra: Sequence[tuple[bytes, bytes]] = (),
     wants_client = bool(material.client_ca) or any(
         r.tls_downstream_client_ca for r in snapshot.routes)
     store = CertificateStore([], override_name=options.override_certificate_name)
-    for cert_pem, key_pem in pairs:
+    for cert_pem, key_pem, staple in pairs:
         chain = x509.load_pem_x509_certificates(cert_pem)
         names = certificate_names(chain[0])
         entry = ServerCertificate(chain, names, _context(chain, key_pem, alpn, wants_client,
-                                                         challenges))
+                                                         challenges, staple))
         store.certificates.append(entry)
         for name in names:
             if name.startswith("*."):

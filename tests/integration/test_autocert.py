@@ -6,12 +6,15 @@ from __future__ import annotations
 import socket
 import ssl
 import stat
+import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
+from cryptography import x509
 
 from tests.support.daemon import gateway_daemon
+from tests.support.ocsp_responder import Signer, ocsp_responder
 from tests.support.pebble import PEBBLE_HINT, pebble
 from tests.support.peers import echo_upstream
 from tests.support.processes import free_port, wait_until
@@ -65,3 +68,37 @@ def test_autocert_with_pebble(tmp_path: Path, require_binary: Any) -> None:
             assert fetch(port, roots).startswith(b"HTTP/1.1 200")
             messages = [e["message"] for e in gw.log_events()]
             assert not any("requesting a certificate" in m for m in messages)
+
+
+def test_ocsp_stapling_and_must_staple(tmp_path: Path, require_binary: Any) -> None:
+    """With a CA that names an OCSP responder, the response is fetched and stapled to
+    handshakes that ask for it, also with autocert_must_staple on (pebble does not copy
+    the must-staple extension into certificates; the CSR's is unit-tested)."""
+    require_binary("pebble", PEBBLE_HINT)
+    require_binary("openssl", "apt-get install -y openssl")
+    port = free_port()
+    signer = Signer()
+    with ocsp_responder(signer) as (ocsp_url, asked), \
+            pebble(tmp_path, port, ocsp_url=ocsp_url) as ca, echo_upstream(tmp_path) as up:
+        signer.issuer, signer.key = ca.intermediate()
+        roots = tmp_path / "pebble-roots.pem"
+        roots.write_bytes(ca.roots())
+        config = {
+            "insecure_server": False, "autocert": True, "autocert_must_staple": True,
+            "autocert_dir": str(tmp_path / "autocert"), "autocert_ca": ca.directory,
+            "autocert_trusted_ca_file": str(ca.wfe_ca),
+            "policy": [{"from": f"https://{DOMAIN}", "to": up.url,
+                        "allow_public_unauthenticated_access": True}],
+        }
+        with gateway_daemon(tmp_path, config, port=port):
+            def stapled() -> bool:
+                result = subprocess.run(
+                    ["openssl", "s_client", "-connect", f"127.0.0.1:{port}", "-servername",
+                     DOMAIN, "-status", "-CAfile", str(roots)],
+                    input=b"", capture_output=True, timeout=10)
+                return b"OCSP Response Status: successful" in result.stdout
+
+            wait_until(stapled, 60, interval=0.5, what="OCSP response stapled")
+        leaf = x509.load_pem_x509_certificates(
+            (tmp_path / "autocert" / "certs" / f"{DOMAIN}.crt").read_bytes())[0]
+        assert asked and asked[0] == leaf.serial_number

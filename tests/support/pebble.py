@@ -10,8 +10,11 @@ import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import trustme
+from cryptography import x509
+from cryptography.hazmat.primitives import serialization
 
 from .processes import ManagedProcess, free_port, port_open
 
@@ -32,13 +35,20 @@ class Pebble:
             data: bytes = reply.read()
         return data
 
+    def intermediate(self) -> tuple[x509.Certificate, Any]:
+        """This run's issuing CA certificate and key (to sign test OCSP responses)."""
+        cert = x509.load_pem_x509_certificate(self._get("/intermediates/0"))
+        key = serialization.load_pem_private_key(self._get("/intermediate-keys/0"), None)
+        return cert, key
+
     def roots(self) -> bytes:
         """The root and intermediate CA certificates of this run (PEM)."""
         return self._get("/roots/0") + self._get("/intermediates/0")
 
 
 @contextlib.contextmanager
-def pebble(tmpdir: Path, tls_alpn_port: int, timeout: float = 20.0) -> Iterator[Pebble]:
+def pebble(tmpdir: Path, tls_alpn_port: int, timeout: float = 20.0,
+           ocsp_url: str = "") -> Iterator[Pebble]:
     """pebble validating TLS-ALPN-01 on 127.0.0.1:``tls_alpn_port`` for every name."""
     root = tmpdir / "pebble"
     root.mkdir(exist_ok=True)
@@ -55,7 +65,7 @@ def pebble(tmpdir: Path, tls_alpn_port: int, timeout: float = 20.0) -> Iterator[
         "privateKey": str(root / "wfe-key.pem"),
         "httpPort": free_port(),
         "tlsPort": tls_alpn_port,
-        "ocspResponderURL": "",
+        "ocspResponderURL": ocsp_url,
         "externalAccountBindingRequired": False,
     }}))
     with ManagedProcess(["pebble-challtestsrv", "-defaultIPv4", "127.0.0.1", "-defaultIPv6", "",

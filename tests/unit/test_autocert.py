@@ -22,9 +22,9 @@ from gateway.autocert.challenge import (
     PendingChallenges,
     challenge_certificate,
 )
-from gateway.autocert.issue import STAGING, AcmeError
+from gateway.autocert.issue import STAGING, AcmeError, certificate_request
 from gateway.autocert.service import AutocertService, acme_settings, wanted_domains
-from gateway.autocert.storage import CertificateFiles
+from gateway.autocert.storage import CertificateFiles, new_certificate_key
 from gateway.tls.store import build_store
 
 from .config.helpers import IDENTITY, base_config, load
@@ -55,6 +55,18 @@ class ChallengeTests(SynchronousTestCase):
         self.assertIsNotNone(pending.get("app.example.com"))
         pending.remove("APP.example.com")
         self.assertIsNone(pending.get("app.example.com"))
+
+
+class RequestTests(SynchronousTestCase):
+    def test_must_staple_in_csr(self) -> None:
+        """autocert_must_staple asks for status_request; without it there is none."""
+        key = new_certificate_key()
+        csr = x509.load_pem_x509_csr(certificate_request("a.example.com", key, True))
+        feature = csr.extensions.get_extension_for_class(x509.TLSFeature).value
+        self.assertIn(x509.TLSFeatureType.status_request, list(feature))
+        plain = x509.load_pem_x509_csr(certificate_request("a.example.com", key, False))
+        self.assertRaises(x509.ExtensionNotFound,
+                          plain.extensions.get_extension_for_class, x509.TLSFeature)
 
 
 class StorageTests(SynchronousTestCase):
@@ -88,8 +100,10 @@ class ServiceTests(SynchronousTestCase):
         self.changes = 0
 
     def service(self, snap: Any) -> AutocertService:
-        def run(issuer: Any, settings: Any, files: Any, pending: Any, domain: str) -> Any:
-            self.calls.append(domain)
+        def run(function: Any, *args: Any) -> Any:
+            if len(args) == 1:  # the OCSP stapler: this CA has no OCSP
+                return succeed(None)
+            self.calls.append(args[-1])
             return self.results.pop(0) if self.results else fail(AcmeError("nope"))
 
         def changed() -> None:
