@@ -134,6 +134,13 @@ class AutocertService(Service):
                 continue
             self._order(domain)
 
+    def _trusted_ca_file(self) -> str | None:
+        """The CA bundle for the ACME directory (``autocert_trusted_ca`` or ``_file``, as
+        loaded with the configuration), as a file in ``autocert_dir``: the ACME client
+        takes a path."""
+        bundle = self.snapshot.material.autocert_trusted_ca
+        return self.files.write_trusted_ca(bundle) if bundle else None
+
     def _maybe_staple(self, domain: str, cert: StoredCertificate,
                       utcnow: datetime.datetime) -> None:
         """Fetch (or refresh, halfway to nextUpdate) the OCSP response to staple."""
@@ -163,8 +170,7 @@ class AutocertService(Service):
 
     def _order(self, domain: str) -> None:
         self._in_flight.add(domain)
-        trusted = self.snapshot.options.autocert_trusted_ca_file or None
-        settings = acme_settings(self.snapshot, trusted)
+        settings = acme_settings(self.snapshot, self._trusted_ca_file())
         self.log.info("autocert: requesting a certificate for {domain} from {directory}",
                       domain=domain, directory=settings.directory)
         d = self.run(self.issuer, settings, self.files, self.pending, domain)

@@ -58,6 +58,12 @@ class CertificateFiles:
                                                serialization.NoEncryption()))
         return key
 
+    def write_trusted_ca(self, bundle: bytes) -> str:
+        path = self.root / "trusted-ca.pem"
+        if not path.exists() or path.read_bytes() != bundle:
+            _write_private(path, bundle)
+        return str(path)
+
     def _paths(self, domain: str) -> tuple[Path, Path]:
         name = _SAFE.sub("_", domain.lower())
         return self.root / "certs" / f"{name}.crt", self.root / "certs" / f"{name}.key"

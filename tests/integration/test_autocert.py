@@ -3,6 +3,7 @@ certificate stored, served, and reused after a restart."""
 
 from __future__ import annotations
 
+import datetime
 import socket
 import ssl
 import stat
@@ -11,8 +12,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import trustme
 from cryptography import x509
 
+from gateway.autocert.storage import CertificateFiles
 from tests.support.daemon import gateway_daemon
 from tests.support.ocsp_responder import Signer, ocsp_responder
 from tests.support.pebble import PEBBLE_HINT, pebble
@@ -102,3 +105,38 @@ def test_ocsp_stapling_and_must_staple(tmp_path: Path, require_binary: Any) -> N
         leaf = x509.load_pem_x509_certificates(
             (tmp_path / "autocert" / "certs" / f"{DOMAIN}.crt").read_bytes())[0]
         assert asked and asked[0] == leaf.serial_number
+
+
+def test_renewal_replaces_a_certificate_near_expiry(tmp_path: Path,
+                                                    require_binary: Any) -> None:
+    """A stored certificate inside its renewal window is served at first, renewed
+    through the CA, and replaced for new connections without a restart."""
+    require_binary("pebble", PEBBLE_HINT)
+    old_ca = trustme.CA()
+    soon = old_ca.issue_cert(DOMAIN, not_after=datetime.datetime.now(datetime.UTC)
+                             + datetime.timedelta(days=5))
+    CertificateFiles(str(tmp_path / "autocert")).save(
+        DOMAIN, soon.cert_chain_pems[0].bytes(), soon.private_key_pem.bytes())
+    old_roots = tmp_path / "old-ca.pem"
+    old_ca.cert_pem.write_to_path(str(old_roots))
+    port = free_port()
+    with pebble(tmp_path, port) as ca, echo_upstream(tmp_path) as up:
+        roots = tmp_path / "pebble-roots.pem"
+        roots.write_bytes(ca.roots())
+        config = {
+            "insecure_server": False, "autocert": True,
+            "autocert_dir": str(tmp_path / "autocert"), "autocert_ca": ca.directory,
+            "autocert_trusted_ca_file": str(ca.wfe_ca),
+            "policy": [{"from": f"https://{DOMAIN}", "to": up.url,
+                        "allow_public_unauthenticated_access": True}],
+        }
+        with gateway_daemon(tmp_path, config, port=port) as gw:
+            def renewed() -> bool:
+                try:
+                    return fetch(port, roots).startswith(b"HTTP/1.1 200")
+                except (ssl.SSLError, OSError):
+                    return False
+
+            wait_until(renewed, 60, interval=0.5, what="renewed certificate served")
+            messages = [e["message"] for e in gw.log_events()]
+            assert any("requesting a certificate" in m for m in messages)

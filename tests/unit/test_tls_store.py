@@ -1,0 +1,86 @@
+"""The certificate store: SNI choice, override_certificate_name, client CA policies."""
+
+from __future__ import annotations
+
+import base64
+import tempfile
+from typing import Any
+
+import trustme
+from twisted.trial.unittest import SynchronousTestCase
+
+from gateway.dataplane.plan import build_plan
+from gateway.tls.store import alpn_protocols, build_store
+
+from .config.helpers import load, write
+
+
+def pem_pair(directory: str, name: str, *names: str) -> dict[str, str]:
+    leaf = trustme.CA().issue_cert(*names)
+    path = write(directory, f"{name}.pem", leaf.private_key_and_cert_chain_pem.bytes())
+    return {"cert": path, "key": path}
+
+
+def snapshot(**extra: Any) -> Any:
+    directory = tempfile.mkdtemp()
+    certificates = [pem_pair(directory, "a", "a.example.com"),
+                    pem_pair(directory, "wild", "*.example.org"),
+                    pem_pair(directory, "b", "b.example.com")]
+    return load({"certificates": certificates, **extra}, directory=directory)
+
+
+class StoreTests(SynchronousTestCase):
+    def test_sni_order(self) -> None:
+        """Exact name, then wildcard, then the first certificate."""
+        store = build_store(snapshot())
+        assert store is not None
+        self.assertEqual(store.lookup("b.example.com").names, ["b.example.com"])
+        self.assertEqual(store.lookup("X.Example.Org.").names, ["*.example.org"])
+        self.assertEqual(store.lookup("deep.x.example.org").names, ["a.example.com"])
+        self.assertEqual(store.lookup("").names, ["a.example.com"])
+
+    def test_override_certificate_name(self) -> None:
+        """override_certificate_name picks the certificate whatever the SNI says."""
+        store = build_store(snapshot(override_certificate_name="b.example.com"))
+        assert store is not None
+        self.assertEqual(store.lookup("a.example.com").names, ["b.example.com"])
+
+    def test_alpn_by_codec(self) -> None:
+        """codec_type decides what ALPN offers."""
+        self.assertEqual(alpn_protocols("http1"), [b"http/1.1"])
+        self.assertEqual(alpn_protocols("http2"), [b"h2"])
+        self.assertEqual(alpn_protocols("auto"), [b"h2", b"http/1.1"])
+
+    def test_no_certificates(self) -> None:
+        """Without certificates (and without autocert) there is no store."""
+        self.assertIsNone(build_store(load({"insecure_server": True})))
+
+
+class ClientCaTests(SynchronousTestCase):
+    def test_global_and_route_client_ca(self) -> None:
+        """client_ca applies to every route; a route's own CA overrides it; a
+        certificate of the wrong CA is rejected by the route policy."""
+        global_ca, route_ca = trustme.CA(), trustme.CA()
+        b64 = base64.b64encode(route_ca.cert_pem.bytes()).decode()
+        snap = load({
+            "insecure_server": True,
+            "client_ca": base64.b64encode(global_ca.cert_pem.bytes()).decode(),
+            "policy": [
+                {"from": "https://one.test", "to": "http://x",
+                 "allow_public_unauthenticated_access": True},
+                {"from": "https://two.test", "to": "http://x", "tls_downstream_client_ca": b64,
+                 "allow_public_unauthenticated_access": True},
+            ]})
+        one, two = build_plan(snap).routes
+        assert one.client_cert is not None and two.client_cert is not None
+        from cryptography import x509
+
+        def chain(ca: trustme.CA) -> list[x509.Certificate]:
+            return [x509.load_pem_x509_certificate(ca.issue_cert("c.test").cert_chain_pems[0]
+                                                   .bytes())]
+
+        self.assertIsNone(one.client_cert.check(chain(global_ca)))
+        self.assertIsNotNone(one.client_cert.check(chain(route_ca)))
+        self.assertIsNone(two.client_cert.check(chain(route_ca)))
+        self.assertIsNotNone(two.client_cert.check(chain(global_ca)))
+        self.assertEqual(one.client_cert.check([]), "no client certificate")
