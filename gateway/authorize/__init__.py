@@ -1,0 +1,1 @@
+"""Authorization: pure policy decisions and the signed identity passed upstream."""
