@@ -18,6 +18,7 @@ from twisted.logger import Logger
 from twisted.python import usage
 
 from gateway import __version__
+from gateway.authenticate.holder import IdentityHolder
 from gateway.config import ConfigErrors, Snapshot, load_snapshot
 from gateway.config.source import ConfigSource
 from gateway.observability import logging as gateway_logging
@@ -105,7 +106,9 @@ def build_service_tree(
     if options.runs("authenticate"):
         root.addService(AuthenticateService(source))
     if options.runs("proxy") or options.services == "authenticate":
-        root.addService(ProxyService(source, reactor))
+        identity = IdentityHolder(reactor, snapshot)
+        source.subscribe(identity.apply)
+        root.addService(ProxyService(source, reactor, authorizer=identity))
     _log_startup(snapshot)
     return root
 

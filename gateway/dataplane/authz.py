@@ -34,6 +34,7 @@ class Allow:
 
     headers: Pairs = ()
     remove: frozenset[bytes] = field(default_factory=frozenset)
+    strip_cookie: str = ""  # the gateway's own cookie, removed from Cookie upstream
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +54,14 @@ class Authorizer(Protocol):
     def authorize(self, request: RequestInfo, route: object) -> Decision | Deferred[Decision]:
         ...
 
+    def handles(self, host: str, path: str) -> bool:
+        """Whether ``internal`` may answer this request (the gateway's own endpoints)."""
+        ...
+
+    def internal(self, request: RequestInfo, body: bytes = b""
+                 ) -> Decision | Deferred[Decision] | None:
+        ...
+
 
 class NotYetAuthorizer:
     """Every non-public route is refused until sign-in exists."""
@@ -60,3 +69,9 @@ class NotYetAuthorizer:
     def authorize(self, request: RequestInfo, route: object) -> Decision:
         return Deny(401, b"401 Unauthorized: this route requires sign-in\n",
                     reason="authentication-unavailable")
+
+    def handles(self, host: str, path: str) -> bool:
+        return False
+
+    def internal(self, request: RequestInfo, body: bytes = b"") -> Decision | None:
+        return None

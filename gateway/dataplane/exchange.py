@@ -37,6 +37,7 @@ from gateway.dataplane.redirect import redirect_location
 from gateway.dataplane.responses import error_body
 from gateway.dataplane.router import upstream_path
 from gateway.dataplane.upstream import Pool, UpstreamConnection
+from gateway.sessions.cookie import strip_cookie
 
 if TYPE_CHECKING:
     from gateway.dataplane.plan import Pairs
@@ -127,11 +128,20 @@ class Exchange:
         self.retried = False
         self.body_sent = False
         self.detail = ""
+        self.internal_body: bytearray | None = None
 
     # -- request side (codec calls)
 
     def request_body(self, data: bytes) -> None:
         if self.finished:
+            return
+        if self.internal_body is not None:
+            if len(self.internal_body) + len(data) > 16384:
+                self.internal_body = None
+                self.keep_alive = False
+                self.local(413, error_body(413, "request body too large"))
+                return
+            self.internal_body += data
             return
         if self.body_kind == BODY_CHUNKED:
             data = b"%x\r\n%s\r\n" % (len(data), data)
@@ -140,6 +150,11 @@ class Exchange:
     def request_complete(self) -> None:
         self.request_done = True
         if self.finished:
+            return
+        if self.internal_body is not None:
+            body, self.internal_body = bytes(self.internal_body), None
+            if not self._internal(body):
+                self.local(404, error_body(404, "not found"))
             return
         if self.waiting_upstream and self.plan is not None:
             self.deadline = self.core.reactor.seconds() + self.plan.timeout
@@ -192,6 +207,13 @@ class Exchange:
             else:
                 self.local(405, error_body(405), ((b"allow", b"GET, HEAD"),))
             return
+        authorizer = core.authorizer
+        if authorizer.handles(self.host, path):
+            if self.method == b"POST" and self.body_kind and not self.request_done:
+                self.internal_body = bytearray()  # answered at request_complete
+                return
+            if self._internal(b""):
+                return
         plan, known = core.plan.lookup(self.host, path)
         sni, certificate, store = self.sink.tls_info()
         if sni and store is not None:
@@ -239,6 +261,23 @@ class Exchange:
             decision.addCallbacks(self._decided, self._decision_failed)
             return
         self._apply(decision)
+
+    def _internal(self, body: bytes) -> bool:
+        """Let the identity layer answer its own endpoints; True when it did."""
+        result = self.core.authorizer.internal(self._info(), body)
+        if result is None:
+            return False
+        if isinstance(result, Deferred):
+            self.sink.pause_reading("authorize")
+            result.addCallbacks(self._decided_local, self._decision_failed)
+        else:
+            self._apply(result)
+        return True
+
+    def _decided_local(self, decision: Allow | Deny) -> None:
+        self.sink.resume_reading("authorize")
+        if not self.finished:
+            self._apply(decision)
 
     def _upgrade_allowed(self, route: Any) -> bool:
         token = self.upgrade.lower()
@@ -383,6 +422,10 @@ class Exchange:
             if low == b"x-forwarded-host":
                 xfh = value
                 continue
+            if low == b"cookie" and self.allow is not None and self.allow.strip_cookie:
+                value = strip_cookie(value, self.allow.strip_cookie)
+                if not value:
+                    continue
             if low == plan.host_header_name:
                 rewrite_from = value
             parts += (name, b": ", value, b"\r\n")
@@ -595,7 +638,7 @@ class Exchange:
         if self.plan is not None:
             out = list(self.plan.response_headers)
         out.extend(headers)
-        if body:
+        if body and not any(name == b"content-type" for name, _ in headers):
             out.extend(_PLAIN)
         out.append((b"content-length", b"%d" % len(body)))
         close = not self.keep_alive or not self.request_done

@@ -1,0 +1,344 @@
+"""Sign-in, sessions and authorization on top of the data plane's hook.
+
+Browser flow (route host ``app``, authenticate host ``auth``, no shared cookie domain):
+
+1. ``app`` without a session: 302 to ``auth/.gateway/sign_in?gateway_redirect=<sealed URL>``.
+2. ``auth`` with its own session cookie: straight to step 4; otherwise a CSRF cookie and
+   a sealed ``state`` (original URL, nonce, PKCE verifier, CSRF hash; 10 minutes), then
+   302 to the provider.
+3. ``auth`` callback: state checked against the cookie, code exchanged, ID token
+   validated, userinfo merged, a server-side session created, ``auth``'s cookie set.
+4. 302 to ``app/.gateway/callback?gateway_session=<sealed session id, 60 s>``; ``app``
+   sets its own cookie and redirects to the original URL.
+
+Everything carried between the hosts is sealed with ``shared_secret`` and expires;
+cookies are sealed with ``cookie_secret``. The session record is the source of truth:
+deleting it (sign-out) ends the session on every host.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+import time
+from collections.abc import Callable
+from typing import Any
+from urllib.parse import parse_qs, urlencode, urlsplit
+
+from twisted.internet.defer import Deferred, ensureDeferred
+from twisted.logger import Logger
+
+from gateway.authenticate import pages
+from gateway.authenticate.oidc import OIDCError, Provider, pkce_pair
+from gateway.authorize.assertion import AssertionSigner, claim_headers
+from gateway.authorize.claims import flatten_claims
+from gateway.authorize.evaluate import evaluate
+from gateway.config.snapshot import Snapshot
+from gateway.dataplane.authz import Allow, Decision, Deny, RequestInfo
+from gateway.sessions.cookie import (
+    clear_cookie_headers,
+    parse_cookies,
+    read_cookie,
+    set_cookie_headers,
+)
+from gateway.sessions.model import Session
+from gateway.sessions.sealed import Sealer
+from gateway.sessions.store import SessionStore
+
+log = Logger()
+SIGN_IN = "/.gateway/sign_in"
+HANDOFF = "/.gateway/callback"
+SIGN_OUT = "/.gateway/signout/"
+JWKS = "/.well-known/gateway/jwks.json"
+STATE_TTL = 600.0
+HANDOFF_TTL = 60.0
+CSRF_COOKIE = "_gateway_csrf"
+
+
+def _query(request: RequestInfo) -> dict[str, str]:
+    parsed = parse_qs(request.query.decode("latin-1").lstrip("?"), keep_blank_values=True)
+    return {k: v[0] for k, v in parsed.items()}
+
+
+def _form(body: bytes) -> dict[str, str]:
+    return {k: v[0] for k, v in parse_qs(body.decode("latin-1")).items()}
+
+
+def safe_target(uri: str, allowed_hosts: set[str]) -> bool:
+    """No open redirects: http(s), no credentials, no backslashes or controls, and a host
+    the gateway serves. ``//evil``, ``/\\evil``, ``https://app.example.evil``,
+    ``https://app.example@evil`` and ``javascript:`` are all refused."""
+    if not uri or "\\" in uri or any(ord(c) < 0x21 or ord(c) == 0x7F for c in uri):
+        return False
+    try:
+        parts = urlsplit(uri)
+    except ValueError:
+        return False
+    if parts.scheme not in ("http", "https") or parts.username or parts.password:
+        return False
+    host = (parts.hostname or "").lower()
+    netloc = parts.netloc.lower()
+    return host in allowed_hosts or netloc in allowed_hosts
+
+
+class Identity:
+    """Per snapshot: answers the gateway's own endpoints and decides every request to a
+    route that is not public (the data plane's ``Authorizer``)."""
+
+    def __init__(self, reactor: Any, snapshot: Snapshot, store: SessionStore,
+                 signer: AssertionSigner, clock: Callable[[], float] = time.time) -> None:
+        self.reactor = reactor
+        self.store = store
+        self.signer = signer
+        self.clock = clock
+        o = snapshot.options
+        self.options = o
+        material = snapshot.material
+        self.shared = Sealer(material.shared_secret)
+        self.cookies = Sealer(material.cookie_secret)
+        self.csrf_key = material.cookie_secret
+        auth = urlsplit(o.authenticate_service_url) if o.authenticate_service_url else None
+        self.auth_origin = f"{auth.scheme}://{auth.netloc}" if auth else ""
+        self.auth_host = (auth.netloc or "").lower() if auth else ""
+        self.auth_hostname = (auth.hostname or "").lower() if auth else ""
+        self.allowed_hosts = {self.auth_host, self.auth_hostname}
+        for route in snapshot.routes:
+            self.allowed_hosts.add(route.host)
+            if route.port:
+                self.allowed_hosts.add(f"{route.host}:{route.port}")
+        self.groups_available = bool(o.idp_service_account)
+        self.provider: Provider | None = None
+        if o.idp_provider_url and o.idp_client_id:
+            self.provider = Provider(
+                reactor, o.idp_provider_url, o.idp_client_id, material.idp_client_secret,
+                o.idp_scopes, dict(o.idp_request_params),
+                self.auth_origin + o.authenticate_callback_path)
+
+    # -- cookies and sessions
+
+    def _cookie(self, session: Session) -> tuple[tuple[bytes, bytes], ...]:
+        o = self.options
+        value = self.cookies.seal("session", {"sid": session.id}, session.expires_at)
+        max_age = max(int(session.expires_at - self.clock()), 0)
+        return tuple((b"set-cookie", v) for v in set_cookie_headers(
+            o.cookie_name, value, max_age=max_age, domain=o.cookie_domain,
+            secure=o.cookie_secure, http_only=o.cookie_http_only))
+
+    def session_for(self, request: RequestInfo) -> Session | None:
+        """The request's session: cookie on this host, or ``Authorization: Gateway``."""
+        now = self.clock()
+        token = read_cookie(parse_cookies(request.headers), self.options.cookie_name)
+        payload = self.cookies.open("session", token, now) if token else None
+        if payload is None:
+            for name, value in request.headers:
+                if name.lower() == b"authorization" and value[:8].lower() == b"gateway ":
+                    payload = self.shared.open("programmatic", value[8:].decode(
+                        "latin-1").strip(), now)
+        if payload is None:
+            return None
+        session = self.store.get(str(payload.get("sid", "")))
+        if session is None or not session.valid(now):
+            return None
+        return session
+
+    def _csrf_token(self, session: Session) -> str:
+        return hmac.new(self.csrf_key, session.id.encode(), hashlib.sha256).hexdigest()
+
+    # -- the authorization hook
+
+    def authorize(self, request: RequestInfo, route: Any) -> Decision | Deferred[Decision]:
+        session = self.session_for(request)
+        decision = evaluate(route.route, request.method, request.headers, session,
+                            self.clock(), self.groups_available)
+        if decision.allowed:
+            return self._allow(route.route, session, request)
+        if decision.status == 401:
+            return self._sign_in(request)
+        reasons = ", ".join(decision.reasons)
+        log.info("access denied to {host}{path} for {user}: {reasons}", host=request.host,
+                 path=request.path, user=session.email if session else "-", reasons=reasons)
+        message = "You are signed in, but this route does not allow you in."
+        if "groups-need-service-account" in decision.reasons:
+            message += (" Group rules need idp_service_account, which is not configured.")
+        return pages.error(403, message, request.headers, f"denied: {reasons}")
+
+    def _allow(self, route: Any, session: Session | None, request: RequestInfo) -> Allow:
+        headers: list[tuple[bytes, bytes]] = []
+        if route.pass_identity_headers and session is not None:
+            audience = route.host
+            headers.append((b"x-gateway-jwt-assertion",
+                            self.signer.sign(session, audience).encode()))
+            headers.extend(claim_headers(self.options.jwt_claims_headers, session))
+        return Allow(tuple(headers), frozenset({b"authorization"}) if any(
+            n.lower() == b"authorization" and v[:8].lower() == b"gateway "
+            for n, v in request.headers) else frozenset(),
+            strip_cookie=self.options.cookie_name)
+
+    def _sign_in(self, request: RequestInfo) -> Deny:
+        if not pages.wants_html(request.headers) or not self.auth_origin:
+            return pages.error(401, "Sign in to reach this route.", request.headers,
+                               "user-unauthenticated")
+        target = f"{request.scheme}://{request.host}{request.path}" + \
+            request.query.decode("latin-1")
+        sealed = self.shared.seal("sign-in", {"uri": target}, self.clock() + STATE_TTL)
+        query = urlencode({"gateway_redirect": sealed})
+        return pages.redirect(f"{self.auth_origin}{SIGN_IN}?{query}")
+
+    # -- the gateway's own endpoints
+
+    def handles(self, host: str, path: str) -> bool:
+        return host == self.auth_host or host == self.auth_hostname or \
+            path.startswith("/.gateway")
+
+    def internal(self, request: RequestInfo, body: bytes = b""
+                 ) -> Decision | Deferred[Decision] | None:
+        """Answer the gateway's own endpoints; None lets the request go on to routing."""
+        on_auth = request.host in (self.auth_host, self.auth_hostname)
+        path = request.path
+        if on_auth and path == JWKS:
+            import json
+
+            return Deny(200, json.dumps(self.signer.jwks()).encode(),
+                        ((b"content-type", b"application/json"),), reason="jwks")
+        if on_auth and path == SIGN_IN:
+            return self._start(request)
+        if on_auth and path == self.options.authenticate_callback_path:
+            return ensureDeferred(self._callback(request))
+        if path == HANDOFF:
+            return self._handoff(request)
+        if path in (SIGN_OUT, SIGN_OUT.rstrip("/")):
+            return self._sign_out(request, body)
+        if path.startswith("/.gateway"):
+            return pages.error(404, "Not found.", request.headers, "not-found")
+        return None
+
+    def _start(self, request: RequestInfo) -> Decision | Deferred[Decision]:
+        now = self.clock()
+        payload = self.shared.open("sign-in", _query(request).get("gateway_redirect", ""), now)
+        if payload is None or not safe_target(str(payload.get("uri", "")), self.allowed_hosts):
+            return pages.error(400, "This sign-in link is invalid or has expired.",
+                               request.headers, "bad-sign-in-link")
+        uri = str(payload["uri"])
+        existing = self.session_for(request)
+        if existing is not None:
+            return self._to_route(existing, uri)
+        if self.provider is None:
+            return pages.error(503, "No identity provider is configured.", request.headers,
+                               "no-provider")
+        csrf = secrets.token_urlsafe(24)
+        verifier, challenge = pkce_pair()
+        nonce = secrets.token_urlsafe(24)
+        state = self.shared.seal("state", {
+            "uri": uri, "nonce": nonce, "verifier": verifier,
+            "csrf": hashlib.sha256(csrf.encode()).hexdigest()}, now + STATE_TTL)
+        cookie = set_cookie_headers(CSRF_COOKIE, csrf, max_age=int(STATE_TTL), domain="",
+                                    secure=self.options.cookie_secure, http_only=True)
+        extra = tuple((b"set-cookie", c) for c in cookie)
+
+        async def go() -> Decision:
+            assert self.provider is not None
+            try:
+                url = await self.provider.start_url(state, nonce, challenge)
+            except Exception as exc:  # the provider is down or misconfigured
+                return self._provider_down(exc, request)
+            return pages.redirect(url, extra)
+
+        return ensureDeferred(go())
+
+    def _provider_down(self, exc: Exception, request: RequestInfo) -> Deny:
+        log.error("identity provider unavailable: {error}", error=str(exc))
+        return pages.error(503, "The identity provider cannot be reached; try again later.",
+                           request.headers, "provider-unavailable")
+
+    async def _callback(self, request: RequestInfo) -> Decision:
+        params = _query(request)
+        now = self.clock()
+        if params.get("error"):
+            status = 401 if params["error"] == "access_denied" else 400
+            return pages.error(status, "The identity provider did not sign you in.",
+                               request.headers, f"provider-error: {params['error'][:64]}")
+        state = self.shared.open("state", params.get("state", ""), now)
+        csrf = parse_cookies(request.headers).get(CSRF_COOKIE, "")
+        if state is None or not hmac.compare_digest(
+                str(state.get("csrf", "")), hashlib.sha256(csrf.encode()).hexdigest()):
+            return pages.error(400, "This sign-in attempt is invalid or has expired; start "
+                               "again.", request.headers, "bad-state")
+        if not params.get("code") or self.provider is None:
+            return pages.error(400, "The identity provider sent no code.", request.headers,
+                               "no-code")
+        try:
+            tokens = await self.provider.exchange(params["code"], str(state["verifier"]),
+                                                  str(state["nonce"]))
+        except OIDCError as exc:
+            log.error("sign-in failed: {error}", error=str(exc))
+            return pages.error(502, "The sign-in could not be completed.", request.headers,
+                               "exchange-failed")
+        session = self.new_session(tokens.claims, tokens.id_token, tokens.access_token,
+                                   tokens.refresh_token, now + tokens.expires_in)
+        log.info("signed in {email} ({user})", email=session.email, user=session.user_id)
+        clear_csrf = tuple((b"set-cookie", c) for c in clear_cookie_headers(
+            CSRF_COOKIE, "", self.options.cookie_secure)[:1])
+        return self._to_route(session, str(state["uri"]), self._cookie(session) + clear_csrf)
+
+    def new_session(self, claims: dict[str, Any], id_token: str, access: str, refresh: str,
+                    token_expiry: float) -> Session:
+        now = self.clock()
+        flat = flatten_claims(claims)
+        groups = tuple(str(g) for g in claims.get("groups") or () if isinstance(g, str | int))
+        session = Session(
+            id=secrets.token_urlsafe(24), user_id=str(claims.get("sub", "")),
+            email=str(claims.get("email", "")), name=str(claims.get("name", "")),
+            issued_at=now, expires_at=now + self.options.cookie_expire, claims=flat,
+            groups=groups, id_token=id_token, access_token=access, refresh_token=refresh,
+            token_expires_at=token_expiry)
+        self.store.put(session)
+        return session
+
+    def _to_route(self, session: Session, uri: str,
+                  extra: tuple[tuple[bytes, bytes], ...] = ()) -> Deny:
+        parts = urlsplit(uri)
+        sealed = self.shared.seal("handoff", {"sid": session.id, "uri": uri},
+                                  self.clock() + HANDOFF_TTL)
+        location = f"{parts.scheme}://{parts.netloc}{HANDOFF}?" + \
+            urlencode({"gateway_session": sealed})
+        return pages.redirect(location, extra)
+
+    def _handoff(self, request: RequestInfo) -> Decision:
+        payload = self.shared.open("handoff", _query(request).get("gateway_session", ""),
+                                   self.clock())
+        uri = str(payload.get("uri", "")) if payload else ""
+        if payload is None or urlsplit(uri).netloc.lower() != request.host:
+            return pages.error(400, "This sign-in link is invalid or has expired.",
+                               request.headers, "bad-handoff")
+        session = self.store.get(str(payload.get("sid", "")))
+        if session is None or not session.valid(self.clock()):
+            return pages.error(401, "Your session has ended; sign in again.", request.headers,
+                               "session-gone")
+        return pages.redirect(uri, self._cookie(session))
+
+    def _sign_out(self, request: RequestInfo, body: bytes) -> Decision:
+        session = self.session_for(request)
+        given = _query(request) | (_form(body) if request.method == b"POST" else {})
+        token = given.get("csrf", "")
+        if session is None or not hmac.compare_digest(token, self._csrf_token(session)):
+            if session is not None and request.method == b"GET" and not token:
+                form = (f'<form method="post" action="{SIGN_OUT}">'
+                        f'<input type="hidden" name="csrf" value="{self._csrf_token(session)}">'
+                        "<button>Sign out</button></form>")
+                return pages.page("Sign out?", form)
+            return pages.error(400, "CSRF token invalid.", request.headers, "csrf-invalid")
+        self.store.delete(session.id)
+        log.info("signed out {email}", email=session.email)
+        clear = tuple((b"set-cookie", c) for c in clear_cookie_headers(
+            self.options.cookie_name, self.options.cookie_domain, self.options.cookie_secure))
+        target = given.get("gateway_redirect_uri", "")
+        if not (target and safe_target(target, self.allowed_hosts)):
+            target = self.options.signout_redirect_url
+        if self.provider is not None and session.id_token:
+            end = self.provider.end_session_url(session.id_token, target)
+            if end:
+                return pages.redirect(end, clear)
+        if target:
+            return pages.redirect(target, clear)
+        return pages.page("Signed out", "<p>You are signed out.</p>", clear)

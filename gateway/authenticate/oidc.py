@@ -1,0 +1,192 @@
+"""The OpenID Connect client: discovery, the authorization URL (PKCE S256), the code
+exchange (client_secret_basic or _post), ID-token validation against the provider's
+JWKS (``iss``, ``aud``, ``exp``, ``nonce``), userinfo and refresh.
+
+Every network call carries a deadline; discovery and keys are cached and the keys are
+fetched again when a token names a key id we have not seen.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import secrets
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlencode
+
+import jwt
+import treq
+from twisted.internet.defer import Deferred, ensureDeferred
+
+TIMEOUT = 10.0
+_ACCEPT_JSON: dict[bytes | str, bytes | str] = {"Accept": "application/json"}
+
+
+class OIDCError(Exception):
+    """The provider refused or answered something unusable; the text is for logs."""
+
+
+@dataclass(frozen=True)
+class Tokens:
+    access_token: str
+    id_token: str
+    refresh_token: str
+    expires_in: float
+    claims: dict[str, Any]
+
+
+def pkce_pair() -> tuple[str, str]:
+    """(code_verifier, S256 code_challenge)."""
+    verifier = secrets.token_urlsafe(48)
+    digest = hashlib.sha256(verifier.encode()).digest()
+    return verifier, base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
+
+
+class Provider:
+    def __init__(self, reactor: Any, issuer_url: str, client_id: str, client_secret: str,
+                 scopes: tuple[str, ...], request_params: dict[str, str],
+                 redirect_uri: str) -> None:
+        self.reactor = reactor
+        self.issuer_url = issuer_url.rstrip("/")
+        self.client_id = client_id
+        self.client_secret = client_secret
+        self.scopes = scopes
+        self.request_params = dict(request_params)
+        self.redirect_uri = redirect_uri
+        self._metadata: dict[str, Any] | None = None
+        self._keys: dict[str, Any] = {}
+
+    async def _get_json(self, url: str, headers: dict[bytes | str, bytes | str] | None = None
+                        ) -> Any:
+        response = await treq.get(url, headers=headers, timeout=TIMEOUT, reactor=self.reactor)
+        body = await treq.content(response)
+        if response.code != 200:
+            raise OIDCError(f"GET {url} answered {response.code}")
+        try:
+            return json.loads(body)
+        except ValueError:
+            raise OIDCError(f"GET {url} did not answer JSON") from None
+
+    async def metadata(self) -> dict[str, Any]:
+        if self._metadata is None:
+            data = await self._get_json(f"{self.issuer_url}/.well-known/openid-configuration")
+            if not isinstance(data, dict) or data.get("issuer", "").rstrip("/") != \
+                    self.issuer_url:
+                raise OIDCError("discovery document issuer does not match idp_provider_url")
+            for key in ("authorization_endpoint", "token_endpoint", "jwks_uri"):
+                if not isinstance(data.get(key), str):
+                    raise OIDCError(f"discovery document has no {key}")
+            self._metadata = data
+        return self._metadata
+
+    async def authorization_url(self, state: str, nonce: str, challenge: str) -> str:
+        meta = await self.metadata()
+        params = {
+            "client_id": self.client_id, "response_type": "code",
+            "redirect_uri": self.redirect_uri, "scope": " ".join(self.scopes),
+            "state": state, "nonce": nonce, "code_challenge": challenge,
+            "code_challenge_method": "S256",
+        }
+        if "offline_access" in self.scopes:
+            params.setdefault("prompt", "consent")  # refresh tokens need consent
+        params.update(self.request_params)
+        sep = "&" if "?" in meta["authorization_endpoint"] else "?"
+        return f"{meta['authorization_endpoint']}{sep}{urlencode(params)}"
+
+    async def _token_request(self, form: dict[str, str]) -> dict[str, Any]:
+        meta = await self.metadata()
+        methods = meta.get("token_endpoint_auth_methods_supported") or ["client_secret_basic"]
+        auth = None
+        if "client_secret_basic" in methods:
+            auth = (self.client_id, self.client_secret)
+        else:
+            form = {**form, "client_id": self.client_id, "client_secret": self.client_secret}
+        response = await treq.post(meta["token_endpoint"], data=form, auth=auth,
+                                   timeout=TIMEOUT, reactor=self.reactor,
+                                   headers=_ACCEPT_JSON)
+        body = await treq.content(response)
+        try:
+            data = json.loads(body)
+        except ValueError:
+            raise OIDCError(f"token endpoint answered {response.code}, not JSON") from None
+        if response.code != 200 or not isinstance(data, dict):
+            error = data.get("error", "") if isinstance(data, dict) else ""
+            raise OIDCError(f"token endpoint answered {response.code} {error}".strip())
+        return data
+
+    async def _key_for(self, token: str) -> Any:
+        header = jwt.get_unverified_header(token)
+        kid = header.get("kid", "")
+        if kid not in self._keys:
+            meta = await self.metadata()
+            jwks = await self._get_json(meta["jwks_uri"])
+            self._keys = {k.get("kid", ""): jwt.PyJWK(k) for k in jwks.get("keys", [])
+                          if k.get("use", "sig") == "sig"}
+        key = self._keys.get(kid) or (next(iter(self._keys.values())) if not kid and
+                                      len(self._keys) == 1 else None)
+        if key is None:
+            raise OIDCError(f"the ID token is signed with an unknown key {kid!r}")
+        return key
+
+    async def validate_id_token(self, token: str, nonce: str | None) -> dict[str, Any]:
+        meta = await self.metadata()
+        key = await self._key_for(token)
+        try:
+            claims: dict[str, Any] = jwt.decode(
+                token, key=key.key, algorithms=[key.algorithm_name or "RS256"],
+                audience=self.client_id, issuer=meta["issuer"], leeway=60,
+                options={"require": ["exp", "iat", "iss", "aud", "sub"]})
+        except jwt.PyJWTError as exc:
+            raise OIDCError(f"ID token rejected: {exc}") from None
+        if nonce is not None and claims.get("nonce") != nonce:
+            raise OIDCError("ID token nonce does not match the sign-in request")
+        return claims
+
+    async def userinfo(self, access_token: str) -> dict[str, Any]:
+        meta = await self.metadata()
+        endpoint = meta.get("userinfo_endpoint")
+        if not endpoint or not access_token:
+            return {}
+        data = await self._get_json(endpoint, {"Authorization": f"Bearer {access_token}"})
+        return data if isinstance(data, dict) else {}
+
+    async def _tokens(self, data: dict[str, Any], nonce: str | None,
+                      previous_refresh: str = "") -> Tokens:
+        id_token = str(data.get("id_token") or "")
+        claims = await self.validate_id_token(id_token, nonce) if id_token else {}
+        access = str(data.get("access_token") or "")
+        info = await self.userinfo(access)
+        if info and claims and info.get("sub") not in (None, claims.get("sub")):
+            raise OIDCError("userinfo subject differs from the ID token's")
+        merged = {**info, **claims}
+        return Tokens(access, id_token, str(data.get("refresh_token") or previous_refresh),
+                      float(data.get("expires_in") or 3600), merged)
+
+    def exchange(self, code: str, verifier: str, nonce: str) -> Deferred[Tokens]:
+        async def run() -> Tokens:
+            data = await self._token_request({
+                "grant_type": "authorization_code", "code": code,
+                "redirect_uri": self.redirect_uri, "code_verifier": verifier})
+            return await self._tokens(data, nonce)
+        return ensureDeferred(run())
+
+    def refresh(self, refresh_token: str) -> Deferred[Tokens]:
+        async def run() -> Tokens:
+            data = await self._token_request({"grant_type": "refresh_token",
+                                              "refresh_token": refresh_token})
+            return await self._tokens(data, None, refresh_token)
+        return ensureDeferred(run())
+
+    def start_url(self, state: str, nonce: str, challenge: str) -> Deferred[str]:
+        return ensureDeferred(self.authorization_url(state, nonce, challenge))
+
+    def end_session_url(self, id_token: str, post_logout: str) -> str | None:
+        meta = self._metadata or {}
+        endpoint = meta.get("end_session_endpoint")
+        if not endpoint:
+            return None
+        params = {"id_token_hint": id_token, "post_logout_redirect_uri": post_logout,
+                  "client_id": self.client_id}
+        return f"{endpoint}?{urlencode({k: v for k, v in params.items() if v})}"

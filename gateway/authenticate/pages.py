@@ -1,0 +1,61 @@
+"""Answers the identity layer gives: redirects, small HTML pages for browsers, JSON or
+plain text for everything else. Nothing internal is ever shown."""
+
+from __future__ import annotations
+
+import html
+import json
+
+from gateway.dataplane.authz import Deny
+
+Pairs = tuple[tuple[bytes, bytes], ...]
+_TITLES = {400: "Bad request", 401: "Sign-in required", 403: "Access denied",
+           495: "Client certificate required", 500: "Something went wrong",
+           502: "Sign-in failed", 503: "Sign-in unavailable"}
+
+
+def wants_html(headers: list[tuple[bytes, bytes]]) -> bool:
+    """A browser navigation: Accept mentions text/html and it is not an XHR."""
+    accept = b""
+    for name, value in headers:
+        low = name.lower()
+        if low == b"x-requested-with" and value.lower() == b"xmlhttprequest":
+            return False
+        if low == b"accept":
+            accept += value
+    return b"text/html" in accept
+
+
+def wants_json(headers: list[tuple[bytes, bytes]]) -> bool:
+    return any(n.lower() == b"accept" and b"application/json" in v for n, v in headers)
+
+
+def redirect(location: str, extra: Pairs = (), status: int = 302) -> Deny:
+    return Deny(status, b"", ((b"location", location.encode("latin-1")),
+                              (b"cache-control", b"no-store"), *extra), reason="redirect")
+
+
+def error(status: int, message: str, headers: list[tuple[bytes, bytes]], reason: str,
+          extra: Pairs = ()) -> Deny:
+    title = _TITLES.get(status, "Error")
+    if wants_html(headers):
+        body = (f"<!doctype html><meta charset=utf-8><title>{title}</title>"
+                "<style>body{font:16px system-ui;margin:3em auto;max-width:40em}</style>"
+                f"<h1>{title}</h1><p>{html.escape(message)}</p>").encode()
+        ctype = b"text/html; charset=utf-8"
+    elif wants_json(headers):
+        body = json.dumps({"status": status, "error": message}).encode() + b"\n"
+        ctype = b"application/json"
+    else:
+        body = f"{status} {title}: {message}\n".encode()
+        ctype = b"text/plain; charset=utf-8"
+    return Deny(status, body, ((b"content-type", ctype), (b"cache-control", b"no-store"),
+                               *extra), reason=reason)
+
+
+def page(title: str, body_html: str, extra: Pairs = (), status: int = 200) -> Deny:
+    body = (f"<!doctype html><meta charset=utf-8><title>{html.escape(title)}</title>"
+            "<style>body{font:16px system-ui;margin:3em auto;max-width:40em}</style>"
+            f"<h1>{html.escape(title)}</h1>{body_html}").encode()
+    return Deny(status, body, ((b"content-type", b"text/html; charset=utf-8"),
+                               (b"cache-control", b"no-store"), *extra), reason="page")

@@ -1,0 +1,55 @@
+"""Identity-provider claims as policy values: flattened maps of string tuples.
+
+Rules for policy values 1: nested maps become dotted keys (``a`` containing ``b`` is
+``a.b``), a scalar becomes a one-element tuple, a list stays a list. Every value is a
+string so that configured values (YAML) and IdP values (JSON) compare alike: booleans
+are ``"true"``/``"false"``, integral numbers have no decimal point.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+
+def flatten_claims(claims: Mapping[str, Any]) -> dict[str, tuple[str, ...]]:
+    """``{"a": {"aa": {"aaa": 12345}, "ab": [1, 2]}}`` -> ``{"a.aa.aaa": ("12345",),
+    "a.ab": ("1", "2")}``. ``None`` values (and ``None`` list items) are dropped."""
+    out: dict[str, tuple[str, ...]] = {}
+    _flatten(claims, "", out)
+    return out
+
+
+def _flatten(claims: Mapping[str, Any], prefix: str, out: dict[str, tuple[str, ...]]) -> None:
+    for key, value in claims.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            _flatten(value, f"{name}.", out)
+        elif isinstance(value, list | tuple):
+            out[name] = tuple(claim_string(item) for item in value if item is not None)
+        elif value is not None:
+            out[name] = (claim_string(value),)
+
+
+def claim_string(value: Any) -> str:
+    """One claim value as a string: ``True`` -> ``"true"``, ``2.0`` -> ``"2"``; maps and
+    lists nested inside a list become compact JSON."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    if isinstance(value, Mapping | list | tuple):
+        return json.dumps(value, separators=(",", ":"), sort_keys=True, default=str)
+    return str(value)
+
+
+def claims_allowed(
+    required: Mapping[str, tuple[str, ...]], have: Mapping[str, tuple[str, ...]]
+) -> bool:
+    """True when, for any required claim, some required value is among the user's values."""
+    for key, values in required.items():
+        present = have.get(key)
+        if present and not set(values).isdisjoint(present):
+            return True
+    return False
