@@ -20,9 +20,11 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import ipaddress
 import secrets
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 from urllib.parse import parse_qs, urlencode, urlsplit
 
@@ -51,6 +53,8 @@ SIGN_IN = "/.gateway/sign_in"
 HANDOFF = "/.gateway/callback"
 SIGN_OUT = "/.gateway/signout/"
 JWKS = "/.well-known/gateway/jwks.json"
+PROGRAMMATIC = "/.gateway/api/v1/login"
+REFRESH_GRACE = 60.0
 STATE_TTL = 600.0
 HANDOFF_TTL = 60.0
 CSRF_COOKIE = "_gateway_csrf"
@@ -82,6 +86,55 @@ def safe_target(uri: str, allowed_hosts: set[str]) -> bool:
     return host in allowed_hosts or netloc in allowed_hosts
 
 
+def programmatic_token(headers: list[tuple[bytes, bytes]]) -> str:
+    """``Authorization: Gateway <token>`` or ``Authorization: Bearer Gateway-<token>``."""
+    for name, value in headers:
+        if name.lower() != b"authorization":
+            continue
+        text = value.decode("latin-1").strip()
+        if text[:8].lower() == "gateway ":
+            return text[8:].strip()
+        if text[:7].lower() == "bearer " and text[7:15].lower() == "gateway-":
+            return text[15:].strip()
+    return ""
+
+
+def allowed_programmatic_target(uri: str, domains: tuple[str, ...]) -> bool:
+    """``programmatic_redirect_domain_whitelist``: the host must equal an entry; the
+    entry ``localhost`` admits any loopback host. Port ignored."""
+    try:
+        parts = urlsplit(uri)
+        host = (parts.hostname or "").lower()
+    except ValueError:
+        return False
+    if parts.scheme not in ("http", "https") or parts.username or parts.password or not host:
+        return False
+    if "\\" in uri or any(ord(c) < 0x21 for c in uri):
+        return False
+    if host in domains:
+        return True
+    if "localhost" in domains:
+        if host == "localhost":
+            return True
+        try:
+            return ipaddress.ip_address(host).is_loopback
+        except ValueError:
+            return False
+    return False
+
+
+async def _share(deferred: Deferred[Any]) -> Any:
+    """Await a Deferred that others await too (without consuming its result)."""
+    waiter: Deferred[Any] = Deferred()
+
+    def relay(result: Any) -> Any:
+        waiter.callback(result)
+        return result
+
+    deferred.addBoth(relay)
+    return await waiter
+
+
 class Identity:
     """Per snapshot: answers the gateway's own endpoints and decides every request to a
     route that is not public (the data plane's ``Authorizer``)."""
@@ -108,6 +161,9 @@ class Identity:
             if route.port:
                 self.allowed_hosts.add(f"{route.host}:{route.port}")
         self.groups_available = bool(o.idp_service_account)
+        self.programmatic_domains = tuple(d.lower() for d in
+                                          o.programmatic_redirect_domain_whitelist)
+        self._refreshing: dict[str, Deferred[Session | None]] = {}
         self.provider: Provider | None = None
         if o.idp_provider_url and o.idp_client_id:
             self.provider = Provider(
@@ -131,10 +187,9 @@ class Identity:
         token = read_cookie(parse_cookies(request.headers), self.options.cookie_name)
         payload = self.cookies.open("session", token, now) if token else None
         if payload is None:
-            for name, value in request.headers:
-                if name.lower() == b"authorization" and value[:8].lower() == b"gateway ":
-                    payload = self.shared.open("programmatic", value[8:].decode(
-                        "latin-1").strip(), now)
+            token = programmatic_token(request.headers)
+            if token:
+                payload = self.shared.open("programmatic", token, now)
         if payload is None:
             return None
         session = self.store.get(str(payload.get("sid", "")))
@@ -149,6 +204,56 @@ class Identity:
 
     def authorize(self, request: RequestInfo, route: Any) -> Decision | Deferred[Decision]:
         session = self.session_for(request)
+        if session is not None and self._needs_refresh(session):
+            return ensureDeferred(self._refresh_then_decide(request, route, session))
+        return self._decide(request, route, session)
+
+    def _needs_refresh(self, session: Session) -> bool:
+        return bool(session.refresh_token and self.provider is not None
+                    and session.token_expires_at - REFRESH_GRACE <= self.clock())
+
+    async def _refresh_then_decide(self, request: RequestInfo, route: Any,
+                                   session: Session) -> Decision:
+        refreshed = await self.refresh(session)
+        return self._decide(request, route, refreshed)
+
+    async def refresh(self, session: Session) -> Session | None:
+        """New tokens before the old ones expire; a failed refresh ends the session.
+        Concurrent requests of one session share one refresh."""
+        pending = self._refreshing.get(session.id)
+        if pending is None:
+            pending = ensureDeferred(self._do_refresh(session))
+            self._refreshing[session.id] = pending
+            pending.addBoth(self._refresh_done, session.id)
+        result: Session | None = await _share(pending)
+        return result
+
+    def _refresh_done(self, result: Any, session_id: str) -> Any:
+        self._refreshing.pop(session_id, None)
+        return result
+
+    async def _do_refresh(self, session: Session) -> Session | None:
+        assert self.provider is not None
+        try:
+            tokens = await self.provider.refresh(session.refresh_token)
+        except Exception as exc:  # refused, unreachable or timed out: all end the session
+            log.warn("token refresh for {email} failed, session ended: {error}",
+                     email=session.email, error=str(exc))
+            self.store.delete(session.id)
+            return None
+        claims = tokens.claims or {}
+        groups = tuple(str(g) for g in claims.get("groups") or () if isinstance(g, str | int))
+        updated = replace(
+            session, access_token=tokens.access_token, refresh_token=tokens.refresh_token,
+            id_token=tokens.id_token or session.id_token,
+            token_expires_at=self.clock() + tokens.expires_in,
+            claims=flatten_claims(claims) if claims else session.claims,
+            groups=groups if claims else session.groups)
+        self.store.put(updated)
+        log.info("refreshed the tokens of {email}", email=session.email)
+        return updated
+
+    def _decide(self, request: RequestInfo, route: Any, session: Session | None) -> Decision:
         decision = evaluate(route.route, request.method, request.headers, session,
                             self.clock(), self.groups_available)
         if decision.allowed:
@@ -170,10 +275,9 @@ class Identity:
             headers.append((b"x-gateway-jwt-assertion",
                             self.signer.sign(session, audience).encode()))
             headers.extend(claim_headers(self.options.jwt_claims_headers, session))
-        return Allow(tuple(headers), frozenset({b"authorization"}) if any(
-            n.lower() == b"authorization" and v[:8].lower() == b"gateway "
-            for n, v in request.headers) else frozenset(),
-            strip_cookie=self.options.cookie_name)
+        own_token = bool(programmatic_token(request.headers))
+        return Allow(tuple(headers), frozenset({b"authorization"}) if own_token
+                     else frozenset(), strip_cookie=self.options.cookie_name)
 
     def _sign_in(self, request: RequestInfo) -> Deny:
         if not pages.wants_html(request.headers) or not self.auth_origin:
@@ -207,6 +311,8 @@ class Identity:
             return ensureDeferred(self._callback(request))
         if path == HANDOFF:
             return self._handoff(request)
+        if path == PROGRAMMATIC and not on_auth:
+            return self._programmatic(request)
         if path in (SIGN_OUT, SIGN_OUT.rstrip("/")):
             return self._sign_out(request, body)
         if path.startswith("/.gateway"):
@@ -220,9 +326,10 @@ class Identity:
             return pages.error(400, "This sign-in link is invalid or has expired.",
                                request.headers, "bad-sign-in-link")
         uri = str(payload["uri"])
+        client = str(payload.get("programmatic", ""))
         existing = self.session_for(request)
         if existing is not None:
-            return self._to_route(existing, uri)
+            return self._to_client(existing, client) if client else self._to_route(existing, uri)
         if self.provider is None:
             return pages.error(503, "No identity provider is configured.", request.headers,
                                "no-provider")
@@ -231,6 +338,7 @@ class Identity:
         nonce = secrets.token_urlsafe(24)
         state = self.shared.seal("state", {
             "uri": uri, "nonce": nonce, "verifier": verifier,
+            "programmatic": str(payload.get("programmatic", "")),
             "csrf": hashlib.sha256(csrf.encode()).hexdigest()}, now + STATE_TTL)
         cookie = set_cookie_headers(CSRF_COOKIE, csrf, max_age=int(STATE_TTL), domain="",
                                     secure=self.options.cookie_secure, http_only=True)
@@ -279,7 +387,38 @@ class Identity:
         log.info("signed in {email} ({user})", email=session.email, user=session.user_id)
         clear_csrf = tuple((b"set-cookie", c) for c in clear_cookie_headers(
             CSRF_COOKIE, "", self.options.cookie_secure)[:1])
+        if state.get("programmatic"):
+            return self._to_client(session, str(state["programmatic"]),
+                                   self._cookie(session) + clear_csrf)
         return self._to_route(session, str(state["uri"]), self._cookie(session) + clear_csrf)
+
+    def _programmatic(self, request: RequestInfo) -> Decision:
+        """Sign-in for non-browser clients: answers the URL to open; after sign-in the
+        browser is sent to the client's local ``gateway_redirect_uri`` with
+        ``gateway_jwt``, which the client then sends as ``Authorization: Gateway``."""
+        if request.method != b"GET":
+            return pages.error(405, "Use GET.", request.headers, "method-not-allowed")
+        target = _query(request).get("gateway_redirect_uri")
+        if target is None:
+            return pages.error(404, "Not found.", request.headers, "not-found")
+        if not allowed_programmatic_target(target, self.programmatic_domains):
+            return pages.error(400, "invalid redirect uri", request.headers,
+                               "bad-programmatic-redirect")
+        if not self.auth_origin:
+            return pages.error(503, "No authenticate service is configured.",
+                               request.headers, "no-authenticate-url")
+        route_url = f"{request.scheme}://{request.host}/"
+        sealed = self.shared.seal("sign-in", {"uri": route_url, "programmatic": target},
+                                  self.clock() + STATE_TTL)
+        url = f"{self.auth_origin}{SIGN_IN}?" + urlencode({"gateway_redirect": sealed})
+        return Deny(200, url.encode(), ((b"content-type", b"text/plain; charset=utf-8"),),
+                    reason="programmatic-login")
+
+    def _to_client(self, session: Session, target: str,
+                   extra: tuple[tuple[bytes, bytes], ...] = ()) -> Deny:
+        token = self.shared.seal("programmatic", {"sid": session.id}, session.expires_at)
+        sep = "&" if "?" in target else "?"
+        return pages.redirect(f"{target}{sep}{urlencode({'gateway_jwt': token})}", extra)
 
     def new_session(self, claims: dict[str, Any], id_token: str, access: str, refresh: str,
                     token_expiry: float) -> Session:

@@ -92,10 +92,11 @@ class Browser:
                 return Reply(reply.status, reply.headers, b"", url)
         raise AssertionError("too many redirects")
 
-    def sign_in(self, url: str, login: str) -> Reply:
+    def sign_in(self, url: str, login: str, stop: str | None = None) -> Reply:
         """Open ``url``; when the provider's dev pages come, log in as ``login`` and
-        consent; return the final answer."""
-        reply = self.follow(url)
+        consent; return the final answer (or the redirect to a URL starting with
+        ``stop``, not fetched)."""
+        reply = self.follow(url, stop=stop)
         for _ in range(6):
             parser = _Forms()
             parser.feed(reply.body.decode("utf-8", "replace"))
@@ -107,5 +108,5 @@ class Browser:
             if data.get("prompt") == "login":
                 data.update(login=login, password="anything")
             reply = self.follow(urljoin(reply.url, str(form["action"])), "POST",
-                                urlencode(data).encode())
+                                urlencode(data).encode(), stop=stop)
         raise AssertionError("too many provider pages")

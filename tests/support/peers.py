@@ -371,8 +371,10 @@ def oidc_provider(
     post_logout_redirect_uris: Sequence[str] | None = None,
     host: str = "127.0.0.1",
     timeout: float = 30.0,
+    access_token_ttl: int = 3600,
 ) -> Iterator[OIDCProvider]:
-    """Run ``node server.js`` from :data:`OIDC_DIR` (``npm ci`` must have been run)."""
+    """Run ``node server.js`` from :data:`OIDC_DIR` (``npm ci`` must have been run).
+    ``access_token_ttl`` (seconds) makes tokens expire early, for refresh tests."""
     node = _require_binary("node", NODE_INSTALL_HINT)
     if not (OIDC_DIR / "node_modules" / "oidc-provider" / "package.json").is_file():
         raise PeerSetupError(
@@ -396,6 +398,7 @@ def oidc_provider(
             "CLIENT_SECRET": client_secret,
             "REDIRECT_URIS": ",".join(uris),
             "TOKEN_AUTH_METHOD": token_auth_method,
+            "ACCESS_TOKEN_TTL": str(access_token_ttl),
         }
         if post_logout_redirect_uris is not None:
             env["POST_LOGOUT_REDIRECT_URIS"] = ",".join(post_logout_redirect_uris)

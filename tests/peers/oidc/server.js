@@ -90,7 +90,7 @@ function accountClaims(id) {
       };
     },
     ttl: {
-      AccessToken: 3600,
+      AccessToken: Number(process.env.ACCESS_TOKEN_TTL || 3600),
       AuthorizationCode: 60,
       IdToken: 3600,
       RefreshToken: 86400,
