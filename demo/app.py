@@ -1,10 +1,24 @@
-"""Demo upstream: an HTML page listing the request the gateway forwarded to it."""
+"""Demo upstream: an HTML page showing who the gateway says is signed in (the claims of
+X-Gateway-Jwt-Assertion) and every header it forwarded."""
 
 from __future__ import annotations
 
 import argparse
+import base64
 import html
+import json
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+
+def assertion_claims(token: str) -> dict[str, object]:
+    """The JWT's payload, decoded for display only (the upstream should verify it with
+    the gateway's JWKS: /.well-known/gateway/jwks.json on the authenticate host)."""
+    try:
+        payload = token.split(".")[1]
+        data = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
+    except (IndexError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -12,6 +26,11 @@ class Handler(BaseHTTPRequestHandler):
     server_version = "gateway-demo-app"
 
     def do_GET(self) -> None:
+        claims = assertion_claims(self.headers.get("X-Gateway-Jwt-Assertion", ""))
+        who = (f"<p>Signed in as <b>{html.escape(str(claims.get('email', '?')))}</b> "
+               f"(groups: {html.escape(', '.join(map(str, claims.get('groups') or [])))})."
+               ' <a href="/.gateway/signout/">Sign out</a></p>'
+               if claims else "<p>No signed-in user (a public route).</p>")
         rows = "".join(
             f"<tr><th>{html.escape(k)}</th><td>{html.escape(v)}</td></tr>"
             for k, v in self.headers.items()
@@ -19,7 +38,7 @@ class Handler(BaseHTTPRequestHandler):
         body = (
             "<!doctype html><meta charset=utf-8><title>gateway demo app</title>"
             "<style>body{font:15px system-ui;margin:2em}th{text-align:left;padding-right:1em}"
-            "</style><h1>Hello from the demo app</h1>"
+            "td{word-break:break-all}</style><h1>Hello from the demo app</h1>" + who +
             f"<p>The gateway forwarded <code>{html.escape(self.command)} "
             f"{html.escape(self.path)}</code> with these headers:</p><table>{rows}</table>"
         ).encode()
