@@ -2,7 +2,7 @@
 # Installs everything the gateway's tests and demo need, on a fresh Debian machine or an
 # already prepared one (each step is skipped when it is already done):
 #   Debian packages (python3-venv, redis-server, curl, nginx, haproxy, wrk, h2load,
-#   iproute2, pebble; Node.js only if missing),
+#   iproute2, pebble, chromium; Node.js only if missing),
 #   a virtualenv in .venv with the project (editable) and its test tools,
 #   the npm packages of the test identity provider (tests/peers/oidc).
 set -euo pipefail
@@ -17,6 +17,7 @@ command -v wrk >/dev/null 2>&1 || need_apt+=(wrk)
 [ -x /usr/sbin/haproxy ] || command -v haproxy >/dev/null 2>&1 || need_apt+=(haproxy)
 command -v ss >/dev/null 2>&1 || need_apt+=(iproute2)
 command -v pebble >/dev/null 2>&1 || need_apt+=(pebble)
+command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)
 command -v node >/dev/null 2>&1 || need_apt+=(nodejs npm)
 python3 -c 'import ensurepip, venv' >/dev/null 2>&1 || need_apt+=(python3-venv)
 if [ ${#need_apt[@]} -gt 0 ]; then
@@ -39,7 +40,8 @@ if [ ! -f "$stamp" ] || [ setup.cfg -nt "$stamp" ] || [ pyproject.toml -nt "$sta
     touch "$stamp"
 fi
 
-if [ ! -d tests/peers/oidc/node_modules ] || \
-   [ tests/peers/oidc/package-lock.json -nt tests/peers/oidc/node_modules ]; then
-    npm ci --prefix tests/peers/oidc --no-audit --no-fund --loglevel=error
-fi
+for dir in tests/peers/oidc tests/peers/browser; do
+    if [ ! -d "$dir/node_modules" ] || [ "$dir/package-lock.json" -nt "$dir/node_modules" ]; then
+        npm ci --prefix "$dir" --no-audit --no-fund --loglevel=error
+    fi
+done
