@@ -19,6 +19,7 @@ deleting it (sign-out) ends the session on every host.
 from __future__ import annotations
 
 import hashlib
+import html
 import hmac
 import ipaddress
 import secrets
@@ -83,7 +84,14 @@ def safe_target(uri: str, allowed_hosts: set[str]) -> bool:
         return False
     host = (parts.hostname or "").lower()
     netloc = parts.netloc.lower()
+    if not host:
+        return False  # "https:///evil.example" lands on evil.example in browsers
     return host in allowed_hosts or netloc in allowed_hosts
+
+
+def _own_path(path: str) -> bool:
+    """The gateway's reserved prefix, on a segment boundary (``/.gatewayish`` is not)."""
+    return path == "/.gateway" or path.startswith("/.gateway/")
 
 
 def programmatic_token(headers: list[tuple[bytes, bytes]]) -> str:
@@ -155,7 +163,7 @@ class Identity:
         self.auth_origin = f"{auth.scheme}://{auth.netloc}" if auth else ""
         self.auth_host = (auth.netloc or "").lower() if auth else ""
         self.auth_hostname = (auth.hostname or "").lower() if auth else ""
-        self.allowed_hosts = {self.auth_host, self.auth_hostname}
+        self.allowed_hosts = {h for h in (self.auth_host, self.auth_hostname) if h}
         for route in snapshot.routes:
             self.allowed_hosts.add(route.host)
             if route.port:
@@ -292,8 +300,8 @@ class Identity:
     # -- the gateway's own endpoints
 
     def handles(self, host: str, path: str) -> bool:
-        return host == self.auth_host or host == self.auth_hostname or \
-            path.startswith("/.gateway")
+        return bool(self.auth_host) and host in (self.auth_host, self.auth_hostname) or \
+            _own_path(path)
 
     def internal(self, request: RequestInfo, body: bytes = b""
                  ) -> Decision | Deferred[Decision] | None:
@@ -315,7 +323,7 @@ class Identity:
             return self._programmatic(request)
         if path in (SIGN_OUT, SIGN_OUT.rstrip("/")):
             return self._sign_out(request, body)
-        if path.startswith("/.gateway"):
+        if _own_path(path):
             return pages.error(404, "Not found.", request.headers, "not-found")
         return None
 
@@ -460,11 +468,15 @@ class Identity:
         session = self.session_for(request)
         given = _query(request) | (_form(body) if request.method == b"POST" else {})
         token = given.get("csrf", "")
-        if session is None or not hmac.compare_digest(token, self._csrf_token(session)):
+        if session is None or not hmac.compare_digest(
+                token.encode("utf-8", "replace"), self._csrf_token(session).encode()):
             if session is not None and request.method == b"GET" and not token:
+                target = html.escape(given.get("gateway_redirect_uri", ""), quote=True)
+                keep = (f'<input type="hidden" name="gateway_redirect_uri" value="{target}">'
+                        if target else "")
                 form = (f'<form method="post" action="{SIGN_OUT}">'
                         f'<input type="hidden" name="csrf" value="{self._csrf_token(session)}">'
-                        "<button>Sign out</button></form>")
+                        f"{keep}<button>Sign out</button></form>")
                 return pages.page("Sign out?", form)
             return pages.error(400, "CSRF token invalid.", request.headers, "csrf-invalid")
         self.store.delete(session.id)

@@ -15,7 +15,7 @@ class SessionStore(Protocol):
 
 class MemorySessionStore:
     """Sessions of this process (all-in-one mode with ``databroker_storage_type:
-    memory``); expired ones are dropped when read and by ``sweep``."""
+    memory``). Readers check expiry themselves; ``sweep`` drops expired ones."""
 
     def __init__(self) -> None:
         self._sessions: dict[str, Session] = {}

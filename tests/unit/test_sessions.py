@@ -132,7 +132,7 @@ class SealerTests(SynchronousTestCase):
     def test_malformed_text(self) -> None:
         """Empty, non-base64, non-ASCII and nonsense tokens are refused without raising."""
         for token in ("", "=", "!!!!", "a", "ab", "é" * 30, "\x00" * 40, "A" * 40,
-                      "%" + self.sealer.seal("session", {"sid": "x"}, NOW + 60)):
+                      "A" * 8193):
             self.assertIsNone(self.sealer.open("session", token, NOW), repr(token))
 
     def test_oversized(self) -> None:
