@@ -19,8 +19,8 @@ deleting it (sign-out) ends the session on every host.
 from __future__ import annotations
 
 import hashlib
-import html
 import hmac
+import html
 import ipaddress
 import secrets
 import time
@@ -300,7 +300,7 @@ class Identity:
     # -- the gateway's own endpoints
 
     def handles(self, host: str, path: str) -> bool:
-        return bool(self.auth_host) and host in (self.auth_host, self.auth_hostname) or \
+        return (bool(self.auth_host) and host in (self.auth_host, self.auth_hostname)) or \
             _own_path(path)
 
     def internal(self, request: RequestInfo, body: bytes = b""

@@ -34,7 +34,7 @@ from gateway.dataplane.headers import (
 from gateway.dataplane.hosts import UpstreamHost
 from gateway.dataplane.plan import RoutePlan
 from gateway.dataplane.redirect import redirect_location
-from gateway.dataplane.responses import error_body
+from gateway.dataplane.responses import error_page
 from gateway.dataplane.router import upstream_path
 from gateway.dataplane.upstream import Pool, UpstreamConnection
 from gateway.sessions.cookie import strip_cookie
@@ -139,7 +139,7 @@ class Exchange:
             if len(self.internal_body) + len(data) > 16384:
                 self.internal_body = None
                 self.keep_alive = False
-                self.local(413, error_body(413, "request body too large"))
+                self.fail(413, "request body too large")
                 return
             self.internal_body += data
             return
@@ -154,7 +154,7 @@ class Exchange:
         if self.internal_body is not None:
             body, self.internal_body = bytes(self.internal_body), None
             if not self._internal(body):
-                self.local(404, error_body(404, "not found"))
+                self.fail(404, "not found")
             return
         if self.waiting_upstream and self.plan is not None:
             self.deadline = self.core.reactor.seconds() + self.plan.timeout
@@ -205,7 +205,7 @@ class Exchange:
             if self.method in (b"GET", b"HEAD"):
                 self.local(200, b"OK\n")
             else:
-                self.local(405, error_body(405), ((b"allow", b"GET, HEAD"),))
+                self.fail(405, "", ((b"allow", b"GET, HEAD"),))
             return
         authorizer = core.authorizer
         if authorizer.handles(self.host, path):
@@ -221,24 +221,24 @@ class Exchange:
             if (plan is None and name != sni) or (
                     certificate is not None and not store.covers(certificate, name)):
                 # An HTTP/2 connection reused for a host it was not set up for.
-                self.local(421, error_body(421, f"this connection cannot serve {name}"))
+                self.fail(421, f"this connection cannot serve {name}")
                 return
         if path == "/robots.txt" and (plan is None or not plan.public):
             self.local(200, ROBOTS)
             return
         if plan is None:
             detail = "no route matches this path" if known else f"{self.host} route unknown"
-            self.local(404, error_body(404, detail))
+            self.fail(404, detail)
             return
         self.plan = plan
         if plan.client_cert is not None:
             problem = self.sink.client_cert_problem(plan.client_cert)
             if problem is not None:
                 self.detail = problem
-                self.local(495, error_body(495, "invalid client certificate"))
+                self.fail(495, "invalid client certificate")
                 return
         if path == "/.gateway" or path.startswith("/.gateway/"):
-            self.local(404, error_body(404, "not found"))
+            self.fail(404, "not found")
             return
         route = plan.route
         if route.redirect is not None:
@@ -250,7 +250,7 @@ class Exchange:
         if self.upgrade and not self._upgrade_allowed(route):
             token = self.upgrade.decode("latin-1")
             self.keep_alive = False
-            self.local(403, error_body(403, f"{token} upgrades are not enabled on this route"))
+            self.fail(403, f"{token} upgrades are not enabled on this route")
             return
         if plan.public:
             self.dispatch()
@@ -316,7 +316,7 @@ class Exchange:
         self.sink.resume_reading("authorize")
         if not self.finished:
             access_log.failure("authorization failed", failure)
-            self.local(500, error_body(500))
+            self.fail(500, "")
 
     def _deny(self, decision: Deny) -> None:
         self.detail = decision.reason
@@ -332,7 +332,7 @@ class Exchange:
         hash_key = self.client_address().encode() if plan.hashed else None
         host = balancer.pick(now, hash_key) if balancer else None
         if host is None:
-            self.local(503, error_body(503, "no healthy upstream"))
+            self.fail(503, "no healthy upstream")
             return
         self.host_state = host
         host.active += 1
@@ -376,13 +376,13 @@ class Exchange:
         self.waiting_upstream = False
         self._release_host(failed=True)
         if failure.check(TimeoutError, CancelledError, ConnectingCancelledError):
-            self.local(504, error_body(504, "upstream connect timeout"))
+            self.fail(504, "upstream connect timeout")
         elif failure.check(DNSLookupError, socket.gaierror):
-            self.local(503, error_body(503, "upstream name resolution failed"))
+            self.fail(503, "upstream name resolution failed")
         elif failure.check(ConnectError, OSError):
-            self.local(503, error_body(503, "upstream connect error"))
+            self.fail(503, "upstream connect error")
         else:
-            self.local(502, error_body(502, "upstream TLS or connect error"))
+            self.fail(502, "upstream TLS or connect error")
         self.detail = failure.getErrorMessage()
 
     def _upstream_head(self) -> bytes:
@@ -595,7 +595,7 @@ class Exchange:
             self.response_started = False
             before_response = True
         if before_response and not self.response_started:
-            self.local(502, error_body(502, "upstream connection closed before the response"))
+            self.fail(502, "upstream connection closed before the response")
         else:
             self.finished = True
             self.sink.stop_response_flow()
@@ -618,7 +618,7 @@ class Exchange:
             self.head_pending = None
             self.response_started = False
         if not self.response_started:
-            self.local(504, error_body(504, "upstream request timeout"))
+            self.fail(504, "upstream request timeout")
         else:
             self.finished = True
             self.sink.stop_response_flow()
@@ -626,6 +626,12 @@ class Exchange:
             self._log(self.status)
 
     # -- answers of our own
+
+    def fail(self, status: int, detail: str, headers: Pairs = ()) -> None:
+        """An error answered by the gateway, shaped for the client (HTML page for
+        browsers, JSON on request, plain text otherwise)."""
+        body, ctype = error_page(status, detail, self.headers)
+        self.local(status, body, (*headers, (b"content-type", ctype)))
 
     def local(self, status: int, body: bytes, headers: Pairs = ()) -> None:
         """Answer without the upstream (also used for every error)."""

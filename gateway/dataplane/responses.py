@@ -31,3 +31,36 @@ def error_body(status: int, detail: str = "") -> bytes:
     if detail:
         text += f": {detail}"
     return (text + "\n").encode()
+
+
+def wants_html(headers: list[tuple[bytes, bytes]]) -> bool:
+    """A browser navigation: Accept mentions text/html and it is not an XHR."""
+    accept = b""
+    for name, value in headers:
+        low = name.lower()
+        if low == b"x-requested-with" and value.lower() == b"xmlhttprequest":
+            return False
+        if low == b"accept":
+            accept += value
+    return b"text/html" in accept
+
+
+def error_page(status: int, detail: str, headers: list[tuple[bytes, bytes]]
+               ) -> tuple[bytes, bytes]:
+    """(body, content type) of an error the gateway answers itself: a small HTML page
+    for browsers, JSON when asked for, plain text otherwise. ``detail`` is a fixed
+    description, never internals."""
+    title = reason(status).decode()
+    if wants_html(headers):
+        import html
+
+        body = (f"<!doctype html><meta charset=utf-8><title>{status} {title}</title>"
+                "<style>body{font:16px system-ui;margin:3em auto;max-width:40em}</style>"
+                f"<h1>{status} {html.escape(title)}</h1><p>{html.escape(detail or title)}</p>")
+        return body.encode(), b"text/html; charset=utf-8"
+    if any(n.lower() == b"accept" and b"application/json" in v for n, v in headers):
+        import json
+
+        return (json.dumps({"status": status, "error": detail or title}).encode() + b"\n",
+                b"application/json")
+    return error_body(status, detail), b"text/plain; charset=utf-8"

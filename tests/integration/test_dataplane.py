@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import collections
+import json
 import os
 import socket
 import sys
@@ -353,3 +354,15 @@ def test_spdy_upgrade_gate(env: Env) -> None:
             reply = client.request("GET", "/", host, {"Upgrade": "SPDY/3.1",
                                                       "Connection": "Upgrade"})
             assert reply.status == expected, host
+
+
+def test_error_pages_by_client(env: Env) -> None:
+    """Gateway errors are a small HTML page for browsers, JSON on request, else text."""
+    page = get(env, "dead.test", headers={"Accept": "text/html,application/xhtml+xml"})
+    assert page.status == 503
+    assert page.headers["content-type"] == "text/html; charset=utf-8"
+    assert b"<h1>503 Service Unavailable</h1>" in page.body
+    as_json = get(env, "dead.test", headers={"Accept": "application/json"})
+    assert json.loads(as_json.body) == {"status": 503, "error": "upstream connect error"}
+    plain = get(env, "dead.test")
+    assert plain.body == b"503 Service Unavailable: upstream connect error\n"
