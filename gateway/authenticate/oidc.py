@@ -57,6 +57,7 @@ class Provider:
         self.redirect_uri = redirect_uri
         self._metadata: dict[str, Any] | None = None
         self._keys: dict[str, Any] = {}
+        self._use_post = False
 
     async def _get_json(self, url: str, headers: dict[bytes | str, bytes | str] | None = None
                         ) -> Any:
@@ -96,17 +97,16 @@ class Provider:
         return f"{meta['authorization_endpoint']}{sep}{urlencode(params)}"
 
     async def _token_request(self, form: dict[str, str]) -> dict[str, Any]:
+        """POST to the token endpoint with client_secret_basic, or client_secret_post when
+        the provider offers only that or refuses basic for this client (then remembered)."""
         meta = await self.metadata()
         methods = meta.get("token_endpoint_auth_methods_supported") or ["client_secret_basic"]
-        auth = None
-        if "client_secret_basic" in methods:
-            auth = (self.client_id, self.client_secret)
-        else:
-            form = {**form, "client_id": self.client_id, "client_secret": self.client_secret}
-        response = await treq.post(meta["token_endpoint"], data=form, auth=auth,
-                                   timeout=TIMEOUT, reactor=self.reactor,
-                                   headers=_ACCEPT_JSON)
-        body = await treq.content(response)
+        use_post = self._use_post or "client_secret_basic" not in methods
+        response, body = await self._post_token(meta["token_endpoint"], form, use_post)
+        if response.code == 401 and not use_post and "client_secret_post" in methods:
+            response, body = await self._post_token(meta["token_endpoint"], form, True)
+            if response.code == 200:
+                self._use_post = True
         try:
             data = json.loads(body)
         except ValueError:
@@ -115,6 +115,16 @@ class Provider:
             error = data.get("error", "") if isinstance(data, dict) else ""
             raise OIDCError(f"token endpoint answered {response.code} {error}".strip())
         return data
+
+    async def _post_token(self, endpoint: str, form: dict[str, str], use_post: bool
+                          ) -> tuple[Any, bytes]:
+        auth = None if use_post else (self.client_id, self.client_secret)
+        if use_post:
+            form = {**form, "client_id": self.client_id, "client_secret": self.client_secret}
+        response = await treq.post(endpoint, data=form, auth=auth, timeout=TIMEOUT,
+                                   reactor=self.reactor, headers=_ACCEPT_JSON)
+        body: bytes = await treq.content(response)
+        return response, body
 
     async def _key_for(self, token: str) -> Any:
         header = jwt.get_unverified_header(token)

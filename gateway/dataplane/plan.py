@@ -138,6 +138,9 @@ def build_plan(snapshot: Snapshot, previous: Plan | None = None) -> Plan:
             request_drop=frozenset(
                 [h.lower().encode("latin-1") for h in route.remove_request_headers]
                 + [name.lower() for name, _ in set_request]
+                # Claim headers are the gateway's, whatever their configured names:
+                # a client's copy never reaches an upstream, on any route.
+                + [h.lower().encode("latin-1") for h in options.jwt_claims_headers]
             ),
             response_rewrites=tuple(
                 (r.header.lower().encode("latin-1"), r.prefix.encode("latin-1"),

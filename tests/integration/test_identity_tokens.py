@@ -105,3 +105,30 @@ def test_programmatic_login(tmp_path: Path, require_binary: Any) -> None:
         bearer = api.request("GET", f"http://app.test:{port}/api",
                              headers={"Authorization": f"Bearer Gateway-{token}"})
         assert bearer.status == 200
+
+
+def test_client_secret_post_provider(tmp_path: Path, require_binary: Any) -> None:
+    """A client registered for client_secret_post still signs in (basic is refused by
+    the provider, the gateway falls back to post)."""
+    require_binary("node", "apt-get install -y nodejs npm")
+    port = free_port()
+    with oidc_provider(tmp_path, [f"http://auth.test:{port}/oauth2/callback"],
+                       token_auth_method="client_secret_post") as op, \
+            echo_upstream(tmp_path) as up, \
+            gateway_daemon(tmp_path, config(op, port, up.url), port=port):
+        reply = Browser().sign_in(f"http://app.test:{port}/", "alice@example.test")
+        assert reply.status == 200
+
+
+def test_client_claim_headers_never_forwarded(tmp_path: Path, require_binary: Any) -> None:
+    """A client's own copy of a configured claim header (custom name included) is
+    dropped on public routes too."""
+    port = free_port()
+    with echo_upstream(tmp_path) as up, gateway_daemon(tmp_path, {
+            "jwt_claims_headers": {"X-Email": "email"},
+            "policy": [{"from": f"http://pub.test:{port}", "to": up.url,
+                        "allow_public_unauthenticated_access": True}]}, port=port):
+        reply = Browser().request("GET", f"http://pub.test:{port}/",
+                                  headers={"X-Email": "admin@example.test"})
+        sent = {k.lower() for k, _ in json.loads(reply.body)["headers"]}
+        assert "x-email" not in sent
