@@ -4,19 +4,24 @@ One command, stdlib only:
 
     .venv/bin/python bench/run.py            # full run: 10 s wrk runs, 1 warm-up + 3 measured
     .venv/bin/python bench/run.py --quick    # 3 s runs, 1 warm-up + 1 measured
+    .venv/bin/python bench/run.py --no-auth  # without the authenticated route
 
 It starts (all on 127.0.0.1, free ports, everything under one temp dir):
 
 * an nginx upstream answering every request with a 2 KiB body (``"ok\\n"`` + 2045 x ``x``),
 * nginx as a reverse proxy (1 worker, upstream keepalive 64),
-* the gateway (``twistd -n --pidfile= gateway --config FILE``) with one public route,
+* the gateway (``twistd -n --pidfile= gateway --config FILE``) with one public route and,
+  when node and ``tests/peers/oidc/node_modules`` are there (and without ``--no-auth``),
+  sign-in against node-oidc-provider (also on loopback) and a second, authenticated route,
 
 drives each proxy with ``wrk -t1 -c50 --latency`` (median of N runs after a warm-up, runs
-disturbed by other processes on the box are repeated, as in the perf baseline), samples the
+disturbed by other processes on the box are repeated, as in the perf baseline), drives the
+gateway's authenticated route the same way with a session cookie from one sign-in, samples the
 proxies' peak RSS, measures the memory of 5,000 idle keep-alive connections, optionally runs
 ``h2load`` against h2c endpoints, prints a table and writes the raw results as JSON.
 
-The harness only relies on ``twistd gateway --config``, never on the gateway's internals.
+The harness only relies on ``twistd gateway --config`` (and, for sign-in, on the stdlib-only
+test peers in ``tests/support``), never on the gateway's internals.
 It measures; it does not judge: the exit status is 0 whether or not the targets are met.
 """
 
@@ -54,10 +59,15 @@ REPO_ROOT = BENCH_DIR.parent
 BODY = "ok\n" + "x" * 2045
 BODY_LEN = 2048
 CONNECTIONS = 50
+# the authenticated route: its host, and the user who signs in (allowed by the route)
+AUTH_HOST = "app.test"
+AUTH_USER = "alice@example.test"
 TCK = os.sysconf("SC_CLK_TCK")
 
 # The issue's targets, printed beside the figures (never used to fail the run).
 TARGET_RATIO = 0.20
+# authenticated route: the public route's target ratio minus at most 20 %
+TARGET_AUTH_RATIO = round(TARGET_RATIO * 0.8, 4)
 TARGET_P99_MS = 15.0
 TARGET_IDLE_KIB = 30.0
 
@@ -339,6 +349,11 @@ def parse_wrk(out: str) -> dict[str, Any]:
         r[f"p{pct}_ms"] = to_ms(value)
     m = re.search(r"(\d+) requests in", out)
     r["requests"] = int(m.group(1)) if m else 0
+    m = re.search(r"\d+ requests in \S+, ([\d.]+)([KMGT]?B) read", out)
+    if m and r["requests"]:
+        scale = 1024 ** "BKMGT".index(m.group(2)[0])
+        # responses carrying the 2 KiB body: > BODY_LEN (a redirect or error page: less)
+        r["bytes_per_response"] = round(float(m.group(1)) * scale / r["requests"])
     m = re.search(r"Socket errors: (.*)", out)
     r["socket_errors"] = m.group(1).strip() if m else ""
     m = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
@@ -364,6 +379,17 @@ def parse_h2load(out: str) -> dict[str, Any]:
     return r
 
 
+def shown_cmd(argv: Sequence[str]) -> str:
+    """The command line for the JSON, with cookie values replaced by their length."""
+    def redact(a: str) -> str:
+        if not a.lower().startswith("cookie:"):
+            return a
+        return "Cookie: " + "; ".join(
+            f"{k.strip()}=<{len(v)} chars>" for k, _, v in
+            (c.partition("=") for c in a.split(":", 1)[1].split(";")))
+    return " ".join(redact(a) if " " not in a else repr(redact(a)) for a in argv)
+
+
 @dataclass
 class Target:
     """A proxy under test: its port, the PIDs to sample and how to reach it."""
@@ -371,6 +397,7 @@ class Target:
     name: str
     port: int
     pids: Callable[[], list[int]]
+    headers: tuple[str, ...] = ()  # extra wrk -H headers (Host, Cookie)
 
 
 class Bench:
@@ -382,6 +409,7 @@ class Bench:
         self.proxy_cpu = str(cpus[0]) if self.pinned else None
         self.load_cpu = str(cpus[1]) if self.pinned else None
         self.upstream_pids: list[int] = []
+        self.provider_pids: list[int] = []  # the OIDC provider: ours, not "other processes"
 
     def load_run(self, argv: list[str], duration: float, groups: dict[str, list[int]],
                  sample_pids: list[int]) -> tuple[str, dict[str, Any], int]:
@@ -389,6 +417,8 @@ class Bench:
         if self.load_cpu is not None:
             argv = ["taskset", "-c", self.load_cpu, *argv]
         groups = {**groups, "harness": [os.getpid()]}
+        if self.provider_pids:
+            groups["oidc"] = self.provider_pids
         with CpuWindow(groups) as window, PeakRss(sample_pids) as peak:
             popen = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                      stdin=subprocess.DEVNULL, text=True,
@@ -405,14 +435,18 @@ class Bench:
         return out, info, peak.peak
 
     def wrk(self, target: Target, duration: float) -> dict[str, Any]:
-        argv = ["wrk", "-t1", f"-c{CONNECTIONS}", f"-d{duration:g}s", "--latency",
-                f"http://127.0.0.1:{target.port}/"]
+        argv = ["wrk", "-t1", f"-c{CONNECTIONS}", f"-d{duration:g}s", "--latency"]
+        for h in target.headers:
+            argv += ["-H", h]
+        argv.append(f"http://127.0.0.1:{target.port}/")
         pids = target.pids()
         out, info, peak = self.load_run(
             argv, duration, {"proxy": pids, "upstream": self.upstream_pids}, pids)
-        return {**parse_wrk(out), **info, "peak_rss_kib": peak, "cmd": " ".join(argv)}
+        return {**parse_wrk(out), **info, "peak_rss_kib": peak, "cmd": shown_cmd(argv)}
 
     def h2load(self, target: Target, duration: float) -> dict[str, Any]:
+        if target.headers:
+            raise ValueError("h2load runs take no extra headers")
         argv = ["h2load", "-t1", f"-c{CONNECTIONS}", f"-m{self.args.h2_streams}",
                 f"-D{duration:g}", f"http://127.0.0.1:{target.port}/"]
         pids = target.pids()
@@ -531,7 +565,18 @@ def start_nginx(procs: Processes, tmp: Path, name: str, conf: str, cpus: str | N
                               "-e", str(tmp / f"{name}.err"), "-g", "daemon off;"], cpus)
 
 
-def gateway_yaml(port: int, upstream: int, codec: str | None) -> str:
+@dataclass(frozen=True)
+class AuthProvider:
+    """The OIDC provider the gateway signs users in with (tests/support/peers.py)."""
+
+    issuer: str
+    client_id: str
+    client_secret: str
+
+
+def gateway_yaml(port: int, upstream: int, codec: str | None,
+                 auth: AuthProvider | None = None) -> str:
+    q = json.dumps  # a JSON string is a YAML scalar
     lines = [
         "# written by bench/run.py",
         "insecure_server: true",
@@ -541,12 +586,29 @@ def gateway_yaml(port: int, upstream: int, codec: str | None) -> str:
     ]
     if codec:
         lines.append(f"codec_type: {codec}")
+    if auth is not None:
+        lines += [
+            f"authenticate_service_url: http://auth.test:{port}",
+            "idp_provider: oidc",
+            f"idp_provider_url: {q(auth.issuer)}",
+            f"idp_client_id: {q(auth.client_id)}",
+            f"idp_client_secret: {q(auth.client_secret)}",
+            "idp_scopes: [openid, email, groups, offline_access]",
+            "cookie_secure: false",
+        ]
     lines += [
         "policy:",
         f"  - from: http://127.0.0.1:{port}",
         f"    to: http://127.0.0.1:{upstream}",
         "    allow_public_unauthenticated_access: true",
     ]
+    if auth is not None:
+        lines += [
+            f"  - from: http://{AUTH_HOST}:{port}",
+            f"    to: http://127.0.0.1:{upstream}",
+            f"    allowed_users: [{q(AUTH_USER)}]",
+            "    pass_identity_headers: true",
+        ]
     return "\n".join(lines) + "\n"
 
 
@@ -568,27 +630,91 @@ def find_twistd(explicit: str | None) -> Path:
 
 
 def start_gateway(procs: Processes, tmp: Path, twistd: Path, name: str, upstream: int,
-                  codec: str | None, cpus: str | None) -> tuple[Proc, int]:
-    port = free_port()
+                  codec: str | None, cpus: str | None, port: int | None = None,
+                  auth: AuthProvider | None = None) -> tuple[Proc, int]:
+    port = port or free_port()
     config = tmp / f"{name}.yaml"
-    config.write_text(gateway_yaml(port, upstream, codec))
+    config.write_text(gateway_yaml(port, upstream, codec, auth))
     proc = procs.start(name, [str(twistd), "-n", "--pidfile=", "gateway", "--config", str(config)],
                        cpus, cwd=REPO_ROOT, env=gateway_env())
     return proc, port
 
 
-def check_body(port: int) -> dict[str, Any]:
+def check_body(port: int, headers: dict[str, str] | None = None) -> dict[str, Any]:
+    """One ``GET /`` (redirects not followed): must be 200 with the upstream's body."""
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
     try:
-        conn.request("GET", "/")
+        conn.request("GET", "/", headers=headers or {})
         resp = conn.getresponse()
         body = resp.read()
     finally:
         conn.close()
     info = {"status": resp.status, "body_len": len(body), "headers": resp.getheaders()}
     if resp.status != 200 or len(body) != BODY_LEN:
-        raise RuntimeError(f"GET / on port {port}: expected 200 with {BODY_LEN} bytes, got {info}")
+        host = (headers or {}).get("Host", f"127.0.0.1:{port}")
+        location = resp.getheader("Location")
+        raise RuntimeError(
+            f"GET http://{host}/ (on 127.0.0.1:{port}): expected 200 with the upstream's "
+            f"{BODY_LEN} bytes, got {resp.status} with {len(body)} bytes"
+            + (f", Location: {location}" if location else "")
+            + (f", body {body[:200]!r}" if resp.status != 200 else ""))
     return info
+
+
+# --------------------------------------------------------------------------------------
+# sign-in (the stdlib-only test peers of tests/support)
+
+
+def import_peers() -> Any:
+    """``tests.support.peers`` and ``.browser`` from the repository (stdlib only)."""
+    if str(REPO_ROOT) not in sys.path:
+        sys.path.insert(0, str(REPO_ROOT))
+    import tests.support.browser as browser
+    import tests.support.peers as peers
+    return peers, browser
+
+
+def auth_unavailable(args: argparse.Namespace) -> str | None:
+    """Why the authenticated-route section cannot run, or None."""
+    if args.no_auth:
+        return "--no-auth"
+    try:
+        peers, _ = import_peers()
+    except ImportError as exc:
+        return f"tests/support could not be imported: {exc}"
+    if peers.find_binary("node") is None:
+        return f"node not found ({peers.NODE_INSTALL_HINT})"
+    if not (peers.OIDC_DIR / "node_modules" / "oidc-provider" / "package.json").is_file():
+        return (f"{peers.OIDC_DIR.relative_to(REPO_ROOT)}/node_modules is missing oidc-provider "
+                f"(run `{peers.OIDC_INSTALL_HINT}` from the repository root)")
+    return None
+
+
+def start_provider(stack: contextlib.ExitStack, tmp: Path,
+                   gw_port: int) -> tuple[AuthProvider, int | None]:
+    """node-oidc-provider on a free loopback port, stopped when ``stack`` closes; its PID."""
+    peers, _ = import_peers()
+    op = stack.enter_context(peers.oidc_provider(
+        tmp, redirect_uris=[f"http://auth.test:{gw_port}/oauth2/callback"]))
+    return AuthProvider(op.issuer, op.client_id, op.client_secret), op.process.pid
+
+
+def sign_in(gw_port: int) -> dict[str, Any]:
+    """Sign in once through the gateway; the wrk headers for the authenticated route."""
+    _, browser_mod = import_peers()
+    browser = browser_mod.Browser()
+    url = f"http://{AUTH_HOST}:{gw_port}/"
+    t0 = time.monotonic()
+    reply = browser.sign_in(url, AUTH_USER)
+    seconds = time.monotonic() - t0
+    jar = browser.cookies.get(AUTH_HOST, {})
+    if reply.status != 200 or "_gateway" not in jar:
+        raise RuntimeError(f"sign-in at {url} as {AUTH_USER} ended with {reply.status} "
+                           f"({reply.body[:200]!r}), cookies for {AUTH_HOST}: {sorted(jar)}")
+    # the whole jar for the host: _gateway (and any chunks of it, should there be any)
+    cookie = "; ".join(f"{k}={v}" for k, v in jar.items())
+    return {"host": f"{AUTH_HOST}:{gw_port}", "cookie": cookie, "cookie_names": sorted(jar),
+            "cookie_bytes": len(cookie), "sign_in_seconds": round(seconds, 2)}
 
 
 def h2c_probe(port: int, timeout: float = 3.0) -> tuple[bool, str]:
@@ -812,23 +938,50 @@ def report(results: dict[str, Any], out: TextIO) -> None:
     w("\n")
     w(f"HTTP/1.1, wrk -t1 -c{CONNECTIONS}, {results['config']['duration']:g} s runs, median of "
       f"{results['config']['repeat']}; {results['config']['pinning']}\n")
-    header = f"{'target':<10} {'req/s':>9} {'p50 ms':>8} {'p99 ms':>8} {'peak RSS':>10} " \
+    header = f"{'target':<12} {'req/s':>9} {'p50 ms':>8} {'p99 ms':>8} {'peak RSS':>10} " \
              f"{'proxy CPU':>10} {'wrk+up CPU':>11} {'clean':>6}\n"
     w(header)
     w("-" * (len(header) - 1) + "\n")
     for name, r in http1.items():
         m = r.get("median", {})
         clean = f"{r.get('clean_runs', 0)}/{r.get('used_runs', 0)}"
-        w(f"{name:<10} {fmt(m.get('rps'), ',.0f'):>9} {fmt(m.get('p50_ms'), '.2f'):>8} "
+        w(f"{name:<12} {fmt(m.get('rps'), ',.0f'):>9} {fmt(m.get('p50_ms'), '.2f'):>8} "
           f"{fmt(m.get('p99_ms'), '.2f'):>8} {fmt_rss(r.get('peak_rss_kib')):>10} "
           f"{fmt(m.get('proxy_cpu%'), '.0f') + ' %':>10} "
           f"{fmt(m.get('load_upstream_cpu%'), '.0f') + ' %':>11} {clean:>6}\n")
+    for name, r in http1.items():
+        runs = r.get("attempts", [])
+        bad = sum(x.get("non_2xx_3xx", 0) for x in runs)
+        small = [x["bytes_per_response"] for x in runs
+                 if x.get("bytes_per_response", BODY_LEN) < BODY_LEN]
+        errors = [x["socket_errors"] for x in runs if x.get("socket_errors")]
+        if bad or small or errors:
+            w(f"  warning: {name}: {bad} non-2xx/3xx responses"
+              + (f", runs averaging {small} bytes per response (< the {BODY_LEN}-byte body: "
+                 "redirects or error pages, not the upstream)" if small else "")
+              + (f", socket errors {errors}" if errors else "") + "\n")
     gw, ng = http1.get("gateway", {}).get("median", {}), http1.get("nginx", {}).get("median", {})
+    au = http1.get("gateway auth", {}).get("median", {})
     if gw.get("rps") and ng.get("rps"):
         ratio = gw["rps"] / ng["rps"]
         results["ratio_gateway_nginx"] = ratio
         w(f"gateway/nginx req/s: {ratio:.3f}   (target >= {TARGET_RATIO:.2f}: "
           f"{verdict(ratio >= TARGET_RATIO)})\n")
+    if au.get("rps") and ng.get("rps"):
+        ratio = au["rps"] / ng["rps"]
+        results["ratio_gateway_auth_nginx"] = ratio
+        w(f"gateway auth/nginx req/s: {ratio:.3f}   (target >= {TARGET_AUTH_RATIO:.2f}, the "
+          f"public target {TARGET_RATIO:.2f} - 20 %: {verdict(ratio >= TARGET_AUTH_RATIO)})\n")
+    if au.get("rps") and gw.get("rps"):
+        ratio = au["rps"] / gw["rps"]
+        results["ratio_gateway_auth_public"] = ratio
+        w(f"gateway auth/gateway req/s: {ratio:.3f}   (authenticated vs. public route, same "
+          "process)\n")
+    auth = results.get("auth", {})
+    if "skipped" in auth:
+        w(f"gateway auth: skipped: {auth['skipped']}\n")
+    elif "error" in auth:
+        w(f"gateway auth: ERROR: {auth['error']}\n")
     if gw.get("p99_ms") is not None:
         w(f"gateway p99 at c={CONNECTIONS}: {gw['p99_ms']:.2f} ms   (target <= "
           f"{TARGET_P99_MS:g} ms: {verdict(gw['p99_ms'] <= TARGET_P99_MS)})\n")
@@ -891,6 +1044,8 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     p.add_argument("--idle-path", default="/ping",
                    help="path of the one request sent on each idle connection")
     p.add_argument("--no-h2", action="store_true", help="skip the HTTP/2 section")
+    p.add_argument("--no-auth", action="store_true",
+                   help="skip the authenticated route (no OIDC provider, public route only)")
     p.add_argument("--h2-streams", type=int, default=1,
                    help="h2load -m: concurrent streams per connection")
     p.add_argument("--twistd", default=None,
@@ -954,21 +1109,23 @@ def main(argv: Sequence[str]) -> int:
             "duration": args.duration, "repeat": args.repeat, "warmup": args.warmup,
             "connections": CONNECTIONS, "idle_connections": args.idle_connections,
             "idle_path": args.idle_path, "h2_streams": args.h2_streams, "no_h2": args.no_h2,
+            "no_auth": args.no_auth,
             "body_bytes": BODY_LEN, "cpus": os.cpu_count(),
             "pinning": (f"proxy on CPU{bench.proxy_cpu}, wrk/h2load + upstream on "
                         f"CPU{bench.load_cpu}") if bench.pinned else "unpinned (< 2 CPUs)",
             "twistd": str(twistd), "repo": str(REPO_ROOT), "rlimit_nofile": nofile[0],
         },
-        "targets": {"ratio_min": TARGET_RATIO, "gateway_p99_ms_max": TARGET_P99_MS,
+        "targets": {"ratio_min": TARGET_RATIO, "auth_ratio_min": TARGET_AUTH_RATIO,
+                    "gateway_p99_ms_max": TARGET_P99_MS,
                     "idle_kib_per_conn_max": TARGET_IDLE_KIB},
-        "http1": {}, "idle": {}, "http2": {},
+        "http1": {}, "auth": {}, "idle": {}, "http2": {},
     }
     out_path = Path(args.out) if args.out else (
         BENCH_DIR / "results" / time.strftime("%Y%m%d-%H%M%S.json", time.localtime(started)))
     failed = False
     try:
-        with signals_raise():
-            run_all(args, bench, procs, tmp, twistd, results)
+        with signals_raise(), contextlib.ExitStack() as stack:
+            run_all(args, bench, procs, tmp, twistd, results, stack)
     except (KeyboardInterrupt, Interrupted) as exc:
         print(f"\ninterrupted ({str(exc) or 'SIGINT'}): stopping everything", file=sys.stderr)
         results["interrupted"] = str(exc) or "SIGINT"
@@ -991,11 +1148,11 @@ def main(argv: Sequence[str]) -> int:
         shutil.rmtree(tmp, ignore_errors=True)
     if "interrupted" in results:
         return 130
-    return 1 if "error" in results else 0
+    return 1 if "error" in results or "error" in results["auth"] else 0
 
 
 def run_all(args: argparse.Namespace, bench: Bench, procs: Processes, tmp: Path, twistd: Path,
-            results: dict[str, Any]) -> None:
+            results: dict[str, Any], stack: contextlib.ExitStack) -> None:
     up_port, px_port = free_port(), free_port()
     want_h2 = not args.no_h2 and shutil.which("h2load") is not None
     nginx_h2 = want_h2 and nginx_has_http2()
@@ -1013,16 +1170,59 @@ def run_all(args: argparse.Namespace, bench: Bench, procs: Processes, tmp: Path,
     nginx = Target("nginx", px_port, lambda: tree(proxy.pid))
     results["nginx_check"] = check_body(px_port)
 
+    # the authenticated route lives in the same gateway process as the public one: the
+    # provider must run first (its issuer goes into the config, the callback URL into it)
+    gw_port = free_port()
+    provider: AuthProvider | None = None
+    skip = auth_unavailable(args)
+    if skip is not None:
+        results["auth"]["skipped"] = skip
+        print(f"authenticated route: skipped: {skip}", flush=True)
+    else:
+        try:
+            provider, pid = start_provider(stack, tmp, gw_port)
+            bench.provider_pids = [pid] if pid else []
+            results["auth"]["issuer"] = provider.issuer
+        except Exception as exc:
+            results["auth"]["error"] = f"the OIDC provider did not start: {exc}"
+            print(f"authenticated route: ERROR: {results['auth']['error']}", flush=True)
+
     gateway, gw_port = start_gateway(procs, tmp, twistd, "gateway", up_port, None,
-                                     bench.proxy_cpu)
+                                     bench.proxy_cpu, port=gw_port, auth=provider)
     wait_port(gw_port, gateway)
     gw = Target("gateway", gw_port, lambda: [gateway.pid])
     results["gateway_check"] = check_body(gw_port)
 
+    targets = [nginx, gw]
+    auth_headers: dict[str, str] = {}
+    if provider is not None:
+        try:
+            session = sign_in(gw_port)
+            headers = {"Host": session["host"], "Cookie": session["cookie"]}
+            results["auth"]["check"] = check_body(gw_port, headers)
+            auth_headers = headers
+            results["auth"].update({k: v for k, v in session.items() if k != "cookie"})
+            print(f"authenticated route: signed in as {AUTH_USER} in "
+                  f"{session['sign_in_seconds']:.1f} s, cookie {session['cookie_names']} "
+                  f"({session['cookie_bytes']} bytes); GET http://{session['host']}/ -> 200",
+                  flush=True)
+            targets.append(Target("gateway auth", gw_port, gw.pids,
+                                  tuple(f"{k}: {v}" for k, v in headers.items())))
+        except Exception as exc:
+            results["auth"]["error"] = f"{type(exc).__name__}: {exc}"
+            print(f"authenticated route: ERROR, section aborted: {results['auth']['error']}",
+                  flush=True)
+
     keys = ("rps", "p50_ms", "p75_ms", "p90_ms", "p99_ms")
     print("HTTP/1.1 load (wrk)", flush=True)
-    for target in (nginx, gw):
+    for target in targets:
         results["http1"][target.name] = bench.series(target, bench.wrk, keys)
+    if auth_headers:
+        try:  # the session still holds after the runs (wrk does not tell 3xx from 2xx)
+            check_body(gw_port, auth_headers)
+            results["auth"]["check_after"] = "200"
+        except RuntimeError as exc:
+            results["auth"]["error"] = f"after the runs: {exc}"
     results["gateway_vmhwm_kib"] = hwm_kib(gateway.pid)
 
     if args.idle_connections:

@@ -56,6 +56,9 @@ SIGN_OUT = "/.gateway/signout/"
 JWKS = "/.well-known/gateway/jwks.json"
 PROGRAMMATIC = "/.gateway/api/v1/login"
 REFRESH_GRACE = 60.0
+TOKEN_CACHE = 20_000
+DECISION_CACHE = 20_000
+DECISION_TTL = 30.0  # well inside the assertion's reuse window
 STATE_TTL = 600.0
 HANDOFF_TTL = 60.0
 CSRF_COOKIE = "_gateway_csrf"
@@ -172,6 +175,9 @@ class Identity:
         self.programmatic_domains = tuple(d.lower() for d in
                                           o.programmatic_redirect_domain_whitelist)
         self._refreshing: dict[str, Deferred[Session | None]] = {}
+        self._tokens: dict[str, tuple[str, float]] = {}
+        self._cookie_tokens: dict[bytes, str] = {}  # Cookie header -> our cookie's value
+        self._decisions: dict[tuple[Any, ...], tuple[Session, float, Allow]] = {}
         self.provider: Provider | None = None
         if o.idp_provider_url and o.idp_client_id:
             self.provider = Provider(
@@ -190,20 +196,45 @@ class Identity:
             secure=o.cookie_secure, http_only=o.cookie_http_only))
 
     def session_for(self, request: RequestInfo) -> Session | None:
-        """The request's session: cookie on this host, or ``Authorization: Gateway``."""
+        """The request's session: cookie on this host, or ``Authorization: Gateway``.
+
+        Opened tokens are cached by their exact text (a cookie is sent unchanged on every
+        request); the session record is still looked up each time, so a deleted or
+        expired session ends at once."""
         now = self.clock()
-        token = read_cookie(parse_cookies(request.headers), self.options.cookie_name)
-        payload = self.cookies.open("session", token, now) if token else None
-        if payload is None:
+        raw = b"; ".join(v for n, v in request.headers if n.lower() == b"cookie")
+        token = self._cookie_tokens.get(raw) if raw else None
+        if token is None and raw:
+            token = read_cookie(parse_cookies(request.headers), self.options.cookie_name) or ""
+            if len(self._cookie_tokens) >= TOKEN_CACHE:
+                self._cookie_tokens.pop(next(iter(self._cookie_tokens)))
+            self._cookie_tokens[raw] = token
+        sid = self._open_cached("session", self.cookies, token, now) if token else None
+        if sid is None:
             token = programmatic_token(request.headers)
             if token:
-                payload = self.shared.open("programmatic", token, now)
-        if payload is None:
+                sid = self._open_cached("programmatic", self.shared, token, now)
+        if sid is None:
             return None
-        session = self.store.get(str(payload.get("sid", "")))
+        session = self.store.get(sid)
         if session is None or not session.valid(now):
             return None
         return session
+
+    def _open_cached(self, purpose: str, sealer: Sealer, token: str, now: float
+                     ) -> str | None:
+        cached = self._tokens.get(token)
+        if cached is not None:
+            sid, expires = cached
+            return sid if now < expires else None
+        payload = sealer.open(purpose, token, now)
+        if payload is None:
+            return None
+        sid = str(payload.get("sid", ""))
+        if len(self._tokens) >= TOKEN_CACHE:
+            self._tokens.pop(next(iter(self._tokens)))
+        self._tokens[token] = (sid, float(payload["exp"]))
+        return sid
 
     def _csrf_token(self, session: Session) -> str:
         return hmac.new(self.csrf_key, session.id.encode(), hashlib.sha256).hexdigest()
@@ -262,10 +293,24 @@ class Identity:
         return updated
 
     def _decide(self, request: RequestInfo, route: Any, session: Session | None) -> Decision:
+        now = self.clock()
+        key: tuple[Any, ...] | None = None
+        if session is not None and request.method != b"OPTIONS":
+            # Decision and identity headers per (session record, route) for a short
+            # while: the record object changes when the session is refreshed or ended.
+            key = (session.id, route.route.index, bool(programmatic_token(request.headers)))
+            hit = self._decisions.get(key)
+            if hit is not None and hit[0] is session and now < hit[1]:
+                return hit[2]
         decision = evaluate(route.route, request.method, request.headers, session,
-                            self.clock(), self.groups_available)
+                            now, self.groups_available)
         if decision.allowed:
-            return self._allow(route.route, session, request)
+            allow = self._allow(route.route, session, request)
+            if key is not None and session is not None:
+                if len(self._decisions) >= DECISION_CACHE:
+                    self._decisions.pop(next(iter(self._decisions)))
+                self._decisions[key] = (session, now + DECISION_TTL, allow)
+            return allow
         if decision.status == 401:
             return self._sign_in(request)
         reasons = ", ".join(decision.reasons)
