@@ -7,23 +7,14 @@ import html
 import json
 
 from gateway.dataplane.authz import Deny
+from gateway.dataplane.responses import wants_html
+
+__all__ = ["error", "page", "redirect", "wants_html", "wants_json"]
 
 Pairs = tuple[tuple[bytes, bytes], ...]
 _TITLES = {400: "Bad request", 401: "Sign-in required", 403: "Access denied",
            495: "Client certificate required", 500: "Something went wrong",
            502: "Sign-in failed", 503: "Sign-in unavailable"}
-
-
-def wants_html(headers: list[tuple[bytes, bytes]]) -> bool:
-    """A browser navigation: Accept mentions text/html and it is not an XHR."""
-    accept = b""
-    for name, value in headers:
-        low = name.lower()
-        if low == b"x-requested-with" and value.lower() == b"xmlhttprequest":
-            return False
-        if low == b"accept":
-            accept += value
-    return b"text/html" in accept
 
 
 def wants_json(headers: list[tuple[bytes, bytes]]) -> bool:
