@@ -33,11 +33,24 @@ def _signer(snapshot: Snapshot, previous: AssertionSigner | None) -> AssertionSi
     return signer
 
 
+def session_store(reactor: Any, snapshot: Snapshot) -> SessionStore:
+    """Memory by default; kvstore (Redis) with ``databroker_storage_type: kvstore``."""
+    o = snapshot.options
+    if o.databroker_storage_type != "kvstore":
+        return MemorySessionStore()
+    from gateway.config.kvstore_dsn import parse_dsn
+    from gateway.databroker.cipher import RecordCipher
+    from gateway.databroker.kv_sessions import KVSessionStore
+
+    return KVSessionStore(reactor, parse_dsn(o.databroker_storage_connection_string),
+                          RecordCipher(snapshot.material.shared_secret))
+
+
 class IdentityHolder:
     def __init__(self, reactor: Any, snapshot: Snapshot,
                  store: SessionStore | None = None) -> None:
         self.reactor = reactor
-        self.store = store or MemorySessionStore()
+        self.store = store or session_store(reactor, snapshot)
         self.signer = _signer(snapshot, None)
         self.identity = Identity(reactor, snapshot, self.store, self.signer)
 

@@ -176,6 +176,7 @@ class Identity:
                                           o.programmatic_redirect_domain_whitelist)
         self._refreshing: dict[str, Deferred[Session | None]] = {}
         self._tokens: dict[str, tuple[str, float]] = {}
+        self._last_sid: str | None = None
         self._cookie_tokens: dict[bytes, str] = {}  # Cookie header -> our cookie's value
         self._decisions: dict[tuple[Any, ...], tuple[Session, float, Allow]] = {}
         self.provider: Provider | None = None
@@ -214,6 +215,7 @@ class Identity:
             token = programmatic_token(request.headers)
             if token:
                 sid = self._open_cached("programmatic", self.shared, token, now)
+        self._last_sid = sid
         if sid is None:
             return None
         session = self.store.get(sid)
@@ -243,8 +245,27 @@ class Identity:
 
     def authorize(self, request: RequestInfo, route: Any) -> Decision | Deferred[Decision]:
         session = self.session_for(request)
+        sid = self._last_sid
+        fetch = getattr(self.store, "fetch", None)
+        if session is None and sid and fetch is not None:
+            # A session another process created, or this one has not read yet.
+            return ensureDeferred(self._fetch_then_decide(request, route, sid, fetch))
         if session is not None and self._needs_refresh(session):
             return ensureDeferred(self._refresh_then_decide(request, route, session))
+        return self._decide(request, route, session)
+
+    async def _fetch_then_decide(self, request: RequestInfo, route: Any, sid: str,
+                                 fetch: Callable[[str], Deferred[Session | None]]) -> Decision:
+        try:
+            session = await fetch(sid)
+        except Exception as exc:  # storage down or unreadable: never a false "allowed"
+            log.error("session storage unavailable: {error}", error=str(exc))
+            return pages.error(503, "Sessions cannot be read right now; try again shortly.",
+                               request.headers, "session-storage-unavailable")
+        if session is not None and not session.valid(self.clock()):
+            session = None
+        if session is not None and self._needs_refresh(session):
+            return await self._refresh_then_decide(request, route, session)
         return self._decide(request, route, session)
 
     def _needs_refresh(self, session: Session) -> bool:

@@ -14,15 +14,12 @@ from typing import Any
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 
 from gateway.config.errors import Problems
+from gateway.config.kvstore_dsn import BadConnectionString, parse_dsn
 from gateway.config.material import Pem, Reader, key_matches_certificate, load_key, load_material
 from gateway.config.routes import Route
 from gateway.config.settings import Options, default_autocert_dir
 from gateway.config.values import decode_base64, decode_secret, split_url
 
-_KVSTORE_SCHEMES = (
-    "kvstore", "kvstores", "kvstore+sentinel", "kvstores+sentinel", "kvstore+cluster",
-    "kvstores+cluster",
-)
 _EPHEMERAL: dict[str, bytes] = {}
 
 
@@ -172,13 +169,10 @@ def _storage(options: Options, reader: Reader, problems: Problems) -> None:
             problems.error("databroker_storage_connection_string",
                            "config: missing databroker storage backend dsn")
         else:
-            scheme = dsn.split("://", 1)[0] if "://" in dsn else ""
-            if scheme not in _KVSTORE_SCHEMES:
-                problems.error(
-                    "databroker_storage_connection_string",
-                    f"unsupported scheme {scheme or '(none)'!r}; use one of "
-                    + ", ".join(f"{s}://" for s in _KVSTORE_SCHEMES),
-                )
+            try:
+                parse_dsn(dsn)
+            except BadConnectionString as exc:
+                problems.error("databroker_storage_connection_string", str(exc))
     elif dsn:
         problems.warn("databroker_storage_connection_string",
                       "is ignored because databroker_storage_type is memory")

@@ -1,0 +1,1 @@
+"""The databroker: where sessions (and later users and groups) are kept."""

@@ -1,0 +1,102 @@
+"""Sessions in kvstore (Redis), shared by every gateway process that uses it.
+
+Each process keeps the sessions it has read for ``CACHE_SECONDS`` and reads them again
+after that (``fetch``), so a sign-out or refresh in one process reaches the others within
+that time; its own writes and deletes take effect at once. Records are encrypted at
+rest (``RecordCipher``). The databroker issue replaces the time bound with the change
+stream (sync from a version).
+Standalone servers (``kvstore://``, ``kvstores://``) here; sentinel and cluster modes
+come with the rest of the databroker.
+"""
+
+from __future__ import annotations
+
+import json
+from types import MappingProxyType
+from typing import Any
+
+import txredisapi
+from twisted.internet import ssl
+from twisted.internet.defer import Deferred, ensureDeferred
+from twisted.logger import Logger
+
+from gateway.config.kvstore_dsn import KVSettings
+from gateway.databroker.cipher import RecordCipher
+from gateway.sessions.model import Session
+
+HASH = "gateway:session"
+CACHE_SECONDS = 2.0
+log = Logger()
+
+
+def to_json(session: Session) -> bytes:
+    data = {f: getattr(session, f) for f in Session.__slots__}
+    data["claims"] = {k: list(v) for k, v in session.claims.items()}
+    data["groups"] = list(session.groups)
+    return json.dumps(data, separators=(",", ":")).encode()
+
+
+def from_json(raw: bytes) -> Session:
+    data = json.loads(raw)
+    data["claims"] = MappingProxyType({k: tuple(v) for k, v in data["claims"].items()})
+    data["groups"] = tuple(data["groups"])
+    return Session(**data)
+
+
+class KVSessionStore:
+    def __init__(self, reactor: Any, settings: KVSettings, cipher: RecordCipher,
+                 reply_timeout: float = 3.0) -> None:
+        self.clock = reactor
+        self.reply_timeout = reply_timeout
+        if settings.mode != "standalone":
+            raise ValueError(f"kvstore {settings.mode} mode is not available yet")
+        self.cipher = cipher
+        self._cache: dict[str, tuple[Session, float]] = {}
+        host, port = settings.addresses[0]
+        tls: Any = ssl.optionsForClientTLS(host) if settings.tls else False
+        self.redis = txredisapi.lazyConnectionPool(
+            host=host, port=port, dbid=settings.db, poolsize=4, reconnect=True, charset=None,
+            password=settings.password or None, username=settings.username or None,
+            ssl_context_factory=tls, connectTimeout=reply_timeout,
+            replyTimeout=reply_timeout)
+
+    def forget(self, session_id: str) -> None:
+        self._cache.pop(session_id, None)
+
+    # SessionStore (synchronous, from this process's copy)
+    def get(self, session_id: str) -> Session | None:
+        hit = self._cache.get(session_id)
+        if hit is None or hit[1] <= self.clock.seconds():
+            return None  # unknown or stale here: the caller fetches
+        return hit[0]
+
+    def put(self, session: Session) -> None:
+        self._cache[session.id] = (session, self.clock.seconds() + CACHE_SECONDS)
+        blob = self.cipher.seal("session", session.id, to_json(session))
+        d = self.redis.hset(HASH, session.id, blob)
+        d.addErrback(lambda f: log.error("kvstore: session not saved: {error}",
+                                         error=f.getErrorMessage()))
+
+    def delete(self, session_id: str) -> None:
+        self._cache.pop(session_id, None)
+        d = self.redis.hdel(HASH, session_id)
+        d.addErrback(lambda f: log.error("kvstore: session not deleted: {error}",
+                                         error=f.getErrorMessage()))
+
+    def fetch(self, session_id: str) -> Deferred[Session | None]:
+        """Read a session this process has not seen (errors: storage unavailable)."""
+        async def run() -> Session | None:
+            blob = await self.redis.hget(HASH, session_id)
+            if blob is None:
+                self._cache.pop(session_id, None)
+                return None
+            session = from_json(self.cipher.open("session", session_id, bytes(blob)))
+            cached = self._cache.get(session_id)
+            if cached is not None and cached[0] == session:
+                session = cached[0]  # same record: keep the object (decision caches key on it)
+            self._cache[session_id] = (session, self.clock.seconds() + CACHE_SECONDS)
+            return session
+        d = ensureDeferred(run())
+        # A lazy pool queues commands while Redis is away; a request must not wait.
+        d.addTimeout(self.reply_timeout, self.clock)
+        return d

@@ -1,0 +1,91 @@
+"""Sessions in a real redis-server: shared by two gateway processes (sign-out in one
+ends it in the other), kept across a restart, encrypted at rest, and a prompt 503 (never
+a false "allowed") when Redis is down."""
+
+from __future__ import annotations
+
+import base64
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support.browser import Browser
+from tests.support.daemon import gateway_daemon
+from tests.support.peers import echo_upstream, oidc_provider, redis_server
+from tests.support.processes import free_port
+
+pytestmark = pytest.mark.integration
+SECRET = base64.b64encode(b"s" * 32).decode()
+COOKIE = base64.b64encode(b"c" * 32).decode()
+
+
+def config(op: Any, redis_url: str, port: int, upstream: str) -> dict[str, Any]:
+    return {
+        "authenticate_service_url": f"http://auth.test:{port}",
+        "idp_provider": "oidc", "idp_provider_url": op.issuer,
+        "idp_client_id": op.client_id, "idp_client_secret": op.client_secret,
+        "idp_scopes": ["openid", "email", "groups", "offline_access"],
+        "cookie_secure": False, "shared_secret": SECRET, "cookie_secret": COOKIE,
+        "databroker_storage_type": "kvstore",
+        "databroker_storage_connection_string": redis_url,
+        "policy": [{"from": f"http://app.test:{port}", "to": upstream,
+                    "allowed_users": ["alice@example.test"]}],
+    }
+
+
+def test_sessions_shared_restarted_encrypted(tmp_path: Path, require_binary: Any) -> None:
+    """Two processes share sessions and sign-outs; a restart keeps them; Redis holds
+    only ciphertext; with Redis gone a process that must read a session answers 503."""
+    require_binary("redis-server", "apt-get install -y redis-server")
+    require_binary("node", "apt-get install -y nodejs npm")
+    pa, pb = free_port(), free_port()
+    a_dir, b_dir, c_dir = (tmp_path / n for n in ("a", "b", "c"))
+    for d in (a_dir, b_dir, c_dir):
+        d.mkdir()
+    with redis_server(tmp_path) as redis, \
+            oidc_provider(tmp_path, [f"http://auth.test:{pa}/oauth2/callback",
+                                     f"http://auth.test:{pb}/oauth2/callback"]) as op, \
+            echo_upstream(tmp_path) as up:
+        url = f"kvstore://127.0.0.1:{redis.port}/0"
+        browser = Browser()
+        with gateway_daemon(a_dir, config(op, url, pa, up.url), port=pa), \
+                gateway_daemon(b_dir, config(op, url, pb, up.url), port=pb):
+            assert browser.sign_in(f"http://app.test:{pa}/", "alice@example.test").status \
+                == 200
+            cookie = browser.cookies["app.test"]["_gateway"]
+            # the same cookie (same cookie_secret) is a session in the other process
+            assert browser.request("GET", f"http://app.test:{pb}/").status == 200
+            with redis.client() as raw:
+                stored = raw.command("HGETALL", "gateway:session")
+            assert stored, "no session in Redis"
+            assert all(b"alice@example.test" not in bytes(v) for v in stored)
+        # a restart keeps the session
+        with gateway_daemon(c_dir, config(op, url, pa, up.url), port=pa):
+            assert browser.request("GET", f"http://app.test:{pa}/x").status == 200
+            with gateway_daemon(b_dir, config(op, url, pb, up.url), port=pb):
+                assert browser.request("GET", f"http://app.test:{pb}/y").status == 200
+                confirm = browser.request("GET", f"http://app.test:{pa}/.gateway/signout/")
+                token = confirm.body.split(b'name="csrf" value="')[1].split(b'"')[0]
+                out = browser.request("POST", f"http://app.test:{pa}/.gateway/signout/",
+                                      b"csrf=" + token)
+                assert out.status in (200, 302)
+                time.sleep(2.5)  # other processes re-read sessions every 2 s
+                assert browser.request("GET", f"http://app.test:{pb}/z").status == 302
+    # Redis is gone now: a fresh process that must read a session answers 503 at once
+    with redis_server(tmp_path) as other_redis:
+        url = f"kvstore://127.0.0.1:{other_redis.port}/0"
+    pc = free_port()
+    d_dir = tmp_path / "d"
+    d_dir.mkdir()
+    with oidc_provider(d_dir, [f"http://auth.test:{pc}/oauth2/callback"]) as op2, \
+            echo_upstream(d_dir) as up2, \
+            gateway_daemon(d_dir, config(op2, url, pc, up2.url), port=pc):
+        fresh = Browser()
+        fresh.cookies["app.test"] = {"_gateway": cookie}
+        started = time.monotonic()
+        reply = fresh.request("GET", f"http://app.test:{pc}/")
+        assert reply.status == 503
+        assert time.monotonic() - started < 8
+
