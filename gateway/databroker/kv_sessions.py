@@ -5,12 +5,13 @@ after that (``fetch``), so a sign-out or refresh in one process reaches the othe
 that time; its own writes and deletes take effect at once. Records are encrypted at
 rest (``RecordCipher``). The databroker issue replaces the time bound with the change
 stream (sync from a version).
-Standalone servers (``kvstore://``, ``kvstores://``) here; sentinel and cluster modes
-come with the rest of the databroker.
+Standalone servers (``kvstore://``, ``kvstores://``) and sentinel (``kvstore+sentinel://``);
+cluster mode comes with the rest of the databroker.
 """
 
 from __future__ import annotations
 
+import base64
 import json
 from types import MappingProxyType
 from typing import Any
@@ -45,20 +46,27 @@ def from_json(raw: bytes) -> Session:
 
 class KVSessionStore:
     def __init__(self, reactor: Any, settings: KVSettings, cipher: RecordCipher,
-                 reply_timeout: float = 3.0) -> None:
+                 reply_timeout: float = 3.0, tls_options: Any = None) -> None:
         self.clock = reactor
         self.reply_timeout = reply_timeout
-        if settings.mode != "standalone":
-            raise ValueError(f"kvstore {settings.mode} mode is not available yet")
+        if settings.mode == "cluster":
+            raise ValueError("kvstore cluster mode is not available yet")
         self.cipher = cipher
         self._cache: dict[str, tuple[Session, float]] = {}
         host, port = settings.addresses[0]
-        tls: Any = ssl.optionsForClientTLS(host) if settings.tls else False
-        self.redis = txredisapi.lazyConnectionPool(
-            host=host, port=port, dbid=settings.db, poolsize=4, reconnect=True, charset=None,
-            password=settings.password or None, username=settings.username or None,
-            ssl_context_factory=tls, connectTimeout=reply_timeout,
-            replyTimeout=reply_timeout)
+        tls: Any = tls_options or (ssl.optionsForClientTLS(host) if settings.tls else False)
+        common = {"password": settings.password or None,
+                  "connectTimeout": reply_timeout, "replyTimeout": reply_timeout}
+        if settings.mode == "sentinel":
+            # The sentinels name the current master and follow failovers.
+            self.sentinel = txredisapi.Sentinel(list(settings.addresses), **common)
+            self.redis = self.sentinel.master_for(
+                settings.master_name, dbid=settings.db, poolsize=4,
+                password=settings.password or None, replyTimeout=reply_timeout)
+        else:
+            self.redis = txredisapi.lazyConnectionPool(
+                host=host, port=port, dbid=settings.db, poolsize=4, reconnect=True,
+                username=settings.username or None, ssl_context_factory=tls, **common)
 
     def forget(self, session_id: str) -> None:
         self._cache.pop(session_id, None)
@@ -72,8 +80,10 @@ class KVSessionStore:
 
     def put(self, session: Session) -> None:
         self._cache[session.id] = (session, self.clock.seconds() + CACHE_SECONDS)
-        blob = self.cipher.seal("session", session.id, to_json(session))
-        d = self.redis.hset(HASH, session.id, blob)
+        # Stored as base64 text: txredisapi's sentinel connections only work with its
+        # default text replies.
+        blob = base64.b64encode(self.cipher.seal("session", session.id, to_json(session)))
+        d = self.redis.hset(HASH, session.id, blob.decode("ascii"))
         d.addErrback(lambda f: log.error("kvstore: session not saved: {error}",
                                          error=f.getErrorMessage()))
 
@@ -90,7 +100,8 @@ class KVSessionStore:
             if blob is None:
                 self._cache.pop(session_id, None)
                 return None
-            session = from_json(self.cipher.open("session", session_id, bytes(blob)))
+            raw = base64.b64decode(blob if isinstance(blob, bytes) else str(blob))
+            session = from_json(self.cipher.open("session", session_id, raw))
             cached = self._cache.get(session_id)
             if cached is not None and cached[0] == session:
                 session = cached[0]  # same record: keep the object (decision caches key on it)
