@@ -41,9 +41,13 @@ def session_store(reactor: Any, snapshot: Snapshot) -> SessionStore:
     from gateway.config.kvstore_dsn import parse_dsn
     from gateway.databroker.cipher import RecordCipher
     from gateway.databroker.kv_sessions import KVSessionStore
+    from gateway.databroker.kv_tls import tls_for_hosts
 
+    m = snapshot.material
+    tls_for = tls_for_hosts(m.storage_ca, m.storage_client_certificate,
+                            o.databroker_storage_tls_skip_verify)
     return KVSessionStore(reactor, parse_dsn(o.databroker_storage_connection_string),
-                          RecordCipher(snapshot.material.shared_secret))
+                          RecordCipher(m.shared_secret), tls_for=tls_for)
 
 
 class IdentityHolder:

@@ -39,6 +39,8 @@ class Material:
     metrics_client_ca: bytes | None = None
     metrics_basic_auth: tuple[str, str] | None = None
     autocert_trusted_ca: bytes | None = None
+    storage_client_certificate: tuple[bytes, bytes] | None = None
+    storage_ca: bytes | None = None
     generated: tuple[str, ...] = field(default=())
 
 
@@ -93,7 +95,7 @@ def validate(
     material: dict[str, Any] = {}
     generated: list[str] = []
     _transport(options, reader, problems, material)
-    _storage(options, reader, problems)
+    _storage(options, reader, problems, material)
     _secrets(options, reader, problems, material, generated)
     _identity(options, routes, reader, problems, material)
     _observability(options, reader, problems, material)
@@ -162,7 +164,8 @@ def _transport(options: Options, reader: Reader, problems: Problems,
         problems.warn("autocert_ca", "has no effect unless autocert is true")
 
 
-def _storage(options: Options, reader: Reader, problems: Problems) -> None:
+def _storage(options: Options, reader: Reader, problems: Problems,
+             material: dict[str, Any]) -> None:
     dsn = options.databroker_storage_connection_string
     if options.databroker_storage_type == "kvstore":
         if not dsn:
@@ -176,17 +179,30 @@ def _storage(options: Options, reader: Reader, problems: Problems) -> None:
     elif dsn:
         problems.warn("databroker_storage_connection_string",
                       "is ignored because databroker_storage_type is memory")
-    for key in ("databroker_storage_cert_file", "databroker_storage_key_file",
-                "databroker_storage_ca_file"):
-        location = getattr(options, key)
-        if location:
-            path = reader.resolve(location)
-            reader.files.add(path)
-            if not os.path.isfile(path):
-                problems.error(key, f"config: bad databroker cert file: {path} does not exist")
+    cert = load_material(reader, problems, inline_key="databroker_storage_cert_file", inline="",
+                         file_key="databroker_storage_cert_file",
+                         file=options.databroker_storage_cert_file, kind=Pem.CERTS)
+    key = load_material(reader, problems, inline_key="databroker_storage_key_file", inline="",
+                        file_key="databroker_storage_key_file",
+                        file=options.databroker_storage_key_file, kind=Pem.KEY)
+    ca = load_material(reader, problems, inline_key="databroker_storage_ca_file", inline="",
+                       file_key="databroker_storage_ca_file",
+                       file=options.databroker_storage_ca_file, kind=Pem.CERTS)
     if bool(options.databroker_storage_cert_file) != bool(options.databroker_storage_key_file):
         problems.error("databroker_storage_key_file",
                        "databroker_storage_cert_file and databroker_storage_key_file go together")
+    elif cert and key:
+        if not key_matches_certificate(cert, key):
+            problems.error("databroker_storage_key_file",
+                           "does not match the certificate in databroker_storage_cert_file")
+        else:
+            material["storage_client_certificate"] = (cert, key)
+    material["storage_ca"] = ca
+    tls_settings = [k for k in ("databroker_storage_cert_file", "databroker_storage_ca_file",
+                                "databroker_storage_tls_skip_verify") if getattr(options, k)]
+    if tls_settings and not dsn.startswith("kvstores"):
+        problems.warn(tls_settings[0], "has no effect unless the connection string uses "
+                      "kvstores://, kvstores+sentinel:// or kvstores+cluster://")
 
 
 def _secret(options: Options, name: str, reader: Reader, problems: Problems) -> str:

@@ -5,7 +5,8 @@ after that (``fetch``), so a sign-out or refresh in one process reaches the othe
 that time; its own writes and deletes take effect at once. Records are encrypted at
 rest (``RecordCipher``). The databroker issue replaces the time bound with the change
 stream (sync from a version).
-Standalone servers (``kvstore://``, ``kvstores://``) and sentinel (``kvstore+sentinel://``);
+Standalone servers (``kvstore://``, ``kvstores://``) and sentinel (``kvstore+sentinel://``,
+``kvstores+sentinel://``);
 cluster mode comes with the rest of the databroker.
 """
 
@@ -17,12 +18,12 @@ from types import MappingProxyType
 from typing import Any
 
 import txredisapi
-from twisted.internet import ssl
 from twisted.internet.defer import Deferred, ensureDeferred
 from twisted.logger import Logger
 
 from gateway.config.kvstore_dsn import KVSettings
 from gateway.databroker.cipher import RecordCipher
+from gateway.databroker.kv_tls import TLSFor, TLSSentinel, tls_for_hosts
 from gateway.sessions.model import Session
 
 HASH = "gateway:session"
@@ -46,7 +47,7 @@ def from_json(raw: bytes) -> Session:
 
 class KVSessionStore:
     def __init__(self, reactor: Any, settings: KVSettings, cipher: RecordCipher,
-                 reply_timeout: float = 3.0, tls_options: Any = None) -> None:
+                 reply_timeout: float = 3.0, tls_for: TLSFor | None = None) -> None:
         self.clock = reactor
         self.reply_timeout = reply_timeout
         if settings.mode == "cluster":
@@ -54,19 +55,21 @@ class KVSessionStore:
         self.cipher = cipher
         self._cache: dict[str, tuple[Session, float]] = {}
         host, port = settings.addresses[0]
-        tls: Any = tls_options or (ssl.optionsForClientTLS(host) if settings.tls else False)
+        tls = (tls_for or tls_for_hosts(None, None, skip_verify=False)) if settings.tls else None
         common = {"password": settings.password or None,
                   "connectTimeout": reply_timeout, "replyTimeout": reply_timeout}
         if settings.mode == "sentinel":
             # The sentinels name the current master and follow failovers.
-            self.sentinel = txredisapi.Sentinel(list(settings.addresses), **common)
+            self.sentinel = (TLSSentinel(list(settings.addresses), tls, **common) if tls
+                             else txredisapi.Sentinel(list(settings.addresses), **common))
             self.redis = self.sentinel.master_for(
                 settings.master_name, dbid=settings.db, poolsize=4,
                 password=settings.password or None, replyTimeout=reply_timeout)
         else:
             self.redis = txredisapi.lazyConnectionPool(
                 host=host, port=port, dbid=settings.db, poolsize=4, reconnect=True,
-                username=settings.username or None, ssl_context_factory=tls, **common)
+                username=settings.username or None,
+                ssl_context_factory=tls(host) if tls else False, **common)
 
     def forget(self, session_id: str) -> None:
         self._cache.pop(session_id, None)

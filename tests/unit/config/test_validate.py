@@ -99,6 +99,49 @@ class RuleTests(SynchronousTestCase):
             load(base_config(databroker_storage_type="kvstore", shared_secret=SECRET,
                              cookie_secret=SECRET, databroker_storage_connection_string=dsn))
 
+    def test_storage_tls_files(self) -> None:
+        """The kvstore TLS files are loaded and checked up front, each error naming its
+        key; they warn when the connection string is not a TLS one."""
+        d = tempfile.mkdtemp()
+        ca = trustme.CA()
+        leaf, other = ca.issue_cert("gw.test"), ca.issue_cert("other.test")
+        write(d, "ca.pem", ca.cert_pem.bytes())
+        write(d, "c.pem", leaf.cert_chain_pems[0].bytes())
+        write(d, "c.key", leaf.private_key_pem.bytes())
+        write(d, "o.key", other.private_key_pem.bytes())
+        write(d, "junk.pem", b"not pem")
+        tls = dict(databroker_storage_type="kvstore", shared_secret=SECRET,
+                   cookie_secret=SECRET,
+                   databroker_storage_connection_string="kvstores://127.0.0.1:6380/0")
+        snap = load(base_config(**tls, databroker_storage_ca_file="ca.pem",
+                                databroker_storage_cert_file="c.pem",
+                                databroker_storage_key_file="c.key"), directory=d)
+        self.assertEqual(snap.material.storage_ca, ca.cert_pem.bytes())
+        self.assertEqual(snap.material.storage_client_certificate,
+                         (leaf.cert_chain_pems[0].bytes(), leaf.private_key_pem.bytes()))
+        self.assertEqual(snap.warnings, ())
+        self.assertEqual(errors_of(base_config(**tls, databroker_storage_cert_file="c.pem"),
+                                   directory=d),
+                         ["databroker_storage_key_file: databroker_storage_cert_file and "
+                          "databroker_storage_key_file go together"])
+        self.assertEqual(errors_of(base_config(**tls, databroker_storage_cert_file="c.pem",
+                                               databroker_storage_key_file="o.key"),
+                                   directory=d),
+                         ["databroker_storage_key_file: does not match the certificate in "
+                          "databroker_storage_cert_file"])
+        [junk] = errors_of(base_config(**tls, databroker_storage_ca_file="junk.pem"),
+                           directory=d)
+        self.assertTrue(junk.startswith("databroker_storage_ca_file: config: "), junk)
+        [missing] = errors_of(base_config(**tls, databroker_storage_ca_file="nope.pem"),
+                              directory=d)
+        self.assertIn("databroker_storage_ca_file: config: couldn't load certificate file",
+                      missing)
+        plain = {**tls, "databroker_storage_connection_string": "kvstore://127.0.0.1:6379/0"}
+        warned = load(base_config(**plain, databroker_storage_ca_file="ca.pem"), directory=d)
+        self.assertEqual([str(w) for w in warned.warnings], [
+            "databroker_storage_ca_file: has no effect unless the connection string uses "
+            "kvstores://, kvstores+sentinel:// or kvstores+cluster://"])
+
     def test_shared_secret_rules(self) -> None:
         """Secret required outside all-in-one memory mode (cases 28, 30, 32)."""
         self.assertIn("shared_secret: config: shared-key cannot be empty",
