@@ -50,7 +50,9 @@ def _split_pem(data: bytes) -> list[bytes]:
 class _TLSSentinelEndpoint(txredisapi._SentinelEndpoint):  # type: ignore[misc]
     """txredisapi connects to the master Sentinel names in plain TCP; this adds TLS."""
 
-    tls_for: TLSFor
+    def __init__(self, factory: Any, tls_for: TLSFor) -> None:
+        super().__init__(factory)
+        self.tls_for = tls_for
 
     def _connect(self, addr: tuple[str, int], protocol_factory: Any) -> Any:
         host, port = addr
@@ -72,7 +74,5 @@ class TLSSentinel(txredisapi.Sentinel):  # type: ignore[misc]
         self.min_other_sentinels = 0
 
     def _connect_factory_and_return_handler(self, factory: Any) -> Any:
-        endpoint = _TLSSentinelEndpoint(factory)
-        endpoint.tls_for = self.tls_for
-        factory.startConnecting(endpoint)
+        factory.startConnecting(_TLSSentinelEndpoint(factory, self.tls_for))
         return factory.handler
