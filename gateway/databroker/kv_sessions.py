@@ -18,8 +18,10 @@ from types import MappingProxyType
 from typing import Any
 
 import txredisapi
+from twisted.internet import defer
 from twisted.internet.defer import Deferred, ensureDeferred
 from twisted.logger import Logger
+from twisted.python.failure import Failure
 
 from gateway.config.kvstore_dsn import KVSettings
 from gateway.databroker.cipher import RecordCipher
@@ -27,6 +29,11 @@ from gateway.databroker.kv_tls import TLSFor, TLSSentinel, tls_for_hosts
 from gateway.sessions.model import Session
 
 HASH = "gateway:session"
+
+
+class StorageUnavailable(Exception):
+    """The kvstore could not answer in time; the request gets a 503."""
+
 CACHE_SECONDS = 2.0
 log = Logger()
 
@@ -113,4 +120,14 @@ class KVSessionStore:
         d = ensureDeferred(run())
         # A lazy pool queues commands while Redis is away; a request must not wait.
         d.addTimeout(self.reply_timeout, self.clock)
+
+        def explain(failure: Failure) -> Failure:
+            failure.trap(defer.TimeoutError, txredisapi.ConnectionError)
+            reason = (f"no answer within {self.reply_timeout:g}s"
+                      if failure.check(defer.TimeoutError) else failure.getErrorMessage())
+            raise StorageUnavailable(
+                f"kvstore unavailable ({reason}): is it up, and are the credentials in "
+                "databroker_storage_connection_string and the databroker_storage_* TLS "
+                "settings right? Connection errors are logged above")
+        d.addErrback(explain)
         return d

@@ -89,3 +89,34 @@ def test_sessions_shared_restarted_encrypted(tmp_path: Path, require_binary: Any
         assert reply.status == 503
         assert time.monotonic() - started < 8
 
+
+
+def test_acl_user_and_password(tmp_path: Path, require_binary: Any) -> None:
+    """``kvstore://user:pass@host:port/db``: the gateway signs in as an ACL user that may
+    touch only its own keys, in the database the URL names; a wrong password is a 503."""
+    require_binary("redis-server", "apt-get install -y redis-server")
+    require_binary("node", "apt-get install -y nodejs npm")
+    port = free_port()
+    acl = ["--user", "gw", "on", ">s3cret/pw", "~gateway:*", "+@all", "-@dangerous",
+           "--user", "default", "on", ">admin", "~*", "+@all"]
+    with redis_server(tmp_path, password="admin", extra_args=acl) as redis, \
+            oidc_provider(tmp_path, [f"http://auth.test:{port}/oauth2/callback"]) as op, \
+            echo_upstream(tmp_path) as up:
+        url = f"kvstore://gw:s3cret%2Fpw@127.0.0.1:{redis.port}/3"
+        run = tmp_path / "ok"
+        run.mkdir()
+        browser = Browser()
+        with gateway_daemon(run, config(op, url, port, up.url), port=port):
+            assert browser.sign_in(f"http://app.test:{port}/", "alice@example.test"
+                                   ).status == 200
+            with redis.client() as raw:
+                raw.command("SELECT", "3")
+                assert raw.command("HLEN", "gateway:session") == 1
+        wrong = tmp_path / "wrong"
+        wrong.mkdir()
+        bad_url = f"kvstore://gw:nope@127.0.0.1:{redis.port}/3"
+        with gateway_daemon(wrong, config(op, bad_url, port, up.url), port=port):
+            assert browser.request("GET", f"http://app.test:{port}/").status == 503
+        logged = (wrong / "gateway.log").read_text()
+        assert "WRONGPASS" in logged
+        assert "session storage unavailable: kvstore unavailable (" in logged
