@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import base64
 import json
+import time
 from types import MappingProxyType
 from typing import Any
 
@@ -26,6 +27,12 @@ from twisted.python.failure import Failure
 from gateway.config.kvstore_dsn import KVSettings
 from gateway.databroker.cipher import RecordCipher
 from gateway.databroker.kv_tls import TLSFor, TLSSentinel, tls_for_hosts
+from gateway.observability.metrics import (
+    KVSTORE_WAIT_COUNT,
+    KVSTORE_WAIT_DURATION_MS,
+    STORAGE_OPERATION_DURATION_MS,
+    watch_pool,
+)
 from gateway.sessions.model import Session
 
 HASH = "gateway:session"
@@ -54,7 +61,8 @@ def from_json(raw: bytes) -> Session:
 
 class KVSessionStore:
     def __init__(self, reactor: Any, settings: KVSettings, cipher: RecordCipher,
-                 reply_timeout: float = 3.0, tls_for: TLSFor | None = None) -> None:
+                 reply_timeout: float = 3.0, tls_for: TLSFor | None = None,
+                 service: str = "gateway") -> None:
         self.clock = reactor
         self.reply_timeout = reply_timeout
         if settings.mode == "cluster":
@@ -77,6 +85,19 @@ class KVSessionStore:
                 host=host, port=port, dbid=settings.db, poolsize=4, reconnect=True,
                 username=settings.username or None,
                 ssl_context_factory=tls(host) if tls else False, **common)
+        self.service = service
+        self._pool = _PoolStats(self.redis._factory, service)
+        watch_pool(self._pool, service)
+
+    def _timed(self, operation: str, d: Deferred[Any]) -> Deferred[Any]:
+        started = time.monotonic()
+
+        def observe(result: object) -> object:
+            STORAGE_OPERATION_DURATION_MS.labels(
+                operation, "error" if isinstance(result, Failure) else "ok", "kvstore",
+                self.service).observe((time.monotonic() - started) * 1000)
+            return result
+        return d.addBoth(observe)
 
     def forget(self, session_id: str) -> None:
         self._cache.pop(session_id, None)
@@ -93,20 +114,20 @@ class KVSessionStore:
         # Stored as base64 text: txredisapi's sentinel connections only work with its
         # default text replies.
         blob = base64.b64encode(self.cipher.seal("session", session.id, to_json(session)))
-        d = self.redis.hset(HASH, session.id, blob.decode("ascii"))
+        d = self._timed("put", self.redis.hset(HASH, session.id, blob.decode("ascii")))
         d.addErrback(lambda f: log.error("kvstore: session not saved: {error}",
                                          error=f.getErrorMessage()))
 
     def delete(self, session_id: str) -> None:
         self._cache.pop(session_id, None)
-        d = self.redis.hdel(HASH, session_id)
+        d = self._timed("delete", self.redis.hdel(HASH, session_id))
         d.addErrback(lambda f: log.error("kvstore: session not deleted: {error}",
                                          error=f.getErrorMessage()))
 
     def fetch(self, session_id: str) -> Deferred[Session | None]:
         """Read a session this process has not seen (errors: storage unavailable)."""
         async def run() -> Session | None:
-            blob = await self.redis.hget(HASH, session_id)
+            blob = await self._timed("get", self.redis.hget(HASH, session_id))
             if blob is None:
                 self._cache.pop(session_id, None)
                 return None
@@ -131,3 +152,36 @@ class KVSessionStore:
                 "settings right? Connection errors are logged above")
         d.addErrback(explain)
         return d
+
+
+class _PoolStats:
+    """Connection counts of a txredisapi pool, and the time commands wait for one.
+
+    txredisapi hands a command the next idle connection from ``connectionQueue``; when
+    none is idle the command waits, which ``kvstore_wait_*`` count.
+    """
+
+    def __init__(self, factory: Any, service: str) -> None:
+        self.factory = factory
+        acquire = factory.getConnection
+        waits = KVSTORE_WAIT_COUNT.labels(service)
+        waited_ms = KVSTORE_WAIT_DURATION_MS.labels(service)
+
+        def get_connection(peek: bool = False) -> Deferred[Any]:
+            if factory.connectionQueue.pending:
+                return acquire(peek)  # type: ignore[no-any-return]
+            started = time.monotonic()
+            d: Deferred[Any] = acquire(peek)
+
+            def waited(result: object) -> object:
+                waits.inc()
+                waited_ms.inc((time.monotonic() - started) * 1000)
+                return result
+            return d.addBoth(waited)
+        factory.getConnection = get_connection
+
+    def connections(self) -> int:
+        return int(self.factory.size)
+
+    def idle_connections(self) -> int:
+        return len(self.factory.connectionQueue.pending)

@@ -1,0 +1,68 @@
+"""The process's Prometheus registry and the metrics the reference names.
+
+One registry (not prometheus-client's global one) so tests and the metrics listener see
+exactly the gateway's metrics. Values are filled by the parts that own them; the
+``kvstore_*`` gauges are read from the live connection pools at scrape time.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Iterable, Iterator
+from typing import Any, Protocol
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+REGISTRY = CollectorRegistry(auto_describe=True)
+
+STORAGE_OPERATION_DURATION_MS = Histogram(
+    "storage_operation_duration_ms", "Duration of databroker storage operations.",
+    ["operation", "result", "backend", "service"], registry=REGISTRY,
+    buckets=(0.25, 0.5, 1, 2.5, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000))
+KVSTORE_WAIT_COUNT = Counter(
+    "kvstore_wait_count", "Commands that waited for a free kvstore connection.",
+    ["service"], registry=REGISTRY)
+KVSTORE_WAIT_DURATION_MS = Counter(
+    "kvstore_wait_duration_ms", "Time commands spent waiting for a kvstore connection.",
+    ["service"], registry=REGISTRY)
+
+
+class Pool(Protocol):
+    def connections(self) -> int: ...
+    def idle_connections(self) -> int: ...
+
+
+class _PoolCollector(Collector):
+    """``kvstore_conns`` and ``kvstore_idle_conns`` summed over the live pools."""
+
+    def __init__(self) -> None:
+        self.pools: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        conns = GaugeMetricFamily("kvstore_conns", "Connections in the kvstore pool.",
+                                  labels=["service"])
+        idle = GaugeMetricFamily("kvstore_idle_conns", "Idle connections in the kvstore pool.",
+                                 labels=["service"])
+        totals: dict[str, tuple[int, int]] = {}
+        for pool, service in list(self.pools.items()):
+            c, i = totals.get(service, (0, 0))
+            totals[service] = (c + pool.connections(), i + pool.idle_connections())
+        for service, (c, i) in sorted(totals.items()):
+            conns.add_metric([service], c)
+            idle.add_metric([service], i)
+        yield conns
+        yield idle
+
+    def describe(self) -> Iterable[GaugeMetricFamily]:
+        return list(self.collect())
+
+
+_POOLS = _PoolCollector()
+REGISTRY.register(_POOLS)
+
+
+def watch_pool(pool: Pool, service: str) -> None:
+    """Publish ``pool``'s connection counts while it lives."""
+    _POOLS.pools[pool] = service
