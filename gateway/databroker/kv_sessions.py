@@ -5,9 +5,9 @@ after that (``fetch``), so a sign-out or refresh in one process reaches the othe
 that time; its own writes and deletes take effect at once. Records are encrypted at
 rest (``RecordCipher``). The databroker issue replaces the time bound with the change
 stream (sync from a version).
+
 Standalone servers (``kvstore://``, ``kvstores://``) and sentinel (``kvstore+sentinel://``,
-``kvstores+sentinel://``);
-cluster mode comes with the rest of the databroker.
+``kvstores+sentinel://``); cluster mode comes with the rest of the databroker.
 """
 
 from __future__ import annotations
