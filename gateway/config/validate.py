@@ -173,7 +173,10 @@ def _storage(options: Options, reader: Reader, problems: Problems,
                            "config: missing databroker storage backend dsn")
         else:
             try:
-                parse_dsn(dsn)
+                if parse_dsn(dsn).mode == "cluster":
+                    problems.error("databroker_storage_connection_string",
+                                   "kvstore+cluster:// is not available in this version; use "
+                                   "kvstore:// or kvstore+sentinel://")
             except BadConnectionString as exc:
                 problems.error("databroker_storage_connection_string", str(exc))
     elif dsn:
