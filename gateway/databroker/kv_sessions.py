@@ -77,6 +77,9 @@ class KVSessionStore:
             # The sentinels name the current master and follow failovers.
             self.sentinel = (TLSSentinel(list(settings.addresses), tls, **common) if tls
                              else txredisapi.Sentinel(list(settings.addresses), **common))
+            # txredisapi waits this long for a sentinel to name a healthy master before it
+            # retries; its 10 s default kept us on a dead master long after a failover.
+            self.sentinel.discovery_timeout = 1.0
             self.redis = self.sentinel.master_for(
                 settings.master_name, dbid=settings.db, poolsize=4,
                 password=settings.password or None, replyTimeout=reply_timeout)
