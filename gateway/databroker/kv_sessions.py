@@ -36,13 +36,12 @@ from gateway.observability.metrics import (
 from gateway.sessions.model import Session
 
 HASH = "gateway:session"
+CACHE_SECONDS = 2.0
+log = Logger()
 
 
 class StorageUnavailable(Exception):
     """The kvstore could not answer in time; the request gets a 503."""
-
-CACHE_SECONDS = 2.0
-log = Logger()
 
 
 def to_json(session: Session) -> bytes:
