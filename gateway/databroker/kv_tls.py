@@ -2,8 +2,9 @@
 
 ``databroker_storage_ca_file`` replaces the system roots, ``databroker_storage_cert_file``
 and ``_key_file`` present a client certificate (Redis ``tls-auth-clients yes``), and
-``databroker_storage_tls_skip_verify`` accepts any server certificate and name. Host names
-are checked per connection because Sentinel names the master only at connect time.
+``databroker_storage_tls_skip_verify`` accepts any server certificate and name. The
+contexts are the data plane's upstream ones (``connection_creator``), without ALPN. Host
+names are checked per connection because Sentinel names the master only at connect time.
 """
 
 from __future__ import annotations
@@ -12,7 +13,9 @@ from collections.abc import Callable
 from typing import Any
 
 import txredisapi
-from twisted.internet import ssl
+
+from gateway.dataplane.plan import TLSClientConfig
+from gateway.dataplane.tls_client import connection_creator
 
 TLSFor = Callable[[str], Any]
 
@@ -23,28 +26,9 @@ def tls_for_hosts(
     skip_verify: bool,
 ) -> TLSFor:
     """Return ``host -> connection creator`` for txredisapi's ``ssl_context_factory``."""
-    client = (ssl.PrivateCertificate.loadPEM(client_certificate[0] + b"\n"
-                                             + client_certificate[1])
-              if client_certificate else None)
-    if skip_verify:
-        options = ssl.CertificateOptions(
-            privateKey=client.privateKey.original if client else None,
-            certificate=client.original if client else None,
-            verify=False, raiseMinimumTo=ssl.TLSVersion.TLSv1_2)
-        return lambda host: options
-    trust: Any = None
-    if ca_pem:
-        trust = ssl.trustRootFromCertificates(
-            [ssl.Certificate.loadPEM(pem) for pem in _split_pem(ca_pem)])
-
-    def for_host(host: str) -> Any:
-        return ssl.optionsForClientTLS(host, trustRoot=trust, clientCertificate=client)
-    return for_host
-
-
-def _split_pem(data: bytes) -> list[bytes]:
-    end = b"-----END CERTIFICATE-----"
-    return [chunk + end for chunk in data.split(end) if b"-----BEGIN CERTIFICATE-----" in chunk]
+    cert, key = client_certificate or (None, None)
+    config = TLSClientConfig("", skip_verify, ca_pem, cert, key, alpn=())
+    return lambda host: connection_creator(config, host)
 
 
 class _TLSSentinelEndpoint(txredisapi._SentinelEndpoint):  # type: ignore[misc]

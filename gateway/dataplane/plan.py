@@ -27,13 +27,15 @@ def _encode(mapping: Any) -> Pairs:
 
 @dataclass(frozen=True, slots=True)
 class TLSClientConfig:
-    """How to speak TLS to a route's https upstreams (hashable: it keys the pool)."""
+    """How to speak TLS to a route's https upstreams, or to the kvstore (hashable: it keys
+    the pool and the context cache)."""
 
     server_name: str
     skip_verify: bool
     custom_ca: bytes | None
     client_cert: bytes | None
     client_key: bytes | None
+    alpn: tuple[bytes, ...] = (b"http/1.1",)
 
 
 @dataclass(eq=False, slots=True)

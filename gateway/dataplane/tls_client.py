@@ -29,7 +29,8 @@ def _context(config: TLSClientConfig) -> SSL.Context:
     ctx = SSL.Context(SSL.TLS_CLIENT_METHOD)
     ctx.set_min_proto_version(SSL.TLS1_2_VERSION)
     ctx.set_options(SSL.OP_NO_COMPRESSION)
-    ctx.set_alpn_protos([b"http/1.1"])
+    if config.alpn:
+        ctx.set_alpn_protos(list(config.alpn))
     if config.skip_verify:
         ctx.set_verify(SSL.VERIFY_NONE)
     else:
