@@ -4,7 +4,6 @@ a false "allowed") when Redis is down."""
 
 from __future__ import annotations
 
-import base64
 import time
 from pathlib import Path
 from typing import Any
@@ -13,28 +12,11 @@ import pytest
 
 from tests.support.browser import Browser
 from tests.support.daemon import gateway_daemon
+from tests.support.kvstore import kv_gateway_config as config
 from tests.support.peers import echo_upstream, oidc_provider, redis_server
 from tests.support.processes import free_port
 
 pytestmark = pytest.mark.integration
-SECRET = base64.b64encode(b"s" * 32).decode()
-COOKIE = base64.b64encode(b"c" * 32).decode()
-
-
-def config(op: Any, redis_url: str, port: int, upstream: str) -> dict[str, Any]:
-    return {
-        "authenticate_service_url": f"http://auth.test:{port}",
-        "idp_provider": "oidc", "idp_provider_url": op.issuer,
-        "idp_client_id": op.client_id, "idp_client_secret": op.client_secret,
-        "idp_scopes": ["openid", "email", "groups", "offline_access"],
-        "cookie_secure": False, "shared_secret": SECRET, "cookie_secret": COOKIE,
-        "databroker_storage_type": "kvstore",
-        "databroker_storage_connection_string": redis_url,
-        "policy": [{"from": f"http://app.test:{port}", "to": upstream,
-                    "allowed_users": ["alice@example.test"]}],
-    }
-
-
 def test_sessions_shared_restarted_encrypted(tmp_path: Path, require_binary: Any) -> None:
     """Two processes share sessions and sign-outs; a restart keeps them; Redis holds
     only ciphertext; with Redis gone a process that must read a session answers 503."""

@@ -11,11 +11,12 @@ from typing import Any
 import pytest
 import trustme
 
-from tests.integration.test_kvstore_sessions import config
 from tests.support.browser import Browser
 from tests.support.daemon import gateway_daemon
-from tests.support.peers import echo_upstream, find_binary, oidc_provider, redis_server
-from tests.support.processes import ManagedProcess, free_port, port_open, wait_until
+from tests.support.kvstore import kv_gateway_config as config
+from tests.support.kvstore import sentinel
+from tests.support.peers import echo_upstream, oidc_provider, redis_server
+from tests.support.processes import free_port, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -86,40 +87,33 @@ def test_sessions_over_tls_with_client_certificates(tmp_path: Path,
 def test_sessions_via_sentinel_over_tls(tmp_path: Path, require_binary: Any) -> None:
     """kvstores+sentinel://: TLS to the sentinel and to the master it names (txredisapi
     alone would reach the master in plain TCP)."""
-    server = require_binary("redis-server", "apt-get install -y redis-server")
+    require_binary("redis-server", "apt-get install -y redis-server")
     require_binary("node", "apt-get install -y nodejs npm")
     ca = trustme.CA()
     ca.issue_cert("127.0.0.1").private_key_and_cert_chain_pem.write_to_path(
         str(tmp_path / "redis.pem"))
     ca.cert_pem.write_to_path(str(tmp_path / "ca.pem"))
-    tls_files = ["--tls-cert-file", str(tmp_path / "redis.pem"),
-                 "--tls-key-file", str(tmp_path / "redis.pem"),
-                 "--tls-ca-cert-file", str(tmp_path / "ca.pem"), "--tls-auth-clients", "no"]
-    master_tls, sentinel_tls, port = free_port(), free_port(), free_port()
-    with redis_server(tmp_path, extra_args=["--tls-port", str(master_tls), *tls_files]
-                      ) as master:
-        conf = tmp_path / "sentinel.conf"
-        conf.write_text(f"port 0\ntls-port {sentinel_tls}\nbind 127.0.0.1\ndir {tmp_path}\n"
-                        f"tls-cert-file {tmp_path / 'redis.pem'}\n"
-                        f"tls-key-file {tmp_path / 'redis.pem'}\n"
-                        f"tls-ca-cert-file {tmp_path / 'ca.pem'}\ntls-auth-clients no\n"
-                        "tls-replication yes\n"
-                        f"sentinel monitor mymaster 127.0.0.1 {master_tls} 1\n"
-                        "sentinel down-after-milliseconds mymaster 5000\n")
-        sentinel = ManagedProcess([find_binary("redis-server") or server, str(conf),
-                                   "--sentinel"], log_dir=tmp_path, name="sentinel")
-        with sentinel, oidc_provider(tmp_path, [f"http://auth.test:{port}/oauth2/callback"]
-                                     ) as op, echo_upstream(tmp_path) as up:
-            sentinel.wait_ready(lambda: port_open("127.0.0.1", sentinel_tls), 10)
-            url = f"kvstores+sentinel://127.0.0.1:{sentinel_tls}/mymaster/0"
-            settings = {**config(op, url, port, up.url),
-                        "databroker_storage_ca_file": str(tmp_path / "ca.pem")}
-            with gateway_daemon(tmp_path, settings, port=port):
-                assert Browser().sign_in(f"http://app.test:{port}/", "alice@example.test"
-                                         ).status == 200
+    tls = {"tls-cert-file": str(tmp_path / "redis.pem"),
+           "tls-key-file": str(tmp_path / "redis.pem"),
+           "tls-ca-cert-file": str(tmp_path / "ca.pem"), "tls-auth-clients": "no"}
+    master_tls, port = free_port(), free_port()
+    master_args = ["--tls-port", str(master_tls),
+                   *(arg for key, value in tls.items() for arg in (f"--{key}", value))]
+    sentinel_tls = "".join(f"{key} {value}\n" for key, value in tls.items()) + \
+        "tls-replication yes\n"
+    with redis_server(tmp_path, extra_args=master_args) as master, \
+            sentinel(tmp_path, master_tls, sentinel_tls, tls=True) as sentinel_port, \
+            oidc_provider(tmp_path, [f"http://auth.test:{port}/oauth2/callback"]) as op, \
+            echo_upstream(tmp_path) as up:
+        url = f"kvstores+sentinel://127.0.0.1:{sentinel_port}/mymaster/0"
+        settings = {**config(op, url, port, up.url),
+                    "databroker_storage_ca_file": str(tmp_path / "ca.pem")}
+        with gateway_daemon(tmp_path, settings, port=port):
+            assert Browser().sign_in(f"http://app.test:{port}/", "alice@example.test"
+                                     ).status == 200
 
-                def stored() -> bool:
-                    with master.client() as raw:
-                        return bool(raw.command("HLEN", "gateway:session") == 1)
+            def stored() -> bool:
+                with master.client() as raw:
+                    return bool(raw.command("HLEN", "gateway:session") == 1)
 
-                wait_until(stored, 10, what="session written to the master over TLS")
+            wait_until(stored, 10, what="session written to the master over TLS")
