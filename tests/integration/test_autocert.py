@@ -37,6 +37,25 @@ def fetch(port: int, roots: Path) -> bytes:
     return data
 
 
+def autocert_config(tmp_path: Path, ca: Any, upstream: str, **extra: Any) -> dict[str, Any]:
+    """Autocert from ``ca`` (a pebble) for DOMAIN, a public route to ``upstream``."""
+    return {
+        "insecure_server": False, "autocert": True, **extra,
+        "autocert_dir": str(tmp_path / "autocert"), "autocert_ca": ca.directory,
+        "autocert_trusted_ca_file": str(ca.wfe_ca),
+        "policy": [{"from": f"https://{DOMAIN}", "to": upstream,
+                    "allow_public_unauthenticated_access": True}],
+    }
+
+
+def serves_200(port: int, roots: Path) -> bool:
+    """Whether the gateway answers 200 over TLS with a certificate ``roots`` trust."""
+    try:
+        return fetch(port, roots).startswith(b"HTTP/1.1 200")
+    except (ssl.SSLError, OSError):
+        return False
+
+
 def test_autocert_with_pebble(tmp_path: Path, require_binary: Any) -> None:
     """A certificate is obtained through TLS-ALPN-01 on the gateway's own listener,
     served to clients, stored privately, and reused by the next start without an order."""
@@ -46,21 +65,10 @@ def test_autocert_with_pebble(tmp_path: Path, require_binary: Any) -> None:
     with pebble(tmp_path, port) as ca, echo_upstream(tmp_path) as up:
         roots = tmp_path / "pebble-roots.pem"
         roots.write_bytes(ca.roots())
-        config = {
-            "insecure_server": False, "autocert": True,
-            "autocert_dir": str(tmp_path / "autocert"), "autocert_ca": ca.directory,
-            "autocert_trusted_ca_file": str(ca.wfe_ca),
-            "policy": [{"from": f"https://{DOMAIN}", "to": up.url,
-                        "allow_public_unauthenticated_access": True}],
-        }
+        config = autocert_config(tmp_path, ca, up.url)
         with gateway_daemon(tmp_path, config, port=port) as gw:
-            def served() -> bool:
-                try:
-                    return fetch(port, roots).startswith(b"HTTP/1.1 200")
-                except (ssl.SSLError, OSError):
-                    return False
-
-            wait_until(served, 60, interval=0.5, what="certificate from pebble served")
+            wait_until(lambda: serves_200(port, roots), 60, interval=0.5,
+                       what="certificate from pebble served")
             messages = [e["message"] for e in gw.log_events()]
             assert any(m.startswith(f"autocert: certificate for {DOMAIN} issued") for m in messages)
         stored = tmp_path / "autocert" / "certs" / f"{DOMAIN}.key"
@@ -86,13 +94,7 @@ def test_ocsp_stapling_and_must_staple(tmp_path: Path, require_binary: Any) -> N
         signer.issuer, signer.key = ca.intermediate()
         roots = tmp_path / "pebble-roots.pem"
         roots.write_bytes(ca.roots())
-        config = {
-            "insecure_server": False, "autocert": True, "autocert_must_staple": True,
-            "autocert_dir": str(tmp_path / "autocert"), "autocert_ca": ca.directory,
-            "autocert_trusted_ca_file": str(ca.wfe_ca),
-            "policy": [{"from": f"https://{DOMAIN}", "to": up.url,
-                        "allow_public_unauthenticated_access": True}],
-        }
+        config = autocert_config(tmp_path, ca, up.url, autocert_must_staple=True)
         with gateway_daemon(tmp_path, config, port=port):
             def stapled() -> bool:
                 result = subprocess.run(
@@ -123,20 +125,9 @@ def test_renewal_replaces_a_certificate_near_expiry(tmp_path: Path,
     with pebble(tmp_path, port) as ca, echo_upstream(tmp_path) as up:
         roots = tmp_path / "pebble-roots.pem"
         roots.write_bytes(ca.roots())
-        config = {
-            "insecure_server": False, "autocert": True,
-            "autocert_dir": str(tmp_path / "autocert"), "autocert_ca": ca.directory,
-            "autocert_trusted_ca_file": str(ca.wfe_ca),
-            "policy": [{"from": f"https://{DOMAIN}", "to": up.url,
-                        "allow_public_unauthenticated_access": True}],
-        }
+        config = autocert_config(tmp_path, ca, up.url)
         with gateway_daemon(tmp_path, config, port=port) as gw:
-            def renewed() -> bool:
-                try:
-                    return fetch(port, roots).startswith(b"HTTP/1.1 200")
-                except (ssl.SSLError, OSError):
-                    return False
-
-            wait_until(renewed, 60, interval=0.5, what="renewed certificate served")
+            wait_until(lambda: serves_200(port, roots), 60, interval=0.5,
+                       what="renewed certificate served")
             messages = [e["message"] for e in gw.log_events()]
             assert any("requesting a certificate" in m for m in messages)
