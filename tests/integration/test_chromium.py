@@ -6,16 +6,13 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
-from tests.support.daemon import REPO_ROOT, gateway_daemon
-from tests.support.peers import oidc_provider
-from tests.support.processes import ManagedProcess, free_port, http_ok
+from tests.support.daemon import REPO_ROOT
+from tests.support.demo import running_demo
 
 pytestmark = pytest.mark.integration
 BROWSER_DIR = REPO_ROOT / "tests" / "peers" / "browser"
@@ -28,20 +25,11 @@ def test_sign_in_with_chromium(tmp_path: Path, require_binary: Any) -> None:
     node = require_binary("node", "apt-get install -y nodejs npm")
     if not (BROWSER_DIR / "node_modules" / "playwright-core").is_dir():
         pytest.fail("run `npm ci --prefix tests/peers/browser` first")
-    port, app_port = free_port(), free_port()
-    text = (REPO_ROOT / "demo" / "gateway.yaml").read_text()
-    with oidc_provider(tmp_path, [f"http://authenticate.localhost:{port}/oauth2/callback"]
-                       ) as op:
-        text = (text.replace(":8080", f":{port}").replace("http://127.0.0.1:9000", op.issuer)
-                .replace("http://127.0.0.1:8081", f"http://127.0.0.1:{app_port}"))
-        app = ManagedProcess([sys.executable, str(REPO_ROOT / "demo" / "app.py"), "--port",
-                              str(app_port)], log_dir=tmp_path, name="demo-app")
-        with app, gateway_daemon(tmp_path, yaml.safe_load(text), port=port):
-            app.wait_ready(lambda: http_ok(f"http://127.0.0.1:{app_port}/"), 10)
-            result = subprocess.run(
-                [node, "signin.js", f"http://localhost:{port}/hello?x=1",
-                 "alice@example.test"], cwd=BROWSER_DIR, capture_output=True, text=True,
-                timeout=120)
+    with running_demo(tmp_path) as port:
+        result = subprocess.run(
+            [node, "signin.js", f"http://localhost:{port}/hello?x=1",
+             "alice@example.test"], cwd=BROWSER_DIR, capture_output=True, text=True,
+            timeout=120)
     assert result.returncode == 0, result.stderr[-2000:]
     seen = json.loads(result.stdout.strip().splitlines()[-1])
     assert seen["url"] == f"http://localhost:{port}/hello?x=1"
