@@ -21,6 +21,7 @@ from gateway import __version__
 from gateway.authenticate.holder import IdentityHolder
 from gateway.config import ConfigErrors, Snapshot, load_snapshot
 from gateway.config.source import ConfigSource
+from gateway.databroker.broker import Databroker
 from gateway.observability import logging as gateway_logging
 from gateway.services.logical import AuthenticateService, AuthorizeService, DataBrokerService
 from gateway.services.proxy import ProxyService
@@ -99,14 +100,26 @@ def build_service_tree(
     source.subscribe(_apply_logging)
     root.addService(SighupService(source, reactor))
     options = snapshot.options
+    needs_identity = options.runs("proxy") or options.services == "authenticate"
+    broker = None
+    if options.runs("databroker") or needs_identity:
+        # In-process: the services of this process share one databroker.
+        broker = Databroker(reactor, snapshot)
+        source.subscribe(broker.apply)
     if options.runs("databroker"):
-        root.addService(DataBrokerService(source))
+        databroker = DataBrokerService(source)
+        root.addService(databroker)
+        assert broker is not None
+        MultiService.addService(databroker, broker)
+    elif broker is not None:
+        root.addService(broker)
     if options.runs("authorize"):
         root.addService(AuthorizeService(source))
     if options.runs("authenticate"):
         root.addService(AuthenticateService(source))
-    if options.runs("proxy") or options.services == "authenticate":
-        identity = IdentityHolder(reactor, snapshot)
+    if needs_identity:
+        assert broker is not None
+        identity = IdentityHolder(reactor, snapshot, broker)
         source.subscribe(identity.apply)
         root.addService(ProxyService(source, reactor, authorizer=identity))
     _log_startup(snapshot)

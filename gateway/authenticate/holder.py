@@ -1,5 +1,6 @@
 """The data plane's authorizer across reloads: a new ``Identity`` per snapshot, with
-the session store and the signing key kept (sessions survive reloads)."""
+the databroker's session store and directory and the signing key kept (sessions survive
+reloads)."""
 
 from __future__ import annotations
 
@@ -12,8 +13,9 @@ from twisted.logger import Logger
 from gateway.authenticate.identity import Identity
 from gateway.authorize.assertion import AssertionSigner
 from gateway.config.snapshot import Snapshot
+from gateway.databroker.broker import Databroker
 from gateway.dataplane.authz import Decision, RequestInfo
-from gateway.sessions.store import MemorySessionStore, SessionStore
+from gateway.sessions.store import SessionStore
 
 log = Logger()
 
@@ -33,34 +35,20 @@ def _signer(snapshot: Snapshot, previous: AssertionSigner | None) -> AssertionSi
     return signer
 
 
-def session_store(reactor: Any, snapshot: Snapshot) -> SessionStore:
-    """Memory by default; kvstore (Redis) with ``databroker_storage_type: kvstore``."""
-    o = snapshot.options
-    if o.databroker_storage_type != "kvstore":
-        return MemorySessionStore()
-    from gateway.config.kvstore_dsn import parse_dsn
-    from gateway.databroker.cipher import RecordCipher
-    from gateway.databroker.kv_sessions import KVSessionStore
-    from gateway.databroker.kv_tls import tls_for_hosts
-
-    m = snapshot.material
-    tls_for = tls_for_hosts(m.storage_ca, m.storage_client_certificate,
-                            o.databroker_storage_tls_skip_verify)
-    return KVSessionStore(reactor, parse_dsn(o.databroker_storage_connection_string),
-                          RecordCipher(m.shared_secret), tls_for=tls_for)
-
-
 class IdentityHolder:
-    def __init__(self, reactor: Any, snapshot: Snapshot,
-                 store: SessionStore | None = None) -> None:
+    def __init__(self, reactor: Any, snapshot: Snapshot, broker: Databroker) -> None:
         self.reactor = reactor
-        self.store = store or session_store(reactor, snapshot)
+        self.broker = broker
+        self.store: SessionStore = broker.sessions
         self.signer = _signer(snapshot, None)
-        self.identity = Identity(reactor, snapshot, self.store, self.signer)
+        self.identity = Identity(reactor, snapshot, self.store, self.signer,
+                                 directory=broker.directory)
 
     def apply(self, snapshot: Snapshot) -> None:
+        """After the databroker's ``apply`` (it may start or stop directory data)."""
         self.signer = _signer(snapshot, self.signer)
-        self.identity = Identity(self.reactor, snapshot, self.store, self.signer)
+        self.identity = Identity(self.reactor, snapshot, self.store, self.signer,
+                                 directory=self.broker.directory)
 
     def authorize(self, request: RequestInfo, route: object) -> Decision | Deferred[Decision]:
         return self.identity.authorize(request, route)

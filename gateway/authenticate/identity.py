@@ -47,7 +47,7 @@ from gateway.sessions.cookie import (
 )
 from gateway.sessions.model import Session
 from gateway.sessions.sealed import Sealer
-from gateway.sessions.store import SessionStore
+from gateway.sessions.store import DirectoryGroups, SessionStore
 
 log = Logger()
 SIGN_IN = "/.gateway/sign_in"
@@ -151,9 +151,12 @@ class Identity:
     route that is not public (the data plane's ``Authorizer``)."""
 
     def __init__(self, reactor: Any, snapshot: Snapshot, store: SessionStore,
-                 signer: AssertionSigner, clock: Callable[[], float] = time.time) -> None:
+                 signer: AssertionSigner, clock: Callable[[], float] = time.time,
+                 directory: DirectoryGroups | None = None) -> None:
         self.reactor = reactor
         self.store = store
+        self.directory = directory
+        self._with_groups: dict[str, tuple[Session, int, Session]] = {}
         self.signer = signer
         self.clock = clock
         o = snapshot.options
@@ -246,10 +249,10 @@ class Identity:
     def authorize(self, request: RequestInfo, route: Any) -> Decision | Deferred[Decision]:
         session = self.session_for(request)
         sid = self._last_sid
-        fetch = getattr(self.store, "fetch", None)
-        if session is None and sid and fetch is not None:
+        if session is None and sid and self.store.needs_fetch:
             # A session another process created, or this one has not read yet.
-            return ensureDeferred(self._fetch_then_decide(request, route, sid, fetch))
+            return ensureDeferred(self._fetch_then_decide(request, route, sid,
+                                                          self.store.fetch))
         if session is not None and self._needs_refresh(session):
             return ensureDeferred(self._refresh_then_decide(request, route, session))
         return self._decide(request, route, session)
@@ -313,8 +316,26 @@ class Identity:
         log.info("refreshed the tokens of {email}", email=session.email)
         return updated
 
+    def _directory_session(self, session: Session) -> Session:
+        """The session with its directory groups (``idp_service_account`` describes a
+        directory): one object per session record and directory version, so decision
+        caches keyed on the object see a change of either."""
+        assert self.directory is not None
+        version = self.directory.version
+        hit = self._with_groups.get(session.id)
+        if hit is not None and hit[0] is session and hit[1] == version:
+            return hit[2]
+        derived = replace(session, groups=self.directory.groups_for(session.user_id,
+                                                                    session.email))
+        if len(self._with_groups) >= DECISION_CACHE:
+            self._with_groups.pop(next(iter(self._with_groups)))
+        self._with_groups[session.id] = (session, version, derived)
+        return derived
+
     def _decide(self, request: RequestInfo, route: Any, session: Session | None) -> Decision:
         now = self.clock()
+        if session is not None and self.directory is not None:
+            session = self._directory_session(session)
         key: tuple[Any, ...] | None = None
         if session is not None and request.method != b"OPTIONS":
             # Decision and identity headers per (session record, route) for a short

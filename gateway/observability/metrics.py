@@ -11,7 +11,7 @@ import weakref
 from collections.abc import Iterable, Iterator
 from typing import Any, Protocol
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
@@ -27,6 +27,16 @@ KVSTORE_WAIT_COUNT = Counter(
 KVSTORE_WAIT_DURATION_MS = Counter(
     "kvstore_wait_duration_ms", "Time commands spent waiting for a kvstore connection.",
     ["service"], registry=REGISTRY)
+DIRECTORY_SYNC_FAILURES = Counter(
+    "directory_sync_failures", "Directory sync runs that failed (the last good data stays).",
+    ["provider"], registry=REGISTRY)
+DIRECTORY_SYNC_LAST_SUCCESS = Gauge(
+    "directory_sync_last_success_timestamp_seconds",
+    "When the directory was last synchronised successfully.", ["provider"],
+    registry=REGISTRY)
+DIRECTORY_SYNC_RECORDS = Gauge(
+    "directory_sync_records", "Users and groups read by the last successful directory sync.",
+    ["provider", "kind"], registry=REGISTRY)
 
 
 class Pool(Protocol):

@@ -13,9 +13,10 @@ from twisted.trial.unittest import TestCase
 
 from gateway.config.kvstore_dsn import parse_dsn
 from gateway.databroker.cipher import RecordCipher
-from gateway.databroker.kv_sessions import KVSessionStore
+from gateway.databroker.kv_connect import connect
+from gateway.databroker.kv_records import KVRecordStore
+from gateway.databroker.records import SESSION
 from gateway.observability.metrics import REGISTRY
-from gateway.sessions.model import Session
 from tests.support.peers import redis_server
 
 pytestmark = pytest.mark.integration
@@ -35,19 +36,17 @@ class KVStoreMetricsTests(TestCase):
 
     async def test_operations_and_pool(self) -> None:
         service = "metrics-test"
-        store = KVSessionStore(reactor, parse_dsn(f"kvstore://127.0.0.1:{self.redis.port}/0"),
-                               RecordCipher(b"k" * 32), service=service)
-        self.addCleanup(store.redis.disconnect)
+        redis = connect(parse_dsn(f"kvstore://127.0.0.1:{self.redis.port}/0"), 3.0, None,
+                        service)
+        store = KVRecordStore(reactor, redis, RecordCipher(b"k" * 32), service=service)
+        self.addCleanup(store.close)
         kv = {"backend": "kvstore", "service": service}
-        session = Session(id="s1", user_id="u", email="a@x", issued_at=1.0,
-                          expires_at=2.0e9, claims={}, groups=())
-        store.put(session)
-        store.forget("s1")
-        self.assertEqual(await store.fetch("s1"), session)
-        self.assertEqual(await store.fetch("gone"), None)
-        store.delete("s1")
+        record = await store.put(SESSION, "s1", b'{"email": "a@x"}')
+        self.assertEqual((await store.get(SESSION, "s1")), record)
+        self.assertIsNone(await store.get(SESSION, "gone"))
+        await store.delete(SESSION, "s1")
         # ten reads at once on a pool of four: some wait for a connection
-        await defer.gatherResults([store.fetch(f"x{i}") for i in range(10)])
+        await defer.gatherResults([store.get(SESSION, f"x{i}") for i in range(10)])
         self.assertEqual(sample("storage_operation_duration_ms_count", operation="put",
                                 result="ok", **kv), 1)
         self.assertEqual(sample("storage_operation_duration_ms_count", operation="get",

@@ -35,7 +35,7 @@ def test_sessions_via_sentinel(tmp_path: Path, require_binary: Any) -> None:
 
             def stored() -> bool:
                 with master.client() as raw:
-                    return bool(raw.command("HLEN", "gateway:session") == 1)
+                    return bool(raw.command("HLEN", "{gateway}:records:session") == 1)
 
             wait_until(stored, 10, what="session written to the sentinel's master")
 
@@ -72,7 +72,7 @@ def test_failover_during_traffic(tmp_path: Path, require_binary: Any) -> None:
 
                 def on_replica(count: int) -> bool:
                     with replica.client() as raw:
-                        return bool(raw.command("HLEN", "gateway:session") == count)
+                        return bool(raw.command("HLEN", "{gateway}:records:session") == count)
 
                 wait_until(lambda: on_replica(1), 10, what="session replicated")
                 master.process.stop()

@@ -40,7 +40,7 @@ def test_sessions_shared_restarted_encrypted(tmp_path: Path, require_binary: Any
             # the same cookie (same cookie_secret) is a session in the other process
             assert browser.request("GET", f"http://app.test:{pb}/").status == 200
             with redis.client() as raw:
-                stored = raw.command("HGETALL", "gateway:session")
+                stored = raw.command("HGETALL", "{gateway}:records:session")
             assert stored, "no session in Redis"
             assert all(b"alice@example.test" not in bytes(v) for v in stored)
         # a restart keeps the session
@@ -53,7 +53,12 @@ def test_sessions_shared_restarted_encrypted(tmp_path: Path, require_binary: Any
                 out = browser.request("POST", f"http://app.test:{pa}/.gateway/signout/",
                                       b"csrf=" + token)
                 assert out.status in (200, 302)
-                time.sleep(2.5)  # other processes re-read sessions every 2 s
+                # the other process learns of it from the change stream (polled every
+                # 0.5 s), not when some cache time runs out
+                ended = time.monotonic()
+                while browser.request("GET", f"http://app.test:{pb}/z").status == 200:
+                    assert time.monotonic() - ended < 1.5, "sign-out not seen in 1.5 s"
+                    time.sleep(0.05)
                 assert browser.request("GET", f"http://app.test:{pb}/z").status == 302
     # Redis is gone now: a fresh process that must read a session answers 503 at once
     with redis_server(tmp_path) as other_redis:
@@ -79,7 +84,7 @@ def test_acl_user_and_password(tmp_path: Path, require_binary: Any) -> None:
     require_binary("redis-server", "apt-get install -y redis-server")
     require_binary("node", "apt-get install -y nodejs npm")
     port = free_port()
-    acl = ["--user", "gw", "on", ">s3cret/pw", "~gateway:*", "+@all", "-@dangerous",
+    acl = ["--user", "gw", "on", ">s3cret/pw", "~{gateway}:*", "+@all", "-@dangerous",
            "--user", "default", "on", ">admin", "~*", "+@all"]
     with redis_server(tmp_path, password="admin", extra_args=acl) as redis, \
             oidc_provider(tmp_path, [f"http://auth.test:{port}/oauth2/callback"]) as op, \
@@ -93,7 +98,7 @@ def test_acl_user_and_password(tmp_path: Path, require_binary: Any) -> None:
                                    ).status == 200
             with redis.client() as raw:
                 raw.command("SELECT", "3")
-                assert raw.command("HLEN", "gateway:session") == 1
+                assert raw.command("HLEN", "{gateway}:records:session") == 1
         wrong = tmp_path / "wrong"
         wrong.mkdir()
         bad_url = f"kvstore://gw:nope@127.0.0.1:{redis.port}/3"

@@ -59,7 +59,7 @@ def test_sessions_over_tls_with_client_certificates(tmp_path: Path,
 
             def stored() -> bool:
                 with redis.client() as raw:  # the plain port, to look
-                    return bool(raw.command("HLEN", "gateway:session") == 1)
+                    return bool(raw.command("HLEN", "{gateway}:records:session") == 1)
 
             wait_until(stored, 10, what="session written over TLS")
         cookie = browser.cookies["app.test"]["_gateway"]
@@ -114,6 +114,6 @@ def test_sessions_via_sentinel_over_tls(tmp_path: Path, require_binary: Any) -> 
 
             def stored() -> bool:
                 with master.client() as raw:
-                    return bool(raw.command("HLEN", "gateway:session") == 1)
+                    return bool(raw.command("HLEN", "{gateway}:records:session") == 1)
 
             wait_until(stored, 10, what="session written to the master over TLS")

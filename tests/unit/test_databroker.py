@@ -6,7 +6,7 @@ from twisted.trial.unittest import SynchronousTestCase
 
 from gateway.config.kvstore_dsn import BadConnectionString, parse_dsn
 from gateway.databroker.cipher import RecordCipher, RecordKeyError
-from gateway.databroker.kv_sessions import from_json, to_json
+from gateway.databroker.session_records import from_json, to_json
 from gateway.sessions.model import Session
 
 

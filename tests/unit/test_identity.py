@@ -32,10 +32,12 @@ from gateway.authenticate.identity import (
 )
 from gateway.authorize.assertion import AssertionSigner
 from gateway.config.snapshot import Snapshot
+from gateway.databroker.follower import ChangeFollower
+from gateway.databroker.memory_records import MemoryRecordStore
+from gateway.databroker.session_records import RecordSessionStore
 from gateway.dataplane.authz import Allow, Deny, RequestInfo
 from gateway.sessions.cookie import MAX_CHUNKS
 from gateway.sessions.model import Session
-from gateway.sessions.store import MemorySessionStore
 
 from .config.helpers import IDENTITY, base_config, load
 
@@ -163,7 +165,8 @@ class IdentityCase(SynchronousTestCase):
     def setUp(self) -> None:
         self.clock = Clock()
         self.snapshot = snapshot()
-        self.store = MemorySessionStore()
+        records = MemoryRecordStore(self.clock)
+        self.store = RecordSessionStore(records, ChangeFollower(None, records), complete=True)
         self.signer = AssertionSigner(None, "ES256", AUTH, clock=self.clock)
         self.identity = Identity(None, self.snapshot, self.store, self.signer, self.clock)
         self.identity.provider = None

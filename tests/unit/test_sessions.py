@@ -21,9 +21,7 @@ from gateway.sessions.cookie import (
     set_cookie_headers,
     strip_cookie,
 )
-from gateway.sessions.model import Session
 from gateway.sessions.sealed import Sealer
-from gateway.sessions.store import MemorySessionStore
 
 NOW = 1_700_000_000.0
 KEY = b"k" * 32
@@ -308,47 +306,3 @@ class StripCookieTests(SynchronousTestCase):
         """Empty pairs and stray spaces disappear; kept pairs are joined with '; '."""
         self.assertEqual(strip_cookie(b" a=1 ;; _gateway=x ;b=2 ", "_gateway"),
                          b"a=1; b=2")
-
-
-def session(sid: str, expires_at: float) -> Session:
-    return Session(id=sid, user_id="u-" + sid, email=f"{sid}@example.com",
-                   issued_at=NOW - 10, expires_at=expires_at)
-
-
-class MemorySessionStoreTests(SynchronousTestCase):
-    def test_get_put_delete(self) -> None:
-        """Put stores by id, get returns it, delete removes it (and tolerates unknown ids)."""
-        store = MemorySessionStore()
-        one = session("one", NOW + 60)
-        self.assertIsNone(store.get("one"))
-        store.put(one)
-        self.assertIs(store.get("one"), one)
-        self.assertEqual(len(store), 1)
-        store.delete("one")
-        self.assertIsNone(store.get("one"))
-        store.delete("one")
-        store.delete("never")
-        self.assertEqual(len(store), 0)
-
-    def test_put_replaces(self) -> None:
-        """Putting a session with an existing id replaces the record."""
-        store = MemorySessionStore()
-        store.put(session("one", NOW + 60))
-        newer = session("one", NOW + 120)
-        store.put(newer)
-        self.assertIs(store.get("one"), newer)
-        self.assertEqual(len(store), 1)
-
-    def test_sweep(self) -> None:
-        """Sweep drops sessions expired at ``now`` (expiry included) and counts them."""
-        store = MemorySessionStore()
-        store.put(session("past", NOW - 1))
-        store.put(session("edge", NOW))
-        store.put(session("live", NOW + 1))
-        self.assertEqual(store.sweep(NOW), 2)
-        self.assertIsNone(store.get("past"))
-        self.assertIsNone(store.get("edge"))
-        self.assertIsNotNone(store.get("live"))
-        self.assertEqual(store.sweep(NOW), 0)
-        self.assertEqual(store.sweep(NOW + 1), 1)
-        self.assertEqual(len(store), 0)

@@ -85,13 +85,15 @@ class ServiceTreeTests(SynchronousTestCase):
             "AuthenticateService", "ProxyService"])
 
     def test_single_services(self) -> None:
-        """Each `services` value runs its own service (authenticate also listens)."""
+        """Each `services` value runs its own service (authenticate also listens). The
+        proxy and authenticate services without the databroker service still have their
+        own record store (memory, or the kvstore they share with the others)."""
         secrets = {"shared_secret": SECRET, "cookie_secret": SECRET, **IDENTITY}
         expected = {
             "databroker": ["DataBrokerService"],
             "authorize": ["AuthorizeService"],
-            "authenticate": ["AuthenticateService", "ProxyService"],
-            "proxy": ["ProxyService"],
+            "authenticate": ["Databroker", "AuthenticateService", "ProxyService"],
+            "proxy": ["Databroker", "ProxyService"],
         }
         for service, names in expected.items():
             root = self.tree(services=service, **secrets)

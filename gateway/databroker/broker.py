@@ -1,0 +1,144 @@
+"""The databroker of this process: the record store, the change stream, sessions, and
+directory data, started and stopped with the gateway.
+
+The backend is chosen once, at start (``databroker_storage_*`` are read then: a change
+needs a restart and is logged as such); the directory provider follows reloads of
+``idp_service_account`` and ``idp_refresh_directory_*``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from twisted.application.service import Service
+from twisted.internet import defer
+from twisted.internet.defer import Deferred
+from twisted.logger import Logger
+
+from gateway.config.snapshot import Snapshot
+from gateway.databroker.directory_records import DirectorySync, DirectoryView
+from gateway.databroker.follower import ChangeFollower
+from gateway.databroker.memory_records import MemoryRecordStore
+from gateway.databroker.records import RecordStore
+from gateway.databroker.session_records import RecordSessionStore
+
+log = Logger()
+
+SWEEP_SECONDS = 60.0
+DRAIN_SECONDS = 5.0
+STORAGE_SETTINGS = ("databroker_storage_type", "databroker_storage_connection_string",
+                    "databroker_storage_cert_file", "databroker_storage_key_file",
+                    "databroker_storage_ca_file", "databroker_storage_tls_skip_verify")
+
+
+def record_store(reactor: Any, snapshot: Snapshot, service: str = "gateway") -> RecordStore:
+    """Memory by default; kvstore (Redis) with ``databroker_storage_type: kvstore``."""
+    o = snapshot.options
+    if o.databroker_storage_type != "kvstore":
+        return MemoryRecordStore(reactor.seconds)
+    from gateway.config.kvstore_dsn import parse_dsn
+    from gateway.databroker.cipher import RecordCipher
+    from gateway.databroker.kv_connect import connect
+    from gateway.databroker.kv_records import KVRecordStore
+    from gateway.databroker.kv_tls import tls_for_hosts
+
+    m = snapshot.material
+    tls_for = tls_for_hosts(m.storage_ca, m.storage_client_certificate,
+                            o.databroker_storage_tls_skip_verify)
+    reply_timeout = 3.0
+    redis = connect(parse_dsn(o.databroker_storage_connection_string), reply_timeout,
+                    tls_for, service, reactor)
+    return KVRecordStore(reactor, redis, RecordCipher(m.shared_secret),
+                         reply_timeout=reply_timeout, service=service)
+
+
+class Databroker(Service):
+    def __init__(self, reactor: Any, snapshot: Snapshot,
+                 store: RecordStore | None = None) -> None:
+        self.reactor = reactor
+        self.snapshot = snapshot
+        self.store = store or record_store(reactor, snapshot)
+        self.follower = ChangeFollower(reactor, self.store)
+        self.sessions = RecordSessionStore(self.store, self.follower,
+                                           complete=self.store.backend == "memory")
+        self.directory: DirectoryView | None = None
+        self.sync: DirectorySync | None = None
+        self._sweep: Any = None
+        self._directory_settings: tuple[Any, ...] = ()
+        self._configure_directory(snapshot)
+
+    # -- configuration
+
+    def apply(self, snapshot: Snapshot) -> None:
+        old, new = self.snapshot.options, snapshot.options
+        changed = [k for k in STORAGE_SETTINGS if getattr(old, k) != getattr(new, k)]
+        if changed:
+            log.warn("{settings} changed: the databroker keeps its storage until the "
+                     "gateway restarts", settings=", ".join(changed))
+        self.snapshot = snapshot
+        self._configure_directory(snapshot)
+
+    def _configure_directory(self, snapshot: Snapshot) -> None:
+        o = snapshot.options
+        settings = (o.idp_service_account, o.idp_refresh_directory_interval,
+                    o.idp_refresh_directory_timeout)
+        if settings == self._directory_settings:
+            return
+        self._directory_settings = settings
+        if self.sync is not None:
+            self.sync.stop()
+            self.sync = None
+        provider = None
+        if o.idp_service_account:
+            from gateway.directory.provider import provider_for
+
+            try:
+                provider = provider_for(o.idp_service_account, self.reactor)
+            except ValueError as exc:  # validated at load; kept for safety
+                log.error("idp_service_account: {error}", error=str(exc))
+        if provider is None:
+            self.directory = None  # groups come from the IdP's groups claim
+            return
+        if self.directory is None:
+            self.directory = DirectoryView(self.follower, self.store)
+            if self.running:
+                self.directory.reload()
+        self.sync = DirectorySync(self.reactor, self.store, provider,
+                                  float(o.idp_refresh_directory_interval),
+                                  float(o.idp_refresh_directory_timeout))
+        if self.running:
+            self.sync.start()
+
+    # -- service
+
+    def startService(self) -> None:
+        Service.startService(self)
+        self.follower.start()
+        if self.directory is not None:
+            self.directory.reload()
+        if self.sync is not None:
+            self.sync.start()
+        self._sweep = self.reactor.callLater(SWEEP_SECONDS, self._do_sweep)
+        log.info("databroker: {backend} storage", backend=self.store.backend)
+
+    def _do_sweep(self) -> None:
+        d = self.store.sweep(self.reactor.seconds())
+        d.addErrback(lambda f: log.warn("databroker: sweep failed: {error}",
+                                        error=f.getErrorMessage()))
+        self._sweep = self.reactor.callLater(SWEEP_SECONDS, self._do_sweep)
+
+    def stopService(self) -> Deferred[None]:
+        Service.stopService(self)
+        if self._sweep is not None and self._sweep.active():
+            self._sweep.cancel()
+        if self.sync is not None:
+            self.sync.stop()
+        polling = self.follower.stop()
+
+        async def finish() -> None:
+            await self.sessions.drain(DRAIN_SECONDS, self.reactor)
+            if polling is not None:
+                await polling
+            await self.store.close()
+        return defer.ensureDeferred(finish())
+

@@ -1,0 +1,206 @@
+"""Directory users and groups as records: written by the sync, read by authorization.
+
+``DirectorySync`` runs the directory provider every ``idp_refresh_directory_interval``,
+each run bounded by ``idp_refresh_directory_timeout``, and writes what changed as
+``directory.user`` / ``directory.group`` records. With several gateway processes on one
+kvstore, one of them holds the sync lease at a time. A failed run changes nothing: the
+last good data stays, and the failure is logged and counted
+(``directory_sync_failures_total``).
+
+``DirectoryView`` is this process's copy of those records, kept current by the change
+stream; ``groups_for`` gives a user's groups (transitive, as ids and names) for
+``allowed_groups`` and the identity assertion.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable
+from functools import partial
+from typing import Any
+
+from twisted.internet.defer import Deferred, ensureDeferred, gatherResults
+from twisted.logger import Logger
+
+from gateway.databroker.follower import ChangeFollower
+from gateway.databroker.records import DIRECTORY_GROUP, DIRECTORY_USER, Record, RecordStore
+from gateway.directory.model import Directory
+from gateway.directory.provider import DirectoryProvider
+from gateway.observability.metrics import (
+    DIRECTORY_SYNC_FAILURES,
+    DIRECTORY_SYNC_LAST_SUCCESS,
+    DIRECTORY_SYNC_RECORDS,
+)
+
+log = Logger()
+
+WRITE_BATCH = 100
+
+
+def directory_records(directory: Directory) -> dict[tuple[str, str], bytes]:
+    """The records a directory is stored as (deterministic JSON, so unchanged entries
+    compare equal and are not written again)."""
+    out: dict[tuple[str, str], bytes] = {}
+    for user in directory.users:
+        out[(DIRECTORY_USER, user.id)] = json.dumps(
+            {"id": user.id, "email": user.email, "name": user.name,
+             "groups": sorted(user.group_ids)}, separators=(",", ":"),
+            sort_keys=True).encode()
+    for group in directory.groups:
+        out[(DIRECTORY_GROUP, group.id)] = json.dumps(
+            {"id": group.id, "name": group.name, "email": group.email},
+            separators=(",", ":"), sort_keys=True).encode()
+    return out
+
+
+class DirectoryView:
+    def __init__(self, follower: ChangeFollower, store: RecordStore) -> None:
+        self.store = store
+        self.version = 0  # changes whenever anything here changes (decision caches)
+        self._users: dict[str, dict[str, Any]] = {}
+        self._groups: dict[str, dict[str, Any]] = {}
+        self._by_email: dict[str, str] = {}
+        self._answers: dict[tuple[str, str], tuple[str, ...]] = {}
+        follower.subscribe(DIRECTORY_USER, self._changed)
+        follower.subscribe(DIRECTORY_GROUP, self._changed)
+        follower.on_reset(self.reload)
+
+    def reload(self) -> None:
+        """Read every directory record again (first start, or after a reset)."""
+        ensureDeferred(self._reload())
+
+    async def _reload(self) -> None:
+        try:
+            users = await self.store.query(DIRECTORY_USER)
+            groups = await self.store.query(DIRECTORY_GROUP)
+        except Exception as exc:
+            log.error("databroker: directory records not read: {error}", error=str(exc))
+            return
+        self._users = {r.id: json.loads(r.data) for r in users}
+        self._groups = {r.id: json.loads(r.data) for r in groups}
+        self._reindex()
+
+    def _changed(self, record: Record) -> None:
+        table = self._users if record.type == DIRECTORY_USER else self._groups
+        if record.deleted:
+            table.pop(record.id, None)
+        else:
+            table[record.id] = json.loads(record.data)
+        self._reindex()
+
+    def _reindex(self) -> None:
+        self._by_email = {str(u.get("email", "")).lower(): uid
+                          for uid, u in self._users.items() if u.get("email")}
+        self._answers.clear()
+        self.version += 1
+
+    def __len__(self) -> int:
+        return len(self._users) + len(self._groups)
+
+    def groups_for(self, user_id: str, email: str) -> tuple[str, ...]:
+        """The directory groups of the user with this id (else this e-mail address): each
+        group's id and name; empty for someone the directory does not know."""
+        key = (user_id, email)
+        answer = self._answers.get(key)
+        if answer is not None:
+            return answer
+        user = self._users.get(user_id)
+        if user is None and email:
+            uid = self._by_email.get(email.lower())
+            user = self._users.get(uid) if uid is not None else None
+        names: list[str] = []
+        for gid in (user or {}).get("groups", ()):
+            names.append(gid)
+            group = self._groups.get(gid)
+            if group is not None and group.get("name") and group["name"] not in names:
+                names.append(group["name"])
+        answer = tuple(dict.fromkeys(names))
+        if len(self._answers) > 10_000:
+            self._answers.clear()
+        self._answers[key] = answer
+        return answer
+
+
+class DirectorySync:
+    def __init__(self, reactor: Any, store: RecordStore, provider: DirectoryProvider,
+                 interval: float, timeout: float) -> None:
+        self.reactor = reactor
+        self.store = store
+        self.provider = provider
+        self.interval = interval
+        self.timeout = timeout
+        self.holder = os.urandom(8).hex()
+        self.runs = 0
+        self._call: Any = None
+        self._running: Deferred[bool] | None = None
+
+    def start(self) -> None:
+        if self._call is None:
+            self._call = self.reactor.callLater(0, self._tick)
+
+    def stop(self) -> None:
+        if self._call is not None and self._call.active():
+            self._call.cancel()
+        self._call = None
+        if self._running is not None:
+            self._running.cancel()
+
+    def _tick(self) -> None:
+        self._running = ensureDeferred(self.run_once())
+        self._running.addBoth(self._schedule)
+
+    def _schedule(self, _: object) -> None:
+        self._running = None
+        if self._call is not None:
+            self._call = self.reactor.callLater(self.interval, self._tick)
+
+    async def run_once(self) -> bool:
+        """One sync run; True when the directory was read and stored."""
+        provider = self.provider.name
+        try:
+            # held a little longer than a run may take, renewed by every run
+            if not await self.store.lease("directory-sync", self.holder,
+                                          self.interval + self.timeout):
+                return False
+            started = time.monotonic()
+            fetching = self.provider.fetch()
+            fetching.addTimeout(self.timeout, self.reactor)
+            directory = await fetching
+            written, deleted = await self._store(directory_records(directory))
+        except Exception as exc:
+            reason = (f"no answer within idp_refresh_directory_timeout ({self.timeout:g}s)"
+                      if type(exc).__name__ in ("TimeoutError", "CancelledError")
+                      else str(exc) or type(exc).__name__)
+            DIRECTORY_SYNC_FAILURES.labels(provider).inc()
+            log.error("directory sync from {provider} failed, keeping the last good data: "
+                      "{error}", provider=provider, error=reason)
+            return False
+        self.runs += 1
+        DIRECTORY_SYNC_LAST_SUCCESS.labels(provider).set(time.time())
+        DIRECTORY_SYNC_RECORDS.labels(provider, "user").set(len(directory.users))
+        DIRECTORY_SYNC_RECORDS.labels(provider, "group").set(len(directory.groups))
+        log.info("directory sync from {provider}: {users} users, {groups} groups, "
+                 "{written} records written, {deleted} deleted in {ms:.0f} ms",
+                 provider=provider, users=len(directory.users),
+                 groups=len(directory.groups), written=written, deleted=deleted,
+                 ms=(time.monotonic() - started) * 1000)
+        return True
+
+    async def _store(self, wanted: dict[tuple[str, str], bytes]) -> tuple[int, int]:
+        current: dict[tuple[str, str], bytes] = {}
+        for kind in (DIRECTORY_USER, DIRECTORY_GROUP):
+            for record in await self.store.query(kind):
+                current[(kind, record.id)] = record.data
+        writes: list[Callable[[], Deferred[Any]]] = [
+            partial(self.store.put, kind, rid, data)
+            for (kind, rid), data in wanted.items() if current.get((kind, rid)) != data]
+        deletes: list[Callable[[], Deferred[Any]]] = [
+            partial(self.store.delete, kind, rid)
+            for kind, rid in current.keys() - wanted.keys()]
+        operations = writes + deletes
+        for start in range(0, len(operations), WRITE_BATCH):  # a few in flight at a time
+            await gatherResults([op() for op in operations[start:start + WRITE_BATCH]],
+                                consumeErrors=True)
+        return len(writes), len(deletes)

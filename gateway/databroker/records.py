@@ -1,0 +1,93 @@
+"""The databroker's record store: one interface, a memory and a kvstore backend.
+
+A record is a typed, versioned blob: sessions, users, directory users and directory
+groups are records (``TYPES``), and new kinds need no schema change. Every change (put or
+delete) takes the store's next version, so a reader that remembers the last version it
+saw can ask for everything that changed since (``sync``): that change stream is how each
+gateway process learns that a session was revoked or the directory changed elsewhere.
+Deletions stay visible as tombstones for ``TOMBSTONE_SECONDS``; a reader further behind
+than that (or whose store was emptied) is told to start over (``Changes.reset``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from twisted.internet.defer import Deferred
+
+SESSION = "session"
+USER = "user"
+DIRECTORY_USER = "directory.user"
+DIRECTORY_GROUP = "directory.group"
+TYPES = (SESSION, USER, DIRECTORY_USER, DIRECTORY_GROUP)
+
+TOMBSTONE_SECONDS = 15 * 60.0
+SYNC_BATCH = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """``data`` is the record's plain bytes (JSON); backends encrypt it at rest.
+    ``expires_at`` (0 = never) lets the store drop records nobody will read again."""
+
+    type: str
+    id: str
+    data: bytes
+    version: int
+    modified_at: float
+    deleted_at: float = 0.0
+    expires_at: float = 0.0
+
+    @property
+    def deleted(self) -> bool:
+        return self.deleted_at > 0
+
+
+@dataclass(frozen=True, slots=True)
+class Changes:
+    """What changed after a version: at most ``SYNC_BATCH`` records in version order
+    (``more`` when there is another batch), and the version to ask from next.
+    ``reset``: the reader's version is unknown here (too old, or the store was emptied);
+    it must drop what it holds and read afresh from ``version``."""
+
+    records: tuple[Record, ...]
+    version: int
+    reset: bool = False
+    more: bool = False
+    epoch: str = ""
+
+
+class RecordStore(Protocol):
+    """Every method answers with a Deferred; failures are ``StorageUnavailable``
+    (nothing answered in time) or ``RecordKeyError`` (written with another secret)."""
+
+    backend: str
+
+    def get(self, type: str, id: str) -> Deferred[Record | None]: ...
+
+    def put(self, type: str, id: str, data: bytes, expires_at: float = 0.0
+            ) -> Deferred[Record]: ...
+
+    def delete(self, type: str, id: str) -> Deferred[None]: ...
+
+    def query(self, type: str) -> Deferred[list[Record]]:
+        """The live (not deleted) records of ``type``."""
+        ...
+
+    def sync(self, since: int) -> Deferred[Changes]: ...
+
+    def sweep(self, now: float) -> Deferred[int]:
+        """Drop expired records and old tombstones; the number of records dropped."""
+        ...
+
+    def lease(self, name: str, holder: str, seconds: float) -> Deferred[bool]:
+        """Hold ``name`` for ``seconds`` unless someone else does (one directory sync
+        among several gateway processes)."""
+        ...
+
+    def close(self) -> Deferred[None]: ...
+
+
+class StorageUnavailable(Exception):
+    """The kvstore could not answer in time; a request that needs it gets a 503."""

@@ -1,0 +1,197 @@
+"""Sessions as records: the ``SessionStore`` the identity code uses, over any backend.
+
+Reads are synchronous from this process's copies. With the memory backend the copies are
+the whole truth (``complete``). With kvstore they are a cache of what this process has
+read or written, kept current by the change stream: a session ended or refreshed in
+another process is replaced or dropped here within one poll of the ``ChangeFollower``;
+when the stream has not answered for ``stale_after``, copies are not trusted and the
+caller reads the store (``fetch``), which answers or fails with ``StorageUnavailable``.
+
+Writes go to the store in the background. A write the store refused (Redis down) is kept
+and retried after the next successful sync, so nothing is lost once Redis is back; the
+newest intent per session wins. ``drain`` waits for writes in flight at shutdown.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import OrderedDict
+from types import MappingProxyType
+from typing import Any
+
+from twisted.internet import defer
+from twisted.internet.defer import Deferred
+from twisted.logger import Logger
+from twisted.python.failure import Failure
+
+from gateway.databroker.follower import ChangeFollower
+from gateway.databroker.records import SESSION, USER, Record, RecordStore
+from gateway.sessions.model import Session
+
+log = Logger()
+
+CACHE_LIMIT = 100_000
+UNSAVED_LIMIT = 100_000
+PENDING = 1 << 62  # version of a copy whose write has not been answered yet
+
+
+def to_json(session: Session) -> bytes:
+    data = {f: getattr(session, f) for f in Session.__slots__}
+    data["claims"] = {k: list(v) for k, v in session.claims.items()}
+    data["groups"] = list(session.groups)
+    return json.dumps(data, separators=(",", ":")).encode()
+
+
+def from_json(raw: bytes) -> Session:
+    data = json.loads(raw)
+    data["claims"] = MappingProxyType({k: tuple(v) for k, v in data["claims"].items()})
+    data["groups"] = tuple(data["groups"])
+    return Session(**data)
+
+
+def user_json(session: Session) -> bytes:
+    """The user record a sign-in leaves: who, as the IdP described them."""
+    return json.dumps({"id": session.user_id, "email": session.email, "name": session.name,
+                       "claims": {k: list(v) for k, v in session.claims.items()}},
+                      separators=(",", ":"), sort_keys=True).encode()
+
+
+class RecordSessionStore:
+    def __init__(self, store: RecordStore, follower: ChangeFollower, *,
+                 complete: bool) -> None:
+        self.store = store
+        self.follower = follower
+        self.complete = complete
+        self.needs_fetch = not complete
+        self._cache: OrderedDict[str, tuple[Session, int]] = OrderedDict()
+        self._users: dict[str, bytes] = {}
+        self._unsaved: OrderedDict[str, Session | None] = OrderedDict()
+        self._pending: set[Deferred[Any]] = set()
+        follower.subscribe(SESSION, self._changed)
+        follower.on_reset(self._reset)
+        follower.on_ok(self._retry_unsaved)
+
+    # -- SessionStore
+
+    def get(self, session_id: str) -> Session | None:
+        hit = self._cache.get(session_id)
+        if hit is None:
+            return None
+        if not self.complete and not self.follower.fresh():
+            return None  # the stream is behind: the caller fetches (or gets a 503)
+        return hit[0]
+
+    def put(self, session: Session) -> None:
+        self._remember(session, PENDING)
+        self._write(session.id, session)
+
+    def delete(self, session_id: str) -> None:
+        self._cache.pop(session_id, None)
+        self._write(session_id, None)
+
+    def fetch(self, session_id: str) -> Deferred[Session | None]:
+        """Read a session this process has no trusted copy of."""
+        def found(record: Record | None) -> Session | None:
+            if record is None:
+                self._cache.pop(session_id, None)
+                return None
+            return self._remember(from_json(record.data), record.version)
+        return self.store.get(SESSION, session_id).addCallback(found)
+
+    def forget(self, session_id: str) -> None:
+        self._cache.pop(session_id, None)
+
+    def __len__(self) -> int:
+        return len(self._cache)
+
+    # -- copies
+
+    def _remember(self, session: Session, version: int) -> Session:
+        cached = self._cache.get(session.id)
+        if cached is not None and cached[0] == session:
+            session = cached[0]  # same record: keep the object (decision caches key on it)
+        self._cache[session.id] = (session, version)
+        self._cache.move_to_end(session.id)
+        if not self.complete and len(self._cache) > CACHE_LIMIT:
+            self._cache.popitem(last=False)
+        return session
+
+    def _changed(self, record: Record) -> None:
+        cached = self._cache.get(record.id)
+        if record.deleted:
+            if cached is not None and cached[1] <= record.version:
+                del self._cache[record.id]
+            return
+        if cached is None:
+            if self.complete:
+                self._remember(from_json(record.data), record.version)
+            return  # not read here: nothing to update
+        if cached[1] < record.version:
+            self._remember(from_json(record.data), record.version)
+
+    def _reset(self) -> None:
+        if not self.complete:
+            self._cache.clear()
+
+    # -- writes
+
+    def _write(self, session_id: str, session: Session | None) -> None:
+        if session_id in self._unsaved:  # an older write is waiting: this one replaces it
+            self._unsaved[session_id] = session
+            return
+        if session is None:
+            d: Deferred[Any] = self.store.delete(SESSION, session_id)
+        else:
+            d = self.store.put(SESSION, session.id, to_json(session), session.expires_at)
+            user = user_json(session)
+            if self._users.get(session.user_id) != user:
+                self._users[session.user_id] = user
+                written: Deferred[Any] = self.store.put(USER, session.user_id, user)
+                written.addErrback(self._user_unsaved, session.user_id)
+                self._track(written, None, None)
+        self._track(d, session_id, session)
+
+    def _user_unsaved(self, failure: Failure, user_id: str) -> None:
+        self._users.pop(user_id, None)  # written again with the session's retry
+
+    def _track(self, d: Deferred[Any], session_id: str | None,
+               session: Session | None) -> None:
+        self._pending.add(d)
+
+        def saved(result: Any) -> None:
+            self._pending.discard(d)
+            if session is not None and isinstance(result, Record):
+                cached = self._cache.get(session.id)
+                if cached is not None and cached[1] == PENDING and cached[0] is session:
+                    self._cache[session.id] = (session, result.version)
+
+        def failed(failure: Failure) -> None:
+            self._pending.discard(d)
+            if session_id is None:
+                return
+            if len(self._unsaved) >= UNSAVED_LIMIT:
+                lost, _ = self._unsaved.popitem(last=False)
+                log.error("databroker: too many unsaved sessions, dropped {id}", id=lost)
+            self._unsaved[session_id] = session
+            log.error("databroker: session {id} not {what} yet, will retry: {error}",
+                      id=session_id, what="deleted" if session is None else "saved",
+                      error=failure.getErrorMessage())
+        d.addCallbacks(saved, failed)
+
+    def _retry_unsaved(self) -> None:
+        while self._unsaved:
+            session_id, session = self._unsaved.popitem(last=False)
+            self._write(session_id, session)
+
+    def drain(self, timeout: float, reactor: Any) -> Deferred[None]:
+        """Wait (at most ``timeout``) for writes in flight."""
+        if not self._pending:
+            return defer.succeed(None)
+        waiting: Deferred[Any] = defer.DeferredList(list(self._pending), consumeErrors=True)
+        waiting.addTimeout(timeout, reactor)
+
+        def done(result: object) -> None:
+            left = len(self._pending) + len(self._unsaved)
+            if left:
+                log.error("databroker: {n} session writes not saved at shutdown", n=left)
+        return waiting.addBoth(done)
