@@ -44,15 +44,17 @@ import json
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 import yaml
 from cryptography import x509
 
 from gateway.config.values import decode_base64
-from gateway.dataplane.plan import TLSClientConfig
 from gateway.directory.filters import parse_filter
+
+if TYPE_CHECKING:  # config validation imports this module; the data plane imports config
+    from gateway.dataplane.plan import TLSClientConfig
 
 SETTING = "idp_service_account"
 DEFAULT_USER_FILTER = "(objectClass=inetOrgPerson)"
@@ -110,6 +112,8 @@ class LDAPAccount:
 
     def tls_config(self) -> TLSClientConfig:
         """The client TLS settings (shared with upstreams and the kvstore), no ALPN."""
+        from gateway.dataplane.plan import TLSClientConfig
+
         return TLSClientConfig(self.tls_server_name, self.tls_skip_verify, self.ca, None,
                                None, alpn=())
 
@@ -231,7 +235,8 @@ class _Fields:
             try:
                 return f"{name}_file", self.read(location)
             except OSError as exc:
-                raise ServiceAccountError(f"{name}_file", f"cannot read {location}: "
+                raise ServiceAccountError(f"{name}_file", f"cannot read "
+                                          f"{exc.filename or location}: "
                                           f"{exc.strerror or exc}") from None
         return name, inline.encode() if inline else None
 
