@@ -7,6 +7,11 @@ groups, unbind. Group nesting is resolved by :mod:`gateway.directory.membership`
 Cancelling the returned Deferred (``addTimeout`` with idp_refresh_directory_timeout)
 aborts the connection at once, whatever step it is in. Failures are
 :class:`DirectoryError` with the server, the step and a reason an operator can act on.
+
+Importing this module imports ldaptor's client, which imports ``twisted.internet.reactor``
+(installing the default one if none is yet): :func:`~gateway.directory.provider_for`
+imports it only when a service account describes LDAP, i.e. at run time, after twistd
+installed the reactor.
 """
 
 from __future__ import annotations
@@ -19,6 +24,8 @@ from service_identity import VerificationError
 from twisted.internet import error
 from twisted.internet.defer import CancelledError, Deferred
 from twisted.internet.endpoints import HostnameEndpoint, connectProtocol, wrapClientTLS
+from twisted.internet.interfaces import IHandshakeListener
+from zope.interface import implementer
 
 from gateway.dataplane.tls_client import connection_creator
 from gateway.directory import ldap_wire
@@ -48,6 +55,17 @@ def _tls_reason(exc: BaseException) -> str | None:
                 if "verify" in reason else "")
         return f"TLS handshake failed: {reason}{hint}"
     return None
+
+
+@implementer(IHandshakeListener)
+class _Client(LDAPClient):  # type: ignore[misc]
+    """ldaptor's client, told when a TLS handshake completes (to explain a server that
+    hangs up during one)."""
+
+    tls_pending = False
+
+    def handshakeCompleted(self) -> None:
+        self.tls_pending = False
 
 
 def _text(value: object) -> str:
@@ -89,7 +107,8 @@ class LDAPProvider:
     def _fail(self, operation: str, reason: str) -> DirectoryError:
         return DirectoryError(self.account.url, operation, reason)
 
-    async def _step(self, operation: str, work: Deferred[Any]) -> Any:
+    async def _step(self, operation: str, work: Deferred[Any],
+                    client: _Client | None = None) -> Any:
         """``await work``, turning its failure into a DirectoryError about ``operation``
         (cancellation stays cancellation, so ``addTimeout`` can report a timeout)."""
         try:
@@ -97,7 +116,15 @@ class LDAPProvider:
         except (CancelledError, DirectoryError):
             raise
         except Exception as exc:
-            raise self._fail(operation, _reason(exc)) from exc
+            reason = _reason(exc)
+            if client is not None and isinstance(exc, error.ConnectionDone
+                                                 | error.ConnectionLost):
+                if client.tls_pending:
+                    reason = ("the server closed the connection during the TLS handshake; "
+                              "does this port speak TLS (ldaps://), or StartTLS (ldap://)?")
+                elif not (self.account.tls or self.account.start_tls):
+                    reason += " (a port that expects TLS, ldaps://, does so to plain LDAP)"
+            raise self._fail(operation, reason) from exc
 
     async def _fetch(self) -> Directory:
         account = self.account
@@ -106,8 +133,8 @@ class LDAPProvider:
         if account.tls:
             endpoint = wrapClientTLS(connection_creator(account.tls_config(), account.host),
                                      endpoint)
-        client: LDAPClient = await self._step("connect", connectProtocol(endpoint,
-                                                                        LDAPClient()))
+        client: _Client = await self._step("connect", connectProtocol(endpoint, _Client()))
+        client.tls_pending = account.tls
         done = False
         try:
             if account.start_tls:
@@ -127,27 +154,29 @@ class LDAPProvider:
                 client.transport.abortConnection()
         return build_directory(self._users(users), self._groups(groups))
 
-    async def _start_tls(self, client: LDAPClient) -> None:
+    async def _start_tls(self, client: _Client) -> None:
         code, message = await self._step("StartTLS", Deferred.fromCoroutine(
-            ldap_wire.start_tls_request(client)))
+            ldap_wire.start_tls_request(client)), client)
         if code != ldap_wire.SUCCESS:
             raise self._fail("StartTLS", f"the server refused ({ldap_wire.result_name(code)}"
                              f"{': ' + message if message else ''}); is TLS configured "
                              "on the server?")
+        client.tls_pending = True
         client.transport.startTLS(connection_creator(self.account.tls_config(),
                                                      self.account.host))
 
-    async def _bind(self, client: LDAPClient) -> None:
+    async def _bind(self, client: _Client) -> None:
         operation = f"bind as {self.account.bind_dn}"
         code, message = await self._step(operation, Deferred.fromCoroutine(
-            ldap_wire.simple_bind(client, self.account.bind_dn, self.account.password)))
+            ldap_wire.simple_bind(client, self.account.bind_dn, self.account.password)),
+            client)
         if code == ldap_wire.INVALID_CREDENTIALS:
             raise self._fail(operation, "invalid credentials: wrong bind_dn or password")
         if code != ldap_wire.SUCCESS:
             raise self._fail(operation, f"{ldap_wire.result_name(code)}"
                              f"{': ' + message if message else ''}")
 
-    async def _search(self, client: LDAPClient, what: str, base: str, filter_wire: Any,
+    async def _search(self, client: _Client, what: str, base: str, filter_wire: Any,
                       attributes: list[str]) -> list[ldap_wire.Entry]:
         operation = f"search {what} under {base}"
         entries: list[ldap_wire.Entry] = []
@@ -158,7 +187,7 @@ class LDAPProvider:
                                                   self.account.page_size, cookie, entries)
             except Exception as exc:  # ldaptor raises when the connection is already gone
                 raise self._fail(operation, _reason(exc)) from exc
-            page: ldap_wire.Page = await self._step(operation, page_done)
+            page: ldap_wire.Page = await self._step(operation, page_done, client)
             if page.result_code != ldap_wire.SUCCESS:
                 raise self._fail(operation, self._search_reason(what, page, len(entries)))
             if not (self.account.page_size and page.cookie):

@@ -262,3 +262,16 @@ class RaisedSizeLimitTests(SlapdTestCase):
     async def test_everything_in_one_unpaged_search(self) -> None:
         directory = await self.fetch(page_size=0)
         self.assertEqual(len(directory.users), 1505)
+
+
+class WrongPortTests(SlapdTestCase):
+    tls = True
+
+    async def test_scheme_and_port_that_do_not_match(self) -> None:
+        message = await self.fetch_error(url=f"ldaps://127.0.0.1:{self.server.port}",
+                                         tls_skip_verify=True)
+        self.assertIn(": bind as cn=gateway,ou=services,dc=example,dc=test: the server closed "
+                      "the connection during the TLS handshake; does this port speak TLS",
+                      message)
+        message = await self.fetch_error(url=f"ldap://127.0.0.1:{self.server.ldaps_port}")
+        self.assertIn("the server closed the connection (a port that expects TLS", message)
