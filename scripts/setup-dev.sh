@@ -18,6 +18,8 @@ command -v wrk >/dev/null 2>&1 || need_apt+=(wrk)
 command -v ss >/dev/null 2>&1 || need_apt+=(iproute2)
 command -v pebble >/dev/null 2>&1 || need_apt+=(pebble)
 command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)
+[ -x /usr/sbin/slapd ] || need_apt+=(slapd)
+command -v ldapsearch >/dev/null 2>&1 || need_apt+=(ldap-utils)
 command -v node >/dev/null 2>&1 || need_apt+=(nodejs npm)
 python3 -c 'import ensurepip, venv' >/dev/null 2>&1 || need_apt+=(python3-venv)
 if [ ${#need_apt[@]} -gt 0 ]; then

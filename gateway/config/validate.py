@@ -302,6 +302,23 @@ def _identity(options: Options, routes: tuple[Route, ...], reader: Reader, probl
         problems.warn("idp_service_account", "unset, but allowed_groups is used by "
                       + ", ".join(f"policy[{i}]" for i in grouped)
                       + ": group-based rules never match without it")
+    _directory(options, reader, problems)
+
+
+def _directory(options: Options, reader: Reader, problems: Problems) -> None:
+    """A service account that describes a directory (LDAP) must be usable as written;
+    other providers' accounts are not checked here."""
+    if not options.idp_service_account:
+        return
+    from gateway.directory.service_account import (  # ldaptor only when the setting is used
+        ServiceAccountError,
+        parse_service_account,
+    )
+
+    try:
+        parse_service_account(options.idp_service_account, reader.read)
+    except ServiceAccountError as exc:
+        problems.error("idp_service_account", exc.detail)
 
 
 def _observability(options: Options, reader: Reader, problems: Problems,
