@@ -8,6 +8,7 @@ needs a restart and is logged as such); the directory provider follows reloads o
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from twisted.application.service import Service
@@ -15,6 +16,7 @@ from twisted.internet import defer
 from twisted.internet.defer import Deferred
 from twisted.logger import Logger
 
+from gateway.config.material import Reader
 from gateway.config.snapshot import Snapshot
 from gateway.databroker.directory_records import DirectorySync, DirectoryView
 from gateway.databroker.follower import ChangeFollower
@@ -64,7 +66,6 @@ class Databroker(Service):
         self.directory: DirectoryView | None = None
         self.sync: DirectorySync | None = None
         self._sweep: Any = None
-        self._directory_settings: tuple[Any, ...] = ()
         self._configure_directory(snapshot)
 
     # -- configuration
@@ -79,12 +80,9 @@ class Databroker(Service):
         self._configure_directory(snapshot)
 
     def _configure_directory(self, snapshot: Snapshot) -> None:
+        """Every new snapshot rebuilds the provider (files it names, such as
+        ``password_file``, may be what changed) and runs a sync at once."""
         o = snapshot.options
-        settings = (o.idp_service_account, o.idp_refresh_directory_interval,
-                    o.idp_refresh_directory_timeout)
-        if settings == self._directory_settings:
-            return
-        self._directory_settings = settings
         if self.sync is not None:
             self.sync.stop()
             self.sync = None
@@ -93,7 +91,10 @@ class Databroker(Service):
             from gateway.directory.provider import provider_for
 
             try:
-                provider = provider_for(o.idp_service_account, self.reactor)
+                base = os.path.dirname(os.path.abspath(snapshot.source)) \
+                    if snapshot.source != "environment" else os.getcwd()
+                provider = provider_for(o.idp_service_account, self.reactor,
+                                        Reader(base).read)
             except ValueError as exc:  # validated at load; kept for safety
                 log.error("idp_service_account: {error}", error=str(exc))
         if provider is None:
@@ -105,7 +106,8 @@ class Databroker(Service):
                 self.directory.reload()
         self.sync = DirectorySync(self.reactor, self.store, provider,
                                   float(o.idp_refresh_directory_interval),
-                                  float(o.idp_refresh_directory_timeout))
+                                  float(o.idp_refresh_directory_timeout),
+                                  written=self.follower.kick)
         if self.running:
             self.sync.start()
 

@@ -125,8 +125,10 @@ class DirectoryView:
 
 class DirectorySync:
     def __init__(self, reactor: Any, store: RecordStore, provider: DirectoryProvider,
-                 interval: float, timeout: float) -> None:
+                 interval: float, timeout: float,
+                 written: Callable[[], None] = lambda: None) -> None:
         self.reactor = reactor
+        self.written = written
         self.store = store
         self.provider = provider
         self.interval = interval
@@ -178,6 +180,8 @@ class DirectorySync:
                       "{error}", provider=provider, error=reason)
             return False
         self.runs += 1
+        if written or deleted:
+            self.written()
         DIRECTORY_SYNC_LAST_SUCCESS.labels(provider).set(time.time())
         DIRECTORY_SYNC_RECORDS.labels(provider, "user").set(len(directory.users))
         DIRECTORY_SYNC_RECORDS.labels(provider, "group").set(len(directory.groups))

@@ -63,6 +63,11 @@ class ChangeFollower:
         self._call = None
         return self._running
 
+    def kick(self) -> None:
+        """Poll now rather than at the next interval (after this process wrote)."""
+        if self._call is not None and self._call.active():
+            self._call.reset(0)
+
     def _tick(self) -> None:
         self._running = ensureDeferred(self.poll())
         self._running.addBoth(self._schedule)
