@@ -2,7 +2,7 @@
 # Installs everything the gateway's tests and demo need, on a fresh Debian machine or an
 # already prepared one (each step is skipped when it is already done):
 #   Debian packages (python3-venv, redis-server, curl, nginx, haproxy, wrk, h2load,
-#   iproute2, pebble, chromium; Node.js only if missing),
+#   iproute2, pebble, chromium, slapd + ldap-utils; Node.js only if missing),
 #   a virtualenv in .venv with the project (editable) and its test tools,
 #   the npm packages of the test identity provider (tests/peers/oidc).
 set -euo pipefail

@@ -64,6 +64,7 @@ class Databroker(Service):
         self.sessions = RecordSessionStore(self.store, self.follower,
                                            complete=self.store.backend == "memory")
         self.directory: DirectoryView | None = None
+        self._view: DirectoryView | None = None
         self.sync: DirectorySync | None = None
         self._sweep: Any = None
         self._configure_directory(snapshot)
@@ -101,7 +102,9 @@ class Databroker(Service):
             self.directory = None  # groups come from the IdP's groups claim
             return
         if self.directory is None:
-            self.directory = DirectoryView(self.follower, self.store)
+            if self._view is None:  # made once: it subscribes to the change stream
+                self._view = DirectoryView(self.follower, self.store)
+            self.directory = self._view
             if self.running:
                 self.directory.reload()
         self.sync = DirectorySync(self.reactor, self.store, provider,

@@ -47,7 +47,8 @@ def connect(settings: KVSettings, reply_timeout: float, tls_for: TLSFor | None,
         sentinel.discovery_timeout = 1.0
         redis = sentinel.master_for(
             settings.master_name, dbid=settings.db, poolsize=POOL_SIZE,
-            password=settings.password or None, replyTimeout=reply_timeout)
+            username=settings.username or None, password=settings.password or None,
+            replyTimeout=reply_timeout)
     else:
         host, port = settings.addresses[0]
         redis = txredisapi.lazyConnectionPool(

@@ -99,6 +99,43 @@ class ServiceTreeTests(SynchronousTestCase):
             root = self.tree(services=service, **secrets)
             self.assertEqual(self.names(root)[2:], names, service)
 
+    def test_directory_follows_reloads(self) -> None:
+        """Setting idp_service_account to an LDAP directory on reload gives the identity
+        code directory groups (and the sync starts); removing it goes back to the
+        groups claim. Sessions stay in the same store throughout."""
+        import base64
+        import json
+
+        from gateway.databroker.directory_records import DirectoryView
+
+        path = config_file(**IDENTITY, shared_secret=SECRET, cookie_secret=SECRET)
+        reactor = MemoryReactorClock()
+        root = tap.build_service_tree(load_snapshot(path, {}), path, reactor)
+        root.startService()
+        self.addCleanup(root.stopService)
+        proxy = [s for s in root if type(s).__name__ == "ProxyService"][0]
+        holder = proxy.core.authorizer
+        store = holder.store
+        self.assertIsNone(holder.identity.directory)
+        account = base64.b64encode(json.dumps({
+            "url": "ldap://127.0.0.1:1", "bind_dn": "cn=gw,dc=t", "password": "pw",
+            "base_dn": "dc=t"}).encode()).decode()
+        source = root.getServiceNamed("config")
+        original = open(path).read()
+        with open(path, "w") as handle:
+            handle.write(yaml.safe_dump(base_config(**IDENTITY, shared_secret=SECRET,
+                                                    cookie_secret=SECRET,
+                                                    idp_service_account=account)))
+        self.assertTrue(source.reload("test"))
+        self.assertIsInstance(holder.identity.directory, DirectoryView)
+        self.assertIsNotNone(holder.broker.sync)
+        self.assertIs(holder.store, store)
+        with open(path, "w") as handle:
+            handle.write(original)
+        self.assertTrue(source.reload("test"))
+        self.assertIsNone(holder.identity.directory)
+        self.assertIsNone(holder.broker.sync)
+
     def test_proxy_listens_on_address(self) -> None:
         """Starting the tree binds `address` through an endpoint service."""
         path = config_file(address="127.0.0.1:18443")
