@@ -366,9 +366,16 @@ class ClusterClient:
                 ssl_context_factory=self.tls_for(host) if self.tls_for else False,
                 connectTimeout=self.reply_timeout, replyTimeout=self.reply_timeout)
             self._pools[node] = handler
+            # A lazy pool reports a refused login here, and nobody else listens.
+            if handler._factory.deferred is not None:
+                handler._factory.deferred.addErrback(self._login_failed, node)
             if self.on_new_pool is not None:
                 self.on_new_pool(handler._factory)
         return handler
+
+    def _login_failed(self, failure: Failure, node: Address) -> None:
+        log.warn("kvstore cluster: {node}: {error}", node=f"{node[0]}:{node[1]}",
+                 error=failure.getErrorMessage())
 
     def _retire_pools(self, keep: set[Address]) -> None:
         """Close the pools of nodes that are no longer masters, after in-flight commands
