@@ -312,7 +312,7 @@ class ClusterClient:
                 await task.deferLater(self.clock, pause, lambda: None)
         raise ClusterUnavailable(
             f"kvstore cluster: {name} for slot {slot if slot is not None else '(any)'} got "
-            f"no answer within {self.reply_timeout:g}s after {attempts} retries; "
+            f"no answer within {self.reply_timeout:g}s ({attempts + 1} attempts); "
             f"last: {problem}")
 
     def _explain(self, node: Address, error: Exception) -> str:

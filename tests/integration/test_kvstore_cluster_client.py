@@ -28,7 +28,7 @@ from gateway.databroker.kv_cluster import (
 from gateway.databroker.kv_tls import tls_for_hosts
 from tests.support.kvcluster import Cluster, redis_cluster
 from tests.support.peers import find_binary
-from tests.support.processes import wait_until
+from tests.support.processes import free_port, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -116,6 +116,15 @@ class ClusterClientTests(TestCase):
             traffic.stop = True
             await defer.gatherResults(running)
         return traffic, began, ended
+
+    async def test_nobody_listening_fails_in_time(self) -> None:
+        client = ClusterClient(reactor, [("127.0.0.1", free_port())], reply_timeout=1.0)
+        self.addCleanup(client.disconnect)
+        started = time.monotonic()
+        with self.assertRaises(ClusterUnavailable) as failed:
+            await client.execute_command("GET", "foo")
+        self.assertLess(time.monotonic() - started, 1.5)
+        self.assertIn("GET for slot 12182", str(failed.exception))
 
     async def test_keys_spread_over_all_masters(self) -> None:
         cluster = self.cluster()
