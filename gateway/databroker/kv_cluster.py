@@ -259,16 +259,16 @@ class ClusterClient:
     # -- one request
 
     async def _execute(self, args: Sequence[Arg], deadline: float) -> Any:
-        if self._closed:
-            raise ClusterUnavailable("kvstore cluster client is disconnected")
         slot = command_slot(args)  # CrossSlotError: nothing is sent
         name = as_bytes(args[0]).decode(errors="replace").upper()
         if not self._loaded:
             await self._wait_for_refresh(deadline)  # no map yet: the seeds answer
         ask: Address | None = None
         redirects = attempts = 0
-        problem = "no node tried"
+        problem = "still waiting for the slot map"
         while (remaining := deadline - self.clock.seconds()) > 0:
+            if self._closed:
+                raise ClusterUnavailable("kvstore cluster client is disconnected")
             node = ask or self._node_for(slot)
             where = f"{node[0]}:{node[1]}"
             try:
@@ -312,7 +312,7 @@ class ClusterClient:
                 await task.deferLater(self.clock, pause, lambda: None)
         raise ClusterUnavailable(
             f"kvstore cluster: {name} for slot {slot if slot is not None else '(any)'} got "
-            f"no answer within {self.reply_timeout:g}s ({attempts + 1} attempts); "
+            f"no answer within {self.reply_timeout:g}s ({attempts} failed attempts); "
             f"last: {problem}")
 
     def _explain(self, node: Address, error: Exception) -> str:
