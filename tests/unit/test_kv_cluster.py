@@ -78,7 +78,7 @@ def test_multi_key_commands() -> None:
 
 
 def test_eval_keys_are_after_numkeys() -> None:
-    args = ["EVAL", "return 1", 2, "{gateway}:a", "{gateway}:b", "argv-not-a-key"]
+    args: list[str | int] = ["EVAL", "return 1", 2, "{gateway}:a", "{gateway}:b", "argv-not-a-key"]
     assert command_keys(args) == [b"{gateway}:a", b"{gateway}:b"]
     assert command_slot(args) == key_slot("gateway")
     assert command_keys(["EVALSHA", "abc", "1", "k", "v"]) == [b"k"]
