@@ -1,0 +1,450 @@
+"""Redis Cluster (``kvstore+cluster://``, ``kvstores+cluster://``) on top of txredisapi.
+
+txredisapi talks to one server; against a cluster node it only returns ``MOVED`` errors.
+This client keeps the slot map (``CLUSTER SLOTS``) and one lazy txredisapi pool per
+master, sends each command to the master of its key's slot and follows the redirects:
+``MOVED`` updates the map (and refreshes it all, rate-limited), ``ASK`` sends ``ASKING``
+and the command back to back on one connection of the importing node. ``TRYAGAIN``,
+``CLUSTERDOWN`` and lost connections are retried after a short backoff and a topology
+refresh. Every request ends within ``reply_timeout``, with an error that names the node,
+the slot and the last reason when it cannot be answered.
+
+The pure parts (key slots, the keys of a command, redirect and ``CLUSTER SLOTS`` replies)
+are plain functions; the client only moves commands and acts on their results.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import txredisapi
+from twisted.internet import defer, task
+from twisted.internet.defer import Deferred
+from twisted.logger import Logger
+from twisted.python.failure import Failure
+
+from gateway.databroker.kv_tls import TLSFor
+
+SLOTS = 16384
+#: Redirects one request follows before it gives up (a slot moving twice is plenty).
+MAX_REDIRECTS = 5
+#: At most one ``CLUSTER SLOTS`` round per this many seconds (one at a time).
+REFRESH_INTERVAL = 0.2
+#: How long one attempt waits for a node that has no open connection right now (a dead
+#: master must not use up the whole reply timeout; the pool keeps reconnecting).
+CONNECT_WAIT = 0.5
+#: How long a topology query waits for one node before it asks the next.
+QUERY_WAIT = 1.0
+#: Backoff between retries: doubles from the first value up to the second.
+BACKOFF = (0.02, 0.25)
+#: Error replies that mean "the cluster is busy or changing: try again shortly".
+RETRYABLE = ("TRYAGAIN", "CLUSTERDOWN", "LOADING", "MASTERDOWN")
+
+Address = tuple[str, int]
+Arg = str | bytes | int | float
+log = Logger()
+
+
+class ClusterUnavailable(txredisapi.ConnectionError):  # type: ignore[misc]
+    """No node answered the command in time; says which node and slot, and why."""
+
+
+class CrossSlotError(txredisapi.ResponseError):  # type: ignore[misc]
+    """The keys of one command live in different slots (refused before sending)."""
+
+
+# ----------------------------------------------------------------- pure functions
+
+
+def _crc16_table() -> tuple[int, ...]:
+    table = []
+    for byte in range(256):
+        crc = byte << 8
+        for _ in range(8):
+            crc = (crc << 1) ^ 0x1021 if crc & 0x8000 else crc << 1
+        table.append(crc & 0xFFFF)
+    return tuple(table)
+
+
+_CRC16 = _crc16_table()
+
+
+def crc16(data: bytes) -> int:
+    """CRC16/XMODEM (polynomial 0x1021, initial value 0), as Redis Cluster uses it."""
+    crc = 0
+    for byte in data:
+        crc = ((crc << 8) & 0xFFFF) ^ _CRC16[(crc >> 8) ^ byte]
+    return crc
+
+
+def as_bytes(arg: Arg) -> bytes:
+    """An argument as txredisapi puts it on the wire."""
+    if isinstance(arg, bytes):
+        return arg
+    if isinstance(arg, float):
+        return format(arg, "f").encode()
+    return str(arg).encode()
+
+
+def key_slot(key: Arg) -> int:
+    """The cluster slot of ``key``; only the ``{hash tag}`` counts when it has a non-empty one."""
+    raw = as_bytes(key)
+    start = raw.find(b"{")
+    if start != -1:
+        end = raw.find(b"}", start + 1)
+        if end > start + 1:
+            raw = raw[start + 1:end]
+    return crc16(raw) % SLOTS
+
+
+_KEYLESS = frozenset({
+    "ASKING", "AUTH", "CLIENT", "CLUSTER", "COMMAND", "CONFIG", "DBSIZE", "ECHO",
+    "FLUSHALL", "FLUSHDB", "FUNCTION", "HELLO", "INFO", "KEYS", "LASTSAVE", "PING",
+    "PUBLISH", "RANDOMKEY", "READONLY", "READWRITE", "ROLE", "SCAN", "SCRIPT", "SELECT",
+    "SLOWLOG", "TIME", "WAIT",
+})
+_ALL_KEYS = frozenset({"DEL", "EXISTS", "MGET", "PFCOUNT", "SDIFF", "SINTER", "SUNION",
+                       "TOUCH", "UNLINK", "WATCH"})
+_KEY_VALUE_PAIRS = frozenset({"MSET", "MSETNX"})
+_SCRIPTS = frozenset({"EVAL", "EVALSHA", "EVAL_RO", "EVALSHA_RO", "FCALL", "FCALL_RO"})
+
+
+def command_keys(args: Sequence[Arg]) -> list[bytes]:
+    """The keys of a command: ``args[1]`` for ordinary key commands, every key of
+    multi-key ones, ``args[3:3+numkeys]`` for scripts; none for keyless commands."""
+    if not args:
+        raise ValueError("empty command")
+    name = as_bytes(args[0]).decode("ascii", "replace").upper()
+    if name in _KEYLESS:
+        return []
+    if name in _SCRIPTS:
+        if len(args) < 3:
+            return []
+        try:
+            numkeys = int(as_bytes(args[2]))
+        except ValueError:
+            return []  # Redis refuses it with its own error
+        return [as_bytes(a) for a in args[3:3 + max(numkeys, 0)]]
+    if name in _ALL_KEYS:
+        return [as_bytes(a) for a in args[1:]]
+    if name in _KEY_VALUE_PAIRS:
+        return [as_bytes(a) for a in args[1::2]]
+    return [as_bytes(args[1])] if len(args) > 1 else []
+
+
+def command_slot(args: Sequence[Arg]) -> int | None:
+    """The slot a command goes to, None for keyless ones (any node answers them).
+
+    Raises :class:`CrossSlotError` naming the keys when they hash to different slots,
+    as Redis would with ``CROSSSLOT``, without a round trip."""
+    keys = command_keys(args)
+    slots = {key: key_slot(key) for key in keys}
+    if len(set(slots.values())) > 1:
+        named = ", ".join(f"{key.decode(errors='replace')!r} (slot {slot})"
+                          for key, slot in slots.items())
+        raise CrossSlotError(
+            f"CROSSSLOT keys of {as_bytes(args[0]).decode(errors='replace').upper()} hash to "
+            f"different slots: {named}; give them one {{hash tag}}")
+    return next(iter(slots.values()), None)
+
+
+@dataclass(frozen=True)
+class Redirect:
+    kind: str  # MOVED or ASK
+    slot: int
+    host: str  # "" when the node does not know its endpoint: the replying node's host
+    port: int
+
+
+def parse_redirect(message: str) -> Redirect | None:
+    """``MOVED 3999 127.0.0.1:6381`` / ``ASK ...`` error text, or None for other errors."""
+    parts = message.split()
+    if len(parts) != 3 or parts[0] not in ("MOVED", "ASK") or not parts[1].isdigit():
+        return None
+    host, colon, port = parts[2].rpartition(":")
+    slot = int(parts[1])
+    if not colon or not port.isdigit() or slot >= SLOTS:
+        return None
+    return Redirect(parts[0], slot, host.strip("[]"), int(port))
+
+
+def slot_owners(reply: Any, asked_host: str) -> list[Address | None]:
+    """The master of every slot from a ``CLUSTER SLOTS`` reply (entries
+    ``[start, end, [host, port, id, ...], replicas...]``); an empty or ``?`` host means
+    the host of the node that was asked. Malformed entries are skipped."""
+    owners: list[Address | None] = [None] * SLOTS
+    for entry in reply if isinstance(reply, list) else ():
+        try:
+            start, end, master = int(entry[0]), int(entry[1]), entry[2]
+            host = master[0].decode() if isinstance(master[0], bytes) else str(master[0])
+            port = int(master[1])
+        except (TypeError, ValueError, IndexError, UnicodeDecodeError):
+            continue
+        if host in ("", "?"):
+            host = asked_host
+        if 0 <= start <= end < SLOTS:
+            owners[start:end + 1] = [(host, port)] * (end - start + 1)
+    return owners
+
+
+def backoff(attempt: int) -> float:
+    first, most = BACKOFF
+    return float(min(most, first * 2 ** min(attempt - 1, 16)))
+
+
+# -------------------------------------------------------------------------- client
+
+
+class ClusterClient:
+    """Commands to a Redis Cluster; replies exactly as txredisapi gives them.
+
+    ``redirects`` (``moved`` + ``asks``), ``retries`` and ``refreshes`` count what the
+    client went through, for metrics and tests.
+    """
+
+    def __init__(self, reactor: Any, addresses: list[tuple[str, int]], *,
+                 username: str | None = None, password: str | None = None,
+                 tls_for: TLSFor | None = None, reply_timeout: float = 3.0,
+                 poolsize: int = 2,
+                 on_new_pool: Callable[[Any], None] | None = None) -> None:
+        if not addresses:
+            raise ValueError("a cluster client needs at least one node address")
+        self.clock = reactor
+        self.seeds: list[Address] = list(addresses)
+        self.username = username or None
+        self.password = password or None
+        self.tls_for = tls_for
+        self.reply_timeout = reply_timeout
+        self.poolsize = poolsize
+        self.on_new_pool = on_new_pool
+        self.redirects = self.moved = self.asks = self.retries = self.refreshes = 0
+        self._owners: list[Address | None] = [None] * SLOTS
+        self._masters: list[Address] = []
+        self._loaded = False
+        self._pools: dict[Address, Any] = {}  # address -> txredisapi ConnectionHandler
+        self._retiring: dict[Any, Any] = {}  # handler -> DelayedCall of its disconnect
+        self._refreshing: Deferred[None] | None = None
+        self._refresh_waiters: list[Deferred[None]] = []
+        self._last_refresh = -math.inf
+        self._turn = 0
+        self._closed = False
+
+    # -- public
+
+    def execute_command(self, *args: Arg) -> Deferred[Any]:
+        return Deferred.fromCoroutine(
+            self._execute(args, self.clock.seconds() + self.reply_timeout))
+
+    def pool_factories(self) -> list[Any]:
+        return [handler._factory for handler in self._pools.values()]
+
+    def disconnect(self) -> Deferred[None]:
+        self._closed = True
+        if self._refreshing is not None:
+            self._refreshing.cancel()
+        handlers = list(self._pools.values())
+        self._pools.clear()
+        for handler, call in self._retiring.items():
+            if call.active():
+                call.cancel()
+            handlers.append(handler)
+        self._retiring.clear()
+        d = defer.gatherResults([h.disconnect() for h in handlers], consumeErrors=True)
+        return d.addCallback(lambda _: None)
+
+    # -- one request
+
+    async def _execute(self, args: Sequence[Arg], deadline: float) -> Any:
+        slot = command_slot(args)  # CrossSlotError: nothing is sent
+        name = as_bytes(args[0]).decode(errors="replace").upper()
+        if not self._loaded:
+            await self._wait_for_refresh(deadline)  # no map yet: the seeds answer
+        ask: Address | None = None
+        redirects = attempts = 0
+        problem = "still waiting for the slot map"
+        while (remaining := deadline - self.clock.seconds()) > 0:
+            if self._closed:
+                raise ClusterUnavailable("kvstore cluster client is disconnected")
+            node = ask or self._node_for(slot)
+            where = f"{node[0]}:{node[1]}"
+            try:
+                if ask is not None:
+                    return await self._bounded(
+                        Deferred.fromCoroutine(self._asking(node, args)), remaining)
+                pool = self._pool(node)
+                wait = remaining if pool._factory.size else min(remaining, CONNECT_WAIT)
+                return await self._bounded(pool.execute_command(*args), wait)
+            except txredisapi.ResponseError as error:
+                message = str(error)
+                redirect = parse_redirect(message)
+                if redirect is None and not message.startswith(RETRYABLE):
+                    raise  # the command's own error: the caller's business
+                if redirect is not None:
+                    redirects += 1
+                    self.redirects += 1
+                    if redirects > MAX_REDIRECTS:
+                        raise ClusterUnavailable(
+                            f"kvstore cluster: {name} for slot {slot} redirected more than "
+                            f"{MAX_REDIRECTS} times, last by {where}: {message}") from None
+                    target = (redirect.host or node[0], redirect.port)
+                    if redirect.kind == "ASK":
+                        self.asks += 1
+                        ask = target  # this request only; the map stays
+                    else:
+                        self.moved += 1
+                        self._owners[redirect.slot] = target
+                        self._schedule_refresh()
+                        ask = None
+                    continue
+                problem = f"{where} answered {message}"
+            except (txredisapi.ConnectionError, defer.TimeoutError) as error:
+                problem = f"{where}: " + self._explain(node, error)
+            ask = None
+            attempts += 1
+            self.retries += 1
+            self._schedule_refresh()
+            pause = min(backoff(attempts), deadline - self.clock.seconds())
+            if pause > 0:
+                await task.deferLater(self.clock, pause, lambda: None)
+        raise ClusterUnavailable(
+            f"kvstore cluster: {name} for slot {slot if slot is not None else '(any)'} got "
+            f"no answer within {self.reply_timeout:g}s ({attempts} failed attempts); "
+            f"last: {problem}")
+
+    def _explain(self, node: Address, error: Exception) -> str:
+        handler = self._pools.get(node)
+        if handler is not None and handler._factory.stopped:
+            return "the node refused our connections (wrong username or password?)"
+        if isinstance(error, defer.TimeoutError):
+            return "no connection or no reply in time"
+        return str(error) or type(error).__name__
+
+    async def _asking(self, node: Address, args: Sequence[Arg]) -> Any:
+        """``ASKING`` and the command on one connection, so that nothing runs between."""
+        factory = self._pool(node)._factory
+        conn = await factory.getConnection()
+        try:
+            asked = conn.execute_command("ASKING")
+            reply = conn.execute_command(*args)
+            try:
+                await asked
+            except Exception:
+                reply.addErrback(lambda _: None)
+                raise
+            return await reply
+        finally:
+            if conn.connected:
+                factory.connectionQueue.put(conn)
+
+    def _bounded(self, d: Deferred[Any], seconds: float) -> Deferred[Any]:
+        return d.addTimeout(seconds, self.clock)
+
+    # -- nodes and pools
+
+    def _node_for(self, slot: int | None) -> Address:
+        if slot is not None and (owner := self._owners[slot]) is not None:
+            return owner
+        nodes = self._masters or self.seeds
+        live = [n for n in nodes if n in self._pools and self._pools[n]._factory.size]
+        choice = live or nodes
+        self._turn += 1
+        return choice[self._turn % len(choice)]
+
+    def _pool(self, node: Address) -> Any:
+        if self._closed:
+            raise ClusterUnavailable("kvstore cluster client is disconnected")
+        handler = self._pools.get(node)
+        if handler is None:
+            host, port = node
+            handler = txredisapi.lazyConnectionPool(
+                host=host, port=port, dbid=None, poolsize=self.poolsize, reconnect=True,
+                username=self.username, password=self.password,
+                ssl_context_factory=self.tls_for(host) if self.tls_for else False,
+                connectTimeout=self.reply_timeout, replyTimeout=self.reply_timeout)
+            self._pools[node] = handler
+            # A lazy pool reports a refused login here, and nobody else listens.
+            if handler._factory.deferred is not None:
+                handler._factory.deferred.addErrback(self._login_failed, node)
+            if self.on_new_pool is not None:
+                self.on_new_pool(handler._factory)
+        return handler
+
+    def _login_failed(self, failure: Failure, node: Address) -> None:
+        log.warn("kvstore cluster: {node}: {error}", node=f"{node[0]}:{node[1]}",
+                 error=failure.getErrorMessage())
+
+    def _retire_pools(self, keep: set[Address]) -> None:
+        """Close the pools of nodes that are no longer masters, after in-flight commands
+        have had their time."""
+        for node in [n for n in self._pools if n not in keep]:
+            handler = self._pools.pop(node)
+            self._retiring[handler] = self.clock.callLater(
+                self.reply_timeout, self._close_retired, handler)
+
+    def _close_retired(self, handler: Any) -> None:
+        self._retiring.pop(handler, None)
+        handler.disconnect()
+
+    # -- topology
+
+    def _schedule_refresh(self) -> None:
+        if (self._refreshing is None and not self._closed
+                and self.clock.seconds() - self._last_refresh >= REFRESH_INTERVAL):
+            self._start_refresh()
+
+    async def _wait_for_refresh(self, deadline: float) -> None:
+        self._schedule_refresh()
+        if self._refreshing is None:
+            return  # one has just failed: go on with the seeds
+        waiter: Deferred[None] = Deferred()
+        self._refresh_waiters.append(waiter)
+        with contextlib.suppress(defer.TimeoutError):  # then it goes on with what is known
+            await self._bounded(waiter, max(0.0, deadline - self.clock.seconds()))
+
+    def _start_refresh(self) -> None:
+        self._last_refresh = self.clock.seconds()
+        self.refreshes += 1
+        refreshing = self._refreshing = Deferred.fromCoroutine(self._refresh())
+
+        def done(result: object) -> None:
+            self._refreshing = None
+            waiters, self._refresh_waiters = self._refresh_waiters, []
+            for waiter in waiters:
+                if not waiter.called:
+                    waiter.callback(None)
+            if isinstance(result, Failure) and not self._closed:
+                log.failure("kvstore cluster: topology refresh failed", result)
+        refreshing.addBoth(done)
+
+    async def _refresh(self) -> None:
+        live = [n for n in self._masters if n in self._pools and self._pools[n]._factory.size]
+        candidates = list(dict.fromkeys([*live, *self._masters, *self.seeds]))
+        problems = []
+        for node in candidates:
+            pool = self._pool(node)
+            wait = QUERY_WAIT if pool._factory.size else CONNECT_WAIT
+            try:
+                reply = await self._bounded(pool.execute_command("CLUSTER", "SLOTS"), wait)
+            except (txredisapi.RedisError, defer.TimeoutError) as error:
+                problems.append(f"{node[0]}:{node[1]}: {error or type(error).__name__}")
+                continue
+            owners = slot_owners(reply, node[0])
+            masters = list(dict.fromkeys(o for o in owners if o is not None))
+            if not masters:
+                problems.append(f"{node[0]}:{node[1]}: CLUSTER SLOTS names no master")
+                continue
+            if masters != self._masters:
+                log.info("kvstore cluster: {count} masters ({masters}), from {node}",
+                         count=len(masters), node=f"{node[0]}:{node[1]}",
+                         masters=" ".join(f"{h}:{p}" for h, p in masters))
+            self._owners, self._masters, self._loaded = owners, masters, True
+            self._retire_pools(set(masters))
+            return
+        # Not a cluster (yet), or nobody answered: commands go to the known nodes and
+        # their MOVED replies fill the map.
+        log.warn("kvstore cluster: no node gave the slot map: {problems}",
+                 problems="; ".join(problems) or "no node known")
