@@ -173,10 +173,7 @@ def _storage(options: Options, reader: Reader, problems: Problems,
                            "config: missing databroker storage backend dsn")
         else:
             try:
-                if parse_dsn(dsn).mode == "cluster":
-                    problems.error("databroker_storage_connection_string",
-                                   "kvstore+cluster:// is not available in this version; use "
-                                   "kvstore:// or kvstore+sentinel://")
+                parse_dsn(dsn)
             except BadConnectionString as exc:
                 problems.error("databroker_storage_connection_string", str(exc))
     elif dsn:

@@ -36,8 +36,7 @@ def connect(settings: KVSettings, reply_timeout: float, tls_for: TLSFor | None,
         return ClusterClient(
             reactor, list(settings.addresses), username=settings.username or None,
             password=settings.password or None, tls_for=tls, reply_timeout=reply_timeout,
-            poolsize=POOL_SIZE, on_new_pool=lambda factory: watch_pool(
-                PoolStats(factory, service), service))
+            poolsize=POOL_SIZE, on_new_pool=lambda factory: _watched(factory, service))
     if settings.mode == "sentinel":
         # The sentinels name the current master and follow failovers.
         sentinel = (TLSSentinel(list(settings.addresses), tls, **common) if tls
@@ -58,6 +57,11 @@ def connect(settings: KVSettings, reply_timeout: float, tls_for: TLSFor | None,
     keep_reconnecting(redis._factory)
     watch_pool(PoolStats(redis._factory, service), service)
     return redis
+
+
+def _watched(factory: Any, service: str) -> None:
+    keep_reconnecting(factory)
+    watch_pool(PoolStats(factory, service), service)
 
 
 def keep_reconnecting(factory: Any) -> None:

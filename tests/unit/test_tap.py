@@ -113,7 +113,7 @@ class ServiceTreeTests(SynchronousTestCase):
         root = tap.build_service_tree(load_snapshot(path, {}), path, reactor)
         root.startService()
         self.addCleanup(root.stopService)
-        proxy = [s for s in root if type(s).__name__ == "ProxyService"][0]
+        proxy = next(s for s in root if type(s).__name__ == "ProxyService")
         holder = proxy.core.authorizer
         store = holder.store
         self.assertIsNone(holder.identity.directory)
@@ -121,7 +121,8 @@ class ServiceTreeTests(SynchronousTestCase):
             "url": "ldap://127.0.0.1:1", "bind_dn": "cn=gw,dc=t", "password": "pw",
             "base_dn": "dc=t"}).encode()).decode()
         source = root.getServiceNamed("config")
-        original = open(path).read()
+        with open(path) as handle:
+            original = handle.read()
         with open(path, "w") as handle:
             handle.write(yaml.safe_dump(base_config(**IDENTITY, shared_secret=SECRET,
                                                     cookie_secret=SECRET,

@@ -94,15 +94,14 @@ class RuleTests(SynchronousTestCase):
         errors = errors_of(base_config(databroker_storage_type="kvstore", shared_secret=SECRET,
                                        databroker_storage_connection_string="redis://h:1"))
         self.assertIn("unsupported scheme 'redis'", errors[0])
-        for dsn in ("kvstore://u:p@127.0.0.1:6379/0", "kvstores+sentinel://:p@h1:1,h2:2/m/1"):
+        for dsn in ("kvstore://u:p@127.0.0.1:6379/0", "kvstores+sentinel://:p@h1:1,h2:2/m/1",
+                    "kvstore+cluster://h1:1,h2:2/?read_only=true",
+                    "kvstores+cluster://u:p@h1:1/"):
             load(base_config(databroker_storage_type="kvstore", shared_secret=SECRET,
                              cookie_secret=SECRET, databroker_storage_connection_string=dsn))
-        # cluster routing is not built yet: a clear refusal at load, not a crash at start
-        self.assertEqual(errors_of(base_config(
+        self.assertIn("no database", errors_of(base_config(
             databroker_storage_type="kvstore", shared_secret=SECRET, cookie_secret=SECRET,
-            databroker_storage_connection_string="kvstore+cluster://h1:1,h2:2/?read_only=true")),
-            ["databroker_storage_connection_string: kvstore+cluster:// is not available in "
-             "this version; use kvstore:// or kvstore+sentinel://"])
+            databroker_storage_connection_string="kvstore+cluster://h1:1/2"))[0])
 
     def test_storage_tls_files(self) -> None:
         """The kvstore TLS files are loaded and checked up front, each error naming its
