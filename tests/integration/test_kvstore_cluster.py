@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from gateway.databroker.kv_cluster import key_slot
+from gateway.databroker.cluster_slots import key_slot
 from tests.support.browser import Browser
 from tests.support.daemon import gateway_daemon
 from tests.support.kvcluster import redis_cluster

@@ -19,12 +19,8 @@ import pytest
 from twisted.internet import defer, reactor, task, threads
 from twisted.trial.unittest import TestCase
 
-from gateway.databroker.kv_cluster import (
-    ClusterClient,
-    ClusterUnavailable,
-    CrossSlotError,
-    key_slot,
-)
+from gateway.databroker.cluster_slots import CrossSlotError, key_slot
+from gateway.databroker.kv_cluster import ClusterClient, ClusterUnavailable
 from gateway.databroker.kv_tls import tls_for_hosts
 from tests.support.kvcluster import Cluster, redis_cluster
 from tests.support.peers import find_binary

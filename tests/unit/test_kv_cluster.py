@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import txredisapi
 
-from gateway.databroker.kv_cluster import (
+from gateway.databroker.cluster_slots import (
     SLOTS,
     CrossSlotError,
     Redirect,
