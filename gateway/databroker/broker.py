@@ -65,6 +65,7 @@ class Databroker(Service):
                                            complete=self.store.backend == "memory")
         self.directory: DirectoryView | None = None
         self._view: DirectoryView | None = None
+        self.holder = os.urandom(8).hex()  # this process, in leases
         self.sync: DirectorySync | None = None
         self._sweep: Any = None
         self._configure_directory(snapshot)
@@ -110,7 +111,7 @@ class Databroker(Service):
         self.sync = DirectorySync(self.reactor, self.store, provider,
                                   float(o.idp_refresh_directory_interval),
                                   float(o.idp_refresh_directory_timeout),
-                                  written=self.follower.kick)
+                                  written=self.follower.kick, holder=self.holder)
         if self.running:
             self.sync.start()
 
@@ -136,14 +137,15 @@ class Databroker(Service):
         Service.stopService(self)
         if self._sweep is not None and self._sweep.active():
             self._sweep.cancel()
-        if self.sync is not None:
-            self.sync.stop()
+        releasing = self.sync.stop(release=True) if self.sync is not None else None
         polling = self.follower.stop()
 
         async def finish() -> None:
-            await self.sessions.drain(DRAIN_SECONDS, self.reactor)
-            if polling is not None:
+            if polling is not None:  # its end may retry writes: drain after it
                 await polling
+            if releasing is not None:
+                await releasing
+            await self.sessions.drain(DRAIN_SECONDS, self.reactor)
             await self.store.close()
         return defer.ensureDeferred(finish())
 

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any
 
-from twisted.internet.defer import Deferred, ensureDeferred, gatherResults
+from twisted.internet.defer import Deferred, ensureDeferred, gatherResults, succeed
 from twisted.logger import Logger
 
 from gateway.databroker.follower import ChangeFollower
@@ -37,6 +37,7 @@ from gateway.observability.metrics import (
 log = Logger()
 
 WRITE_BATCH = 100
+LEASE_NAME = "directory-sync"
 
 
 def directory_records(directory: Directory) -> dict[tuple[str, str], bytes]:
@@ -58,41 +59,85 @@ def directory_records(directory: Directory) -> dict[tuple[str, str], bytes]:
 class DirectoryView:
     def __init__(self, follower: ChangeFollower, store: RecordStore) -> None:
         self.store = store
+        self.follower = follower
         self.version = 0  # changes whenever anything here changes (decision caches)
         self._users: dict[str, dict[str, Any]] = {}
         self._groups: dict[str, dict[str, Any]] = {}
         self._by_email: dict[str, str] = {}
+        # the newest version applied per record, deletions included: a reload result
+        # read before a change arrived must not undo it
+        self._seen: dict[tuple[str, str], int] = {}
         self._answers: dict[tuple[str, str], tuple[str, ...]] = {}
+        self._reload_wanted = False
         follower.subscribe(DIRECTORY_USER, self._changed)
         follower.subscribe(DIRECTORY_GROUP, self._changed)
         follower.on_reset(self.reload)
+        follower.on_ok(self._retry_reload)
 
     def reload(self) -> None:
         """Read every directory record again (first start, or after a reset)."""
         ensureDeferred(self._reload())
 
+    def _retry_reload(self) -> None:
+        if self._reload_wanted:
+            self.reload()
+
     async def _reload(self) -> None:
+        self._reload_wanted = False
+        since = self.follower.version  # changes after this are applied as they come
         try:
             users = await self.store.query(DIRECTORY_USER)
             groups = await self.store.query(DIRECTORY_GROUP)
         except Exception as exc:
-            log.error("databroker: directory records not read: {error}", error=str(exc))
+            self._reload_wanted = True  # again after the next good sync
+            log.error("databroker: directory records not read (retried): {error}",
+                      error=str(exc))
             return
-        self._users = {r.id: json.loads(r.data) for r in users}
-        self._groups = {r.id: json.loads(r.data) for r in groups}
-        self._reindex()
+        found = {(r.type, r.id): r for r in (*users, *groups)}
+        for record in found.values():
+            self._apply(record)
+        for key in list(self._seen):
+            # gone from the store, and not (re)written while the query ran
+            if key not in found and self._seen[key] <= since:
+                self._drop(key)
+        self._changed_now()
 
     def _changed(self, record: Record) -> None:
-        table = self._users if record.type == DIRECTORY_USER else self._groups
-        if record.deleted:
-            table.pop(record.id, None)
-        else:
-            table[record.id] = json.loads(record.data)
-        self._reindex()
+        self._apply(record)
+        self._changed_now()
 
-    def _reindex(self) -> None:
-        self._by_email = {str(u.get("email", "")).lower(): uid
-                          for uid, u in self._users.items() if u.get("email")}
+    def _apply(self, record: Record) -> None:
+        key = (record.type, record.id)
+        if self._seen.get(key, -1) >= record.version:
+            return  # already have this or something newer
+        self._seen[key] = record.version
+        if record.deleted:
+            self._remove(key)
+            return
+        data = json.loads(record.data)
+        if record.type == DIRECTORY_USER:
+            self._remove(key)
+            self._users[record.id] = data
+            if data.get("email"):
+                self._by_email[str(data["email"]).lower()] = record.id
+        else:
+            self._groups[record.id] = data
+
+    def _remove(self, key: tuple[str, str]) -> None:
+        kind, rid = key
+        if kind == DIRECTORY_USER:
+            old = self._users.pop(rid, None)
+            email = str((old or {}).get("email", "")).lower()
+            if email and self._by_email.get(email) == rid:
+                del self._by_email[email]
+        else:
+            self._groups.pop(rid, None)
+
+    def _drop(self, key: tuple[str, str]) -> None:
+        self._remove(key)
+        del self._seen[key]
+
+    def _changed_now(self) -> None:
         self._answers.clear()
         self.version += 1
 
@@ -126,15 +171,18 @@ class DirectoryView:
 class DirectorySync:
     def __init__(self, reactor: Any, store: RecordStore, provider: DirectoryProvider,
                  interval: float, timeout: float,
-                 written: Callable[[], None] = lambda: None) -> None:
+                 written: Callable[[], None] = lambda: None, holder: str = "") -> None:
+        """``holder`` names this process in the sync lease (kept across reloads, so a
+        rebuilt sync renews the lease instead of waiting for it to lapse)."""
         self.reactor = reactor
         self.written = written
         self.store = store
         self.provider = provider
         self.interval = interval
         self.timeout = timeout
-        self.holder = os.urandom(8).hex()
+        self.holder = holder or os.urandom(8).hex()
         self.runs = 0
+        self._stopped = False
         self._call: Any = None
         self._running: Deferred[bool] | None = None
 
@@ -142,12 +190,20 @@ class DirectorySync:
         if self._call is None:
             self._call = self.reactor.callLater(0, self._tick)
 
-    def stop(self) -> None:
+    def stop(self, release: bool = False) -> Deferred[None]:
+        """Stop syncing (a run in progress is cut off, not counted as a failure);
+        ``release`` gives the lease up so another process takes over at once."""
+        self._stopped = True
         if self._call is not None and self._call.active():
             self._call.cancel()
         self._call = None
         if self._running is not None:
             self._running.cancel()
+        if not release:
+            return succeed(None)
+        d = self.store.release(LEASE_NAME, self.holder)
+        return d.addErrback(lambda f: log.warn("directory sync lease not released: {error}",
+                                               error=f.getErrorMessage()))
 
     def _tick(self) -> None:
         self._running = ensureDeferred(self.run_once())
@@ -163,7 +219,7 @@ class DirectorySync:
         provider = self.provider.name
         try:
             # held a little longer than a run may take, renewed by every run
-            if not await self.store.lease("directory-sync", self.holder,
+            if not await self.store.lease(LEASE_NAME, self.holder,
                                           self.interval + self.timeout):
                 return False
             started = time.monotonic()
@@ -172,6 +228,8 @@ class DirectorySync:
             directory = await fetching
             written, deleted = await self._store(directory_records(directory))
         except Exception as exc:
+            if self._stopped:
+                return False  # cut off by stop (reload or shutdown)
             reason = (f"no answer within idp_refresh_directory_timeout ({self.timeout:g}s)"
                       if type(exc).__name__ in ("TimeoutError", "CancelledError")
                       else str(exc) or type(exc).__name__)

@@ -9,6 +9,7 @@ from typing import Any
 
 import txredisapi
 from twisted.internet.defer import Deferred
+from twisted.logger import Logger
 
 from gateway.config.kvstore_dsn import KVSettings
 from gateway.databroker.kv_tls import TLSFor, TLSSentinel, tls_for_hosts
@@ -17,6 +18,8 @@ from gateway.observability.metrics import (
     KVSTORE_WAIT_DURATION_MS,
     watch_pool,
 )
+
+log = Logger()
 
 POOL_SIZE = 4
 MAX_RECONNECT_DELAY = 2.0
@@ -77,6 +80,12 @@ def keep_reconnecting(factory: Any) -> None:
     """
     factory.maxDelay = MAX_RECONNECT_DELAY
     factory.stopTrying = lambda: None
+    if factory.deferred is not None:
+        # txredisapi fails this with the first connection error and nobody else waits
+        # on it; the error is logged (here and by txredisapi), not left "unhandled"
+        factory.deferred.addErrback(lambda f: log.warn(
+            "kvstore: connection not ready yet, retrying: {error}",
+            error=f.getErrorMessage()))
 
 
 class PoolStats:

@@ -33,10 +33,11 @@ from twisted.internet.defer import Deferred, ensureDeferred
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
-from gateway.databroker.cipher import RecordCipher
+from gateway.databroker.cipher import RecordCipher, RecordKeyError
 from gateway.databroker.records import (
     SYNC_BATCH,
     TOMBSTONE_SECONDS,
+    TYPES,
     Changes,
     Record,
     StorageUnavailable,
@@ -50,8 +51,15 @@ RECORDS = PREFIX + "records:"
 VERSION, CHANGES, EXPIRY = PREFIX + "version", PREFIX + "changes", PREFIX + "expiry"
 TOMBSTONES, PURGED, EPOCH = PREFIX + "tombstones", PREFIX + "purged", PREFIX + "epoch"
 LEASE = PREFIX + "lease:"
+HASHES = [RECORDS + t for t in TYPES]  # declared to Redis (cluster slot checks)
+SWEEP_BATCH = 1000
+SWEEP_ROUNDS = 20
 
 PUT = """
+if ARGV[7] == '0' then
+  local old = redis.call('HGET', KEYS[1], ARGV[2])
+  if old and string.match(old, '^[^|]*|[^|]*|([^|]*)') ~= '0' then return 0 end
+end
 local v = redis.call('INCR', KEYS[2])
 redis.call('SETNX', KEYS[6], ARGV[6])
 redis.call('HSET', KEYS[1], ARGV[2], v .. '|' .. ARGV[3] .. '|0|' .. ARGV[4] .. '|' .. ARGV[5])
@@ -130,6 +138,11 @@ end
 return 0
 """
 
+RELEASE_SCRIPT = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]) end
+return 0
+"""
+
 
 def parse_value(type: str, id: str, value: str) -> tuple[Record, str]:
     """A stored value as a record without data, and its sealed blob (base64)."""
@@ -154,7 +167,8 @@ class KVRecordStore:
         self.epoch = os.urandom(8).hex()
         self._disconnect = disconnect or redis.disconnect
         self._sha = {script: hashlib.sha1(script.encode()).hexdigest()
-                     for script in (PUT, DELETE, SYNC, SWEEP, LEASE_SCRIPT)}
+                     for script in (PUT, DELETE, SYNC, SWEEP, LEASE_SCRIPT,
+                                   RELEASE_SCRIPT)}
 
     # -- plumbing
 
@@ -206,6 +220,19 @@ class KVRecordStore:
         return Record(type, id, data, record.version, record.modified_at,
                       expires_at=record.expires_at)
 
+    def _open_or_drop(self, type: str, id: str, value: str) -> Record:
+        """A record for the change stream or a query: one that cannot be read (another
+        shared_secret, damage) counts as deleted, so it stops nobody else's changes and
+        no process trusts a copy of it."""
+        try:
+            return self._open(type, id, value)
+        except (RecordKeyError, ValueError) as exc:
+            log.error("databroker: skipping unreadable {type} record {id}: {error}",
+                      type=type, id=id, error=str(exc))
+            version = value.split("|", 1)[0]
+            return Record(type, id, b"", int(version) if version.isdigit() else 0,
+                          0.0, deleted_at=1.0)
+
     # -- RecordStore
 
     def get(self, type: str, id: str) -> Deferred[Record | None]:
@@ -217,8 +244,8 @@ class KVRecordStore:
         return self._run("get", lambda: self.redis.execute_command(
             "HGET", RECORDS + type, id)).addCallback(done)
 
-    def put(self, type: str, id: str, data: bytes, expires_at: float = 0.0
-            ) -> Deferred[Record]:
+    def put(self, type: str, id: str, data: bytes, expires_at: float = 0.0,
+            revive: bool = True) -> Deferred[Record | None]:
         now = self.clock.seconds()
         blob = base64.b64encode(self.cipher.seal(type, id, data)).decode("ascii")
         member = f"{type}/{id}"
@@ -226,9 +253,11 @@ class KVRecordStore:
         def run() -> Deferred[Any]:
             return ensureDeferred(self._script(
                 PUT, [RECORDS + type, VERSION, CHANGES, EXPIRY, TOMBSTONES, EPOCH],
-                [member, id, repr(now), repr(expires_at), blob, self.epoch]))
+                [member, id, repr(now), repr(expires_at), blob, self.epoch,
+                 "1" if revive else "0"]))
         return self._run("put", run).addCallback(
-            lambda version: Record(type, id, data, int(version), now, expires_at=expires_at))
+            lambda version: Record(type, id, data, int(version), now, expires_at=expires_at)
+            if int(version) else None)
 
     def delete(self, type: str, id: str) -> Deferred[None]:
         now = self.clock.seconds()
@@ -243,7 +272,7 @@ class KVRecordStore:
         def done(values: Any) -> list[Record]:
             pairs = values.items() if isinstance(values, dict) else \
                 zip(values[::2], values[1::2], strict=True)
-            records = (self._open(type, _text(k), _text(v)) for k, v in pairs)
+            records = (self._open_or_drop(type, _text(k), _text(v)) for k, v in pairs)
             return [r for r in records if not r.deleted]
         return self._run("query", lambda: self.redis.execute_command(
             "HGETALL", RECORDS + type)).addCallback(done)
@@ -256,26 +285,42 @@ class KVRecordStore:
             for member, value in zip(reply[4::2], reply[5::2], strict=True):
                 type, _, id = _text(member).partition("/")
                 if value:  # empty: swept away since
-                    records.append(self._open(type, id, _text(value)))
+                    records.append(self._open_or_drop(type, id, _text(value)))
             return Changes(tuple(records), version, reset=reset, more=more, epoch=epoch)
 
         def run() -> Deferred[Any]:
             return ensureDeferred(self._script(
-                SYNC, [VERSION, CHANGES, PURGED, EPOCH], [since, SYNC_BATCH, RECORDS]))
+                SYNC, [VERSION, CHANGES, PURGED, EPOCH, *HASHES], [since, SYNC_BATCH, RECORDS]))
         return self._run("sync", run).addCallback(done)
 
     def sweep(self, now: float) -> Deferred[int]:
+        """Expire and purge in rounds of ``SWEEP_BATCH`` (one script must stay short:
+        Redis runs nothing else meanwhile) until a round finds less to do."""
         def run() -> Deferred[Any]:
             return ensureDeferred(self._script(
-                SWEEP, [EXPIRY, TOMBSTONES, VERSION, CHANGES, PURGED],
-                [repr(now), repr(now - TOMBSTONE_SECONDS), RECORDS, 1000]))
-        return self._run("sweep", run).addCallback(int)
+                SWEEP, [EXPIRY, TOMBSTONES, VERSION, CHANGES, PURGED, *HASHES],
+                [repr(now), repr(now - TOMBSTONE_SECONDS), RECORDS, SWEEP_BATCH]))
+
+        async def rounds() -> int:
+            total = 0
+            for _ in range(SWEEP_ROUNDS):
+                done = int(await self._run("sweep", run))
+                total += done
+                if done < SWEEP_BATCH:
+                    break
+            return total
+        return ensureDeferred(rounds())
 
     def lease(self, name: str, holder: str, seconds: float) -> Deferred[bool]:
         def run() -> Deferred[Any]:
             return ensureDeferred(self._script(
                 LEASE_SCRIPT, [LEASE + name], [holder, int(seconds * 1000)]))
         return self._run("lease", run).addCallback(bool)
+
+    def release(self, name: str, holder: str) -> Deferred[None]:
+        def run() -> Deferred[Any]:
+            return ensureDeferred(self._script(RELEASE_SCRIPT, [LEASE + name], [holder]))
+        return self._run("release", run).addCallback(lambda _: None)
 
     def close(self) -> Deferred[None]:
         d: Deferred[None] = defer.maybeDeferred(self._disconnect).addCallback(lambda _: None)

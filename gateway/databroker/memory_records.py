@@ -56,8 +56,11 @@ class MemoryRecordStore:
         self._keys.append(key)
         return record
 
-    def put(self, type: str, id: str, data: bytes, expires_at: float = 0.0
-            ) -> Deferred[Record]:
+    def put(self, type: str, id: str, data: bytes, expires_at: float = 0.0,
+            revive: bool = True) -> Deferred[Record | None]:
+        current = self._records.get((type, id))
+        if not revive and current is not None and current.deleted:
+            return succeed(None)
         self._version += 1
         return succeed(self._store(Record(type, id, data, self._version, self.clock(),
                                           expires_at=expires_at)))
@@ -112,6 +115,11 @@ class MemoryRecordStore:
             self._leases[name] = (holder, now + seconds)
             return succeed(True)
         return succeed(False)
+
+    def release(self, name: str, holder: str) -> Deferred[None]:
+        if self._leases.get(name, ("", 0.0))[0] == holder:
+            del self._leases[name]
+        return succeed(None)
 
     def close(self) -> Deferred[None]:
         return succeed(None)

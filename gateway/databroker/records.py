@@ -66,8 +66,11 @@ class RecordStore(Protocol):
 
     def get(self, type: str, id: str) -> Deferred[Record | None]: ...
 
-    def put(self, type: str, id: str, data: bytes, expires_at: float = 0.0
-            ) -> Deferred[Record]: ...
+    def put(self, type: str, id: str, data: bytes, expires_at: float = 0.0,
+            revive: bool = True) -> Deferred[Record | None]:
+        """The stored record; None when ``revive`` is false and the record was deleted
+        (a deleted session never comes back)."""
+        ...
 
     def delete(self, type: str, id: str) -> Deferred[None]: ...
 
@@ -84,6 +87,10 @@ class RecordStore(Protocol):
     def lease(self, name: str, holder: str, seconds: float) -> Deferred[bool]:
         """Hold ``name`` for ``seconds`` unless someone else does (one directory sync
         among several gateway processes)."""
+        ...
+
+    def release(self, name: str, holder: str) -> Deferred[None]:
+        """Give ``name`` up if ``holder`` holds it."""
         ...
 
     def close(self) -> Deferred[None]: ...

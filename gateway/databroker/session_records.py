@@ -32,6 +32,7 @@ log = Logger()
 
 CACHE_LIMIT = 100_000
 UNSAVED_LIMIT = 100_000
+TOMBSTONE_LIMIT = 100_000
 PENDING = 1 << 62  # version of a copy whose write has not been answered yet
 
 
@@ -64,7 +65,9 @@ class RecordSessionStore:
         self.complete = complete
         self.needs_fetch = not complete
         self._cache: OrderedDict[str, tuple[Session, int]] = OrderedDict()
-        self._users: dict[str, bytes] = {}
+        # versions of recent deletions: a read or write that raced one is not trusted
+        self._tombstones: OrderedDict[str, int] = OrderedDict()
+        self._users: OrderedDict[str, bytes] = OrderedDict()
         self._unsaved: OrderedDict[str, Session | None] = OrderedDict()
         self._pending: set[Deferred[Any]] = set()
         follower.subscribe(SESSION, self._changed)
@@ -82,8 +85,7 @@ class RecordSessionStore:
         return hit[0]
 
     def put(self, session: Session) -> None:
-        self._remember(session, PENDING)
-        self._write(session.id, session)
+        self._write(session.id, self._remember(session, PENDING))
 
     def delete(self, session_id: str) -> None:
         self._cache.pop(session_id, None)
@@ -92,7 +94,7 @@ class RecordSessionStore:
     def fetch(self, session_id: str) -> Deferred[Session | None]:
         """Read a session this process has no trusted copy of."""
         def found(record: Record | None) -> Session | None:
-            if record is None:
+            if record is None or self._deleted_since(session_id, record.version):
                 self._cache.pop(session_id, None)
                 return None
             return self._remember(from_json(record.data), record.version)
@@ -116,9 +118,17 @@ class RecordSessionStore:
             self._cache.popitem(last=False)
         return session
 
+    def _deleted_since(self, session_id: str, version: int) -> bool:
+        deleted = self._tombstones.get(session_id)
+        return deleted is not None and deleted > version
+
     def _changed(self, record: Record) -> None:
         cached = self._cache.get(record.id)
         if record.deleted:
+            self._tombstones[record.id] = record.version
+            self._tombstones.move_to_end(record.id)
+            if len(self._tombstones) > TOMBSTONE_LIMIT:
+                self._tombstones.popitem(last=False)
             if cached is not None and cached[1] <= record.version:
                 del self._cache[record.id]
             return
@@ -142,10 +152,16 @@ class RecordSessionStore:
         if session is None:
             d: Deferred[Any] = self.store.delete(SESSION, session_id)
         else:
-            d = self.store.put(SESSION, session.id, to_json(session), session.expires_at)
+            # a session is never brought back once deleted (a refresh that finishes
+            # after a sign-out, a retried write after a revocation elsewhere)
+            d = self.store.put(SESSION, session.id, to_json(session), session.expires_at,
+                               revive=False)
             user = user_json(session)
             if self._users.get(session.user_id) != user:
                 self._users[session.user_id] = user
+                self._users.move_to_end(session.user_id)
+                if len(self._users) > CACHE_LIMIT:
+                    self._users.popitem(last=False)
                 written: Deferred[Any] = self.store.put(USER, session.user_id, user)
                 written.addErrback(self._user_unsaved, session.user_id)
                 self._track(written, None, None)
@@ -160,10 +176,15 @@ class RecordSessionStore:
 
         def saved(result: Any) -> None:
             self._pending.discard(d)
-            if session is not None and isinstance(result, Record):
-                cached = self._cache.get(session.id)
-                if cached is not None and cached[1] == PENDING and cached[0] is session:
-                    self._cache[session.id] = (session, result.version)
+            if session is None or session_id is None:
+                return
+            cached = self._cache.get(session.id)
+            if cached is None or cached[1] != PENDING or cached[0] is not session:
+                return  # replaced or dropped meanwhile
+            if result is None or self._deleted_since(session.id, result.version):
+                del self._cache[session.id]  # deleted elsewhere first, or just after
+            else:
+                self._cache[session.id] = (session, result.version)
 
         def failed(failure: Failure) -> None:
             self._pending.discard(d)
@@ -179,19 +200,24 @@ class RecordSessionStore:
         d.addCallbacks(saved, failed)
 
     def _retry_unsaved(self) -> None:
-        while self._unsaved:
-            session_id, session = self._unsaved.popitem(last=False)
-            self._write(session_id, session)
+        waiting, self._unsaved = self._unsaved, OrderedDict()
+        for session_id, session in waiting.items():
+            self._write(session_id, session)  # a failure queues it again, for next time
 
     def drain(self, timeout: float, reactor: Any) -> Deferred[None]:
-        """Wait (at most ``timeout``) for writes in flight."""
-        if not self._pending:
-            return defer.succeed(None)
-        waiting: Deferred[Any] = defer.DeferredList(list(self._pending), consumeErrors=True)
-        waiting.addTimeout(timeout, reactor)
-
-        def done(result: object) -> None:
+        """Wait (at most ``timeout``) until no write is in flight, including writes that
+        start meanwhile (requests finishing, retries after the last poll)."""
+        async def run() -> None:
+            deadline = reactor.seconds() + timeout
+            while self._pending and reactor.seconds() < deadline:
+                waiting: Deferred[Any] = defer.DeferredList(list(self._pending),
+                                                            consumeErrors=True)
+                waiting.addTimeout(deadline - reactor.seconds(), reactor)
+                try:
+                    await waiting
+                except defer.TimeoutError:
+                    break
             left = len(self._pending) + len(self._unsaved)
             if left:
                 log.error("databroker: {n} session writes not saved at shutdown", n=left)
-        return waiting.addBoth(done)
+        return defer.ensureDeferred(run())

@@ -11,7 +11,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from twisted.internet import reactor, task
+from twisted.internet import defer, reactor, task
 from twisted.trial.unittest import TestCase
 
 from gateway.config.kvstore_dsn import parse_dsn
@@ -68,6 +68,32 @@ class KVRecordsTests(TestCase):
         await a.put(SESSION, "s2", b"two")  # version 1 again, under a new epoch
         again = await b.sync(changes.version)
         self.assertTrue(again.reset or again.epoch != changes.epoch)
+
+    async def test_unreadable_records_do_not_stop_the_stream(self) -> None:
+        """A record written with another shared_secret reads as deleted in the change
+        stream and in queries (logged), and the records after it still arrive; a
+        deleted session is never brought back by a write that does not revive."""
+        good, stranger = self.store(), self.store(b"x" * 32)
+        start = (await good.sync(-1)).version
+        await stranger.put(SESSION, "theirs", b"?")
+        await good.put(SESSION, "ours", b"!")
+        changes = await good.sync(start)
+        self.assertEqual([(r.id, r.deleted) for r in changes.records],
+                         [("theirs", True), ("ours", False)])
+        self.assertEqual([r.id for r in await good.query(SESSION)], ["ours"])
+        await good.delete(SESSION, "ours")
+        self.assertIsNone(await good.put(SESSION, "ours", b"again", revive=False))
+        self.assertIsNone(await good.get(SESSION, "ours"))
+        self.assertIsNotNone(await good.put(SESSION, "ours", b"again"))
+
+    async def test_sweep_in_rounds(self) -> None:
+        """More expired records than one round handles are all swept."""
+        store = self.store()
+        past = reactor.seconds() - 1
+        await defer.gatherResults([store.put(SESSION, f"s{i}", b"x", expires_at=past)
+                                   for i in range(2500)])
+        self.assertEqual(await store.sweep(reactor.seconds()), 2500)
+        self.assertEqual(await store.query(SESSION), [])
 
     async def test_encrypted_at_rest_and_wrong_secret(self) -> None:
         """Redis holds no plain data; another shared_secret gets a clear error."""

@@ -214,6 +214,46 @@ class SharedSessionsTests(SynchronousTestCase):
         self.assertIsNone(result(self.store.get(SESSION, "two")))
         self.assertIsNotNone(result(self.store.get(USER, "u-one")))
 
+    def test_equal_put_then_revocation(self) -> None:
+        """Putting an equal session again keeps the copy current: a later deletion
+        elsewhere still ends it here."""
+        self.clock.advance(0)
+        self.a.put(session("one"))
+        self.a.put(session("one"))
+        self.clock.advance(0.5)
+        self.assertIsNotNone(self.a.get("one"))
+        self.b.delete("one")
+        self.clock.advance(0.5)
+        self.assertIsNone(self.a.get("one"))
+
+    def test_no_resurrection(self) -> None:
+        """A write of a session deleted elsewhere (a refresh finishing after a sign-out)
+        does not bring it back, in the store or here."""
+        self.clock.advance(0)
+        self.a.put(session("one"))
+        self.b.delete("one")
+        self.a.put(session("one", access_token="refreshed"))
+        self.assertIsNone(result(self.store.get(SESSION, "one")))
+        self.assertIsNone(self.a.get("one"))
+        self.clock.advance(0.5)
+        self.assertIsNone(self.a.get("one"))
+
+    def test_fetch_racing_a_revocation(self) -> None:
+        """A read answered with the record as it was before a deletion this process has
+        already heard of is not trusted."""
+        self.clock.advance(0)
+        self.a.put(session("one"))
+        before = result(self.store.get(SESSION, "one"))
+        reading: Deferred[Record | None] = Deferred()
+        self.store.get = lambda *a: reading  # type: ignore[method-assign,assignment]
+        fetched = self.b.fetch("one")
+        del self.store.get
+        self.a.delete("one")
+        self.clock.advance(0.5)  # b hears of the deletion while its read is under way
+        reading.callback(before)
+        self.assertIsNone(self.successResultOf(fetched))
+        self.assertIsNone(self.b.get("one"))
+
     def test_drain_waits_for_writes(self) -> None:
         """``drain`` answers once writes in flight are done (or after its timeout)."""
         pending: Deferred[Record] = Deferred()
@@ -326,6 +366,46 @@ class DirectoryTests(SynchronousTestCase):
         self.assertFalse(run(other))
         self.clock.advance(661)
         self.assertTrue(run(other))
+
+    def test_stop_releases_the_lease_and_is_not_a_failure(self) -> None:
+        """Stopping cuts a run off without counting it; with ``release`` another process
+        may sync at once."""
+        before = sample("directory_sync_failures_total", provider="fake")
+        self.provider.answer = None  # the run hangs
+        self.sync.start()
+        self.clock.advance(0)
+        self.successResultOf(self.sync.stop(release=True))
+        self.assertEqual(sample("directory_sync_failures_total", provider="fake"), before)
+        self.provider.answer = Directory((ALICE,), (STAFF, ENG))
+        other = DirectorySync(self.clock, self.store, self.provider, interval=600,
+                              timeout=60)
+        self.assertTrue(run(other))
+
+    def test_reload_does_not_undo_newer_changes(self) -> None:
+        """Changes heard while a reload's queries run are kept, and a record deleted
+        meanwhile is not brought back by the older query result."""
+        self.provider.answer = Directory((ALICE,), (STAFF, ENG))
+        run(self.sync)
+        self.clock.advance(0.5)
+        answers: list[Deferred[list[Record]]] = []
+        real_query = self.store.query
+
+        def slow_query(kind: str) -> Deferred[list[Record]]:
+            d: Deferred[list[Record]] = Deferred()
+            answers.append(d)
+            real_query(kind).addCallback(lambda rows: answers.append(rows))  # type: ignore[arg-type]
+            return d
+        self.store.query = slow_query  # type: ignore[method-assign]
+        self.view.reload()
+        self.assertEqual(len(answers), 2)  # the user query, its (old) rows
+        self.provider.answer = Directory((), (STAFF, ENG))  # alice leaves
+        self.store.query = real_query  # type: ignore[method-assign]
+        run(self.sync)
+        self.clock.advance(0.5)
+        self.assertEqual(self.view.groups_for("alice", ""), ())
+        old_users = answers[1]
+        answers[0].callback(old_users)  # type: ignore[union-attr,arg-type]
+        self.assertEqual(self.view.groups_for("alice", ""), ())
 
     def test_scheduled_runs(self) -> None:
         """``start`` runs at once and then every interval."""
