@@ -5,6 +5,7 @@ One command, stdlib only:
     .venv/bin/python bench/run.py            # full run: 10 s wrk runs, 1 warm-up + 3 measured
     .venv/bin/python bench/run.py --quick    # 3 s runs, 1 warm-up + 1 measured
     .venv/bin/python bench/run.py --no-auth  # without the authenticated route
+    .venv/bin/python bench/run.py --kvstore  # the authenticated route's sessions in Redis
 
 It starts (all on 127.0.0.1, free ports, everything under one temp dir):
 
@@ -28,6 +29,7 @@ It measures; it does not judge: the exit status is 0 whether or not the targets 
 from __future__ import annotations
 
 import argparse
+import base64
 import contextlib
 import ctypes
 import errno
@@ -49,7 +51,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import FrameType
 from typing import Any, TextIO
@@ -567,11 +569,13 @@ def start_nginx(procs: Processes, tmp: Path, name: str, conf: str, cpus: str | N
 
 @dataclass(frozen=True)
 class AuthProvider:
-    """The OIDC provider the gateway signs users in with (tests/support/peers.py)."""
+    """The OIDC provider the gateway signs users in with (tests/support/peers.py), and
+    where sessions live (``kvstore``: a Redis URL; empty: memory)."""
 
     issuer: str
     client_id: str
     client_secret: str
+    kvstore: str = ""
 
 
 def gateway_yaml(port: int, upstream: int, codec: str | None,
@@ -596,6 +600,14 @@ def gateway_yaml(port: int, upstream: int, codec: str | None,
             "idp_scopes: [openid, email, groups, offline_access]",
             "cookie_secure: false",
         ]
+        if auth.kvstore:
+            secret = q(base64.b64encode(os.urandom(32)).decode())
+            lines += [
+                "databroker_storage_type: kvstore",
+                f"databroker_storage_connection_string: {q(auth.kvstore)}",
+                f"shared_secret: {secret}",
+                f"cookie_secret: {secret}",
+            ]
     lines += [
         "policy:",
         f"  - from: http://127.0.0.1:{port}",
@@ -1044,6 +1056,8 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     p.add_argument("--idle-path", default="/ping",
                    help="path of the one request sent on each idle connection")
     p.add_argument("--no-h2", action="store_true", help="skip the HTTP/2 section")
+    p.add_argument("--kvstore", action="store_true",
+                   help="keep the signed-in route's sessions in a local redis-server")
     p.add_argument("--no-auth", action="store_true",
                    help="skip the authenticated route (no OIDC provider, public route only)")
     p.add_argument("--h2-streams", type=int, default=1,
@@ -1182,6 +1196,12 @@ def run_all(args: argparse.Namespace, bench: Bench, procs: Processes, tmp: Path,
         try:
             provider, pid = start_provider(stack, tmp, gw_port)
             bench.provider_pids = [pid] if pid else []
+            if args.kvstore:
+                peers, _ = import_peers()
+                redis = stack.enter_context(peers.redis_server(tmp))
+                provider = replace(
+                    provider, kvstore=f"kvstore://127.0.0.1:{redis.port}/0")
+                results["auth"]["storage"] = "kvstore"
             results["auth"]["issuer"] = provider.issuer
         except Exception as exc:
             results["auth"]["error"] = f"the OIDC provider did not start: {exc}"
