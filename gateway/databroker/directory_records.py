@@ -26,6 +26,7 @@ from twisted.logger import Logger
 
 from gateway.databroker.follower import ChangeFollower
 from gateway.databroker.records import DIRECTORY_GROUP, DIRECTORY_USER, Record, RecordStore
+from gateway.databroker.repeat import Repeating
 from gateway.directory.model import Directory
 from gateway.directory.provider import DirectoryProvider
 from gateway.observability.metrics import (
@@ -183,36 +184,23 @@ class DirectorySync:
         self.holder = holder or os.urandom(8).hex()
         self.runs = 0
         self._stopped = False
-        self._call: Any = None
-        self._running: Deferred[bool] | None = None
+        self._loop = Repeating(reactor, interval, self.run_once)
 
     def start(self) -> None:
-        if self._call is None:
-            self._call = self.reactor.callLater(0, self._tick)
+        self._loop.start()
 
     def stop(self, release: bool = False) -> Deferred[None]:
         """Stop syncing (a run in progress is cut off, not counted as a failure);
         ``release`` gives the lease up so another process takes over at once."""
         self._stopped = True
-        if self._call is not None and self._call.active():
-            self._call.cancel()
-        self._call = None
-        if self._running is not None:
-            self._running.cancel()
+        running = self._loop.stop()
+        if running is not None:
+            running.cancel()
         if not release:
             return succeed(None)
         d = self.store.release(LEASE_NAME, self.holder)
         return d.addErrback(lambda f: log.warn("directory sync lease not released: {error}",
                                                error=f.getErrorMessage()))
-
-    def _tick(self) -> None:
-        self._running = ensureDeferred(self.run_once())
-        self._running.addBoth(self._schedule)
-
-    def _schedule(self, _: object) -> None:
-        self._running = None
-        if self._call is not None:
-            self._call = self.reactor.callLater(self.interval, self._tick)
 
     async def run_once(self) -> bool:
         """One sync run; True when the directory was read and stored."""

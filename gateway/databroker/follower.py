@@ -13,10 +13,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from twisted.internet.defer import Deferred, ensureDeferred
+from twisted.internet.defer import Deferred
 from twisted.logger import Logger
 
 from gateway.databroker.records import Record, RecordStore
+from gateway.databroker.repeat import Repeating
 
 log = Logger()
 
@@ -37,8 +38,7 @@ class ChangeFollower:
         self._subscribers: dict[str, list[Subscriber]] = {}
         self._on_reset: list[Callable[[], None]] = []
         self._on_ok: list[Callable[[], None]] = []
-        self._call: Any = None
-        self._running: Deferred[None] | None = None
+        self._loop = Repeating(reactor, interval, self.poll)
 
     def subscribe(self, type: str, subscriber: Subscriber) -> None:
         self._subscribers.setdefault(type, []).append(subscriber)
@@ -54,28 +54,15 @@ class ChangeFollower:
         return bool(self.reactor.seconds() - self.last_ok <= self.stale_after)
 
     def start(self) -> None:
-        if self._call is None:
-            self._call = self.reactor.callLater(0, self._tick)
+        self._loop.start()
 
-    def stop(self) -> Deferred[None] | None:
-        if self._call is not None and self._call.active():
-            self._call.cancel()
-        self._call = None
-        return self._running
+    def stop(self) -> Deferred[object] | None:
+        """Stop polling; the poll in progress, if any."""
+        return self._loop.stop()
 
     def kick(self) -> None:
         """Poll now rather than at the next interval (after this process wrote)."""
-        if self._call is not None and self._call.active():
-            self._call.reset(0)
-
-    def _tick(self) -> None:
-        self._running = ensureDeferred(self.poll())
-        self._running.addBoth(self._schedule)
-
-    def _schedule(self, _: object) -> None:
-        self._running = None
-        if self._call is not None:
-            self._call = self.reactor.callLater(self.interval, self._tick)
+        self._loop.kick()
 
     async def poll(self) -> None:
         """Sync until caught up; errors are logged (once per outage) and retried."""
