@@ -14,33 +14,36 @@ Browser flow (route host ``app``, authenticate host ``auth``, no shared cookie d
 Everything carried between the hosts is sealed with ``shared_secret`` and expires;
 cookies are sealed with ``cookie_secret``. The session record is the source of truth:
 deleting it (sign-out) ends the session on every host.
+
+This module holds sessions and the per-request decision (step 1's redirect included);
+the endpoints of steps 2-4, programmatic login and sign-out are in ``endpoints``, the pure
+target checks in ``targets``.
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
-import html
-import ipaddress
 import secrets
 import time
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
-from urllib.parse import parse_qs, urlencode, urlsplit
+from urllib.parse import urlencode, urlsplit
 
 from twisted.internet.defer import Deferred, ensureDeferred
 from twisted.logger import Logger
 
 from gateway.authenticate import pages
-from gateway.authenticate.oidc import OIDCError, Provider, pkce_pair
+from gateway.authenticate.endpoints import SIGN_IN, STATE_TTL, Endpoints
+from gateway.authenticate.oidc import Provider
+from gateway.authenticate.targets import programmatic_token
 from gateway.authorize.assertion import AssertionSigner, claim_headers
 from gateway.authorize.claims import flatten_claims
 from gateway.authorize.evaluate import evaluate
 from gateway.config.snapshot import Snapshot
 from gateway.dataplane.authz import Allow, Decision, Deny, RequestInfo
 from gateway.sessions.cookie import (
-    clear_cookie_headers,
     parse_cookies,
     read_cookie,
     set_cookie_headers,
@@ -50,88 +53,10 @@ from gateway.sessions.sealed import Sealer
 from gateway.sessions.store import DirectoryGroups, SessionStore
 
 log = Logger()
-SIGN_IN = "/.gateway/sign_in"
-HANDOFF = "/.gateway/callback"
-SIGN_OUT = "/.gateway/signout/"
-JWKS = "/.well-known/gateway/jwks.json"
-PROGRAMMATIC = "/.gateway/api/v1/login"
 REFRESH_GRACE = 60.0
 TOKEN_CACHE = 20_000
 DECISION_CACHE = 20_000
 DECISION_TTL = 30.0  # well inside the assertion's reuse window
-STATE_TTL = 600.0
-HANDOFF_TTL = 60.0
-CSRF_COOKIE = "_gateway_csrf"
-
-
-def _query(request: RequestInfo) -> dict[str, str]:
-    parsed = parse_qs(request.query.decode("latin-1").lstrip("?"), keep_blank_values=True)
-    return {k: v[0] for k, v in parsed.items()}
-
-
-def _form(body: bytes) -> dict[str, str]:
-    return {k: v[0] for k, v in parse_qs(body.decode("latin-1")).items()}
-
-
-def safe_target(uri: str, allowed_hosts: set[str]) -> bool:
-    """No open redirects: http(s), no credentials, no backslashes or controls, and a host
-    the gateway serves. ``//evil``, ``/\\evil``, ``https://app.example.evil``,
-    ``https://app.example@evil`` and ``javascript:`` are all refused."""
-    if not uri or "\\" in uri or any(ord(c) < 0x21 or ord(c) == 0x7F for c in uri):
-        return False
-    try:
-        parts = urlsplit(uri)
-    except ValueError:
-        return False
-    if parts.scheme not in ("http", "https") or parts.username or parts.password:
-        return False
-    host = (parts.hostname or "").lower()
-    netloc = parts.netloc.lower()
-    if not host:
-        return False  # "https:///evil.example" lands on evil.example in browsers
-    return host in allowed_hosts or netloc in allowed_hosts
-
-
-def _own_path(path: str) -> bool:
-    """The gateway's reserved prefix, on a segment boundary (``/.gatewayish`` is not)."""
-    return path == "/.gateway" or path.startswith("/.gateway/")
-
-
-def programmatic_token(headers: list[tuple[bytes, bytes]]) -> str:
-    """``Authorization: Gateway <token>`` or ``Authorization: Bearer Gateway-<token>``."""
-    for name, value in headers:
-        if name.lower() != b"authorization":
-            continue
-        text = value.decode("latin-1").strip()
-        if text[:8].lower() == "gateway ":
-            return text[8:].strip()
-        if text[:7].lower() == "bearer " and text[7:15].lower() == "gateway-":
-            return text[15:].strip()
-    return ""
-
-
-def allowed_programmatic_target(uri: str, domains: tuple[str, ...]) -> bool:
-    """``programmatic_redirect_domain_whitelist``: the host must equal an entry; the
-    entry ``localhost`` admits any loopback host. Port ignored."""
-    try:
-        parts = urlsplit(uri)
-        host = (parts.hostname or "").lower()
-    except ValueError:
-        return False
-    if parts.scheme not in ("http", "https") or parts.username or parts.password or not host:
-        return False
-    if "\\" in uri or any(ord(c) < 0x21 for c in uri):
-        return False
-    if host in domains:
-        return True
-    if "localhost" in domains:
-        if host == "localhost":
-            return True
-        try:
-            return ipaddress.ip_address(host).is_loopback
-        except ValueError:
-            return False
-    return False
 
 
 async def _share(deferred: Deferred[Any]) -> Any:
@@ -188,10 +113,11 @@ class Identity:
                 reactor, o.idp_provider_url, o.idp_client_id, material.idp_client_secret,
                 o.idp_scopes, dict(o.idp_request_params),
                 self.auth_origin + o.authenticate_callback_path)
+        self.endpoints = Endpoints(self)
 
     # -- cookies and sessions
 
-    def _cookie(self, session: Session) -> tuple[tuple[bytes, bytes], ...]:
+    def session_cookie(self, session: Session) -> tuple[tuple[bytes, bytes], ...]:
         o = self.options
         value = self.cookies.seal("session", {"sid": session.id}, session.expires_at)
         max_age = max(int(session.expires_at - self.clock()), 0)
@@ -241,7 +167,7 @@ class Identity:
         self._tokens[token] = (sid, float(payload["exp"]))
         return sid
 
-    def _csrf_token(self, session: Session) -> str:
+    def csrf_token(self, session: Session) -> str:
         return hmac.new(self.csrf_key, session.id.encode(), hashlib.sha256).hexdigest()
 
     # -- the authorization hook
@@ -384,137 +310,6 @@ class Identity:
         query = urlencode({"gateway_redirect": sealed})
         return pages.redirect(f"{self.auth_origin}{SIGN_IN}?{query}")
 
-    # -- the gateway's own endpoints
-
-    def handles(self, host: str, path: str) -> bool:
-        return (bool(self.auth_host) and host in (self.auth_host, self.auth_hostname)) or \
-            _own_path(path)
-
-    def internal(self, request: RequestInfo, body: bytes = b""
-                 ) -> Decision | Deferred[Decision] | None:
-        """Answer the gateway's own endpoints; None lets the request go on to routing."""
-        on_auth = request.host in (self.auth_host, self.auth_hostname)
-        path = request.path
-        if on_auth and path == JWKS:
-            import json
-
-            return Deny(200, json.dumps(self.signer.jwks()).encode(),
-                        ((b"content-type", b"application/json"),), reason="jwks")
-        if on_auth and path == SIGN_IN:
-            return self._start(request)
-        if on_auth and path == self.options.authenticate_callback_path:
-            return ensureDeferred(self._callback(request))
-        if path == HANDOFF:
-            return self._handoff(request)
-        if path == PROGRAMMATIC and not on_auth:
-            return self._programmatic(request)
-        if path in (SIGN_OUT, SIGN_OUT.rstrip("/")):
-            return self._sign_out(request, body)
-        if _own_path(path):
-            return pages.error(404, "Not found.", request.headers, "not-found")
-        return None
-
-    def _start(self, request: RequestInfo) -> Decision | Deferred[Decision]:
-        now = self.clock()
-        payload = self.shared.open("sign-in", _query(request).get("gateway_redirect", ""), now)
-        if payload is None or not safe_target(str(payload.get("uri", "")), self.allowed_hosts):
-            return pages.error(400, "This sign-in link is invalid or has expired.",
-                               request.headers, "bad-sign-in-link")
-        uri = str(payload["uri"])
-        client = str(payload.get("programmatic", ""))
-        existing = self.session_for(request)
-        if existing is not None:
-            return self._to_client(existing, client) if client else self._to_route(existing, uri)
-        if self.provider is None:
-            return pages.error(503, "No identity provider is configured.", request.headers,
-                               "no-provider")
-        csrf = secrets.token_urlsafe(24)
-        verifier, challenge = pkce_pair()
-        nonce = secrets.token_urlsafe(24)
-        state = self.shared.seal("state", {
-            "uri": uri, "nonce": nonce, "verifier": verifier,
-            "programmatic": str(payload.get("programmatic", "")),
-            "csrf": hashlib.sha256(csrf.encode()).hexdigest()}, now + STATE_TTL)
-        cookie = set_cookie_headers(CSRF_COOKIE, csrf, max_age=int(STATE_TTL), domain="",
-                                    secure=self.options.cookie_secure, http_only=True)
-        extra = tuple((b"set-cookie", c) for c in cookie)
-
-        async def go() -> Decision:
-            assert self.provider is not None
-            try:
-                url = await self.provider.start_url(state, nonce, challenge)
-            except Exception as exc:  # the provider is down or misconfigured
-                return self._provider_down(exc, request)
-            return pages.redirect(url, extra)
-
-        return ensureDeferred(go())
-
-    def _provider_down(self, exc: Exception, request: RequestInfo) -> Deny:
-        log.error("identity provider unavailable: {error}", error=str(exc))
-        return pages.error(503, "The identity provider cannot be reached; try again later.",
-                           request.headers, "provider-unavailable")
-
-    async def _callback(self, request: RequestInfo) -> Decision:
-        params = _query(request)
-        now = self.clock()
-        if params.get("error"):
-            status = 401 if params["error"] == "access_denied" else 400
-            return pages.error(status, "The identity provider did not sign you in.",
-                               request.headers, f"provider-error: {params['error'][:64]}")
-        state = self.shared.open("state", params.get("state", ""), now)
-        csrf = parse_cookies(request.headers).get(CSRF_COOKIE, "")
-        if state is None or not hmac.compare_digest(
-                str(state.get("csrf", "")), hashlib.sha256(csrf.encode()).hexdigest()):
-            return pages.error(400, "This sign-in attempt is invalid or has expired; start "
-                               "again.", request.headers, "bad-state")
-        if not params.get("code") or self.provider is None:
-            return pages.error(400, "The identity provider sent no code.", request.headers,
-                               "no-code")
-        try:
-            tokens = await self.provider.exchange(params["code"], str(state["verifier"]),
-                                                  str(state["nonce"]))
-        except OIDCError as exc:
-            log.error("sign-in failed: {error}", error=str(exc))
-            return pages.error(502, "The sign-in could not be completed.", request.headers,
-                               "exchange-failed")
-        session = self.new_session(tokens.claims, tokens.id_token, tokens.access_token,
-                                   tokens.refresh_token, now + tokens.expires_in)
-        log.info("signed in {email} ({user})", email=session.email, user=session.user_id)
-        clear_csrf = tuple((b"set-cookie", c) for c in clear_cookie_headers(
-            CSRF_COOKIE, "", self.options.cookie_secure)[:1])
-        if state.get("programmatic"):
-            return self._to_client(session, str(state["programmatic"]),
-                                   self._cookie(session) + clear_csrf)
-        return self._to_route(session, str(state["uri"]), self._cookie(session) + clear_csrf)
-
-    def _programmatic(self, request: RequestInfo) -> Decision:
-        """Sign-in for non-browser clients: answers the URL to open; after sign-in the
-        browser is sent to the client's local ``gateway_redirect_uri`` with
-        ``gateway_jwt``, which the client then sends as ``Authorization: Gateway``."""
-        if request.method != b"GET":
-            return pages.error(405, "Use GET.", request.headers, "method-not-allowed")
-        target = _query(request).get("gateway_redirect_uri")
-        if target is None:
-            return pages.error(404, "Not found.", request.headers, "not-found")
-        if not allowed_programmatic_target(target, self.programmatic_domains):
-            return pages.error(400, "invalid redirect uri", request.headers,
-                               "bad-programmatic-redirect")
-        if not self.auth_origin:
-            return pages.error(503, "No authenticate service is configured.",
-                               request.headers, "no-authenticate-url")
-        route_url = f"{request.scheme}://{request.host}/"
-        sealed = self.shared.seal("sign-in", {"uri": route_url, "programmatic": target},
-                                  self.clock() + STATE_TTL)
-        url = f"{self.auth_origin}{SIGN_IN}?" + urlencode({"gateway_redirect": sealed})
-        return Deny(200, url.encode(), ((b"content-type", b"text/plain; charset=utf-8"),),
-                    reason="programmatic-login")
-
-    def _to_client(self, session: Session, target: str,
-                   extra: tuple[tuple[bytes, bytes], ...] = ()) -> Deny:
-        token = self.shared.seal("programmatic", {"sid": session.id}, session.expires_at)
-        sep = "&" if "?" in target else "?"
-        return pages.redirect(f"{target}{sep}{urlencode({'gateway_jwt': token})}", extra)
-
     def new_session(self, claims: dict[str, Any], id_token: str, access: str, refresh: str,
                     token_expiry: float) -> Session:
         now = self.clock()
@@ -529,54 +324,11 @@ class Identity:
         self.store.put(session)
         return session
 
-    def _to_route(self, session: Session, uri: str,
-                  extra: tuple[tuple[bytes, bytes], ...] = ()) -> Deny:
-        parts = urlsplit(uri)
-        sealed = self.shared.seal("handoff", {"sid": session.id, "uri": uri},
-                                  self.clock() + HANDOFF_TTL)
-        location = f"{parts.scheme}://{parts.netloc}{HANDOFF}?" + \
-            urlencode({"gateway_session": sealed})
-        return pages.redirect(location, extra)
+    # -- the gateway's own endpoints (``endpoints.Endpoints``)
 
-    def _handoff(self, request: RequestInfo) -> Decision:
-        payload = self.shared.open("handoff", _query(request).get("gateway_session", ""),
-                                   self.clock())
-        uri = str(payload.get("uri", "")) if payload else ""
-        if payload is None or urlsplit(uri).netloc.lower() != request.host:
-            return pages.error(400, "This sign-in link is invalid or has expired.",
-                               request.headers, "bad-handoff")
-        session = self.store.get(str(payload.get("sid", "")))
-        if session is None or not session.valid(self.clock()):
-            return pages.error(401, "Your session has ended; sign in again.", request.headers,
-                               "session-gone")
-        return pages.redirect(uri, self._cookie(session))
+    def handles(self, host: str, path: str) -> bool:
+        return self.endpoints.handles(host, path)
 
-    def _sign_out(self, request: RequestInfo, body: bytes) -> Decision:
-        session = self.session_for(request)
-        given = _query(request) | (_form(body) if request.method == b"POST" else {})
-        token = given.get("csrf", "")
-        if session is None or not hmac.compare_digest(
-                token.encode("utf-8", "replace"), self._csrf_token(session).encode()):
-            if session is not None and request.method == b"GET" and not token:
-                target = html.escape(given.get("gateway_redirect_uri", ""), quote=True)
-                keep = (f'<input type="hidden" name="gateway_redirect_uri" value="{target}">'
-                        if target else "")
-                form = (f'<form method="post" action="{SIGN_OUT}">'
-                        f'<input type="hidden" name="csrf" value="{self._csrf_token(session)}">'
-                        f"{keep}<button>Sign out</button></form>")
-                return pages.page("Sign out?", form)
-            return pages.error(400, "CSRF token invalid.", request.headers, "csrf-invalid")
-        self.store.delete(session.id)
-        log.info("signed out {email}", email=session.email)
-        clear = tuple((b"set-cookie", c) for c in clear_cookie_headers(
-            self.options.cookie_name, self.options.cookie_domain, self.options.cookie_secure))
-        target = given.get("gateway_redirect_uri", "")
-        if not (target and safe_target(target, self.allowed_hosts)):
-            target = self.options.signout_redirect_url
-        if self.provider is not None and session.id_token:
-            end = self.provider.end_session_url(session.id_token, target)
-            if end:
-                return pages.redirect(end, clear)
-        if target:
-            return pages.redirect(target, clear)
-        return pages.page("Signed out", "<p>You are signed out.</p>", clear)
+    def internal(self, request: RequestInfo, body: bytes = b""
+                 ) -> Decision | Deferred[Decision] | None:
+        return self.endpoints.internal(request, body)

@@ -20,16 +20,16 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from twisted.internet.defer import Deferred
 from twisted.trial.unittest import SynchronousTestCase
 
-from gateway.authenticate.identity import (
+from gateway.authenticate.endpoints import (
     HANDOFF,
     HANDOFF_TTL,
     JWKS,
     SIGN_IN,
     SIGN_OUT,
     STATE_TTL,
-    Identity,
-    safe_target,
 )
+from gateway.authenticate.identity import Identity
+from gateway.authenticate.targets import safe_target
 from gateway.authorize.assertion import AssertionSigner
 from gateway.config.snapshot import Snapshot
 from gateway.databroker.follower import ChangeFollower
@@ -177,7 +177,7 @@ class IdentityCase(SynchronousTestCase):
                                          NOW + 3600)
 
     def cookie(self, session: Session) -> tuple[bytes, bytes]:
-        return cookie_header([v for _, v in self.identity._cookie(session)])
+        return cookie_header([v for _, v in self.identity.session_cookie(session)])
 
     def authorize(self, path: str = "/", query: str | bytes = b"",
                   headers: Headers | None = None) -> Any:
@@ -256,7 +256,7 @@ class AuthorizeTests(IdentityCase):
     def test_cookie_attributes(self) -> None:
         """The session cookie is host-only, Secure, HttpOnly, Lax and lasts cookie_expire."""
         alice = self.session()
-        [(name, value)] = self.identity._cookie(alice)
+        [(name, value)] = self.identity.session_cookie(alice)
         self.assertEqual(name, b"set-cookie")
         parts = value.decode().split("; ")
         self.assertTrue(parts[0].startswith("_gateway="))

@@ -1,0 +1,237 @@
+"""The gateway's own endpoints: sign-in start, the provider's callback, the hand-off to
+route hosts, programmatic login, sign-out and the JWKS document (the browser flow is
+described in ``identity``). State shared with authorization (sealers, the session store,
+the provider, options) is the ``Identity``'s."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import html
+import json
+import secrets
+from typing import TYPE_CHECKING
+from urllib.parse import urlencode, urlsplit
+
+from twisted.internet.defer import Deferred, ensureDeferred
+from twisted.logger import Logger
+
+from gateway.authenticate import pages
+from gateway.authenticate.oidc import OIDCError, pkce_pair
+from gateway.authenticate.targets import (
+    allowed_programmatic_target,
+    form_params,
+    own_path,
+    query_params,
+    safe_target,
+)
+from gateway.dataplane.authz import Decision, Deny, RequestInfo
+from gateway.sessions.cookie import clear_cookie_headers, parse_cookies, set_cookie_headers
+from gateway.sessions.model import Session
+
+if TYPE_CHECKING:
+    from gateway.authenticate.identity import Identity
+
+log = Logger()
+SIGN_IN = "/.gateway/sign_in"
+HANDOFF = "/.gateway/callback"
+SIGN_OUT = "/.gateway/signout/"
+JWKS = "/.well-known/gateway/jwks.json"
+PROGRAMMATIC = "/.gateway/api/v1/login"
+STATE_TTL = 600.0
+HANDOFF_TTL = 60.0
+CSRF_COOKIE = "_gateway_csrf"
+
+
+class Endpoints:
+    def __init__(self, identity: Identity) -> None:
+        self.identity = identity
+
+    def handles(self, host: str, path: str) -> bool:
+        ident = self.identity
+        return (bool(ident.auth_host) and host in (ident.auth_host, ident.auth_hostname)) or \
+            own_path(path)
+
+    def internal(self, request: RequestInfo, body: bytes = b""
+                 ) -> Decision | Deferred[Decision] | None:
+        """Answer the gateway's own endpoints; None lets the request go on to routing."""
+        ident = self.identity
+        on_auth = request.host in (ident.auth_host, ident.auth_hostname)
+        path = request.path
+        if on_auth and path == JWKS:
+            return Deny(200, json.dumps(ident.signer.jwks()).encode(),
+                        ((b"content-type", b"application/json"),), reason="jwks")
+        if on_auth and path == SIGN_IN:
+            return self._start(request)
+        if on_auth and path == ident.options.authenticate_callback_path:
+            return ensureDeferred(self._callback(request))
+        if path == HANDOFF:
+            return self._handoff(request)
+        if path == PROGRAMMATIC and not on_auth:
+            return self._programmatic(request)
+        if path in (SIGN_OUT, SIGN_OUT.rstrip("/")):
+            return self._sign_out(request, body)
+        if own_path(path):
+            return pages.error(404, "Not found.", request.headers, "not-found")
+        return None
+
+    def _start(self, request: RequestInfo) -> Decision | Deferred[Decision]:
+        ident = self.identity
+        now = ident.clock()
+        payload = ident.shared.open("sign-in", query_params(request).get("gateway_redirect", ""),
+                                    now)
+        if payload is None or not safe_target(str(payload.get("uri", "")), ident.allowed_hosts):
+            return pages.error(400, "This sign-in link is invalid or has expired.",
+                               request.headers, "bad-sign-in-link")
+        uri = str(payload["uri"])
+        client = str(payload.get("programmatic", ""))
+        existing = ident.session_for(request)
+        if existing is not None:
+            return self._to_client(existing, client) if client else self._to_route(existing, uri)
+        if ident.provider is None:
+            return pages.error(503, "No identity provider is configured.", request.headers,
+                               "no-provider")
+        csrf = secrets.token_urlsafe(24)
+        verifier, challenge = pkce_pair()
+        nonce = secrets.token_urlsafe(24)
+        state = ident.shared.seal("state", {
+            "uri": uri, "nonce": nonce, "verifier": verifier,
+            "programmatic": str(payload.get("programmatic", "")),
+            "csrf": hashlib.sha256(csrf.encode()).hexdigest()}, now + STATE_TTL)
+        cookie = set_cookie_headers(CSRF_COOKIE, csrf, max_age=int(STATE_TTL), domain="",
+                                    secure=ident.options.cookie_secure, http_only=True)
+        extra = tuple((b"set-cookie", c) for c in cookie)
+
+        async def go() -> Decision:
+            assert ident.provider is not None
+            try:
+                url = await ident.provider.start_url(state, nonce, challenge)
+            except Exception as exc:  # the provider is down or misconfigured
+                return self._provider_down(exc, request)
+            return pages.redirect(url, extra)
+
+        return ensureDeferred(go())
+
+    def _provider_down(self, exc: Exception, request: RequestInfo) -> Deny:
+        log.error("identity provider unavailable: {error}", error=str(exc))
+        return pages.error(503, "The identity provider cannot be reached; try again later.",
+                           request.headers, "provider-unavailable")
+
+    async def _callback(self, request: RequestInfo) -> Decision:
+        ident = self.identity
+        params = query_params(request)
+        now = ident.clock()
+        if params.get("error"):
+            status = 401 if params["error"] == "access_denied" else 400
+            return pages.error(status, "The identity provider did not sign you in.",
+                               request.headers, f"provider-error: {params['error'][:64]}")
+        state = ident.shared.open("state", params.get("state", ""), now)
+        csrf = parse_cookies(request.headers).get(CSRF_COOKIE, "")
+        if state is None or not hmac.compare_digest(
+                str(state.get("csrf", "")), hashlib.sha256(csrf.encode()).hexdigest()):
+            return pages.error(400, "This sign-in attempt is invalid or has expired; start "
+                               "again.", request.headers, "bad-state")
+        if not params.get("code") or ident.provider is None:
+            return pages.error(400, "The identity provider sent no code.", request.headers,
+                               "no-code")
+        try:
+            tokens = await ident.provider.exchange(params["code"], str(state["verifier"]),
+                                                  str(state["nonce"]))
+        except OIDCError as exc:
+            log.error("sign-in failed: {error}", error=str(exc))
+            return pages.error(502, "The sign-in could not be completed.", request.headers,
+                               "exchange-failed")
+        session = ident.new_session(tokens.claims, tokens.id_token, tokens.access_token,
+                                   tokens.refresh_token, now + tokens.expires_in)
+        log.info("signed in {email} ({user})", email=session.email, user=session.user_id)
+        clear_csrf = tuple((b"set-cookie", c) for c in clear_cookie_headers(
+            CSRF_COOKIE, "", ident.options.cookie_secure)[:1])
+        if state.get("programmatic"):
+            return self._to_client(session, str(state["programmatic"]),
+                                   ident.session_cookie(session) + clear_csrf)
+        return self._to_route(session, str(state["uri"]),
+                              ident.session_cookie(session) + clear_csrf)
+
+    def _programmatic(self, request: RequestInfo) -> Decision:
+        """Sign-in for non-browser clients: answers the URL to open; after sign-in the
+        browser is sent to the client's local ``gateway_redirect_uri`` with
+        ``gateway_jwt``, which the client then sends as ``Authorization: Gateway``."""
+        ident = self.identity
+        if request.method != b"GET":
+            return pages.error(405, "Use GET.", request.headers, "method-not-allowed")
+        target = query_params(request).get("gateway_redirect_uri")
+        if target is None:
+            return pages.error(404, "Not found.", request.headers, "not-found")
+        if not allowed_programmatic_target(target, ident.programmatic_domains):
+            return pages.error(400, "invalid redirect uri", request.headers,
+                               "bad-programmatic-redirect")
+        if not ident.auth_origin:
+            return pages.error(503, "No authenticate service is configured.",
+                               request.headers, "no-authenticate-url")
+        route_url = f"{request.scheme}://{request.host}/"
+        sealed = ident.shared.seal("sign-in", {"uri": route_url, "programmatic": target},
+                                  ident.clock() + STATE_TTL)
+        url = f"{ident.auth_origin}{SIGN_IN}?" + urlencode({"gateway_redirect": sealed})
+        return Deny(200, url.encode(), ((b"content-type", b"text/plain; charset=utf-8"),),
+                    reason="programmatic-login")
+
+    def _to_client(self, session: Session, target: str,
+                   extra: tuple[tuple[bytes, bytes], ...] = ()) -> Deny:
+        token = self.identity.shared.seal("programmatic", {"sid": session.id}, session.expires_at)
+        sep = "&" if "?" in target else "?"
+        return pages.redirect(f"{target}{sep}{urlencode({'gateway_jwt': token})}", extra)
+
+    def _to_route(self, session: Session, uri: str,
+                  extra: tuple[tuple[bytes, bytes], ...] = ()) -> Deny:
+        ident = self.identity
+        parts = urlsplit(uri)
+        sealed = ident.shared.seal("handoff", {"sid": session.id, "uri": uri},
+                                  ident.clock() + HANDOFF_TTL)
+        location = f"{parts.scheme}://{parts.netloc}{HANDOFF}?" + \
+            urlencode({"gateway_session": sealed})
+        return pages.redirect(location, extra)
+
+    def _handoff(self, request: RequestInfo) -> Decision:
+        ident = self.identity
+        payload = ident.shared.open("handoff", query_params(request).get("gateway_session", ""),
+                                   ident.clock())
+        uri = str(payload.get("uri", "")) if payload else ""
+        if payload is None or urlsplit(uri).netloc.lower() != request.host:
+            return pages.error(400, "This sign-in link is invalid or has expired.",
+                               request.headers, "bad-handoff")
+        session = ident.store.get(str(payload.get("sid", "")))
+        if session is None or not session.valid(ident.clock()):
+            return pages.error(401, "Your session has ended; sign in again.", request.headers,
+                               "session-gone")
+        return pages.redirect(uri, ident.session_cookie(session))
+
+    def _sign_out(self, request: RequestInfo, body: bytes) -> Decision:
+        ident = self.identity
+        session = ident.session_for(request)
+        given = query_params(request) | (form_params(body) if request.method == b"POST" else {})
+        token = given.get("csrf", "")
+        if session is None or not hmac.compare_digest(
+                token.encode("utf-8", "replace"), ident.csrf_token(session).encode()):
+            if session is not None and request.method == b"GET" and not token:
+                target = html.escape(given.get("gateway_redirect_uri", ""), quote=True)
+                keep = (f'<input type="hidden" name="gateway_redirect_uri" value="{target}">'
+                        if target else "")
+                form = (f'<form method="post" action="{SIGN_OUT}">'
+                        f'<input type="hidden" name="csrf" value="{ident.csrf_token(session)}">'
+                        f"{keep}<button>Sign out</button></form>")
+                return pages.page("Sign out?", form)
+            return pages.error(400, "CSRF token invalid.", request.headers, "csrf-invalid")
+        ident.store.delete(session.id)
+        log.info("signed out {email}", email=session.email)
+        clear = tuple((b"set-cookie", c) for c in clear_cookie_headers(
+            ident.options.cookie_name, ident.options.cookie_domain, ident.options.cookie_secure))
+        target = given.get("gateway_redirect_uri", "")
+        if not (target and safe_target(target, ident.allowed_hosts)):
+            target = ident.options.signout_redirect_url
+        if ident.provider is not None and session.id_token:
+            end = ident.provider.end_session_url(session.id_token, target)
+            if end:
+                return pages.redirect(end, clear)
+        if target:
+            return pages.redirect(target, clear)
+        return pages.page("Signed out", "<p>You are signed out.</p>", clear)

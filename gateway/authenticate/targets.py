@@ -1,0 +1,80 @@
+"""Pure checks on what requests carry: redirect targets (no open redirects), the
+gateway's reserved path, programmatic tokens and their allowed client targets, and
+query/form parameters."""
+
+from __future__ import annotations
+
+import ipaddress
+from urllib.parse import parse_qs, urlsplit
+
+from gateway.dataplane.authz import RequestInfo
+
+
+def query_params(request: RequestInfo) -> dict[str, str]:
+    parsed = parse_qs(request.query.decode("latin-1").lstrip("?"), keep_blank_values=True)
+    return {k: v[0] for k, v in parsed.items()}
+
+
+def form_params(body: bytes) -> dict[str, str]:
+    return {k: v[0] for k, v in parse_qs(body.decode("latin-1")).items()}
+
+
+def safe_target(uri: str, allowed_hosts: set[str]) -> bool:
+    """No open redirects: http(s), no credentials, no backslashes or controls, and a host
+    the gateway serves. ``//evil``, ``/\\evil``, ``https://app.example.evil``,
+    ``https://app.example@evil`` and ``javascript:`` are all refused."""
+    if not uri or "\\" in uri or any(ord(c) < 0x21 or ord(c) == 0x7F for c in uri):
+        return False
+    try:
+        parts = urlsplit(uri)
+    except ValueError:
+        return False
+    if parts.scheme not in ("http", "https") or parts.username or parts.password:
+        return False
+    host = (parts.hostname or "").lower()
+    netloc = parts.netloc.lower()
+    if not host:
+        return False  # "https:///evil.example" lands on evil.example in browsers
+    return host in allowed_hosts or netloc in allowed_hosts
+
+
+def own_path(path: str) -> bool:
+    """The gateway's reserved prefix, on a segment boundary (``/.gatewayish`` is not)."""
+    return path == "/.gateway" or path.startswith("/.gateway/")
+
+
+def programmatic_token(headers: list[tuple[bytes, bytes]]) -> str:
+    """``Authorization: Gateway <token>`` or ``Authorization: Bearer Gateway-<token>``."""
+    for name, value in headers:
+        if name.lower() != b"authorization":
+            continue
+        text = value.decode("latin-1").strip()
+        if text[:8].lower() == "gateway ":
+            return text[8:].strip()
+        if text[:7].lower() == "bearer " and text[7:15].lower() == "gateway-":
+            return text[15:].strip()
+    return ""
+
+
+def allowed_programmatic_target(uri: str, domains: tuple[str, ...]) -> bool:
+    """``programmatic_redirect_domain_whitelist``: the host must equal an entry; the
+    entry ``localhost`` admits any loopback host. Port ignored."""
+    try:
+        parts = urlsplit(uri)
+        host = (parts.hostname or "").lower()
+    except ValueError:
+        return False
+    if parts.scheme not in ("http", "https") or parts.username or parts.password or not host:
+        return False
+    if "\\" in uri or any(ord(c) < 0x21 for c in uri):
+        return False
+    if host in domains:
+        return True
+    if "localhost" in domains:
+        if host == "localhost":
+            return True
+        try:
+            return ipaddress.ip_address(host).is_loopback
+        except ValueError:
+            return False
+    return False
