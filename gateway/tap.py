@@ -24,6 +24,7 @@ from gateway.config.source import ConfigSource
 from gateway.databroker.broker import Databroker
 from gateway.observability import logging as gateway_logging
 from gateway.services.logical import AuthenticateService, AuthorizeService, DataBrokerService
+from gateway.services.metrics import MetricsService
 from gateway.services.proxy import ProxyService
 
 log = Logger(namespace="gateway")
@@ -122,6 +123,8 @@ def build_service_tree(
         identity = IdentityHolder(reactor, snapshot, broker)
         source.subscribe(identity.apply)
         root.addService(ProxyService(source, reactor, authorizer=identity))
+    if options.metrics_address:
+        root.addService(MetricsService(source, reactor))
     _log_startup(snapshot)
     return root
 

@@ -7,15 +7,25 @@ exactly the gateway's metrics. Values are filled by the parts that own them; the
 
 from __future__ import annotations
 
+import functools
 import weakref
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
 from typing import Any, Protocol
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    disable_created_metrics,
+)
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 REGISTRY = CollectorRegistry(auto_describe=True)
+# no `*_created` series: nothing the reference lists, and twice the lines per counter
+disable_created_metrics()  # type: ignore[no-untyped-call]
 
 STORAGE_OPERATION_DURATION_MS = Histogram(
     "storage_operation_duration_ms", "Duration of databroker storage operations.",
@@ -76,3 +86,71 @@ REGISTRY.register(_POOLS)
 def watch_pool(pool: Pool, service: str) -> None:
     """Publish ``pool``'s connection counts while it lives."""
     _POOLS.pools[pool] = service
+
+
+@functools.cache
+def _revision() -> str:
+    """The git revision of a checkout this runs from; empty for an installed package."""
+    git = Path(__file__).resolve().parents[2] / ".git"
+    try:
+        head = (git / "HEAD").read_text().strip()
+        if head.startswith("ref: "):
+            ref = head[5:]
+            path = git / ref
+            if path.is_file():
+                return path.read_text().strip()[:12]
+            for line in (git / "packed-refs").read_text().splitlines():
+                if line.endswith(" " + ref):
+                    return line[:12]
+            return ""
+        return head[:12]
+    except OSError:
+        return ""
+
+
+class _ConfigCollector(Collector):
+    """``gateway_config_*`` from the configuration source's reload status, and
+    ``gateway_build_info``."""
+
+    def __init__(self) -> None:
+        self.status: Callable[[], Any] | None = None
+        self.service = "gateway"
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        import platform
+
+        from gateway import __version__
+
+        build = GaugeMetricFamily("gateway_build_info", "Build of the running gateway.",
+                                  labels=["revision", "service", "version", "runtime_version"])
+        build.add_metric([_revision(), self.service, __version__,
+                          f"{platform.python_implementation()} {platform.python_version()}"], 1)
+        yield build
+        if self.status is None:
+            return
+        status = self.status()
+        for name, text, value in (
+                ("gateway_config_checksum_int64", "Checksum of the loaded configuration.",
+                 status.checksum),
+                ("gateway_config_last_reload_success",
+                 "Whether the last configuration reload succeeded.",
+                 1 if status.last_reload_success else 0),
+                ("gateway_config_last_reload_success_timestamp",
+                 "When the configuration was last loaded successfully.",
+                 status.last_reload_success_timestamp)):
+            family = GaugeMetricFamily(name, text, labels=["service"])
+            family.add_metric([self.service], value)
+            yield family
+
+    def describe(self) -> Iterable[GaugeMetricFamily]:
+        return list(self.collect())
+
+
+_CONFIG = _ConfigCollector()
+REGISTRY.register(_CONFIG)
+
+
+def watch_config(status: Callable[[], Any], service: str) -> None:
+    """Publish the reload status ``status()`` returns, labelled ``service``."""
+    _CONFIG.status = status
+    _CONFIG.service = service

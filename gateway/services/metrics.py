@@ -1,0 +1,151 @@
+"""The metrics endpoint on ``metrics_address``: the process's registry in the Prometheus
+text format, on any path.
+
+``metrics_basic_auth`` requires HTTP Basic credentials (compared in constant time; 401
+with a challenge otherwise). ``metrics_certificate`` (+ key) serves it over TLS, and
+``metrics_client_ca`` then also requires a client certificate that CA signed. The
+address is read at start (a change is logged and needs a restart); credentials and TLS
+material follow reloads, for connections made from then on.
+"""
+
+from __future__ import annotations
+
+import base64
+import hmac
+from typing import Any
+
+from cryptography import x509
+from OpenSSL import SSL, crypto
+from prometheus_client.exposition import choose_encoder
+from twisted.application.internet import StreamServerEndpointService
+from twisted.application.service import MultiService
+from twisted.internet.error import CannotListenError
+from twisted.internet.interfaces import IOpenSSLServerConnectionCreator
+from twisted.protocols.tls import TLSMemoryBIOFactory
+from twisted.web.resource import Resource
+from twisted.web.server import Request, Site
+from zope.interface import implementer
+
+from gateway.config.snapshot import Snapshot
+from gateway.config.source import ConfigSource
+from gateway.dataplane.listener import server_endpoint
+from gateway.observability.metrics import REGISTRY, watch_config
+from gateway.services.base import SnapshotService
+from gateway.tls.store import CIPHERS
+
+
+def tls_context(certificate: tuple[bytes, bytes], client_ca: bytes | None) -> SSL.Context:
+    chain_pem, key_pem = certificate
+    chain = x509.load_pem_x509_certificates(chain_pem)
+    ctx = SSL.Context(SSL.TLS_SERVER_METHOD)
+    ctx.set_min_proto_version(SSL.TLS1_2_VERSION)
+    ctx.set_options(SSL.OP_NO_COMPRESSION | SSL.OP_CIPHER_SERVER_PREFERENCE
+                    | SSL.OP_NO_RENEGOTIATION)
+    ctx.set_cipher_list(CIPHERS)
+    ctx.use_certificate(chain[0])
+    for extra in chain[1:]:
+        ctx.add_extra_chain_cert(extra)
+    from cryptography.hazmat.primitives.serialization import load_pem_private_key
+
+    ctx.use_privatekey(load_pem_private_key(key_pem, None))  # type: ignore[arg-type]
+    ctx.check_privatekey()
+    if client_ca:
+        store = ctx.get_cert_store()
+        assert store is not None
+        for ca in x509.load_pem_x509_certificates(client_ca):
+            store.add_cert(crypto.X509.from_cryptography(ca))
+        ctx.set_verify(SSL.VERIFY_PEER | SSL.VERIFY_FAIL_IF_NO_PEER_CERT)
+    ctx.set_session_id(b"gateway-metrics")
+    return ctx
+
+
+@implementer(IOpenSSLServerConnectionCreator)
+class SwappableTLS:
+    """New connections use the newest context (material reloaded)."""
+
+    def __init__(self, context: SSL.Context) -> None:
+        self.context = context
+
+    def serverConnectionForTLS(self, tlsProtocol: Any) -> SSL.Connection:
+        return SSL.Connection(self.context, None)
+
+
+class MetricsResource(Resource):
+    isLeaf = True
+
+    def __init__(self) -> None:
+        super().__init__()  # type: ignore[no-untyped-call]
+        self.credentials: tuple[str, str] | None = None
+
+    def render_GET(self, request: Request) -> bytes:
+        if self.credentials is not None and not self._authorized(request):
+            request.setResponseCode(401)
+            request.setHeader(b"www-authenticate", b'Basic realm="metrics"')
+            request.setHeader(b"content-type", b"text/plain; charset=utf-8")
+            return b"metrics_basic_auth: credentials required\n"
+        # the text format, or OpenMetrics when the scraper asks for it
+        encoder, content_type = choose_encoder(
+            (request.getHeader(b"accept") or b"").decode("latin-1"))
+        request.setHeader(b"content-type", content_type.encode())
+        return encoder(REGISTRY)
+
+    def _authorized(self, request: Request) -> bool:
+        assert self.credentials is not None
+        header = request.getHeader(b"authorization") or b""
+        scheme, _, value = header.partition(b" ")
+        if scheme.lower() != b"basic":
+            return False
+        try:
+            given = base64.b64decode(value.strip(), validate=True)
+        except ValueError:
+            return False
+        user, password = self.credentials
+        expected = f"{user}:{password}".encode()
+        return hmac.compare_digest(given, expected)
+
+
+class MetricsService(SnapshotService):
+    label = "metrics"
+
+    def __init__(self, source: ConfigSource, reactor: Any) -> None:
+        super().__init__(source)
+        snapshot = source.current
+        self.address = snapshot.options.metrics_address
+        self.resource = MetricsResource()
+        self.tls: SwappableTLS | None = None
+        material = snapshot.material
+        factory: Any = Site(self.resource)
+        factory.noisy = False
+        factory.log = lambda request: None  # scrapes are not access-logged
+        if material.metrics_certificate is not None:
+            self.tls = SwappableTLS(tls_context(material.metrics_certificate,
+                                                material.metrics_client_ca))
+            factory = TLSMemoryBIOFactory(self.tls, False, factory)
+        o = snapshot.options
+        watch_config(lambda: source.status,
+                     "gateway" if o.services == "all" else f"gateway-{o.services}")
+        listener = StreamServerEndpointService(
+            server_endpoint(reactor, snapshot.options.metrics_address), factory)
+        listener._raiseSynchronously = True
+        MultiService.addService(self, listener)
+
+    def apply(self, snapshot: Snapshot) -> None:
+        o, m = snapshot.options, snapshot.material
+        if o.metrics_address != self.address:
+            self.log.warn("metrics_address changed from {old} to {new}: restart to listen "
+                          "on the new address", old=self.address, new=o.metrics_address)
+        self.resource.credentials = m.metrics_basic_auth
+        if self.tls is not None and m.metrics_certificate is not None:
+            self.tls.context = tls_context(m.metrics_certificate, m.metrics_client_ca)
+        elif (self.tls is None) != (m.metrics_certificate is None):
+            self.log.warn("metrics TLS turned on or off: restart to apply it")
+        super().apply(snapshot)
+
+    def privilegedStartService(self) -> None:
+        try:
+            MultiService.privilegedStartService(self)
+        except CannotListenError as exc:
+            self.log.critical("metrics_address: cannot listen on {address}: {error}",
+                              address=f"{exc.interface}:{exc.port}",
+                              error=str(exc.socketError))
+            raise SystemExit(1) from None
