@@ -10,14 +10,10 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from twisted.internet.task import LoopingCall
-from twisted.logger import Logger, LogLevel
 
 from gateway.dataplane.authz import Authorizer, NotYetAuthorizer
 from gateway.dataplane.plan import Plan
 from gateway.dataplane.upstream import Pool, family_resolver
-from gateway.observability.logging import LEVELS
-
-access_log = Logger(namespace="gateway.access")
 
 
 class Watched(Protocol):
@@ -63,10 +59,6 @@ class ProxyCore:
         if self._watchdog.running:
             self._watchdog.stop()
         self.pool.stop()
-
-    @staticmethod
-    def access_enabled() -> bool:
-        return bool(LogLevel.info >= LEVELS.proxy_log_level)
 
     def _check_all(self) -> None:
         now = self.reactor.seconds()

@@ -22,7 +22,8 @@ from zope.interface import implementer
 
 from gateway.dataplane.connection_tls import ConnectionTLS
 from gateway.dataplane.core import ProxyCore
-from gateway.dataplane.exchange import BODY_CHUNKED, BODY_LENGTH, Exchange
+from gateway.dataplane.exchange import Exchange
+from gateway.dataplane.exchange_base import BODY_CHUNKED, BODY_LENGTH
 from gateway.dataplane.fastio import direct_writer, write_now
 from gateway.dataplane.normalize import BadTarget, normalise_target, split_absolute
 from gateway.dataplane.responses import error_body, status_line

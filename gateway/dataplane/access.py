@@ -1,0 +1,37 @@
+"""The access log: one structured event per exchange, in the ``gateway.access`` namespace.
+
+Written once when the exchange ends (answered, abandoned, upgraded to a tunnel), with what
+was sent and why; a ``proxy_log_level`` above ``info`` turns it off.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from twisted.logger import Logger, LogLevel
+
+from gateway.observability.logging import LEVELS
+
+if TYPE_CHECKING:
+    from gateway.dataplane.exchange_base import ExchangeBase
+
+access_log = Logger(namespace="gateway.access")
+
+
+def access_enabled() -> bool:
+    return bool(LogLevel.info >= LEVELS.proxy_log_level)
+
+
+def log_access(exchange: ExchangeBase, status: int) -> None:
+    if not access_enabled():
+        return
+    plan = exchange.plan
+    access_log.info(
+        "{method} {host}{path} {status}",
+        method=exchange.method.decode("latin-1"), host=exchange.host, path=exchange.path,
+        query=exchange.query.decode("latin-1"), status=status, bytes=exchange.sent,
+        duration_ms=round((exchange.core.reactor.seconds() - exchange.started) * 1000, 3),
+        client=exchange.client_address(),
+        route=(plan.route.name or str(plan.route.index)) if plan else None,
+        detail=exchange.detail or None,
+    )

@@ -1,0 +1,144 @@
+"""What every part of an exchange shares: its state, its downstream side, its own answers.
+
+``ExchangeBase`` holds the request fields the codec fills in and the progress of the
+response; ``relay.UpstreamRelay`` adds the upstream side and ``exchange.Exchange`` the
+request side and routing. ``Sink`` is what each codec implements for the response.
+``local`` and ``fail`` answer without an upstream (every error, redirects, denials).
+
+The parts are classes of one object, not objects of their own: a request allocates one
+``Exchange`` and its calls go straight to the method that does the work.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Protocol
+
+from gateway.dataplane.access import log_access
+from gateway.dataplane.authz import Allow
+from gateway.dataplane.core import ProxyCore
+from gateway.dataplane.headers import forwarded_for
+from gateway.dataplane.hosts import UpstreamHost
+from gateway.dataplane.plan import RoutePlan
+from gateway.dataplane.responses import error_page
+from gateway.dataplane.upstream import UpstreamConnection
+
+if TYPE_CHECKING:
+    from twisted.internet.defer import Deferred
+
+    from gateway.dataplane.exchange import Exchange
+    from gateway.dataplane.plan import Pairs
+
+BODY_NONE, BODY_LENGTH, BODY_CHUNKED = 0, 1, 2
+_PLAIN = ((b"content-type", b"text/plain; charset=utf-8"),)
+
+
+class Sink(Protocol):
+    """The downstream side of one exchange (implemented by each codec)."""
+
+    client_ip: str
+    chunked_framing: bool  # HTTP/1.1 frames unknown-length bodies itself; HTTP/2 does not
+    def write_head(self, status: int, reason: bytes, headers: list[tuple[bytes, bytes]],
+                   body: bool, close: bool, first_body: bytes = b"") -> None: ...
+    def write_body(self, data: bytes) -> None: ...
+    def end_body(self) -> None: ...
+    def flush(self) -> None: ...
+    def tls_info(self) -> tuple[str, Any, Any]: ...
+    def client_cert_problem(self, policy: Any) -> str | None: ...
+    def exchange_done(self, exchange: Exchange) -> None: ...
+    def abort(self) -> None: ...
+    def pause_reading(self, reason: str) -> None: ...
+    def resume_reading(self, reason: str) -> None: ...
+    def send_continue(self) -> None: ...
+    def start_response_flow(self, producer: Any) -> None: ...
+    def stop_response_flow(self) -> None: ...
+    def start_tunnel(self, exchange: Exchange, upstream: UpstreamConnection,
+                     rest: bytes, idle_timeout: float) -> None: ...
+
+
+class ExchangeBase:
+    """The state all parts of an exchange share (only ``Exchange`` is instantiated)."""
+
+    def __init__(self, sink: Sink, core: ProxyCore) -> None:
+        self.sink = sink
+        self.core = core
+        self.started = core.reactor.seconds()
+        self.method = b""
+        self.target = b""
+        self.path = "/"
+        self.query = b""
+        self.host = ""
+        self.headers: list[tuple[bytes, bytes]] = []
+        self.keep_alive = True
+        self.upgrade = b""
+        self.connection_tokens: frozenset[bytes] = frozenset()
+        self.expect_continue = False
+        self.body_kind = BODY_NONE
+        self.ready = False
+        self.request_done = False
+        self.finished = False
+        self.plan: RoutePlan | None = None
+        self.host_state: UpstreamHost | None = None
+        self.upstream: UpstreamConnection | None = None
+        self.connecting: Deferred[UpstreamConnection] | None = None
+        self.pending: list[bytes] = []
+        self.pending_size = 0
+        self.allow: Allow | None = None
+        self.deadline = 0.0
+        self.waiting_upstream = False
+        self.response_started = False
+        self.head_pending: tuple[int, bytes, list[tuple[bytes, bytes]], bool, bool] | None = None
+        self.chunked_out = False
+        self.status = 0
+        self.sent = 0
+        self.reused = False
+        self.retried = False
+        self.body_sent = False
+        self.detail = ""
+        self.internal_body: bytearray | None = None
+
+    def client_address(self) -> str:
+        """The client as policy and logs see it: the peer, or with
+        ``xff_num_trusted_hops`` N the Nth address from the right of X-Forwarded-For."""
+        hops = self.core.xff_trusted_hops
+        if not hops:
+            return self.sink.client_ip
+        incoming = b", ".join(v for n, v in self.headers if n.lower() == b"x-forwarded-for")
+        return forwarded_for(incoming or None, self.sink.client_ip, hops, True)[1]
+
+    # -- answers of our own
+
+    def fail(self, status: int, detail: str, headers: Pairs = ()) -> None:
+        """An error answered by the gateway, shaped for the client (HTML page for
+        browsers, JSON on request, plain text otherwise)."""
+        body, ctype = error_page(status, detail, self.headers)
+        self.local(status, body, (*headers, (b"content-type", ctype)))
+
+    def local(self, status: int, body: bytes, headers: Pairs = ()) -> None:
+        """Answer without the upstream (also used for every error)."""
+        if self.finished:
+            return
+        self.waiting_upstream = False
+        self.status = status
+        self.response_started = True
+        out = list(self.core.plan.response_headers)
+        if self.plan is not None:
+            out = list(self.plan.response_headers)
+        out.extend(headers)
+        if body and not any(name == b"content-type" for name, _ in headers):
+            out.extend(_PLAIN)
+        out.append((b"content-length", b"%d" % len(body)))
+        close = not self.keep_alive or not self.request_done
+        if not self.request_done:
+            self.keep_alive = False
+        self.sink.write_head(status, b"", out, True, close)
+        if body and self.method != b"HEAD":
+            self.sink.write_body(body)
+            self.sent = len(body)
+        self.sink.end_body()
+        self._finish()
+
+    def _finish(self) -> None:
+        self.finished = True
+        log_access(self, self.status)
+        # Only ``Exchange`` is ever instantiated: every ExchangeBase is one.
+        self.sink.exchange_done(self)  # type: ignore[arg-type]

@@ -1,0 +1,318 @@
+"""The upstream side of an exchange: pick a host, get a pooled connection, relay.
+
+``dispatch`` picks a host with the route's load balancer and takes an idle pooled
+connection (or connects one); ``attach`` sends the rewritten request head and whatever
+body arrived meanwhile. The response streams back through the ``UpstreamListener``
+methods with flow control both ways: the upload pauses the client while the upstream
+cannot take more, the response pauses the upstream while the client cannot. A pooled
+connection the upstream had just closed is retried once for idempotent requests; 5xx
+answers, failures and timeouts count towards the host's outlier ejection.
+"""
+
+from __future__ import annotations
+
+import socket
+from typing import Any
+
+from twisted.internet.defer import CancelledError
+from twisted.internet.error import (
+    ConnectError,
+    ConnectingCancelledError,
+    DNSLookupError,
+    TimeoutError,
+)
+from twisted.internet.interfaces import IPushProducer
+from twisted.python.failure import Failure
+from zope.interface import implementer
+
+from gateway.dataplane.access import log_access
+from gateway.dataplane.exchange_base import ExchangeBase, Sink
+from gateway.dataplane.headers import HOP_BY_HOP, connection_tokens
+from gateway.dataplane.hosts import UpstreamHost
+from gateway.dataplane.request_head import upstream_request_head
+from gateway.dataplane.upstream import Pool, UpstreamConnection
+
+_IDEMPOTENT = frozenset({b"GET", b"HEAD", b"OPTIONS", b"TRACE", b"PUT", b"DELETE"})
+_PENDING_LIMIT = 256 * 1024
+
+
+@implementer(IPushProducer)
+class _UploadThrottle:
+    """Registered on the upstream transport: pauses reading the client's body."""
+
+    def __init__(self, sink: Sink) -> None:
+        self.sink = sink
+
+    def pauseProducing(self) -> None:
+        self.sink.pause_reading("upload")
+
+    def resumeProducing(self) -> None:
+        self.sink.resume_reading("upload")
+
+    def stopProducing(self) -> None:
+        self.sink.resume_reading("upload")
+
+
+class UpstreamRelay(ExchangeBase):
+    """The forwarding half of ``Exchange``; also its ``UpstreamListener``."""
+
+    # -- request body (sent on, or held until the upstream connection is there)
+
+    def _send_body(self, data: bytes) -> None:
+        self.body_sent = True
+        if self.upstream is not None:
+            self.upstream.write(data)
+            return
+        self.pending.append(data)
+        self.pending_size += len(data)
+        if self.pending_size > _PENDING_LIMIT:
+            self.sink.pause_reading("connect")
+
+    # -- forwarding
+
+    def dispatch(self) -> None:
+        plan = self.plan
+        assert plan is not None
+        now = self.core.reactor.seconds()
+        balancer = plan.balancer
+        hash_key = self.client_address().encode() if plan.hashed else None
+        host = balancer.pick(now, hash_key) if balancer else None
+        if host is None:
+            self.fail(503, "no healthy upstream")
+            return
+        self.host_state = host
+        host.active += 1
+        # The route timeout runs from the end of the request (as Envoy's does).
+        self.deadline = now + plan.timeout if self.request_done else 0.0
+        self.waiting_upstream = True
+        if self.expect_continue:
+            self.expect_continue = False
+            self.sink.send_continue()
+        key = Pool.key_for(host, plan.tls)
+        conn = self.core.pool.take_idle(key)
+        if conn is not None:
+            self.reused = True
+            self.attach(conn)
+            return
+        self.reused = False
+        d = self.core.pool.connect(key, plan.timeout)
+        self.connecting = d
+        d.addCallbacks(self.attach, self._connect_failed)
+
+    def attach(self, conn: UpstreamConnection) -> None:
+        self.connecting = None
+        if self.finished:
+            self.core.pool.release(conn)
+            return
+        self.upstream = conn
+        conn.send(self, upstream_request_head(self), self.method == b"HEAD")
+        if self.pending:
+            for chunk in self.pending:
+                conn.write(chunk)
+            self.pending = []
+            self.pending_size = 0
+            self.sink.resume_reading("connect")
+        if self.body_kind and not self.request_done and conn.transport is not None:
+            conn.transport.registerProducer(_UploadThrottle(self.sink), True)  # type: ignore
+
+    def _connect_failed(self, failure: Failure) -> None:
+        self.connecting = None
+        if self.finished:
+            return
+        self.waiting_upstream = False
+        self._release_host(failed=True)
+        if failure.check(TimeoutError, CancelledError, ConnectingCancelledError):
+            self.fail(504, "upstream connect timeout")
+        elif failure.check(DNSLookupError, socket.gaierror):
+            self.fail(503, "upstream name resolution failed")
+        elif failure.check(ConnectError, OSError):
+            self.fail(503, "upstream connect error")
+        else:
+            self.fail(502, "upstream TLS or connect error")
+        self.detail = failure.getErrorMessage()
+
+    # -- response side (UpstreamListener)
+
+    def upstream_head(self, status: int, reason: bytes, headers: list[tuple[bytes, bytes]],
+                      keep_alive: bool) -> None:
+        if self.finished:
+            return
+        plan = self.plan
+        assert plan is not None
+        self.waiting_upstream = False
+        self.deadline = self.core.reactor.seconds() + plan.timeout
+        self.status = status
+        out: list[tuple[bytes, bytes]] = []
+        upstream_conn = self.upstream
+        named = connection_tokens(headers) if upstream_conn is not None and \
+            upstream_conn.saw_connection else frozenset()
+        overridden = plan.response_header_names
+        rewrites = plan.response_rewrites
+        has_length = False
+        upgrading = status == 101
+        for name, value in headers:
+            low = name.lower()
+            if low in HOP_BY_HOP or low in named:
+                if upgrading and low in (b"upgrade", b"connection"):
+                    out.append((name, value))
+                continue
+            if low in overridden:
+                continue
+            if low == b"content-length":
+                has_length = True
+            if rewrites:
+                for header, prefix, replacement in rewrites:
+                    if low == header and value.startswith(prefix):
+                        value = replacement + value[len(prefix):]
+            out.append((name, value))
+        out.extend(plan.response_headers)
+        no_body = (self.method == b"HEAD" or status in (204, 304) or upgrading)
+        self.chunked_out = not no_body and not has_length and self.sink.chunked_framing
+        if self.chunked_out:
+            out.append((b"transfer-encoding", b"chunked"))
+        self.response_started = True
+        close = not self.keep_alive and not upgrading
+        # Held until the first body bytes or the end of this read, so head and body
+        # usually leave in one send.
+        self.head_pending = (status, reason, out, not no_body, close)
+        if upgrading:
+            self.flush_head()
+        upstream = self.upstream
+        if upstream is not None and upstream.transport is not None and not upgrading:
+            self.sink.start_response_flow(upstream.transport)
+
+    def flush_head(self) -> None:
+        """Write a response head still held back (called after each upstream read)."""
+        head, self.head_pending = self.head_pending, None
+        if head is not None:
+            self.sink.write_head(*head)
+        self.sink.flush()
+
+    def upstream_body(self, data: bytes) -> None:
+        if self.finished:
+            return
+        self.deadline = self.core.reactor.seconds() + (self.plan.timeout if self.plan else 30)
+        self.sent += len(data)
+        if self.chunked_out:
+            data = b"%x\r\n%s\r\n" % (len(data), data)
+        head, self.head_pending = self.head_pending, None
+        if head is not None:
+            self.sink.write_head(*head, first_body=data)
+        else:
+            self.sink.write_body(data)
+
+    def upstream_complete(self) -> None:
+        if self.finished:
+            return
+        upstream, self.upstream = self.upstream, None
+        self.sink.stop_response_flow()
+        if upstream is not None:
+            if not self.request_done:
+                upstream.reusable = False  # answered before the body was sent
+            self.core.pool.release(upstream)
+        self._release_host(failed=self.status >= 500)
+        if self.chunked_out:
+            self.upstream_body_end()
+        else:
+            self.flush_head()
+        self.sink.end_body()
+        self._finish()
+
+    def upstream_body_end(self) -> None:
+        head, self.head_pending = self.head_pending, None
+        if head is not None:
+            self.sink.write_head(*head, first_body=b"0\r\n\r\n")
+        else:
+            self.sink.write_body(b"0\r\n\r\n")
+
+    def upstream_upgraded(self, rest: bytes) -> None:
+        upstream, self.upstream = self.upstream, None
+        if self.finished or upstream is None or self.plan is None:
+            return
+        self._release_host(failed=False)
+        self.finished = True
+        log_access(self, 101)
+        # Only ``Exchange`` is ever instantiated: every UpstreamRelay is one.
+        self.sink.start_tunnel(self, upstream, rest, self.plan.timeout)  # type: ignore[arg-type]
+
+    def upstream_failed(self, reason: str, before_response: bool) -> None:
+        if self.finished:
+            return
+        upstream, self.upstream = self.upstream, None
+        self.waiting_upstream = False
+        if upstream is not None:
+            upstream.abort()
+        if before_response and self.reused and not self.retried and not self.body_sent \
+                and self.method in _IDEMPOTENT:
+            # A pooled connection the upstream had just closed: try once on a fresh one.
+            self.retried = True
+            self._release_host(failed=False)
+            self.dispatch()
+            return
+        self._release_host(failed=True)
+        self.detail = reason
+        if self.head_pending is not None:
+            self.head_pending = None  # nothing was written yet: answer cleanly instead
+            self.response_started = False
+            before_response = True
+        if before_response and not self.response_started:
+            self.fail(502, "upstream connection closed before the response")
+        else:
+            self.finished = True
+            self.sink.stop_response_flow()
+            self.sink.abort()
+            log_access(self, self.status or 502)
+
+    def timed_out(self) -> None:
+        """The route timeout passed while waiting for (more of) the response."""
+        if self.finished:
+            return
+        if self.connecting is not None:
+            self.connecting.cancel()  # -> _connect_failed -> 504
+            return
+        upstream, self.upstream = self.upstream, None
+        if upstream is not None:
+            upstream.abort()
+        self._release_host(failed=True)
+        self.detail = "route timeout"
+        if self.head_pending is not None:
+            self.head_pending = None
+            self.response_started = False
+        if not self.response_started:
+            self.fail(504, "upstream request timeout")
+        else:
+            self.finished = True
+            self.sink.stop_response_flow()
+            self.sink.abort()
+            log_access(self, self.status)
+
+    def _release_host(self, failed: bool) -> None:
+        host, self.host_state = self.host_state, None
+        if host is None:
+            return
+        host.active -= 1
+        plan = self.plan
+        detector = plan.route.outlier_detection if plan is not None else None
+        if detector is None:
+            return
+        if failed:
+            host.consecutive_5xx += 1
+            if host.consecutive_5xx >= detector.consecutive_5xx:
+                _eject(host, plan.hosts if plan else (), detector, self.core.reactor.seconds())
+        else:
+            host.consecutive_5xx = 0
+
+
+def _eject(host: UpstreamHost, hosts: tuple[UpstreamHost, ...], detector: Any,
+           now: float) -> None:
+    """Outlier detection: eject a host after ``consecutive_5xx`` failures in a row,
+    for ``base_ejection_time`` times the ejections so far, within ``max_ejection_percent``."""
+    if host.ejected_until > now:
+        return
+    ejected = sum(1 for h in hosts if h.ejected_until > now)
+    if hosts and (ejected + 1) * 100 > detector.max_ejection_percent * len(hosts) \
+            and ejected > 0:
+        return
+    host.ejections += 1
+    host.ejected_until = now + detector.base_ejection_time * host.ejections
+    host.consecutive_5xx = 0

@@ -1,0 +1,111 @@
+"""The request head an upstream receives: the client's head, rewritten for the route.
+
+Hop-by-hop headers (and those the client named in ``Connection``) are stripped, as are
+identity headers a client might forge, the route's removals and the ones the authorization
+decision removes; then Host is chosen (preserved, rewritten, from a header, from the path,
+or the upstream's), X-Forwarded-For/-Proto/-Host are set, and the route's and the
+decision's headers added. A pure function of the exchange: nothing is sent here.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from gateway.dataplane.exchange_base import BODY_CHUNKED
+from gateway.dataplane.headers import HOP_BY_HOP, IDENTITY_PREFIX
+from gateway.dataplane.router import upstream_path
+from gateway.sessions.cookie import strip_cookie
+
+if TYPE_CHECKING:
+    from gateway.dataplane.exchange_base import ExchangeBase
+
+
+def upstream_request_head(exchange: ExchangeBase) -> bytes:
+    plan = exchange.plan
+    host = exchange.host_state
+    assert plan is not None and host is not None
+    route = plan.route
+    upstream = host.upstream
+    core = exchange.core
+    path = upstream_path(route, upstream, exchange.path).encode("latin-1")
+    drop = plan.request_drop
+    named = exchange.connection_tokens
+    parts = [exchange.method, b" ", path, exchange.query, b" HTTP/1.1\r\n"]
+    incoming_host = b""
+    xff: bytes | None = None
+    xfp: bytes | None = None
+    xfh: bytes | None = None
+    rewrite_from: bytes | None = None
+    extra_remove = exchange.allow.remove if exchange.allow is not None else frozenset()
+    for name, value in exchange.headers:
+        low = name.lower()
+        if low == b"host":
+            incoming_host = value
+            continue
+        if low in HOP_BY_HOP or low in named:
+            if exchange.upgrade and low in (b"upgrade", b"connection"):
+                continue  # re-added below
+            continue
+        if low.startswith(IDENTITY_PREFIX) or low in drop or low in extra_remove:
+            continue
+        if low == b"x-forwarded-for":
+            xff = value if xff is None else xff + b", " + value
+            continue
+        if low == b"x-forwarded-proto":
+            xfp = value
+            continue
+        if low == b"x-forwarded-host":
+            xfh = value
+            continue
+        if low == b"cookie" and exchange.allow is not None and exchange.allow.strip_cookie:
+            value = strip_cookie(value, exchange.allow.strip_cookie)
+            if not value:
+                continue
+        if low == plan.host_header_name:
+            rewrite_from = value
+        parts += (name, b": ", value, b"\r\n")
+    if not incoming_host:
+        incoming_host = exchange.host.encode("latin-1")
+    # Host
+    if route.preserve_host_header:
+        host_value = incoming_host
+    elif route.host_rewrite:
+        host_value = route.host_rewrite.encode("latin-1")
+    elif rewrite_from is not None:
+        host_value = rewrite_from
+    elif route.host_path_regex is not None and route.host_path_regex.search(exchange.path):
+        host_value = route.host_path_regex.sub(
+            route.host_path_regex_rewrite_substitution, exchange.path, count=1
+        ).encode("latin-1")
+    else:
+        default = 443 if upstream.scheme == "https" else 80
+        host_value = (upstream.host if upstream.port == default
+                      else f"{_bracket(upstream.host)}:{upstream.port}").encode("latin-1")
+    parts += (b"host: ", host_value, b"\r\n")
+    trusted = core.xff_trusted_hops
+    if not core.skip_xff_append:
+        ip = exchange.sink.client_ip.encode()
+        xff = xff + b", " + ip if xff else ip
+    if xff:
+        parts += (b"x-forwarded-for: ", xff, b"\r\n")
+    if not (trusted and xfp):
+        xfp = core.scheme_bytes
+    parts += (b"x-forwarded-proto: ", xfp, b"\r\n")
+    if not (trusted and xfh):
+        xfh = incoming_host
+    parts += (b"x-forwarded-host: ", xfh, b"\r\n")
+    for name, value in plan.request_headers:
+        parts += (name, b": ", value, b"\r\n")
+    if exchange.allow is not None:
+        for name, value in exchange.allow.headers:
+            parts += (name, b": ", value, b"\r\n")
+    if exchange.body_kind == BODY_CHUNKED:
+        parts.append(b"transfer-encoding: chunked\r\n")
+    if exchange.upgrade:
+        parts += (b"connection: upgrade\r\nupgrade: ", exchange.upgrade, b"\r\n")
+    parts.append(b"\r\n")
+    return b"".join(parts)
+
+
+def _bracket(host: str) -> str:
+    return f"[{host}]" if ":" in host else host
