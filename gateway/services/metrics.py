@@ -31,24 +31,12 @@ from gateway.config.source import ConfigSource
 from gateway.dataplane.listener import server_endpoint
 from gateway.observability.metrics import REGISTRY, watch_config
 from gateway.services.base import SnapshotService
-from gateway.tls.store import CIPHERS
+from gateway.tls.store import server_context
 
 
 def tls_context(certificate: tuple[bytes, bytes], client_ca: bytes | None) -> SSL.Context:
     chain_pem, key_pem = certificate
-    chain = x509.load_pem_x509_certificates(chain_pem)
-    ctx = SSL.Context(SSL.TLS_SERVER_METHOD)
-    ctx.set_min_proto_version(SSL.TLS1_2_VERSION)
-    ctx.set_options(SSL.OP_NO_COMPRESSION | SSL.OP_CIPHER_SERVER_PREFERENCE
-                    | SSL.OP_NO_RENEGOTIATION)
-    ctx.set_cipher_list(CIPHERS)
-    ctx.use_certificate(chain[0])
-    for extra in chain[1:]:
-        ctx.add_extra_chain_cert(extra)
-    from cryptography.hazmat.primitives.serialization import load_pem_private_key
-
-    ctx.use_privatekey(load_pem_private_key(key_pem, None))  # type: ignore[arg-type]
-    ctx.check_privatekey()
+    ctx = server_context(x509.load_pem_x509_certificates(chain_pem), key_pem)
     if client_ca:
         store = ctx.get_cert_store()
         assert store is not None

@@ -76,9 +76,9 @@ class CertificateStore:
         return self.lookup(host) is certificate
 
 
-def _context(chain: Sequence[x509.Certificate], key_pem: bytes, alpn: list[bytes],
-             request_client_cert: bool, challenges: PendingChallenges | None = None,
-             staple: bytes | None = None) -> SSL.Context:
+def server_context(chain: Sequence[x509.Certificate], key_pem: bytes) -> SSL.Context:
+    """A server context with the gateway's protocol floor, options and ciphers, serving
+    ``chain`` (leaf first) with ``key_pem``."""
     ctx = SSL.Context(SSL.TLS_SERVER_METHOD)
     ctx.set_min_proto_version(SSL.TLS1_2_VERSION)
     ctx.set_options(SSL.OP_NO_COMPRESSION | SSL.OP_CIPHER_SERVER_PREFERENCE
@@ -89,6 +89,13 @@ def _context(chain: Sequence[x509.Certificate], key_pem: bytes, alpn: list[bytes
         ctx.add_extra_chain_cert(extra)
     ctx.use_privatekey(load_pem_private_key(key_pem, None))  # type: ignore[arg-type]
     ctx.check_privatekey()
+    return ctx
+
+
+def _context(chain: Sequence[x509.Certificate], key_pem: bytes, alpn: list[bytes],
+             request_client_cert: bool, challenges: PendingChallenges | None = None,
+             staple: bytes | None = None) -> SSL.Context:
+    ctx = server_context(chain, key_pem)
 
     def select(connection: SSL.Connection, offered: list[bytes]) -> bytes:
         if ACME_TLS_1 in offered:
