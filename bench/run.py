@@ -201,24 +201,17 @@ def tree(pid: int) -> list[int]:
 # /proc sampling
 
 
-def rss_kib(pid: int) -> int:
+def status_kib(pid: int, field: str) -> int:
+    """A ``Vm*`` line of /proc/PID/status in KiB (0 once the process is gone)."""
     with contextlib.suppress(OSError, ValueError):
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    return 0
-
-
-def hwm_kib(pid: int) -> int:
-    with contextlib.suppress(OSError, ValueError):
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
+            if line.startswith(field + ":"):
                 return int(line.split()[1])
     return 0
 
 
 def total_rss_kib(pids: Sequence[int]) -> int:
-    return sum(rss_kib(p) for p in pids)
+    return sum(status_kib(p, "VmRSS") for p in pids)
 
 
 class PeakRss:
@@ -1243,7 +1236,7 @@ def run_all(args: argparse.Namespace, bench: Bench, procs: Processes, tmp: Path,
             results["auth"]["check_after"] = "200"
         except RuntimeError as exc:
             results["auth"]["error"] = f"after the runs: {exc}"
-    results["gateway_vmhwm_kib"] = hwm_kib(gateway.pid)
+    results["gateway_vmhwm_kib"] = status_kib(gateway.pid, "VmHWM")
 
     if args.idle_connections:
         print(f"Idle keep-alive connections ({args.idle_connections})", flush=True)
