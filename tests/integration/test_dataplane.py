@@ -21,7 +21,7 @@ import trustme
 from tests.support.daemon import Daemon, gateway_daemon
 from tests.support.peers import echo_upstream
 from tests.support.processes import ManagedProcess, free_port
-from tests.support.rawhttp import RawClient
+from tests.support.rawhttp import RawClient, read_until
 
 pytestmark = pytest.mark.integration
 PEERS = Path(__file__).resolve().parents[1] / "peers"
@@ -314,13 +314,7 @@ def _ws_handshake(env: Env, host: str) -> tuple[socket.socket, bytes]:
     sock.sendall((f"GET /chat HTTP/1.1\r\nHost: {host}\r\nUpgrade: websocket\r\n"
                   f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\n"
                   "Sec-WebSocket-Version: 13\r\n\r\n").encode())
-    head = b""
-    while b"\r\n\r\n" not in head:
-        chunk = sock.recv(4096)
-        if not chunk:
-            break
-        head += chunk
-    return sock, head
+    return sock, read_until(sock, b"\r\n\r\n")
 
 
 def test_websocket_echo(env: Env) -> None:

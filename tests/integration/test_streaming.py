@@ -15,6 +15,7 @@ import pytest
 from tests.support.daemon import Daemon, gateway_daemon
 from tests.support.peers import Upstream, echo_upstream
 from tests.support.processes import wait_until
+from tests.support.rawhttp import read_until
 
 pytestmark = pytest.mark.integration
 GIB = 1 << 30
@@ -68,10 +69,7 @@ def test_gib_download_in_bounded_memory(env: Env) -> None:
     received = 0
     with socket.create_connection(("127.0.0.1", env.gw.port), timeout=30) as sock:
         sock.sendall(b"GET /bytes/%d HTTP/1.1\r\nHost: bulk.test\r\n\r\n" % GIB)
-        head = b""
-        while b"\r\n\r\n" not in head:
-            head += sock.recv(65536)
-        head, first = head.split(b"\r\n\r\n", 1)
+        head, first = read_until(sock, b"\r\n\r\n").split(b"\r\n\r\n", 1)
         assert head.startswith(b"HTTP/1.1 200")
         digest.update(first)
         received = len(first)
@@ -107,12 +105,7 @@ def test_gib_upload_in_bounded_memory(env: Env) -> None:
         for _ in range(GIB // CHUNK):
             sock.sendall(block)
             expected.update(block)
-        reply = b""
-        while b"}\n" not in reply:
-            data = sock.recv(65536)
-            if not data:
-                break
-            reply += data
+        reply = read_until(sock, b"}\n")
     sampler.done.set()
     sampler.join()
     assert b"HTTP/1.1 200" in reply

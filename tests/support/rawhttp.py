@@ -106,6 +106,17 @@ def one_shot(port: int, data: bytes, timeout: float = 10.0) -> bytes:
     return b"".join(chunks)
 
 
+def read_until(sock: socket.socket, marker: bytes) -> bytes:
+    """Read until ``marker`` has arrived or the peer closes; everything read."""
+    data = b""
+    while marker not in data:
+        chunk = sock.recv(65536)
+        if not chunk:
+            break
+        data += chunk
+    return data
+
+
 def status_of(raw: bytes) -> int:
     """Status code of the first response in ``raw`` (0 if there is none)."""
     if not raw.startswith(b"HTTP/1.1 "):
