@@ -120,9 +120,7 @@ class ExchangeBase:
         self.waiting_upstream = False
         self.status = status
         self.response_started = True
-        out = list(self.core.plan.response_headers)
-        if self.plan is not None:
-            out = list(self.plan.response_headers)
+        out = list((self.plan if self.plan is not None else self.core.plan).response_headers)
         out.extend(headers)
         if body and not any(name == b"content-type" for name, _ in headers):
             out.extend(_PLAIN)

@@ -28,18 +28,6 @@ def connection_tokens(headers: Iterable[tuple[bytes, bytes]]) -> frozenset[bytes
     return frozenset(tokens)
 
 
-def strip_hop_by_hop(headers: HeaderList, keep_upgrade: bool = False) -> HeaderList:
-    """Headers without hop-by-hop ones (``Upgrade``/``Connection`` kept for upgrades)."""
-    named = connection_tokens(headers)
-    out = []
-    for name, value in headers:
-        low = name.lower()
-        kept_upgrade = keep_upgrade and low in (b"upgrade", b"connection")
-        if kept_upgrade or (low not in HOP_BY_HOP and low not in named):
-            out.append((name, value))
-    return out
-
-
 def forwarded_for(
     incoming: bytes | None, remote_ip: str, trusted_hops: int, skip_append: bool
 ) -> tuple[bytes | None, str]:

@@ -88,7 +88,6 @@ class Http1Connection(ConnectionTLS, Protocol):
         self.request_started = 0.0
         self.write_blocked_since = 0.0
         self.pipe: Pipe | None = None
-        self.pipe_upstream: UpstreamConnection | None = None
         self._flow_registered = False
 
     # -- connection
@@ -161,12 +160,10 @@ class Http1Connection(ConnectionTLS, Protocol):
         self.pauses.add("closing")
         if not any(e.response_started and not e.finished for e in self.queue):
             body = error_body(status, detail)
-            head = [status_line(status)]
-            for name, value in (*self.core.plan.response_headers, *headers):
-                head += (name, b": ", value, b"\r\n")
-            head.append(b"content-type: text/plain; charset=utf-8\r\ncontent-length: %d\r\n"
-                        b"connection: close\r\n\r\n" % len(body))
-            self.transport.write(b"".join(head) + body)
+            self.write_head(status, b"", [
+                *self.core.plan.response_headers, *headers,
+                (b"content-type", b"text/plain; charset=utf-8"),
+                (b"content-length", b"%d" % len(body))], True, True, body)
         self.transport.loseConnection()
 
     def write(self, data: bytes) -> None:
@@ -263,10 +260,9 @@ class Http1Connection(ConnectionTLS, Protocol):
         if parser.should_upgrade():
             exchange.keep_alive = False  # after an upgrade attempt the parser is spent
         else:
-            if exchange.upgrade.lower() == b"h2c":
-                exchange.upgrade = b""  # not offered: answer in HTTP/1.1
-            elif exchange.upgrade and exchange.method != b"CONNECT":
-                exchange.upgrade = b""  # Upgrade without "Connection: upgrade" is ignored
+            # Upgrade without "Connection: upgrade" is ignored (h2c included: not offered
+            # here, the request is answered in HTTP/1.1)
+            exchange.upgrade = b""
         exchange.body_kind = BODY_CHUNKED if chunked else (
             BODY_LENGTH if lengths and lengths != {b"0"} else 0)
         if not exchange.body_kind and not exchange.upgrade:
@@ -374,7 +370,6 @@ class Http1Connection(ConnectionTLS, Protocol):
         self.queue.clear()
         self.current = None
         self.pipe = Pipe(self.core.reactor, self.transport, upstream.transport, idle_timeout)
-        self.pipe_upstream = upstream
         upstream.raw = self.pipe
         if rest:
             self.pipe.from_b(rest)

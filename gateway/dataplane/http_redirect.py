@@ -9,7 +9,7 @@ from typing import Any
 import httptools
 from twisted.internet.protocol import Factory, Protocol
 
-from gateway.dataplane.responses import error_body
+from gateway.dataplane.responses import error_body, status_line
 
 Pairs = tuple[tuple[bytes, bytes], ...]
 _MAX_HEAD = 16 * 1024
@@ -61,9 +61,7 @@ class RedirectProtocol(Protocol):
         if self.done:
             return
         self.done = True
-        reason = {301: b"Moved Permanently", 400: b"Bad Request",
-                  431: b"Request Header Fields Too Large"}[status]
-        parts = [b"HTTP/1.1 %d %s\r\n" % (status, reason)]
+        parts = [status_line(status)]
         for name, value in self.headers():
             parts += (name, b": ", value, b"\r\n")
         if location:

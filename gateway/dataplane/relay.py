@@ -27,7 +27,7 @@ from zope.interface import implementer
 
 from gateway.dataplane.access import log_access
 from gateway.dataplane.exchange_base import ExchangeBase, Sink
-from gateway.dataplane.headers import HOP_BY_HOP, connection_tokens
+from gateway.dataplane.headers import HOP_BY_HOP, connection_tokens, rewrite_prefix
 from gateway.dataplane.hosts import UpstreamHost
 from gateway.dataplane.request_head import upstream_request_head
 from gateway.dataplane.upstream import Pool, UpstreamConnection
@@ -162,8 +162,8 @@ class UpstreamRelay(ExchangeBase):
                 has_length = True
             if rewrites:
                 for header, prefix, replacement in rewrites:
-                    if low == header and value.startswith(prefix):
-                        value = replacement + value[len(prefix):]
+                    if low == header:
+                        value = rewrite_prefix(value, prefix, replacement)
             out.append((name, value))
         out.extend(plan.response_headers)
         no_body = (self.method == b"HEAD" or status in (204, 304) or upgrading)
@@ -251,17 +251,7 @@ class UpstreamRelay(ExchangeBase):
             return
         self._release_host(failed=True)
         self.detail = reason
-        if self.head_pending is not None:
-            self.head_pending = None  # nothing was written yet: answer cleanly instead
-            self.response_started = False
-            before_response = True
-        if before_response and not self.response_started:
-            self.fail(502, "upstream connection closed before the response")
-        else:
-            self.finished = True
-            self.sink.stop_response_flow()
-            self.sink.abort()
-            log_access(self, self.status or 502)
+        self._give_up(502, "upstream connection closed before the response", before_response)
 
     def timed_out(self) -> None:
         """The route timeout passed while waiting for (more of) the response."""
@@ -275,16 +265,22 @@ class UpstreamRelay(ExchangeBase):
             upstream.abort()
         self._release_host(failed=True)
         self.detail = "route timeout"
+        self._give_up(504, "upstream request timeout")
+
+    def _give_up(self, status: int, message: str, answerable: bool = True) -> None:
+        """Answer ``status`` if nothing reached the client yet (a held head is dropped);
+        otherwise cut the response off."""
         if self.head_pending is not None:
-            self.head_pending = None
+            self.head_pending = None  # nothing was written yet: answer cleanly instead
             self.response_started = False
-        if not self.response_started:
-            self.fail(504, "upstream request timeout")
+            answerable = True
+        if answerable and not self.response_started:
+            self.fail(status, message)
         else:
             self.finished = True
             self.sink.stop_response_flow()
             self.sink.abort()
-            log_access(self, self.status)
+            log_access(self, self.status or status)
 
     def _release_host(self, failed: bool) -> None:
         host, self.host_state = self.host_state, None

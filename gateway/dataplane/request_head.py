@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from gateway.dataplane.exchange_base import BODY_CHUNKED
 from gateway.dataplane.headers import HOP_BY_HOP, IDENTITY_PREFIX
-from gateway.dataplane.router import upstream_path
+from gateway.dataplane.router import bracket_host, upstream_path
 from gateway.sessions.cookie import strip_cookie
 
 if TYPE_CHECKING:
@@ -43,9 +43,7 @@ def upstream_request_head(exchange: ExchangeBase) -> bytes:
             incoming_host = value
             continue
         if low in HOP_BY_HOP or low in named:
-            if exchange.upgrade and low in (b"upgrade", b"connection"):
-                continue  # re-added below
-            continue
+            continue  # Upgrade and Connection of an upgrade are added again below
         if low.startswith(IDENTITY_PREFIX) or low in drop or low in extra_remove:
             continue
         if low == b"x-forwarded-for":
@@ -80,7 +78,7 @@ def upstream_request_head(exchange: ExchangeBase) -> bytes:
     else:
         default = 443 if upstream.scheme == "https" else 80
         host_value = (upstream.host if upstream.port == default
-                      else f"{_bracket(upstream.host)}:{upstream.port}").encode("latin-1")
+                      else f"{bracket_host(upstream.host)}:{upstream.port}").encode("latin-1")
     parts += (b"host: ", host_value, b"\r\n")
     trusted = core.xff_trusted_hops
     if not core.skip_xff_append:
@@ -106,6 +104,3 @@ def upstream_request_head(exchange: ExchangeBase) -> bytes:
     parts.append(b"\r\n")
     return b"".join(parts)
 
-
-def _bracket(host: str) -> str:
-    return f"[{host}]" if ":" in host else host

@@ -14,11 +14,11 @@ def route_host_keys(route: Route) -> tuple[str, ...]:
     """Host header values a route answers: ``example.com`` and ``example.com:443`` for
     ``https://example.com``, only ``example.com:8443`` for ``https://example.com:8443``."""
     if route.port is not None:
-        return (f"{_bracket(route.host)}:{route.port}",)
-    return (route.host, f"{_bracket(route.host)}:{_DEFAULT_PORTS.get(route.scheme, 443)}")
+        return (f"{bracket_host(route.host)}:{route.port}",)
+    return (route.host, f"{bracket_host(route.host)}:{_DEFAULT_PORTS.get(route.scheme, 443)}")
 
 
-def _bracket(host: str) -> str:
+def bracket_host(host: str) -> str:
     return f"[{host}]" if ":" in host else host
 
 
@@ -55,8 +55,8 @@ def upstream_path(route: Route, upstream: Upstream, path: str) -> str:
     ``prefix_rewrite``, else by the path of the ``to`` URL (the reference's trailing
     slash rule: ``to: http://b/anything`` maps ``/foo`` to ``/anythingfoo``)."""
     if route.regex_rewrite_pattern and route.rewrite_regex is not None:
-        return str(route.rewrite_regex.sub(_go_substitution(route.regex_rewrite_substitution),
-                                           path))
+        # the reference writes substitutions as \1, which RE2 for Python accepts as is
+        return str(route.rewrite_regex.sub(route.regex_rewrite_substitution, path))
     matched = route.prefix or route.path or "/"
     if not path.startswith(matched):
         matched = ""
@@ -66,7 +66,3 @@ def upstream_path(route: Route, upstream: Upstream, path: str) -> str:
         return upstream.path + path[len(matched):] or "/"
     return path or "/"
 
-
-def _go_substitution(text: str) -> str:
-    """The reference writes substitutions as ``\\1``; RE2 for Python accepts the same."""
-    return text

@@ -7,6 +7,7 @@ Material is passed to pyOpenSSL as ``cryptography`` objects (its own are depreca
 
 from __future__ import annotations
 
+import ipaddress
 from typing import Any
 
 from cryptography import x509
@@ -58,21 +59,21 @@ class _SNIOnly:
 
     def __init__(self, ctx: SSL.Context, server_name: str) -> None:
         self._ctx = ctx
-        self._sni = server_name.encode("idna") if server_name else b""
+        # no SNI for an IP literal (RFC 6066), decided once, not per connection
+        self._sni = server_name.encode("idna") if server_name and \
+            not is_ip_literal(server_name) else b""
 
     def clientConnectionForTLS(self, tlsProtocol: Any) -> SSL.Connection:
         connection = SSL.Connection(self._ctx, None)
         connection.set_app_data(tlsProtocol)
-        if self._sni and not _is_ip(self._sni):
+        if self._sni:
             connection.set_tlsext_host_name(self._sni)
         return connection
 
 
-def _is_ip(name: bytes) -> bool:
-    import ipaddress
-
+def is_ip_literal(host: str) -> bool:
     try:
-        ipaddress.ip_address(name.decode())
+        ipaddress.ip_address(host)
     except ValueError:
         return False
     return True

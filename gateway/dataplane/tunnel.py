@@ -21,20 +21,16 @@ class Pipe:
         self.idle_timeout = idle_timeout
         self.last = clock.seconds()
         self.closed = False
-        self.bytes_a_to_b = 0
-        self.bytes_b_to_a = 0
         a.registerProducer(b, True)
         b.registerProducer(a, True)
         self._timer = clock.callLater(idle_timeout, self._check) if idle_timeout else None
 
     def from_a(self, data: bytes) -> None:
         self.last = self.clock.seconds()
-        self.bytes_a_to_b += len(data)
         self.b.write(data)
 
     def from_b(self, data: bytes) -> None:
         self.last = self.clock.seconds()
-        self.bytes_b_to_a += len(data)
         self.a.write(data)
 
     def eof_from(self, side: Any) -> None:

@@ -31,6 +31,7 @@ from twisted.python.failure import Failure
 from gateway.dataplane.fastio import direct_writer, write_now
 from gateway.dataplane.hosts import UpstreamHost
 from gateway.dataplane.plan import TLSClientConfig
+from gateway.dataplane.tls_client import is_ip_literal
 
 PoolKey = tuple[str, str, int, TLSClientConfig | None]
 log = Logger()
@@ -256,7 +257,7 @@ class Pool:
     def connect(self, key: PoolKey, timeout: float) -> Deferred[UpstreamConnection]:
         _, host, port, tls = key
         endpoint = _endpoint(self.reactor, host, port, timeout)
-        if self.resolve is not None and not _is_ip(host):
+        if self.resolve is not None and not is_ip_literal(host):
             resolved = self.resolve(host, port)
             return cast(Deferred[UpstreamConnection], resolved.addCallback(
                 lambda ip: self._open(_endpoint(self.reactor, ip, port, timeout), key, host, tls)
@@ -328,9 +329,3 @@ def family_resolver(reactor: Any, family: str) -> Callable[[str, int], Deferred[
     return resolve
 
 
-def _is_ip(host: str) -> bool:
-    try:
-        ipaddress.ip_address(host)
-    except ValueError:
-        return False
-    return True

@@ -11,7 +11,6 @@ from gateway.dataplane.headers import (
     connection_tokens,
     forwarded_for,
     rewrite_prefix,
-    strip_hop_by_hop,
 )
 from gateway.dataplane.plan import Plan, TLSClientConfig, build_plan
 from gateway.dataplane.redirect import redirect_location
@@ -35,29 +34,6 @@ class ConnectionTokensTests(SynchronousTestCase):
         self.assertEqual(connection_tokens(headers),
                          frozenset({b"keep-alive", b"x-foo", b"x-bar", b"upgrade"}))
         self.assertEqual(connection_tokens([(b"Host", b"a")]), frozenset())
-
-
-class StripHopByHopTests(SynchronousTestCase):
-    HEADERS = [
-        (b"Host", b"a"), (b"Connection", b"Upgrade, X-Private"), (b"Keep-Alive", b"300"),
-        (b"Proxy-Connection", b"keep-alive"), (b"Proxy-Authenticate", b"Basic"),
-        (b"Proxy-Authorization", b"Basic eA=="), (b"TE", b"trailers"), (b"Trailer", b"X"),
-        (b"Transfer-Encoding", b"chunked"), (b"Upgrade", b"websocket"),
-        (b"X-Private", b"secret"), (b"Cookie", b"a=1"), (b"cookie", b"b=2"),
-    ]
-
-    def test_strip(self) -> None:
-        """Listed hop-by-hop headers and those named in Connection go; the rest keep order."""
-        self.assertEqual(strip_hop_by_hop(list(self.HEADERS)),
-                         [(b"Host", b"a"), (b"Cookie", b"a=1"), (b"cookie", b"b=2")])
-
-    def test_keep_upgrade(self) -> None:
-        """For an upgrade, Upgrade and Connection stay; other hop-by-hop headers still go."""
-        self.assertEqual(
-            strip_hop_by_hop(list(self.HEADERS), keep_upgrade=True),
-            [(b"Host", b"a"), (b"Connection", b"Upgrade, X-Private"),
-             (b"Upgrade", b"websocket"), (b"Cookie", b"a=1"), (b"cookie", b"b=2")],
-        )
 
 
 class ForwardedForTests(SynchronousTestCase):
