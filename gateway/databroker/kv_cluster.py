@@ -37,6 +37,7 @@ from gateway.databroker.cluster_slots import (
     parse_redirect,
     slot_owners,
 )
+from gateway.databroker.kv_connect import keep_reconnecting
 from gateway.databroker.kv_tls import TLSFor
 
 #: Redirects one request follows before it gives up (a slot moving twice is plenty).
@@ -83,7 +84,7 @@ class ClusterClient:
         self.reply_timeout = reply_timeout
         self.poolsize = poolsize
         self.on_new_pool = on_new_pool
-        self.redirects = self.moved = self.asks = self.retries = self.refreshes = 0
+        self.moved = self.asks = self.retries = self.refreshes = 0
         self._owners: list[Address | None] = [None] * SLOTS
         self._masters: list[Address] = []
         self._loaded = False
@@ -96,6 +97,10 @@ class ClusterClient:
         self._closed = False
 
     # -- public
+
+    @property
+    def redirects(self) -> int:
+        return self.moved + self.asks
 
     def execute_command(self, *args: Arg) -> Deferred[Any]:
         return Deferred.fromCoroutine(
@@ -147,7 +152,6 @@ class ClusterClient:
                     raise  # the command's own error: the caller's business
                 if redirect is not None:
                     redirects += 1
-                    self.redirects += 1
                     if redirects > MAX_REDIRECTS:
                         raise ClusterUnavailable(
                             f"kvstore cluster: {name} for slot {slot} redirected more than "
@@ -164,7 +168,7 @@ class ClusterClient:
                     continue
                 problem = f"{where} answered {message}"
             except (txredisapi.ConnectionError, defer.TimeoutError) as error:
-                problem = f"{where}: " + self._explain(node, error)
+                problem = f"{where}: " + self._explain(error)
             ask = None
             attempts += 1
             self.retries += 1
@@ -177,10 +181,7 @@ class ClusterClient:
             f"no answer within {self.reply_timeout:g}s ({attempts} failed attempts); "
             f"last: {problem}")
 
-    def _explain(self, node: Address, error: Exception) -> str:
-        handler = self._pools.get(node)
-        if handler is not None and handler._factory.stopped:
-            return "the node refused our connections (wrong username or password?)"
+    def _explain(self, error: Exception) -> str:
         if isinstance(error, defer.TimeoutError):
             return "no connection or no reply in time"
         return str(error) or type(error).__name__
@@ -228,16 +229,11 @@ class ClusterClient:
                 ssl_context_factory=self.tls_for(host) if self.tls_for else False,
                 connectTimeout=self.reply_timeout, replyTimeout=self.reply_timeout)
             self._pools[node] = handler
-            # A lazy pool reports a refused login here, and nobody else listens.
-            if handler._factory.deferred is not None:
-                handler._factory.deferred.addErrback(self._login_failed, node)
+            keep_reconnecting(handler._factory, f"kvstore cluster: {host}:{port}")
             if self.on_new_pool is not None:
                 self.on_new_pool(handler._factory)
         return handler
 
-    def _login_failed(self, failure: Failure, node: Address) -> None:
-        log.warn("kvstore cluster: {node}: {error}", node=f"{node[0]}:{node[1]}",
-                 error=failure.getErrorMessage())
 
     def _retire_pools(self, keep: set[Address]) -> None:
         """Close the pools of nodes that are no longer masters, after in-flight commands

@@ -58,16 +58,15 @@ def connect(settings: KVSettings, reply_timeout: float, tls_for: TLSFor | None,
             username=settings.username or None,
             ssl_context_factory=tls(host) if tls else False, **common)
     keep_reconnecting(redis._factory)
-    watch_pool(PoolStats(redis._factory, service), service)
+    _watched(redis._factory, service)
     return redis
 
 
 def _watched(factory: Any, service: str) -> None:
-    keep_reconnecting(factory)
     watch_pool(PoolStats(factory, service), service)
 
 
-def keep_reconnecting(factory: Any) -> None:
+def keep_reconnecting(factory: Any, label: str = "kvstore") -> None:
     """Make a txredisapi pool reconnect through every outage, quickly.
 
     txredisapi gives up on the whole pool for good when AUTH or SELECT fails on a fresh
@@ -84,7 +83,7 @@ def keep_reconnecting(factory: Any) -> None:
         # txredisapi fails this with the first connection error and nobody else waits
         # on it; the error is logged (here and by txredisapi), not left "unhandled"
         factory.deferred.addErrback(lambda f: log.warn(
-            "kvstore: connection not ready yet, retrying: {error}",
+            "{label}: connection not ready yet, retrying: {error}", label=label,
             error=f.getErrorMessage()))
 
 

@@ -165,7 +165,6 @@ class KVRecordStore:
         self.reply_timeout = reply_timeout
         self.service = service
         self.epoch = os.urandom(8).hex()
-        self._disconnect = disconnect or redis.disconnect
         self._sha = {script: hashlib.sha1(script.encode()).hexdigest()
                      for script in (PUT, DELETE, SYNC, SWEEP, LEASE_SCRIPT,
                                    RELEASE_SCRIPT)}
@@ -270,8 +269,7 @@ class KVRecordStore:
 
     def query(self, type: str) -> Deferred[list[Record]]:
         def done(values: Any) -> list[Record]:
-            pairs = values.items() if isinstance(values, dict) else \
-                zip(values[::2], values[1::2], strict=True)
+            pairs = zip(values[::2], values[1::2], strict=True)  # HGETALL: flat list
             records = (self._open_or_drop(type, _text(k), _text(v)) for k, v in pairs)
             return [r for r in records if not r.deleted]
         return self._run("query", lambda: self.redis.execute_command(
@@ -323,7 +321,7 @@ class KVRecordStore:
         return self._run("release", run).addCallback(lambda _: None)
 
     def close(self) -> Deferred[None]:
-        d: Deferred[None] = defer.maybeDeferred(self._disconnect).addCallback(lambda _: None)
+        d: Deferred[None] = defer.maybeDeferred(self.redis.disconnect).addCallback(lambda _: None)
         return d
 
 

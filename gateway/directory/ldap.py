@@ -42,9 +42,10 @@ CONNECT_TIMEOUT = 30.0
 def _tls_reason(exc: BaseException) -> str | None:
     """Why a TLS handshake failed, or None when ``exc`` is no TLS failure."""
     if isinstance(exc, VerificationError):
-        names = ", ".join(sorted({_text(getattr(getattr(e, "mismatched_id", None), "hostname",
-                                                        None) or getattr(e, "mismatched_id", e))
-                                  for e in exc.errors}))
+        names = ", ".join(sorted({
+            ldap_wire.text(getattr(getattr(e, "mismatched_id", None), "hostname", None)
+                           or getattr(e, "mismatched_id", e))
+            for e in exc.errors}))
         return (f"TLS: the server certificate is not valid for {names}; set tls_server_name "
                 "to a name the certificate holds")
     if isinstance(exc, SSL.Error):
@@ -66,10 +67,6 @@ class _Client(LDAPClient):  # type: ignore[misc]
 
     def handshakeCompleted(self) -> None:
         self.tls_pending = False
-
-
-def _text(value: object) -> str:
-    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
 
 
 def _reason(exc: BaseException) -> str:

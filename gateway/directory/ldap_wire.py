@@ -62,16 +62,16 @@ def result_name(code: int) -> str:
     return name.decode() if isinstance(name, bytes) else f"result code {code}"
 
 
-def _text(value: Any) -> str:
+def text(value: Any) -> str:
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
 
 
 def decode_entry(message: Any) -> Entry:
     attributes: dict[str, tuple[str, ...]] = {}
     for name, values in message.attributes:
-        key = _text(name).lower()
-        attributes[key] = attributes.get(key, ()) + tuple(_text(v) for v in values)
-    return Entry(_text(message.objectName), attributes)
+        key = text(name).lower()
+        attributes[key] = attributes.get(key, ()) + tuple(text(v) for v in values)
+    return Entry(text(message.objectName), attributes)
 
 
 def _paged_control(page_size: int, cookie: bytes) -> tuple[bytes, bool, bytes]:
@@ -85,7 +85,7 @@ def _next_cookie(controls: Sequence[Any] | None) -> bytes:
         if oid == PAGED_RESULTS_OID and value:
             decoded, _ = pureber.berDecodeObject(pureber.BERDecoderContext(), value)
             cookie = decoded[1].value
-            return cookie if isinstance(cookie, bytes) else _text(cookie).encode()
+            return cookie if isinstance(cookie, bytes) else text(cookie).encode()
     return b""
 
 
@@ -106,7 +106,7 @@ def search_page(client: LDAPClient, base: str, filter_wire: Any, attributes: Seq
             return False
         if isinstance(message, pureldap.LDAPSearchResultDone):
             if not done.called:
-                done.callback(Page(message.resultCode, _text(message.errorMessage or b""),
+                done.callback(Page(message.resultCode, text(message.errorMessage or b""),
                                    _next_cookie(response_controls)))
             return True
         return False  # referrals (continuation references) are not followed
@@ -122,13 +122,13 @@ async def simple_bind(client: LDAPClient, dn: str, password: str) -> tuple[int, 
     """(result code, diagnostic message) of a simple bind."""
     response = await client.send(pureldap.LDAPBindRequest(dn=dn.encode(),
                                                            auth=password.encode()))
-    return response.resultCode, _text(response.errorMessage or b"")
+    return response.resultCode, text(response.errorMessage or b"")
 
 
 async def start_tls_request(client: LDAPClient) -> tuple[int, str]:
     """(result code, message) of the StartTLS extended operation (RFC 4511 4.14)."""
     response = await client.send(pureldap.LDAPStartTLSRequest())
-    return response.resultCode, _text(response.errorMessage or b"")
+    return response.resultCode, text(response.errorMessage or b"")
 
 
 def unbind(client: LDAPClient) -> None:

@@ -48,8 +48,8 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 import yaml
-from cryptography import x509
 
+from gateway.config.material import Pem, check_pem
 from gateway.config.values import decode_base64
 from gateway.directory.filters import parse_filter
 
@@ -270,11 +270,8 @@ class _Fields:
             raise ServiceAccountError("start_tls", "only with ldap:// (ldaps:// is TLS from "
                                       "the first byte)")
         ca_field, ca = self.inline_or_file("ca")
-        if ca is not None:
-            try:
-                x509.load_pem_x509_certificates(ca)
-            except ValueError:
-                raise ServiceAccountError(ca_field, "holds no PEM certificate") from None
+        if ca is not None and check_pem(ca, Pem.CERTS) is not None:
+            raise ServiceAccountError(ca_field, "holds no PEM certificate")
         skip_verify = self.flag("tls_skip_verify")
         server_name = self.text("tls_server_name")
         if not (tls or start_tls):
