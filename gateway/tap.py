@@ -57,12 +57,7 @@ class Options(usage.Options):
         except ValueError:
             raise usage.UsageError("--poll-interval must be a number of seconds") from None
         self["snapshot"] = snapshot
-        options = snapshot.options
-        gateway_logging.configure(
-            debug=options.gateway_debug,
-            log_level=options.log_level,
-            proxy_log_level=options.proxy_log_level,
-        )
+        _apply_logging(snapshot)
         parent = getattr(self, "parent", None)
         if parent is not None and not parent.get("logger"):
             # JSON lines by default, twistd's own start-up lines included.

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import difflib
 import re
 from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
 
-from gateway.config.errors import Problems
+from gateway.config.errors import Problems, did_you_mean
 from gateway.config.settings import SETTINGS, CertificatePair, Kind, SettingInfo
 from gateway.config.values import (
     decode_base64,
@@ -40,6 +39,9 @@ _URL_LABELS = {
     "databroker_service_url": "databroker service url",
 }
 
+# where browsers are sent: only http(s)
+_HTTP_ONLY = frozenset({"authenticate_service_url", "signout_redirect_url", "forward_auth_url"})
+
 
 def claim_header_name(claim: str) -> str:
     """``email`` -> ``X-Gateway-Claim-Email`` (each dash-separated word capitalised)."""
@@ -54,7 +56,8 @@ def coerce_settings(raw: Mapping[str, Any], problems: Problems) -> dict[str, Any
             continue
         info = SETTINGS.get(key)
         if info is None:
-            problems.warn(key, "unknown setting (ignored)" + _suggest(key))
+            problems.warn(key, "unknown setting (ignored)"
+                          + did_you_mean(key, [*SETTINGS, "policy"]))
             continue
         try:
             out[key] = coerce(info, value)
@@ -119,7 +122,9 @@ def coerce(info: SettingInfo, value: Any) -> Any:
         return text.strip().strip("\"'")
     if kind is Kind.URL and text:
         try:
-            split_url(text)
+            parts = split_url(text)
+            if info.key in _HTTP_ONLY and parts.scheme not in ("http", "https"):
+                raise ValueError(f"{text} url must use http or https")
         except ValueError as exc:
             label = _URL_LABELS.get(info.key)
             raise ValueError(f"config: bad {label} {text} : {exc}" if label else str(exc)) from None
@@ -197,6 +202,3 @@ def _show(value: Any) -> str:
     return text if len(text) <= 80 else text[:77] + "..."
 
 
-def _suggest(key: str) -> str:
-    close = difflib.get_close_matches(key, [*SETTINGS, "policy"], n=1)
-    return f"; did you mean {close[0]!r}?" if close else ""

@@ -6,6 +6,7 @@ in a file at once (buildbot's ConfigErrors, synapse's ConfigError with a path).
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -55,3 +56,9 @@ class Problems:
     def raise_if_any(self, source: str = "") -> None:
         if self.errors:
             raise ConfigErrors(self.errors, source, self.warnings)
+
+
+def did_you_mean(key: str, known: Iterable[str]) -> str:
+    """``; did you mean 'x'?`` for the closest of ``known``, or nothing."""
+    close = difflib.get_close_matches(key, list(known), n=1)
+    return f"; did you mean {close[0]!r}?" if close else ""

@@ -26,7 +26,6 @@ class Pem(Enum):
     CERTS = "certificate"
     KEY = "private key"
     CRL = "certificate revocation list"
-    ANY = "data"
 
 
 @dataclass
@@ -35,6 +34,7 @@ class Reader:
 
     base_dir: str
     files: set[str] = field(default_factory=set)
+    contents: dict[str, bytes] = field(default_factory=dict)  # for the checksum
 
     def resolve(self, location: str) -> str:
         path = os.path.expanduser(location)
@@ -47,6 +47,7 @@ class Reader:
             data = handle.read(_MAX_FILE + 1)
         if len(data) > _MAX_FILE:
             raise OSError(f"{path} is larger than {_MAX_FILE} bytes")
+        self.contents[path] = data
         return data
 
 

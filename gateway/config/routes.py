@@ -14,7 +14,7 @@ from typing import Any
 
 import re2
 
-from gateway.config.errors import Problems
+from gateway.config.errors import Problems, did_you_mean
 from gateway.config.material import Reader
 from gateway.config.route_parts import (
     HeaderRewrite,
@@ -198,7 +198,8 @@ def _parse_route(
         return None
     for key in item:
         if key not in ROUTE_FIELDS:
-            problems.warn(f"{base}.{key}", "unknown route field (ignored)" + _suggest(key))
+            problems.warn(f"{base}.{key}", "unknown route field (ignored)"
+                          + did_you_mean(key, ROUTE_FIELDS))
     errors_before = len(problems.errors)
     values: dict[str, Any] = {}
 
@@ -383,8 +384,3 @@ def _parse_route(
                  **values)
 
 
-def _suggest(key: str) -> str:
-    import difflib
-
-    close = difflib.get_close_matches(key, ROUTE_FIELDS, n=1)
-    return f"; did you mean {close[0]!r}?" if close else ""

@@ -37,9 +37,6 @@ class Snapshot:
     checksum: int
     loaded_at: float
 
-    def routes_for_host(self, host: str) -> tuple[Route, ...]:
-        return tuple(r for r in self.routes if r.host == host)
-
 
 def load_snapshot(
     path: str | None,
@@ -55,6 +52,7 @@ def load_snapshot(
     reader = Reader(base_dir)
     if path:
         reader.files.add(os.path.abspath(path))
+        reader.contents[os.path.abspath(path)] = raw.file_bytes
     typed = coerce_settings(raw.values, problems)
     options = derive(Options(**typed))
     routes = parse_policy(raw.values.get("policy"), reader, problems,
@@ -68,7 +66,7 @@ def load_snapshot(
         warnings=tuple(problems.warnings),
         source=path or "environment",
         files=frozenset(reader.files),
-        checksum=_checksum(raw.values, reader.files),
+        checksum=_checksum(raw.values, reader.files, reader.contents),
         loaded_at=time.time() if now is None else now,
     )
 
@@ -85,15 +83,13 @@ def keep_bootstrap(previous: Snapshot, new: Snapshot) -> tuple[Snapshot, list[st
     return dataclasses.replace(new, options=options), sorted(changed)
 
 
-def _checksum(values: Mapping[str, object], files: set[str]) -> int:
-    """A signed 64-bit digest of the effective settings and every referenced file."""
+def _checksum(values: Mapping[str, object], files: set[str],
+              contents: Mapping[str, bytes]) -> int:
+    """A signed 64-bit digest of the effective settings and every referenced file, as
+    this load read them (not read again)."""
     digest = hashlib.blake2b(digest_size=8)
     digest.update(dumps_canonical(values).encode())
     for name in sorted(files):
         digest.update(name.encode())
-        try:
-            with open(name, "rb") as handle:
-                digest.update(handle.read())
-        except OSError:
-            digest.update(b"\0missing")
+        digest.update(contents.get(name, b"\0missing"))
     return int.from_bytes(digest.digest(), "big", signed=True)

@@ -9,6 +9,7 @@ first value. Subscribers are called with each new snapshot, in order.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -108,8 +109,7 @@ class ConfigSource(Service):
         try:
             new = load_snapshot(self.path, self.environ, now=now)
         except ConfigErrors as exc:
-            self.status = ReloadStatus(False, self.status.last_reload_success_timestamp,
-                                       self.status.checksum)
+            self.status = dataclasses.replace(self.status, last_reload_success=False)
             self.log.error(
                 "configuration reload ({reason}) failed; keeping the running configuration:"
                 "\n{problems}",
@@ -120,8 +120,7 @@ class ConfigSource(Service):
             )
             return False
         except Exception:  # a bug must not take the running config down with it
-            self.status = ReloadStatus(False, self.status.last_reload_success_timestamp,
-                                       self.status.checksum)
+            self.status = dataclasses.replace(self.status, last_reload_success=False)
             self.log.failure("configuration reload ({reason}) crashed", reason=reason)
             return False
         self._fingerprint = fingerprint(new.files)

@@ -32,10 +32,9 @@ FORMATS = {
 
 @dataclass
 class RawConfig:
-    """Merged raw settings, and where each came from (for messages and checksums)."""
+    """Merged raw settings, and the config file as read (for the checksum)."""
 
     values: dict[str, Any] = field(default_factory=dict)
-    from_env: set[str] = field(default_factory=set)
     file_bytes: bytes = b""
 
 
@@ -122,7 +121,6 @@ def read_sources(
             raw.values["policy"] = decode_policy_env(raw.values["policy"], problems)
     env_values = read_environment(environ, problems)
     raw.values.update(env_values)
-    raw.from_env = set(env_values)
     return raw
 
 

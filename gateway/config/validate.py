@@ -18,7 +18,7 @@ from gateway.config.kvstore_dsn import BadConnectionString, parse_dsn
 from gateway.config.material import Pem, Reader, key_matches_certificate, load_key, load_material
 from gateway.config.routes import Route
 from gateway.config.settings import Options, default_autocert_dir
-from gateway.config.values import decode_base64, decode_secret, split_url
+from gateway.config.values import decode_base64, decode_secret
 
 _EPHEMERAL: dict[str, bytes] = {}
 
@@ -255,17 +255,6 @@ def _identity(options: Options, routes: tuple[Route, ...], reader: Reader, probl
               material: dict[str, Any]) -> None:
     material["idp_client_secret"] = _secret(options, "idp_client_secret", reader, problems)
     required = needs_identity(options, routes)
-    for key, label in (("authenticate_service_url", "authenticate-url"),
-                       ("signout_redirect_url", "signout-redirect-url"),
-                       ("forward_auth_url", "forward-auth-url")):
-        value = getattr(options, key)
-        if value:
-            try:
-                parts = split_url(value)
-                if parts.scheme not in ("http", "https"):
-                    raise ValueError(f"{value} url must use http or https")
-            except ValueError as exc:
-                problems.error(key, f"config: bad {label} {value} : {exc}")
     if required:
         why = ("a route requires sign-in" if options.all_in_one
                else f"services is {options.services}")

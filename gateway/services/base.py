@@ -29,7 +29,7 @@ class SnapshotService(MultiService):
         self._unsubscribe: Callable[[], None] | None = None
 
     def startService(self) -> None:
-        self._unsubscribe = self.source.subscribe(self._on_snapshot)
+        self._unsubscribe = self.source.subscribe(self.apply)
         self.apply(self.source.current)
         MultiService.startService(self)
         self.log.info("{service} service started", service=self.label)
@@ -41,9 +41,6 @@ class SnapshotService(MultiService):
         self.log.info("{service} service stopping", service=self.label)
         result: Deferred[None] | None = MultiService.stopService(self)
         return result
-
-    def _on_snapshot(self, snapshot: Snapshot) -> None:
-        self.apply(snapshot)
 
     def apply(self, snapshot: Snapshot) -> None:
         self.snapshot = snapshot

@@ -97,7 +97,7 @@ class MetricsService(SnapshotService):
 
     def __init__(self, source: ConfigSource, reactor: Any) -> None:
         super().__init__(source)
-        snapshot = source.current
+        snapshot = self.snapshot
         self.address = snapshot.options.metrics_address
         self.resource = MetricsResource()
         self.tls: SwappableTLS | None = None

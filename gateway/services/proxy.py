@@ -34,7 +34,7 @@ class ProxyService(SnapshotService):
     def __init__(self, source: ConfigSource, reactor: Any,
                  authorizer: Authorizer | None = None) -> None:
         super().__init__(source)
-        snapshot = source.current
+        snapshot = self.snapshot
         options = snapshot.options
         self.address = options.address
         self.core: ProxyCore | None = None

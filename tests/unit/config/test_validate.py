@@ -244,6 +244,21 @@ class RuleTests(SynchronousTestCase):
             b"nocolon").decode())), ["metrics_basic_auth: must be base64 of username:password"])
 
 
+class BrowserUrlTests(SynchronousTestCase):
+    def test_only_http_or_https(self) -> None:
+        """URLs browsers are sent to must be http(s); the error names the setting and
+        the value, and other URL settings keep their own rules."""
+        for key, label in (("authenticate_service_url", "authenticate-url"),
+                           ("signout_redirect_url", "signout-redirect-url"),
+                           ("forward_auth_url", "forward-auth-url")):
+            self.assertIn(
+                f"{key}: config: bad {label} ftp://auth.example : ftp://auth.example url "
+                "must use http or https",
+                errors_of(base_config(**{key: "ftp://auth.example"})), key)
+        load(base_config(**IDENTITY, signout_redirect_url="https://bye.example/",
+                         forward_auth_url="http://fwd.example"))
+
+
 class CertificateTests(SynchronousTestCase):
     def setUp(self) -> None:
         self.dir = tempfile.mkdtemp()
