@@ -11,14 +11,13 @@ import ipaddress
 from typing import Any
 
 from cryptography import x509
-from cryptography.hazmat.primitives.serialization import load_pem_private_key
 from OpenSSL import SSL
-from OpenSSL.crypto import X509
 from twisted.internet._sslverify import ClientTLSOptions
 from twisted.internet.interfaces import IOpenSSLClientConnectionCreator
 from zope.interface import implementer
 
 from gateway.dataplane.plan import TLSClientConfig
+from gateway.tls.pem import add_pem_certs, use_chain
 
 _contexts: dict[TLSClientConfig, SSL.Context] = {}
 
@@ -39,16 +38,11 @@ def _context(config: TLSClientConfig) -> SSL.Context:
         if config.custom_ca:
             store = ctx.get_cert_store()
             assert store is not None
-            for cert in x509.load_pem_x509_certificates(config.custom_ca):
-                store.add_cert(X509.from_cryptography(cert))  # replaces the system roots
+            add_pem_certs(store, config.custom_ca)  # replaces the system roots
         else:
             ctx.set_default_verify_paths()
     if config.client_cert and config.client_key:
-        chain = x509.load_pem_x509_certificates(config.client_cert)
-        ctx.use_certificate(chain[0])
-        for extra in chain[1:]:
-            ctx.add_extra_chain_cert(extra)
-        ctx.use_privatekey(load_pem_private_key(config.client_key, None))  # type: ignore[arg-type]
+        use_chain(ctx, x509.load_pem_x509_certificates(config.client_cert), config.client_key)
     _contexts[config] = ctx
     return ctx
 

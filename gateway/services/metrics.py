@@ -15,7 +15,7 @@ import hmac
 from typing import Any
 
 from cryptography import x509
-from OpenSSL import SSL, crypto
+from OpenSSL import SSL
 from prometheus_client.exposition import choose_encoder
 from twisted.application.internet import StreamServerEndpointService
 from twisted.application.service import MultiService
@@ -31,6 +31,7 @@ from gateway.config.source import ConfigSource
 from gateway.dataplane.listener import server_endpoint
 from gateway.observability.metrics import REGISTRY, watch_config
 from gateway.services.base import SnapshotService
+from gateway.tls.pem import add_pem_certs
 from gateway.tls.store import server_context
 
 
@@ -40,8 +41,7 @@ def tls_context(certificate: tuple[bytes, bytes], client_ca: bytes | None) -> SS
     if client_ca:
         store = ctx.get_cert_store()
         assert store is not None
-        for ca in x509.load_pem_x509_certificates(client_ca):
-            store.add_cert(crypto.X509.from_cryptography(ca))
+        add_pem_certs(store, client_ca)
         ctx.set_verify(SSL.VERIFY_PEER | SSL.VERIFY_FAIL_IF_NO_PEER_CERT)
     ctx.set_session_id(b"gateway-metrics")
     return ctx

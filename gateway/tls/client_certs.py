@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from cryptography import x509
 from OpenSSL import crypto
 
+from gateway.tls.pem import add_pem_certs
+
 
 @dataclass(eq=False)
 class ClientCertPolicy:
@@ -24,8 +26,7 @@ class ClientCertPolicy:
     @classmethod
     def build(cls, ca_pem: bytes, crl_pem: bytes | None) -> ClientCertPolicy:
         store = crypto.X509Store()
-        for cert in x509.load_pem_x509_certificates(ca_pem):
-            store.add_cert(crypto.X509.from_cryptography(cert))
+        add_pem_certs(store, ca_pem)
         if crl_pem:
             store.add_crl(x509.load_pem_x509_crl(crl_pem))
             store.set_flags(crypto.X509StoreFlags.CRL_CHECK)

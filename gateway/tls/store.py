@@ -13,12 +13,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from cryptography import x509
-from cryptography.hazmat.primitives.serialization import load_pem_private_key
 from cryptography.x509.oid import NameOID
 from OpenSSL import SSL
 
 from gateway.autocert.challenge import ACME_TLS_1, PendingChallenges
 from gateway.config.snapshot import Snapshot
+from gateway.tls.pem import use_chain
 
 # Mozilla "intermediate" TLS 1.2 suites (TLS 1.3 suites are OpenSSL's defaults).
 CIPHERS = (
@@ -84,10 +84,7 @@ def server_context(chain: Sequence[x509.Certificate], key_pem: bytes) -> SSL.Con
     ctx.set_options(SSL.OP_NO_COMPRESSION | SSL.OP_CIPHER_SERVER_PREFERENCE
                     | SSL.OP_NO_RENEGOTIATION)
     ctx.set_cipher_list(CIPHERS)
-    ctx.use_certificate(chain[0])
-    for extra in chain[1:]:
-        ctx.add_extra_chain_cert(extra)
-    ctx.use_privatekey(load_pem_private_key(key_pem, None))  # type: ignore[arg-type]
+    use_chain(ctx, chain, key_pem)
     ctx.check_privatekey()
     return ctx
 
