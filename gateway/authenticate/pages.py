@@ -7,7 +7,7 @@ import html
 import json
 
 from gateway.dataplane.authz import Deny
-from gateway.dataplane.responses import wants_html
+from gateway.dataplane.responses import html_document, wants_html, wants_json
 
 __all__ = ["error", "page", "redirect", "wants_html", "wants_json"]
 
@@ -15,10 +15,6 @@ Pairs = tuple[tuple[bytes, bytes], ...]
 _TITLES = {400: "Bad request", 401: "Sign-in required", 403: "Access denied",
            495: "Client certificate required", 500: "Something went wrong",
            502: "Sign-in failed", 503: "Sign-in unavailable"}
-
-
-def wants_json(headers: list[tuple[bytes, bytes]]) -> bool:
-    return any(n.lower() == b"accept" and b"application/json" in v for n, v in headers)
 
 
 def redirect(location: str, extra: Pairs = (), status: int = 302) -> Deny:
@@ -30,9 +26,7 @@ def error(status: int, message: str, headers: list[tuple[bytes, bytes]], reason:
           extra: Pairs = ()) -> Deny:
     title = _TITLES.get(status, "Error")
     if wants_html(headers):
-        body = (f"<!doctype html><meta charset=utf-8><title>{title}</title>"
-                "<style>body{font:16px system-ui;margin:3em auto;max-width:40em}</style>"
-                f"<h1>{title}</h1><p>{html.escape(message)}</p>").encode()
+        body = html_document(title, f"<p>{html.escape(message)}</p>")
         ctype = b"text/html; charset=utf-8"
     elif wants_json(headers):
         body = json.dumps({"status": status, "error": message}).encode() + b"\n"
@@ -45,8 +39,6 @@ def error(status: int, message: str, headers: list[tuple[bytes, bytes]], reason:
 
 
 def page(title: str, body_html: str, extra: Pairs = (), status: int = 200) -> Deny:
-    body = (f"<!doctype html><meta charset=utf-8><title>{html.escape(title)}</title>"
-            "<style>body{font:16px system-ui;margin:3em auto;max-width:40em}</style>"
-            f"<h1>{html.escape(title)}</h1>{body_html}").encode()
-    return Deny(status, body, ((b"content-type", b"text/html; charset=utf-8"),
-                               (b"cache-control", b"no-store"), *extra), reason="page")
+    return Deny(status, html_document(title, body_html),
+                ((b"content-type", b"text/html; charset=utf-8"),
+                 (b"cache-control", b"no-store"), *extra), reason="page")
