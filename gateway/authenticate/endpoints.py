@@ -21,11 +21,11 @@ from gateway.authenticate.oidc import OIDCError, pkce_pair
 from gateway.authenticate.targets import (
     allowed_programmatic_target,
     form_params,
-    own_path,
     query_params,
     safe_target,
 )
 from gateway.dataplane.authz import Decision, Deny, RequestInfo
+from gateway.dataplane.router import own_path
 from gateway.sessions.cookie import clear_cookie_headers, parse_cookies, set_cookie_headers
 from gateway.sessions.model import Session
 
@@ -96,7 +96,7 @@ class Endpoints:
         nonce = secrets.token_urlsafe(24)
         state = ident.shared.seal("state", {
             "uri": uri, "nonce": nonce, "verifier": verifier,
-            "programmatic": str(payload.get("programmatic", "")),
+            "programmatic": client,
             "csrf": hashlib.sha256(csrf.encode()).hexdigest()}, now + STATE_TTL)
         cookie = set_cookie_headers(CSRF_COOKIE, csrf, max_age=int(STATE_TTL), domain="",
                                     secure=ident.options.cookie_secure, http_only=True)

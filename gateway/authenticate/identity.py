@@ -39,7 +39,7 @@ from gateway.authenticate.endpoints import SIGN_IN, STATE_TTL, Endpoints
 from gateway.authenticate.oidc import Provider
 from gateway.authenticate.targets import programmatic_token
 from gateway.authorize.assertion import AssertionSigner, claim_headers
-from gateway.authorize.claims import flatten_claims
+from gateway.authorize.claims import claim_groups, flatten_claims
 from gateway.authorize.evaluate import evaluate
 from gateway.config.snapshot import Snapshot
 from gateway.dataplane.authz import Allow, Decision, Deny, RequestInfo
@@ -104,7 +104,6 @@ class Identity:
                                           o.programmatic_redirect_domain_whitelist)
         self._refreshing: dict[str, Deferred[Session | None]] = {}
         self._tokens: dict[str, tuple[str, float]] = {}
-        self._last_sid: str | None = None
         self._cookie_tokens: dict[bytes, str] = {}  # Cookie header -> our cookie's value
         self._decisions: dict[tuple[Any, ...], tuple[Session, float, Allow]] = {}
         self.provider: Provider | None = None
@@ -126,7 +125,11 @@ class Identity:
             secure=o.cookie_secure, http_only=o.cookie_http_only))
 
     def session_for(self, request: RequestInfo) -> Session | None:
-        """The request's session: cookie on this host, or ``Authorization: Gateway``.
+        """The request's session: cookie on this host, or ``Authorization: Gateway``."""
+        return self._lookup(request)[0]
+
+    def _lookup(self, request: RequestInfo) -> tuple[Session | None, str | None, str]:
+        """(session, the session id the request names, its programmatic token).
 
         Opened tokens are cached by their exact text (a cookie is sent unchanged on every
         request); the session record is still looked up each time, so a deleted or
@@ -140,17 +143,15 @@ class Identity:
                 self._cookie_tokens.pop(next(iter(self._cookie_tokens)))
             self._cookie_tokens[raw] = token
         sid = self._open_cached("session", self.cookies, token, now) if token else None
+        own_token = programmatic_token(request.headers)
+        if sid is None and own_token:
+            sid = self._open_cached("programmatic", self.shared, own_token, now)
         if sid is None:
-            token = programmatic_token(request.headers)
-            if token:
-                sid = self._open_cached("programmatic", self.shared, token, now)
-        self._last_sid = sid
-        if sid is None:
-            return None
+            return None, None, own_token
         session = self.store.get(sid)
         if session is None or not session.valid(now):
-            return None
-        return session
+            return None, sid, own_token
+        return session, sid, own_token
 
     def _open_cached(self, purpose: str, sealer: Sealer, token: str, now: float
                      ) -> str | None:
@@ -173,17 +174,19 @@ class Identity:
     # -- the authorization hook
 
     def authorize(self, request: RequestInfo, route: Any) -> Decision | Deferred[Decision]:
-        session = self.session_for(request)
-        sid = self._last_sid
+        session, sid, token = self._lookup(request)
+        own_token = bool(token)
         if session is None and sid and self.store.needs_fetch:
             # A session another process created, or this one has not read yet.
-            return ensureDeferred(self._fetch_then_decide(request, route, sid,
+            return ensureDeferred(self._fetch_then_decide(request, route, sid, own_token,
                                                           self.store.fetch))
         if session is not None and self._needs_refresh(session):
-            return ensureDeferred(self._refresh_then_decide(request, route, session))
-        return self._decide(request, route, session)
+            return ensureDeferred(self._refresh_then_decide(request, route, session,
+                                                            own_token))
+        return self._decide(request, route, session, own_token)
 
     async def _fetch_then_decide(self, request: RequestInfo, route: Any, sid: str,
+                                 own_token: bool,
                                  fetch: Callable[[str], Deferred[Session | None]]) -> Decision:
         try:
             session = await fetch(sid)
@@ -194,17 +197,17 @@ class Identity:
         if session is not None and not session.valid(self.clock()):
             session = None
         if session is not None and self._needs_refresh(session):
-            return await self._refresh_then_decide(request, route, session)
-        return self._decide(request, route, session)
+            return await self._refresh_then_decide(request, route, session, own_token)
+        return self._decide(request, route, session, own_token)
 
     def _needs_refresh(self, session: Session) -> bool:
         return bool(session.refresh_token and self.provider is not None
                     and session.token_expires_at - REFRESH_GRACE <= self.clock())
 
     async def _refresh_then_decide(self, request: RequestInfo, route: Any,
-                                   session: Session) -> Decision:
+                                   session: Session, own_token: bool) -> Decision:
         refreshed = await self.refresh(session)
-        return self._decide(request, route, refreshed)
+        return self._decide(request, route, refreshed, own_token)
 
     async def refresh(self, session: Session) -> Session | None:
         """New tokens before the old ones expire; a failed refresh ends the session.
@@ -231,7 +234,7 @@ class Identity:
             self.store.delete(session.id)
             return None
         claims = tokens.claims or {}
-        groups = tuple(str(g) for g in claims.get("groups") or () if isinstance(g, str | int))
+        groups = claim_groups(claims)
         updated = replace(
             session, access_token=tokens.access_token, refresh_token=tokens.refresh_token,
             id_token=tokens.id_token or session.id_token,
@@ -258,7 +261,10 @@ class Identity:
         self._with_groups[session.id] = (session, version, derived)
         return derived
 
-    def _decide(self, request: RequestInfo, route: Any, session: Session | None) -> Decision:
+    def _decide(self, request: RequestInfo, route: Any, session: Session | None,
+                own_token: bool) -> Decision:
+        """``own_token``: the request carries a programmatic token (``Authorization:
+        Gateway``), which the upstream must not see."""
         now = self.clock()
         if session is not None and self.directory is not None:
             session = self._directory_session(session)
@@ -266,14 +272,14 @@ class Identity:
         if session is not None and request.method != b"OPTIONS":
             # Decision and identity headers per (session record, route) for a short
             # while: the record object changes when the session is refreshed or ended.
-            key = (session.id, route.route.index, bool(programmatic_token(request.headers)))
+            key = (session.id, route.route.index, own_token)
             hit = self._decisions.get(key)
             if hit is not None and hit[0] is session and now < hit[1]:
                 return hit[2]
         decision = evaluate(route.route, request.method, request.headers, session,
                             now, self.groups_available)
         if decision.allowed:
-            allow = self._allow(route.route, session, request)
+            allow = self._allow(route.route, session, own_token)
             if key is not None and session is not None:
                 if len(self._decisions) >= DECISION_CACHE:
                     self._decisions.pop(next(iter(self._decisions)))
@@ -289,14 +295,13 @@ class Identity:
             message += (" Group rules need idp_service_account, which is not configured.")
         return pages.error(403, message, request.headers, f"denied: {reasons}")
 
-    def _allow(self, route: Any, session: Session | None, request: RequestInfo) -> Allow:
+    def _allow(self, route: Any, session: Session | None, own_token: bool) -> Allow:
         headers: list[tuple[bytes, bytes]] = []
         if route.pass_identity_headers and session is not None:
             audience = route.host
             headers.append((b"x-gateway-jwt-assertion",
                             self.signer.sign(session, audience).encode()))
             headers.extend(claim_headers(self.options.jwt_claims_headers, session))
-        own_token = bool(programmatic_token(request.headers))
         return Allow(tuple(headers), frozenset({b"authorization"}) if own_token
                      else frozenset(), strip_cookie=self.options.cookie_name)
 
@@ -314,7 +319,7 @@ class Identity:
                     token_expiry: float) -> Session:
         now = self.clock()
         flat = flatten_claims(claims)
-        groups = tuple(str(g) for g in claims.get("groups") or () if isinstance(g, str | int))
+        groups = claim_groups(claims)
         session = Session(
             id=secrets.token_urlsafe(24), user_id=str(claims.get("sub", "")),
             email=str(claims.get("email", "")), name=str(claims.get("name", "")),

@@ -38,11 +38,6 @@ def safe_target(uri: str, allowed_hosts: set[str]) -> bool:
     return host in allowed_hosts or netloc in allowed_hosts
 
 
-def own_path(path: str) -> bool:
-    """The gateway's reserved prefix, on a segment boundary (``/.gatewayish`` is not)."""
-    return path == "/.gateway" or path.startswith("/.gateway/")
-
-
 def programmatic_token(headers: list[tuple[bytes, bytes]]) -> str:
     """``Authorization: Gateway <token>`` or ``Authorization: Bearer Gateway-<token>``."""
     for name, value in headers:

@@ -32,6 +32,11 @@ def _flatten(claims: Mapping[str, Any], prefix: str, out: dict[str, tuple[str, .
             out[name] = (claim_string(value),)
 
 
+def claim_groups(claims: Mapping[str, Any]) -> tuple[str, ...]:
+    """The IdP's ``groups`` claim as strings (other value types are ignored)."""
+    return tuple(str(g) for g in claims.get("groups") or () if isinstance(g, str | int))
+
+
 def claim_string(value: Any) -> str:
     """One claim value as a string: ``True`` -> ``"true"``, ``2.0`` -> ``"2"``; maps and
     lists nested inside a list become compact JSON."""

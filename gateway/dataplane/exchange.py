@@ -20,6 +20,7 @@ from gateway.dataplane.authz import Allow, Deny, RequestInfo
 from gateway.dataplane.exchange_base import BODY_CHUNKED
 from gateway.dataplane.redirect import redirect_location
 from gateway.dataplane.relay import UpstreamRelay
+from gateway.dataplane.router import own_path
 
 ROBOTS = b"User-agent: *\nDisallow: /"
 
@@ -124,7 +125,7 @@ class Exchange(UpstreamRelay):
                 self.detail = problem
                 self.fail(495, "invalid client certificate")
                 return
-        if path == "/.gateway" or path.startswith("/.gateway/"):
+        if own_path(path):
             self.fail(404, "not found")
             return
         route = plan.route

@@ -50,6 +50,11 @@ def match_route(routes: Iterable[Route], host: str, path: str) -> Route | None:
     return None
 
 
+def own_path(path: str) -> bool:
+    """The gateway's reserved prefix, on a segment boundary (``/.gatewayish`` is not)."""
+    return path == "/.gateway" or path.startswith("/.gateway/")
+
+
 def upstream_path(route: Route, upstream: Upstream, path: str) -> str:
     """The path sent upstream: the matched prefix (``/`` by default) is replaced by
     ``prefix_rewrite``, else by the path of the ``to`` URL (the reference's trailing
