@@ -8,7 +8,6 @@ fetched again when a token names a key id we have not seen.
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import json
 import secrets
@@ -19,6 +18,8 @@ from urllib.parse import urlencode
 import jwt
 import treq
 from twisted.internet.defer import Deferred, ensureDeferred
+
+from gateway.sessions.sealed import b64url
 
 TIMEOUT = 10.0
 _ACCEPT_JSON: dict[bytes | str, bytes | str] = {"Accept": "application/json"}
@@ -41,7 +42,7 @@ def pkce_pair() -> tuple[str, str]:
     """(code_verifier, S256 code_challenge)."""
     verifier = secrets.token_urlsafe(48)
     digest = hashlib.sha256(verifier.encode()).digest()
-    return verifier, base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
+    return verifier, b64url(digest)
 
 
 class Provider:

@@ -24,6 +24,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 
 from gateway.sessions.model import Session
+from gateway.sessions.sealed import b64url
 
 LIFETIME = 300.0
 RENEW_BEFORE = 30.0
@@ -33,13 +34,9 @@ ALGORITHMS = ("ES256", "EdDSA", "RS256")
 SigningKey = ec.EllipticCurvePrivateKey | ed25519.Ed25519PrivateKey | rsa.RSAPrivateKey
 
 
-def _b64url(data: bytes) -> str:
-    return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
-
-
 def _b64url_int(value: int, length: int | None = None) -> str:
     size = length if length is not None else max(1, (value.bit_length() + 7) // 8)
-    return _b64url(value.to_bytes(size, "big"))
+    return b64url(value.to_bytes(size, "big"))
 
 
 def jwk_thumbprint(jwk: Mapping[str, Any]) -> str:
@@ -82,7 +79,7 @@ def _public_members(key: SigningKey) -> dict[str, str]:
     if isinstance(key, ed25519.Ed25519PrivateKey):
         raw = key.public_key().public_bytes(serialization.Encoding.Raw,
                                             serialization.PublicFormat.Raw)
-        return {"crv": "Ed25519", "alg": "EdDSA", "x": _b64url(raw)}
+        return {"crv": "Ed25519", "alg": "EdDSA", "x": b64url(raw)}
     rsa_numbers = key.public_key().public_numbers()
     return {"alg": "RS256", "n": _b64url_int(rsa_numbers.n), "e": _b64url_int(rsa_numbers.e)}
 

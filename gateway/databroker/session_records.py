@@ -44,7 +44,9 @@ def to_json(session: Session) -> bytes:
 
 
 def from_json(raw: bytes) -> Session:
-    data = json.loads(raw)
+    """A stored session; fields this version does not know (written by another
+    version) are ignored, missing ones take their defaults."""
+    data = {k: v for k, v in json.loads(raw).items() if k in Session.__slots__}
     data["claims"] = MappingProxyType({k: tuple(v) for k, v in data["claims"].items()})
     data["groups"] = tuple(data["groups"])
     return Session(**data)

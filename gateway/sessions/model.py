@@ -25,7 +25,6 @@ class Session:
     access_token: str = ""
     refresh_token: str = ""
     token_expires_at: float = 0.0
-    programmatic: bool = False
 
     def valid(self, now: float) -> bool:
         return now < self.expires_at

@@ -16,7 +16,8 @@ from cryptography.hazmat.primitives.ciphers.aead import ChaCha20Poly1305
 _NONCE = 12
 
 
-def _b64(data: bytes) -> str:
+def b64url(data: bytes) -> str:
+    """base64url without padding (JWS, PKCE, sealed tokens)."""
     return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
 
 
@@ -33,7 +34,7 @@ class Sealer:
     def seal(self, purpose: str, payload: dict[str, Any], expires_at: float) -> str:
         body = json.dumps({**payload, "exp": int(expires_at)}, separators=(",", ":")).encode()
         nonce = os.urandom(_NONCE)
-        return _b64(nonce + self._aead.encrypt(nonce, body, purpose.encode()))
+        return b64url(nonce + self._aead.encrypt(nonce, body, purpose.encode()))
 
     def open(self, purpose: str, token: str, now: float) -> dict[str, Any] | None:
         """The payload, or None if the token is malformed, tampered with, sealed for

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 from twisted.trial.unittest import SynchronousTestCase
 
 from gateway.config.kvstore_dsn import BadConnectionString, parse_dsn
@@ -54,3 +56,6 @@ class CipherTests(SynchronousTestCase):
         session = Session(id="s", user_id="u", email="e@x", issued_at=1.0, expires_at=2.0,
                           groups=("a", "b"), refresh_token="r")
         self.assertEqual(from_json(to_json(session)), session)
+        # a field written by another version (here: one an earlier version had) is ignored
+        written = json.loads(to_json(session)) | {"programmatic": False}
+        self.assertEqual(from_json(json.dumps(written).encode()), session)
