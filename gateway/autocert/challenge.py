@@ -33,29 +33,37 @@ class TLSALPN01(challenges.KeyAuthorizationChallenge):
         return str(self.key_authorization(account_key))
 
 
-def challenge_certificate(domain: str, key_authorization: str
-                          ) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
-    """The self-signed certificate proving control of ``domain`` (RFC 8737 3): its only
-    SAN is the domain, with the critical acmeIdentifier extension holding
-    SHA-256(key authorization) as a DER OCTET STRING."""
+def self_signed(domain: str, days: int,
+                extensions: tuple[tuple[x509.ExtensionType, bool], ...] = ()
+                ) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
+    """A P-256 self-signed certificate for ``domain`` (its only SAN), valid from five
+    minutes ago for ``days``, with ``extensions`` (value, critical) added."""
     key = ec.generate_private_key(ec.SECP256R1())
-    digest = hashlib.sha256(key_authorization.encode()).digest()
     now = datetime.datetime.now(datetime.UTC)
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, domain)])
-    cert = (
+    builder = (
         x509.CertificateBuilder()
         .subject_name(name)
         .issuer_name(name)
         .public_key(key.public_key())
         .serial_number(x509.random_serial_number())
         .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(days=1))
+        .not_valid_after(now + datetime.timedelta(days=days))
         .add_extension(x509.SubjectAlternativeName([x509.DNSName(domain)]), critical=False)
-        .add_extension(x509.UnrecognizedExtension(ID_PE_ACME_IDENTIFIER, b"\x04\x20" + digest),
-                       critical=True)
-        .sign(key, hashes.SHA256())
     )
-    return cert, key
+    for extension, critical in extensions:
+        builder = builder.add_extension(extension, critical=critical)
+    return builder.sign(key, hashes.SHA256()), key
+
+
+def challenge_certificate(domain: str, key_authorization: str
+                          ) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
+    """The self-signed certificate proving control of ``domain`` (RFC 8737 3): its only
+    SAN is the domain, with the critical acmeIdentifier extension holding
+    SHA-256(key authorization) as a DER OCTET STRING."""
+    digest = hashlib.sha256(key_authorization.encode()).digest()
+    return self_signed(domain, 1, ((x509.UnrecognizedExtension(
+        ID_PE_ACME_IDENTIFIER, b"\x04\x20" + digest), True),))
 
 
 class PendingChallenges:

@@ -158,21 +158,11 @@ def build_store(snapshot: Snapshot, extra: Sequence[tuple[bytes, bytes, bytes | 
 
 def _placeholder() -> tuple[bytes, bytes]:
     """A self-signed certificate for ``gateway.invalid`` (until autocert has one)."""
-    import datetime
+    from cryptography.hazmat.primitives import serialization
 
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
+    from gateway.autocert.challenge import self_signed
 
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "gateway.invalid")])
-    now = datetime.datetime.now(datetime.UTC)
-    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name)
-            .public_key(key.public_key()).serial_number(x509.random_serial_number())
-            .not_valid_before(now - datetime.timedelta(minutes=5))
-            .not_valid_after(now + datetime.timedelta(days=7))
-            .add_extension(x509.SubjectAlternativeName([x509.DNSName("gateway.invalid")]),
-                           critical=False)
-            .sign(key, hashes.SHA256()))
+    cert, key = self_signed("gateway.invalid", 7)
     return (cert.public_bytes(serialization.Encoding.PEM),
             key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
                               serialization.NoEncryption()))
