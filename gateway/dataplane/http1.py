@@ -48,25 +48,46 @@ class _Reject(Exception):
 @implementer(IPushProducer)
 class _ResponseFlow:
     """Registered on the client transport while a response streams: a full client
-    buffer pauses reading from the upstream (and starts the write timeout)."""
+    buffer pauses reading from the upstream (and starts the write timeout).
+
+    ``detach`` ends its part when the response ends: it undoes its own pause (the
+    upstream connection goes back to the pool and must read the next response) and
+    ignores whatever the client transport says afterwards, since by then the upstream
+    connection may be serving another client."""
 
     def __init__(self, conn: Http1Connection, upstream_transport: Any) -> None:
         self.conn = conn
-        self.upstream = upstream_transport
+        self.upstream: Any = upstream_transport
+        self.paused = False
 
     def pauseProducing(self) -> None:
+        if self.upstream is None:
+            return
         self.conn.write_blocked_since = self.conn.core.reactor.seconds()
-        self.upstream.pauseProducing()
+        if not self.paused:
+            self.paused = True
+            self.upstream.pauseProducing()
 
     def resumeProducing(self) -> None:
+        if self.upstream is None:
+            return
         self.conn.write_blocked_since = 0.0
         head = self.conn.queue[0] if self.conn.queue else None
         if head is not None and head.plan is not None:
             head.deadline = self.conn.core.reactor.seconds() + head.plan.timeout
-        self.upstream.resumeProducing()
+        if self.paused:
+            self.paused = False
+            self.upstream.resumeProducing()
 
     def stopProducing(self) -> None:
-        self.upstream.stopProducing()
+        if self.upstream is not None:
+            self.upstream.stopProducing()
+
+    def detach(self) -> None:
+        upstream, self.upstream = self.upstream, None
+        if upstream is not None and self.paused:
+            self.paused = False
+            upstream.resumeProducing()
 
 
 @implementer(IHalfCloseableProtocol)
@@ -88,7 +109,7 @@ class Http1Connection(ConnectionTLS, Protocol):
         self.request_started = 0.0
         self.write_blocked_since = 0.0
         self.pipe: Pipe | None = None
-        self._flow_registered = False
+        self._flow: _ResponseFlow | None = None
 
     # -- connection
 
@@ -310,12 +331,13 @@ class Http1Connection(ConnectionTLS, Protocol):
         self.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
 
     def start_response_flow(self, producer: Any) -> None:
-        self.transport.registerProducer(_ResponseFlow(self, producer), True)
-        self._flow_registered = True
+        self._flow = _ResponseFlow(self, producer)
+        self.transport.registerProducer(self._flow, True)
 
     def stop_response_flow(self) -> None:
-        if self._flow_registered:
-            self._flow_registered = False
+        flow, self._flow = self._flow, None
+        if flow is not None:
+            flow.detach()
             self.write_blocked_since = 0.0
             self.transport.unregisterProducer()
 

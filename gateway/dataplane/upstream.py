@@ -284,6 +284,10 @@ class Pool:
             conn.transport.loseConnection()  # type: ignore[union-attr]
             return
         conn.idle_since = self.reactor.seconds()
+        # An idle connection always reads: the next exchange needs its response, and a
+        # close by the upstream must be noticed. Whatever paused it for the previous
+        # exchange (a slow client) is over.
+        conn.transport.resumeProducing()  # type: ignore[union-attr]
         idle.append(conn)
 
     def forget(self, conn: UpstreamConnection) -> None:

@@ -15,6 +15,7 @@ from twisted.trial.unittest import SynchronousTestCase
 from gateway.dataplane.core import ProxyCore
 from gateway.dataplane.http1 import Http1Connection
 from gateway.dataplane.plan import build_plan
+from tests.support.filling_transport import FillingTransport
 from tests.support.memory_upstream import MemoryUpstream
 
 from .config.helpers import IDENTITY, base_config, load
@@ -584,3 +585,79 @@ class TimeoutTests(Http1TestCase):
         self.assertOpen()
         self.assertEqual(self.reactor.getDelayedCalls(), [])
 
+
+
+class FlowControlTests(SynchronousTestCase):
+    """A client whose send buffer fills: the response pauses the upstream read, and
+    whatever happens next the pooled connection must come back reading (issue 19)."""
+
+    BIG = 1 << 20
+
+    def setUp(self) -> None:
+        self.reactor = MemoryReactorClock()
+        self.core = ProxyCore(self.reactor, build_plan(SNAPSHOT), tls=False)
+        self.core.start()
+        self.addCleanup(self.core.stop)
+        self.client = FillingTransport(64 * 1024, peerAddress=CLIENT)
+        self.conn = Http1Connection(self.core)
+        self.conn.makeConnection(self.client)
+
+    def big_response(self) -> bytes:
+        return b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % self.BIG + b"x" * self.BIG
+
+    def test_last_read_completes_while_client_buffer_full(self) -> None:
+        """The read that fills the client's buffer also completes the response (one
+        upstream read holds the rest of the body): the connection goes back to the
+        pool paused by the response flow, and the next request on it must still be
+        read. This interleaving stalled keep-alive clients after large downloads."""
+        self.conn.dataReceived(get(b"/api/big"))
+        upstream = Upstream(self.reactor)
+        upstream.received()
+        upstream.respond(self.big_response())
+        self.assertTrue(self.client.producer_paused_by_us, "the client buffer never filled")
+        self.assertEqual(self.core.pool.idle_count(), 1)
+        self.assertEqual(upstream.transport.producerState, "producing",
+                         "a pooled upstream connection was left paused")
+        self.assertEqual(len(parse(self.client.drain())[0].body), self.BIG)
+        self.conn.dataReceived(get(b"/api/next"))
+        self.assertEqual(len(self.reactor.tcpClients), 1)
+        self.assertTrue(upstream.received().startswith(b"GET /backend/next HTTP/1.1\r\n"))
+        self.assertEqual(upstream.transport.producerState, "producing")
+        upstream.respond(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+        self.assertEqual(parse(self.client.drain())[0].body, b"ok")
+
+    def test_drain_after_completion_does_not_resume_pooled_connection_for_old_flow(self) -> None:
+        """The client buffer draining after the response ended must not touch the
+        upstream connection on behalf of the finished response (it may be serving
+        another client's request, paused by that client's own flow)."""
+        self.conn.dataReceived(get(b"/api/big"))
+        upstream = Upstream(self.reactor)
+        upstream.respond(self.big_response())
+        self.assertIsNone(self.client.producer, "the response flow stayed registered")
+        other_client = FillingTransport(64 * 1024, peerAddress=CLIENT)
+        other = Http1Connection(self.core)
+        other.makeConnection(other_client)
+        other.dataReceived(get(b"/api/other"))
+        self.assertEqual(len(self.reactor.tcpClients), 1)  # took the pooled connection
+        upstream.received()
+        upstream.respond(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % self.BIG
+                         + b"y" * (self.BIG // 2))
+        self.assertEqual(upstream.transport.producerState, "paused")
+        self.client.drain()  # the first client catches up: must not resume the upstream
+        self.assertEqual(upstream.transport.producerState, "paused")
+        other_client.drain()
+        self.assertEqual(upstream.transport.producerState, "producing")
+
+    def test_pipelined_request_behind_a_paused_large_response(self) -> None:
+        """A request pipelined behind a large response whose client buffer filled is
+        parsed and answered once the first response completes."""
+        self.conn.dataReceived(get(b"/api/big") + get(b"/api/second"))
+        upstream = Upstream(self.reactor)
+        upstream.received()
+        upstream.respond(self.big_response())
+        self.assertTrue(upstream.received().startswith(b"GET /backend/second HTTP/1.1\r\n"))
+        upstream.respond(b"HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nsecond")
+        responses = parse(self.client.drain())
+        self.assertEqual([(r.status, len(r.body)) for r in responses],
+                         [(200, self.BIG), (200, 6)])
+        self.assertEqual(upstream.transport.producerState, "producing")
