@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import http.client
 import socket
+import ssl
+import time
 from dataclasses import dataclass
 
 from .processes import is_loopback
@@ -40,32 +42,56 @@ class _SharedReader:
 
 
 class RawClient:
-    """One connection; ``send`` raw bytes, ``response`` parses the next response."""
+    """One connection; ``send`` raw bytes, ``response`` parses the next response.
 
-    def __init__(self, port: int, host: str = "127.0.0.1", timeout: float = 10.0) -> None:
+    With ``tls`` the connection is wrapped (``server_name`` for SNI and verification).
+    ``receive_buffer`` shrinks the socket's receive buffer, and ``response(slow=...)``
+    reads bodies in 128 KiB bursts with a pause of ``slow`` seconds after each: a client
+    that reads slowly, so the server's send buffer fills and its flow control is
+    exercised."""
+
+    def __init__(self, port: int, host: str = "127.0.0.1", timeout: float = 10.0, *,
+                 tls: ssl.SSLContext | None = None, server_name: str | None = None,
+                 receive_buffer: int = 0) -> None:
         if not is_loopback(host):
             raise ValueError("tests only talk to loopback")
-        self.sock = socket.create_connection((host, port), timeout=timeout)
+        sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+        if receive_buffer:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, receive_buffer)
+        sock.settimeout(timeout)
+        sock.connect((host, port))
+        if tls is not None:
+            sock = tls.wrap_socket(sock, server_hostname=server_name or host)
+        self.sock = sock
         self._reader = _SharedReader(self.sock)
 
     def send(self, data: bytes) -> None:
         self.sock.sendall(data)
 
-    def response(self, method: str = "GET") -> Response:
+    def response(self, method: str = "GET", slow: float = 0.0) -> Response:
         reply = http.client.HTTPResponse(self._reader, method=method)  # type: ignore[arg-type]
         reply.begin()
-        body = reply.read()
+        if slow:
+            # Bursts with pauses between them: the server's buffer fills during each
+            # pause (a steady trickle never queues enough to pause anything).
+            pieces = []
+            while piece := reply.read(131072):
+                pieces.append(piece)
+                time.sleep(slow)
+            body = b"".join(pieces)
+        else:
+            body = reply.read()
         headers = reply.getheaders()
         return Response(reply.status, {k.lower(): v for k, v in headers}, body, headers)
 
     def request(self, method: str, path: str, host: str, headers: dict[str, str] | None = None,
-                body: bytes = b"") -> Response:
+                body: bytes = b"", slow: float = 0.0) -> Response:
         lines = [f"{method} {path} HTTP/1.1", f"Host: {host}"]
         lines += [f"{k}: {v}" for k, v in (headers or {}).items()]
         if body:
             lines.append(f"Content-Length: {len(body)}")
         self.send(("\r\n".join(lines) + "\r\n\r\n").encode() + body)
-        return self.response(method)
+        return self.response(method, slow)
 
     def closed_by_peer(self, timeout: float = 5.0) -> bool:
         """True when the server closed the connection (EOF or reset) within ``timeout``."""
