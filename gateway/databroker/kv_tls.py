@@ -14,8 +14,7 @@ from typing import Any
 
 import txredisapi
 
-from gateway.dataplane.plan import TLSClientConfig
-from gateway.dataplane.tls_client import connection_creator
+from gateway.tls.client import TLSClientConfig, connection_creator
 
 TLSFor = Callable[[str], Any]
 

@@ -21,7 +21,8 @@ from twisted.python.failure import Failure
 from gateway.config.upstreams import HealthCheck
 from gateway.dataplane.health_probes import PROBES, Probe, probe_grpc, probe_http, probe_tcp
 from gateway.dataplane.hosts import UpstreamHost
-from gateway.dataplane.plan import Plan, TLSClientConfig
+from gateway.dataplane.plan import Plan
+from gateway.tls.client import TLSClientConfig
 
 __all__ = ["PROBES", "HealthChecker", "HealthManager", "Probe", "probe_grpc", "probe_http",
            "probe_tcp"]

@@ -36,9 +36,8 @@ from zope.interface import implementer
 
 from gateway.config.upstreams import HealthCheck, Upstream
 from gateway.dataplane.hosts import UpstreamHost
-from gateway.dataplane.plan import TLSClientConfig
-from gateway.dataplane.tls_client import connection_creator
 from gateway.dataplane.upstream import _endpoint
+from gateway.tls.client import TLSClientConfig, connection_creator
 
 #: ``probe(reactor, host, check, tls)``: fires True (healthy) or False, never fails.
 Probe = Callable[[Any, UpstreamHost, HealthCheck, "TLSClientConfig | None"], "Deferred[bool]"]

@@ -16,6 +16,7 @@ from gateway.config.snapshot import Snapshot
 from gateway.dataplane.balancer import Balancer, make_balancer
 from gateway.dataplane.hosts import UpstreamHost, hosts_for
 from gateway.dataplane.router import normalise_host, path_matches, route_host_keys
+from gateway.tls.client import TLSClientConfig
 from gateway.tls.client_certs import ClientCertPolicy
 
 Pairs = tuple[tuple[bytes, bytes], ...]
@@ -23,19 +24,6 @@ Pairs = tuple[tuple[bytes, bytes], ...]
 
 def _encode(mapping: Any) -> Pairs:
     return tuple((str(k).encode("latin-1"), str(v).encode("latin-1")) for k, v in mapping.items())
-
-
-@dataclass(frozen=True, slots=True)
-class TLSClientConfig:
-    """How to speak TLS to a route's https upstreams, or to the kvstore (hashable: it keys
-    the pool and the context cache)."""
-
-    server_name: str
-    skip_verify: bool
-    custom_ca: bytes | None
-    client_cert: bytes | None
-    client_key: bytes | None
-    alpn: tuple[bytes, ...] = (b"http/1.1",)
 
 
 @dataclass(eq=False, slots=True)

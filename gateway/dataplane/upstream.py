@@ -30,8 +30,7 @@ from twisted.python.failure import Failure
 
 from gateway.dataplane.fastio import direct_writer, write_now
 from gateway.dataplane.hosts import UpstreamHost
-from gateway.dataplane.plan import TLSClientConfig
-from gateway.dataplane.tls_client import is_ip_literal
+from gateway.tls.client import TLSClientConfig, is_ip_literal
 
 PoolKey = tuple[str, str, int, TLSClientConfig | None]
 log = Logger()
@@ -267,7 +266,7 @@ class Pool:
     def _open(self, endpoint: IStreamClientEndpoint, key: PoolKey, host: str,
               tls: TLSClientConfig | None) -> Deferred[UpstreamConnection]:
         if tls is not None:
-            from gateway.dataplane.tls_client import connection_creator
+            from gateway.tls.client import connection_creator
 
             endpoint = wrapClientTLS(connection_creator(tls, host), endpoint)
         return cast(Deferred[UpstreamConnection],

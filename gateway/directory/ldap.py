@@ -27,12 +27,12 @@ from twisted.internet.endpoints import HostnameEndpoint, connectProtocol, wrapCl
 from twisted.internet.interfaces import IHandshakeListener
 from zope.interface import implementer
 
-from gateway.dataplane.tls_client import connection_creator
 from gateway.directory import ldap_wire
 from gateway.directory.filters import parse_filter
 from gateway.directory.membership import GroupEntry, UserEntry, build_directory
 from gateway.directory.model import Directory, DirectoryError
 from gateway.directory.service_account import LDAPAccount
+from gateway.tls.client import connection_creator
 
 #: Connection attempts give up after this long (the whole run is bounded by the caller).
 CONNECT_TIMEOUT = 30.0

@@ -44,7 +44,7 @@ import json
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import urlsplit
 
 import yaml
@@ -52,9 +52,7 @@ import yaml
 from gateway.config.material import Pem, check_pem
 from gateway.config.values import decode_base64
 from gateway.directory.filters import parse_filter
-
-if TYPE_CHECKING:  # config validation imports this module; the data plane imports config
-    from gateway.dataplane.plan import TLSClientConfig
+from gateway.tls.client import TLSClientConfig
 
 SETTING = "idp_service_account"
 DEFAULT_USER_FILTER = "(objectClass=inetOrgPerson)"
@@ -112,8 +110,6 @@ class LDAPAccount:
 
     def tls_config(self) -> TLSClientConfig:
         """The client TLS settings (shared with upstreams and the kvstore), no ALPN."""
-        from gateway.dataplane.plan import TLSClientConfig
-
         return TLSClientConfig(self.tls_server_name, self.tls_skip_verify, self.ca, None,
                                None, alpn=())
 

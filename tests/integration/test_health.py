@@ -29,7 +29,7 @@ from twisted.trial.unittest import TestCase
 from gateway.config.upstreams import HealthCheck, Upstream
 from gateway.dataplane.health import probe_grpc, probe_http, probe_tcp
 from gateway.dataplane.hosts import UpstreamHost
-from gateway.dataplane.plan import TLSClientConfig
+from gateway.tls.client import TLSClientConfig
 from tests.support.daemon import Daemon, gateway_daemon
 from tests.support.peers import echo_upstream
 from tests.support.processes import ManagedProcess, free_port

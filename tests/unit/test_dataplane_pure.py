@@ -12,8 +12,9 @@ from gateway.dataplane.headers import (
     forwarded_for,
     rewrite_prefix,
 )
-from gateway.dataplane.plan import Plan, TLSClientConfig, build_plan
+from gateway.dataplane.plan import Plan, build_plan
 from gateway.dataplane.redirect import redirect_location
+from gateway.tls.client import TLSClientConfig
 
 from .config.helpers import IDENTITY, PUBLIC_ROUTE, base_config, load
 

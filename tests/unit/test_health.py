@@ -30,7 +30,8 @@ from gateway.dataplane.health_probes import (
     serving_status,
 )
 from gateway.dataplane.hosts import UpstreamHost
-from gateway.dataplane.plan import Plan, TLSClientConfig, build_plan
+from gateway.dataplane.plan import Plan, build_plan
+from gateway.tls.client import TLSClientConfig
 from tests.unit.config.helpers import base_config, load
 
 

@@ -1,5 +1,6 @@
-"""TLS toward upstreams: SNI, verification (system roots or ``tls_custom_ca``), client
-certificates, or no verification at all with ``tls_skip_verify``.
+"""TLS toward upstreams (and the kvstore, LDAP): SNI, verification (system roots or
+``tls_custom_ca``), client certificates, or no verification at all with
+``tls_skip_verify``.
 
 Contexts are built once per distinct route TLS setting and reused by every connection.
 Material is passed to pyOpenSSL as ``cryptography`` objects (its own are deprecated).
@@ -8,6 +9,7 @@ Material is passed to pyOpenSSL as ``cryptography`` objects (its own are depreca
 from __future__ import annotations
 
 import ipaddress
+from dataclasses import dataclass
 from typing import Any
 
 from cryptography import x509
@@ -16,8 +18,21 @@ from twisted.internet._sslverify import ClientTLSOptions
 from twisted.internet.interfaces import IOpenSSLClientConnectionCreator
 from zope.interface import implementer
 
-from gateway.dataplane.plan import TLSClientConfig
 from gateway.tls.pem import add_pem_certs, use_chain
+
+
+@dataclass(frozen=True, slots=True)
+class TLSClientConfig:
+    """How to speak TLS to a route's https upstreams, or to the kvstore (hashable: it keys
+    the pool and the context cache)."""
+
+    server_name: str
+    skip_verify: bool
+    custom_ca: bytes | None
+    client_cert: bytes | None
+    client_key: bytes | None
+    alpn: tuple[bytes, ...] = (b"http/1.1",)
+
 
 _contexts: dict[TLSClientConfig, SSL.Context] = {}
 
