@@ -37,7 +37,7 @@ from gateway.databroker.cluster_slots import (
     parse_redirect,
     slot_owners,
 )
-from gateway.databroker.kv_connect import keep_reconnecting
+from gateway.databroker.kv_reconnect import keep_reconnecting
 from gateway.databroker.kv_tls import TLSFor
 
 #: Redirects one request follows before it gives up (a slot moving twice is plenty).

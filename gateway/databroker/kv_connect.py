@@ -9,9 +9,10 @@ from typing import Any
 
 import txredisapi
 from twisted.internet.defer import Deferred
-from twisted.logger import Logger
 
 from gateway.config.kvstore_dsn import KVSettings
+from gateway.databroker.kv_cluster import ClusterClient
+from gateway.databroker.kv_reconnect import keep_reconnecting
 from gateway.databroker.kv_tls import TLSFor, TLSSentinel, tls_for_hosts
 from gateway.observability.metrics import (
     KVSTORE_WAIT_COUNT,
@@ -19,10 +20,7 @@ from gateway.observability.metrics import (
     watch_pool,
 )
 
-log = Logger()
-
 POOL_SIZE = 4
-MAX_RECONNECT_DELAY = 2.0
 
 
 def connect(settings: KVSettings, reply_timeout: float, tls_for: TLSFor | None,
@@ -32,8 +30,6 @@ def connect(settings: KVSettings, reply_timeout: float, tls_for: TLSFor | None,
     common = {"password": settings.password or None,
               "connectTimeout": reply_timeout, "replyTimeout": reply_timeout}
     if settings.mode == "cluster":
-        from gateway.databroker.kv_cluster import ClusterClient
-
         if reactor is None:
             from twisted.internet import reactor
         return ClusterClient(
@@ -64,27 +60,6 @@ def connect(settings: KVSettings, reply_timeout: float, tls_for: TLSFor | None,
 
 def _watched(factory: Any, service: str) -> None:
     watch_pool(PoolStats(factory, service), service)
-
-
-def keep_reconnecting(factory: Any, label: str = "kvstore") -> None:
-    """Make a txredisapi pool reconnect through every outage, quickly.
-
-    txredisapi gives up on the whole pool for good when AUTH or SELECT fails on a fresh
-    connection, even when the cause is a timeout (a Redis that stalled, or is still
-    loading its data): the gateway would answer 503 until restarted. Here such a
-    connection is just dropped and tried again with the usual backoff (a wrong password
-    is logged at every attempt, so an operator who fixes the ACL needs no restart), and
-    the backoff stops at ``MAX_RECONNECT_DELAY`` instead of txredisapi's 10 s.
-    ``disconnect`` (shutdown) still stops everything: it does not use ``stopTrying``.
-    """
-    factory.maxDelay = MAX_RECONNECT_DELAY
-    factory.stopTrying = lambda: None
-    if factory.deferred is not None:
-        # txredisapi fails this with the first connection error and nobody else waits
-        # on it; the error is logged (here and by txredisapi), not left "unhandled"
-        factory.deferred.addErrback(lambda f: log.warn(
-            "{label}: connection not ready yet, retrying: {error}", label=label,
-            error=f.getErrorMessage()))
 
 
 class PoolStats:
