@@ -19,6 +19,14 @@ from twisted.logger import Logger
 from gateway.authenticate import pages
 from gateway.authenticate.oidc import OIDCError, pkce_pair
 from gateway.authenticate.targets import (
+    CSRF_COOKIE,
+    HANDOFF,
+    HANDOFF_TTL,
+    JWKS,
+    PROGRAMMATIC,
+    SIGN_IN,
+    SIGN_OUT,
+    STATE_TTL,
     allowed_programmatic_target,
     form_params,
     query_params,
@@ -33,14 +41,6 @@ if TYPE_CHECKING:
     from gateway.authenticate.identity import Identity
 
 log = Logger()
-SIGN_IN = "/.gateway/sign_in"
-HANDOFF = "/.gateway/callback"
-SIGN_OUT = "/.gateway/signout/"
-JWKS = "/.well-known/gateway/jwks.json"
-PROGRAMMATIC = "/.gateway/api/v1/login"
-STATE_TTL = 600.0
-HANDOFF_TTL = 60.0
-CSRF_COOKIE = "_gateway_csrf"
 
 
 class Endpoints:

@@ -10,6 +10,7 @@ from urllib.parse import urlsplit
 from twisted.internet.defer import Deferred
 from twisted.logger import Logger
 
+from gateway.authenticate.endpoints import Endpoints
 from gateway.authenticate.identity import Identity
 from gateway.authorize.assertion import AssertionSigner
 from gateway.config.snapshot import Snapshot
@@ -43,19 +44,21 @@ class IdentityHolder:
         self.signer = _signer(snapshot, None)
         self.identity = Identity(reactor, snapshot, self.store, self.signer,
                                  directory=broker.directory)
+        self.endpoints = Endpoints(self.identity)
 
     def apply(self, snapshot: Snapshot) -> None:
         """After the databroker's ``apply`` (it may start or stop directory data)."""
         self.signer = _signer(snapshot, self.signer)
         self.identity = Identity(self.reactor, snapshot, self.store, self.signer,
                                  directory=self.broker.directory)
+        self.endpoints = Endpoints(self.identity)
 
     def authorize(self, request: RequestInfo, route: object) -> Decision | Deferred[Decision]:
         return self.identity.authorize(request, route)
 
     def handles(self, host: str, path: str) -> bool:
-        return self.identity.handles(host, path)
+        return self.endpoints.handles(host, path)
 
     def internal(self, request: RequestInfo, body: bytes = b""
                  ) -> Decision | Deferred[Decision] | None:
-        return self.identity.internal(request, body)
+        return self.endpoints.internal(request, body)

@@ -35,9 +35,8 @@ from twisted.internet.defer import Deferred, ensureDeferred
 from twisted.logger import Logger
 
 from gateway.authenticate import pages
-from gateway.authenticate.endpoints import SIGN_IN, STATE_TTL, Endpoints
 from gateway.authenticate.oidc import Provider
-from gateway.authenticate.targets import programmatic_token
+from gateway.authenticate.targets import SIGN_IN, STATE_TTL, programmatic_token
 from gateway.authorize.assertion import AssertionSigner, claim_headers
 from gateway.authorize.claims import claim_groups, flatten_claims
 from gateway.authorize.evaluate import evaluate
@@ -112,7 +111,6 @@ class Identity:
                 reactor, o.idp_provider_url, o.idp_client_id, material.idp_client_secret,
                 o.idp_scopes, dict(o.idp_request_params),
                 self.auth_origin + o.authenticate_callback_path)
-        self.endpoints = Endpoints(self)
 
     # -- cookies and sessions
 
@@ -329,11 +327,3 @@ class Identity:
         self.store.put(session)
         return session
 
-    # -- the gateway's own endpoints (``endpoints.Endpoints``)
-
-    def handles(self, host: str, path: str) -> bool:
-        return self.endpoints.handles(host, path)
-
-    def internal(self, request: RequestInfo, body: bytes = b""
-                 ) -> Decision | Deferred[Decision] | None:
-        return self.endpoints.internal(request, body)

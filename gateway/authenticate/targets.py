@@ -9,6 +9,16 @@ from urllib.parse import parse_qs, urlsplit
 
 from gateway.dataplane.authz import RequestInfo
 
+# The gateway's own paths and how long sign-in state lives.
+SIGN_IN = "/.gateway/sign_in"
+HANDOFF = "/.gateway/callback"
+SIGN_OUT = "/.gateway/signout/"
+JWKS = "/.well-known/gateway/jwks.json"
+PROGRAMMATIC = "/.gateway/api/v1/login"
+STATE_TTL = 600.0
+HANDOFF_TTL = 60.0
+CSRF_COOKIE = "_gateway_csrf"
+
 
 def query_params(request: RequestInfo) -> dict[str, str]:
     parsed = parse_qs(request.query.decode("latin-1").lstrip("?"), keep_blank_values=True)

@@ -20,16 +20,17 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from twisted.internet.defer import Deferred
 from twisted.trial.unittest import SynchronousTestCase
 
-from gateway.authenticate.endpoints import (
+from gateway.authenticate.endpoints import Endpoints
+from gateway.authenticate.identity import Identity
+from gateway.authenticate.targets import (
     HANDOFF,
     HANDOFF_TTL,
     JWKS,
     SIGN_IN,
     SIGN_OUT,
     STATE_TTL,
+    safe_target,
 )
-from gateway.authenticate.identity import Identity
-from gateway.authenticate.targets import safe_target
 from gateway.authorize.assertion import AssertionSigner
 from gateway.config.snapshot import Snapshot
 from gateway.databroker.follower import ChangeFollower
@@ -170,6 +171,7 @@ class IdentityCase(SynchronousTestCase):
         self.signer = AssertionSigner(None, "ES256", AUTH, clock=self.clock)
         self.identity = Identity(None, self.snapshot, self.store, self.signer, self.clock)
         self.identity.provider = None
+        self.endpoints = Endpoints(self.identity)
         self.route = SimpleNamespace(route=self.snapshot.routes[0])
 
     def session(self, claims: dict[str, Any] | None = None) -> Session:
@@ -188,7 +190,7 @@ class IdentityCase(SynchronousTestCase):
     def internal(self, path: str, query: str | bytes = b"", *, host: str = APP,
                  method: bytes = b"GET", headers: Headers | None = None,
                  body: bytes = b"") -> Any:
-        decision = self.identity.internal(
+        decision = self.endpoints.internal(
             request(path, query, host=host, method=method, headers=headers), body)
         self.assertNotIsInstance(decision, Deferred)
         return decision
@@ -518,6 +520,7 @@ class SignOutTests(IdentityCase):
         self.snapshot = snapshot(signout_redirect_url="")
         self.identity = Identity(None, self.snapshot, self.store, self.signer, self.clock)
         self.identity.provider = None
+        self.endpoints = Endpoints(self.identity)
         alice = self.session()
         decision = self.sign_out(alice, {"csrf": self.csrf(alice),
                                          "gateway_redirect_uri": "https://evil.example/"})
@@ -563,7 +566,7 @@ class EndpointTests(IdentityCase):
         self.assertEqual(header(decision, b"content-type"), b"application/json")
         self.assertEqual(json.loads(decision.body), {"keys": []})
         self.assertIsNone(self.internal(JWKS, host=APP))
-        self.assertFalse(self.identity.handles(APP, JWKS))
+        self.assertFalse(self.endpoints.handles(APP, JWKS))
 
     def test_jwks_serves_configured_key(self) -> None:
         """With a signing key, JWKS lists exactly its public JWK."""
@@ -572,7 +575,7 @@ class EndpointTests(IdentityCase):
                                 serialization.NoEncryption())
         signer = AssertionSigner(pem, "ES256", AUTH)
         identity = Identity(None, self.snapshot, self.store, signer, self.clock)
-        decision = identity.internal(request(JWKS, host=AUTH))
+        decision = Endpoints(identity).internal(request(JWKS, host=AUTH))
         self.assertEqual(json.loads(decision.body), {"keys": [signer.public_jwk()]})
 
     def test_unknown_gateway_paths(self) -> None:
@@ -582,17 +585,17 @@ class EndpointTests(IdentityCase):
             decision = self.internal(path)
             self.assertIsInstance(decision, Deny, path)
             self.assertEqual(decision.status, 404, path)
-            self.assertTrue(self.identity.handles(APP, path), path)
+            self.assertTrue(self.endpoints.handles(APP, path), path)
         self.assertEqual(self.internal("/.gateway/nothing", host=AUTH).status, 404)
         for path in ("/", "/x", "/x/.gateway/y", self.snapshot.options.authenticate_callback_path):
             self.assertIsNone(self.internal(path), path)
-            self.assertFalse(self.identity.handles(APP, path), path)
-        self.assertTrue(self.identity.handles(AUTH, "/"))
+            self.assertFalse(self.endpoints.handles(APP, path), path)
+        self.assertTrue(self.endpoints.handles(AUTH, "/"))
 
     def test_lookalike_paths_go_to_routing(self) -> None:
         """Paths that merely start with the characters /.gateway belong to the upstream."""
         for path in ("/.gatewayish", "/.gateway-assets/app.js", "/.gateway.json"):
-            self.assertFalse(self.identity.handles(APP, path), path)
+            self.assertFalse(self.endpoints.handles(APP, path), path)
             self.assertIsNone(self.internal(path), path)
 
     def test_allowed_hosts(self) -> None:
