@@ -33,7 +33,7 @@ from gateway.authenticate.targets import (
     safe_target,
 )
 from gateway.dataplane.authz import Decision, Deny, RequestInfo
-from gateway.dataplane.router import own_path
+from gateway.dataplane.routing.router import own_path
 from gateway.sessions.cookie import clear_cookie_headers, parse_cookies, set_cookie_headers
 from gateway.sessions.model import Session
 

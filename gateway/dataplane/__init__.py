@@ -1,1 +1,20 @@
-"""The proxy's data plane: routing, rewriting and forwarding requests."""
+"""The data plane: the proxy's listeners, codecs, exchanges, upstreams and pipes.
+
+Arrows point down this list (a package imports only from those below it):
+
+- ``listeners``: the main listener's stack (TCP, PROXY protocol, TLS, codec switch) and
+  the http->https redirector.
+- ``codecs``: HTTP/1.1 (llhttp) and HTTP/2 (h2) toward clients, the choice between them,
+  the request-target normaliser, what a connection knows of its TLS.
+- ``exchange``: one request/response, shared by both codecs: routing, the gateway's own
+  endpoints, the authorization hook, the upstream relay, the request head an upstream
+  receives, header rules, the access log.
+- ``pipes``: raw byte pipes once a connection stops being HTTP (websocket/SPDY upgrades).
+- ``health``: active health checks and the manager running them for the current plan.
+- ``core``: per-listener state (plan, pool, authorizer, timeouts watchdog).
+- ``routing``: the plan compiled per configuration snapshot, host/path matching,
+  redirect routes.
+- ``upstream``: upstream hosts and their live state, load balancers, the connection pool.
+- ``authz``, ``responses``, ``fastio``: the authorization hook's types, the gateway's own
+  response bytes, direct socket writes.
+"""

@@ -12,8 +12,8 @@ from typing import Any, Protocol
 from twisted.internet.task import LoopingCall
 
 from gateway.dataplane.authz import Authorizer, NotYetAuthorizer
-from gateway.dataplane.plan import Plan
-from gateway.dataplane.upstream import Pool, family_resolver
+from gateway.dataplane.routing.plan import Plan
+from gateway.dataplane.upstream.pool import Pool, family_resolver
 
 
 class Watched(Protocol):

@@ -28,7 +28,7 @@ from zope.interface import implementer
 
 from gateway.config.snapshot import Snapshot
 from gateway.config.source import ConfigSource
-from gateway.dataplane.listener import server_endpoint
+from gateway.dataplane.listeners.stack import server_endpoint
 from gateway.observability.metrics import REGISTRY, watch_config
 from gateway.services.base import SnapshotService
 from gateway.tls.pem import add_pem_certs

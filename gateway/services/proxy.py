@@ -14,12 +14,12 @@ from gateway.autocert.service import AutocertService
 from gateway.config.snapshot import Snapshot
 from gateway.config.source import ConfigSource
 from gateway.dataplane.authz import Authorizer
+from gateway.dataplane.codecs.switch import HTTPFactory
 from gateway.dataplane.core import ProxyCore
-from gateway.dataplane.health import HealthManager
-from gateway.dataplane.http_redirect import RedirectFactory
-from gateway.dataplane.listener import listener_factory, server_endpoint
-from gateway.dataplane.plan import build_plan
-from gateway.dataplane.switch import HTTPFactory
+from gateway.dataplane.health.manager import HealthManager
+from gateway.dataplane.listeners.http_redirect import RedirectFactory
+from gateway.dataplane.listeners.stack import listener_factory, server_endpoint
+from gateway.dataplane.routing.plan import build_plan
 from gateway.services.base import SnapshotService
 from gateway.tls.server import ServerTLS
 from gateway.tls.store import CertificateStore, build_store

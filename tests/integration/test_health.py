@@ -27,8 +27,8 @@ from twisted.internet.defer import Deferred
 from twisted.trial.unittest import TestCase
 
 from gateway.config.upstreams import HealthCheck, Upstream
-from gateway.dataplane.health import probe_grpc, probe_http, probe_tcp
-from gateway.dataplane.hosts import UpstreamHost
+from gateway.dataplane.health.manager import probe_grpc, probe_http, probe_tcp
+from gateway.dataplane.upstream.hosts import UpstreamHost
 from gateway.tls.client import TLSClientConfig
 from tests.support.daemon import Daemon, gateway_daemon
 from tests.support.peers import echo_upstream

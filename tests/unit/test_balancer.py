@@ -16,7 +16,7 @@ from gateway.config.upstreams import (
     RingHashConfig,
     Upstream,
 )
-from gateway.dataplane.balancer import (
+from gateway.dataplane.upstream.balancer import (
     Balancer,
     LeastRequest,
     Maglev,
@@ -28,7 +28,7 @@ from gateway.dataplane.balancer import (
     hash64,
     make_balancer,
 )
-from gateway.dataplane.hosts import UpstreamHost
+from gateway.dataplane.upstream.hosts import UpstreamHost
 
 
 def hosts(*weights: int) -> tuple[UpstreamHost, ...]:

@@ -7,13 +7,13 @@ from typing import Any
 from twisted.trial.unittest import SynchronousTestCase
 
 from gateway.config.snapshot import Snapshot
-from gateway.dataplane.headers import (
+from gateway.dataplane.exchange.headers import (
     connection_tokens,
     forwarded_for,
     rewrite_prefix,
 )
-from gateway.dataplane.plan import Plan, build_plan
-from gateway.dataplane.redirect import redirect_location
+from gateway.dataplane.routing.plan import Plan, build_plan
+from gateway.dataplane.routing.redirect import redirect_location
 from gateway.tls.client import TLSClientConfig
 
 from .config.helpers import IDENTITY, PUBLIC_ROUTE, base_config, load

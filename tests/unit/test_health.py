@@ -17,8 +17,8 @@ from twisted.logger import LogEvent, LogLevel, capturedLogs
 from twisted.trial.unittest import SynchronousTestCase
 
 from gateway.config.upstreams import HealthCheck, Upstream
-from gateway.dataplane.health import GRACE, HealthChecker, HealthManager
-from gateway.dataplane.health_probes import (
+from gateway.dataplane.health.manager import GRACE, HealthChecker, HealthManager
+from gateway.dataplane.health.probes import (
     GrpcHealthSession,
     HttpStatusSession,
     TcpPayloadSession,
@@ -29,8 +29,8 @@ from gateway.dataplane.health_probes import (
     probe_http,
     serving_status,
 )
-from gateway.dataplane.hosts import UpstreamHost
-from gateway.dataplane.plan import Plan, build_plan
+from gateway.dataplane.routing.plan import Plan, build_plan
+from gateway.dataplane.upstream.hosts import UpstreamHost
 from gateway.tls.client import TLSClientConfig
 from tests.unit.config.helpers import base_config, load
 

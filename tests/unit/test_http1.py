@@ -12,9 +12,9 @@ from twisted.internet.testing import MemoryReactorClock, StringTransport
 from twisted.python.failure import Failure
 from twisted.trial.unittest import SynchronousTestCase
 
+from gateway.dataplane.codecs.http1 import Http1Connection
 from gateway.dataplane.core import ProxyCore
-from gateway.dataplane.http1 import Http1Connection
-from gateway.dataplane.plan import build_plan
+from gateway.dataplane.routing.plan import build_plan
 from tests.support.filling_transport import FillingTransport
 from tests.support.memory_upstream import MemoryUpstream
 

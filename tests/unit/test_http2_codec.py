@@ -14,9 +14,9 @@ from twisted.internet.testing import MemoryReactorClock, StringTransport
 from twisted.python.failure import Failure
 from twisted.trial.unittest import SynchronousTestCase
 
+from gateway.dataplane.codecs.http2 import H2Connection
 from gateway.dataplane.core import ProxyCore
-from gateway.dataplane.http2 import H2Connection
-from gateway.dataplane.plan import build_plan
+from gateway.dataplane.routing.plan import build_plan
 from tests.support.memory_upstream import MemoryUpstream
 
 from .config.helpers import base_config, load

@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from twisted.trial.unittest import SynchronousTestCase
 
-from gateway.dataplane.normalize import (
+from gateway.dataplane.codecs.normalize import (
     _FAST_PATH,
     BadTarget,
     _normalise_path,

@@ -7,7 +7,12 @@ from typing import Any
 from twisted.trial.unittest import SynchronousTestCase
 
 from gateway.config.routes import Route
-from gateway.dataplane.router import match_route, normalise_host, route_host_keys, upstream_path
+from gateway.dataplane.routing.router import (
+    match_route,
+    normalise_host,
+    route_host_keys,
+    upstream_path,
+)
 
 from .config.helpers import IDENTITY, base_config, load
 

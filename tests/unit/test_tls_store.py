@@ -9,7 +9,7 @@ from typing import Any
 import trustme
 from twisted.trial.unittest import SynchronousTestCase
 
-from gateway.dataplane.plan import build_plan
+from gateway.dataplane.routing.plan import build_plan
 from gateway.tls.store import alpn_protocols, build_store
 
 from .config.helpers import load, write

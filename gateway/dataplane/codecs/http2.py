@@ -22,12 +22,12 @@ from twisted.internet.protocol import Protocol
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
-from gateway.dataplane.connection_tls import ConnectionTLS
+from gateway.dataplane.codecs.connection_tls import ConnectionTLS
+from gateway.dataplane.codecs.normalize import BadTarget, normalise_target
 from gateway.dataplane.core import ProxyCore
-from gateway.dataplane.exchange import Exchange
-from gateway.dataplane.exchange_base import BODY_CHUNKED, BODY_LENGTH
+from gateway.dataplane.exchange.base import BODY_CHUNKED, BODY_LENGTH
+from gateway.dataplane.exchange.request import Exchange
 from gateway.dataplane.fastio import direct_writer, write_now
-from gateway.dataplane.normalize import BadTarget, normalise_target
 from gateway.dataplane.responses import error_body
 
 log = Logger()

@@ -1,7 +1,7 @@
 """What every part of an exchange shares: its state, its downstream side, its own answers.
 
 ``ExchangeBase`` holds the request fields the codec fills in and the progress of the
-response; ``relay.UpstreamRelay`` adds the upstream side and ``exchange.Exchange`` the
+response; ``relay.UpstreamRelay`` adds the upstream side and ``request.Exchange`` the
 request side and routing. ``Sink`` is what each codec implements for the response.
 ``local`` and ``fail`` answer without an upstream (every error, redirects, denials).
 
@@ -13,20 +13,20 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Protocol
 
-from gateway.dataplane.access import log_access
 from gateway.dataplane.authz import Allow
 from gateway.dataplane.core import ProxyCore
-from gateway.dataplane.headers import forwarded_for
-from gateway.dataplane.hosts import UpstreamHost
-from gateway.dataplane.plan import RoutePlan
+from gateway.dataplane.exchange.access import log_access
+from gateway.dataplane.exchange.headers import forwarded_for
 from gateway.dataplane.responses import error_page
-from gateway.dataplane.upstream import UpstreamConnection
+from gateway.dataplane.routing.plan import RoutePlan
+from gateway.dataplane.upstream.hosts import UpstreamHost
+from gateway.dataplane.upstream.pool import UpstreamConnection
 
 if TYPE_CHECKING:
     from twisted.internet.defer import Deferred
 
-    from gateway.dataplane.exchange import Exchange
-    from gateway.dataplane.plan import Pairs
+    from gateway.dataplane.exchange.request import Exchange
+    from gateway.dataplane.routing.plan import Pairs
 
 BODY_NONE, BODY_LENGTH, BODY_CHUNKED = 0, 1, 2
 _PLAIN = ((b"content-type", b"text/plain; charset=utf-8"),)

@@ -13,7 +13,7 @@ from twisted.logger import Logger, LogLevel
 from gateway.observability.logging import LEVELS
 
 if TYPE_CHECKING:
-    from gateway.dataplane.exchange_base import ExchangeBase
+    from gateway.dataplane.exchange.base import ExchangeBase
 
 access_log = Logger(namespace="gateway.access")
 

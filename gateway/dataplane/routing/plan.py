@@ -13,9 +13,9 @@ from typing import Any
 
 from gateway.config.routes import Route
 from gateway.config.snapshot import Snapshot
-from gateway.dataplane.balancer import Balancer, make_balancer
-from gateway.dataplane.hosts import UpstreamHost, hosts_for
-from gateway.dataplane.router import normalise_host, path_matches, route_host_keys
+from gateway.dataplane.routing.router import normalise_host, path_matches, route_host_keys
+from gateway.dataplane.upstream.balancer import Balancer, make_balancer
+from gateway.dataplane.upstream.hosts import UpstreamHost, hosts_for
 from gateway.tls.client import TLSClientConfig
 from gateway.tls.client_certs import ClientCertPolicy
 

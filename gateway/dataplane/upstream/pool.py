@@ -29,7 +29,7 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from gateway.dataplane.fastio import direct_writer, write_now
-from gateway.dataplane.hosts import UpstreamHost
+from gateway.dataplane.upstream.hosts import UpstreamHost
 from gateway.tls.client import TLSClientConfig, is_ip_literal
 
 PoolKey = tuple[str, str, int, TLSClientConfig | None]
@@ -68,7 +68,7 @@ class UpstreamConnection(Protocol):
         self._upgrading = False
         self._reset_parser = False
         self._framed = False
-        self.raw: Any = None  # a tunnel.Pipe once the connection was upgraded
+        self.raw: Any = None  # a pipes.pipe.Pipe once the connection was upgraded
         self.saw_connection = False
 
     # -- lifecycle

@@ -25,12 +25,12 @@ from twisted.internet.interfaces import IPushProducer
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
-from gateway.dataplane.access import log_access
-from gateway.dataplane.exchange_base import ExchangeBase, Sink
-from gateway.dataplane.headers import HOP_BY_HOP, connection_tokens, rewrite_prefix
-from gateway.dataplane.hosts import UpstreamHost
-from gateway.dataplane.request_head import upstream_request_head
-from gateway.dataplane.upstream import Pool, UpstreamConnection
+from gateway.dataplane.exchange.access import log_access
+from gateway.dataplane.exchange.base import ExchangeBase, Sink
+from gateway.dataplane.exchange.headers import HOP_BY_HOP, connection_tokens, rewrite_prefix
+from gateway.dataplane.exchange.request_head import upstream_request_head
+from gateway.dataplane.upstream.hosts import UpstreamHost
+from gateway.dataplane.upstream.pool import Pool, UpstreamConnection
 
 _IDEMPOTENT = frozenset({b"GET", b"HEAD", b"OPTIONS", b"TRACE", b"PUT", b"DELETE"})
 _PENDING_LIMIT = 256 * 1024

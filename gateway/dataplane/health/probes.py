@@ -35,8 +35,8 @@ from twisted.python.failure import Failure
 from zope.interface import implementer
 
 from gateway.config.upstreams import HealthCheck, Upstream
-from gateway.dataplane.hosts import UpstreamHost
-from gateway.dataplane.upstream import _endpoint
+from gateway.dataplane.upstream.hosts import UpstreamHost
+from gateway.dataplane.upstream.pool import _endpoint
 from gateway.tls.client import TLSClientConfig, connection_creator
 
 #: ``probe(reactor, host, check, tls)``: fires True (healthy) or False, never fails.

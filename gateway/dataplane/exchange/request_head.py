@@ -11,13 +11,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from gateway.dataplane.exchange_base import BODY_CHUNKED
-from gateway.dataplane.headers import HOP_BY_HOP, IDENTITY_PREFIX
-from gateway.dataplane.router import bracket_host, upstream_path
+from gateway.dataplane.exchange.base import BODY_CHUNKED
+from gateway.dataplane.exchange.headers import HOP_BY_HOP, IDENTITY_PREFIX
+from gateway.dataplane.routing.router import bracket_host, upstream_path
 from gateway.sessions.cookie import strip_cookie
 
 if TYPE_CHECKING:
-    from gateway.dataplane.exchange_base import ExchangeBase
+    from gateway.dataplane.exchange.base import ExchangeBase
 
 
 def upstream_request_head(exchange: ExchangeBase) -> bytes:

@@ -20,15 +20,15 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
-from gateway.dataplane.connection_tls import ConnectionTLS
+from gateway.dataplane.codecs.connection_tls import ConnectionTLS
+from gateway.dataplane.codecs.normalize import BadTarget, normalise_target, split_absolute
 from gateway.dataplane.core import ProxyCore
-from gateway.dataplane.exchange import Exchange
-from gateway.dataplane.exchange_base import BODY_CHUNKED, BODY_LENGTH
+from gateway.dataplane.exchange.base import BODY_CHUNKED, BODY_LENGTH
+from gateway.dataplane.exchange.request import Exchange
 from gateway.dataplane.fastio import direct_writer, write_now
-from gateway.dataplane.normalize import BadTarget, normalise_target, split_absolute
+from gateway.dataplane.pipes.pipe import Pipe
 from gateway.dataplane.responses import error_body, status_line
-from gateway.dataplane.tunnel import Pipe
-from gateway.dataplane.upstream import UpstreamConnection
+from gateway.dataplane.upstream.pool import UpstreamConnection
 
 MAX_TARGET = 8 * 1024
 MAX_HEADER_BYTES = 64 * 1024

@@ -23,7 +23,7 @@ from math import gcd
 from typing import Protocol, TypeVar
 
 from gateway.config.upstreams import LB_POLICIES, LeastRequestConfig, MaglevConfig, RingHashConfig
-from gateway.dataplane.hosts import UpstreamHost
+from gateway.dataplane.upstream.hosts import UpstreamHost
 
 _blake2b = hashlib.blake2b
 _T = TypeVar("_T")

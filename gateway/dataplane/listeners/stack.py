@@ -13,7 +13,7 @@ from twisted.internet.interfaces import IProtocolFactory, IStreamServerEndpoint
 from twisted.protocols.tls import TLSMemoryBIOFactory
 
 from gateway.config.values import parse_address
-from gateway.dataplane.proxyproto import DeadlineProxyFactory
+from gateway.dataplane.listeners.proxyproto import DeadlineProxyFactory
 from gateway.tls.server import ServerTLS
 
 

@@ -5,7 +5,7 @@ A ``HealthChecker`` runs one check against one host every ``interval`` and flips
 verdict after ``unhealthy_threshold`` failures / ``healthy_threshold`` successes in a
 row. A ``HealthManager`` keeps one checker per (host, check, TLS settings) of the
 current plan; a host is healthy when every check on it is. The probes themselves are in
-``gateway.dataplane.health_probes``.
+``gateway.dataplane.health.probes``.
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from gateway.config.upstreams import HealthCheck
-from gateway.dataplane.health_probes import PROBES, Probe, probe_grpc, probe_http, probe_tcp
-from gateway.dataplane.hosts import UpstreamHost
-from gateway.dataplane.plan import Plan
+from gateway.dataplane.health.probes import PROBES, Probe, probe_grpc, probe_http, probe_tcp
+from gateway.dataplane.routing.plan import Plan
+from gateway.dataplane.upstream.hosts import UpstreamHost
 from gateway.tls.client import TLSClientConfig
 
 __all__ = ["PROBES", "HealthChecker", "HealthManager", "Probe", "probe_grpc", "probe_http",

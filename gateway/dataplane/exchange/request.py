@@ -5,7 +5,7 @@ The codec (HTTP/1.1 here; HTTP/2 shares this) fills in the request fields, calls
 ``request_complete``, and implements ``Sink`` for the response. The exchange routes,
 answers the gateway's own endpoints and redirect routes, and asks the authorization hook;
 an allowed request goes to the upstream relay (``relay.UpstreamRelay``), everything else
-is answered locally (``exchange_base.ExchangeBase.local``).
+is answered locally (``base.ExchangeBase.local``).
 """
 
 from __future__ import annotations
@@ -15,12 +15,12 @@ from typing import Any
 from twisted.internet.defer import Deferred
 from twisted.python.failure import Failure
 
-from gateway.dataplane.access import access_log, log_access
 from gateway.dataplane.authz import Allow, Deny, RequestInfo
-from gateway.dataplane.exchange_base import BODY_CHUNKED
-from gateway.dataplane.redirect import redirect_location
-from gateway.dataplane.relay import UpstreamRelay
-from gateway.dataplane.router import own_path
+from gateway.dataplane.exchange.access import access_log, log_access
+from gateway.dataplane.exchange.base import BODY_CHUNKED
+from gateway.dataplane.exchange.relay import UpstreamRelay
+from gateway.dataplane.routing.redirect import redirect_location
+from gateway.dataplane.routing.router import own_path
 
 ROBOTS = b"User-agent: *\nDisallow: /"
 

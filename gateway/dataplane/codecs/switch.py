@@ -12,9 +12,9 @@ from typing import Any
 
 from twisted.internet.protocol import Factory, Protocol
 
+from gateway.dataplane.codecs.http1 import Http1Connection
+from gateway.dataplane.codecs.http2 import PREFACE, H2Connection
 from gateway.dataplane.core import ProxyCore
-from gateway.dataplane.http1 import Http1Connection
-from gateway.dataplane.http2 import PREFACE, H2Connection
 
 
 class ProtocolSwitch(Protocol):

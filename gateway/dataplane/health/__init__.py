@@ -1,0 +1,3 @@
+"""Active health checks of upstream hosts (http, tcp, grpc) and the manager that runs them
+per plan.
+"""

@@ -1,0 +1,3 @@
+"""The listeners: the main stack (TCP, PROXY protocol, TLS, codecs) and the http->https
+redirector.
+"""

@@ -1,0 +1,3 @@
+"""Byte pipes between a client and an upstream: websocket/SPDY upgrades (and CONNECT
+tunnels).
+"""

@@ -1,0 +1,3 @@
+"""Routes compiled per configuration snapshot (the plan), host and path matching, redirect
+routes.
+"""
