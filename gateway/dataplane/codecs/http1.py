@@ -9,7 +9,6 @@ error closes the connection after a 400.
 
 from __future__ import annotations
 
-import contextlib
 from collections import deque
 from typing import Any
 
@@ -23,7 +22,7 @@ from zope.interface import implementer
 from gateway.dataplane.codecs.connection_tls import ConnectionTLS
 from gateway.dataplane.codecs.normalize import BadTarget, normalise_target, split_absolute
 from gateway.dataplane.core import ProxyCore
-from gateway.dataplane.exchange.base import BODY_CHUNKED, BODY_LENGTH
+from gateway.dataplane.exchange.base import BODY_CHUNKED, BODY_LENGTH, ExchangeBase
 from gateway.dataplane.exchange.request import Exchange
 from gateway.dataplane.fastio import direct_writer, write_now
 from gateway.dataplane.pipes.pipe import Pipe
@@ -357,12 +356,14 @@ class Http1Connection(ConnectionTLS, Protocol):
         self.closing = True
         self.transport.abortConnection()
 
-    def exchange_done(self, exchange: Exchange) -> None:
+    def exchange_done(self, exchange: ExchangeBase) -> None:
         if self.queue and self.queue[0] is exchange:
             self.queue.popleft()
         else:
-            with contextlib.suppress(ValueError):
-                self.queue.remove(exchange)
+            for index, queued in enumerate(self.queue):
+                if queued is exchange:
+                    del self.queue[index]
+                    break
         self.last_activity = self.core.reactor.seconds()
         if self.closing:
             self.transport.loseConnection()
@@ -385,7 +386,7 @@ class Http1Connection(ConnectionTLS, Protocol):
         self.pause_reading("upgrade")
         self._early = rest
 
-    def start_tunnel(self, exchange: Exchange, upstream: UpstreamConnection, rest: bytes,
+    def start_tunnel(self, exchange: ExchangeBase, upstream: UpstreamConnection, rest: bytes,
                      idle_timeout: float) -> None:
         if upstream.transport is None or self.transport is None:
             return

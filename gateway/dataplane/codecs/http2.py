@@ -25,7 +25,7 @@ from twisted.python.failure import Failure
 from gateway.dataplane.codecs.connection_tls import ConnectionTLS
 from gateway.dataplane.codecs.normalize import BadTarget, normalise_target
 from gateway.dataplane.core import ProxyCore
-from gateway.dataplane.exchange.base import BODY_CHUNKED, BODY_LENGTH
+from gateway.dataplane.exchange.base import BODY_CHUNKED, BODY_LENGTH, ExchangeBase
 from gateway.dataplane.exchange.request import Exchange
 from gateway.dataplane.fastio import direct_writer, write_now
 from gateway.dataplane.responses import error_body
@@ -124,7 +124,7 @@ class _Stream:
             self.producer_paused = False
             self.producer.resumeProducing()
 
-    def exchange_done(self, exchange: Exchange) -> None:
+    def exchange_done(self, exchange: ExchangeBase) -> None:
         self.owner.stream_done(self)
 
     def flush(self) -> None:
@@ -165,7 +165,7 @@ class _Stream:
         self.producer = None
         self.producer_paused = False
 
-    def start_tunnel(self, exchange: Exchange, upstream: Any, rest: bytes,
+    def start_tunnel(self, exchange: ExchangeBase, upstream: Any, rest: bytes,
                      idle_timeout: float) -> None:
         upstream.abort()  # upgrades do not exist in HTTP/2 (no extended CONNECT here)
         self.abort()

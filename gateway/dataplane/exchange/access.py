@@ -6,23 +6,38 @@ was sent and why; a ``proxy_log_level`` above ``info`` turns it off.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from twisted.logger import Logger, LogLevel
 
+from gateway.dataplane.core import ProxyCore
+from gateway.dataplane.routing.plan import RoutePlan
 from gateway.observability.logging import LEVELS
 
-if TYPE_CHECKING:
-    from gateway.dataplane.exchange.base import ExchangeBase
-
 access_log = Logger(namespace="gateway.access")
+
+
+class Logged(Protocol):
+    """What the access log reads of an exchange (an ``ExchangeBase``)."""
+
+    method: bytes
+    host: str
+    path: str
+    query: bytes
+    sent: int
+    started: float
+    detail: str
+    plan: RoutePlan | None
+    core: ProxyCore
+
+    def client_address(self) -> str: ...
 
 
 def access_enabled() -> bool:
     return bool(LogLevel.info >= LEVELS.proxy_log_level)
 
 
-def log_access(exchange: ExchangeBase, status: int) -> None:
+def log_access(exchange: Logged, status: int) -> None:
     if not access_enabled():
         return
     plan = exchange.plan

@@ -232,8 +232,7 @@ class UpstreamRelay(ExchangeBase):
         self._release_host(failed=False)
         self.finished = True
         log_access(self, 101)
-        # Only ``Exchange`` is ever instantiated: every UpstreamRelay is one.
-        self.sink.start_tunnel(self, upstream, rest, self.plan.timeout)  # type: ignore[arg-type]
+        self.sink.start_tunnel(self, upstream, rest, self.plan.timeout)
 
     def upstream_failed(self, reason: str, before_response: bool) -> None:
         if self.finished:
