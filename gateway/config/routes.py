@@ -59,7 +59,8 @@ ROUTE_FIELDS: dict[str, str] = {
     "allow_public_unauthenticated_access": "Let everyone in, unauthenticated.",
     "allow_any_authenticated_user": "Let in anyone who signs in.",
     "cors_allow_preflight": "Let CORS preflight OPTIONS requests in unauthenticated.",
-    "timeout": "Upstream timeout of this route (default: default_upstream_timeout).",
+    "timeout": "Upstream timeout of this route (default: default_upstream_timeout); for "
+               "a tcp+https route, the tunnel's idle timeout (default: none).",
     "set_request_headers": "Headers set on requests sent upstream.",
     "remove_request_headers": "Headers removed from requests sent upstream.",
     "set_response_headers": "Response headers; win over the global set_response_headers.",
@@ -350,8 +351,9 @@ def _parse_route(
             item["rewrite_response_headers"], f"{base}.rewrite_response_headers", problems
         )
 
-    # timeout
-    values["timeout"] = default_timeout
+    # timeout (for a TCP route, an idle timeout: none unless set, so that an idle SSH or
+    # database session is not cut after the HTTP default)
+    values["timeout"] = 0.0 if scheme == "tcp+https" else default_timeout
     if "timeout" in item and item["timeout"] is not None:
         try:
             values["timeout"] = parse_duration(str(item["timeout"]))

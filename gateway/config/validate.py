@@ -347,7 +347,8 @@ def _routes_against_globals(options: Options, routes: tuple[Route, ...],
     seen: dict[tuple[str, int | None, str, str, str], int] = {}
     for route in routes:
         limit = options.timeout_write
-        if limit and route.timeout > limit and not (route.allow_websockets or route.allow_spdy):
+        if limit and route.timeout > limit and not (route.allow_websockets or route.allow_spdy
+                                                   or route.tcp):
             problems.error(f"policy[{route.index}].timeout",
                            f"{route.timeout:g}s exceeds timeout_write ({limit:g}s); a route "
                            "timeout cannot exceed the global timeouts")

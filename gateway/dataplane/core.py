@@ -20,6 +20,12 @@ class Watched(Protocol):
     def check_deadlines(self, now: float) -> None: ...
 
 
+class Checked(Protocol):
+    """An open CONNECT tunnel, authorized again now and then."""
+
+    def check(self, now: float) -> None: ...
+
+
 class ProxyCore:
     """What every downstream connection of one listener shares."""
 
@@ -32,6 +38,7 @@ class ProxyCore:
         self.authorizer: Authorizer = authorizer or NotYetAuthorizer()
         self.pool = Pool(reactor)
         self.connections: set[Watched] = set()
+        self.tunnels: set[Checked] = set()
         self._watchdog = LoopingCall(self._check_all)
         self._watchdog.clock = reactor
         self._watchdog_interval = watchdog_interval
@@ -64,3 +71,5 @@ class ProxyCore:
         now = self.reactor.seconds()
         for conn in list(self.connections):
             conn.check_deadlines(now)
+        for tunnel in list(self.tunnels):
+            tunnel.check(now)

@@ -258,7 +258,7 @@ class RejectionTests(Http1TestCase):
                          b"400 Bad Request: encoded slash or backslash in the path\n")
 
     def test_connect(self) -> None:
-        """CONNECT is refused as not supported (405), as on HTTP/2."""
+        """CONNECT to the host of an HTTP route is refused (405)."""
         self.refused(b"CONNECT app.example.com:443 HTTP/1.1\r\nHost: app.example.com:443\r\n\r\n",
                      405)
 

@@ -20,13 +20,19 @@ from twisted.python.failure import Failure
 from zope.interface import implementer
 
 from gateway.dataplane.codecs.connection_tls import ConnectionTLS
-from gateway.dataplane.codecs.normalize import BadTarget, normalise_target, split_absolute
+from gateway.dataplane.codecs.normalize import (
+    BadTarget,
+    connect_authority,
+    normalise_target,
+    split_absolute,
+)
 from gateway.dataplane.core import ProxyCore
 from gateway.dataplane.exchange.base import BODY_CHUNKED, BODY_LENGTH, ExchangeBase
 from gateway.dataplane.exchange.request import Exchange
 from gateway.dataplane.fastio import direct_writer, write_now
 from gateway.dataplane.pipes.pipe import Pipe
 from gateway.dataplane.responses import error_body, status_line
+from gateway.dataplane.routing.router import normalise_host
 from gateway.dataplane.upstream.pool import UpstreamConnection
 
 MAX_TARGET = 8 * 1024
@@ -145,7 +151,8 @@ class Http1Connection(ConnectionTLS, Protocol):
         self.transport.abortConnection()
 
     def writeConnectionLost(self) -> None:
-        self.transport.loseConnection()
+        if self.pipe is None:  # a pipe closes once both directions have ended
+            self.transport.loseConnection()
 
     def dataReceived(self, data: bytes) -> None:
         self.last_activity = self.core.reactor.seconds()
@@ -256,7 +263,8 @@ class Http1Connection(ConnectionTLS, Protocol):
         if len(lengths) > 1 or (lengths and chunked):
             raise _Reject(400, "ambiguous message framing")
         if exchange.method == b"CONNECT":
-            raise _Reject(405, "CONNECT is not supported on this listener")
+            self._connect_head(exchange, host, hosts, bool(lengths - {b"0"}) or chunked)
+            return
         target = exchange.target
         absolute = split_absolute(target) if not target.startswith(b"/") else None
         if absolute is not None:
@@ -291,6 +299,28 @@ class Http1Connection(ConnectionTLS, Protocol):
         if self.queue and self.queue[0] is exchange:
             exchange.begin()
 
+    def _connect_head(self, exchange: Exchange, host: bytes, hosts: int, body: bool) -> None:
+        """``CONNECT host:port``: a tunnel request to a tcp+https route. The target must
+        be an authority and Host must name the same one; what follows the head belongs
+        to the tunnel (llhttp stops there)."""
+        try:
+            authority = connect_authority(exchange.target)
+        except BadTarget as exc:
+            raise _Reject(400, str(exc)) from None
+        if hosts != 1:
+            raise _Reject(400, "exactly one Host header is required")
+        if normalise_host(host.decode("latin-1")) != authority:
+            raise _Reject(400, "the Host header must name the CONNECT authority")
+        if body:
+            raise _Reject(400, "a CONNECT request has no body")
+        exchange.host = authority
+        exchange.path = ""
+        exchange.connect = True
+        exchange.keep_alive = False
+        exchange.ready = True
+        if self.queue and self.queue[0] is exchange:
+            exchange.begin()
+
     def on_body(self, body: bytes) -> None:
         exchange = self.current
         if exchange is not None:
@@ -300,7 +330,7 @@ class Http1Connection(ConnectionTLS, Protocol):
         exchange = self.current
         if exchange is not None:
             exchange.request_complete()
-        if exchange is not None and exchange.upgrade:
+        if exchange is not None and (exchange.upgrade or exchange.connect):
             return  # llhttp stops at an upgrade; the rest of the bytes belong to the pipe
         self.current = None
 
@@ -397,6 +427,23 @@ class Http1Connection(ConnectionTLS, Protocol):
         if rest:
             self.pipe.from_b(rest)
         early = getattr(self, "_early", b"")
+        if early:
+            self.pipe.from_a(early)
+        self.pauses.clear()
+        self.transport.resumeProducing()
+
+    def start_connect(self, tunnel: Any, upstream: Any) -> None:
+        if self.transport is None:
+            upstream.loseConnection()
+            return
+        self.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
+        self.queue.clear()
+        self.current = None
+        plan = tunnel.exchange.plan
+        self.pipe = Pipe(self.core.reactor, self.transport, upstream,
+                         plan.timeout if plan is not None else 0.0, on_close=tunnel.closed)
+        tunnel.join(self.pipe)
+        early, self._early = getattr(self, "_early", b""), b""
         if early:
             self.pipe.from_a(early)
         self.pauses.clear()

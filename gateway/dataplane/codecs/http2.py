@@ -23,11 +23,12 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from gateway.dataplane.codecs.connection_tls import ConnectionTLS
-from gateway.dataplane.codecs.normalize import BadTarget, normalise_target
+from gateway.dataplane.codecs.normalize import BadTarget, connect_authority, normalise_target
 from gateway.dataplane.core import ProxyCore
 from gateway.dataplane.exchange.base import BODY_CHUNKED, BODY_LENGTH, ExchangeBase
 from gateway.dataplane.exchange.request import Exchange
 from gateway.dataplane.fastio import direct_writer, write_now
+from gateway.dataplane.pipes.pipe import Pipe
 from gateway.dataplane.responses import error_body
 
 log = Logger()
@@ -65,6 +66,8 @@ class _Stream:
         self.unacked = 0
         self.pauses: set[str] = set()
         self.closed = False
+        self.pipe: Pipe | None = None  # a CONNECT tunnel once it is established
+        self.early: list[bytes] = []  # tunnel DATA that came before the 200
 
     # Sink
     def write_head(self, status: int, reason: bytes, headers: list[tuple[bytes, bytes]],
@@ -165,10 +168,79 @@ class _Stream:
         self.producer = None
         self.producer_paused = False
 
+    def start_connect(self, tunnel: Any, upstream: Any) -> None:
+        if self.closed:
+            upstream.loseConnection()
+            return
+        try:
+            self.owner.h2.send_headers(self.stream_id, [(b":status", b"200")])
+        except h2.exceptions.H2Error:
+            self.closed = True
+            upstream.loseConnection()
+            return
+        plan = tunnel.exchange.plan
+        self.pipe = Pipe(self.owner.core.reactor, _StreamEnd(self), upstream,
+                         plan.timeout if plan is not None else 0.0, on_close=tunnel.closed)
+        tunnel.join(self.pipe)
+        early, self.early = self.early, []
+        for data in early:
+            self.pipe.from_a(data)
+        self.resume_reading("connect")
+        self.owner.flush()
+
     def start_tunnel(self, exchange: ExchangeBase, upstream: Any, rest: bytes,
                      idle_timeout: float) -> None:
         upstream.abort()  # upgrades do not exist in HTTP/2 (no extended CONNECT here)
         self.abort()
+
+
+class _StreamEnd:
+    """A CONNECT stream as one end of a ``Pipe``, with the transport methods it calls:
+    writes wait for the stream's window (pausing the upstream above a bound), a
+    half-close is END_STREAM, a pause withholds WINDOW_UPDATEs from the client."""
+
+    def __init__(self, stream: _Stream) -> None:
+        self.stream = stream
+
+    def write(self, data: bytes) -> None:
+        self.stream.write_body(data)
+        self.stream.owner.flush()
+
+    def registerProducer(self, producer: Any, streaming: bool) -> None:
+        self.stream.start_response_flow(producer)
+
+    def unregisterProducer(self) -> None:
+        self.stream.stop_response_flow()
+
+    def pauseProducing(self) -> None:
+        self.stream.pause_reading("upstream")
+
+    def resumeProducing(self) -> None:
+        self.stream.resume_reading("upstream")
+
+    def stopProducing(self) -> None:
+        self.abortConnection()
+
+    def loseWriteConnection(self) -> None:
+        if not self.stream.closed and not self.stream.end_pending:
+            self.stream.end_body()
+            self.stream.owner.flush()
+
+    def loseConnection(self) -> None:
+        stream = self.stream
+        self.loseWriteConnection()
+        # The client's half ends with the pipe: RST if it is still open (RFC 9113 8.5).
+        if not stream.closed and not stream.end_pending:
+            stream.owner.streams.pop(stream.stream_id, None)
+        stream.owner.stream_done(stream)
+
+    def abortConnection(self) -> None:
+        stream = self.stream
+        if not stream.closed:
+            stream.closed = True
+            stream.pending.clear()
+            stream.owner.reset(stream.stream_id, h2.errors.ErrorCodes.CONNECT_ERROR)
+        stream.owner.streams.pop(stream.stream_id, None)
 
 
 class H2Connection(ConnectionTLS, Protocol):
@@ -212,7 +284,9 @@ class H2Connection(ConnectionTLS, Protocol):
         self.core.connections.discard(self)
         for stream in list(self.streams.values()):
             stream.closed = True
-            if stream.exchange is not None:
+            if stream.pipe is not None:
+                stream.pipe.lost("client connection lost")
+            elif stream.exchange is not None:
                 stream.exchange.downstream_lost()
         self.streams.clear()
 
@@ -261,13 +335,17 @@ class H2Connection(ConnectionTLS, Protocol):
                 self._data(event)
             elif isinstance(event, h2.events.StreamEnded):
                 stream = self.streams.get(event.stream_id)
-                if stream is not None and stream.exchange is not None:
+                if stream is not None and stream.pipe is not None:
+                    stream.pipe.eof_from(stream.pipe.a)
+                elif stream is not None and stream.exchange is not None:
                     stream.exchange.request_complete()
             elif isinstance(event, h2.events.StreamReset):
                 stream = self.streams.pop(event.stream_id, None)
                 if stream is not None:
                     stream.closed = True
-                    if stream.exchange is not None:
+                    if stream.pipe is not None:
+                        stream.pipe.lost("client reset the stream")
+                    elif stream.exchange is not None:
                         stream.exchange.downstream_lost()
             elif isinstance(event, h2.events.WindowUpdated):
                 self._window(event.stream_id)
@@ -287,7 +365,12 @@ class H2Connection(ConnectionTLS, Protocol):
         if stream is None or stream.exchange is None:
             self.acknowledge(event.stream_id, event.flow_controlled_length)
             return
-        stream.exchange.request_body(event.data)
+        if stream.pipe is not None:
+            stream.pipe.from_a(event.data)
+        elif stream.exchange.connect:
+            stream.early.append(event.data)  # before the 200: kept, and not acknowledged
+        else:
+            stream.exchange.request_body(event.data)
         if stream.pauses:
             stream.unacked += event.flow_controlled_length
         else:
@@ -331,7 +414,7 @@ class H2Connection(ConnectionTLS, Protocol):
         exchange.request_done = ended
         exchange.ready = True
         if exchange.method == b"CONNECT":
-            exchange.local(405, error_body(405, "CONNECT is not supported on this listener"))
+            self._connect(stream, exchange, authority)
             return
         if not exchange.host:
             exchange.local(400, error_body(400, "the request has no authority"))
@@ -343,6 +426,24 @@ class H2Connection(ConnectionTLS, Protocol):
             return
         exchange.path = path.decode("latin-1")
         exchange.query = query
+        exchange.begin()
+
+    def _connect(self, stream: _Stream, exchange: Exchange, authority: bytes) -> None:
+        """RFC 9113 8.5: ``:method CONNECT`` with ``:authority`` host:port and no
+        ``:scheme``/``:path``; the stream's DATA frames are the tunnel's bytes."""
+        if exchange.target:
+            exchange.local(400, error_body(400, "CONNECT takes no :path (RFC 9113 8.5)"))
+            return
+        try:
+            exchange.host = connect_authority(authority)
+        except BadTarget as exc:
+            exchange.local(400, error_body(400, str(exc)))
+            return
+        exchange.path = ""
+        exchange.connect = True
+        exchange.body_kind = 0
+        exchange.request_done = True
+        stream.pause_reading("connect")  # DATA waits (unacknowledged) for the tunnel
         exchange.begin()
 
     # watchdog

@@ -129,3 +129,19 @@ def split_absolute(target: bytes) -> tuple[bytes, bytes] | None:
     if not origin.startswith(b"/"):
         origin = b"/" + origin
     return authority, origin
+
+
+_AUTHORITY = re.compile(rb"(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9][A-Za-z0-9.-]*):([0-9]{1,5})")
+
+
+def connect_authority(target: bytes) -> str:
+    """The ``host:port`` of a CONNECT target (RFC 9110 9.3.6: authority-form only),
+    lower-cased, without a trailing dot; ``BadTarget`` for anything else."""
+    match = _AUTHORITY.fullmatch(target)
+    if match is None:
+        raise BadTarget("CONNECT needs a target of the form host:port")
+    port = int(match.group(2))
+    if not 0 < port < 65536:
+        raise BadTarget("CONNECT needs a port between 1 and 65535")
+    host = match.group(1).decode("ascii").lower().rstrip(".")
+    return f"{host}:{port}"

@@ -37,7 +37,8 @@ def access_enabled() -> bool:
     return bool(LogLevel.info >= LEVELS.proxy_log_level)
 
 
-def log_access(exchange: Logged, status: int) -> None:
+def log_access(exchange: Logged, status: int, **extra: object) -> None:
+    """``extra``: further fields of this kind of exchange (a tunnel's bytes upstream)."""
     if not access_enabled():
         return
     plan = exchange.plan
@@ -48,5 +49,5 @@ def log_access(exchange: Logged, status: int) -> None:
         duration_ms=round((exchange.core.reactor.seconds() - exchange.started) * 1000, 3),
         client=exchange.client_address(),
         route=(plan.route.name or str(plan.route.index)) if plan else None,
-        detail=exchange.detail or None,
+        detail=exchange.detail or None, **extra,
     )

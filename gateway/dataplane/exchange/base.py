@@ -50,6 +50,11 @@ class Sink(Protocol):
     def send_continue(self) -> None: ...
     def start_response_flow(self, producer: Any) -> None: ...
     def stop_response_flow(self) -> None: ...
+    def start_connect(self, tunnel: Any, upstream: Any) -> None:
+        """Answer 200 to a CONNECT and join ``upstream`` (a transport) through a pipe
+        whose idle timeout is the route's; ``tunnel.join(pipe)`` hands the pipe over,
+        ``tunnel.closed`` is its ``on_close``."""
+        ...
     def start_tunnel(self, exchange: ExchangeBase, upstream: UpstreamConnection,
                      rest: bytes, idle_timeout: float) -> None: ...
 
@@ -69,6 +74,7 @@ class ExchangeBase:
         self.headers: list[tuple[bytes, bytes]] = []
         self.keep_alive = True
         self.upgrade = b""
+        self.connect = False  # CONNECT to a tcp+https route: a tunnel, not a request
         self.connection_tokens: frozenset[bytes] = frozenset()
         self.expect_continue = False
         self.body_kind = BODY_NONE

@@ -120,7 +120,7 @@ class UpstreamRelay(ExchangeBase):
         if self.finished:
             return
         self.waiting_upstream = False
-        self._release_host(failed=True)
+        self.release_host(failed=True)
         if failure.check(TimeoutError, CancelledError, ConnectingCancelledError):
             self.fail(504, "upstream connect timeout")
         elif failure.check(DNSLookupError, socket.gaierror):
@@ -210,7 +210,7 @@ class UpstreamRelay(ExchangeBase):
             if not self.request_done:
                 upstream.reusable = False  # answered before the body was sent
             self.core.pool.release(upstream)
-        self._release_host(failed=self.status >= 500)
+        self.release_host(failed=self.status >= 500)
         if self.chunked_out:
             self.upstream_body_end()
         else:
@@ -229,7 +229,7 @@ class UpstreamRelay(ExchangeBase):
         upstream, self.upstream = self.upstream, None
         if self.finished or upstream is None or self.plan is None:
             return
-        self._release_host(failed=False)
+        self.release_host(failed=False)
         self.finished = True
         log_access(self, 101)
         self.sink.start_tunnel(self, upstream, rest, self.plan.timeout)
@@ -245,10 +245,10 @@ class UpstreamRelay(ExchangeBase):
                 and self.method in _IDEMPOTENT:
             # A pooled connection the upstream had just closed: try once on a fresh one.
             self.retried = True
-            self._release_host(failed=False)
+            self.release_host(failed=False)
             self.dispatch()
             return
-        self._release_host(failed=True)
+        self.release_host(failed=True)
         self.detail = reason
         self._give_up(502, "upstream connection closed before the response", before_response)
 
@@ -262,7 +262,7 @@ class UpstreamRelay(ExchangeBase):
         upstream, self.upstream = self.upstream, None
         if upstream is not None:
             upstream.abort()
-        self._release_host(failed=True)
+        self.release_host(failed=True)
         self.detail = "route timeout"
         self._give_up(504, "upstream request timeout")
 
@@ -281,7 +281,7 @@ class UpstreamRelay(ExchangeBase):
             self.sink.abort()
             log_access(self, self.status or status)
 
-    def _release_host(self, failed: bool) -> None:
+    def release_host(self, failed: bool) -> None:
         host, self.host_state = self.host_state, None
         if host is None:
             return

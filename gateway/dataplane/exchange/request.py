@@ -19,6 +19,7 @@ from gateway.dataplane.authz import Allow, Deny, RequestInfo
 from gateway.dataplane.exchange.access import access_log, log_access
 from gateway.dataplane.exchange.base import BODY_CHUNKED
 from gateway.dataplane.exchange.relay import UpstreamRelay
+from gateway.dataplane.exchange.tunnel import open_tunnel
 from gateway.dataplane.routing.redirect import redirect_location
 from gateway.dataplane.routing.router import own_path
 
@@ -81,12 +82,15 @@ class Exchange(UpstreamRelay):
         if self.upstream is not None:
             self.upstream.abort()
             self.upstream = None
-        self._release_host(failed=False)
+        self.release_host(failed=False)
         log_access(self, status)
 
     # -- routing
 
     def begin(self) -> None:
+        if self.connect:
+            self._begin_connect()
+            return
         core = self.core
         path = self.path
         if path == "/ping" or path == "/healthz":
@@ -129,6 +133,10 @@ class Exchange(UpstreamRelay):
             self.fail(404, "not found")
             return
         route = plan.route
+        if plan.tcp:
+            self.fail(405, f"{self.host} is a TCP route: connect to it with CONNECT "
+                           "(for example `gateway tcp`)", ((b"allow", b"CONNECT"),))
+            return
         if route.redirect is not None:
             location = redirect_location(route, core.scheme, self.host, path,
                                          self.query.decode("latin-1"))
@@ -143,7 +151,41 @@ class Exchange(UpstreamRelay):
         if plan.public:
             self.dispatch()
             return
-        decision = core.authorizer.authorize(self._info(), plan)
+        decision = core.authorizer.authorize(self.request_info(), plan)
+        if isinstance(decision, Deferred):
+            self.sink.pause_reading("authorize")
+            decision.addCallbacks(self._decided, self._decision_failed)
+            return
+        self._apply(decision)
+
+    def _begin_connect(self) -> None:
+        """CONNECT host:port: only a tcp+https route of exactly that authority; then the
+        same client-certificate and authorization checks as any request."""
+        plan, known = self.core.plan.lookup_tcp(self.host)
+        if plan is None and known:
+            self.fail(405, f"{self.host} is not a TCP route; CONNECT is only for "
+                           "tcp+https routes")
+            return
+        if plan is None:
+            self.fail(404, f"no TCP route for {self.host}")
+            return
+        sni, certificate, store = self.sink.tls_info()
+        if sni and store is not None:
+            name = _hostname(self.host)
+            if certificate is not None and not store.covers(certificate, name):
+                self.fail(421, f"this connection cannot serve {name}")
+                return
+        self.plan = plan
+        if plan.client_cert is not None:
+            problem = self.sink.client_cert_problem(plan.client_cert)
+            if problem is not None:
+                self.detail = problem
+                self.fail(495, "invalid client certificate")
+                return
+        if plan.public:
+            open_tunnel(self)
+            return
+        decision = self.core.authorizer.authorize(self.request_info(), plan)
         if isinstance(decision, Deferred):
             self.sink.pause_reading("authorize")
             decision.addCallbacks(self._decided, self._decision_failed)
@@ -152,7 +194,7 @@ class Exchange(UpstreamRelay):
 
     def _internal(self, body: bytes) -> bool:
         """Let the identity layer answer its own endpoints; True when it did."""
-        result = self.core.authorizer.internal(self._info(), body)
+        result = self.core.authorizer.internal(self.request_info(), body)
         if result is None:
             return False
         if isinstance(result, Deferred):
@@ -175,7 +217,7 @@ class Exchange(UpstreamRelay):
             return bool(route.allow_spdy)
         return False
 
-    def _info(self) -> RequestInfo:
+    def request_info(self) -> RequestInfo:
         return RequestInfo(self.method, self.core.scheme, self.host, self.path, self.query,
                            self.headers, self.client_address())
 
@@ -189,7 +231,10 @@ class Exchange(UpstreamRelay):
             self._deny(decision)
             return
         self.allow = decision
-        self.dispatch()
+        if self.connect:
+            open_tunnel(self)
+        else:
+            self.dispatch()
 
     def _decision_failed(self, failure: Failure) -> None:
         self.sink.resume_reading("authorize")
@@ -199,6 +244,12 @@ class Exchange(UpstreamRelay):
 
     def _deny(self, decision: Deny) -> None:
         self.detail = decision.reason
+        if self.connect and (decision.status == 401 or 300 <= decision.status < 400):
+            # A tunnel client cannot follow a sign-in redirect: 401, and how to sign in.
+            self.fail(401, f"sign-in required for {self.host}: run `gateway tcp {self.host}`"
+                           " (it opens the sign-in page), or send `Authorization: Gateway "
+                           "<token>` with a token from /.gateway/api/v1/login")
+            return
         self.local(decision.status, decision.body, decision.headers)
 
 

@@ -36,7 +36,7 @@ from zope.interface import implementer
 
 from gateway.config.upstreams import HealthCheck, Upstream
 from gateway.dataplane.upstream.hosts import UpstreamHost
-from gateway.dataplane.upstream.pool import _endpoint
+from gateway.dataplane.upstream.pool import client_endpoint
 from gateway.tls.client import TLSClientConfig, connection_creator
 
 #: ``probe(reactor, host, check, tls)``: fires True (healthy) or False, never fails.
@@ -354,7 +354,7 @@ def run_probe(reactor: Any, host: UpstreamHost, timeout: float, session: ProbeSe
     """Connect to ``host``, let ``session`` talk, fire its verdict (False on any error or
     at ``timeout``). Cancelling the Deferred aborts the probe."""
     up = host.upstream
-    endpoint = _endpoint(reactor, up.host, up.port, timeout)
+    endpoint = client_endpoint(reactor, up.host, up.port, timeout)
     if tls is not None:
         endpoint = wrapClientTLS(tls, endpoint)
     return _Attempt(reactor, endpoint, session, timeout).result

@@ -1,50 +1,66 @@
 """A flow-controlled byte pipe between two connections (websocket/SPDY upgrades, CONNECT).
 
-Each transport is registered as the other's producer, so a slow reader pauses the fast
-writer and memory stays bounded. An end-of-stream on one side half-closes the other
-where the transport supports it. The route timeout applies as an idle timeout.
+Each end is registered as the other's producer, so a slow reader pauses the fast writer
+and memory stays bounded. An end-of-stream on one side half-closes the other where the
+transport supports it (plain TCP, an HTTP/2 stream); where it does not (TLS), the pipe
+closes. The pipe ends when both directions have ended, either side is lost, or nothing
+moved for the idle timeout (0: none). The owner learns why through ``on_close``.
 """
 
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 from typing import Any
 
 
 class Pipe:
-    """Connects ``a`` and ``b`` (transports); owners forward their events here."""
+    """Connects ``a`` (the client's side) and ``b`` (the upstream's); their protocols
+    forward their events here. ``sent_to_a``/``sent_to_b`` count the bytes relayed."""
 
-    def __init__(self, clock: Any, a: Any, b: Any, idle_timeout: float) -> None:
+    def __init__(self, clock: Any, a: Any, b: Any, idle_timeout: float,
+                 on_close: Callable[[Pipe, str], None] | None = None) -> None:
         self.clock = clock
         self.a = a
         self.b = b
         self.idle_timeout = idle_timeout
+        self.on_close = on_close
         self.last = clock.seconds()
         self.closed = False
+        self.sent_to_a = 0
+        self.sent_to_b = 0
+        self._ended: set[int] = set()  # ids of the ends that finished sending
         a.registerProducer(b, True)
         b.registerProducer(a, True)
         self._timer = clock.callLater(idle_timeout, self._check) if idle_timeout else None
 
     def from_a(self, data: bytes) -> None:
         self.last = self.clock.seconds()
+        self.sent_to_b += len(data)
         self.b.write(data)
 
     def from_b(self, data: bytes) -> None:
         self.last = self.clock.seconds()
+        self.sent_to_a += len(data)
         self.a.write(data)
 
     def eof_from(self, side: Any) -> None:
         """One side finished sending: half-close toward the other when possible."""
+        if self.closed:
+            return
         other = self.b if side is self.a else self.a
-        if hasattr(other, "loseWriteConnection"):
+        self._ended.add(id(side))
+        if len(self._ended) == 2:
+            self.close("both sides finished")
+        elif hasattr(other, "loseWriteConnection"):
             other.loseWriteConnection()
         else:
-            self.close()
+            self.close(f"{'client' if side is self.a else 'upstream'} finished sending")
 
-    def lost(self) -> None:
-        self.close()
+    def lost(self, reason: str = "connection lost") -> None:
+        self.close(reason)
 
-    def close(self) -> None:
+    def close(self, reason: str = "closed") -> None:
         if self.closed:
             return
         self.closed = True
@@ -54,15 +70,22 @@ class Pipe:
             with contextlib.suppress(RuntimeError):
                 transport.unregisterProducer()
             transport.loseConnection()
+        if self.on_close is not None:
+            self.on_close(self, reason)
+
+    def abort(self, reason: str) -> None:
+        """End both sides at once, dropping what is buffered (idle, revoked)."""
+        if self.closed:
+            return
+        for transport in (self.a, self.b):
+            transport.abortConnection()
+        self.close(reason)
 
     def _check(self) -> None:
         if self.closed:
             return
         remaining = self.last + self.idle_timeout - self.clock.seconds()
         if remaining <= 0:
-            for transport in (self.a, self.b):
-                transport.abortConnection()
-            self.close()
+            self.abort("idle timeout")
         else:
             self._timer = self.clock.callLater(remaining, self._check)
-

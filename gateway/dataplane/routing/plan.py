@@ -42,6 +42,7 @@ class RoutePlan:
     host_header_name: bytes = b""
     hashed: bool = False  # RING_HASH/MAGLEV: requests carry the client address as key
     client_cert: ClientCertPolicy | None = None  # mTLS required of clients on this route
+    tcp: bool = False  # a tcp+https route: reached with CONNECT only
 
     def matches(self, path: str) -> bool:
         return path_matches(self.route, path)
@@ -64,8 +65,21 @@ class Plan:
             plans = self.by_host.get(normalise_host(host))
             if plans is None:
                 return None, False
+        tcp = None
         for plan in plans:
             if plan.matches(path):
+                if not plan.tcp:
+                    return plan, True
+                tcp = tcp or plan
+        return tcp, True  # only a TCP route: the caller says to use CONNECT
+
+    def lookup_tcp(self, authority: str) -> tuple[RoutePlan | None, bool]:
+        """(the tcp+https route of ``host:port``, whether the authority is known)."""
+        plans = self.by_host.get(authority)
+        if plans is None:
+            return None, False
+        for plan in plans:
+            if plan.tcp:
                 return plan, True
         return None, True
 
@@ -143,6 +157,7 @@ def build_plan(snapshot: Snapshot, previous: Plan | None = None) -> Plan:
             host_header_name=route.host_rewrite_header.lower().encode("latin-1"),
             hashed=route.lb_policy in ("RING_HASH", "MAGLEV"),
             client_cert=client_cert,
+            tcp=route.tcp,
         )
         plans.append(plan)
         for host_key in route_host_keys(route):

@@ -203,7 +203,9 @@ class UpstreamConnection(Protocol):
             listener.upstream_complete()
 
 
-def _endpoint(reactor: Any, host: str, port: int, timeout: float) -> IStreamClientEndpoint:
+def client_endpoint(reactor: Any, host: str, port: int, timeout: float) -> IStreamClientEndpoint:
+    """A TCP endpoint for an upstream: an address literal directly, a name through
+    ``HostnameEndpoint`` (both address families, happy eyeballs)."""
     try:
         address = ipaddress.ip_address(host)
     except ValueError:
@@ -255,12 +257,12 @@ class Pool:
 
     def connect(self, key: PoolKey, timeout: float) -> Deferred[UpstreamConnection]:
         _, host, port, tls = key
-        endpoint = _endpoint(self.reactor, host, port, timeout)
+        endpoint = client_endpoint(self.reactor, host, port, timeout)
         if self.resolve is not None and not is_ip_literal(host):
             resolved = self.resolve(host, port)
             return cast(Deferred[UpstreamConnection], resolved.addCallback(
-                lambda ip: self._open(_endpoint(self.reactor, ip, port, timeout), key, host, tls)
-            ))
+                lambda ip: self._open(client_endpoint(self.reactor, ip, port, timeout), key,
+                                      host, tls)))
         return self._open(endpoint, key, host, tls)
 
     def _open(self, endpoint: IStreamClientEndpoint, key: PoolKey, host: str,

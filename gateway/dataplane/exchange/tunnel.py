@@ -1,0 +1,225 @@
+"""CONNECT tunnels to ``tcp+https`` routes: the upstream TCP connection and its life.
+
+The exchange routes and authorizes a CONNECT like any request; then ``open_tunnel``
+picks an upstream host with the route's balancer and connects (503 when refused or
+unresolvable, 504 on timeout). Once connected, the codec answers 200 and joins the
+client's side to the upstream with a ``Pipe``: bytes the client sent after the CONNECT
+head go first, both directions are flow controlled, half-closes pass on, the route
+timeout is an idle timeout (0: none). While it is open, the tunnel's request is
+authorized again every ``RECHECK`` seconds, so a sign-out anywhere, an expired session
+or a policy edit ends it. One access-log line is written when it closes.
+"""
+
+from __future__ import annotations
+
+import socket
+from typing import Any, Protocol
+
+from twisted.internet.defer import CancelledError, Deferred
+from twisted.internet.endpoints import connectProtocol
+from twisted.internet.error import (
+    ConnectError,
+    ConnectingCancelledError,
+    DNSLookupError,
+    TimeoutError,
+)
+from twisted.internet.interfaces import IHalfCloseableProtocol
+from twisted.internet.protocol import Protocol as TwistedProtocol
+from twisted.python.failure import Failure
+from zope.interface import implementer
+
+from gateway.dataplane.authz import Deny, RequestInfo
+from gateway.dataplane.core import ProxyCore
+from gateway.dataplane.exchange.access import access_log, log_access
+from gateway.dataplane.exchange.base import Sink
+from gateway.dataplane.pipes.pipe import Pipe
+from gateway.dataplane.routing.plan import RoutePlan
+from gateway.dataplane.upstream.hosts import UpstreamHost
+from gateway.dataplane.upstream.pool import client_endpoint
+from gateway.tls.client import is_ip_literal
+
+RECHECK = 1.0  # seconds between authorizations of an open tunnel
+CONNECT_TIMEOUT = 10.0  # when the route has no timeout of its own
+
+
+class Exchange(Protocol):
+    """What a tunnel uses of its exchange (``request.Exchange``)."""
+
+    sink: Sink
+    core: ProxyCore
+    plan: RoutePlan | None
+    host_state: UpstreamHost | None
+    connecting: Deferred[Any] | None
+    method: bytes
+    host: str
+    path: str
+    query: bytes
+    started: float
+    finished: bool
+    keep_alive: bool
+    status: int
+    sent: int
+    detail: str
+
+    def client_address(self) -> str: ...
+    def fail(self, status: int, detail: str) -> None: ...
+    def request_info(self) -> RequestInfo: ...
+    def release_host(self, failed: bool) -> None: ...
+
+
+@implementer(IHalfCloseableProtocol)
+class TunnelUpstream(TwistedProtocol):
+    """The upstream end of a tunnel: bytes go to the pipe once there is one."""
+
+    def __init__(self) -> None:
+        self.raw: Pipe | None = None
+        self.early: list[bytes] = []
+        self.gone = False
+
+    def dataReceived(self, data: bytes) -> None:
+        if self.raw is not None:
+            self.raw.from_b(data)
+        else:
+            self.early.append(data)
+
+    def readConnectionLost(self) -> None:
+        if self.raw is not None:
+            self.raw.eof_from(self.transport)
+        else:
+            self.gone = True
+
+    def writeConnectionLost(self) -> None:
+        pass  # the pipe closes the connection once both directions have ended
+
+    def connectionLost(self, reason: Failure = Failure(ConnectionError())) -> None:  # noqa: B008
+        self.gone = True
+        if self.raw is not None:
+            self.raw.lost("upstream closed" if reason.check(ConnectionError) is None
+                          else "upstream connection lost")
+
+
+class Tunnel:
+    """One open tunnel: its exchange, its pipe, and the periodic authorization."""
+
+    def __init__(self, exchange: Exchange, upstream: TunnelUpstream) -> None:
+        self.exchange = exchange
+        self.upstream = upstream
+        self.pipe: Pipe | None = None
+        self.next_check = exchange.core.reactor.seconds() + RECHECK
+        self.checking = False
+
+    def join(self, pipe: Pipe) -> None:
+        """The codec built the pipe: replay what the upstream sent meanwhile."""
+        self.pipe = pipe
+        self.upstream.raw = pipe
+        early, self.upstream.early = self.upstream.early, []
+        for data in early:
+            pipe.from_b(data)
+        if self.upstream.gone:
+            pipe.eof_from(self.upstream.transport)
+
+    def closed(self, pipe: Pipe, reason: str) -> None:
+        exchange = self.exchange
+        exchange.core.tunnels.discard(self)
+        exchange.sent = pipe.sent_to_a
+        if not exchange.detail:
+            exchange.detail = reason
+        exchange.release_host(failed=False)
+        log_access(exchange, 200, bytes_upstream=pipe.sent_to_b)
+
+    # -- authorization while open (called by the core's watchdog)
+
+    def check(self, now: float) -> None:
+        if self.checking or now < self.next_check or self.pipe is None or self.pipe.closed:
+            return
+        self.next_check = now + RECHECK
+        exchange = self.exchange
+        core = exchange.core
+        plan, _ = core.plan.lookup_tcp(exchange.host)
+        if plan is None:
+            self.end("the route was removed")
+            return
+        if plan.public:
+            return
+        decision = core.authorizer.authorize(exchange.request_info(), plan)
+        if isinstance(decision, Deferred):
+            self.checking = True
+            decision.addCallbacks(self._decided, self._failed)
+        else:
+            self._decided(decision)
+
+    def _decided(self, decision: object) -> None:
+        self.checking = False
+        if isinstance(decision, Deny):
+            self.end(f"no longer allowed ({decision.reason or decision.status})")
+
+    def _failed(self, failure: Failure) -> None:
+        self.checking = False
+        access_log.failure("tunnel authorization failed", failure)
+
+    def end(self, reason: str) -> None:
+        if self.pipe is not None and not self.pipe.closed:
+            self.exchange.detail = reason
+            self.pipe.abort(reason)
+
+
+def open_tunnel(exchange: Exchange) -> None:
+    """Connect to an upstream of the exchange's (authorized) tcp+https route; on
+    success the codec's ``start_connect`` answers 200 and builds the pipe."""
+    plan = exchange.plan
+    assert plan is not None
+    core = exchange.core
+    balancer = plan.balancer
+    host = balancer.pick(core.reactor.seconds(), exchange.client_address().encode()
+                         if plan.hashed else None) if balancer else None
+    if host is None:
+        exchange.fail(503, "no healthy upstream")
+        return
+    exchange.host_state = host
+    host.active += 1
+    up = host.upstream
+    timeout = plan.timeout or CONNECT_TIMEOUT
+    upstream = TunnelUpstream()
+    resolve = core.pool.resolve
+    if resolve is not None and not is_ip_literal(up.host):
+        d: Deferred[Any] = resolve(up.host, up.port).addCallback(
+            lambda ip: connectProtocol(client_endpoint(core.reactor, ip, up.port, timeout),
+                                       upstream))
+    else:
+        d = connectProtocol(client_endpoint(core.reactor, up.host, up.port, timeout), upstream)
+    exchange.connecting = d
+    d.addCallbacks(lambda _: _connected(exchange, upstream),
+                   lambda failure: _connect_failed(exchange, failure))
+
+
+def _connected(exchange: Exchange, upstream: TunnelUpstream) -> None:
+    exchange.connecting = None
+    if exchange.finished or upstream.transport is None:
+        if upstream.transport is not None:
+            upstream.transport.loseConnection()
+        return
+    transport: Any = upstream.transport
+    if hasattr(transport, "setTcpNoDelay"):
+        transport.setTcpNoDelay(True)
+    tunnel = Tunnel(exchange, upstream)
+    exchange.core.tunnels.add(tunnel)
+    exchange.finished = True  # from here on the pipe owns both connections
+    exchange.status = 200
+    exchange.sink.start_connect(tunnel, transport)
+
+
+def _connect_failed(exchange: Exchange, failure: Failure) -> None:
+    exchange.connecting = None
+    if exchange.finished:
+        return
+    exchange.release_host(failed=True)
+    exchange.detail = failure.getErrorMessage()
+    exchange.keep_alive = False
+    if failure.check(TimeoutError, CancelledError, ConnectingCancelledError):
+        exchange.fail(504, "the TCP service did not accept the connection in time")
+    elif failure.check(DNSLookupError, socket.gaierror):
+        exchange.fail(503, "the TCP service's name does not resolve")
+    elif failure.check(ConnectError, OSError):
+        exchange.fail(503, "the TCP service is not reachable (connection refused)")
+    else:
+        exchange.fail(502, "the TCP service could not be connected")
