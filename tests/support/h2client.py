@@ -29,10 +29,12 @@ class H2Response:
 
 class H2Client:
     """Requests one at a time on one connection. ``slow`` delays each window update
-    (the server's sending stalls on flow control, as behind a slow reader)."""
+    (the server's sending stalls on flow control, as behind a slow reader);
+    ``validate=False`` lets a test send what h2 would refuse to (malformed requests)."""
 
     def __init__(self, port: int, host: str = "127.0.0.1", timeout: float = 10.0, *,
-                 tls: ssl.SSLContext | None = None, server_name: str | None = None) -> None:
+                 tls: ssl.SSLContext | None = None, server_name: str | None = None,
+                 validate: bool = True) -> None:
         if not is_loopback(host):
             raise ValueError("tests only talk to loopback")
         sock = socket.create_connection((host, port), timeout=timeout)
@@ -44,7 +46,8 @@ class H2Client:
         self.scheme = "https" if tls is not None else "http"
         self.sock = sock
         self.conn = h2.connection.H2Connection(
-            h2.config.H2Configuration(client_side=True, header_encoding="utf-8"))
+            h2.config.H2Configuration(client_side=True, header_encoding="utf-8",
+                                      validate_outbound_headers=validate))
         self.conn.initiate_connection()
         self.sock.sendall(self.conn.data_to_send())
 

@@ -185,6 +185,32 @@ def echo_upstream(
         )
 
 
+# ------------------------------------------------------------------- tcp service
+
+TCP_ECHO_SCRIPT = PEERS_DIR / "tcp_echo.py"
+
+
+@dataclass(frozen=True)
+class TcpService:
+    """A running ``tests/peers/tcp_echo.py``."""
+
+    port: int
+    process: ManagedProcess
+
+    def accepts(self) -> int:
+        """Connections it accepted so far."""
+        return self.process.log_text().count("ACCEPT ")
+
+
+@contextlib.contextmanager
+def tcp_service(tmpdir: Path, name: str = "tcp", timeout: float = 15.0) -> Iterator[TcpService]:
+    """Run the TCP echo/sink/source service on a free loopback port."""
+    argv = [sys.executable, "-u", str(TCP_ECHO_SCRIPT), "--host", "127.0.0.1", "--port", "0"]
+    with ManagedProcess(argv, log_dir=Path(tmpdir), name=name) as proc:
+        line = proc.wait_for_log_line("READY ", timeout)
+        yield TcpService(int(line.split()[1]), proc)
+
+
 # -------------------------------------------------------------------------- redis
 
 RespReply: TypeAlias = "str | bytes | int | list[RespReply] | None"

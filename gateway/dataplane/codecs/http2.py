@@ -68,6 +68,7 @@ class _Stream:
         self.closed = False
         self.pipe: Pipe | None = None  # a CONNECT tunnel once it is established
         self.early: list[bytes] = []  # tunnel DATA that came before the 200
+        self.early_end = False  # ... and END_STREAM
 
     # Sink
     def write_head(self, status: int, reason: bytes, headers: list[tuple[bytes, bytes]],
@@ -185,6 +186,8 @@ class _Stream:
         early, self.early = self.early, []
         for data in early:
             self.pipe.from_a(data)
+        if self.early_end:
+            self.pipe.eof_from(self.pipe.a)
         self.resume_reading("connect")
         self.owner.flush()
 
@@ -337,6 +340,9 @@ class H2Connection(ConnectionTLS, Protocol):
                 stream = self.streams.get(event.stream_id)
                 if stream is not None and stream.pipe is not None:
                     stream.pipe.eof_from(stream.pipe.a)
+                elif stream is not None and stream.exchange is not None \
+                        and stream.exchange.connect:
+                    stream.early_end = True
                 elif stream is not None and stream.exchange is not None:
                     stream.exchange.request_complete()
             elif isinstance(event, h2.events.StreamReset):

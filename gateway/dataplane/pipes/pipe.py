@@ -86,6 +86,6 @@ class Pipe:
             return
         remaining = self.last + self.idle_timeout - self.clock.seconds()
         if remaining <= 0:
-            self.abort("idle timeout")
+            self.close("idle timeout")  # nothing is in flight: an orderly close
         else:
             self._timer = self.clock.callLater(remaining, self._check)

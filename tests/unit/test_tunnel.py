@@ -1,0 +1,259 @@
+"""CONNECT tunnels without sockets: the authority parser, TCP routes in the plan and
+the config, the byte pipe, and the HTTP/1.1 codec's CONNECT path on a memory reactor
+(early bytes, half-close, re-authorization of an open tunnel)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from twisted.internet.address import IPv4Address
+from twisted.internet.task import Clock
+from twisted.internet.testing import MemoryReactorClock, StringTransport
+from twisted.trial.unittest import SynchronousTestCase
+
+from gateway.dataplane.authz import Allow, Decision, Deny, RequestInfo
+from gateway.dataplane.codecs.http1 import Http1Connection
+from gateway.dataplane.codecs.normalize import BadTarget, connect_authority
+from gateway.dataplane.core import ProxyCore
+from gateway.dataplane.pipes.pipe import Pipe
+from gateway.dataplane.routing.plan import build_plan
+from tests.support.memory_upstream import MemoryUpstream
+
+from .config.helpers import IDENTITY, base_config, errors_of, load
+
+CLIENT = IPv4Address("TCP", "192.0.2.7", 50000)
+ROUTES = [
+    {"from": "tcp+https://db.example.com:5432", "to": "tcp://127.0.0.1:15432",
+     "allowed_users": ["alice@example.com"]},
+    {"from": "https://db.example.com:5432", "to": "http://127.0.0.1:18080",
+     "allow_public_unauthenticated_access": True},
+    {"from": "tcp+https://open.example.com:22", "to": "tcp://127.0.0.1:2222",
+     "allow_public_unauthenticated_access": True, "timeout": "10s"},
+]
+SNAPSHOT = load(base_config(policy=ROUTES, **IDENTITY))
+
+
+class AuthorityTests(SynchronousTestCase):
+    def test_valid(self) -> None:
+        """host:port, lower-cased, trailing dot removed; IPv6 literals in brackets."""
+        for target, expected in ((b"DB.Example.com:5432", "db.example.com:5432"),
+                                 (b"db.example.com.:5432", "db.example.com:5432"),
+                                 (b"127.0.0.1:22", "127.0.0.1:22"),
+                                 (b"[::1]:6379", "[::1]:6379"),
+                                 (b"a:1", "a:1"), (b"a:65535", "a:65535")):
+            self.assertEqual(connect_authority(target), expected)
+
+    def test_invalid(self) -> None:
+        """Only the authority form: no path, scheme, user info, missing or bad port."""
+        for target in (b"db.example.com", b"db.example.com:", b"/db:1", b"http://db:1/",
+                       b"user@db:1", b"db:0", b"db:65536", b"db:1:2", b"::1:22", b"",
+                       b"db:1/x", b"db :1", b"-db:1", b"db:+1"):
+            with self.assertRaises(BadTarget, msg=target):
+                connect_authority(target)
+
+
+class RouteTests(SynchronousTestCase):
+    def test_lookup_prefers_the_kind_asked_for(self) -> None:
+        """An HTTP route and a TCP route on one host:port: CONNECT finds the TCP one,
+        an ordinary request the HTTP one."""
+        plan = build_plan(SNAPSHOT)
+        tcp, known = plan.lookup_tcp("db.example.com:5432")
+        self.assertTrue(known)
+        assert tcp is not None
+        self.assertTrue(tcp.tcp)
+        http, _ = plan.lookup("db.example.com:5432", "/")
+        assert http is not None
+        self.assertFalse(http.tcp)
+        self.assertEqual(plan.lookup_tcp("db.example.com:5433"), (None, False))
+        only_tcp, _ = plan.lookup("open.example.com:22", "/")
+        assert only_tcp is not None
+        self.assertTrue(only_tcp.tcp)  # the codec answers 405 naming CONNECT
+
+    def test_tcp_timeout_defaults_to_none(self) -> None:
+        """A TCP route's timeout is an idle timeout: none unless set; an HTTP route keeps
+        default_upstream_timeout."""
+        by_from = {r.from_url: r for r in SNAPSHOT.routes}
+        self.assertEqual(by_from["tcp+https://db.example.com:5432"].timeout, 0.0)
+        self.assertEqual(by_from["tcp+https://open.example.com:22"].timeout, 10.0)
+        self.assertEqual(by_from["https://db.example.com:5432"].timeout, 30.0)
+
+    def test_tcp_timeout_not_capped_by_timeout_write(self) -> None:
+        """Like websocket routes, a tunnel's idle timeout may exceed timeout_write; an
+        HTTP route's may not."""
+        load(base_config(timeout_write="5s", policy=[
+            {"from": "tcp+https://db.example.com:5432", "to": "tcp://127.0.0.1:1",
+             "allow_public_unauthenticated_access": True, "timeout": "1h"}]))
+        self.assertTrue(any("exceeds timeout_write" in e for e in errors_of(base_config(
+            timeout_write="5s", policy=[{"from": "https://a.example.com",
+                                         "to": "http://127.0.0.1:1", "timeout": "1h",
+                                         "allow_public_unauthenticated_access": True}]))))
+
+
+class _End(StringTransport):
+    """A transport end that can half-close, recording it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.write_closed = False
+
+    def loseWriteConnection(self) -> None:
+        self.write_closed = True
+
+
+class PipeTests(SynchronousTestCase):
+    def setUp(self) -> None:
+        self.clock = Clock()
+        self.a, self.b = _End(), _End()
+        self.reasons: list[str] = []
+        self.pipe = Pipe(self.clock, self.a, self.b, 5.0,
+                         on_close=lambda pipe, reason: self.reasons.append(reason))
+
+    def test_relays_and_counts(self) -> None:
+        self.pipe.from_a(b"abc")
+        self.pipe.from_b(b"12345")
+        self.assertEqual((self.b.value(), self.a.value()), (b"abc", b"12345"))
+        self.assertEqual((self.pipe.sent_to_b, self.pipe.sent_to_a), (3, 5))
+
+    def test_each_end_is_the_others_producer(self) -> None:
+        """A full client buffer pauses the upstream read, and the other way round."""
+        self.assertIs(self.a.producer, self.b)
+        self.assertIs(self.b.producer, self.a)
+
+    def test_half_close_then_both(self) -> None:
+        """One side's EOF half-closes the other and the pipe stays open; the second
+        EOF closes it."""
+        self.pipe.eof_from(self.a)
+        self.assertTrue(self.b.write_closed)
+        self.assertFalse(self.pipe.closed)
+        self.pipe.from_b(b"still answering")
+        self.assertEqual(self.a.value(), b"still answering")
+        self.pipe.eof_from(self.b)
+        self.assertTrue(self.pipe.closed)
+        self.assertEqual(self.reasons, ["both sides finished"])
+        self.assertTrue(self.a.disconnecting and self.b.disconnecting)
+
+    def test_no_half_close_closes(self) -> None:
+        """An end that cannot half-close (TLS): the other side's EOF closes the pipe."""
+        plain, other = StringTransport(), _End()
+        pipe = Pipe(self.clock, plain, other, 0, on_close=lambda p, r: self.reasons.append(r))
+        pipe.eof_from(other)
+        self.assertTrue(pipe.closed)
+        self.assertEqual(self.reasons, ["upstream finished sending"])
+
+    def test_idle_timeout(self) -> None:
+        """Traffic keeps the pipe open; the idle timeout after the last byte closes it."""
+        self.clock.advance(4)
+        self.pipe.from_a(b"x")
+        self.clock.advance(4)
+        self.assertFalse(self.pipe.closed)
+        self.clock.advance(1.5)
+        self.assertTrue(self.pipe.closed)
+        self.assertEqual(self.reasons, ["idle timeout"])
+
+    def test_no_idle_timeout(self) -> None:
+        pipe = Pipe(self.clock, StringTransport(), StringTransport(), 0)
+        self.clock.advance(10 ** 6)
+        self.assertFalse(pipe.closed)
+
+
+class SwitchableAuthorizer:
+    """Allows alice's tunnel until told otherwise (a sign-out elsewhere)."""
+
+    def __init__(self) -> None:
+        self.allowed = True
+        self.calls = 0
+
+    def authorize(self, request: RequestInfo, route: object) -> Decision:
+        self.calls += 1
+        if self.allowed:
+            return Allow()
+        return Deny(401, b"signed out", reason="unauthenticated")
+
+    def handles(self, host: str, path: str) -> bool:
+        return False
+
+    def internal(self, request: RequestInfo, body: bytes = b"") -> Decision | None:
+        return None
+
+
+class Http1ConnectTests(SynchronousTestCase):
+    def setUp(self) -> None:
+        self.reactor = MemoryReactorClock()
+        self.authorizer = SwitchableAuthorizer()
+        self.core = ProxyCore(self.reactor, build_plan(SNAPSHOT), tls=False,
+                              authorizer=self.authorizer)
+        self.core.start()
+        self.addCleanup(self.core.stop)
+        self.client = StringTransport(peerAddress=CLIENT)
+        self.conn = Http1Connection(self.core)
+        self.conn.makeConnection(self.client)
+
+    def open(self, extra: bytes = b"") -> Any:
+        self.conn.dataReceived(b"CONNECT db.example.com:5432 HTTP/1.1\r\n"
+                               b"Host: db.example.com:5432\r\n\r\n" + extra)
+        self.assertEqual(len(self.reactor.tcpClients), 1)
+        host, port = self.reactor.tcpClients[0][:2]
+        self.assertEqual((host, port), ("127.0.0.1", 15432))
+        return MemoryUpstream(self.reactor)
+
+    def test_tunnel(self) -> None:
+        """200, then bytes both ways; bytes that came with the head go upstream first."""
+        upstream = self.open(b"early")
+        self.assertEqual(self.client.value(), b"HTTP/1.1 200 Connection established\r\n\r\n")
+        self.assertEqual(upstream.received(), b"early")
+        self.conn.dataReceived(b"more")
+        self.assertEqual(upstream.received(), b"more")
+        upstream.respond(b"answer")
+        self.assertTrue(self.client.value().endswith(b"\r\n\r\nanswer"))
+
+    def test_upstream_speaks_first(self) -> None:
+        """A service that greets on connect (SSH): the greeting follows the 200."""
+        self.conn.dataReceived(b"CONNECT db.example.com:5432 HTTP/1.1\r\n"
+                               b"Host: db.example.com:5432\r\n\r\n")
+        factory = self.reactor.tcpClients[0][2]
+        protocol = factory.buildProtocol(IPv4Address("TCP", "127.0.0.1", 15432))
+        transport = StringTransport()
+        protocol.makeConnection(transport)
+        protocol.dataReceived(b"SSH-2.0-test\r\n")
+        self.assertEqual(self.client.value(),
+                         b"HTTP/1.1 200 Connection established\r\n\r\nSSH-2.0-test\r\n")
+
+    def test_client_half_close_passed_on(self) -> None:
+        """The client's EOF half-closes the upstream connection; the upstream's answer
+        still reaches the client, and its EOF then ends the tunnel."""
+        self.conn.dataReceived(b"CONNECT db.example.com:5432 HTTP/1.1\r\n"
+                               b"Host: db.example.com:5432\r\n\r\n")
+        factory = self.reactor.tcpClients[0][2]
+        protocol = factory.buildProtocol(IPv4Address("TCP", "127.0.0.1", 15432))
+        upstream = _End()
+        protocol.makeConnection(upstream)
+        self.conn.readConnectionLost()
+        self.assertTrue(upstream.write_closed)
+        self.assertFalse(self.client.disconnecting)
+        protocol.dataReceived(b"last words")
+        self.assertTrue(self.client.value().endswith(b"last words"))
+        protocol.readConnectionLost()
+        self.assertTrue(self.client.disconnecting)
+
+    def test_revoked_session_ends_tunnel(self) -> None:
+        """The open tunnel is authorized again every second: a sign-out ends it."""
+        upstream = self.open()
+        calls = self.authorizer.calls
+        self.reactor.advance(1.25)
+        self.assertGreater(self.authorizer.calls, calls)
+        self.assertFalse(self.client.disconnecting)
+        self.authorizer.allowed = False
+        self.reactor.advance(1.25)
+        self.assertTrue(self.client.disconnected)
+        self.assertTrue(upstream.transport.disconnected)
+        self.assertEqual(self.core.tunnels, set())
+
+    def test_denied_never_connects(self) -> None:
+        """A refused CONNECT opens no upstream connection; a sign-in redirect becomes
+        401 for a tunnel client."""
+        self.authorizer.allowed = False
+        self.conn.dataReceived(b"CONNECT db.example.com:5432 HTTP/1.1\r\n"
+                               b"Host: db.example.com:5432\r\n\r\n")
+        self.assertEqual(self.reactor.tcpClients, [])
+        self.assertTrue(self.client.value().startswith(b"HTTP/1.1 401 "))
+        self.assertIn(b"gateway tcp db.example.com:5432", self.client.value())
