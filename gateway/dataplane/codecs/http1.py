@@ -31,6 +31,7 @@ from gateway.dataplane.exchange.base import BODY_CHUNKED, BODY_LENGTH, ExchangeB
 from gateway.dataplane.exchange.request import Exchange
 from gateway.dataplane.fastio import direct_writer, write_now
 from gateway.dataplane.pipes.pipe import Pipe
+from gateway.dataplane.pipes.splice import SplicePipe, can_splice
 from gateway.dataplane.responses import error_body, status_line
 from gateway.dataplane.routing.router import normalise_host
 from gateway.dataplane.upstream.pool import UpstreamConnection
@@ -113,7 +114,7 @@ class Http1Connection(ConnectionTLS, Protocol):
         self.last_activity = 0.0
         self.request_started = 0.0
         self.write_blocked_since = 0.0
-        self.pipe: Pipe | None = None
+        self.pipe: Pipe | SplicePipe | None = None
         self._flow: _ResponseFlow | None = None
 
     # -- connection
@@ -433,21 +434,30 @@ class Http1Connection(ConnectionTLS, Protocol):
         self.transport.resumeProducing()
 
     def start_connect(self, tunnel: Any, upstream: Any) -> None:
+        """200, then the pipe. The 200 and the bytes either side sent early are written
+        first; if both sockets then have nothing buffered, the kernel relays the rest
+        (``SplicePipe``), otherwise an ordinary ``Pipe`` does."""
         if self.transport is None:
             upstream.loseConnection()
             return
-        self.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
         self.queue.clear()
         self.current = None
-        plan = tunnel.exchange.plan
-        self.pipe = Pipe(self.core.reactor, self.transport, upstream,
-                         plan.timeout if plan is not None else 0.0, on_close=tunnel.closed)
-        tunnel.join(self.pipe)
-        early, self._early = getattr(self, "_early", b""), b""
-        if early:
-            self.pipe.from_a(early)
         self.pauses.clear()
-        self.transport.resumeProducing()
+        self.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
+        early, self._early = getattr(self, "_early", b""), b""
+        tunnel.send_early(early)
+        plan = tunnel.exchange.plan
+        timeout = plan.timeout if plan is not None else 0.0
+        transport: Any = self.transport
+        if not tunnel.upstream.gone and can_splice(transport) and can_splice(upstream):
+            self.pipe = SplicePipe(self.core.reactor, transport, upstream, timeout,
+                                   on_close=tunnel.closed)
+            tunnel.join(self.pipe)
+            return
+        self.pipe = Pipe(self.core.reactor, transport, upstream, timeout,
+                         on_close=tunnel.closed)
+        tunnel.join(self.pipe)
+        transport.resumeProducing()
 
     # -- timeouts (called by the core's watchdog)
 

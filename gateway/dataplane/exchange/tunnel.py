@@ -32,7 +32,7 @@ from gateway.dataplane.authz import Deny, RequestInfo
 from gateway.dataplane.core import ProxyCore
 from gateway.dataplane.exchange.access import access_log, log_access
 from gateway.dataplane.exchange.base import Sink
-from gateway.dataplane.pipes.pipe import Pipe
+from gateway.dataplane.fastio import direct_writer, write_now
 from gateway.dataplane.routing.plan import RoutePlan
 from gateway.dataplane.upstream.hosts import UpstreamHost
 from gateway.dataplane.upstream.pool import client_endpoint
@@ -72,7 +72,7 @@ class TunnelUpstream(TwistedProtocol):
     """The upstream end of a tunnel: bytes go to the pipe once there is one."""
 
     def __init__(self) -> None:
-        self.raw: Pipe | None = None
+        self.raw: Relay | None = None
         self.early: list[bytes] = []
         self.gone = False
 
@@ -98,18 +98,46 @@ class TunnelUpstream(TwistedProtocol):
                           else "upstream connection lost")
 
 
+class Relay(Protocol):
+    """What the tunnel needs of its pipe (``Pipe``, or ``SplicePipe`` in the kernel)."""
+
+    closed: bool
+
+    @property
+    def sent_to_a(self) -> int: ...
+    @property
+    def sent_to_b(self) -> int: ...
+    def from_b(self, data: bytes) -> None: ...
+    def eof_from(self, side: Any) -> None: ...
+    def lost(self, reason: str = ...) -> None: ...
+    def abort(self, reason: str) -> None: ...
+
+
 class Tunnel:
     """One open tunnel: its exchange, its pipe, and the periodic authorization."""
 
     def __init__(self, exchange: Exchange, upstream: TunnelUpstream) -> None:
         self.exchange = exchange
         self.upstream = upstream
-        self.pipe: Pipe | None = None
+        self.pipe: Relay | None = None
         self.next_check = exchange.core.reactor.seconds() + RECHECK
         self.checking = False
+        self.early_to_a = 0
+        self.early_to_b = 0
 
-    def join(self, pipe: Pipe) -> None:
-        """The codec built the pipe: replay what the upstream sent meanwhile."""
+    def send_early(self, from_client: bytes) -> None:
+        """Before the pipe: the client's bytes that came with the CONNECT head go
+        upstream, and what the upstream sent meanwhile (an SSH banner) to the client."""
+        if from_client and self.upstream.transport is not None:
+            self.early_to_b += len(from_client)
+            write(self.upstream.transport, from_client)
+        early, self.upstream.early = self.upstream.early, []
+        for data in early:
+            self.early_to_a += len(data)
+            self.exchange.sink.write_body(data)
+
+    def join(self, pipe: Relay) -> None:
+        """The codec built the pipe: replay what the upstream sent since."""
         self.pipe = pipe
         self.upstream.raw = pipe
         early, self.upstream.early = self.upstream.early, []
@@ -118,14 +146,14 @@ class Tunnel:
         if self.upstream.gone:
             pipe.eof_from(self.upstream.transport)
 
-    def closed(self, pipe: Pipe, reason: str) -> None:
+    def closed(self, pipe: Relay, reason: str) -> None:
         exchange = self.exchange
         exchange.core.tunnels.discard(self)
-        exchange.sent = pipe.sent_to_a
+        exchange.sent = pipe.sent_to_a + self.early_to_a
         if not exchange.detail:
             exchange.detail = reason
         exchange.release_host(failed=False)
-        log_access(exchange, 200, bytes_upstream=pipe.sent_to_b)
+        log_access(exchange, 200, bytes_upstream=pipe.sent_to_b + self.early_to_b)
 
     # -- authorization while open (called by the core's watchdog)
 
@@ -161,6 +189,14 @@ class Tunnel:
         if self.pipe is not None and not self.pipe.closed:
             self.exchange.detail = reason
             self.pipe.abort(reason)
+
+
+def write(transport: Any, data: bytes) -> None:
+    """At once when the socket takes it (so a splice can start with empty buffers)."""
+    if direct_writer(transport):
+        write_now(transport, data)
+    else:
+        transport.write(data)
 
 
 def open_tunnel(exchange: Exchange) -> None:

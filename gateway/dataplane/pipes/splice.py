@@ -1,0 +1,265 @@
+"""Kernel-side relaying for tunnels between two plain TCP sockets (Linux ``splice``).
+
+A ``Pipe`` copies every byte through Python: read into a bytes object, write it out.
+When both ends of a tunnel are plain sockets (no TLS, no PROXY-protocol wrapper, no
+HTTP/2 stream), ``SplicePipe`` takes their file descriptors over from Twisted and moves
+the bytes socket -> kernel pipe -> socket with ``os.splice``: nothing is copied into
+the process, and one call moves up to a megabyte.
+
+It behaves like ``Pipe`` (same attributes, ``close``/``abort``/``lost``, ``on_close``):
+flow control comes from the kernel pipe (a direction stops reading its source while
+its pipe cannot be emptied into the destination), an EOF is passed on as a half-close
+once the pipe is drained, and the idle timeout is the route's. The Twisted transports
+stay the owners of the sockets: they are only stopped while the splice runs, and
+closing goes through them, so their protocols see ``connectionLost`` as usual.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+import socket
+from collections.abc import Callable
+from typing import Any
+
+from twisted.internet import tcp
+from twisted.logger import Logger
+from twisted.python.failure import Failure
+
+log = Logger()
+
+PIPE_SIZE = 1 << 20
+_F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)
+_FLAGS = getattr(os, "SPLICE_F_MOVE", 1) | getattr(os, "SPLICE_F_NONBLOCK", 2)
+_GONE = (errno.EPIPE, errno.ECONNRESET, errno.ENOTCONN, errno.ETIMEDOUT, errno.EHOSTUNREACH)
+
+
+def available() -> bool:
+    return hasattr(os, "splice")
+
+
+def can_splice(transport: Any) -> bool:
+    """A plain, connected TCP transport with nothing left in its write buffer."""
+    return (available() and type(transport) in (tcp.Server, tcp.Client)
+            and transport.connected and not transport.disconnecting
+            and not transport.dataBuffer and not transport._tempDataBuffer
+            and transport.producer is None)
+
+
+class _Direction:
+    """Bytes from ``source`` to ``dest`` through one kernel pipe."""
+
+    def __init__(self, owner: SplicePipe, source: _Socket, dest: _Socket) -> None:
+        self.owner = owner
+        self.source = source
+        self.dest = dest
+        self.read_fd, self.write_fd = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        try:
+            fcntl.fcntl(self.write_fd, _F_SETPIPE_SZ, PIPE_SIZE)
+        except OSError:
+            pass  # the default pipe size works, with more calls per megabyte
+        self.buffered = 0  # bytes in the kernel pipe
+        self.moved = 0
+        self.eof = False
+        self.done = False
+
+    def readable(self) -> None:
+        """The source has bytes (or EOF): fill the pipe, then empty it into dest."""
+        if self.done or self.buffered:
+            return
+        try:
+            n = os.splice(self.source.fd, self.write_fd, PIPE_SIZE, flags=_FLAGS)
+        except BlockingIOError:
+            return
+        except OSError as exc:
+            self.owner.failed(exc)
+            return
+        if n == 0:
+            self.eof = True
+            self.source.want_read(False)
+        else:
+            self.buffered += n
+        self.flush()
+
+    def writable(self) -> None:
+        self.flush()
+
+    def flush(self) -> None:
+        while self.buffered:
+            try:
+                n = os.splice(self.read_fd, self.dest.fd, self.buffered, flags=_FLAGS)
+            except BlockingIOError:
+                # dest is full: stop reading the source until it drains
+                self.source.want_read(False)
+                self.dest.want_write(True)
+                return
+            except OSError as exc:
+                self.owner.failed(exc)
+                return
+            self.buffered -= n
+            self.moved += n
+            self.owner.activity()
+        self.dest.want_write(False)
+        if self.eof:
+            self.finish()
+        else:
+            self.source.want_read(True)
+
+    def finish(self) -> None:
+        if self.done:
+            return
+        self.done = True
+        try:
+            self.dest.sock.shutdown(socket.SHUT_WR)  # the half-close, passed on
+        except OSError:
+            pass
+        self.owner.direction_done()
+
+    def close(self) -> None:
+        for fd in (self.read_fd, self.write_fd):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+
+class _Socket:
+    """One socket in the reactor on the splice's behalf (epoll keeps one object per
+    descriptor, so reads and writes of both directions meet here)."""
+
+    def __init__(self, owner: SplicePipe, transport: Any) -> None:
+        self.owner = owner
+        self.transport = transport
+        self.sock: socket.socket = transport.socket
+        self.fd: int = self.sock.fileno()
+        self.outgoing: _Direction | None = None  # where this socket is the source
+        self.incoming: _Direction | None = None  # where it is the destination
+        self.reading = False
+        self.writing = False
+
+    def fileno(self) -> int:
+        return self.fd
+
+    def logPrefix(self) -> str:
+        return "SplicePipe"
+
+    def doRead(self) -> None:
+        if self.outgoing is not None:
+            self.outgoing.readable()
+
+    def doWrite(self) -> None:
+        if self.incoming is not None:
+            self.incoming.writable()
+
+    def connectionLost(self, reason: Failure) -> None:
+        self.owner.lost("connection lost")
+
+    def want_read(self, on: bool) -> None:
+        if on != self.reading and not self.owner.closed:
+            self.reading = on
+            (self.owner.reactor.addReader if on else self.owner.reactor.removeReader)(self)
+
+    def want_write(self, on: bool) -> None:
+        if on != self.writing and not self.owner.closed:
+            self.writing = on
+            (self.owner.reactor.addWriter if on else self.owner.reactor.removeWriter)(self)
+
+    def release(self) -> None:
+        if self.reading:
+            self.owner.reactor.removeReader(self)
+        if self.writing:
+            self.owner.reactor.removeWriter(self)
+        self.reading = self.writing = False
+
+
+class SplicePipe:
+    """Joins two plain TCP transports (``a``: the client's, ``b``: the upstream's)."""
+
+    def __init__(self, reactor: Any, a: Any, b: Any, idle_timeout: float,
+                 on_close: Callable[[SplicePipe, str], None] | None = None) -> None:
+        self.reactor = reactor
+        self.a = a
+        self.b = b
+        self.idle_timeout = idle_timeout
+        self.on_close = on_close
+        self.closed = False
+        self.last = reactor.seconds()
+        for transport in (a, b):
+            transport.stopReading()
+            transport.stopWriting()
+        self._a, self._b = _Socket(self, a), _Socket(self, b)
+        self.to_b = _Direction(self, self._a, self._b)
+        self.to_a = _Direction(self, self._b, self._a)
+        self._a.outgoing = self._b.incoming = self.to_b
+        self._b.outgoing = self._a.incoming = self.to_a
+        self._timer = reactor.callLater(idle_timeout, self._check) if idle_timeout else None
+        self._a.want_read(True)
+        self._b.want_read(True)
+
+    @property
+    def sent_to_a(self) -> int:
+        return self.to_a.moved
+
+    @property
+    def sent_to_b(self) -> int:
+        return self.to_b.moved
+
+    def activity(self) -> None:
+        self.last = self.reactor.seconds()
+
+    # The interface Pipe's owners call (bytes never pass through them here).
+    def from_a(self, data: bytes) -> None:
+        raise RuntimeError("a splice pipe reads its sockets itself")
+
+    from_b = from_a
+
+    def eof_from(self, side: Any) -> None:
+        pass  # seen as a zero-length splice
+
+    def direction_done(self) -> None:
+        if self.to_a.done and self.to_b.done:
+            self.close("both sides finished")
+
+    def failed(self, exc: OSError) -> None:
+        if exc.errno not in _GONE:
+            log.warn("tunnel splice failed: {error}", error=str(exc))
+        self.abort("connection reset" if exc.errno in _GONE else str(exc))
+
+    def lost(self, reason: str = "connection lost") -> None:
+        self.close(reason)
+
+    def _stop(self) -> bool:
+        if self.closed:
+            return False
+        self.closed = True
+        if self._timer is not None and self._timer.active():
+            self._timer.cancel()
+        for end in (self._a, self._b):
+            end.release()
+        self.to_a.close()
+        self.to_b.close()
+        return True
+
+    def close(self, reason: str = "closed") -> None:
+        if self._stop():
+            for transport in (self.a, self.b):
+                transport.loseConnection()
+            if self.on_close is not None:
+                self.on_close(self, reason)
+
+    def abort(self, reason: str) -> None:
+        if self._stop():
+            for transport in (self.a, self.b):
+                transport.abortConnection()
+            if self.on_close is not None:
+                self.on_close(self, reason)
+
+    def _check(self) -> None:
+        if self.closed:
+            return
+        remaining = self.last + self.idle_timeout - self.reactor.seconds()
+        if remaining <= 0:
+            self.close("idle timeout")
+        else:
+            self._timer = self.reactor.callLater(remaining, self._check)
