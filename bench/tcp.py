@@ -233,14 +233,32 @@ def main(argv: list[str]) -> int:
         if shutil.which("socat"):
             socat_port = free_port()
             socat = stack.enter_context(process(pinned(
-                ["socat", f"TCP-LISTEN:{socat_port},bind=127.0.0.1,reuseaddr,fork",
+                ["socat", "-b", str(CHUNK),
+                 f"TCP-LISTEN:{socat_port},bind=127.0.0.1,reuseaddr,fork",
                  f"TCP:127.0.0.1:{sink_port}"], relay_cpu), tmp / "socat.log"))
             wait_port(socat_port)
-            rows.append(("socat", *measure(lambda: run_source(socat_port), None, args.runs,
-                                           size)))
+            rows.append(("socat (1 MiB buffer)", *measure(
+                lambda: run_source(socat_port), None, args.runs, size)))
             del socat
         else:
             print("socat: skipped (apt-get install -y socat)", file=sys.stderr)
+        haproxy = shutil.which("haproxy") or ("/usr/sbin/haproxy"
+                                              if Path("/usr/sbin/haproxy").exists() else None)
+        if haproxy:
+            hap_port = free_port()
+            (tmp / "haproxy.cfg").write_text(
+                "global\n  maxconn 100\ndefaults\n  mode tcp\n  timeout connect 5s\n"
+                "  timeout client 60s\n  timeout server 60s\n  option splice-auto\n"
+                f"listen relay\n  bind 127.0.0.1:{hap_port}\n"
+                f"  server sink 127.0.0.1:{sink_port}\n")
+            hap_pid = stack.enter_context(process(pinned(
+                [haproxy, "-db", "-f", str(tmp / "haproxy.cfg")], relay_cpu),
+                tmp / "haproxy.log"))
+            wait_port(hap_port)
+            rows.append(("haproxy (splice)", *measure(
+                lambda: run_source(hap_port), hap_pid, args.runs, size)))
+        else:
+            print("haproxy: skipped (apt-get install -y haproxy)", file=sys.stderr)
         env = {"PATH": os.environ.get("PATH", ""), "PYTHONPATH": str(REPO)}
         for tls in (False, True):
             port = free_port()

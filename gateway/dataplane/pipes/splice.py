@@ -30,6 +30,7 @@ from twisted.python.failure import Failure
 log = Logger()
 
 PIPE_SIZE = 1 << 20
+ROUNDS = 4
 _F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)
 _FLAGS = getattr(os, "SPLICE_F_MOVE", 1) | getattr(os, "SPLICE_F_NONBLOCK", 2)
 _GONE = (errno.EPIPE, errno.ECONNRESET, errno.ENOTCONN, errno.ETIMEDOUT, errno.EHOSTUNREACH)
@@ -65,22 +66,26 @@ class _Direction:
         self.done = False
 
     def readable(self) -> None:
-        """The source has bytes (or EOF): fill the pipe, then empty it into dest."""
-        if self.done or self.buffered:
-            return
-        try:
-            n = os.splice(self.source.fd, self.write_fd, PIPE_SIZE, flags=_FLAGS)
-        except BlockingIOError:
-            return
-        except OSError as exc:
-            self.owner.failed(exc)
-            return
-        if n == 0:
-            self.eof = True
-            self.source.want_read(False)
-        else:
-            self.buffered += n
-        self.flush()
+        """The source has bytes (or EOF): fill the pipe and empty it into dest, again
+        while both sides keep up (a few rounds per event, then the others' turn)."""
+        for _ in range(ROUNDS):
+            if self.done or self.buffered:
+                return
+            try:
+                n = os.splice(self.source.fd, self.write_fd, PIPE_SIZE, flags=_FLAGS)
+            except BlockingIOError:
+                return
+            except OSError as exc:
+                self.owner.failed(exc)
+                return
+            if n == 0:
+                self.eof = True
+                self.source.want_read(False)
+            else:
+                self.buffered += n
+            self.flush()
+            if self.eof or n < PIPE_SIZE:
+                return  # the source is drained for now
 
     def writable(self) -> None:
         self.flush()
