@@ -16,6 +16,7 @@ closing goes through them, so their protocols see ``connectionLost`` as usual.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import os
@@ -56,10 +57,8 @@ class _Direction:
         self.source = source
         self.dest = dest
         self.read_fd, self.write_fd = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
-        try:
+        with contextlib.suppress(OSError):  # the default size works, in more calls
             fcntl.fcntl(self.write_fd, _F_SETPIPE_SZ, PIPE_SIZE)
-        except OSError:
-            pass  # the default pipe size works, with more calls per megabyte
         self.buffered = 0  # bytes in the kernel pipe
         self.moved = 0
         self.eof = False
@@ -115,18 +114,14 @@ class _Direction:
         if self.done:
             return
         self.done = True
-        try:
+        with contextlib.suppress(OSError):
             self.dest.sock.shutdown(socket.SHUT_WR)  # the half-close, passed on
-        except OSError:
-            pass
         self.owner.direction_done()
 
     def close(self) -> None:
         for fd in (self.read_fd, self.write_fd):
-            try:
+            with contextlib.suppress(OSError):
                 os.close(fd)
-            except OSError:
-                pass
 
 
 class _Socket:
