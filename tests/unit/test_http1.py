@@ -661,3 +661,25 @@ class FlowControlTests(SynchronousTestCase):
         self.assertEqual([(r.status, len(r.body)) for r in responses],
                          [(200, self.BIG), (200, 6)])
         self.assertEqual(upstream.transport.producerState, "producing")
+
+
+class RefusalLogTests(Http1TestCase):
+    def test_refused_request_logged_with_its_status(self) -> None:
+        """A request refused while parsing is logged with the status it was answered
+        and why, not as 499 ("the client left")."""
+        from twisted.logger import globalLogPublisher
+
+        events: list[dict[str, object]] = []
+
+        def observe(event: dict[str, object]) -> None:
+            if event.get("log_namespace") == "gateway.access":
+                events.append(event)
+
+        globalLogPublisher.addObserver(observe)
+        self.addCleanup(globalLogPublisher.removeObserver, observe)
+        self.send(b"GET /a HTTP/1.1\r\nHost: app.example.com\r\nContent-Length: 1\r\n"
+                  b"Transfer-Encoding: chunked\r\n\r\n")
+        self.assertEqual(self.answer().status, 400)
+        self.conn.connectionLost()
+        self.assertEqual([e["status"] for e in events], [400])
+        self.assertIn("Transfer-Encoding", str(events[0]["detail"]))

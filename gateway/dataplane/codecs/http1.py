@@ -180,10 +180,11 @@ class Http1Connection(ConnectionTLS, Protocol):
 
         Whatever was dispatched for it upstream is aborted first."""
         current = self.current
-        if current is not None and not current.finished and (
-            current.upstream is not None or current.connecting is not None
-        ):
-            current.downstream_lost()
+        if current is not None and not current.finished:
+            # Whatever was dispatched for it upstream is aborted, and the access log
+            # says what the client was answered (not 499, which means "client left").
+            current.detail = detail
+            current.downstream_lost(status)
         self.closing = True
         self.pauses.add("closing")
         if not any(e.response_started and not e.finished for e in self.queue):
