@@ -394,35 +394,43 @@ def test_one_gib_each_way_in_bounded_memory(env: Env) -> None:
 
 
 @pytest.fixture(scope="module")
-def tls_gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Daemon, ssl.SSLContext,
+def tls_gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Daemon, trustme.CA,
                                                                             TcpService]]:
     tmp = tmp_path_factory.mktemp("tunnel-tls")
     ca = trustme.CA()
     ca.issue_cert("open.test").private_key_and_cert_chain_pem.write_to_path(
         str(tmp / "cert.pem"))
-    context = ssl.create_default_context()
-    ca.configure_trust(context)
     with tcp_service(tmp) as svc:
         config = {"insecure_server": False, "codec_type": "auto",
                   "certificates": [{"cert": str(tmp / "cert.pem"), "key": str(tmp / "cert.pem")}],
                   "policy": [{"from": "tcp+https://open.test:7001",
                               "to": f"tcp://127.0.0.1:{svc.port}",
+                              "allow_public_unauthenticated_access": True},
+                             {"from": "tcp+https://db.internal:5432",
+                              "to": f"tcp://127.0.0.1:{svc.port}",
                               "allow_public_unauthenticated_access": True}]}
         with gateway_daemon(tmp, config) as gw:
-            yield gw, context, svc
+            yield gw, ca, svc
 
 
-def test_tls_listener_http1_and_http2(tls_gateway: tuple[Daemon, ssl.SSLContext, TcpService]
+def trusting(ca: trustme.CA) -> ssl.SSLContext:
+    """A fresh client context per connection (the h2 client sets ALPN on its own)."""
+    context = ssl.create_default_context()
+    ca.configure_trust(context)
+    return context
+
+
+def test_tls_listener_http1_and_http2(tls_gateway: tuple[Daemon, trustme.CA, TcpService]
                                       ) -> None:
-    """Over TLS: HTTP/1.1 CONNECT (client EOF passed on), and HTTP/2 CONNECT via ALPN."""
-    gw, context, _ = tls_gateway
+    """Over TLS: HTTP/1.1 CONNECT, and HTTP/2 CONNECT via ALPN."""
+    gw, ca, _ = tls_gateway
     raw = socket.create_connection(("127.0.0.1", gw.port), timeout=10)
-    with context.wrap_socket(raw, server_hostname="open.test") as sock:
+    with trusting(ca).wrap_socket(raw, server_hostname="open.test") as sock:
         sock.sendall(b"CONNECT open.test:7001 HTTP/1.1\r\nHost: open.test:7001\r\n\r\nover tls\n")
         data = read_until(sock, b"over tls\n")
         assert data.startswith(b"HTTP/1.1 200 ")
         assert data.endswith(b"\r\n\r\nover tls\n")
-    with H2Client(gw.port, tls=context, server_name="open.test") as client:
+    with H2Client(gw.port, tls=trusting(ca), server_name="open.test") as client:
         conn = client.conn
         conn.send_headers(1, [(":method", "CONNECT"), (":authority", "open.test:7001")])
         conn.send_data(1, b"h2 over tls\n", end_stream=True)
@@ -440,3 +448,17 @@ def test_tls_listener_http1_and_http2(tls_gateway: tuple[Daemon, ssl.SSLContext,
                 ended = ended or isinstance(event, h2.events.StreamEnded)
             client.sock.sendall(conn.data_to_send())
         assert body == b"h2 over tls\nEOF after 12 bytes\n"
+
+
+def test_tls_tunnel_through_the_gateways_own_name(
+        tls_gateway: tuple[Daemon, trustme.CA, TcpService]) -> None:
+    """A TCP route whose name no certificate covers is reached through the gateway's
+    name (SNI open.test): the CONNECT authority is a target, not this connection's
+    origin, so there is no 421."""
+    gw, ca, _ = tls_gateway
+    raw = socket.create_connection(("127.0.0.1", gw.port), timeout=10)
+    with trusting(ca).wrap_socket(raw, server_hostname="open.test") as sock:
+        sock.sendall(b"CONNECT db.internal:5432 HTTP/1.1\r\nHost: db.internal:5432\r\n\r\n"
+                     b"internal\n")
+        data = read_until(sock, b"internal\n")
+        assert data.startswith(b"HTTP/1.1 200 ")

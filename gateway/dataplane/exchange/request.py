@@ -160,7 +160,7 @@ class Exchange(UpstreamRelay):
 
     def _begin_connect(self) -> None:
         """CONNECT host:port: only a tcp+https route of exactly that authority; then the
-        same client-certificate and authorization checks as any request."""
+        route's client-certificate and authorization checks, as for any request."""
         plan, known = self.core.plan.lookup_tcp(self.host)
         if plan is None and known:
             self.fail(405, f"{self.host} is not a TCP route; CONNECT is only for "
@@ -169,12 +169,9 @@ class Exchange(UpstreamRelay):
         if plan is None:
             self.fail(404, f"no TCP route for {self.host}")
             return
-        sni, certificate, store = self.sink.tls_info()
-        if sni and store is not None:
-            name = _hostname(self.host)
-            if certificate is not None and not store.covers(certificate, name):
-                self.fail(421, f"this connection cannot serve {name}")
-                return
+        # No 421 here: the authority names the tunnel's target, not an origin served
+        # over this TLS connection, so a client may reach every TCP route through the
+        # gateway's own name (`gateway tcp --gateway-url https://gateway.example.com`).
         self.plan = plan
         if plan.client_cert is not None:
             problem = self.sink.client_cert_problem(plan.client_cert)
