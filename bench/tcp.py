@@ -34,7 +34,9 @@ CHUNK = 1 << 20
 
 # -- the two ends (run as subprocesses: `tcp.py --sink PORT` / `--source ...`)
 
-def sink(port: int) -> None:
+def sink(port: int, expected: int = 0) -> None:
+    """Count until EOF, or until ``expected`` bytes when the tunnel cannot pass a
+    half-close (TLS), then answer ``OK <count>``."""
     server = socket.socket()
     server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     server.bind(("127.0.0.1", port))
@@ -45,7 +47,7 @@ def sink(port: int) -> None:
         conn, _ = server.accept()
         with conn:
             total = 0
-            while n := conn.recv_into(buffer):
+            while (not expected or total < expected) and (n := conn.recv_into(buffer)):
                 total += n
             conn.sendall(f"OK {total}\n".encode())
 
@@ -74,10 +76,7 @@ def source(port: int, size: int, authority: str, tls: bool) -> float:
             piece = block[:min(CHUNK, size - sent)]
             sock.sendall(piece)
             sent += len(piece)
-        if tls:
-            # No half-close through TLS: the sink is told the size instead of EOF.
-            pass
-        else:
+        if not tls:  # through TLS the sink counts to the size instead of waiting for EOF
             sock.shutdown(socket.SHUT_WR)
         answer = b""
         while b"\n" not in answer:
@@ -89,24 +88,6 @@ def source(port: int, size: int, authority: str, tls: bool) -> float:
     if not tls and answer.strip() != f"OK {size}".encode():
         raise RuntimeError(f"the sink saw {answer!r}, expected {size} bytes")
     return elapsed
-
-
-def sized_sink(port: int) -> None:
-    """For TLS runs: the first line says how many bytes follow (no half-close)."""
-    server = socket.socket()
-    server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    server.bind(("127.0.0.1", port))
-    server.listen(16)
-    print("READY", flush=True)
-    buffer = bytearray(CHUNK)
-    while True:
-        conn, _ = server.accept()
-        with conn:
-            total = 0
-            expected = int(os.environ.get("BENCH_SIZE", "0"))
-            while total < expected and (n := conn.recv_into(buffer)):
-                total += n
-            conn.sendall(f"OK {total}\n".encode())
 
 
 # -- harness
@@ -197,7 +178,7 @@ def main(argv: list[str]) -> int:
         sink(args.sink)
         return 0
     if args.sized_sink:
-        sized_sink(args.sized_sink)
+        sink(args.sized_sink, int(os.environ["BENCH_SIZE"]))
         return 0
     if args.source:
         port, size, authority, tls = args.source

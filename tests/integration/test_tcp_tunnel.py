@@ -128,16 +128,6 @@ def connect(env: Env, authority: str, *, token: str = "", extra: bytes = b"",
     return sock, status_of(response), rest
 
 
-def receive_until(sock: socket.socket, marker: bytes, already: bytes = b"") -> bytes:
-    data = already
-    while marker not in data:
-        chunk = sock.recv(65536)
-        if not chunk:
-            break
-        data += chunk
-    return data
-
-
 def receive_all(sock: socket.socket) -> bytes:
     chunks = []
     while chunk := sock.recv(65536):
@@ -150,9 +140,9 @@ def test_public_tunnel_with_early_bytes(env: Env) -> None:
     sock, status, rest = connect(env, "open.test:7001", extra=b"hello\n")
     with sock:
         assert status == 200
-        assert receive_until(sock, b"hello\n", rest) == b"hello\n"
+        assert read_until(sock, b"hello\n", rest) == b"hello\n"
         sock.sendall(b"more bytes\n")
-        assert receive_until(sock, b"more bytes\n") == b"more bytes\n"
+        assert read_until(sock, b"more bytes\n") == b"more bytes\n"
 
 
 def test_half_close_from_the_client(env: Env) -> None:
@@ -248,7 +238,7 @@ def test_sign_in_and_policy(env: Env) -> None:
     sock, status, rest = connect(env, "svc.test:7000", token=env.alice, extra=b"ping\n")
     with sock:
         assert status == 200
-        assert receive_until(sock, b"ping\n", rest) == b"ping\n"
+        assert read_until(sock, b"ping\n", rest) == b"ping\n"
     assert env.svc.accepts() == accepts + 1
 
 
@@ -261,7 +251,7 @@ def test_idle_timeout(env: Env) -> None:
         for _ in range(3):  # 1.5 s of traffic, each gap under the 1 s timeout
             time.sleep(0.5)
             sock.sendall(b"tick\n")
-            assert receive_until(sock, b"tick\n") == b"tick\n"
+            assert read_until(sock, b"tick\n") == b"tick\n"
         started = time.monotonic()
         assert receive_all(sock) == b""
         assert time.monotonic() - started < 5
@@ -320,7 +310,7 @@ def test_signing_out_ends_open_tunnels(env: Env) -> None:
     with sock:
         assert status == 200
         sock.sendall(b"still here\n")
-        assert receive_until(sock, b"still here\n") == b"still here\n"
+        assert read_until(sock, b"still here\n") == b"still here\n"
         auth = f"http://auth.test:{env.port}/.gateway/signout/"
         confirm = browser.request("GET", auth)
         csrf = confirm.body.split(b'name="csrf" value="')[1].split(b'"')[0].decode()
@@ -385,7 +375,7 @@ def test_one_gib_each_way_in_bounded_memory(env: Env) -> None:
             for _ in range(size // len(block)):
                 sock.sendall(block)
             sock.shutdown(socket.SHUT_WR)
-            answer = receive_until(sock, b"\n")
+            answer = read_until(sock, b"\n")
         assert answer == f"SINK {size} {check.hexdigest()}\n".encode()
     finally:
         done.set()

@@ -132,9 +132,10 @@ def one_shot(port: int, data: bytes, timeout: float = 10.0) -> bytes:
     return b"".join(chunks)
 
 
-def read_until(sock: socket.socket, marker: bytes) -> bytes:
-    """Read until ``marker`` has arrived or the peer closes; everything read."""
-    data = b""
+def read_until(sock: socket.socket, marker: bytes, already: bytes = b"") -> bytes:
+    """Read until ``marker`` has arrived (in ``already`` + what is read) or the peer
+    closes; everything read."""
+    data = already
     while marker not in data:
         chunk = sock.recv(65536)
         if not chunk:

@@ -11,16 +11,8 @@ answers, failures and timeouts count towards the host's outlier ejection.
 
 from __future__ import annotations
 
-import socket
 from typing import Any
 
-from twisted.internet.defer import CancelledError
-from twisted.internet.error import (
-    ConnectError,
-    ConnectingCancelledError,
-    DNSLookupError,
-    TimeoutError,
-)
 from twisted.internet.interfaces import IPushProducer
 from twisted.python.failure import Failure
 from zope.interface import implementer
@@ -30,10 +22,14 @@ from gateway.dataplane.exchange.base import ExchangeBase, Sink
 from gateway.dataplane.exchange.headers import HOP_BY_HOP, connection_tokens, rewrite_prefix
 from gateway.dataplane.exchange.request_head import upstream_request_head
 from gateway.dataplane.upstream.hosts import UpstreamHost
-from gateway.dataplane.upstream.pool import Pool, UpstreamConnection
+from gateway.dataplane.upstream.pool import Pool, UpstreamConnection, connect_failure
 
 _IDEMPOTENT = frozenset({b"GET", b"HEAD", b"OPTIONS", b"TRACE", b"PUT", b"DELETE"})
 _PENDING_LIMIT = 256 * 1024
+_CONNECT_MESSAGES = {"timeout": "upstream connect timeout",
+                     "name resolution failed": "upstream name resolution failed",
+                     "connection refused or unreachable": "upstream connect error",
+                     "TLS or connect error": "upstream TLS or connect error"}
 
 
 @implementer(IPushProducer)
@@ -121,14 +117,8 @@ class UpstreamRelay(ExchangeBase):
             return
         self.waiting_upstream = False
         self.release_host(failed=True)
-        if failure.check(TimeoutError, CancelledError, ConnectingCancelledError):
-            self.fail(504, "upstream connect timeout")
-        elif failure.check(DNSLookupError, socket.gaierror):
-            self.fail(503, "upstream name resolution failed")
-        elif failure.check(ConnectError, OSError):
-            self.fail(503, "upstream connect error")
-        else:
-            self.fail(502, "upstream TLS or connect error")
+        status, kind = connect_failure(failure)
+        self.fail(status, _CONNECT_MESSAGES[kind])
         self.detail = failure.getErrorMessage()
 
     # -- response side (UpstreamListener)

@@ -20,6 +20,7 @@ from gateway.dataplane.exchange.access import access_log, log_access
 from gateway.dataplane.exchange.base import BODY_CHUNKED
 from gateway.dataplane.exchange.relay import UpstreamRelay
 from gateway.dataplane.exchange.tunnel import open_tunnel
+from gateway.dataplane.routing.plan import RoutePlan
 from gateway.dataplane.routing.redirect import redirect_location
 from gateway.dataplane.routing.router import own_path
 
@@ -123,12 +124,8 @@ class Exchange(UpstreamRelay):
             self.fail(404, detail)
             return
         self.plan = plan
-        if plan.client_cert is not None:
-            problem = self.sink.client_cert_problem(plan.client_cert)
-            if problem is not None:
-                self.detail = problem
-                self.fail(495, "invalid client certificate")
-                return
+        if not self._client_cert_ok(plan):
+            return
         if own_path(path):
             self.fail(404, "not found")
             return
@@ -151,12 +148,7 @@ class Exchange(UpstreamRelay):
         if plan.public:
             self.dispatch()
             return
-        decision = core.authorizer.authorize(self.request_info(), plan)
-        if isinstance(decision, Deferred):
-            self.sink.pause_reading("authorize")
-            decision.addCallbacks(self._decided, self._decision_failed)
-            return
-        self._apply(decision)
+        self._authorize(plan)
 
     def _begin_connect(self) -> None:
         """CONNECT host:port: only a tcp+https route of exactly that authority; then the
@@ -173,15 +165,26 @@ class Exchange(UpstreamRelay):
         # over this TLS connection, so a client may reach every TCP route through the
         # gateway's own name (`gateway tcp --gateway-url https://gateway.example.com`).
         self.plan = plan
-        if plan.client_cert is not None:
-            problem = self.sink.client_cert_problem(plan.client_cert)
-            if problem is not None:
-                self.detail = problem
-                self.fail(495, "invalid client certificate")
-                return
+        if not self._client_cert_ok(plan):
+            return
         if plan.public:
             open_tunnel(self)
             return
+        self._authorize(plan)
+
+    def _client_cert_ok(self, plan: RoutePlan) -> bool:
+        """The route's client-certificate policy; False when it answered 495."""
+        if plan.client_cert is None:
+            return True
+        problem = self.sink.client_cert_problem(plan.client_cert)
+        if problem is None:
+            return True
+        self.detail = problem
+        self.fail(495, "invalid client certificate")
+        return False
+
+    def _authorize(self, plan: RoutePlan) -> None:
+        """Ask the authorization hook; ``_apply`` forwards, tunnels or answers."""
         decision = self.core.authorizer.authorize(self.request_info(), plan)
         if isinstance(decision, Deferred):
             self.sink.pause_reading("authorize")

@@ -12,17 +12,10 @@ or a policy edit ends it. One access-log line is written when it closes.
 
 from __future__ import annotations
 
-import socket
 from typing import Any, Protocol
 
-from twisted.internet.defer import CancelledError, Deferred
+from twisted.internet.defer import Deferred
 from twisted.internet.endpoints import connectProtocol
-from twisted.internet.error import (
-    ConnectError,
-    ConnectingCancelledError,
-    DNSLookupError,
-    TimeoutError,
-)
 from twisted.internet.interfaces import IHalfCloseableProtocol
 from twisted.internet.protocol import Protocol as TwistedProtocol
 from twisted.python.failure import Failure
@@ -35,7 +28,7 @@ from gateway.dataplane.exchange.base import Sink
 from gateway.dataplane.fastio import direct_writer, write_now
 from gateway.dataplane.routing.plan import RoutePlan
 from gateway.dataplane.upstream.hosts import UpstreamHost
-from gateway.dataplane.upstream.pool import client_endpoint
+from gateway.dataplane.upstream.pool import client_endpoint, connect_failure
 from gateway.tls.client import is_ip_literal
 
 RECHECK = 1.0  # seconds between authorizations of an open tunnel
@@ -251,11 +244,5 @@ def _connect_failed(exchange: Exchange, failure: Failure) -> None:
     exchange.release_host(failed=True)
     exchange.detail = failure.getErrorMessage()
     exchange.keep_alive = False
-    if failure.check(TimeoutError, CancelledError, ConnectingCancelledError):
-        exchange.fail(504, "the TCP service did not accept the connection in time")
-    elif failure.check(DNSLookupError, socket.gaierror):
-        exchange.fail(503, "the TCP service's name does not resolve")
-    elif failure.check(ConnectError, OSError):
-        exchange.fail(503, "the TCP service is not reachable (connection refused)")
-    else:
-        exchange.fail(502, "the TCP service could not be connected")
+    status, kind = connect_failure(failure)
+    exchange.fail(status, f"the TCP service could not be connected: {kind}")

@@ -9,18 +9,25 @@ hot path (a pooled idle connection) involves no Deferreds.
 from __future__ import annotations
 
 import ipaddress
+import socket
 from collections.abc import Callable
 from typing import Any, cast
 from typing import Protocol as TypingProtocol
 
 import httptools
-from twisted.internet.defer import Deferred
+from twisted.internet.defer import CancelledError, Deferred
 from twisted.internet.endpoints import (
     HostnameEndpoint,
     TCP4ClientEndpoint,
     TCP6ClientEndpoint,
     connectProtocol,
     wrapClientTLS,
+)
+from twisted.internet.error import (
+    ConnectError,
+    ConnectingCancelledError,
+    DNSLookupError,
+    TimeoutError,
 )
 from twisted.internet.interfaces import IStreamClientEndpoint
 from twisted.internet.protocol import Protocol
@@ -308,6 +315,18 @@ class Pool:
                 conn.reusable = False
                 if conn.transport is not None:
                     conn.transport.loseConnection()
+
+
+def connect_failure(failure: Failure) -> tuple[int, str]:
+    """The status a failed upstream connection answers, and what kind of failure it
+    was: 504 timed out, 503 unresolvable or refused, 502 anything else (TLS)."""
+    if failure.check(TimeoutError, CancelledError, ConnectingCancelledError):
+        return 504, "timeout"
+    if failure.check(DNSLookupError, socket.gaierror):
+        return 503, "name resolution failed"
+    if failure.check(ConnectError, OSError):
+        return 503, "connection refused or unreachable"
+    return 502, "TLS or connect error"
 
 
 def family_resolver(reactor: Any, family: str) -> Callable[[str, int], Deferred[str]] | None:
