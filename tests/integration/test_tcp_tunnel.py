@@ -452,3 +452,63 @@ def test_tls_tunnel_through_the_gateways_own_name(
                      b"internal\n")
         data = read_until(sock, b"internal\n")
         assert data.startswith(b"HTTP/1.1 200 ")
+
+
+def _tunnel_status(port: int, authority: str, context: ssl.SSLContext | None = None) -> int:
+    raw = socket.create_connection(("127.0.0.1", port), timeout=10)
+    sock = context.wrap_socket(raw, server_hostname="open.test") if context else raw
+    with sock:
+        sock.sendall(f"CONNECT {authority} HTTP/1.1\r\nHost: {authority}\r\n\r\n".encode())
+        return status_of(read_until(sock, HEAD_END))
+
+
+def test_balancing_health_checks_and_outlier_detection(tmp_path: Path) -> None:
+    """Two upstreams, one down. With a TCP health check the dead one is taken out and
+    every tunnel opens; with outlier detection it is ejected after its first failure."""
+    dead, other_dead = free_port(), free_port()
+    with tcp_service(tmp_path) as svc:
+        up = [f"tcp://127.0.0.1:{svc.port}", f"tcp://127.0.0.1:{dead}"]
+        # a route's hosts share state with routes of the same upstream list: another one
+        ejectable = [f"tcp://127.0.0.1:{svc.port}", f"tcp://127.0.0.1:{other_dead}"]
+        public = {"allow_public_unauthenticated_access": True, "lb_policy": "ROUND_ROBIN"}
+        config = {"policy": [
+            {"from": "tcp+https://checked.test:1", "to": up, **public, "health_checks": [
+                {"interval": "200ms", "timeout": "1s", "unhealthy_threshold": 1,
+                 "tcp_health_check": {}}]},
+            {"from": "tcp+https://ejected.test:1", "to": ejectable, **public,
+             "outlier_detection": {"consecutive_5xx": 1, "base_ejection_time": "30s",
+                                   "max_ejection_percent": 50}},
+        ]}
+        with gateway_daemon(tmp_path, config) as gw:
+            gw.wait_for_event(lambda e: e.get("state") == "unhealthy"
+                              and e.get("host") == f"127.0.0.1:{dead}", 10,
+                              what="the dead upstream marked unhealthy")
+            assert [_tunnel_status(gw.port, "checked.test:1") for _ in range(6)] == [200] * 6
+            first = [_tunnel_status(gw.port, "ejected.test:1") for _ in range(2)]
+            assert sorted(first) == [200, 503]  # round robin meets the dead one once
+            assert [_tunnel_status(gw.port, "ejected.test:1") for _ in range(6)] == [200] * 6
+
+
+def test_client_certificate_required_by_the_route(tmp_path: Path) -> None:
+    """tls_downstream_client_ca on a TCP route: no certificate, 495 and nothing reaches
+    the service; a certificate from that CA, 200."""
+    ca, client_ca = trustme.CA(), trustme.CA()
+    ca.issue_cert("open.test").private_key_and_cert_chain_pem.write_to_path(
+        str(tmp_path / "cert.pem"))
+    client_ca.cert_pem.write_to_path(str(tmp_path / "client-ca.pem"))
+    with tcp_service(tmp_path) as svc:
+        config = {"insecure_server": False,
+                  "certificates": [{"cert": str(tmp_path / "cert.pem"),
+                                    "key": str(tmp_path / "cert.pem")}],
+                  "policy": [{"from": "tcp+https://open.test:7001",
+                              "to": f"tcp://127.0.0.1:{svc.port}",
+                              "allow_public_unauthenticated_access": True,
+                              "tls_downstream_client_ca_file": str(tmp_path / "client-ca.pem")}]}
+        with gateway_daemon(tmp_path, config) as gw:
+            assert _tunnel_status(gw.port, "open.test:7001", trusting(ca)) == 495
+            assert svc.accepts() == 0
+            with_cert = trusting(ca)
+            client_ca.issue_cert("alice.example").configure_cert(with_cert)
+            assert _tunnel_status(gw.port, "open.test:7001", with_cert) == 200
+            wait_until(lambda: svc.accepts() == 1, 5, what="the one accepted tunnel")
+            assert svc.accepts() == 1
