@@ -26,6 +26,7 @@ from gateway.observability import logging as gateway_logging
 from gateway.services.logical import AuthenticateService, AuthorizeService, DataBrokerService
 from gateway.services.metrics import MetricsService
 from gateway.services.proxy import ProxyService
+from gateway.services.ready import ReadyService
 
 log = Logger(namespace="gateway")
 
@@ -120,6 +121,7 @@ def build_service_tree(
         root.addService(ProxyService(source, reactor, authorizer=identity))
     if options.metrics_address:
         root.addService(MetricsService(source, reactor))
+    root.addService(ReadyService(reactor, options.services))
     _log_startup(snapshot)
     return root
 

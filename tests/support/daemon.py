@@ -23,6 +23,7 @@ from .processes import ManagedProcess, free_port, loopback_opener, port_open, wa
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 TWISTD = str(Path(sys.executable).with_name("twistd"))
+READY = "gateway ready: "
 
 
 @dataclass
@@ -90,7 +91,10 @@ def gateway_daemon(tmpdir: Path, config: Mapping[str, Any], *, env: Mapping[str,
                              cwd=REPO_ROOT, env={**daemon_env(), **(env or {})})
     process.start()
     try:
-        process.wait_ready(lambda: port_open("127.0.0.1", port), timeout)
+        # Ready means running with signal handlers, not only bound (see
+        # gateway/services/ready.py): a SIGTERM before that would skip the orderly stop.
+        process.wait_ready(lambda: port_open("127.0.0.1", port)
+                           and READY in process.log_text(), timeout)
         yield Daemon(f"http://127.0.0.1:{port}", port, path, process)
     finally:
         process.stop()

@@ -82,7 +82,7 @@ class ServiceTreeTests(SynchronousTestCase):
         """`all` runs config, SIGHUP, databroker, authorize, authenticate and proxy."""
         self.assertEqual(self.names(self.tree()), [
             "ConfigSource", "SighupService", "DataBrokerService", "AuthorizeService",
-            "AuthenticateService", "ProxyService"])
+            "AuthenticateService", "ProxyService", "ReadyService"])
 
     def test_single_services(self) -> None:
         """Each `services` value runs its own service (authenticate also listens). The
@@ -90,10 +90,10 @@ class ServiceTreeTests(SynchronousTestCase):
         own record store (memory, or the kvstore they share with the others)."""
         secrets = {"shared_secret": SECRET, "cookie_secret": SECRET, **IDENTITY}
         expected = {
-            "databroker": ["DataBrokerService"],
-            "authorize": ["AuthorizeService"],
-            "authenticate": ["Databroker", "AuthenticateService", "ProxyService"],
-            "proxy": ["Databroker", "ProxyService"],
+            "databroker": ["DataBrokerService", "ReadyService"],
+            "authorize": ["AuthorizeService", "ReadyService"],
+            "authenticate": ["Databroker", "AuthenticateService", "ProxyService", "ReadyService"],
+            "proxy": ["Databroker", "ProxyService", "ReadyService"],
         }
         for service, names in expected.items():
             root = self.tree(services=service, **secrets)
