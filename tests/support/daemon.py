@@ -9,9 +9,11 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import socket
 import sys
 import urllib.error
 import urllib.request
+import uuid
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,7 +25,6 @@ from .processes import ManagedProcess, free_port, loopback_opener, port_open, wa
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 TWISTD = str(Path(sys.executable).with_name("twistd"))
-READY = "gateway ready: "
 
 
 @dataclass
@@ -87,14 +88,36 @@ def gateway_daemon(tmpdir: Path, config: Mapping[str, Any], *, env: Mapping[str,
     merged = {"insecure_server": True, **config, "address": f"127.0.0.1:{port}"}
     path = tmpdir / "gateway.yaml"
     path.write_text(yaml.safe_dump(merged))
+    notify = ReadyWatch()
     process = ManagedProcess(twistd_argv(path, *extra_args), log_dir=tmpdir, name="gateway",
-                             cwd=REPO_ROOT, env={**daemon_env(), **(env or {})})
+                             cwd=REPO_ROOT, env={**daemon_env(), **(env or {}),
+                                                 "NOTIFY_SOCKET": notify.address})
     process.start()
     try:
         # Ready means running with signal handlers, not only bound (see
         # gateway/services/ready.py): a SIGTERM before that would skip the orderly stop.
-        process.wait_ready(lambda: port_open("127.0.0.1", port)
-                           and READY in process.log_text(), timeout)
+        process.wait_ready(lambda: notify.ready() and port_open("127.0.0.1", port), timeout)
         yield Daemon(f"http://127.0.0.1:{port}", port, path, process)
     finally:
         process.stop()
+        notify.close()
+
+
+class ReadyWatch:
+    """A systemd-style notification socket (abstract namespace) for one daemon."""
+
+    def __init__(self) -> None:
+        self.address = f"@gateway-test-{uuid.uuid4().hex}"
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self.sock.bind("\0" + self.address[1:])
+        self.sock.setblocking(False)
+        self.messages: list[bytes] = []
+
+    def ready(self) -> bool:
+        with contextlib.suppress(BlockingIOError):
+            while True:
+                self.messages.append(self.sock.recv(4096))
+        return any(b"READY=1" in m.split(b"\n") for m in self.messages)
+
+    def close(self) -> None:
+        self.sock.close()
