@@ -13,7 +13,7 @@ from gateway.cli.tcp.dial import GatewayConnection, dial
 from gateway.cli.tcp.endpoints import GatewayEndpoints, tls_creator
 from gateway.cli.tcp.opener import TunnelOpener
 from gateway.cli.tcp.options import TunnelOptions
-from gateway.cli.tcp.sign_in import sign_in
+from gateway.cli.tcp.sign_in import login_url, sign_in
 from gateway.cli.tcp.token_cache import TokenCache, cache_dir
 from gateway.cli.tcp.wire import Refused
 
@@ -46,7 +46,9 @@ class TunnelClient:
                           token)
 
     async def _sign_in(self) -> str:
-        what = f"{self.options.destination} at {self.options.gateway.origin}"
-        return await sign_in(self.reactor, self.endpoints, what, self.say,
-                             lambda url: open_in_browser(self.reactor, self.options.browser_cmd,
-                                                         url, self.warn))
+        options = self.options
+        return await sign_in(
+            self.reactor, f"{options.destination} at {options.gateway.origin}",
+            lambda redirect_uri: login_url(self.reactor, self.endpoints, redirect_uri),
+            lambda url: open_in_browser(self.reactor, options.browser_cmd, url, self.warn),
+            self.say)

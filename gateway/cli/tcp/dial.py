@@ -14,6 +14,7 @@ from typing import Any
 
 from OpenSSL import SSL
 from service_identity import VerificationError
+from twisted.internet import defer
 from twisted.internet.defer import CancelledError, Deferred
 from twisted.internet.endpoints import connectProtocol
 from twisted.internet.error import (
@@ -162,7 +163,7 @@ async def dial(reactor: Any, endpoints: GatewayEndpoints, authority: str,
     answered.addTimeout(ANSWER_TIMEOUT, reactor)
     try:
         return await answered
-    except (TimeoutError, CancelledError):
+    except (defer.TimeoutError, CancelledError):
         raise messages.TunnelError(messages.unreachable(
             gateway, f"connected, but no answer within {ANSWER_TIMEOUT:.0f} s")) from None
     except VerificationError as exc:

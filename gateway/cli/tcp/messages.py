@@ -23,39 +23,48 @@ def needs_sign_in(status: int) -> bool:
 
 def refused(status: int, detail: str, destination: Address, gateway: GatewayURL,
             cache_file: str | None = None) -> str:
-    """The message for an error answer to CONNECT (``detail``: the gateway's reason)."""
-    said = f" (the gateway says: {detail})" if detail else ""
+    """The message for an error answer to CONNECT (``detail``: the gateway's reason,
+    quoted unless the message already says the same)."""
+    text = _refused(status, destination, gateway, cache_file)
+    if status == 403 and not detail:
+        detail = "you are signed in, but the route's policy does not allow you"
+    said = f" (the gateway says: {detail})" if detail and detail.lower() not in text.lower() \
+        else ""
+    return text.replace("{said}", said)
+
+
+def _refused(status: int, destination: Address, gateway: GatewayURL,
+             cache_file: str | None) -> str:
     where = f"{destination} through {gateway.origin}"
     if status == 403:
         again = (f"; to sign in as someone else, delete {cache_file} and run again"
                  if cache_file else "")
-        return (f"access denied to {where}: you are signed in, but the route's policy "
-                f"does not allow you{said}. Ask the gateway's administrator for access"
-                f"{again}")
+        return (f"access denied to {where}{{said}}. Ask the gateway's administrator for "
+                f"access{again}")
     if status == 404:
-        return (f"the gateway at {gateway.origin} has no TCP route for {destination}{said}: "
-                f"check the destination (it must match a route's from: "
-                f"tcp+https://{destination} exactly) and --gateway-url")
+        return (f"no TCP route for {destination} at {gateway.origin}{{said}}: check the "
+                f"destination (a route's from: must be tcp+https://{destination} exactly) "
+                "and --gateway-url")
     if status == 405:
-        return (f"{destination} is not a TCP route at {gateway.origin}{said}: it serves "
+        return (f"{destination} is not a TCP route at {gateway.origin}{{said}}: it serves "
                 "HTTP; open it in a browser instead")
     if status in (495, 496):
-        return f"the gateway wants a valid client certificate for {destination}{said}"
+        return f"the gateway wants a valid client certificate for {destination}{{said}}"
     if status == 503:
-        return (f"the TCP service behind {where} is down or unreachable{said}; "
+        return (f"the TCP service behind {where} is down or unreachable{{said}}; "
                 "try again later or tell the service's owner")
     if status == 504:
         return (f"the TCP service behind {where} did not accept the connection in "
-                f"time{said}; try again later or tell the service's owner")
+                "time{said}; try again later or tell the service's owner")
     if status == 400:
-        return f"the gateway at {gateway.origin} refused the tunnel request as malformed{said}"
+        return f"the gateway at {gateway.origin} refused the tunnel request as malformed{{said}}"
     if status == 421:
         return (f"the gateway at {gateway.origin} cannot serve {destination} on this "
-                f"connection{said}: check --gateway-url")
+                "connection{said}: check --gateway-url")
     if needs_sign_in(status):
         return (f"the gateway still asks to sign in for {where}, right after a sign-in"
-                f"{said}; the sign-in did not give a usable token, try again")
-    return f"unexpected answer {status} from the gateway at {gateway.origin}{said}"
+                "{said}; the sign-in did not give a usable token, try again")
+    return f"unexpected answer {status} from the gateway at {gateway.origin}{{said}}"
 
 
 def unreachable(gateway: GatewayURL, why: str) -> str:

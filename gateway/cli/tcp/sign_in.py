@@ -13,15 +13,15 @@ Every step has a deadline; Ctrl-C stops the reactor and with it the wait.
 from __future__ import annotations
 
 import html
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 from urllib.parse import urlencode, urlsplit
 
 import treq
 from treq.client import HTTPClient
+from twisted.internet import defer, error
 from twisted.internet.defer import CancelledError, Deferred
 from twisted.internet.endpoints import TCP4ServerEndpoint
-from twisted.internet.error import TimeoutError
 from twisted.web.client import Agent
 from twisted.web.resource import Resource
 from twisted.web.server import Request, Site
@@ -85,7 +85,7 @@ async def login_url(reactor: Any, endpoints: GatewayEndpoints, redirect_uri: str
         response = await client.get(url, headers=headers, timeout=LOGIN_TIMEOUT,
                                     allow_redirects=False, reactor=reactor)
         body: bytes = await treq.content(response).addTimeout(LOGIN_TIMEOUT, reactor)
-    except (TimeoutError, CancelledError):
+    except (defer.TimeoutError, error.TimeoutError, CancelledError):
         raise TunnelError(f"the gateway at {gateway.origin} did not answer the sign-in "
                           f"request within {LOGIN_TIMEOUT:.0f} s") from None
     except Exception as exc:
@@ -103,17 +103,18 @@ async def login_url(reactor: Any, endpoints: GatewayEndpoints, redirect_uri: str
     return text
 
 
-async def sign_in(reactor: Any, endpoints: GatewayEndpoints, what: str,
-                  say: Callable[[str], None],
-                  open_url: Callable[[str], None]) -> str:
-    """Run the whole sign-in; the token, or ``TunnelError``."""
+async def sign_in(reactor: Any, what: str, get_url: Callable[[str], Awaitable[str]],
+                  open_url: Callable[[str], None], say: Callable[[str], None]) -> str:
+    """Run the whole sign-in for ``what`` (``db:5432 at https://gw:443``): the token, or
+    ``TunnelError``. ``get_url(redirect_uri)`` asks the gateway (``login_url``),
+    ``open_url`` starts the browser."""
     receiver = TokenReceiver(reactor, what)
     site = Site(receiver)
     site.noisy = False
     port = await TCP4ServerEndpoint(reactor, 0, interface="127.0.0.1").listen(site)
     try:
         redirect_uri = f"http://127.0.0.1:{port.getHost().port}/"
-        url = await login_url(reactor, endpoints, redirect_uri)
+        url = await get_url(redirect_uri)
         say(f"sign-in required for {what}. Opening the sign-in page in your browser; "
             f"if it does not open, visit this URL:\n\n    {url}\n")
         open_url(url)
@@ -121,7 +122,7 @@ async def sign_in(reactor: Any, endpoints: GatewayEndpoints, what: str,
         say(f"waiting for the sign-in (up to {minutes:.0f} minutes, Ctrl-C to give up)...")
         try:
             token: str = await receiver.token.addTimeout(SIGN_IN_TIMEOUT, reactor)
-        except (TimeoutError, CancelledError):
+        except (defer.TimeoutError, CancelledError):
             raise TunnelError(f"no sign-in within {minutes:.0f} minutes; run again to "
                               "retry") from None
         say("signed in.")
