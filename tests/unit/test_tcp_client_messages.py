@@ -24,9 +24,9 @@ class RefusedTests(SynchronousTestCase):
                   "the destination (a route's from: must be tcp+https://db.example.com:5432 "
                   "exactly) and --gateway-url"),
             405: ("db.example.com:5432 is not a TCP route at https://db.example.com:443 (the "
-                  "gateway says: x): it serves HTTP; open it in a browser instead"),
+                  "gateway says: zzz): it serves HTTP; open it in a browser instead"),
             495: ("the gateway wants a valid client certificate for db.example.com:5432 (the "
-                  "gateway says: x)"),
+                  "gateway says: zzz)"),
             503: ("the TCP service behind db.example.com:5432 through https://db.example.com:"
                   "443 is down or unreachable (the gateway says: zzz); try again later or tell "
                   "the service's owner"),
