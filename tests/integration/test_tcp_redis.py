@@ -6,6 +6,7 @@ denied route, a missing route, a service that is down and an unreachable gateway
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -14,13 +15,15 @@ from typing import Any
 
 import pytest
 
-from tests.support.daemon import gateway_daemon
+from tests.support.daemon import REPO_ROOT, gateway_daemon
 from tests.support.peers import oidc_provider, redis_server
-from tests.support.processes import free_port
+from tests.support.processes import free_port, wait_until
 from tests.support.tcp_client import (
     Listener,
     browser_cmd,
     callback_uri,
+    client_argv,
+    client_env,
     listening_client,
     run_client,
     signing_in_config,
@@ -168,3 +171,30 @@ def test_messages_a_person_can_act_on(env: Env, tmp_path: Path) -> None:
         assert result.stdout == b""
         assert last.startswith("gateway tcp: " + expected), last
     assert len(sign_ins(record)) == 1  # only the denied route needed one
+
+
+def test_ctrl_c_while_waiting_for_the_sign_in(env: Env, tmp_path: Path) -> None:
+    """Nobody signs in (the browser command does nothing): Ctrl-C ends the wait at once,
+    with a short message and no traceback, exit 130; nothing is cached."""
+    log = tmp_path / "stderr.txt"
+    with log.open("wb") as err:
+        process = subprocess.Popen(
+            client_argv("--listen", "-", "--gateway-url", env.url, "--browser-cmd", "true",
+                        "redis.localhost:6379"),
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err,
+            env=client_env(tmp_path / "cache"), cwd=REPO_ROOT)
+        try:
+            wait_until(lambda: b"waiting for the sign-in" in log.read_bytes(), 30,
+                       what="the client waiting for the sign-in")
+            process.send_signal(signal.SIGINT)
+            out, _ = process.communicate(timeout=10)
+        finally:
+            if process.poll() is None:
+                process.kill()
+                process.wait(timeout=10)
+    stderr = log.read_text()
+    assert process.returncode == 130, stderr
+    assert stderr.endswith("gateway tcp: interrupted\n"), stderr
+    assert "Traceback" not in stderr
+    assert out == b""
+    assert not list((tmp_path / "cache").glob("gateway/*.token"))
