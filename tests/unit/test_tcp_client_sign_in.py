@@ -10,8 +10,14 @@ from typing import Any
 from OpenSSL import SSL
 from service_identity import VerificationError
 from twisted.internet.address import IPv4Address
-from twisted.internet.defer import Deferred, fail, succeed
-from twisted.internet.error import ConnectionDone, ConnectionRefusedError, DNSLookupError
+from twisted.internet.defer import CancelledError, Deferred, fail, succeed
+from twisted.internet.error import (
+    ConnectionDone,
+    ConnectionRefusedError,
+    DNSLookupError,
+    TCPTimedOutError,
+    TimeoutError,
+)
 from twisted.internet.interfaces import IStreamClientEndpoint
 from twisted.internet.protocol import Factory, Protocol
 from twisted.internet.testing import MemoryReactorClock, StringTransport
@@ -163,7 +169,9 @@ class DialTests(SynchronousTestCase):
 
     def test_unreachable(self) -> None:
         for error, why in ((ConnectionRefusedError(), "connection refused"),
-                           (DNSLookupError("gw.example.com"), "its name does not resolve")):
+                           (DNSLookupError("gw.example.com"), "its name does not resolve"),
+                           (TimeoutError(), "no connection within 10 s"),
+                           (TCPTimedOutError(), "no connection within 10 s")):
             with self.subTest(why=why):
                 text = self.message(self.dial(FakeEndpoint(error)))
                 self.assertEqual(text, f"cannot reach the gateway at https://gw.example.com:443:"
@@ -204,6 +212,15 @@ class DialTests(SynchronousTestCase):
         self.lose(endpoint, ConnectionDone())
         self.assertIn("closed the connection without answering); is it an https:// "
                       "listener?", self.message(results))
+
+    def test_cancelled_dial_is_not_an_error_message(self) -> None:
+        for endpoint in (FakeEndpoint(CancelledError()), FakeEndpoint()):
+            results = self.dial(endpoint)
+            if endpoint.error is None:
+                endpoint.protocol.answered.cancel()
+            failure = results[0]
+            assert isinstance(failure, Failure)
+            self.assertTrue(failure.check(CancelledError))
 
     def test_no_answer_in_time_aborts(self) -> None:
         endpoint = FakeEndpoint()

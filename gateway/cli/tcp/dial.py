@@ -1,10 +1,10 @@
 """One tunnel request: connect to the gateway, send CONNECT, read the answer.
 
-``200`` gives an ``Established`` connection, held paused (with whatever followed the
-answer's head) until the local side joins it to a pipe. Any other status gives a
+``200`` gives the ``GatewayConnection`` itself, held paused (with whatever followed
+the answer's head) until the local side joins it to a pipe. Any other status gives a
 ``Refused`` with the gateway's reason. A gateway that cannot be reached, fails TLS
 verification or does not answer in time raises ``TunnelError`` with the message to
-show.
+show; a cancelled dial (the local connection went away) raises ``CancelledError``.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from twisted.internet.error import (
     ConnectError,
     ConnectionRefusedError,
     DNSLookupError,
+    TCPTimedOutError,
     TimeoutError,
 )
 from twisted.internet.interfaces import IHalfCloseableProtocol
@@ -29,7 +30,7 @@ from twisted.python.failure import Failure
 from zope.interface import implementer
 
 from gateway.cli.tcp import messages
-from gateway.cli.tcp.endpoints import GatewayEndpoints
+from gateway.cli.tcp.endpoints import CONNECT_TIMEOUT, GatewayEndpoints
 from gateway.cli.tcp.wire import (
     MAX_BODY,
     BadResponse,
@@ -157,13 +158,17 @@ async def dial(reactor: Any, endpoints: GatewayEndpoints, authority: str,
     protocol = GatewayConnection(connect_request(authority, token))
     try:
         await connectProtocol(endpoints.endpoint(), protocol)
+    except CancelledError:
+        raise
     except Exception as exc:
         raise messages.TunnelError(messages.unreachable(gateway, _why(exc))) from None
     answered = protocol.answered
     answered.addTimeout(ANSWER_TIMEOUT, reactor)
     try:
         return await answered
-    except (defer.TimeoutError, CancelledError):
+    except CancelledError:
+        raise
+    except defer.TimeoutError:
         raise messages.TunnelError(messages.unreachable(
             gateway, f"connected, but no answer within {ANSWER_TIMEOUT:.0f} s")) from None
     except VerificationError as exc:
@@ -195,8 +200,8 @@ def _why(exc: BaseException) -> str:
         return "connection refused"
     if isinstance(exc, DNSLookupError | socket.gaierror):
         return "its name does not resolve"
-    if isinstance(exc, TimeoutError | CancelledError):
-        return "no connection within 10 s"
+    if isinstance(exc, TimeoutError | TCPTimedOutError):
+        return f"no connection within {CONNECT_TIMEOUT:.0f} s"
     if isinstance(exc, ConnectError) and exc.osError is not None:
         return str(exc.osError)
     return str(exc) or type(exc).__name__
