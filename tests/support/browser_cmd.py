@@ -46,7 +46,8 @@ def main() -> int:
     parser.add_argument("url")
     args = parser.parse_args()
     seen = (with_chromium if args.chromium else with_stdlib)(args.url, args.login)
-    print(f"browser_cmd: {seen['status']} {seen['url']}", flush=True)
+    shown = str(seen["url"]).split("?", 1)[0]  # the query carries the token: not in logs
+    print(f"browser_cmd: {seen['status']} {shown}", flush=True)
     if args.record:
         with open(args.record, "a", encoding="utf-8") as fh:
             fh.write(json.dumps({"opened": args.url, **seen}) + "\n")
