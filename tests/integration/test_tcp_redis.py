@@ -198,3 +198,35 @@ def test_ctrl_c_while_waiting_for_the_sign_in(env: Env, tmp_path: Path) -> None:
     assert "Traceback" not in stderr
     assert out == b""
     assert not list((tmp_path / "cache").glob("gateway/*.token"))
+
+
+def test_expired_session_ends_the_tunnel_and_signs_in_again(tmp_path: Path,
+                                                            require_binary: Any) -> None:
+    """With 5-second sessions: an open tunnel is closed by the gateway when the session
+    expires; the next connection is refused with the cached (now expired) token, which
+    is deleted, and a new sign-in opens it."""
+    require_binary("redis-cli", "apt-get install -y redis-tools")
+    port = free_port()
+    record = tmp_path / "browser.jsonl"
+    with redis_server(tmp_path / "redis") as redis, \
+            oidc_provider(tmp_path / "oidc", [callback_uri(port)]) as op, \
+            gateway_daemon(tmp_path, {**signing_in_config(op, port, [
+                {"from": "tcp+https://redis.localhost:6379",
+                 "to": f"tcp://127.0.0.1:{redis.port}",
+                 "allow_any_authenticated_user": True}]), "cookie_expire": "5s"}, port=port), \
+            listening_client(tmp_path, tmp_path / "cache", "--gateway-url",
+                             f"http://redis.localhost:{port}", "--browser-cmd",
+                             browser_cmd("alice@example.test", record),
+                             "redis.localhost:6379") as listener:
+        blpop = redis_cli(listener, "BLPOP", "never", "30")
+        wait_for_log(listener, "tunnel open")
+        out, _ = blpop.communicate(timeout=30)  # ends when the session does, not at 30 s
+        wait_for_log(listener, "tunnel closed (the gateway closed the tunnel")
+        token_file = next((tmp_path / "cache" / "gateway").glob("tcp-*.token"))
+        expired = token_file.read_text()
+        assert finish(redis_cli(listener, "PING")) == "PONG\n"
+        assert token_file.read_text() != expired
+        log = listener.log()
+    assert len(sign_ins(record)) == 2
+    assert log.count("sign-in required for redis.localhost:6379") == 2
+    print(f"\nBLPOP printed {out!r}\n{log}")
