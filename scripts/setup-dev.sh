@@ -2,7 +2,8 @@
 # Installs everything the gateway's tests and demo need, on a fresh Debian machine or an
 # already prepared one (each step is skipped when it is already done):
 #   Debian packages (python3-venv, redis-server, curl, nginx, haproxy, wrk, h2load,
-#   iproute2, pebble, chromium, slapd + ldap-utils, prometheus (promtool);
+#   iproute2, pebble, chromium, slapd + ldap-utils, prometheus (promtool),
+#   openssh-server + openssh-client and postgresql (peers of the `gateway tcp` tests);
 #   Node.js only if missing),
 #   a virtualenv in .venv with the project (editable) and its test tools,
 #   the npm packages of the test identity provider (tests/peers/oidc).
@@ -22,6 +23,9 @@ command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)
 [ -x /usr/sbin/slapd ] || need_apt+=(slapd)
 command -v ldapsearch >/dev/null 2>&1 || need_apt+=(ldap-utils)
 command -v promtool >/dev/null 2>&1 || need_apt+=(prometheus)
+[ -x /usr/sbin/sshd ] || need_apt+=(openssh-server)
+command -v ssh >/dev/null 2>&1 || need_apt+=(openssh-client)
+compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null || need_apt+=(postgresql)
 command -v node >/dev/null 2>&1 || need_apt+=(nodejs npm)
 python3 -c 'import ensurepip, venv' >/dev/null 2>&1 || need_apt+=(python3-venv)
 if [ ${#need_apt[@]} -gt 0 ]; then

@@ -1,4 +1,5 @@
-"""The ``gateway`` command: ``check`` a configuration, print the ``version``."""
+"""The ``gateway`` command: ``check`` a configuration, open ``tcp`` tunnels, print the
+``version``."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ from collections.abc import Sequence
 
 from gateway import __version__
 from gateway.cli.check import run_check
+from gateway.cli.tcp.options import EPILOG as TCP_EPILOG
+from gateway.cli.tcp.options import add_arguments as add_tcp_arguments
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -24,10 +27,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         "daemon would. Prints every problem (exit 1) or a one-line summary (exit 0).",
     )
     check.add_argument("--config", "-c", metavar="FILE", help="configuration file")
+    tcp = commands.add_parser(
+        "tcp", help="tunnel a local port or stdin/stdout to a TCP service through the gateway",
+        description="Open tunnels to a TCP service behind the gateway (a route from: "
+        "tcp+https://host:port). Signs in through your browser when the gateway asks, and "
+        "caches the token.",
+        epilog=TCP_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_tcp_arguments(tcp)
     commands.add_parser("version", help="print the version")
     args = parser.parse_args(argv)
     if args.command == "check":
         return run_check(args.config, sys.stdout, sys.stderr)
+    if args.command == "tcp":
+        from gateway.cli.tcp.run import run_tcp  # imports the reactor: only when needed
+
+        return run_tcp(args)
     if args.command == "version":
         print(f"gateway {__version__} (Python {platform.python_version()})")
         return 0
