@@ -33,6 +33,12 @@ from gateway.tls.client import is_ip_literal
 
 RECHECK = 1.0  # seconds between authorizations of an open tunnel
 CONNECT_TIMEOUT = 10.0  # when the route has no timeout of its own
+_CONNECT_MESSAGES = {
+    "timeout": "the TCP service did not accept the connection in time",
+    "name resolution failed": "the TCP service's name does not resolve",
+    "connection refused or unreachable": "the TCP service is not reachable (connection refused)",
+    "TLS or connect error": "the TCP service could not be connected",
+}
 
 
 class Exchange(Protocol):
@@ -245,4 +251,4 @@ def _connect_failed(exchange: Exchange, failure: Failure) -> None:
     exchange.detail = failure.getErrorMessage()
     exchange.keep_alive = False
     status, kind = connect_failure(failure)
-    exchange.fail(status, f"the TCP service could not be connected: {kind}")
+    exchange.fail(status, _CONNECT_MESSAGES[kind])
