@@ -512,3 +512,18 @@ def test_client_certificate_required_by_the_route(tmp_path: Path) -> None:
             assert _tunnel_status(gw.port, "open.test:7001", with_cert) == 200
             wait_until(lambda: svc.accepts() == 1, 5, what="the one accepted tunnel")
             assert svc.accepts() == 1
+
+
+def test_tls_tunnel_ends_with_close_notify(
+        tls_gateway: tuple[Daemon, trustme.CA, TcpService]) -> None:
+    """The service half-closes behind a TLS listener: TLS cannot carry a half-close, so
+    the tunnel ends, with a TLS close_notify (a strict client sees a clean EOF, not a
+    truncated stream)."""
+    gw, ca, _ = tls_gateway
+    raw = socket.create_connection(("127.0.0.1", gw.port), timeout=10)
+    with trusting(ca).wrap_socket(raw, server_hostname="open.test",
+                                  suppress_ragged_eofs=False) as sock:
+        sock.sendall(b"CONNECT open.test:7001 HTTP/1.1\r\nHost: open.test:7001\r\n\r\nSHUT\n")
+        data = read_until(sock, b"server done\n")
+        assert data.endswith(b"\r\n\r\nserver done\n")
+        assert sock.recv(65536) == b""  # ssl.SSLEOFError here if the TLS stream was cut

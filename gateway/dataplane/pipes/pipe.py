@@ -13,6 +13,21 @@ import contextlib
 from collections.abc import Callable
 from typing import Any
 
+from twisted.protocols.policies import ProtocolWrapper
+from twisted.protocols.tls import TLSMemoryBIOProtocol
+
+
+def half_closeable(transport: Any) -> bool:
+    """Whether ``loseWriteConnection`` really half-closes ``transport``. Twisted's
+    protocol wrappers forward unknown attributes to the transport beneath, so under
+    TLS ``hasattr`` finds the raw TCP socket's method, and calling it would end the
+    TCP stream under TLS without a close_notify (a truncation to the client)."""
+    while isinstance(transport, ProtocolWrapper):
+        if isinstance(transport, TLSMemoryBIOProtocol):
+            return False
+        transport = transport.transport
+    return hasattr(transport, "loseWriteConnection")
+
 
 class Pipe:
     """Connects ``a`` (the client's side) and ``b`` (the upstream's); their protocols
@@ -52,7 +67,7 @@ class Pipe:
         self._ended.add(id(side))
         if len(self._ended) == 2:
             self.close("both sides finished")
-        elif hasattr(other, "loseWriteConnection"):
+        elif half_closeable(other):
             other.loseWriteConnection()
         else:
             self.close(f"{'client' if side is self.a else 'upstream'} finished sending")
