@@ -67,7 +67,7 @@ class Endpoints:
             return ensureDeferred(self._callback(request))
         if path == HANDOFF:
             return self._handoff(request)
-        if path == PROGRAMMATIC and not on_auth:
+        if path == PROGRAMMATIC:
             return self._programmatic(request)
         if path in (SIGN_OUT, SIGN_OUT.rstrip("/")):
             return self._sign_out(request, body)
@@ -169,6 +169,11 @@ class Endpoints:
             return pages.error(503, "No authenticate service is configured.",
                                request.headers, "no-authenticate-url")
         route_url = f"{request.scheme}://{request.host}/"
+        if not safe_target(route_url, ident.allowed_hosts):
+            # Started on a name that is no route's (the gateway's own name, as `gateway
+            # tcp --gateway-url` may use): the browser ends at the client anyway, so the
+            # sign-in runs on the authenticate host.
+            route_url = f"{ident.auth_origin}/"
         sealed = ident.shared.seal("sign-in", {"uri": route_url, "programmatic": target},
                                   ident.clock() + STATE_TTL)
         url = f"{ident.auth_origin}{SIGN_IN}?" + urlencode({"gateway_redirect": sealed})

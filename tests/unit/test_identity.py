@@ -609,3 +609,24 @@ class EndpointTests(IdentityCase):
                             self.clock)
         for uri in ("https:///evil.example/", "http:evil.example"):
             self.assertFalse(safe_target(uri, identity.allowed_hosts), repr(uri))
+
+
+class ProgrammaticLoginTests(IdentityCase):
+    def test_started_on_a_name_no_route_serves(self) -> None:
+        """`gateway tcp --gateway-url https://gateway.example/`: the login started on a
+        name that no route serves (or on the authenticate host) still ends at the
+        client with a token, the sign-in running on the authenticate host."""
+        alice = self.session()
+        for host in ("gateway.example", AUTH):
+            reply = self.internal("/.gateway/api/v1/login",
+                                  "gateway_redirect_uri=http://127.0.0.1:9/", host=host)
+            self.assertEqual(reply.status, 200, host)
+            link = reply.body.decode()
+            sealed = query_of(link)["gateway_redirect"]
+            payload = self.identity.shared.open("sign-in", sealed, self.clock.now)
+            assert payload is not None
+            self.assertEqual(payload["uri"], f"https://{AUTH}/")
+            decision = self.internal("/.gateway/sign_in", urlencode({"gateway_redirect": sealed}),
+                                     host=AUTH, headers=[BROWSER, self.cookie(alice)])
+            self.assertEqual(decision.status, 302, host)
+            self.assertTrue(location(decision).startswith("http://127.0.0.1:9/?gateway_jwt="))
