@@ -288,7 +288,9 @@ class Identity:
         reasons = ", ".join(decision.reasons)
         log.info("access denied to {host}{path} for {user}: {reasons}", host=request.host,
                  path=request.path, user=session.email if session else "-", reasons=reasons)
-        message = "You are signed in, but this route does not allow you in."
+        who = (session.email or session.user_id) if session else ""
+        message = (f"You are signed in as {who}, but this route does not allow you in."
+                   if who else "You are signed in, but this route does not allow you in.")
         if "groups-need-service-account" in decision.reasons:
             message += (" Group rules need idp_service_account, which is not configured.")
         return pages.error(403, message, request.headers, f"denied: {reasons}")

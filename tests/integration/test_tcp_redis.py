@@ -146,8 +146,9 @@ def test_messages_a_person_can_act_on(env: Env, tmp_path: Path) -> None:
     cases = [
         ("denied.localhost:6379", env.url,
          "access denied to denied.localhost:6379 through "
-         f"http://redis.localhost:{env.port} (the gateway says: You are signed in, but "
-         "this route does not allow you in.). Ask the gateway's administrator for access; "
+         f"http://redis.localhost:{env.port} (the gateway says: You are signed in as "
+         "alice@example.test, but this route does not allow you in.). Ask the gateway's "
+         "administrator for access; "
          "to sign in as someone else, delete "),
         ("nothing.localhost:6379", env.url,
          f"no TCP route for nothing.localhost:6379 at http://redis.localhost:{env.port}: "

@@ -286,8 +286,8 @@ class AuthorizeTests(IdentityCase):
         self.assertIsInstance(decision, Deny)
         self.assertEqual(decision.status, 403)
         self.assertIn(b"text/html", header(decision, b"content-type") or b"")
-        self.assertIn(b"You are signed in, but this route does not allow you in.",
-                      decision.body)
+        self.assertIn(b"You are signed in as bob@example.com, but this route does not allow "
+                      b"you in.", decision.body)
         self.assertIsNone(header(decision, b"location"))
 
     def test_expired_session_signs_in_again(self) -> None:
