@@ -37,11 +37,12 @@ from soak_env import FILES, Env, FdSnapshot, SetupError, environment, fd_snapsho
 from soak_faults import GRACE, Injector, Reloader, Sampler, make_schedule
 from soak_http import H1, ConnectFailed, Exact
 from soak_record import Recorder, Timeline
-from soak_report import ProcessReport, Summary, report, scan_log
+from soak_report import ProcessReport, Summary, report, scan_log, slope_per_minute
 from soak_workers import (
     Ctx,
     Gate,
     Sessions,
+    choose,
     max_in_flight,
     scenario_names,
     sign_in,
@@ -148,7 +149,7 @@ def run(env: Env, args: argparse.Namespace) -> Summary:
         if cookie is None:
             raise SetupError(f"the first sign-ins failed: {outcome}")
         ctx.sessions.add(cookie)
-    print(f"signed in 3 times as alice; starting {worker_count(args.only)} client threads: "
+    print(f"signed in 3 times as alice; starting {worker_count(args.scenarios)} client threads: "
           f"warm-up {warm:g} s, faults {main:g} s, calm {calm:g} s", flush=True)
     sampler = Sampler(env, t0)
     reloader = Reloader(ctx, args.reload_interval)
@@ -168,7 +169,7 @@ def _traffic(env: Env, args: argparse.Namespace, ctx: Ctx, sampler: Sampler,
     sampler.start()
     reloader.start()
     start = time.monotonic()
-    threads = start_workers(ctx, args.seed, args.only)
+    threads = start_workers(ctx, args.seed, args.scenarios)
     try:
         stop.wait(warm)
         if not gate.pause(60):
@@ -179,6 +180,7 @@ def _traffic(env: Env, args: argparse.Namespace, ctx: Ctx, sampler: Sampler,
                   f"{snap.rss_kib / 1024:.1f} MiB", flush=True)
         gate.resume()
         main_start = time.monotonic()
+        warm_end = main_start - t0
         injector.schedule = [] if args.no_faults else make_schedule(main_start, main)
         injector.start()
         stop.wait(max(0.0, main_start + main - time.monotonic()))
@@ -208,18 +210,19 @@ def _traffic(env: Env, args: argparse.Namespace, ctx: Ctx, sampler: Sampler,
     for kind, gw in env.gateways.items():
         assert gw.pid is not None
         series = sampler.series.get(kind, [])
+        under_traffic = [(t, r) for t, r, _ in series if warm_end <= t <= warm_end + main + calm]
         processes.append(ProcessReport(
             kind, gw.pid, warm_snaps[kind], end_snaps[kind],
             max((r for _, r, _ in series), default=0), scan_log(gw.log_path),
-            health(env, kind), settled.get(kind)))
+            health(env, kind), settled.get(kind), slope_per_minute(under_traffic)))
     errors = [*ctx.harness_errors, *reloader.errors, *injector.errors]
     if any(t.is_alive() for t in threads):
         errors.append("client threads still running after the stop: "
                       + ", ".join(t.name for t in threads if t.is_alive()))
     return Summary(
         duration=args.duration, phases=phase, seed=args.seed,
-        workers=worker_count(args.only), in_flight=max_in_flight(args.only),
-        complete=not (args.only or args.no_faults), settle=args.settle,
+        workers=worker_count(args.scenarios), in_flight=max_in_flight(args.scenarios),
+        complete=args.scenarios is None and not args.no_faults, settle=args.settle,
         ports={"plain": env.ports.plain, "tls": env.ports.tls}, recorder=rec,
         timeline=injector.timeline, faults=injector.results, sessions=injector.sessions,
         reloads=reloader.count, processes=processes, harness_errors=errors, wall=traffic)
@@ -256,9 +259,11 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     p.add_argument("--keep-tmp", action="store_true",
                    help="keep the temp dir (configs, logs) even when the soak passes")
     p.add_argument("--json", default=None, help="also write the results to this JSON file")
+    names = ", ".join(scenario_names())
     p.add_argument("--only", default="",
-                   help="comma-separated scenarios to run (to chase one problem; the sign-in "
-                   f"and health threads always run): {', '.join(scenario_names())}")
+                   help=f"comma-separated scenarios to run, to chase one problem ({names}); "
+                   "sign_in and health always run")
+    p.add_argument("--skip", default="", help="comma-separated scenarios not to run")
     p.add_argument("--no-faults", action="store_true",
                    help="no component faults (config reloads and per-request faults still "
                    "happen)")
@@ -269,12 +274,11 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     args = p.parse_args(argv)
     if args.settle is None:
         args.settle = SETTLE if args.duration >= SETTLE_FROM else 0.0
-    args.only = {x.strip() for x in args.only.split(",") if x.strip()} or None
-    unknown = (args.only or set()) - set(scenario_names())
+    only, skip = ({x.strip() for x in v.split(",") if x.strip()} for v in (args.only, args.skip))
+    unknown = (only | skip) - set(scenario_names())
     if unknown:
         p.error(f"unknown scenarios: {', '.join(sorted(unknown))}")
-    if args.duration < MIN_DURATION:
-        p.error(f"--duration must be at least {MIN_DURATION:g} s (warm-up, faults, calm)")
+    args.scenarios = choose(only, skip)
     return args
 
 

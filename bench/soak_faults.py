@@ -135,7 +135,8 @@ class Injector:
     errors: list[str] = field(default_factory=list)
     thread: threading.Thread | None = None
 
-    DOWN = {"echo restart": 1.0, "nginx restart": 1.0, "redis kill": 3.0, "idp down": 5.0}
+    #: seconds each component stays down
+    DOWN = {"echo restart": 1.0, "nginx restart": 1.0, "redis kill": 3.0, "idp down": 4.0}
 
     def start(self) -> None:
         self.thread = threading.Thread(target=self._run, name="injector", daemon=True)
@@ -201,11 +202,11 @@ class Injector:
 
 
 def make_schedule(start: float, length: float) -> list[tuple[float, str]]:
-    """The faults of the main phase: one cycle of each component fault, spread out,
-    repeated while time remains (a cycle needs about 25 s)."""
+    """The faults of the main phase: a cycle of the four component faults, spread out
+    and repeated while time remains (one cycle needs about 22 s; at most one a minute)."""
     cycle = ["echo restart", "redis kill", "nginx restart", "idp down"]
-    cost = {name: Injector.DOWN[name] + 3.0 for name in cycle}  # down + recovery probe
-    gap = max(1.5, (min(length, 60.0) - sum(cost.values())) / len(cycle))
+    cost = {name: Injector.DOWN[name] + 2.0 for name in cycle}  # down + restart + probe
+    gap = max(1.0, (min(length, 60.0) - 1.0 - sum(cost.values())) / len(cycle))
     out: list[tuple[float, str]] = []
     t = start + 1.0
     end = start + length

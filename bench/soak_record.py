@@ -71,6 +71,7 @@ class Req:
     status: int  # the status asked for (ignored for a fault path)
     deps: tuple[str, ...] = ()  # components the answer depends on
     fault: str | None = None  # a fault.test path: the fault it provokes
+    note: str = ""  # shown with an unexplained outcome
 
 
 @dataclass
@@ -137,6 +138,7 @@ class Unexplained:
     scenario: str
     label: str
     what: str  # status / error
+    elapsed: float
     note: str
 
 
@@ -190,9 +192,10 @@ class Recorder:
                 what = (f"{p.outcome.status} " if p.outcome.status else "") + (
                     p.outcome.error or "")
                 self.unexplained_kinds[f"{p.req.label}: {what.strip()}"] += 1
+                note = "; ".join(x for x in (p.outcome.note, p.req.note) if x)
                 self.unexplained.append(Unexplained(
                     p.start - self.t0, p.req.scenario, p.req.label, what.strip(),
-                    p.outcome.note))
+                    p.outcome.elapsed, note))
 
 
 def classify(req: Req, o: Outcome, start: float, end: float,

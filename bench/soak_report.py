@@ -14,10 +14,14 @@ from soak_record import Recorder, Stats, Timeline
 #: Descriptors that are neither client nor upstream connections (log file, epoll,
 #: listening sockets, ...) may differ by this much between warm-up end and end.
 FIXED_FD_TOLERANCE = 3
-#: RSS growth allowed between the end of the warm-up and the end, both measured idle
-#: (see bench/README.md, "Soak": why these figures).
-RSS_TOLERANCE_MIB = 16.0
-RSS_TOLERANCE_FRACTION = 0.10
+#: RSS growth allowed between the end of the warm-up and the end, both measured idle:
+#: the larger of 24 MiB and 20 % of the warm-up figure, plus 24 MiB per hour after the
+#: warm-up. Twelve 40 s runs on the 2-core dev VM grew by 1.7 to 9.3 MiB (allocator
+#: pools reaching the peak concurrency); a leak of 100 bytes per request at the soak's
+#: ~300 requests/s (54 MiB in 30 minutes) exceeds the 36 MiB a release run allows.
+#: See bench/README.md, "Soak".
+RSS_TOLERANCE_MIB = 24.0
+RSS_TOLERANCE_FRACTION = 0.20
 RSS_TOLERANCE_MIB_PER_HOUR = 24.0
 
 
@@ -59,6 +63,7 @@ class ProcessReport:
     log: LogScan
     health: str  # "200 OK" or what happened
     settled: FdSnapshot | None = None  # after --settle seconds without traffic
+    rss_slope: float | None = None  # MiB per minute under traffic, after the warm-up
 
     def rss_tolerance_kib(self, seconds: float) -> float:
         base = max(RSS_TOLERANCE_MIB * 1024, RSS_TOLERANCE_FRACTION * self.warm.rss_kib)
@@ -145,6 +150,20 @@ class Summary:
         return out
 
 
+def slope_per_minute(points: list[tuple[float, int]]) -> float | None:
+    """Least-squares slope of (seconds, KiB) samples, in MiB per minute."""
+    if len(points) < 10:
+        return None
+    n = len(points)
+    mt = sum(t for t, _ in points) / n
+    mv = sum(v for _, v in points) / n
+    var = sum((t - mt) ** 2 for t, _ in points)
+    if var == 0:
+        return None
+    cov = sum((t - mt) * (v - mv) for t, v in points)
+    return cov / var * 60 / 1024
+
+
 def _pct(values: list[float], q: float) -> float:
     if not values:
         return 0.0
@@ -225,7 +244,9 @@ def report(summary: Summary, out: TextIO, unexplained_lines: int = 25) -> None:
         if p.settled is not None:
             w(f"      +{summary.settle:g} s idle: {p.settled.describe()}\n")
         allowed = p.rss_tolerance_kib(summary.phases[1] + summary.phases[2]) / 1024
-        w(f"      RSS allowed growth {allowed:.1f} MiB; log: {p.log.lines} lines, "
+        slope = f"{p.rss_slope:+.2f} MiB/min" if p.rss_slope is not None else "-"
+        w(f"      RSS allowed growth {allowed:.1f} MiB, trend under traffic {slope}; log: "
+          f"{p.log.lines} lines, "
           f"{sum(p.log.errors.values())} error events, {p.log.reload_failures} failed "
           "reloads\n")
         for message, n in p.log.errors.most_common(5):
@@ -240,13 +261,14 @@ def report(summary: Summary, out: TextIO, unexplained_lines: int = 25) -> None:
         for what, n in summary.recorder.unexplained_kinds.most_common(15):
             w(f"  {n:>6} x {what}\n")
         for u in summary.recorder.unexplained[:unexplained_lines]:
-            w(f"  at {u.at:6.1f} s  {u.scenario:<22} {u.label:<32} {u.what:<24} {u.note}\n")
+            w(f"  at {u.at:6.1f} s +{u.elapsed:5.2f} s  {u.scenario:<22} {u.label:<40} "
+              f"{u.what:<24} {u.note}\n")
         w("\n")
     for e in summary.harness_errors[:5]:
         w(f"harness error: {e}\n")
     failures = summary.failures()
     if not summary.complete:
-        w("(a partial run: --only or --no-faults)\n")
+        w("(a partial run: --only, --skip or --no-faults)\n")
     if failures:
         w("RESULT: FAIL\n")
         for problem in failures:

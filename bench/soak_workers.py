@@ -38,6 +38,7 @@ from soak_record import (
     CLOSED,
     LOST_WITH_CONNECTION,
     NOT_CLOSED,
+    RESET,
     SIGNIN,
     TIMEOUT,
     TRUNCATED,
@@ -116,6 +117,12 @@ class Sessions:
         with self._lock:
             return rng.choice(self.cookies)[1] if self.cookies else None
 
+    def age(self, cookie: str) -> float:
+        """Seconds since the sign-in that made ``cookie``."""
+        with self._lock:
+            made = next((m for m, c in self.cookies if c == cookie), time.monotonic())
+        return time.monotonic() - made
+
     def made_before(self, t: float) -> list[str]:
         with self._lock:
             return [c for made, c in self.cookies if made < t]
@@ -162,10 +169,12 @@ class Ask:
     upload: Upload | None = None
     head_length: int | None = None
     fault: str | None = None
+    note: str = ""  # shown with an unexplained outcome
 
-    def req(self, scenario: str) -> Req:
-        return Req(scenario, f"{self.method} {self.host}{_short(self.path)}", self.status,
-                   self.deps, self.fault)
+    def req(self, scenario: str, via: str, deps: tuple[str, ...] | None = None) -> Req:
+        """``via``: the listener (plain, tls, plain h2, tls h2)."""
+        return Req(scenario, f"{self.method} {self.host}{_short(self.path)} [{via}]",
+                   self.status, self.deps if deps is None else deps, self.fault, self.note)
 
 
 def _short(path: str) -> str:
@@ -226,7 +235,9 @@ def signed_in(ctx: Ctx, cookie: str, path: str = "/") -> Ask:
         mm = ctx.env.files.maps[path]
         body = lambda: FileBody(mm)  # noqa: E731
     return Ask("GET", "app.test", path, 200, body, ("nginx", "redis"),
-               headers=[("Cookie", cookie), ("Accept", "text/html")])
+               headers=[("Cookie", cookie), ("Accept", "text/html")],
+               note=f"session signed in {ctx.sessions.age(cookie):.1f} s before, "
+                    f"cookie ...{cookie[-8:]}")
 
 
 FAULTS = ("close-mid-body", "reset-mid-body", "chunked-mid-body", "close-before-headers",
@@ -270,7 +281,7 @@ def exchange(ctx: Ctx, conn: H1, scenario: str, ask: Ask, kind: str, *,
     if send_error and not outcome.note:
         outcome = Outcome(outcome.status, outcome.error, outcome.received, outcome.wait,
                           outcome.elapsed, send_error)
-    ctx.rec.record(ask.req(scenario), outcome, t0)
+    ctx.rec.record(ask.req(scenario, kind), outcome, t0)
     return outcome
 
 
@@ -279,7 +290,7 @@ def open_h1(ctx: Ctx, scenario: str, kind: str, host: str, rcvbuf: int = 0) -> H
     try:
         return ctx.h1(kind, host, rcvbuf)
     except ConnectFailed as exc:
-        ctx.rec.record(Req(scenario, f"connect {kind}", 0), failed_connect(exc, t0), t0)
+        ctx.rec.record(Req(scenario, f"connect [{kind}]", 0), failed_connect(exc, t0), t0)
         ctx.gate.sleep(0.5)
         return None
 
@@ -366,10 +377,14 @@ def sc_slow_reader(ctx: Ctx, rng: random.Random) -> None:
         return
     try:
         if rng.random() < 0.5:
-            ask = nginx_file(ctx, rng.choice(("/1m", "/16m")))
+            path = rng.choice(("/1m", "/16m"))
+            ask, size = nginx_file(ctx, path), FILES[path]
         else:
-            ask = echo_bytes(rng.choice((2, 4, 8)) * MIB - rng.randrange(0, 4096))
-        slow = (rng.choice((16384, 65536, 131072)), rng.uniform(0.002, 0.02))
+            size = rng.choice((2, 4, 8)) * MIB - rng.randrange(0, 4096)
+            ask = echo_bytes(size)
+        burst = rng.choice((16384, 65536, 131072))
+        # pauses of 2-20 ms after each burst, but at most about 3 s of pauses in all
+        slow = (burst, min(rng.uniform(0.002, 0.02), 3.0 * burst / size))
         exchange(ctx, conn, "h1 slow reader", ask, kind, slow=slow)
         if conn.usable:
             exchange(ctx, conn, "h1 slow reader", rng.choice((nginx_small(), nginx_empty(),
@@ -417,21 +432,27 @@ def sc_pipelined(ctx: Ctx, rng: random.Random) -> None:
         # the answers to the earlier ones wait for us to read them
         sender = threading.Thread(target=_send_quietly, args=(conn, data), daemon=True)
         sender.start()
-        cut: Req | None = None
-        for ask in asks:
-            req = ask.req(scenario)
-            if cut is not None:  # the connection ended with an earlier answer: this one
-                # is lost, for the reason that one was cut (it inherits its dependencies)
-                lost = Req(scenario, req.label, req.status,
-                           tuple(sorted(set(req.deps) | set(cut.deps))))
-                ctx.rec.record(lost, Outcome(error=LOST_WITH_CONNECTION,
-                                             elapsed=time.monotonic() - t0), t0)
+        # An answer cut off, or the connection closed, may come from any request of the
+        # batch (the gateway may work on several at once): such an outcome depends on
+        # everything the batch depends on.
+        batch_deps = tuple(sorted({d for a in asks for d in a.deps}))
+        cut = False
+        for i, ask in enumerate(asks):
+            position = f"request {i + 1} of {len(asks)} pipelined"
+            if cut:  # the connection ended with an earlier answer: this one is lost
+                ctx.rec.record(ask.req(scenario, kind, batch_deps), Outcome(
+                    error=LOST_WITH_CONNECTION, elapsed=time.monotonic() - t0,
+                    note=position), t0)
                 continue
             read = conn.read_response(ask.method, ask.body(), t0, status=ask.status,
                                       head_length=ask.head_length)
-            ctx.rec.record(req, read.outcome, t0)
-            if read.outcome.error is not None or (read.head and read.head.will_close):
-                cut = req
+            o = read.outcome
+            o = Outcome(o.status, o.error, o.received, o.wait, o.elapsed,
+                        f"{position}; {o.note}" if o.note else position)
+            cut_off = o.error in (CLOSED, RESET, TRUNCATED)
+            ctx.rec.record(ask.req(scenario, kind, batch_deps if cut_off else None), o, t0)
+            if o.error is not None or (read.head and read.head.will_close):
+                cut = True
     finally:
         conn.close()
         if sender is not None:
@@ -470,7 +491,7 @@ def sc_connection_close(ctx: Ctx, rng: random.Random) -> None:
         if outcome.error is None:
             t0 = time.monotonic()
             closed = conn.closed_by_peer(3.0)
-            ctx.rec.record(Req(scenario, "connection closed after Connection: close", 0),
+            ctx.rec.record(Req(scenario, f"close after Connection: close [{kind}]", 0),
                            Outcome(0, None if closed else NOT_CLOSED,
                                    elapsed=time.monotonic() - t0), t0)
     finally:
@@ -560,7 +581,7 @@ def sc_websocket(ctx: Ctx, rng: random.Random) -> None:
     scenario = "websocket"
     kind, port = ctx.h1_target(rng)
     t0 = time.monotonic()
-    req = Req(scenario, "websocket ws.test/chat", 101, ("ws",))
+    req = Req(scenario, f"websocket ws.test/chat [{kind}]", 101, ("ws",))
     try:
         ws = WebSocket(port, ctx.authority("ws.test", kind), ctx.timeout,
                        ctx.env.tls.h1 if kind == "tls" else None)
@@ -648,7 +669,7 @@ def sc_h2(ctx: Ctx, rng: random.Random, scenario: str = "h2 many streams",
     try:
         conn = H2(port, ctx.timeout, ctx.env.tls.h2 if kind == "tls" else None, "nginx.test")
     except ConnectFailed as exc:
-        ctx.rec.record(Req(scenario, f"connect {kind} h2", 0), failed_connect(exc, t0), t0)
+        ctx.rec.record(Req(scenario, f"connect [{kind} h2]", 0), failed_connect(exc, t0), t0)
         ctx.gate.sleep(0.5)
         return
     try:
@@ -674,7 +695,7 @@ def sc_h2(ctx: Ctx, rng: random.Random, scenario: str = "h2 many streams",
             t_round = time.monotonic()
             slow = 0.002 if rng.random() < 0.1 else 0.0
             for ask, outcome in zip(asks, conn.run(reqs, slow), strict=True):
-                ctx.rec.record(ask.req(scenario), outcome, t_round)
+                ctx.rec.record(ask.req(scenario, f"{kind} h2"), outcome, t_round)
     finally:
         conn.close()
 
@@ -767,9 +788,16 @@ def scenario_names() -> list[str]:
     return [sc.name for sc in SCENARIOS]
 
 
-def selected(only: set[str] | None) -> list[Scenario]:
-    """The scenarios to run (``only``: those; sign-in and health always run)."""
-    return [sc for sc in SCENARIOS if not only or sc.name in only or sc.name in ALWAYS]
+def choose(only: set[str], skip: set[str]) -> set[str] | None:
+    """The names of the scenarios to run (None: all): ``only`` those (all when empty),
+    without ``skip``; sign-in and health always run."""
+    if not only and not skip:
+        return None
+    return (only or set(scenario_names())) - skip | set(ALWAYS)
+
+
+def selected(names: set[str] | None) -> list[Scenario]:
+    return [sc for sc in SCENARIOS if names is None or sc.name in names]
 
 
 def run_worker(ctx: Ctx, fn: Callable[[Ctx, random.Random], None], seed: int) -> None:
@@ -784,11 +812,11 @@ def run_worker(ctx: Ctx, fn: Callable[[Ctx, random.Random], None], seed: int) ->
             ctx.gate.leave()
 
 
-def start_workers(ctx: Ctx, seed: int, only: set[str] | None = None
+def start_workers(ctx: Ctx, seed: int, names: set[str] | None = None
                   ) -> list[threading.Thread]:
     threads = []
     n = 0
-    for sc in selected(only):
+    for sc in selected(names):
         for i in range(sc.threads):
             n += 1
             t = threading.Thread(target=run_worker, args=(ctx, sc.fn, seed * 1000 + n),
@@ -798,11 +826,11 @@ def start_workers(ctx: Ctx, seed: int, only: set[str] | None = None
     return threads
 
 
-def worker_count(only: set[str] | None = None) -> int:
-    return sum(sc.threads for sc in selected(only))
+def worker_count(names: set[str] | None = None) -> int:
+    return sum(sc.threads for sc in selected(names))
 
 
-def max_in_flight(only: set[str] | None = None) -> int:
+def max_in_flight(names: set[str] | None = None) -> int:
     """How many requests the clients may have in flight at once: a bound for the
     upstream connections a gateway may pool."""
-    return sum(sc.threads * sc.in_flight for sc in selected(only))
+    return sum(sc.threads * sc.in_flight for sc in selected(names))
