@@ -214,7 +214,8 @@ def _traffic(env: Env, args: argparse.Namespace, ctx: Ctx, sampler: Sampler,
         processes.append(ProcessReport(
             kind, gw.pid, warm_snaps[kind], end_snaps[kind],
             max((r for _, r, _ in series), default=0), scan_log(gw.log_path),
-            health(env, kind), settled.get(kind), slope_per_minute(under_traffic)))
+            health(env, kind), settled.get(kind), slope_per_minute(under_traffic),
+            gw.daemon.process.returncode))
     errors = [*ctx.harness_errors, *reloader.errors, *injector.errors]
     if any(t.is_alive() for t in threads):
         errors.append("client threads still running after the stop: "

@@ -16,9 +16,10 @@ from soak_record import Recorder, Stats, Timeline
 FIXED_FD_TOLERANCE = 3
 #: RSS growth allowed between the end of the warm-up and the end, both measured idle:
 #: the larger of 24 MiB and 20 % of the warm-up figure, plus 24 MiB per hour after the
-#: warm-up. Twelve 40 s runs on the 2-core dev VM grew by 1.7 to 9.3 MiB (allocator
-#: pools reaching the peak concurrency); a leak of 100 bytes per request at the soak's
-#: ~300 requests/s (54 MiB in 30 minutes) exceeds the 36 MiB a release run allows.
+#: warm-up. In seven runs of 40-60 s on the 2-core dev VM the gateways changed by -1.7
+#: to +9.3 MiB (allocator pools reaching the peak concurrency); a leak of 100 bytes per
+#: request at the soak's ~300 requests/s (54 MiB in 30 minutes) exceeds the 36 MiB a
+#: release run allows.
 #: See bench/README.md, "Soak".
 RSS_TOLERANCE_MIB = 24.0
 RSS_TOLERANCE_FRACTION = 0.20
@@ -64,6 +65,7 @@ class ProcessReport:
     health: str  # "200 OK" or what happened
     settled: FdSnapshot | None = None  # after --settle seconds without traffic
     rss_slope: float | None = None  # MiB per minute under traffic, after the warm-up
+    exited: int | None = None  # the exit status, if the gateway is no longer running
 
     def rss_tolerance_kib(self, seconds: float) -> float:
         base = max(RSS_TOLERANCE_MIB * 1024, RSS_TOLERANCE_FRACTION * self.warm.rss_kib)
@@ -113,6 +115,8 @@ class Summary:
                            "signed in")
         for p in self.processes:
             name = f"gateway {p.kind}"
+            if p.exited is not None:
+                out.append(f"{name}: the process exited ({p.exited}) during the soak")
             if p.log.tracebacks:
                 out.append(f"{name}: {len(p.log.tracebacks)} tracebacks in the log")
             if p.log.reload_failures:

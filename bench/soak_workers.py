@@ -107,25 +107,26 @@ class Sessions:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self.cookies: list[tuple[float, str]] = []
+        self.cookies: list[str] = []
+        self.made: dict[str, float] = {}
 
     def add(self, cookie: str) -> None:
         with self._lock:
-            self.cookies.append((time.monotonic(), cookie))
+            self.cookies.append(cookie)
+            self.made[cookie] = time.monotonic()
 
     def pick(self, rng: random.Random) -> str | None:
         with self._lock:
-            return rng.choice(self.cookies)[1] if self.cookies else None
+            return rng.choice(self.cookies) if self.cookies else None
 
     def age(self, cookie: str) -> float:
         """Seconds since the sign-in that made ``cookie``."""
         with self._lock:
-            made = next((m for m, c in self.cookies if c == cookie), time.monotonic())
-        return time.monotonic() - made
+            return time.monotonic() - self.made.get(cookie, time.monotonic())
 
     def made_before(self, t: float) -> list[str]:
         with self._lock:
-            return [c for made, c in self.cookies if made < t]
+            return [c for c in self.cookies if self.made[c] < t]
 
 
 @dataclass
