@@ -310,7 +310,10 @@ def main(argv: Sequence[str]) -> int:
         if args.json:
             Path(args.json).write_text(json.dumps(summary_json(summary), indent=2,
                                                   default=str) + "\n")
-    if args.keep_tmp or status != 0:
+    if args.keep_tmp:
+        print(f"configs, logs and files kept in {tmp}")
+    elif status != 0:  # keep what explains the failure, not the 81 MiB nginx served
+        shutil.rmtree(tmp / "nginx" / "html", ignore_errors=True)
         print(f"configs and logs kept in {tmp}")
     else:
         shutil.rmtree(tmp, ignore_errors=True)
