@@ -131,3 +131,27 @@ def test_http2_large_responses_then_reuse(env: Env, listener: str, slow: bool) -
                                 "on a reused HTTP/2 connection")
                 assert (reply.status, len(reply.body), reply.reset) == (status, length, None), \
                     (round_no, method, path)
+
+
+@pytest.mark.parametrize("listener", ["plain", "tls"])
+def test_pipelined_batch_larger_than_one_read(env: Env, listener: str) -> None:
+    """1500 pipelined requests in one write (67,500 bytes, more than one 64 KiB read),
+    then a GET and a POST whose body crosses the read boundary: everything answered.
+    Reading used to stay paused for the request still arriving, and stalled."""
+    count = 1500
+    request = b"GET /status/204 HTTP/1.1\r\nHost: echo.test\r\n\r\n"
+    with client(env, listener, slow=False) as conn:
+        conn.send(request * count)
+        for n in range(count):
+            try:
+                assert conn.response().status == 204, n
+            except TimeoutError:
+                pytest.fail(f"pipelined response {n} of {count} never came")
+        body = b"x" * (65536 - len(request) - 80)
+        post = (b"POST /upload HTTP/1.1\r\nHost: echo.test\r\nContent-Length: %d\r\n\r\n"
+                % len(body)) + body
+        conn.send(request + post)
+        assert conn.response().status == 204
+        reply = conn.response("POST")
+        assert reply.status == 200
+        assert b'"body_length": %d' % len(body) in reply.body

@@ -683,3 +683,40 @@ class RefusalLogTests(Http1TestCase):
         self.conn.connectionLost()
         self.assertEqual([e["status"] for e in events], [400])
         self.assertIn("Transfer-Encoding", str(events[0]["detail"]))
+
+
+class PipelineResumeTests(Http1TestCase):
+    """Reading pauses while pipelined requests wait; it must resume when the request
+    still being received becomes the one served (issue 19's soak found both cases
+    stalling once a pipelined batch passed one 64 KiB read)."""
+
+    def test_partial_next_request_read_once_it_is_served(self) -> None:
+        self.send(get(b"/api/a") + b"GET /api/b HTTP/1.1\r\nHo")
+        self.assertEqual(self.client.producerState, "paused")
+        upstream = self.upstream()
+        upstream.received()
+        upstream.respond(b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\n\r\na")
+        self.assertEqual(self.client.producerState, "producing",
+                         "the rest of the next request is never read")
+        self.send(b"st: app.example.com\r\n\r\n")
+        self.assertTrue(upstream.received().startswith(b"GET /backend/b HTTP/1.1\r\n"))
+
+    def test_next_request_body_read_once_it_is_served(self) -> None:
+        self.send(get(b"/api/a") + b"POST /api/upload HTTP/1.1\r\nHost: app.example.com\r\n"
+                  b"Content-Length: 10\r\n\r\n0123")
+        upstream = self.upstream()
+        upstream.received()
+        upstream.respond(b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\n\r\na")
+        self.assertEqual(self.client.producerState, "producing")
+        self.send(b"456789")
+        sent = upstream.received()
+        self.assertTrue(sent.startswith(b"POST /backend/upload HTTP/1.1\r\n"), sent)
+        self.assertTrue(sent.endswith(b"\r\n\r\n0123456789"), sent)
+
+    def test_complete_requests_keep_reading_paused(self) -> None:
+        """Requests already received and waiting still hold reading paused (memory)."""
+        self.send(get(b"/api/a") + get(b"/api/b") + get(b"/api/c"))
+        upstream = self.upstream()
+        upstream.received()
+        upstream.respond(b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\n\r\na")
+        self.assertEqual(self.client.producerState, "paused")

@@ -404,6 +404,10 @@ class Http1Connection(ConnectionTLS, Protocol):
             head = self.queue[0]
             if head.ready:
                 head.begin()
+            if head is self.current:
+                # The request being served is still arriving (its head or its body):
+                # the pause that held it back while earlier ones were answered ends.
+                self.resume_reading("pipeline")
         else:
             self.resume_reading("pipeline")
 
