@@ -90,13 +90,17 @@ class RouteTests(SynchronousTestCase):
 
 
 class _End(StringTransport):
-    """A transport end that can half-close, recording it."""
+    """A transport end that can half-close, recording it (and failing as Twisted's TCP
+    transport does when its socket is already gone)."""
 
     def __init__(self) -> None:
         super().__init__()
         self.write_closed = False
+        self.disconnected = False
 
     def loseWriteConnection(self) -> None:
+        if self.disconnected:
+            raise ValueError("file descriptor cannot be a negative integer (-1)")
         self.write_closed = True
 
 
@@ -131,6 +135,22 @@ class PipeTests(SynchronousTestCase):
         self.assertTrue(self.pipe.closed)
         self.assertEqual(self.reasons, ["both sides finished"])
         self.assertTrue(self.a.disconnecting and self.b.disconnecting)
+
+    def test_eof_toward_a_closed_side_closes(self) -> None:
+        """The client's EOF arrives after the upstream's socket closed (its
+        connectionLost still to come): the pipe closes, no half-close on a dead socket
+        (a traceback in the soak's websocket sessions)."""
+        self.b.disconnected = True
+        self.pipe.eof_from(self.a)
+        self.assertTrue(self.pipe.closed)
+        self.assertFalse(self.b.write_closed)
+
+    def test_eof_after_the_pipe_closed_is_ignored(self) -> None:
+        """The upstream's close ended the pipe; the client's EOF comes afterwards."""
+        self.pipe.lost("upstream closed")
+        self.b.disconnected = True
+        self.pipe.eof_from(self.a)
+        self.assertEqual(self.reasons, ["upstream closed"])
 
     def test_no_half_close_closes(self) -> None:
         """An end that cannot half-close (TLS): the other side's EOF closes the pipe."""

@@ -67,6 +67,10 @@ class Pipe:
         self._ended.add(id(side))
         if len(self._ended) == 2:
             self.close("both sides finished")
+        elif getattr(other, "disconnected", False):
+            # Its close is on its way here (connectionLost comes after this EOF); a
+            # half-close now would register a socket that no longer exists.
+            self.close("both sides finished")
         elif half_closeable(other):
             other.loseWriteConnection()
         else:
