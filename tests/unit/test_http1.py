@@ -720,3 +720,45 @@ class PipelineResumeTests(Http1TestCase):
         upstream.received()
         upstream.respond(b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\n\r\na")
         self.assertEqual(self.client.producerState, "paused")
+
+
+class _ClosingTransport(StringTransport):
+    """A transport whose orderly close never completes (a TLS peer that never sends
+    close_notify), recording an abort."""
+
+    aborted = False
+
+    def abortConnection(self) -> None:
+        self.aborted = True
+        super().abortConnection()
+
+
+class CloseTests(Http1TestCase):
+    def setUp(self) -> None:
+        super().setUp()
+        self.client = _ClosingTransport(peerAddress=CLIENT)
+        self.conn = Http1Connection(self.core)
+        self.conn.makeConnection(self.client)
+
+    def test_close_while_paused_resumes_reading(self) -> None:
+        """Closing a connection whose reading is paused (pipelined requests waiting)
+        resumes reading, so the peer's EOF or TLS close_notify can arrive; what else
+        arrives is ignored. (A paused TLS connection kept its descriptor forever.)"""
+        self.send(get(b"/api/a") + get(b"/api/b"))
+        self.assertEqual(self.client.producerState, "paused")
+        self.conn.close_connection()  # e.g. the watchdog gives up on the client
+        self.assertTrue(self.client.disconnecting)
+        self.assertEqual(self.client.producerState, "producing")
+        self.conn.dataReceived(get(b"/api/c"))
+        self.assertEqual(len(self.reactor.tcpClients), 1)  # nothing more dispatched
+
+    def test_close_that_never_completes_is_aborted(self) -> None:
+        """An orderly close still going after CLOSE_GRACE is aborted by the watchdog."""
+        from gateway.dataplane.codecs.http1 import CLOSE_GRACE
+
+        self.send(get(b"/ping", extra=b"Connection: close\r\n"))
+        self.assertTrue(self.client.disconnecting)
+        self.reactor.advance(CLOSE_GRACE - 1)
+        self.assertFalse(self.client.aborted)
+        self.reactor.advance(2)
+        self.assertTrue(self.client.aborted)

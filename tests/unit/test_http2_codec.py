@@ -301,3 +301,31 @@ class FlowControlTests(H2TestCase):
         self.open_window(stream, WINDOW)
         result = self.result(stream)
         self.assertEqual((len(result.body), result.ended), (100000, True))
+
+
+class _NeverClosing(StringTransport):
+    aborted = False
+
+    def abortConnection(self) -> None:
+        self.aborted = True
+        super().abortConnection()
+
+
+class CloseGraceTests(SynchronousTestCase):
+    def test_close_that_never_completes_is_aborted(self) -> None:
+        """An idle connection closed in order (GOAWAY) whose close never completes (a TLS
+        peer that never answers close_notify) is aborted after CLOSE_GRACE."""
+        from gateway.dataplane.codecs.http1 import CLOSE_GRACE
+
+        reactor = MemoryReactorClock()
+        core = ProxyCore(reactor, build_plan(SNAPSHOT), tls=False)
+        core.start()
+        self.addCleanup(core.stop)
+        transport = _NeverClosing(peerAddress=CLIENT)
+        server = H2Connection(core)
+        server.makeConnection(transport)
+        reactor.advance(6)  # timeout_idle is 5 s
+        self.assertTrue(transport.disconnecting)
+        self.assertFalse(transport.aborted)
+        reactor.advance(CLOSE_GRACE + 1)
+        self.assertTrue(transport.aborted)

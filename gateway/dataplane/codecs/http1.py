@@ -39,6 +39,7 @@ from gateway.dataplane.upstream.pool import UpstreamConnection
 MAX_TARGET = 8 * 1024
 MAX_HEADER_BYTES = 64 * 1024
 MAX_HEADERS = 100
+CLOSE_GRACE = 10.0  # seconds an orderly close may take before the connection is aborted
 log = Logger()
 
 
@@ -115,6 +116,7 @@ class Http1Connection(ConnectionTLS, Protocol):
         self.request_started = 0.0
         self.write_blocked_since = 0.0
         self.pipe: Pipe | SplicePipe | None = None
+        self.close_started: float | None = None
         self._flow: _ResponseFlow | None = None
 
     # -- connection
@@ -153,13 +155,15 @@ class Http1Connection(ConnectionTLS, Protocol):
 
     def writeConnectionLost(self) -> None:
         if self.pipe is None:  # a pipe closes once both directions have ended
-            self.transport.loseConnection()
+            self.close_connection()
 
     def dataReceived(self, data: bytes) -> None:
         self.last_activity = self.core.reactor.seconds()
         if self.pipe is not None:
             self.pipe.from_a(data)
             return
+        if self.close_started is not None:
+            return  # closing: only the peer's close matters now
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserUpgrade as upgrade:
@@ -193,7 +197,24 @@ class Http1Connection(ConnectionTLS, Protocol):
                 *self.core.plan.response_headers, *headers,
                 (b"content-type", b"text/plain; charset=utf-8"),
                 (b"content-length", b"%d" % len(body))], True, True, body)
-        self.transport.loseConnection()
+        self.close_connection()
+
+    def close_connection(self) -> None:
+        """Close in order, and make sure the close ends. Reading may be paused (a body
+        the upstream does not take, pipelined requests); then the peer's EOF, or over
+        TLS its close_notify that Twisted waits for, would never be read and the
+        descriptor would stay forever. So reading resumes (what arrives is ignored),
+        and ``check_deadlines`` aborts a close still going after ``CLOSE_GRACE``."""
+        self.closing = True
+        if self.close_started is None:
+            self.close_started = self.core.reactor.seconds()
+        transport = self.transport
+        if transport is None or getattr(transport, "disconnecting", False):
+            return  # already closing (resuming now would do nothing on a real socket)
+        if self.pauses and self.pipe is None:
+            self.pauses.clear()
+            transport.resumeProducing()
+        transport.loseConnection()
 
     def write(self, data: bytes) -> None:
         """Replaced per connection in ``connectionMade`` by the fastest safe writer."""
@@ -398,7 +419,7 @@ class Http1Connection(ConnectionTLS, Protocol):
                     break
         self.last_activity = self.core.reactor.seconds()
         if self.closing:
-            self.transport.loseConnection()
+            self.close_connection()
             return
         if self.queue:
             head = self.queue[0]
@@ -417,7 +438,7 @@ class Http1Connection(ConnectionTLS, Protocol):
         """llhttp stopped at an upgrade request; bytes after it wait for the 101."""
         exchange = self.current
         if exchange is None or exchange.finished:
-            self.transport.loseConnection()
+            self.close_connection()
             return
         self.pause_reading("upgrade")
         self._early = rest
@@ -468,6 +489,9 @@ class Http1Connection(ConnectionTLS, Protocol):
 
     def check_deadlines(self, now: float) -> None:
         core = self.core
+        if self.close_started is not None and now - self.close_started > CLOSE_GRACE:
+            self.transport.abortConnection()
+            return
         pipe = self.pipe
         if pipe is not None:
             return  # the pipe enforces the route timeout itself
@@ -496,7 +520,7 @@ class Http1Connection(ConnectionTLS, Protocol):
         if not self.queue and core.timeout_idle and \
                 now - self.last_activity > core.timeout_idle:
             self.closing = True
-            self.transport.loseConnection()
+            self.close_connection()
 
 
 def _parser_reason(exc: Exception) -> str:

@@ -23,6 +23,7 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from gateway.dataplane.codecs.connection_tls import ConnectionTLS
+from gateway.dataplane.codecs.http1 import CLOSE_GRACE
 from gateway.dataplane.codecs.normalize import BadTarget, connect_authority, normalise_target
 from gateway.dataplane.core import ProxyCore
 from gateway.dataplane.exchange.base import BODY_CHUNKED, BODY_LENGTH, ExchangeBase
@@ -267,6 +268,7 @@ class H2Connection(ConnectionTLS, Protocol):
         self.client_ip = ""
         self.last_activity = 0.0
         self.write_blocked_since = 0.0
+        self.close_started: float | None = None
 
     def connectionMade(self) -> None:
         transport: Any = self.transport
@@ -329,7 +331,7 @@ class H2Connection(ConnectionTLS, Protocol):
             log.info("HTTP/2 protocol error from {client}: {error}", client=self.client_ip,
                      error=str(exc))
             self.flush()
-            self.transport.loseConnection()
+            self.close_connection()
             return
         for event in events:
             if isinstance(event, h2.events.RequestReceived):
@@ -356,7 +358,7 @@ class H2Connection(ConnectionTLS, Protocol):
             elif isinstance(event, h2.events.WindowUpdated):
                 self._window(event.stream_id)
             elif isinstance(event, h2.events.ConnectionTerminated):
-                self.transport.loseConnection()
+                self.close_connection()
         self.flush()
 
     def _window(self, stream_id: int) -> None:
@@ -453,8 +455,19 @@ class H2Connection(ConnectionTLS, Protocol):
         exchange.begin()
 
     # watchdog
+    def close_connection(self) -> None:
+        """Close in order; ``check_deadlines`` aborts it after ``CLOSE_GRACE`` (over TLS
+        an orderly close waits for the peer's close_notify, which may never come)."""
+        if self.close_started is None:
+            self.close_started = self.core.reactor.seconds()
+        self.transport.loseConnection()
+
     def check_deadlines(self, now: float) -> None:
         core = self.core
+        if self.close_started is not None:
+            if now - self.close_started > CLOSE_GRACE:
+                self.transport.abortConnection()
+            return
         for stream in list(self.streams.values()):
             exchange = stream.exchange
             if exchange is not None and exchange.deadline and now > exchange.deadline \
@@ -464,4 +477,4 @@ class H2Connection(ConnectionTLS, Protocol):
                 now - self.last_activity > core.timeout_idle:
             self.h2.close_connection()
             self.flush()
-            self.transport.loseConnection()
+            self.close_connection()
