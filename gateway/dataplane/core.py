@@ -10,10 +10,13 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from twisted.internet.task import LoopingCall
+from twisted.logger import Logger
 
 from gateway.dataplane.authz import Authorizer, NotYetAuthorizer
 from gateway.dataplane.routing.plan import Plan
 from gateway.dataplane.upstream.pool import Pool, family_resolver
+
+log = Logger()
 
 
 class Watched(Protocol):
@@ -68,8 +71,17 @@ class ProxyCore:
         self.pool.stop()
 
     def _check_all(self) -> None:
+        """One pass over every connection and tunnel. One failing check is logged and
+        the others still run: an exception escaping here would stop the LoopingCall,
+        and with it every timeout and tunnel re-authorization of the listener."""
         now = self.reactor.seconds()
         for conn in list(self.connections):
-            conn.check_deadlines(now)
+            try:
+                conn.check_deadlines(now)
+            except Exception:
+                log.failure("deadline check failed for a connection")
         for tunnel in list(self.tunnels):
-            tunnel.check(now)
+            try:
+                tunnel.check(now)
+            except Exception:
+                log.failure("re-authorization failed for a tunnel")

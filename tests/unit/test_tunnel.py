@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from twisted.internet.address import IPv4Address
+from twisted.internet.defer import Deferred, fail
 from twisted.internet.task import Clock
 from twisted.internet.testing import MemoryReactorClock, StringTransport
 from twisted.trial.unittest import SynchronousTestCase
@@ -177,14 +178,19 @@ class PipeTests(SynchronousTestCase):
 
 
 class SwitchableAuthorizer:
-    """Allows alice's tunnel until told otherwise (a sign-out elsewhere)."""
+    """Allows alice's tunnel until told otherwise (a sign-out elsewhere), or breaks."""
 
     def __init__(self) -> None:
         self.allowed = True
         self.calls = 0
+        self.broken: str = ""  # "raise" or "errback"
 
-    def authorize(self, request: RequestInfo, route: object) -> Decision:
+    def authorize(self, request: RequestInfo, route: object) -> Decision | Deferred[Decision]:
         self.calls += 1
+        if self.calls > 1 and self.broken == "raise":
+            raise KeyError("session store exploded")
+        if self.calls > 1 and self.broken == "errback":
+            return fail(KeyError("session store exploded"))
         if self.allowed:
             return Allow()
         return Deny(401, b"signed out", reason="unauthenticated")
@@ -196,7 +202,7 @@ class SwitchableAuthorizer:
         return None
 
 
-class Http1ConnectTests(SynchronousTestCase):
+class _ConnectCase(SynchronousTestCase):
     def setUp(self) -> None:
         self.reactor = MemoryReactorClock()
         self.authorizer = SwitchableAuthorizer()
@@ -215,6 +221,9 @@ class Http1ConnectTests(SynchronousTestCase):
         host, port = self.reactor.tcpClients[0][:2]
         self.assertEqual((host, port), ("127.0.0.1", 15432))
         return MemoryUpstream(self.reactor)
+
+
+class Http1ConnectTests(_ConnectCase):
 
     def test_tunnel(self) -> None:
         """200, then bytes both ways; bytes that came with the head go upstream first."""
@@ -277,3 +286,36 @@ class Http1ConnectTests(SynchronousTestCase):
         self.assertEqual(self.reactor.tcpClients, [])
         self.assertTrue(self.client.value().startswith(b"HTTP/1.1 401 "))
         self.assertIn(b"gateway tcp db.example.com:5432", self.client.value())
+
+
+class TunnelRecheckFailureTests(_ConnectCase):
+    def test_authorizer_exception_closes_tunnel_and_watchdog_survives(self) -> None:
+        """A check that raises ends the tunnel (fail closed) and the listener's
+        watchdog keeps running: timeouts and other re-checks still happen."""
+        for broken in ("raise", "errback"):
+            with self.subTest(broken=broken):
+                self.setUp()
+                self.authorizer.broken = broken
+                upstream = self.open()
+                self.reactor.advance(1.25)
+                self.assertTrue(self.client.disconnected, broken)
+                self.assertTrue(upstream.transport.disconnected)
+                self.assertTrue(self.core._watchdog.running)
+                self.assertEqual(self.core.tunnels, set())
+                self.flushLoggedErrors(KeyError)
+
+    def test_client_certificate_rechecked(self) -> None:
+        """A route whose client-certificate policy now refuses the connection (a CRL
+        reload, a new client CA) ends its open tunnels."""
+        upstream = self.open()
+        verdict: list[str | None] = [None]
+        self.conn.client_cert_problem = lambda policy: verdict[0]  # type: ignore[method-assign]
+        plan, _ = self.core.plan.lookup_tcp("db.example.com:5432")
+        assert plan is not None
+        plan.client_cert = object()  # type: ignore[assignment]
+        self.reactor.advance(1.25)
+        self.assertFalse(self.client.disconnected)
+        verdict[0] = "revoked"
+        self.reactor.advance(1.25)
+        self.assertTrue(self.client.disconnected)
+        self.assertTrue(upstream.transport.disconnected)

@@ -136,8 +136,10 @@ class Tunnel:
             self.exchange.sink.write_body(data)
 
     def join(self, pipe: Relay) -> None:
-        """The codec built the pipe: replay what the upstream sent since."""
+        """The codec built the pipe: replay what the upstream sent since; from now on
+        the tunnel is authorized again every ``RECHECK`` seconds."""
         self.pipe = pipe
+        self.exchange.core.tunnels.add(self)
         self.upstream.raw = pipe
         early, self.upstream.early = self.upstream.early, []
         for data in early:
@@ -160,11 +162,23 @@ class Tunnel:
         if self.checking or now < self.next_check or self.pipe is None or self.pipe.closed:
             return
         self.next_check = now + RECHECK
+        try:
+            self._check()
+        except Exception:
+            # Fail closed: a tunnel whose access cannot be confirmed ends.
+            access_log.failure("tunnel authorization failed; closing the tunnel")
+            self.end("authorization check failed")
+
+    def _check(self) -> None:
         exchange = self.exchange
         core = exchange.core
         plan, _ = core.plan.lookup_tcp(exchange.host)
         if plan is None:
             self.end("the route was removed")
+            return
+        if plan.client_cert is not None and \
+                exchange.sink.client_cert_problem(plan.client_cert) is not None:
+            self.end("the client certificate is no longer accepted")
             return
         if plan.public:
             return
@@ -182,7 +196,8 @@ class Tunnel:
 
     def _failed(self, failure: Failure) -> None:
         self.checking = False
-        access_log.failure("tunnel authorization failed", failure)
+        access_log.failure("tunnel authorization failed; closing the tunnel", failure)
+        self.end("authorization check failed")
 
     def end(self, reason: str) -> None:
         if self.pipe is not None and not self.pipe.closed:
@@ -237,10 +252,14 @@ def _connected(exchange: Exchange, upstream: TunnelUpstream) -> None:
     if hasattr(transport, "setTcpNoDelay"):
         transport.setTcpNoDelay(True)
     tunnel = Tunnel(exchange, upstream)
-    exchange.core.tunnels.add(tunnel)
     exchange.finished = True  # from here on the pipe owns both connections
     exchange.status = 200
     exchange.sink.start_connect(tunnel, transport)
+    if tunnel.pipe is None:  # the client's side went away meanwhile: no tunnel
+        transport.loseConnection()
+        exchange.release_host(failed=False)
+        exchange.detail = "the client left before the tunnel opened"
+        log_access(exchange, 499)
 
 
 def _connect_failed(exchange: Exchange, failure: Failure) -> None:
