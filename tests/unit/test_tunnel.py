@@ -235,6 +235,18 @@ class Http1ConnectTests(_ConnectCase):
         upstream.respond(b"answer")
         self.assertTrue(self.client.value().endswith(b"\r\n\r\nanswer"))
 
+    def test_bytes_arriving_before_the_tunnel_opens(self) -> None:
+        """Bytes that come after the CONNECT head in a later read (a later TLS record)
+        are the tunnel's, not a request: they reach the upstream after the head's."""
+        self.conn.dataReceived(b"CONNECT db.example.com:5432 HTTP/1.1\r\n"
+                               b"Host: db.example.com:5432\r\n\r\nfirst ")
+        self.conn.dataReceived(b"GET / HTTP/1.1\r\nHost: other.example.com\r\n\r\n")
+        self.assertFalse(self.client.disconnecting)
+        upstream = MemoryUpstream(self.reactor)
+        self.assertEqual(upstream.received(),
+                         b"first GET / HTTP/1.1\r\nHost: other.example.com\r\n\r\n")
+        self.assertEqual(self.client.value(), b"HTTP/1.1 200 Connection established\r\n\r\n")
+
     def test_upstream_speaks_first(self) -> None:
         """A service that greets on connect (SSH): the greeting follows the 200."""
         self.conn.dataReceived(b"CONNECT db.example.com:5432 HTTP/1.1\r\n"

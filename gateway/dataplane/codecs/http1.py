@@ -117,6 +117,7 @@ class Http1Connection(ConnectionTLS, Protocol):
         self.write_blocked_since = 0.0
         self.pipe: Pipe | SplicePipe | None = None
         self.close_started: float | None = None
+        self._early = b""  # bytes after an upgrade/CONNECT head, for the pipe
         self._flow: _ResponseFlow | None = None
 
     # -- connection
@@ -164,6 +165,11 @@ class Http1Connection(ConnectionTLS, Protocol):
             return
         if self.close_started is not None:
             return  # closing: only the peer's close matters now
+        if "upgrade" in self.pauses:
+            # After an upgrade or CONNECT head the bytes belong to the pipe to come (TLS
+            # delivers records it already decrypted even while reading is paused).
+            self._early += data
+            return
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserUpgrade as upgrade:
@@ -453,7 +459,7 @@ class Http1Connection(ConnectionTLS, Protocol):
         upstream.raw = self.pipe
         if rest:
             self.pipe.from_b(rest)
-        early = getattr(self, "_early", b"")
+        early, self._early = self._early, b""
         if early:
             self.pipe.from_a(early)
         self.pauses.clear()
@@ -470,7 +476,7 @@ class Http1Connection(ConnectionTLS, Protocol):
         self.current = None
         self.pauses.clear()
         self.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
-        early, self._early = getattr(self, "_early", b""), b""
+        early, self._early = self._early, b""
         tunnel.send_early(early)
         plan = tunnel.exchange.plan
         timeout = plan.timeout if plan is not None else 0.0
