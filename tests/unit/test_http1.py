@@ -762,3 +762,20 @@ class CloseTests(Http1TestCase):
         self.assertFalse(self.client.aborted)
         self.reactor.advance(2)
         self.assertTrue(self.client.aborted)
+
+
+class GiveUpTests(Http1TestCase):
+    def test_broken_body_in_the_first_read_then_next_request(self) -> None:
+        """The upstream's head and an unparseable body arrive in one read: the client
+        gets 502, and the next request on the connection is served (the held-back
+        response's flow no longer stays registered on the client transport)."""
+        self.send(get(b"/api/a"))
+        upstream = self.upstream()
+        upstream.respond(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n")
+        self.assertEqual(self.answer().status, 502)
+        self.assertIsNone(self.client.producer)
+        self.send(get(b"/api/b"))
+        second = self.upstream()
+        self.assertTrue(second.received().startswith(b"GET /backend/b HTTP/1.1\r\n"))
+        second.respond(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+        self.assertEqual(self.answer().body, b"ok")

@@ -122,6 +122,9 @@ class ExchangeBase:
         """Answer without the upstream (also used for every error)."""
         if self.finished:
             return
+        # An upstream response may have begun (its head held back) and registered its
+        # flow on the client transport: this answer replaces it, so that flow ends here.
+        self.sink.stop_response_flow()
         self.waiting_upstream = False
         self.status = status
         self.response_started = True
