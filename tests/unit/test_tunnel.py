@@ -331,3 +331,43 @@ class TunnelRecheckFailureTests(_ConnectCase):
         self.reactor.advance(1.25)
         self.assertTrue(self.client.disconnected)
         self.assertTrue(upstream.transport.disconnected)
+
+
+class SpliceSetupTests(_ConnectCase):
+    def test_kernel_pipes_leave_nothing_open_on_failure(self) -> None:
+        import os
+
+        from gateway.dataplane.pipes import splice
+
+        opened: list[tuple[int, int]] = []
+        real = os.pipe2
+
+        def second_fails(flags: int) -> tuple[int, int]:
+            if opened:
+                raise OSError(24, "Too many open files")
+            opened.append(real(flags))
+            return opened[0]
+
+        self.patch(splice.os, "pipe2", second_fails)
+        with self.assertRaises(OSError):
+            splice.kernel_pipes()
+        for fd in opened[0]:
+            with self.assertRaises(OSError):
+                os.fstat(fd)  # closed again
+
+    def test_splice_unavailable_falls_back_to_copying(self) -> None:
+        """No descriptors for the kernel pipes: the tunnel opens with the copying pipe
+        (it used to stop both sockets first and hang)."""
+        from gateway.dataplane.codecs import http1
+
+        def no_pipes(*args: object, **kwargs: object) -> None:
+            raise OSError(24, "Too many open files")
+
+        self.patch(http1, "can_splice", lambda transport: True)
+        self.patch(http1, "SplicePipe", no_pipes)
+        upstream = self.open(b"early")
+        self.assertIsInstance(self.conn.pipe, Pipe)
+        self.assertEqual(upstream.received(), b"early")
+        upstream.respond(b"answer")
+        self.assertTrue(self.client.value().endswith(b"\r\n\r\nanswer"))
+        self.flushLoggedErrors()

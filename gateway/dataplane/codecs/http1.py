@@ -482,10 +482,15 @@ class Http1Connection(ConnectionTLS, Protocol):
         timeout = plan.timeout if plan is not None else 0.0
         transport: Any = self.transport
         if not tunnel.upstream.gone and can_splice(transport) and can_splice(upstream):
-            self.pipe = SplicePipe(self.core.reactor, transport, upstream, timeout,
-                                   on_close=tunnel.closed)
-            tunnel.join(self.pipe)
-            return
+            try:
+                self.pipe = SplicePipe(self.core.reactor, transport, upstream, timeout,
+                                       on_close=tunnel.closed)
+            except OSError as exc:  # no descriptors for the kernel pipes: copy instead
+                log.warn("tunnel: kernel relay unavailable ({error}); copying instead",
+                         error=str(exc))
+            else:
+                tunnel.join(self.pipe)
+                return
         self.pipe = Pipe(self.core.reactor, transport, upstream, timeout,
                          on_close=tunnel.closed)
         tunnel.join(self.pipe)

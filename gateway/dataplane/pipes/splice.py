@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import fcntl
 import os
 import socket
 from collections.abc import Callable
@@ -30,9 +29,11 @@ from twisted.python.failure import Failure
 
 log = Logger()
 
-PIPE_SIZE = 1 << 20
-ROUNDS = 4
-_F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)
+# The kernel's default pipe (64 KiB): larger pipes count against a non-root user's
+# pipe-user-pages-soft budget, and past it every new pipe of that user shrinks to one
+# page (other programs' too). One splice moves at most this much.
+PIPE_SIZE = 64 * 1024
+ROUNDS = 16
 _FLAGS = getattr(os, "SPLICE_F_MOVE", 1) | getattr(os, "SPLICE_F_NONBLOCK", 2)
 _GONE = (errno.EPIPE, errno.ECONNRESET, errno.ENOTCONN, errno.ETIMEDOUT, errno.EHOSTUNREACH)
 
@@ -49,16 +50,26 @@ def can_splice(transport: Any) -> bool:
             and transport.producer is None)
 
 
+def kernel_pipes() -> tuple[tuple[int, int], tuple[int, int]]:
+    """Two non-blocking pipes, or OSError with none left open."""
+    first = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        return first, os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        for fd in first:
+            os.close(fd)
+        raise
+
+
 class _Direction:
     """Bytes from ``source`` to ``dest`` through one kernel pipe."""
 
-    def __init__(self, owner: SplicePipe, source: _Socket, dest: _Socket) -> None:
+    def __init__(self, owner: SplicePipe, source: _Socket, dest: _Socket,
+                 fds: tuple[int, int]) -> None:
         self.owner = owner
         self.source = source
         self.dest = dest
-        self.read_fd, self.write_fd = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
-        with contextlib.suppress(OSError):  # the default size works, in more calls
-            fcntl.fcntl(self.write_fd, _F_SETPIPE_SZ, PIPE_SIZE)
+        self.read_fd, self.write_fd = fds
         self.buffered = 0  # bytes in the kernel pipe
         self.moved = 0
         self.eof = False
@@ -185,12 +196,13 @@ class SplicePipe:
         self.on_close = on_close
         self.closed = False
         self.last = reactor.seconds()
+        fds = kernel_pipes()  # OSError (EMFILE...) here leaves both transports as they were
         for transport in (a, b):
             transport.stopReading()
             transport.stopWriting()
         self._a, self._b = _Socket(self, a), _Socket(self, b)
-        self.to_b = _Direction(self, self._a, self._b)
-        self.to_a = _Direction(self, self._b, self._a)
+        self.to_b = _Direction(self, self._a, self._b, fds[0])
+        self.to_a = _Direction(self, self._b, self._a, fds[1])
         self._a.outgoing = self._b.incoming = self.to_b
         self._b.outgoing = self._a.incoming = self.to_a
         self._timer = reactor.callLater(idle_timeout, self._check) if idle_timeout else None
@@ -208,9 +220,12 @@ class SplicePipe:
     def activity(self) -> None:
         self.last = self.reactor.seconds()
 
-    # The interface Pipe's owners call (bytes never pass through them here).
+    # The interface Pipe's owners call. Bytes never pass through them while the splice
+    # runs; after the close a read event already fetched in the same reactor pass may
+    # still reach a transport, and is dropped.
     def from_a(self, data: bytes) -> None:
-        raise RuntimeError("a splice pipe reads its sockets itself")
+        if not self.closed:
+            raise RuntimeError("a splice pipe reads its sockets itself")
 
     from_b = from_a
 
