@@ -17,6 +17,7 @@ from gateway.dataplane.routing.plan import Plan
 from gateway.dataplane.upstream.pool import Pool, family_resolver
 
 log = Logger()
+CLOSE_GRACE = 10.0  # seconds an orderly close may take before the connection is aborted
 
 
 class Watched(Protocol):

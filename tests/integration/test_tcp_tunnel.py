@@ -527,3 +527,43 @@ def test_tls_tunnel_ends_with_close_notify(
         data = read_until(sock, b"server done\n")
         assert data.endswith(b"\r\n\r\nserver done\n")
         assert sock.recv(65536) == b""  # ssl.SSLEOFError here if the TLS stream was cut
+
+
+def _reset_seen(sock: socket.socket) -> bool:
+    data = b""
+    try:
+        while chunk := sock.recv(65536):
+            data += chunk
+    except ConnectionResetError:
+        return data == b"bye\n"
+    return False
+
+
+def test_reset_from_the_service_reaches_the_client(env: Env) -> None:
+    """The service resets its connection: the client's connection is reset too, not
+    closed as if the stream were complete (plain listener: the kernel relay)."""
+    sock, status, rest = connect(env, "open.test:7001", extra=b"RESET\n")
+    with sock:
+        assert status == 200
+        assert rest == b"" or rest == b"bye\n"
+        if rest:
+            with pytest.raises(ConnectionResetError):
+                while sock.recv(65536):
+                    pass
+        else:
+            assert _reset_seen(sock)
+
+
+def test_reset_through_tls(tls_gateway: tuple[Daemon, trustme.CA, TcpService]) -> None:
+    """The same over TLS (the copying pipe): the TLS connection is aborted, not closed
+    with a close_notify that would claim a complete stream."""
+    gw, ca, _ = tls_gateway
+    raw = socket.create_connection(("127.0.0.1", gw.port), timeout=10)
+    with trusting(ca).wrap_socket(raw, server_hostname="open.test",
+                                  suppress_ragged_eofs=False) as sock:
+        sock.sendall(b"CONNECT open.test:7001 HTTP/1.1\r\nHost: open.test:7001\r\n\r\nRESET\n")
+        data = read_until(sock, b"bye\n")
+        assert data.endswith(b"\r\n\r\nbye\n")
+        with pytest.raises((ConnectionResetError, ssl.SSLEOFError)):
+            while sock.recv(65536):
+                pass

@@ -12,6 +12,7 @@ picks the mode; anything else is echoed back chunk by chunk:
   toward the client, with the client still sending).
 * ``SOURCE <n>``: send n bytes (byte i is ``i % 256``), then close.
 * ``SINK``: read until EOF; answer ``SINK <n> <sha256 hex>`` and close.
+* ``RESET``: answer ``bye``, then reset the connection (RST, not FIN).
 
 In echo mode the client's EOF is answered with ``EOF after <n> bytes`` before the
 close (half-close toward the service, which still answers).
@@ -23,8 +24,10 @@ import argparse
 import hashlib
 import signal
 import socket
+import struct
 import sys
 import threading
+import time
 from types import FrameType
 
 CHUNK = 256 * 1024
@@ -68,6 +71,10 @@ def serve(conn: socket.socket) -> None:
                 piece = PATTERN[:min(CHUNK, remaining)]
                 conn.sendall(piece)
                 remaining -= len(piece)
+        elif line == b"RESET":
+            conn.sendall(b"bye\n")
+            time.sleep(0.2)  # let "bye" leave before the RST discards it
+            conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
         elif line == b"SINK":
             digest = hashlib.sha256(rest)
             count = len(rest)

@@ -104,6 +104,12 @@ class _End(StringTransport):
             raise ValueError("file descriptor cannot be a negative integer (-1)")
         self.write_closed = True
 
+    aborted = False
+
+    def abortConnection(self) -> None:
+        self.aborted = True
+        super().abortConnection()
+
 
 class PipeTests(SynchronousTestCase):
     def setUp(self) -> None:
@@ -145,6 +151,26 @@ class PipeTests(SynchronousTestCase):
         self.pipe.eof_from(self.a)
         self.assertTrue(self.pipe.closed)
         self.assertFalse(self.b.write_closed)
+
+    def test_reset_passed_on_as_reset(self) -> None:
+        """A side lost by a reset aborts the other (a clean close there would make a
+        truncated stream look complete)."""
+        self.pipe.lost("upstream connection lost", clean=False)
+        self.assertTrue(self.a.aborted and self.b.aborted)
+        self.assertEqual(self.reasons, ["upstream connection lost"])
+
+    def test_close_that_cannot_finish_is_aborted(self) -> None:
+        """Closing toward a peer that stopped reading (data still buffered) or never
+        answers close_notify: aborted after CLOSE_GRACE."""
+        from gateway.dataplane.core import CLOSE_GRACE
+
+        self.pipe.from_b(b"unread by a stuck client")
+        self.pipe.close("idle timeout")
+        self.assertFalse(self.a.aborted)
+        self.b.disconnected = True  # this side finished its close
+        self.clock.advance(CLOSE_GRACE + 0.1)
+        self.assertTrue(self.a.aborted)
+        self.assertFalse(self.b.aborted)
 
     def test_eof_after_the_pipe_closed_is_ignored(self) -> None:
         """The upstream's close ended the pipe; the client's EOF comes afterwards."""

@@ -13,6 +13,7 @@ from collections import deque
 from typing import Any
 
 import httptools
+from twisted.internet.error import ConnectionDone
 from twisted.internet.interfaces import IHalfCloseableProtocol, IPushProducer
 from twisted.internet.protocol import Protocol
 from twisted.logger import Logger
@@ -26,7 +27,7 @@ from gateway.dataplane.codecs.normalize import (
     normalise_target,
     split_absolute,
 )
-from gateway.dataplane.core import ProxyCore
+from gateway.dataplane.core import CLOSE_GRACE, ProxyCore
 from gateway.dataplane.exchange.base import BODY_CHUNKED, BODY_LENGTH, ExchangeBase
 from gateway.dataplane.exchange.request import Exchange
 from gateway.dataplane.fastio import direct_writer, write_now
@@ -39,7 +40,6 @@ from gateway.dataplane.upstream.pool import UpstreamConnection
 MAX_TARGET = 8 * 1024
 MAX_HEADER_BYTES = 64 * 1024
 MAX_HEADERS = 100
-CLOSE_GRACE = 10.0  # seconds an orderly close may take before the connection is aborted
 log = Logger()
 
 
@@ -142,7 +142,7 @@ class Http1Connection(ConnectionTLS, Protocol):
             self.current.downstream_lost()
         self.queue.clear()
         if self.pipe is not None:
-            self.pipe.lost()
+            self.pipe.lost("client closed", clean=reason.check(ConnectionDone) is not None)
 
     def readConnectionLost(self) -> None:
         """The client closed its side: in a pipe that is a half-close passed on; for

@@ -18,14 +18,14 @@ import h2.events
 import h2.exceptions
 import h2.settings
 import hpack.hpack
+from twisted.internet.error import ConnectionDone
 from twisted.internet.protocol import Protocol
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from gateway.dataplane.codecs.connection_tls import ConnectionTLS
-from gateway.dataplane.codecs.http1 import CLOSE_GRACE
 from gateway.dataplane.codecs.normalize import BadTarget, connect_authority, normalise_target
-from gateway.dataplane.core import ProxyCore
+from gateway.dataplane.core import CLOSE_GRACE, ProxyCore
 from gateway.dataplane.exchange.base import BODY_CHUNKED, BODY_LENGTH, ExchangeBase
 from gateway.dataplane.exchange.request import Exchange
 from gateway.dataplane.fastio import direct_writer, write_now
@@ -290,7 +290,8 @@ class H2Connection(ConnectionTLS, Protocol):
         for stream in list(self.streams.values()):
             stream.closed = True
             if stream.pipe is not None:
-                stream.pipe.lost("client connection lost")
+                stream.pipe.lost("client connection lost",
+                                 clean=reason.check(ConnectionDone) is not None)
             elif stream.exchange is not None:
                 stream.exchange.downstream_lost()
         self.streams.clear()
@@ -352,7 +353,7 @@ class H2Connection(ConnectionTLS, Protocol):
                 if stream is not None:
                     stream.closed = True
                     if stream.pipe is not None:
-                        stream.pipe.lost("client reset the stream")
+                        stream.pipe.lost("client reset the stream", clean=False)
                     elif stream.exchange is not None:
                         stream.exchange.downstream_lost()
             elif isinstance(event, h2.events.WindowUpdated):

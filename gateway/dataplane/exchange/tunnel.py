@@ -16,6 +16,7 @@ from typing import Any, Protocol
 
 from twisted.internet.defer import Deferred
 from twisted.internet.endpoints import connectProtocol
+from twisted.internet.error import ConnectionDone
 from twisted.internet.interfaces import IHalfCloseableProtocol
 from twisted.internet.protocol import Protocol as TwistedProtocol
 from twisted.python.failure import Failure
@@ -93,8 +94,8 @@ class TunnelUpstream(TwistedProtocol):
     def connectionLost(self, reason: Failure = Failure(ConnectionError())) -> None:  # noqa: B008
         self.gone = True
         if self.raw is not None:
-            self.raw.lost("upstream closed" if reason.check(ConnectionError) is None
-                          else "upstream connection lost")
+            clean = reason.check(ConnectionDone) is not None
+            self.raw.lost("upstream closed" if clean else "upstream connection lost", clean)
 
 
 class Relay(Protocol):
@@ -108,7 +109,7 @@ class Relay(Protocol):
     def sent_to_b(self) -> int: ...
     def from_b(self, data: bytes) -> None: ...
     def eof_from(self, side: Any) -> None: ...
-    def lost(self, reason: str = ...) -> None: ...
+    def lost(self, reason: str = ..., clean: bool = ...) -> None: ...
     def abort(self, reason: str) -> None: ...
 
 

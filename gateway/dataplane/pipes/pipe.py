@@ -16,6 +16,8 @@ from typing import Any
 from twisted.protocols.policies import ProtocolWrapper
 from twisted.protocols.tls import TLSMemoryBIOProtocol
 
+from gateway.dataplane.core import CLOSE_GRACE
+
 
 def half_closeable(transport: Any) -> bool:
     """Whether ``loseWriteConnection`` really half-closes ``transport``. Twisted's
@@ -76,10 +78,18 @@ class Pipe:
         else:
             self.close(f"{'client' if side is self.a else 'upstream'} finished sending")
 
-    def lost(self, reason: str = "connection lost") -> None:
-        self.close(reason)
+    def lost(self, reason: str = "connection lost", clean: bool = True) -> None:
+        """One side's connection ended: in order (the other side is closed after what
+        is buffered), or by a reset (passed on as one: a truncated stream must not look
+        complete to the other side)."""
+        if clean:
+            self.close(reason)
+        else:
+            self.abort(reason)
 
     def close(self, reason: str = "closed") -> None:
+        """Close both sides in order. A side that cannot finish (its peer stopped
+        reading, or never answers TLS close_notify) is aborted after ``CLOSE_GRACE``."""
         if self.closed:
             return
         self.closed = True
@@ -89,16 +99,28 @@ class Pipe:
             with contextlib.suppress(RuntimeError):
                 transport.unregisterProducer()
             transport.loseConnection()
+        self._timer = self.clock.callLater(CLOSE_GRACE, self._abort_unfinished)
         if self.on_close is not None:
             self.on_close(self, reason)
 
+    def _abort_unfinished(self) -> None:
+        for transport in (self.a, self.b):
+            if not getattr(transport, "disconnected", False):
+                transport.abortConnection()
+
     def abort(self, reason: str) -> None:
-        """End both sides at once, dropping what is buffered (idle, revoked)."""
+        """End both sides at once, dropping what is buffered (reset, revoked)."""
         if self.closed:
             return
+        self.closed = True
+        if self._timer is not None and self._timer.active():
+            self._timer.cancel()
         for transport in (self.a, self.b):
+            with contextlib.suppress(RuntimeError):
+                transport.unregisterProducer()
             transport.abortConnection()
-        self.close(reason)
+        if self.on_close is not None:
+            self.on_close(self, reason)
 
     def _check(self) -> None:
         if self.closed:

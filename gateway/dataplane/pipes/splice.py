@@ -24,6 +24,7 @@ from collections.abc import Callable
 from typing import Any
 
 from twisted.internet import tcp
+from twisted.internet.error import ConnectionDone
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
@@ -164,7 +165,8 @@ class _Socket:
             self.incoming.writable()
 
     def connectionLost(self, reason: Failure) -> None:
-        self.owner.lost("connection lost")
+        clean = reason.check(ConnectionDone) is not None
+        self.owner.lost("connection closed" if clean else "connection lost", clean)
 
     def want_read(self, on: bool) -> None:
         if on != self.reading and not self.owner.closed:
@@ -241,8 +243,11 @@ class SplicePipe:
             log.warn("tunnel splice failed: {error}", error=str(exc))
         self.abort("connection reset" if exc.errno in _GONE else str(exc))
 
-    def lost(self, reason: str = "connection lost") -> None:
-        self.close(reason)
+    def lost(self, reason: str = "connection lost", clean: bool = True) -> None:
+        if clean:
+            self.close(reason)
+        else:
+            self.abort(reason)
 
     def _stop(self) -> bool:
         if self.closed:
