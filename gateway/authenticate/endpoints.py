@@ -141,8 +141,18 @@ class Endpoints:
             log.error("sign-in failed: {error}", error=str(exc))
             return pages.error(502, "The sign-in could not be completed.", request.headers,
                                "exchange-failed")
-        session = ident.new_session(tokens.claims, tokens.id_token, tokens.access_token,
-                                   tokens.refresh_token, now + tokens.expires_in)
+        session = ident.build_session(tokens.claims, tokens.id_token, tokens.access_token,
+                                     tokens.refresh_token, now + tokens.expires_in)
+        try:
+            await ident.store.put_confirmed(session)
+        except Exception as exc:
+            # No cookie for a session the store does not have: every process would
+            # answer it with a sign-in redirect (503 now, "never a guess").
+            log.error("sign-in of {email}: the session could not be saved: {error}",
+                      email=session.email, error=str(exc))
+            return pages.error(503, "You signed in, but your session could not be saved "
+                                    "right now; please try again in a moment.",
+                               request.headers, "session-not-saved")
         log.info("signed in {email} ({user})", email=session.email, user=session.user_id)
         clear_csrf = tuple((b"set-cookie", c) for c in clear_cookie_headers(
             CSRF_COOKIE, "", ident.options.cookie_secure)[:1])

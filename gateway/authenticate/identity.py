@@ -317,6 +317,14 @@ class Identity:
 
     def new_session(self, claims: dict[str, Any], id_token: str, access: str, refresh: str,
                     token_expiry: float) -> Session:
+        """A new session, stored without waiting (see ``build_session``)."""
+        session = self.build_session(claims, id_token, access, refresh, token_expiry)
+        self.store.put(session)
+        return session
+
+    def build_session(self, claims: dict[str, Any], id_token: str, access: str, refresh: str,
+                      token_expiry: float) -> Session:
+        """The session a sign-in creates; the sign-in stores it with ``put_confirmed``."""
         now = self.clock()
         flat = flatten_claims(claims)
         groups = claim_groups(claims)
@@ -326,6 +334,5 @@ class Identity:
             issued_at=now, expires_at=now + self.options.cookie_expire, claims=flat,
             groups=groups, id_token=id_token, access_token=access, refresh_token=refresh,
             token_expires_at=token_expiry)
-        self.store.put(session)
         return session
 

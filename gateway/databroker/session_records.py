@@ -89,6 +89,32 @@ class RecordSessionStore:
     def put(self, session: Session) -> None:
         self._write(session.id, self._remember(session, PENDING))
 
+    def put_confirmed(self, session: Session) -> Deferred[None]:
+        """Store a new session and say when it is stored. A sign-in waits for this
+        before handing out its cookie: a cookie for a session the store does not have
+        yet would be answered with a sign-in redirect by every process that reads the
+        store meanwhile. When the store cannot take it now the Deferred fails and the
+        session is dropped (not queued for a retry): the person is told to try again."""
+        self._remember(session, PENDING)
+        d = self.store.put(SESSION, session.id, to_json(session), session.expires_at,
+                          revive=False)
+        self._write_user(session)
+        self._pending.add(d)
+
+        def saved(result: Any) -> None:
+            self._pending.discard(d)
+            cached = self._cache.get(session.id)
+            if cached is not None and cached[1] == PENDING and cached[0] is session \
+                    and result is not None:
+                self._cache[session.id] = (session, result.version)
+
+        def failed(failure: Failure) -> Failure:
+            self._pending.discard(d)
+            self._cache.pop(session.id, None)
+            return failure
+
+        return d.addCallbacks(saved, failed)
+
     def delete(self, session_id: str) -> None:
         self._cache.pop(session_id, None)
         self._write(session_id, None)
@@ -158,16 +184,19 @@ class RecordSessionStore:
             # after a sign-out, a retried write after a revocation elsewhere)
             d = self.store.put(SESSION, session.id, to_json(session), session.expires_at,
                                revive=False)
-            user = user_json(session)
-            if self._users.get(session.user_id) != user:
-                self._users[session.user_id] = user
-                self._users.move_to_end(session.user_id)
-                if len(self._users) > CACHE_LIMIT:
-                    self._users.popitem(last=False)
-                written: Deferred[Any] = self.store.put(USER, session.user_id, user)
-                written.addErrback(self._user_unsaved, session.user_id)
-                self._track(written, None, None)
+            self._write_user(session)
         self._track(d, session_id, session)
+
+    def _write_user(self, session: Session) -> None:
+        user = user_json(session)
+        if self._users.get(session.user_id) != user:
+            self._users[session.user_id] = user
+            self._users.move_to_end(session.user_id)
+            if len(self._users) > CACHE_LIMIT:
+                self._users.popitem(last=False)
+            written: Deferred[Any] = self.store.put(USER, session.user_id, user)
+            written.addErrback(self._user_unsaved, session.user_id)
+            self._track(written, None, None)
 
     def _user_unsaved(self, failure: Failure, user_id: str) -> None:
         self._users.pop(user_id, None)  # written again with the session's retry

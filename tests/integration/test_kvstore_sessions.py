@@ -107,3 +107,24 @@ def test_acl_user_and_password(tmp_path: Path, require_binary: Any) -> None:
         logged = (wrong / "gateway.log").read_text()
         assert "WRONGPASS" in logged
         assert "session storage unavailable: kvstore unavailable (" in logged
+
+
+def test_sign_in_while_redis_is_down_is_503_without_a_cookie(
+        tmp_path: Path, require_binary: Any) -> None:
+    """A sign-in whose session cannot be stored answers 503 and sets no session cookie:
+    a cookie for a session no process can find would be answered with a sign-in
+    redirect everywhere (the soak saw 302s for sessions made during a Redis outage)."""
+    require_binary("redis-server", "apt-get install -y redis-server")
+    require_binary("node", "apt-get install -y nodejs npm")
+    with redis_server(tmp_path) as gone:
+        url = f"kvstore://127.0.0.1:{gone.port}/0"
+    port = free_port()
+    with oidc_provider(tmp_path, [f"http://auth.test:{port}/oauth2/callback"]) as op, \
+            echo_upstream(tmp_path) as up, \
+            gateway_daemon(tmp_path, config(op, url, port, up.url), port=port):
+        browser = Browser()
+        reply = browser.sign_in(f"http://app.test:{port}/", "alice@example.test")
+        assert reply.status == 503, (reply.status, reply.body[:200])
+        assert b"could not be saved" in reply.body
+        assert "_gateway" not in browser.cookies.get("app.test", {})
+        assert "_gateway" not in browser.cookies.get("auth.test", {})

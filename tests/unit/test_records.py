@@ -158,6 +158,29 @@ class SharedSessionsTests(SynchronousTestCase):
         follower.start()
         return sessions, follower
 
+    def test_confirmed_put(self) -> None:
+        """A sign-in's session: stored and confirmed, and then every process finds it."""
+        self.clock.advance(0)
+        one = session("one")
+        self.assertIsNone(result(self.a.put_confirmed(one)))
+        self.assertEqual(self.a.get("one"), one)
+        self.assertEqual(result(self.b.fetch("one")), one)
+
+    def test_confirmed_put_fails_while_the_store_is_down(self) -> None:
+        """The store is down at sign-in: the write fails (the sign-in answers 503 and
+        hands out no cookie) and the session is neither kept nor queued for a retry,
+        so no process can meet a cookie for a session it cannot find (the soak saw
+        302s for sessions made during a Redis outage)."""
+        self.clock.advance(0)
+        self.store.down = True
+        one = session("one")
+        self.failureResultOf(self.a.put_confirmed(one), StorageUnavailable)
+        self.assertIsNone(self.a.get("one"))
+        self.store.down = False
+        self.clock.advance(1.0)  # the stream recovers: nothing was queued for later
+        self.assertIsNone(result(self.b.fetch("one")))
+        self.assertIsNone(result(self.a.fetch("one")))
+
     def test_revocation_reaches_the_other_process(self) -> None:
         """B reads A's session, A deletes it: B drops its copy at the next poll."""
         self.clock.advance(0)
