@@ -20,6 +20,7 @@ from gateway.dataplane.exchange.access import access_log
 from gateway.dataplane.exchange.base import Sink
 from gateway.dataplane.forwardauth.answer import Mode, allowed, mode_of, outcome
 from gateway.dataplane.forwardauth.target import Target, TargetError, find_target, route_for
+from gateway.dataplane.routing.plan import RoutePlan
 from gateway.dataplane.routing.router import own_path
 
 Pairs = tuple[tuple[bytes, bytes], ...]
@@ -36,6 +37,7 @@ class Exchange(Protocol):
     headers: list[tuple[bytes, bytes]]
     finished: bool
     detail: str
+    plan: RoutePlan | None
 
     def client_address(self) -> str: ...
     def fail(self, status: int, detail: str, headers: Pairs = ()) -> None: ...
@@ -60,6 +62,9 @@ def serve_forward_auth(exchange: Exchange) -> None:
         exchange.fail(404, f"no route serves {target.origin}{target.path}: the routes' from "
                            "must name the proxy's public URLs")
         return
+    # The answer is about this route: the access log names it, and the route's response
+    # headers go with it (caddy and traefik hand non-2xx answers to the browser).
+    exchange.plan = plan
     if own_path(target.path):
         # The hand-off and sign-out live under /.gateway/ on route hosts; checking them
         # instead of passing them to the gateway would loop through sign-in for ever.
