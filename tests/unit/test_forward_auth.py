@@ -253,6 +253,20 @@ class RouteForTests(SynchronousTestCase):
         self.assertFalse(build_plan(load(base_config())).is_forward_auth(FWD))
 
 
+class ConfigTests(SynchronousTestCase):
+    def test_route_on_the_forward_auth_host_is_flagged(self) -> None:
+        """Every request to the forward-auth host is a question: a route there would
+        never be used, and the config check says so."""
+        snap = load(base_config(
+            policy=[{"from": "https://FWD.example.com:8443", "to": "http://127.0.0.1:9",
+                     "allow_any_authenticated_user": True}],
+            **IDENTITY, forward_auth_url=f"https://{FWD}"))
+        self.assertEqual([str(w) for w in snap.warnings], [
+            f"policy[0].from: {FWD} is the forward_auth_url host, whose requests are "
+            "forward-auth questions: this route is never used"])
+        self.assertEqual(SNAPSHOT.warnings, ())
+
+
 class AnswerTests(SynchronousTestCase):
     def test_modes(self) -> None:
         self.assertIs(mode_of("/verify", b"?uri=x"), Mode.VERIFY)
