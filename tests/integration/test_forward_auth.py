@@ -69,7 +69,8 @@ class Env:
         return Browser(tls=self.tls, **kwargs)
 
     def upstream_requests(self) -> int:
-        return self.up.process.log_text().count('"GET ')
+        log = self.up.process.log_text()
+        return sum(log.count(f'"{method} ') for method in ("GET", "POST", "HEAD"))
 
     def sealed_sign_in_target(self, location: str) -> str:
         """The URL a sign-in redirect will come back to (unsealed with shared_secret)."""
@@ -221,6 +222,23 @@ def test_identity_headers_verify_with_jwks(env: Env) -> None:
     claims = jwt.decode(headers["x-gateway-jwt-assertion"], key=jwt.PyJWK(key),
                         algorithms=["ES256"], audience=APP, issuer=f"{AUTH}:{env.port}")
     assert claims["email"] == "alice@example.com"
+
+
+def test_request_bodies_reach_the_app_only(env: Env) -> None:
+    """A POST is asked about without its body (the question must not wait for one), and
+    the body reaches the app once allowed; unauthenticated, it starts sign-in."""
+    body = b"a=1&b=" + b"x" * 100_000
+    before = env.upstream_requests()
+    reply = env.browser().request("POST", env.app("/form"), body)
+    assert reply.status == 302
+    assert env.upstream_requests() == before
+    browser = env.browser()
+    assert browser.sign_in(env.app("/"), "alice@example.com").status == 200
+    reply = browser.request("POST", env.app("/form?x=1"), body)
+    assert reply.status == 200
+    seen = json.loads(reply.body)
+    assert (seen["method"], seen["path"], seen["body_length"]) == ("POST", "/form?x=1",
+                                                                  len(body))
 
 
 def test_denied_user_gets_403_and_the_app_is_untouched(env: Env) -> None:

@@ -15,6 +15,7 @@ from urllib.parse import parse_qs, quote, urlsplit
 import jwt
 import trustme
 from twisted.internet.address import IPv4Address
+from twisted.internet.defer import Deferred
 from twisted.internet.testing import MemoryReactorClock, StringTransport
 from twisted.trial.unittest import SynchronousTestCase
 
@@ -23,7 +24,7 @@ from gateway.authenticate.targets import SIGN_IN
 from gateway.databroker.follower import ChangeFollower
 from gateway.databroker.memory_records import MemoryRecordStore
 from gateway.databroker.session_records import RecordSessionStore
-from gateway.dataplane.authz import Allow, Deny
+from gateway.dataplane.authz import Allow, Decision, Deny, RequestInfo
 from gateway.dataplane.codecs.http1 import Http1Connection
 from gateway.dataplane.core import ProxyCore
 from gateway.dataplane.forwardauth.answer import Mode, mode_of, outcome
@@ -457,6 +458,36 @@ class WireTests(SynchronousTestCase):
                               ("/", [cookie, *forwarded(host="mtls.example.com")])):
             status, _, _ = self.get(path, headers)
             self.assertEqual(status, 495, path)
+
+    def test_decision_that_takes_time(self) -> None:
+        """A decision that needs I/O (a session another process wrote) answers once it
+        is made; a failed one answers 500, never 200."""
+        real = self.holder.authorize
+        pending: list[Deferred[Decision]] = []
+
+        def later(request: RequestInfo, route: object) -> Deferred[Decision]:
+            pending.append(Deferred())
+            return pending[-1]
+
+        self.holder.authorize = later  # type: ignore[method-assign]
+        transport = StringTransport(peerAddress=CLIENT)
+        conn = Http1Connection(self.core)
+        conn.makeConnection(transport)
+        cookie = self.cookie("alice@example.com")
+        conn.dataReceived(b"GET /verify?uri=https://app.example.com/x HTTP/1.1\r\nHost: "
+                          + FWD.encode() + b"\r\nCookie: " + cookie[1] + b"\r\n\r\n")
+        self.assertEqual(transport.value(), b"")
+        info = RequestInfo(b"GET", "https", "app.example.com", "/x", b"", [cookie], "")
+        route = route_for(self.core.plan, parse_url("https://app.example.com/x", "uri", b"GET"))
+        pending[0].callback(real(info, route))
+        self.assertTrue(transport.value().startswith(b"HTTP/1.1 200 "))
+        transport.clear()
+        conn.dataReceived(b"GET / HTTP/1.1\r\nHost: " + FWD.encode() + b"\r\n"
+                          + b"".join(k + b": " + v + b"\r\n" for k, v in forwarded())
+                          + b"\r\n")
+        pending[1].errback(RuntimeError("storage down"))
+        self.assertTrue(transport.value().startswith(b"HTTP/1.1 500 "))
+        self.flushLoggedErrors(RuntimeError)
 
     def test_methods(self) -> None:
         status, headers, _ = self.get("/verify?uri=https://app.example.com/", method="POST")
