@@ -320,8 +320,9 @@ def test_open_redirects_refused(env: Env) -> None:
 
 
 def test_conflicting_urls_cannot_pick_the_route(env: Env) -> None:
-    """A client who may use /public but not /admin cannot get /admin checked as
-    /public with a forged source: it is overwritten by the proxy or refused."""
+    """The gateway's backstop when a proxy lets a client's header through: a question
+    whose sources name different URLs (the proxy's uri, a forged X-Original-URL) is
+    refused, so nobody gets /admin checked as /public."""
     browser = env.browser()
     assert browser.sign_in(env.app("/"), "alice@example.com").status == 200
     status, _, body = env.gw.get(

@@ -27,6 +27,7 @@ from gateway.databroker.session_records import RecordSessionStore
 from gateway.dataplane.authz import Allow, Decision, Deny, RequestInfo
 from gateway.dataplane.codecs.http1 import Http1Connection
 from gateway.dataplane.core import ProxyCore
+from gateway.dataplane.exchange.access import loggable_query
 from gateway.dataplane.forwardauth.answer import Mode, mode_of, outcome
 from gateway.dataplane.forwardauth.target import (
     Target,
@@ -252,6 +253,20 @@ class RouteForTests(SynchronousTestCase):
         self.assertFalse(self.plan.is_forward_auth("app.example.com"))
         self.assertFalse(self.plan.is_forward_auth(f"x{FWD}"))
         self.assertFalse(build_plan(load(base_config())).is_forward_auth(FWD))
+
+
+class AccessLogTests(SynchronousTestCase):
+    def test_credentials_in_queries_are_not_logged(self) -> None:
+        """The hand-off value and the provider's code never reach the access log, also
+        inside a forward-auth question's uri."""
+        self.assertEqual(loggable_query(b"?gateway_session=SEALED&x=1"),
+                         "?gateway_session=[redacted]&x=1")
+        self.assertEqual(loggable_query(b"?state=s&CODE=abc"), "?state=s&CODE=[redacted]")
+        self.assertEqual(
+            loggable_query(b"?uri=https://app.example.com/.gateway/callback?gateway_session=S"),
+            "?uri=https://app.example.com/.gateway/callback?gateway_session=[redacted]")
+        self.assertEqual(loggable_query(b"?zipcode=1&barcode=2"), "?zipcode=1&barcode=2")
+        self.assertEqual(loggable_query(b""), "")
 
 
 class ConfigTests(SynchronousTestCase):
