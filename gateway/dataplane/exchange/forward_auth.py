@@ -76,7 +76,7 @@ def serve_forward_auth(exchange: Exchange) -> None:
     info = RequestInfo(target.method, target.scheme, target.host, target.path, target.query,
                        exchange.headers, exchange.client_address())
     if mode is Mode.SIGN_IN:
-        _answer(exchange, target, authorizer.sign_in(info))
+        _answer(exchange, mode, target, authorizer.sign_in(info))
         return
     if plan.client_cert is not None:
         problem = exchange.sink.client_cert_problem(plan.client_cert)
@@ -85,7 +85,7 @@ def serve_forward_auth(exchange: Exchange) -> None:
             exchange.fail(495, "invalid client certificate")
             return
     if plan.public:
-        _answer(exchange, target, allowed(Allow()))
+        _answer(exchange, mode, target, allowed(Allow()))
         return
     decision = authorizer.authorize(info, plan)
     if isinstance(decision, Deferred):
@@ -106,14 +106,14 @@ def _later(decision: Decision, exchange: Exchange, mode: Mode, target: Target,
 def _decided(decision: Decision, exchange: Exchange, mode: Mode, target: Target,
              authorizer: Authorizer, info: RequestInfo) -> None:
     answer = outcome(mode, decision, exchange.headers)
-    _answer(exchange, target, authorizer.sign_in(info) if answer is None else answer)
+    _answer(exchange, mode, target, authorizer.sign_in(info) if answer is None else answer)
 
 
-def _answer(exchange: Exchange, target: Target, decision: Decision) -> None:
+def _answer(exchange: Exchange, mode: Mode, target: Target, decision: Decision) -> None:
     if isinstance(decision, Allow):  # sign_in never allows; kept total for the types
         decision = allowed(decision)
-    mode = mode_of(exchange.path, exchange.query).value
-    exchange.detail = f"forward-auth {mode}: {target.host}{target.path} {_reason(decision)}"
+    exchange.detail = (f"forward-auth {mode.value}: {target.host}{target.path} "
+                       f"{_reason(decision)}")
     exchange.local(decision.status, decision.body, decision.headers)
 
 
