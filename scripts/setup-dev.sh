@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs everything the gateway's tests and demo need, on a fresh Debian machine or an
 # already prepared one (each step is skipped when it is already done):
-#   Debian packages (python3-venv, redis-server, curl, nginx, haproxy, wrk, h2load,
+#   Debian packages (python3-venv, redis-server, curl, nginx, caddy, haproxy, wrk, h2load,
 #   iproute2, pebble, chromium, slapd + ldap-utils, prometheus (promtool),
 #   openssh-server + openssh-client and postgresql (peers of the `gateway tcp` tests);
 #   Node.js only if missing),
@@ -14,6 +14,7 @@ need_apt=()
 command -v redis-server >/dev/null 2>&1 || need_apt+=(redis-server redis-tools)
 command -v curl >/dev/null 2>&1 || need_apt+=(curl)
 [ -x /usr/sbin/nginx ] || command -v nginx >/dev/null 2>&1 || need_apt+=(nginx)
+command -v caddy >/dev/null 2>&1 || need_apt+=(caddy)
 command -v h2load >/dev/null 2>&1 || need_apt+=(nghttp2-client)
 command -v wrk >/dev/null 2>&1 || need_apt+=(wrk)
 [ -x /usr/sbin/haproxy ] || command -v haproxy >/dev/null 2>&1 || need_apt+=(haproxy)

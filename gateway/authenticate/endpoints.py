@@ -207,13 +207,21 @@ class Endpoints:
         return pages.redirect(location, extra)
 
     def _handoff(self, request: RequestInfo) -> Decision:
+        """Sets this host's cookie: the sealed value is bound to the host, expires in
+        ``HANDOFF_TTL`` and is accepted once (it travels in a URL that proxies log)."""
         ident = self.identity
-        payload = ident.shared.open("handoff", query_params(request).get("gateway_session", ""),
-                                   ident.clock())
+        now = ident.clock()
+        sealed = query_params(request).get("gateway_session", "")
+        payload = ident.shared.open("handoff", sealed, now)
         uri = str(payload.get("uri", "")) if payload else ""
         if payload is None or urlsplit(uri).netloc.lower() != request.host:
             return pages.error(400, "This sign-in link is invalid or has expired.",
                                request.headers, "bad-handoff")
+        if not ident.spent.spend(ident.shared.token_id(sealed), float(payload["exp"]), now):
+            log.warn("a sign-in hand-off for {host} was used twice; refused",
+                     host=request.host)
+            return pages.error(400, "This sign-in link was already used; open the page "
+                               "again.", request.headers, "handoff-reused")
         session = ident.store.get(str(payload.get("sid", "")))
         if session is None or not session.valid(ident.clock()):
             return pages.error(401, "Your session has ended; sign in again.", request.headers,

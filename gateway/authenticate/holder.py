@@ -16,6 +16,7 @@ from gateway.authorize.assertion import AssertionSigner
 from gateway.config.snapshot import Snapshot
 from gateway.databroker.broker import Databroker
 from gateway.dataplane.authz import Decision, RequestInfo
+from gateway.sessions.spent import SpentTokens
 from gateway.sessions.store import SessionStore
 
 log = Logger()
@@ -42,15 +43,16 @@ class IdentityHolder:
         self.broker = broker
         self.store: SessionStore = broker.sessions
         self.signer = _signer(snapshot, None)
+        self.spent = SpentTokens()  # kept across reloads, as sessions are
         self.identity = Identity(reactor, snapshot, self.store, self.signer,
-                                 directory=broker.directory)
+                                 directory=broker.directory, spent=self.spent)
         self.endpoints = Endpoints(self.identity)
 
     def apply(self, snapshot: Snapshot) -> None:
         """After the databroker's ``apply`` (it may start or stop directory data)."""
         self.signer = _signer(snapshot, self.signer)
         self.identity = Identity(self.reactor, snapshot, self.store, self.signer,
-                                 directory=self.broker.directory)
+                                 directory=self.broker.directory, spent=self.spent)
         self.endpoints = Endpoints(self.identity)
 
     def authorize(self, request: RequestInfo, route: object) -> Decision | Deferred[Decision]:
@@ -62,3 +64,6 @@ class IdentityHolder:
     def internal(self, request: RequestInfo, body: bytes = b""
                  ) -> Decision | Deferred[Decision] | None:
         return self.endpoints.internal(request, body)
+
+    def sign_in(self, request: RequestInfo) -> Decision:
+        return self.identity.sign_in(request)

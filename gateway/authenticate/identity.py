@@ -49,6 +49,7 @@ from gateway.sessions.cookie import (
 )
 from gateway.sessions.model import Session
 from gateway.sessions.sealed import Sealer
+from gateway.sessions.spent import SpentTokens
 from gateway.sessions.store import DirectoryGroups, SessionStore
 
 log = Logger()
@@ -76,8 +77,10 @@ class Identity:
 
     def __init__(self, reactor: Any, snapshot: Snapshot, store: SessionStore,
                  signer: AssertionSigner, clock: Callable[[], float] = time.time,
-                 directory: DirectoryGroups | None = None) -> None:
+                 directory: DirectoryGroups | None = None,
+                 spent: SpentTokens | None = None) -> None:
         self.reactor = reactor
+        self.spent = spent if spent is not None else SpentTokens()  # used hand-offs
         self.store = store
         self.directory = directory
         self._with_groups: dict[str, tuple[Session, int, Session]] = {}
@@ -306,7 +309,14 @@ class Identity:
                      else frozenset(), strip_cookie=self.options.cookie_name)
 
     def _sign_in(self, request: RequestInfo) -> Deny:
-        if not pages.wants_html(request.headers) or not self.auth_origin:
+        if not pages.wants_html(request.headers):
+            return pages.error(401, "Sign in to reach this route.", request.headers,
+                               "user-unauthenticated")
+        return self.sign_in(request)
+
+    def sign_in(self, request: RequestInfo) -> Deny:
+        """302 to the authenticate host's sign-in with ``request``'s URL sealed in it."""
+        if not self.auth_origin:
             return pages.error(401, "Sign in to reach this route.", request.headers,
                                "user-unauthenticated")
         target = f"{request.scheme}://{request.host}{request.path}" + \

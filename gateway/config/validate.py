@@ -10,6 +10,7 @@ import dataclasses
 import os
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlsplit
 
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 
@@ -345,7 +346,13 @@ def _observability(options: Options, reader: Reader, problems: Problems,
 def _routes_against_globals(options: Options, routes: tuple[Route, ...],
                             problems: Problems) -> None:
     seen: dict[tuple[str, int | None, str, str, str], int] = {}
+    forward_auth = urlsplit(options.forward_auth_url).hostname if options.forward_auth_url \
+        else None
     for route in routes:
+        if forward_auth and route.host == forward_auth.lower():
+            problems.warn(f"policy[{route.index}].from",
+                          f"{route.host} is the forward_auth_url host, whose requests are "
+                          "forward-auth questions: this route is never used")
         limit = options.timeout_write
         if limit and route.timeout > limit and not (route.allow_websockets or route.allow_spdy
                                                    or route.tcp):

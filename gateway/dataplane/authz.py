@@ -62,6 +62,11 @@ class Authorizer(Protocol):
                  ) -> Decision | Deferred[Decision] | None:
         ...
 
+    def sign_in(self, request: RequestInfo) -> Decision:
+        """A redirect that starts sign-in and returns to ``request``'s URL, whatever the
+        client accepts (forward auth: the third-party proxy asks for a browser)."""
+        ...
+
 
 class NotYetAuthorizer:
     """Every non-public route is refused until sign-in exists."""
@@ -75,3 +80,6 @@ class NotYetAuthorizer:
 
     def internal(self, request: RequestInfo, body: bytes = b"") -> Decision | None:
         return None
+
+    def sign_in(self, request: RequestInfo) -> Decision:
+        return self.authorize(request, None)

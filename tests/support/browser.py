@@ -1,11 +1,14 @@
-"""A small browser for sign-in tests: follows redirects by hand, keeps cookies per host,
-fills in node-oidc-provider's dev login and consent forms. Every request goes to
-127.0.0.1 with the URL's host in the Host header, so test names like ``app.test`` need
-no DNS."""
+"""A small browser for sign-in tests: follows redirects by hand, keeps cookies per host
+(and per ``Domain`` when a cookie names one), fills in node-oidc-provider's dev login and
+consent forms, remembers every request it made (``history``). Every request goes to
+127.0.0.1 with the URL's host in the Host header (and as the TLS server name for https
+URLs, with ``tls``), so test names like ``app.test`` need no DNS."""
 
 from __future__ import annotations
 
 import http.client
+import socket
+import ssl
 from dataclasses import dataclass, field
 from html.parser import HTMLParser
 from urllib.parse import urlencode, urljoin, urlsplit
@@ -38,19 +41,43 @@ class Reply:
         return next((v for k, v in self.headers if k.lower() == name.lower()), None)
 
 
+class _LoopbackHTTPS(http.client.HTTPConnection):
+    """HTTPS to 127.0.0.1 with ``server_name`` as SNI and certificate name."""
+
+    def __init__(self, port: int, context: ssl.SSLContext, server_name: str) -> None:
+        super().__init__("127.0.0.1", port, timeout=15)
+        self._context = context
+        self._server_name = server_name
+
+    def connect(self) -> None:
+        super().connect()
+        assert isinstance(self.sock, socket.socket)
+        self.sock = self._context.wrap_socket(self.sock, server_hostname=self._server_name)
+
+
 @dataclass
 class Browser:
     cookies: dict[str, dict[str, str]] = field(default_factory=dict)
     accept: str = "text/html,application/xhtml+xml"
+    tls: ssl.SSLContext | None = None  # trusts the test CA; needed for https URLs
+    domain_cookies: dict[str, dict[str, str]] = field(default_factory=dict)
+    history: list[tuple[str, str, int]] = field(default_factory=list)  # method, URL, status
 
     def request(self, method: str, url: str, body: bytes = b"",
                 headers: dict[str, str] | None = None) -> Reply:
         parts = urlsplit(url)
         port = parts.port or (443 if parts.scheme == "https" else 80)
-        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=15)
-        path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
         host = (parts.hostname or "").lower()
-        jar = self.cookies.get(host, {})
+        conn: http.client.HTTPConnection
+        if parts.scheme == "https":
+            assert self.tls is not None, "an https URL needs Browser(tls=...)"
+            conn = _LoopbackHTTPS(port, self.tls, host)
+        else:
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=15)
+        path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+        jar = {k: v for domain, values in self.domain_cookies.items()
+               if host == domain or host.endswith("." + domain) for k, v in values.items()}
+        jar.update(self.cookies.get(host, {}))
         out = {"Host": parts.netloc, "Accept": self.accept, **(headers or {})}
         if jar:
             out["Cookie"] = "; ".join(f"{k}={v}" for k, v in jar.items())
@@ -63,6 +90,7 @@ class Browser:
             reply = Reply(resp.status, resp.getheaders(), data, url)
         finally:
             conn.close()
+        self.history.append((method, url, reply.status))
         for name, value in reply.headers:
             if name.lower() == "set-cookie":
                 self._store(host, value)
@@ -72,7 +100,11 @@ class Browser:
         pair, *attrs = [p.strip() for p in header.split(";")]
         name, _, value = pair.partition("=")
         expired = any(a.lower() in ("max-age=0",) for a in attrs)
-        jar = self.cookies.setdefault(host, {})
+        domain = next((a.split("=", 1)[1].strip().lstrip(".").lower() for a in attrs
+                       if a.lower().startswith("domain=")), "")
+        if domain and not (host == domain or host.endswith("." + domain)):
+            return  # browsers refuse a cookie for a domain the host is not in
+        jar = (self.domain_cookies if domain else self.cookies).setdefault(domain or host, {})
         if expired or not value:
             jar.pop(name, None)
         else:

@@ -345,6 +345,24 @@ class HandoffTests(IdentityCase):
         self.assertEqual(len(cookies), 1)
         self.assertIsInstance(self.authorize(headers=[BROWSER, cookie_header(cookies)]), Allow)
 
+    def test_single_use(self) -> None:
+        """A hand-off works once; a copy (another base64 spelling included), even inside
+        its lifetime and after a reload, is refused without a cookie."""
+        alice = self.session()
+        sealed = self.identity.shared.seal(
+            "handoff", {"sid": alice.id, "uri": "https://app.test/"}, NOW + HANDOFF_TTL)
+        self.assertEqual(self.handoff(sealed).status, 302)
+        reloaded = Identity(None, self.snapshot, self.store, self.signer, self.clock,
+                            spent=self.identity.spent)
+        reloaded.provider = None
+        self.endpoints = Endpoints(reloaded)
+        respelled = sealed[:-1] + chr(ord(sealed[-1]) | 1) if len(sealed) % 4 == 2 else sealed
+        for copy in (sealed, respelled):
+            decision = self.handoff(copy)
+            self.assertEqual(decision.status, 400)
+            self.assertIn(b"already used", decision.body)
+            self.assertEqual(headers_named(decision, b"set-cookie"), [])
+
     def test_other_host(self) -> None:
         """A hand-off sealed for another host is refused with 400."""
         alice = self.session()

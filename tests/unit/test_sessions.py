@@ -22,6 +22,7 @@ from gateway.sessions.cookie import (
     strip_cookie,
 )
 from gateway.sessions.sealed import Sealer
+from gateway.sessions.spent import SpentTokens
 
 NOW = 1_700_000_000.0
 KEY = b"k" * 32
@@ -306,3 +307,31 @@ class StripCookieTests(SynchronousTestCase):
         """Empty pairs and stray spaces disappear; kept pairs are joined with '; '."""
         self.assertEqual(strip_cookie(b" a=1 ;; _gateway=x ;b=2 ", "_gateway"),
                          b"a=1; b=2")
+
+
+class SpentTokensTests(SynchronousTestCase):
+    """Single use for hand-offs: remembered until expiry, bounded memory."""
+
+    def test_once_until_expiry(self) -> None:
+        spent = SpentTokens()
+        self.assertTrue(spent.spend("a", NOW + 60, NOW))
+        self.assertFalse(spent.spend("a", NOW + 60, NOW + 30))
+        self.assertTrue(spent.spend("b", NOW + 60, NOW + 30))
+        # after its expiry the value is forgotten (the sealed value itself is refused then)
+        spent.spend("c", NOW + 200, NOW + 61)
+        self.assertEqual(len(spent), 1)
+
+    def test_bounded(self) -> None:
+        spent = SpentTokens(limit=3)
+        for index in range(10):
+            self.assertTrue(spent.spend(str(index), NOW + 60 + index, NOW))
+            self.assertLessEqual(len(spent), 3)
+        self.assertFalse(spent.spend("9", NOW + 69, NOW))  # the latest are kept
+
+    def test_token_id_ignores_spelling(self) -> None:
+        sealer = Sealer(KEY)
+        token = sealer.seal("handoff", {"x": 1}, NOW + 60)
+        self.assertEqual(Sealer.token_id(token), Sealer.token_id(token + "=="))
+        self.assertNotEqual(Sealer.token_id(token),
+                            Sealer.token_id(sealer.seal("handoff", {"x": 1}, NOW + 60)))
+        self.assertEqual(Sealer.token_id("!!"), "")

@@ -6,6 +6,7 @@ was sent and why; a ``proxy_log_level`` above ``info`` turns it off.
 
 from __future__ import annotations
 
+import re
 from typing import Protocol
 
 from twisted.logger import Logger, LogLevel
@@ -15,6 +16,14 @@ from gateway.dataplane.routing.plan import RoutePlan
 from gateway.observability.logging import LEVELS
 
 access_log = Logger(namespace="gateway.access")
+# Query parameters that carry credentials: the session hand-off at the end of sign-in and
+# the provider's authorization code (also inside a forward-auth question's ``uri``).
+_SECRET_PARAMS = re.compile(rb"((?:^|[?&])(?:gateway_session|code)=)[^&]*", re.IGNORECASE)
+
+
+def loggable_query(query: bytes) -> str:
+    """The query string as logged: credential values replaced by ``[redacted]``."""
+    return _SECRET_PARAMS.sub(rb"\1[redacted]", query).decode("latin-1")
 
 
 class Logged(Protocol):
@@ -45,7 +54,7 @@ def log_access(exchange: Logged, status: int, **extra: object) -> None:
     access_log.info(
         "{method} {host}{path} {status}",
         method=exchange.method.decode("latin-1"), host=exchange.host, path=exchange.path,
-        query=exchange.query.decode("latin-1"), status=status, bytes=exchange.sent,
+        query=loggable_query(exchange.query), status=status, bytes=exchange.sent,
         duration_ms=round((exchange.core.reactor.seconds() - exchange.started) * 1000, 3),
         client=exchange.client_address(),
         route=(plan.route.name or str(plan.route.index)) if plan else None,

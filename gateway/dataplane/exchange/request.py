@@ -3,9 +3,9 @@
 The codec (HTTP/1.1 here; HTTP/2 shares this) fills in the request fields, calls
 ``begin`` when it may be served, feeds the body with ``request_body`` /
 ``request_complete``, and implements ``Sink`` for the response. The exchange routes,
-answers the gateway's own endpoints and redirect routes, and asks the authorization hook;
-an allowed request goes to the upstream relay (``relay.UpstreamRelay``), everything else
-is answered locally (``base.ExchangeBase.local``).
+answers the gateway's own endpoints, forward-auth requests (``forward_auth``) and redirect
+routes, and asks the authorization hook; an allowed request goes to the upstream relay
+(``relay.UpstreamRelay``), everything else is answered locally (``base.ExchangeBase.local``).
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from twisted.python.failure import Failure
 from gateway.dataplane.authz import Allow, Deny, RequestInfo
 from gateway.dataplane.exchange.access import access_log, log_access
 from gateway.dataplane.exchange.base import BODY_CHUNKED
+from gateway.dataplane.exchange.forward_auth import serve_forward_auth
 from gateway.dataplane.exchange.relay import UpstreamRelay
 from gateway.dataplane.exchange.tunnel import open_tunnel
 from gateway.dataplane.routing.plan import RoutePlan
@@ -107,6 +108,9 @@ class Exchange(UpstreamRelay):
                 return
             if self._internal(b""):
                 return
+        if core.plan.is_forward_auth(self.host):
+            serve_forward_auth(self)
+            return
         plan, known = core.plan.lookup(self.host, path)
         sni, certificate, store = self.sink.tls_info()
         if sni and store is not None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlsplit
 
 from gateway.config.routes import Route
 from gateway.config.snapshot import Snapshot
@@ -57,6 +58,14 @@ class Plan:
     state_key: dict[tuple[Any, ...], tuple[tuple[UpstreamHost, ...], Balancer | None]] = field(
         default_factory=dict
     )
+    forward_auth_host: str = ""  # host name of ``forward_auth_url``; "" when off
+
+    def is_forward_auth(self, host: str) -> bool:
+        """Whether a request's Host (port ignored) is the forward-auth host."""
+        if not self.forward_auth_host:
+            return False
+        name = host[: host.find("]") + 1] if host.startswith("[") else host.partition(":")[0]
+        return name.rstrip(".") == self.forward_auth_host
 
     def lookup(self, host: str, path: str) -> tuple[RoutePlan | None, bool]:
         """(first matching route plan, whether the host is known at all)."""
@@ -168,4 +177,12 @@ def build_plan(snapshot: Snapshot, previous: Plan | None = None) -> Plan:
         routes=tuple(plans),
         response_headers=_encode(global_headers),
         state_key=state,
+        forward_auth_host=_forward_auth_host(options.forward_auth_url),
     )
+
+
+def _forward_auth_host(url: str) -> str:
+    if not url:
+        return ""
+    host = (urlsplit(url).hostname or "").lower().rstrip(".")
+    return f"[{host}]" if ":" in host else host

@@ -1,6 +1,8 @@
 // Signs in through the gateway with Debian's headless Chromium, as a person would:
 // open the protected URL, fill in the provider's login and consent pages, and print the
 // final page's URL and text as JSON. Usage: node signin.js URL LOGIN
+// Environment (optional): HOST_RESOLVER_RULES (Chromium's --host-resolver-rules, e.g.
+// "MAP *.example.com 127.0.0.1"), IGNORE_HTTPS_ERRORS=1 (certificates of a test CA).
 'use strict';
 const { chromium } = require('playwright-core');
 
@@ -9,10 +11,15 @@ const { chromium } = require('playwright-core');
   const browser = await chromium.launch({
     executablePath: process.env.CHROMIUM || '/usr/bin/chromium',
     args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking',
-           '--disable-component-update', '--disable-sync', '--no-first-run'],
+           '--disable-component-update', '--disable-sync', '--no-first-run',
+           ...(process.env.HOST_RESOLVER_RULES
+             ? [`--host-resolver-rules=${process.env.HOST_RESOLVER_RULES}`] : [])],
   });
   try {
-    const page = await browser.newPage();
+    const context = await browser.newContext({
+      ignoreHTTPSErrors: process.env.IGNORE_HTTPS_ERRORS === '1',
+    });
+    const page = await context.newPage();
     await page.goto(url, { timeout: 20000 });
     for (let step = 0; step < 5; step += 1) {
       const prompt = await page.$('input[name="prompt"]');
