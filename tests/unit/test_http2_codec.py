@@ -9,7 +9,7 @@ import h2.config
 import h2.connection
 import h2.events
 from twisted.internet.address import IPv4Address
-from twisted.internet.error import ConnectionDone
+from twisted.internet.error import ConnectionDone, ConnectionRefusedError
 from twisted.internet.testing import MemoryReactorClock, StringTransport
 from twisted.python.failure import Failure
 from twisted.trial.unittest import SynchronousTestCase
@@ -329,3 +329,37 @@ class CloseGraceTests(SynchronousTestCase):
         self.assertFalse(transport.aborted)
         reactor.advance(CLOSE_GRACE + 1)
         self.assertTrue(transport.aborted)
+
+
+TCP_SNAPSHOT = load(base_config(
+    timeout_idle="5s",
+    policy=[{"from": "tcp+https://db.example.com:5432", "to": "tcp://127.0.0.1:15432",
+             "allow_public_unauthenticated_access": True, "timeout": "2s"}],
+))
+
+
+class ConnectWindowTests(H2TestCase):
+    def setUp(self) -> None:
+        super().setUp()
+        self.core.set_plan(build_plan(TCP_SNAPSHOT))
+
+    def test_refused_connect_gives_the_connection_window_back(self) -> None:
+        """DATA sent with a CONNECT waits unacknowledged for the tunnel; when the
+        tunnel is refused later (the service refuses the connection: 503) those bytes must
+        return to the connection window, or every later upload on the connection
+        stalls on a window that never reopens (from the review)."""
+        sid = self.client.get_next_available_stream_id()
+        self.client.send_headers(sid, [(b":method", b"CONNECT"),
+                                       (b":authority", b"db.example.com:5432")])
+        for _ in range(4):
+            self.client.send_data(sid, b"x" * 15000)
+        self.pump()
+        self.assertEqual(len(self.reactor.tcpClients), 1)
+        self.assertLess(self.client.outbound_flow_control_window, WINDOW - 50000)
+        _, _, factory, _, _ = self.reactor.tcpClients[0]
+        factory.clientConnectionFailed(self.reactor.connectors[0],
+                                       Failure(ConnectionRefusedError()))  # refused: 503
+        self.pump()
+        self.assertEqual(self.result(sid).status, 503)
+        # h2 sends connection WINDOW_UPDATEs in batches: at most one frame outstanding
+        self.assertGreaterEqual(self.client.outbound_flow_control_window, WINDOW - 16384)

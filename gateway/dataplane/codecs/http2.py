@@ -120,7 +120,7 @@ class _Stream:
                 conn.end_stream(sid)
                 self.closed = True
                 if self.exchange is None or self.exchange.finished:
-                    self.owner.streams.pop(sid, None)
+                    self.owner.forget_stream(self)
         except (h2.exceptions.StreamClosedError, h2.exceptions.ProtocolError):
             self.closed = True
             self.pending.clear()
@@ -231,12 +231,8 @@ class _StreamEnd:
             self.stream.owner.flush()
 
     def loseConnection(self) -> None:
-        stream = self.stream
-        self.loseWriteConnection()
-        # The client's half ends with the pipe: RST if it is still open (RFC 9113 8.5).
-        if not stream.closed and not stream.end_pending:
-            stream.owner.streams.pop(stream.stream_id, None)
-        stream.owner.stream_done(stream)
+        self.loseWriteConnection()  # END_STREAM once what is pending has its window
+        self.stream.owner.stream_done(self.stream)
 
     def abortConnection(self) -> None:
         stream = self.stream
@@ -244,7 +240,7 @@ class _StreamEnd:
             stream.closed = True
             stream.pending.clear()
             stream.owner.reset(stream.stream_id, h2.errors.ErrorCodes.CONNECT_ERROR)
-        stream.owner.streams.pop(stream.stream_id, None)
+        stream.owner.forget_stream(stream)
 
 
 class H2Connection(ConnectionTLS, Protocol):
@@ -316,9 +312,18 @@ class H2Connection(ConnectionTLS, Protocol):
             return
         self.flush()
 
+    def forget_stream(self, stream: _Stream) -> None:
+        """The stream is over: drop it, and give the connection window back the bytes
+        it held unacknowledged (a paused upload, DATA before a refused CONNECT), or
+        every other stream's uploads would stall on a window that never reopens."""
+        self.streams.pop(stream.stream_id, None)
+        if stream.unacked:
+            size, stream.unacked = stream.unacked, 0
+            self.acknowledge(stream.stream_id, size)  # h2 credits the connection only
+
     def stream_done(self, stream: _Stream) -> None:
         if stream.closed or not (stream.pending or stream.end_pending):
-            self.streams.pop(stream.stream_id, None)
+            self.forget_stream(stream)
         # else: the body still waits for the client's window; _drain removes the
         # stream once END_STREAM is out.
         self.last_activity = self.core.reactor.seconds()
@@ -349,8 +354,9 @@ class H2Connection(ConnectionTLS, Protocol):
                 elif stream is not None and stream.exchange is not None:
                     stream.exchange.request_complete()
             elif isinstance(event, h2.events.StreamReset):
-                stream = self.streams.pop(event.stream_id, None)
+                stream = self.streams.get(event.stream_id)
                 if stream is not None:
+                    self.forget_stream(stream)
                     stream.closed = True
                     if stream.pipe is not None:
                         stream.pipe.lost("client reset the stream", clean=False)
