@@ -66,14 +66,20 @@ class SignInTests(SynchronousTestCase):
         protocol.dataReceived(b"GET " + target + b" HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
         return transport.value()
 
+    def secret_path(self) -> bytes:
+        """The random path of this sign-in's redirect address."""
+        (asked,) = self.asked
+        self.assertRegex(asked, r"^http://127\.0\.0\.1:0/[A-Za-z0-9_-]{24}/$")
+        return asked[len("http://127.0.0.1:0"):].encode()
+
     def test_the_whole_sign_in(self) -> None:
         results = self.start()
-        self.assertEqual(self.asked, ["http://127.0.0.1:0/"])
+        path = self.secret_path()
         self.login.callback(SIGN_IN_URL)
         self.assertEqual(self.opened, [SIGN_IN_URL])
         self.assertTrue(any(SIGN_IN_URL in line for line in self.said))  # printed too
         self.assertEqual(results, [])
-        page = self.browser_visit(b"/?gateway_jwt=the-token")
+        page = self.browser_visit(path + b"?gateway_jwt=the-token")
         self.assertIn(b"200 OK", page.split(b"\r\n", 1)[0])
         self.assertIn(b"You can close this tab.", page)
         self.assertIn(b"cache-control: no-store", page.lower())
@@ -84,8 +90,11 @@ class SignInTests(SynchronousTestCase):
     def test_other_visits_are_404_and_keep_waiting(self) -> None:
         results = self.start()
         self.login.callback(SIGN_IN_URL)
-        for target in (b"/favicon.ico", b"/", b"/?gateway_jwt=", b"/x?gateway_jwt=t",
-                       b"/?gateway_jwt=a%20b"):
+        path = self.secret_path()
+        # a token planted without the random path (another local process, a web page
+        # the person has open) is refused like any stray visit
+        for target in (b"/favicon.ico", b"/", b"/?gateway_jwt=planted", path + b"x?gateway_jwt=t",
+                       path + b"?gateway_jwt=", path + b"?gateway_jwt=a%20b"):
             with self.subTest(target=target):
                 self.assertIn(b" 404 ", self.browser_visit(target).split(b"\r\n", 1)[0])
         self.reactor.advance(1)

@@ -30,8 +30,8 @@ examples:
     redis-cli -h 127.0.0.1 -p 6379 PING
 
   --gateway-url is needed when the destination's name does not lead to the gateway
-  (e.g. --gateway-url http://localhost:8080 for a local trial); its host must be one the
-  gateway serves (a route's host), as the sign-in starts there.
+  (e.g. --gateway-url https://gateway.example.com, or http://localhost:8080 for a local
+  trial): one gateway name reaches every TCP route.
 
 The first connection opens the sign-in page (the URL is printed too, for machines without a
 browser); the token is cached per gateway and destination under

@@ -13,6 +13,7 @@ Every step has a deadline; Ctrl-C stops the reactor and with it the wait.
 from __future__ import annotations
 
 import html
+import secrets
 from collections.abc import Awaitable, Callable
 from typing import Any
 from urllib.parse import urlencode, urlsplit
@@ -51,17 +52,18 @@ class TokenReceiver(Resource):
 
     isLeaf = True
 
-    def __init__(self, clock: Any, what: str) -> None:
+    def __init__(self, clock: Any, what: str, path: bytes = b"/") -> None:
         super().__init__()  # type: ignore[no-untyped-call]  # twisted.web is unannotated
         self.clock = clock
         self.what = what
+        self.path = path  # random per sign-in: only the gateway's redirect knows it
         self.token: Deferred[str] = Deferred()
 
     def render_GET(self, request: Request) -> bytes:
         values = request.args.get(b"gateway_jwt") if request.args else None
         token = values[0].decode("ascii", "replace") if values else ""
         request.setHeader(b"cache-control", b"no-store")
-        if request.path != b"/" or not valid_token(token):
+        if request.path != self.path or not valid_token(token):
             request.setResponseCode(404)
             request.setHeader(b"content-type", b"text/plain; charset=utf-8")
             return b"not found\n"
@@ -108,12 +110,15 @@ async def sign_in(reactor: Any, what: str, get_url: Callable[[str], Awaitable[st
     """Run the whole sign-in for ``what`` (``db:5432 at https://gw:443``): the token, or
     ``TunnelError``. ``get_url(redirect_uri)`` asks the gateway (``login_url``),
     ``open_url`` starts the browser."""
-    receiver = TokenReceiver(reactor, what)
+    # A path nobody else knows: any local process or web page can reach the loopback
+    # port while we wait, and must not be able to plant a token of its own.
+    path = f"/{secrets.token_urlsafe(18)}/"
+    receiver = TokenReceiver(reactor, what, path.encode())
     site = Site(receiver)
     site.noisy = False
     port = await TCP4ServerEndpoint(reactor, 0, interface="127.0.0.1").listen(site)
     try:
-        redirect_uri = f"http://127.0.0.1:{port.getHost().port}/"
+        redirect_uri = f"http://127.0.0.1:{port.getHost().port}{path}"
         url = await get_url(redirect_uri)
         say(f"sign-in required for {what}. Opening the sign-in page in your browser; "
             f"if it does not open, visit this URL:\n\n    {url}\n")
