@@ -30,8 +30,9 @@ class FillingTransport(StringTransport):
     def drain(self) -> bytes:
         data: bytes = self.value()
         self.clear()
-        if self.producer is not None and self.producer_paused_by_us:
+        if self.producer is None:
             self.producer_paused_by_us = False
-            self.producer.resumeProducing()
-        self.producer_paused_by_us = False
+        elif self.producer_paused_by_us:
+            self.producer_paused_by_us = False
+            self.producer.resumeProducing()  # may fill the buffer (and pause) again
         return data

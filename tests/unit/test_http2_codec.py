@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 import h2.config
 import h2.connection
 import h2.events
+import h2.settings
 from twisted.internet.address import IPv4Address
 from twisted.internet.error import ConnectionDone, ConnectionRefusedError
 from twisted.internet.testing import MemoryReactorClock, StringTransport
@@ -17,6 +18,7 @@ from twisted.trial.unittest import SynchronousTestCase
 from gateway.dataplane.codecs.http2 import H2Connection
 from gateway.dataplane.core import ProxyCore
 from gateway.dataplane.routing.plan import build_plan
+from tests.support.filling_transport import FillingTransport
 from tests.support.memory_upstream import MemoryUpstream
 
 from .config.helpers import base_config, load
@@ -363,3 +365,58 @@ class ConnectWindowTests(H2TestCase):
         self.assertEqual(self.result(sid).status, 503)
         # h2 sends connection WINDOW_UPDATEs in batches: at most one frame outstanding
         self.assertGreaterEqual(self.client.outbound_flow_control_window, WINDOW - 16384)
+
+
+class ClientBufferTests(H2TestCase):
+    """The client's socket buffer fills (it stopped reading) while its windows are wide
+    open: the gateway must stop writing and pause the upstream, not buffer it all."""
+
+    def setUp(self) -> None:
+        self.reactor = MemoryReactorClock()
+        self.core = ProxyCore(self.reactor, build_plan(SNAPSHOT), tls=False)
+        self.core.start()
+        self.addCleanup(self.core.stop)
+        self.transport = FillingTransport(128 * 1024, peerAddress=CLIENT)
+        self.server = H2Connection(self.core)
+        self.server.makeConnection(self.transport)
+        self.client = h2.connection.H2Connection(
+            config=h2.config.H2Configuration(client_side=True, header_encoding=None))
+        self.client.initiate_connection()
+        self.client.update_settings({h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: 2**31 - 1})
+        self.client.increment_flow_control_window(2**31 - 1 - WINDOW)
+        self.results = {}
+        self.pump()
+
+    def pump(self) -> None:
+        while True:
+            outgoing = self.client.data_to_send()
+            if outgoing:
+                self.server.dataReceived(outgoing)
+            incoming = self.transport.drain()  # the client reads: the buffer empties
+            if not outgoing and not incoming:
+                return
+            for event in self.client.receive_data(incoming):
+                self.record(event)
+
+    def test_stops_writing_and_pauses_the_upstream(self) -> None:
+        size = 4 << 20
+        stream = self.request(b"/big")
+        upstream = self.upstream()
+        upstream.respond(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % size)
+        sent = 0
+        while sent < size and upstream.transport.producerState == "producing":
+            upstream.respond(b"a" * 65536)  # what one read of a socket brings
+            sent += 65536
+        self.assertEqual(upstream.transport.producerState, "paused")
+        self.assertLess(sent, 1 << 20, "the upstream was read on past the high-water mark")
+        buffered = len(self.transport.value())
+        self.assertLess(buffered, 512 * 1024, "written without regard to the full socket")
+        while sent < size:  # the client reads again: the rest flows
+            self.pump()
+            self.assertEqual(upstream.transport.producerState, "producing")
+            upstream.respond(b"a" * 65536)
+            sent += 65536
+        self.pump()
+        self.assertEqual(len(self.result(stream).body), size)
+        self.assertTrue(self.result(stream).ended)
+        self.assertEqual(upstream.transport.producerState, "producing")

@@ -19,9 +19,11 @@ import h2.exceptions
 import h2.settings
 import hpack.hpack
 from twisted.internet.error import ConnectionDone
+from twisted.internet.interfaces import IPushProducer
 from twisted.internet.protocol import Protocol
 from twisted.logger import Logger
 from twisted.python.failure import Failure
+from zope.interface import implementer
 
 from gateway.dataplane.codecs.connection_tls import ConnectionTLS
 from gateway.dataplane.codecs.normalize import BadTarget, connect_authority, normalise_target
@@ -45,6 +47,7 @@ class _Silent:
 
 hpack.hpack.log = _Silent()  # type: ignore[assignment]
 _HIGH_WATER = 256 * 1024
+_FLUSH_EVERY = 64 * 1024
 _CONNECTION_SPECIFIC = frozenset({b"connection", b"keep-alive", b"proxy-connection",
                                   b"transfer-encoding", b"upgrade", b"te"})
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
@@ -108,13 +111,20 @@ class _Stream:
         conn = self.owner.h2
         sid = self.stream_id
         try:
-            while self.pending:
+            unflushed = 0
+            while self.pending and not self.owner.send_paused:
                 window = min(conn.local_flow_control_window(sid), conn.max_outbound_frame_size)
                 if window <= 0:
                     break
                 chunk = bytes(self.pending[:window])
                 del self.pending[:window]
                 conn.send_data(sid, chunk)
+                unflushed += len(chunk)
+                if unflushed >= _FLUSH_EVERY:
+                    # h2 holds frames until flushed: hand them to the transport now, so
+                    # that a full socket can pause the connection before more is queued
+                    unflushed = 0
+                    self.owner.flush()
             if self.end_pending and not self.pending:
                 self.end_pending = False
                 conn.end_stream(sid)
@@ -243,6 +253,7 @@ class _StreamEnd:
         stream.owner.forget_stream(stream)
 
 
+@implementer(IPushProducer)
 class H2Connection(ConnectionTLS, Protocol):
     """One HTTP/2 client connection (after ALPN ``h2`` or the h2c preface)."""
 
@@ -265,6 +276,7 @@ class H2Connection(ConnectionTLS, Protocol):
         self.last_activity = 0.0
         self.write_blocked_since = 0.0
         self.close_started: float | None = None
+        self.send_paused = False  # the client's socket buffer is full
 
     def connectionMade(self) -> None:
         transport: Any = self.transport
@@ -280,6 +292,26 @@ class H2Connection(ConnectionTLS, Protocol):
         })
         self.h2.initiate_connection()
         self.flush()
+        # The connection's own producer: when the client stops reading and the socket's
+        # buffer fills, streams stop sending DATA and keep it pending, and past their
+        # high-water mark they pause their upstreams (a client advertising a huge window
+        # cannot make the gateway buffer without bound).
+        transport.registerProducer(self, True)
+
+    def pauseProducing(self) -> None:
+        self.send_paused = True
+        self.write_blocked_since = self.core.reactor.seconds()
+
+    def resumeProducing(self) -> None:
+        self.send_paused = False
+        self.write_blocked_since = 0.0
+        for stream in list(self.streams.values()):
+            if stream.pending or stream.end_pending:
+                stream._drain()
+        self.flush()
+
+    def stopProducing(self) -> None:
+        self.send_paused = True
 
     def connectionLost(self, reason: Failure = Failure(ConnectionError())) -> None:  # noqa: B008
         self.core.connections.discard(self)
