@@ -27,6 +27,16 @@ class H2Response:
     reset: int | None = None
 
 
+def _h2_context(given: ssl.SSLContext) -> ssl.SSLContext:
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    context.check_hostname = given.check_hostname
+    context.verify_mode = given.verify_mode
+    for cert in given.get_ca_certs(binary_form=True):
+        context.load_verify_locations(cadata=cert)
+    context.set_alpn_protocols(["h2"])
+    return context
+
+
 class H2Client:
     """Requests one at a time on one connection. ``slow`` delays each window update
     (the server's sending stalls on flow control, as behind a slow reader);
@@ -39,7 +49,10 @@ class H2Client:
             raise ValueError("tests only talk to loopback")
         sock = socket.create_connection((host, port), timeout=timeout)
         if tls is not None:
-            tls.set_alpn_protocols(["h2"])
+            # ALPN is a property of the context: setting it on the caller's would make
+            # their later HTTP/1.1 connections negotiate h2 (and then fail). A context of
+            # our own, trusting what theirs trusts, is used instead.
+            tls = _h2_context(tls)
             sock = tls.wrap_socket(sock, server_hostname=server_name or host)
             if sock.selected_alpn_protocol() != "h2":
                 raise ConnectionError("the server did not negotiate h2")
