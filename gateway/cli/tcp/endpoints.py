@@ -8,13 +8,9 @@ local gateway.
 
 from __future__ import annotations
 
-import ipaddress
 from typing import Any
 
 from twisted.internet.endpoints import (
-    HostnameEndpoint,
-    TCP4ClientEndpoint,
-    TCP6ClientEndpoint,
     wrapClientTLS,
 )
 from twisted.internet.interfaces import IOpenSSLClientConnectionCreator, IStreamClientEndpoint
@@ -22,6 +18,7 @@ from twisted.web.iweb import IAgentEndpointFactory
 from zope.interface import implementer
 
 from gateway.cli.tcp.options import GatewayURL
+from gateway.dataplane.upstream.pool import client_endpoint
 from gateway.tls.client import TLSClientConfig, connection_creator
 
 CONNECT_TIMEOUT = 10.0  # seconds to establish the TCP connection to the gateway
@@ -39,15 +36,9 @@ def tls_creator(gateway: GatewayURL, ca_pem: bytes | None, verify: bool
 
 def tcp_endpoint(reactor: Any, host: str, port: int,
                  timeout: float = CONNECT_TIMEOUT) -> IStreamClientEndpoint:
-    if host.endswith(".localhost"):
-        host = "127.0.0.1"
-    try:
-        address = ipaddress.ip_address(host)
-    except ValueError:
-        return HostnameEndpoint(reactor, host, port, timeout=timeout)
-    if address.version == 4:
-        return TCP4ClientEndpoint(reactor, host, port, timeout=timeout)
-    return TCP6ClientEndpoint(reactor, host, port, timeout=timeout)
+    """Names under ``.localhost`` are 127.0.0.1 without DNS, as in browsers."""
+    return client_endpoint(reactor, "127.0.0.1" if host.endswith(".localhost") else host,
+                           port, timeout)
 
 
 class GatewayEndpoints:

@@ -31,12 +31,14 @@ def half_closeable(transport: Any) -> bool:
     return hasattr(transport, "loseWriteConnection")
 
 
-class Pipe:
-    """Connects ``a`` (the client's side) and ``b`` (the upstream's); their protocols
-    forward their events here. ``sent_to_a``/``sent_to_b`` count the bytes relayed."""
+class PipeBase:
+    """What every pipe shares: its two ends, the idle timeout, one close (in order, or
+    an abort) reported once through ``on_close``, and the abort of a side whose orderly
+    close cannot finish (its peer stopped reading, or never answers TLS close_notify)
+    ``CLOSE_GRACE`` after the close. Subclasses say what they release first."""
 
     def __init__(self, clock: Any, a: Any, b: Any, idle_timeout: float,
-                 on_close: Callable[[Pipe, str], None] | None = None) -> None:
+                 on_close: Callable[[Any, str], None] | None) -> None:
         self.clock = clock
         self.a = a
         self.b = b
@@ -44,12 +46,73 @@ class Pipe:
         self.on_close = on_close
         self.last = clock.seconds()
         self.closed = False
+        self._timer = clock.callLater(idle_timeout, self._check) if idle_timeout else None
+
+    def _release(self) -> None:
+        """Undo what this pipe set up on its ends, before they are closed."""
+
+    def lost(self, reason: str = "connection lost", clean: bool = True) -> None:
+        """One side's connection ended: in order (the other side is closed after what
+        is buffered), or by a reset (passed on as one: a truncated stream must not look
+        complete to the other side)."""
+        self._end(reason, abort=not clean)
+
+    def close(self, reason: str = "closed") -> None:
+        self._end(reason, abort=False)
+
+    def abort(self, reason: str) -> None:
+        """End both sides at once, dropping what is buffered (reset, revoked)."""
+        self._end(reason, abort=True)
+
+    def _end(self, reason: str, abort: bool) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        if self._timer is not None and self._timer.active():
+            self._timer.cancel()
+        self._release()
+        for transport in (self.a, self.b):
+            if abort:
+                transport.abortConnection()
+            else:
+                transport.loseConnection()
+        if not abort:
+            self._timer = self.clock.callLater(CLOSE_GRACE, self._abort_unfinished)
+        if self.on_close is not None:
+            self.on_close(self, reason)
+
+    def _abort_unfinished(self) -> None:
+        for transport in (self.a, self.b):
+            if not getattr(transport, "disconnected", False):
+                transport.abortConnection()
+
+    def _check(self) -> None:
+        if self.closed:
+            return
+        remaining = self.last + self.idle_timeout - self.clock.seconds()
+        if remaining <= 0:
+            self.close("idle timeout")  # nothing moved: an orderly close
+        else:
+            self._timer = self.clock.callLater(remaining, self._check)
+
+
+class Pipe(PipeBase):
+    """Connects ``a`` (the client's side) and ``b`` (the upstream's); their protocols
+    forward their events here. ``sent_to_a``/``sent_to_b`` count the bytes relayed."""
+
+    def __init__(self, clock: Any, a: Any, b: Any, idle_timeout: float,
+                 on_close: Callable[[Pipe, str], None] | None = None) -> None:
+        super().__init__(clock, a, b, idle_timeout, on_close)
         self.sent_to_a = 0
         self.sent_to_b = 0
         self._ended: set[int] = set()  # ids of the ends that finished sending
         a.registerProducer(b, True)
         b.registerProducer(a, True)
-        self._timer = clock.callLater(idle_timeout, self._check) if idle_timeout else None
+
+    def _release(self) -> None:
+        for transport in (self.a, self.b):
+            with contextlib.suppress(RuntimeError):
+                transport.unregisterProducer()
 
     def from_a(self, data: bytes) -> None:
         self.last = self.clock.seconds()
@@ -77,56 +140,3 @@ class Pipe:
             other.loseWriteConnection()
         else:
             self.close(f"{'client' if side is self.a else 'upstream'} finished sending")
-
-    def lost(self, reason: str = "connection lost", clean: bool = True) -> None:
-        """One side's connection ended: in order (the other side is closed after what
-        is buffered), or by a reset (passed on as one: a truncated stream must not look
-        complete to the other side)."""
-        if clean:
-            self.close(reason)
-        else:
-            self.abort(reason)
-
-    def close(self, reason: str = "closed") -> None:
-        """Close both sides in order. A side that cannot finish (its peer stopped
-        reading, or never answers TLS close_notify) is aborted after ``CLOSE_GRACE``."""
-        if self.closed:
-            return
-        self.closed = True
-        if self._timer is not None and self._timer.active():
-            self._timer.cancel()
-        for transport in (self.a, self.b):
-            with contextlib.suppress(RuntimeError):
-                transport.unregisterProducer()
-            transport.loseConnection()
-        self._timer = self.clock.callLater(CLOSE_GRACE, self._abort_unfinished)
-        if self.on_close is not None:
-            self.on_close(self, reason)
-
-    def _abort_unfinished(self) -> None:
-        for transport in (self.a, self.b):
-            if not getattr(transport, "disconnected", False):
-                transport.abortConnection()
-
-    def abort(self, reason: str) -> None:
-        """End both sides at once, dropping what is buffered (reset, revoked)."""
-        if self.closed:
-            return
-        self.closed = True
-        if self._timer is not None and self._timer.active():
-            self._timer.cancel()
-        for transport in (self.a, self.b):
-            with contextlib.suppress(RuntimeError):
-                transport.unregisterProducer()
-            transport.abortConnection()
-        if self.on_close is not None:
-            self.on_close(self, reason)
-
-    def _check(self) -> None:
-        if self.closed:
-            return
-        remaining = self.last + self.idle_timeout - self.clock.seconds()
-        if remaining <= 0:
-            self.close("idle timeout")  # nothing is in flight: an orderly close
-        else:
-            self._timer = self.clock.callLater(remaining, self._check)

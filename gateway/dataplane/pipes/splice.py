@@ -28,6 +28,8 @@ from twisted.internet.error import ConnectionDone
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
+from gateway.dataplane.pipes.pipe import PipeBase
+
 log = Logger()
 
 # The kernel's default pipe (64 KiB): larger pipes count against a non-root user's
@@ -186,19 +188,14 @@ class _Socket:
         self.reading = self.writing = False
 
 
-class SplicePipe:
+class SplicePipe(PipeBase):
     """Joins two plain TCP transports (``a``: the client's, ``b``: the upstream's)."""
 
     def __init__(self, reactor: Any, a: Any, b: Any, idle_timeout: float,
                  on_close: Callable[[SplicePipe, str], None] | None = None) -> None:
-        self.reactor = reactor
-        self.a = a
-        self.b = b
-        self.idle_timeout = idle_timeout
-        self.on_close = on_close
-        self.closed = False
-        self.last = reactor.seconds()
         fds = kernel_pipes()  # OSError (EMFILE...) here leaves both transports as they were
+        super().__init__(reactor, a, b, idle_timeout, on_close)
+        self.reactor = reactor
         for transport in (a, b):
             transport.stopReading()
             transport.stopWriting()
@@ -207,7 +204,6 @@ class SplicePipe:
         self.to_a = _Direction(self, self._b, self._a, fds[1])
         self._a.outgoing = self._b.incoming = self.to_b
         self._b.outgoing = self._a.incoming = self.to_a
-        self._timer = reactor.callLater(idle_timeout, self._check) if idle_timeout else None
         self._a.want_read(True)
         self._b.want_read(True)
 
@@ -243,43 +239,9 @@ class SplicePipe:
             log.warn("tunnel splice failed: {error}", error=str(exc))
         self.abort("connection reset" if exc.errno in _GONE else str(exc))
 
-    def lost(self, reason: str = "connection lost", clean: bool = True) -> None:
-        if clean:
-            self.close(reason)
-        else:
-            self.abort(reason)
-
-    def _stop(self) -> bool:
-        if self.closed:
-            return False
-        self.closed = True
-        if self._timer is not None and self._timer.active():
-            self._timer.cancel()
+    def _release(self) -> None:
+        """Hand the sockets back to their transports (which then close them)."""
         for end in (self._a, self._b):
             end.release()
         self.to_a.close()
         self.to_b.close()
-        return True
-
-    def close(self, reason: str = "closed") -> None:
-        if self._stop():
-            for transport in (self.a, self.b):
-                transport.loseConnection()
-            if self.on_close is not None:
-                self.on_close(self, reason)
-
-    def abort(self, reason: str) -> None:
-        if self._stop():
-            for transport in (self.a, self.b):
-                transport.abortConnection()
-            if self.on_close is not None:
-                self.on_close(self, reason)
-
-    def _check(self) -> None:
-        if self.closed:
-            return
-        remaining = self.last + self.idle_timeout - self.reactor.seconds()
-        if remaining <= 0:
-            self.close("idle timeout")
-        else:
-            self._timer = self.reactor.callLater(remaining, self._check)
