@@ -106,6 +106,30 @@ class Component:
         return self.proc.pid if self.proc is not None else None
 
 
+def stable_port(taken: set[int]) -> int:
+    """A free loopback port below the kernel's ephemeral range. Components keep their
+    port across restarts, so it is chosen once; an ephemeral port (``free_port``) can be
+    taken meanwhile by any process's outgoing connection (it happened under load: the
+    fault upstream found its port in use), one below the range cannot."""
+    try:
+        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768
+    rng = random.Random()
+    for _ in range(200):
+        port = rng.randrange(10000, max(low, 10001))
+        if port in taken:
+            continue
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        taken.add(port)
+        return port
+    return free_port()
+
+
 def ready_line(timeout: float) -> Callable[[ManagedProcess], None]:
     def wait(proc: ManagedProcess) -> None:
         proc.wait_for_log_line("READY", timeout)
@@ -357,8 +381,11 @@ def environment(tmp: Path, seed: int) -> Iterator[Env]:
         raise SetupError(f"{peers.OIDC_DIR}/node_modules is missing oidc-provider (run "
                          f"`{peers.OIDC_INSTALL_HINT}` from the repository root)")
 
-    ports = Ports(plain=free_port(), tls=free_port(), nginx=free_port(), echo=free_port(),
-                  fault=free_port(), ws=free_port(), redis=free_port(), idp=free_port())
+    chosen: set[int] = set()
+    ports = Ports(plain=stable_port(chosen), tls=stable_port(chosen),
+                  nginx=stable_port(chosen), echo=stable_port(chosen),
+                  fault=stable_port(chosen), ws=stable_port(chosen),
+                  redis=stable_port(chosen), idp=stable_port(chosen))
     py = sys.executable
     logs = tmp / "logs"
     logs.mkdir()
