@@ -17,7 +17,7 @@ from twisted.internet.defer import Deferred, ensureDeferred
 from twisted.logger import Logger
 
 from gateway.authenticate import pages
-from gateway.authenticate.oidc import OIDCError, pkce_pair
+from gateway.authenticate.oidc import OIDCError, ProviderUnavailable, pkce_pair
 from gateway.authenticate.targets import (
     CSRF_COOKIE,
     HANDOFF,
@@ -137,6 +137,8 @@ class Endpoints:
         try:
             tokens = await ident.provider.exchange(params["code"], str(state["verifier"]),
                                                   str(state["nonce"]))
+        except ProviderUnavailable as exc:  # went away during the code exchange
+            return self._provider_down(exc, request)
         except OIDCError as exc:
             log.error("sign-in failed: {error}", error=str(exc))
             return pages.error(502, "The sign-in could not be completed.", request.headers,

@@ -29,6 +29,24 @@ class OIDCError(Exception):
     """The provider refused or answered something unusable; the text is for logs."""
 
 
+class ProviderUnavailable(OIDCError):
+    """The provider could not be reached, or went away mid-request (refused, reset,
+    closed without an answer, timed out): a 503 for the person, not a sign-in error."""
+
+
+async def _http(request: Any, what: str) -> tuple[Any, bytes]:
+    """Run one treq request and read its body; every transport failure becomes
+    ``ProviderUnavailable`` naming the request."""
+    try:
+        response = await request
+        body: bytes = await treq.content(response)
+    except OIDCError:
+        raise
+    except Exception as exc:
+        raise ProviderUnavailable(f"{what}: {type(exc).__name__}: {exc}") from None
+    return response, body
+
+
 @dataclass(frozen=True)
 class Tokens:
     access_token: str
@@ -62,8 +80,8 @@ class Provider:
 
     async def _get_json(self, url: str, headers: dict[bytes | str, bytes | str] | None = None
                         ) -> Any:
-        response = await treq.get(url, headers=headers, timeout=TIMEOUT, reactor=self.reactor)
-        body = await treq.content(response)
+        response, body = await _http(
+            treq.get(url, headers=headers, timeout=TIMEOUT, reactor=self.reactor), f"GET {url}")
         if response.code != 200:
             raise OIDCError(f"GET {url} answered {response.code}")
         try:
@@ -122,10 +140,9 @@ class Provider:
         auth = None if use_post else (self.client_id, self.client_secret)
         if use_post:
             form = {**form, "client_id": self.client_id, "client_secret": self.client_secret}
-        response = await treq.post(endpoint, data=form, auth=auth, timeout=TIMEOUT,
-                                   reactor=self.reactor, headers=_ACCEPT_JSON)
-        body: bytes = await treq.content(response)
-        return response, body
+        return await _http(treq.post(endpoint, data=form, auth=auth, timeout=TIMEOUT,
+                                     reactor=self.reactor, headers=_ACCEPT_JSON),
+                           f"POST {endpoint}")
 
     async def _key_for(self, token: str) -> Any:
         header = jwt.get_unverified_header(token)

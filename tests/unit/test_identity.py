@@ -23,6 +23,7 @@ from twisted.trial.unittest import SynchronousTestCase
 from gateway.authenticate.endpoints import Endpoints
 from gateway.authenticate.identity import Identity
 from gateway.authenticate.targets import (
+    CSRF_COOKIE,
     HANDOFF,
     HANDOFF_TTL,
     JWKS,
@@ -648,3 +649,31 @@ class ProgrammaticLoginTests(IdentityCase):
                                      host=AUTH, headers=[BROWSER, self.cookie(alice)])
             self.assertEqual(decision.status, 302, host)
             self.assertTrue(location(decision).startswith("http://127.0.0.1:9/?gateway_jwt="))
+
+
+class ProviderGoneTests(IdentityCase):
+    def test_provider_gone_during_code_exchange_is_503(self) -> None:
+        """The provider goes away while the gateway exchanges the code (the soak stopped
+        it mid-request): 503 "cannot be reached", not a 500 with a traceback."""
+        from twisted.internet.defer import fail
+        from twisted.web._newclient import ResponseNeverReceived
+
+        from gateway.authenticate.oidc import _http
+
+        class Gone:
+            async def exchange(self, code: str, verifier: str, nonce: str) -> Any:
+                return await _http(fail(ResponseNeverReceived([])), "POST /token")
+
+        self.identity.provider = Gone()  # type: ignore[assignment]
+        csrf = "csrf-value"
+        state = self.identity.shared.seal("state", {
+            "uri": "https://app.test/", "nonce": "n", "verifier": "v", "programmatic": "",
+            "csrf": hashlib.sha256(csrf.encode()).hexdigest()}, NOW + 60)
+        query = urlencode({"code": "c", "state": state})
+        result = self.endpoints.internal(request(
+            self.snapshot.options.authenticate_callback_path, query, host=AUTH,
+            headers=[BROWSER, (b"cookie", f"{CSRF_COOKIE}={csrf}".encode())]))
+        decision = self.successResultOf(result) if isinstance(result, Deferred) else result
+        self.assertEqual(decision.status, 503)
+        self.assertIn(b"cannot be reached", decision.body)
+        self.assertEqual(self.flushLoggedErrors(), [])
