@@ -18,21 +18,19 @@ Everything listens on 127.0.0.1; see bench/README.md ("Soak").
 from __future__ import annotations
 
 import argparse
-import contextlib
 import http.client
 import json
 import resource
 import shutil
-import signal
 import sys
 import tempfile
 import threading
 import time
 import traceback
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from types import FrameType
 
+from run import Interrupted, signals_raise  # the benchmark harness's own
 from soak_env import FILES, Env, FdSnapshot, SetupError, environment, fd_snapshot
 from soak_faults import GRACE, Injector, Reloader, Sampler, make_schedule
 from soak_http import H1, ConnectFailed, Exact
@@ -54,24 +52,6 @@ MIN_DURATION = 35.0
 CLIENT_TIMEOUT = 20.0  # every client socket operation (route timeout 10 s + margin)
 SETTLE = 80.0  # > the pool's idle timeout (60 s) + its reaper's period (15 s)
 SETTLE_FROM = 600.0
-
-
-class Interrupted(Exception):
-    """Raised from a signal handler so that every ``finally`` runs."""
-
-
-@contextlib.contextmanager
-def signals_raise() -> Iterator[None]:
-    def handler(signum: int, frame: FrameType | None) -> None:
-        raise Interrupted(signal.Signals(signum).name)
-
-    previous = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGHUP)}
-    previous[signal.SIGINT] = signal.signal(signal.SIGINT, signal.default_int_handler)
-    try:
-        yield
-    finally:
-        for s, h in previous.items():
-            signal.signal(s, h)
 
 
 def phases(duration: float) -> tuple[float, float, float]:
