@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from twisted.trial.unittest import SynchronousTestCase
@@ -202,6 +204,67 @@ class NormaliseTargetTests(SynchronousTestCase):
         for target in (b"/a\n", b"/\n", b"/a?q\n"):
             with self.assertRaises(BadTarget, msg=repr(target)):
                 normalise_target(target)
+
+
+def parameter_dropping_server(path: bytes) -> bytes:
+    """How Tomcat, Jetty and Spring read a path: ``;params`` (``;`` or ``%3B``, either
+    case) dropped from every segment, ``%2e`` decoded, slashes merged, dot segments
+    resolved."""
+    segments = []
+    for segment in path.split(b"/"):
+        base = re.split(rb";|%3[bB]", segment, maxsplit=1)[0]
+        segments.append(base.replace(b"%2e", b".").replace(b"%2E", b"."))
+    return remove_dot_segments(b"/".join(segments))
+
+
+class PathParameterTests(SynchronousTestCase):
+    """Issue 12: ``/public/..;/admin`` passed a ``/public/`` prefix check and reached
+    ``/admin`` on upstreams that drop path parameters."""
+
+    def test_findings_refused(self) -> None:
+        """The reported targets, and their encoded and single-dot variants, are refused."""
+        refused = [
+            b"/public/..;/admin", b"/public/..%3b/admin", b"/public/..%3B/admin",
+            b"/public/..;jsessionid=1/admin", b"/public/%2e%2e;x/admin",
+            b"/public/%2E%2E%3bx/admin", b"/public/.%2e;/admin", b"/public/.;x/admin",
+            b"/public/..;", b"/public/a/..;/..;/admin", b"/..;/admin",
+        ]
+        for target in refused:
+            with self.assertRaises(BadTarget, msg=repr(target)) as caught:
+                normalise_target(target)
+            self.assertIn("';' parameters", str(caught.exception))
+
+    def test_parameters_elsewhere_kept(self) -> None:
+        """Parameters on ordinary segments are forwarded as sent (session ids, matrix
+        parameters); a dot segment that removes a parameter segment is resolved as usual."""
+        cases = {
+            b"/app/page;jsessionid=1": b"/app/page;jsessionid=1",
+            b"/app/;jsessionid=1": b"/app/;jsessionid=1",
+            b"/cars;color=red/list": b"/cars;color=red/list",
+            b"/a/...;x/b": b"/a/...;x/b",
+            b"/a/.x;y/b": b"/a/.x;y/b",
+            b"/public/;x/../admin": b"/public/admin",
+            b"/a%3bb": b"/a%3Bb",
+        }
+        for target, expected in cases.items():
+            self.assertEqual(normalise_target(target), (expected, b""), target)
+
+    @_PROPERTY
+    @given(st.lists(st.sampled_from([
+        b"/", b"//", b".", b"..", b"a", b";", b";x=1", b"%3b", b"%3B", b"%2e", b"%2E",
+        b"public", b"admin", b"=",
+    ]), max_size=12).map(b"".join))
+    def test_never_leaves_the_matched_prefix(self, body: bytes) -> None:
+        """Whatever the policy matched under ``/public/``, a parameter-dropping upstream
+        serves under ``/public/`` too; and a normalised path normalises to itself."""
+        try:
+            path, _ = normalise_target(b"/public/" + body)
+        except BadTarget:
+            return
+        self.assertEqual(normalise_target(path), (path, b""), path)
+        if path.startswith(b"/public/"):
+            served = parameter_dropping_server(path)
+            self.assertTrue(served.startswith(b"/public/") or served == b"/public", (path, served))
 
 
 class SplitAbsoluteTests(SynchronousTestCase):

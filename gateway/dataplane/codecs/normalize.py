@@ -7,6 +7,13 @@ unreserved characters are decoded (``%2e`` is ``.``); dot segments are removed (
 normalised safely is refused: encoded slashes and backslashes (``%2f``, ``%5c``), a raw
 backslash, encoded or raw control characters, malformed percent escapes, and targets
 that are not in origin form. Other escapes are kept as they are, upper-cased.
+
+Path parameters: Tomcat, Jetty and Spring drop ``;params`` (``;`` or ``%3B``) from each
+segment and then resolve dot segments, so ``/public/..;x/admin`` (a plain segment for
+RFC 3986, under ``/public/``) is ``/admin`` to them. A normalised path with a segment that
+is ``.`` or ``..`` once its parameters are removed is therefore refused; every other
+segment reads the same to both kinds of server, so the path the policy matched is the
+path such an upstream serves. ``;`` elsewhere (``/app/page;jsessionid=1``) is kept.
 """
 
 from __future__ import annotations
@@ -83,7 +90,24 @@ def _normalise_path(path: bytes) -> bytes:
         else:
             decoded += b"%%%02X" % byte
         i += 1
-    return remove_dot_segments(bytes(decoded))
+    normalised = remove_dot_segments(bytes(decoded))
+    if b";" in normalised or b"%3B" in normalised:
+        refuse_dot_parameters(normalised)
+    return normalised
+
+
+_PARAMETERS = re.compile(rb";|%3B")
+
+
+def refuse_dot_parameters(path: bytes) -> None:
+    """``BadTarget`` if a segment is ``.`` or ``..`` once its ``;`` parameters are removed."""
+    for segment in path.split(b"/"):
+        base = _PARAMETERS.split(segment, 1)[0]
+        if base != segment and base in (b".", b".."):
+            raise BadTarget(
+                "a path segment that is '.' or '..' followed by ';' parameters is refused "
+                "(servers that drop path parameters would read it as a dot segment)"
+            )
 
 
 def remove_dot_segments(path: bytes) -> bytes:
