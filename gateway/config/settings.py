@@ -39,6 +39,7 @@ class Kind(StrEnum):
 
 SERVICES = ("all", "authenticate", "authorize", "databroker", "proxy")
 LOG_LEVELS = ("debug", "info", "warn", "error")
+UNDERSCORE_ACTIONS = ("allow", "drop", "reject")
 IDP_PROVIDERS = ("oidc", "idpvendor1", "idpvendor2", "idpvendor3", "idpvendor4", "idpvendor5")
 DEFAULT_RESPONSE_HEADERS = {
     "X-Content-Type-Options": "nosniff",
@@ -141,6 +142,12 @@ class Options:
         False, Kind.BOOL, "Coloured human-readable logs instead of JSON.", env="GATEWAY_DEBUG"
     )
     forward_auth_url: str = _s("", Kind.URL, "Enables the forward-authentication endpoint.")
+    headers_with_underscores_action: str = _s(
+        "allow", Kind.ENUM,
+        "Client headers with '_' in their name: allow, drop or reject (400) "
+        "(beyond the reference).",
+        choices=UNDERSCORE_ACTIONS, extension=True,
+    )
     timeout_read: float = _s(30.0, Kind.DURATION, "Global server read timeout.")
     timeout_write: float = _s(0.0, Kind.DURATION, "Global server write timeout (0: none).")
     timeout_idle: float = _s(300.0, Kind.DURATION, "Global server idle timeout.")

@@ -54,6 +54,8 @@ class ProxyCore:
         self.timeout_write = o.timeout_write
         self.timeout_idle = o.timeout_idle
         self.skip_xff_append = o.skip_xff_append
+        self.underscores_drop = o.headers_with_underscores_action == "drop"
+        self.underscores_reject = o.headers_with_underscores_action == "reject"
         self.xff_trusted_hops = o.xff_num_trusted_hops
         self.pool.resolve = family_resolver(self.reactor, o.dns_lookup_family)
 

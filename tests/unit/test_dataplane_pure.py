@@ -11,6 +11,7 @@ from gateway.dataplane.exchange.headers import (
     connection_tokens,
     forwarded_for,
     rewrite_prefix,
+    underscore_twin,
 )
 from gateway.dataplane.routing.plan import Plan, build_plan
 from gateway.dataplane.routing.redirect import redirect_location
@@ -35,6 +36,34 @@ class ConnectionTokensTests(SynchronousTestCase):
         self.assertEqual(connection_tokens(headers),
                          frozenset({b"keep-alive", b"x-foo", b"x-bar", b"upgrade"}))
         self.assertEqual(connection_tokens([(b"Host", b"a")]), frozenset())
+
+
+class UnderscoreTwinTests(SynchronousTestCase):
+    """Issue 12: a client header that reads as one the gateway sets once ``_`` is read as
+    ``-`` (CGI/WSGI/PHP fold both) is reserved."""
+
+    def test_reserved(self) -> None:
+        removed = frozenset({b"x-secret", b"x-route", b"x-email"})
+        extra = frozenset({b"authorization"})
+        for name in (b"x_gateway_jwt_assertion", b"x-gateway_claim-email",
+                     b"x_gateway_anything", b"x_forwarded_for", b"x_forwarded_proto",
+                     b"x_forwarded_host", b"content_length", b"transfer_encoding",
+                     b"x_secret", b"x_route", b"x_email", b"proxy_authorization"):
+            self.assertTrue(underscore_twin(name, removed, extra), name)
+
+    def test_not_reserved(self) -> None:
+        for name in (b"x_custom", b"x_gateway", b"my_header", b"x_forwarded",
+                     b"x_gatewayjwt"):
+            self.assertFalse(underscore_twin(name, frozenset(), frozenset()), name)
+
+    def test_setting(self) -> None:
+        """headers_with_underscores_action: allow by default; a bad value names the key."""
+        self.assertEqual(snapshot(public()).options.headers_with_underscores_action, "allow")
+        self.assertEqual(snapshot(public(), headers_with_underscores_action="reject")
+                         .options.headers_with_underscores_action, "reject")
+        with self.assertRaises(Exception) as caught:
+            snapshot(public(), headers_with_underscores_action="ignore")
+        self.assertIn("headers_with_underscores_action", str(caught.exception))
 
 
 class ForwardedForTests(SynchronousTestCase):

@@ -17,6 +17,12 @@ HOP_BY_HOP = frozenset(
     }
 )
 IDENTITY_PREFIX = b"x-gateway-"
+# Headers the gateway itself sets or frames the request with: a client header that reads
+# as one of these once "_" is read as "-" is never forwarded (see ``underscore_twin``).
+GATEWAY_SET = HOP_BY_HOP | frozenset(
+    {b"host", b"content-length", b"forwarded", b"x-forwarded-for", b"x-forwarded-proto",
+     b"x-forwarded-host"}
+)
 
 
 def connection_tokens(headers: Iterable[tuple[bytes, bytes]]) -> frozenset[bytes]:
@@ -26,6 +32,21 @@ def connection_tokens(headers: Iterable[tuple[bytes, bytes]]) -> frozenset[bytes
         if name.lower() == b"connection":
             tokens.update(t.strip().lower() for t in value.split(b",") if t.strip())
     return frozenset(tokens)
+
+
+def underscore_twin(low: bytes, removed: frozenset[bytes], extra: frozenset[bytes]) -> bool:
+    """Whether the lower-case header name ``low`` (which has a ``_``) reads as a header the
+    gateway reserves once ``_`` is read as ``-``.
+
+    CGI, WSGI, PHP and many frameworks fold both into one name, so a client's
+    ``X_Gateway_Jwt_Assertion`` could shadow the gateway's ``X-Gateway-Jwt-Assertion``.
+    Reserved: the identity prefix, the headers the gateway sets (``GATEWAY_SET``), and the
+    route's ``removed`` names (``remove_request_headers``, ``set_request_headers``, the
+    claim headers) and the decision's ``extra`` removals.
+    """
+    folded = low.replace(b"_", b"-")
+    return (folded.startswith(IDENTITY_PREFIX) or folded in GATEWAY_SET
+            or folded in removed or folded in extra)
 
 
 def forwarded_for(

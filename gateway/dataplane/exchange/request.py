@@ -90,6 +90,8 @@ class Exchange(UpstreamRelay):
     # -- routing
 
     def begin(self) -> None:
+        if self.core.underscores_reject and self._refuse_underscores():
+            return
         if self.connect:
             self._begin_connect()
             return
@@ -153,6 +155,15 @@ class Exchange(UpstreamRelay):
             self.dispatch()
             return
         self._authorize(plan)
+
+    def _refuse_underscores(self) -> bool:
+        """``headers_with_underscores_action: reject``: 400 naming the first such header."""
+        for name, _ in self.headers:
+            if b"_" in name:
+                self.fail(400, f"header names with '_' are refused here: "
+                               f"{name.decode('latin-1')}")
+                return True
+        return False
 
     def _begin_connect(self) -> None:
         """CONNECT host:port: only a tcp+https route of exactly that authority; then the

@@ -11,13 +11,17 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from twisted.logger import Logger
+
 from gateway.dataplane.exchange.base import BODY_CHUNKED
-from gateway.dataplane.exchange.headers import HOP_BY_HOP, IDENTITY_PREFIX
+from gateway.dataplane.exchange.headers import HOP_BY_HOP, IDENTITY_PREFIX, underscore_twin
 from gateway.dataplane.routing.router import bracket_host, upstream_path
 from gateway.sessions.cookie import strip_cookie
 
 if TYPE_CHECKING:
     from gateway.dataplane.exchange.base import ExchangeBase
+
+log = Logger(namespace="gateway.dataplane.headers")
 
 
 def upstream_request_head(exchange: ExchangeBase) -> bytes:
@@ -46,6 +50,12 @@ def upstream_request_head(exchange: ExchangeBase) -> bytes:
             continue  # Upgrade and Connection of an upgrade are added again below
         if low.startswith(IDENTITY_PREFIX) or low in drop or low in extra_remove:
             continue
+        if b"_" in low:
+            if underscore_twin(low, drop, extra_remove):
+                _log_twin(exchange, name)
+                continue
+            if core.underscores_drop:
+                continue
         if low == b"x-forwarded-for":
             xff = value if xff is None else xff + b", " + value
             continue
@@ -103,4 +113,13 @@ def upstream_request_head(exchange: ExchangeBase) -> bytes:
         parts += (b"connection: upgrade\r\nupgrade: ", exchange.upgrade, b"\r\n")
     parts.append(b"\r\n")
     return b"".join(parts)
+
+
+def _log_twin(exchange: ExchangeBase, name: bytes) -> None:
+    log.warn(
+        "dropped the client header {header} on {host}{path} from {client}: with '_' read "
+        "as '-' it names a header the gateway sets",
+        header=name.decode("latin-1"), host=exchange.host, path=exchange.path,
+        client=exchange.sink.client_ip,
+    )
 

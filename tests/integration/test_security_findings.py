@@ -1,0 +1,180 @@
+"""Issue 12's findings, end to end through the daemon: path parameters that hide a dot
+segment, and underscore twins of the headers the gateway sets.
+
+Each case shows the answer the client gets, that the upstream never saw what it must not
+(its access log), and that the gateway keeps serving."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support.daemon import Daemon, gateway_daemon
+from tests.support.h2client import H2Client
+from tests.support.peers import Upstream, echo_upstream
+from tests.support.rawhttp import RawClient
+
+pytestmark = pytest.mark.integration
+IDENTITY = {
+    "authenticate_service_url": "https://authenticate.example.com",
+    "idp_provider": "oidc", "idp_provider_url": "https://idp.example.com",
+    "idp_client_id": "gateway", "idp_client_secret": "secret",
+}
+ACTIONS = ("allow", "drop", "reject")
+
+
+class Env:
+    gw: dict[str, Daemon]
+    public: Upstream
+    admin: Upstream
+
+
+def policy(public: Upstream, admin: Upstream) -> list[dict[str, Any]]:
+    return [
+        {"from": "https://app.test", "to": admin.url, "prefix": "/admin",
+         "allowed_domains": ["example.com"]},
+        {"from": "https://app.test", "to": public.url, "prefix": "/public/",
+         "allow_public_unauthenticated_access": True,
+         "set_request_headers": {"X-Route": "public"},
+         "remove_request_headers": ["X-Secret"]},
+    ]
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
+    tmp = tmp_path_factory.mktemp("findings")
+    with ExitStack() as stack:
+        e = Env()
+        e.public = stack.enter_context(echo_upstream(tmp, name="public"))
+        e.admin = stack.enter_context(echo_upstream(tmp, name="admin"))
+        e.gw = {}
+        for action in ACTIONS:
+            home = Path(tmp / action)
+            home.mkdir()
+            e.gw[action] = stack.enter_context(gateway_daemon(home, {
+                "policy": policy(e.public, e.admin), "codec_type": "auto",
+                "jwt_claims_headers": {"X-Email": "email"},
+                "headers_with_underscores_action": action,
+                **IDENTITY,
+            }))
+        yield e
+
+
+def seen(upstream: Upstream) -> list[str]:
+    """Request targets in the upstream's access log."""
+    return re.findall(r'"[A-Z]+ (\S+) HTTP/[0-9.]+"', upstream.process.log_text())
+
+
+def echoed(body: bytes) -> list[tuple[str, str]]:
+    return [(k, v) for k, v in json.loads(body)["headers"]]
+
+
+# -- path parameters ---------------------------------------------------------------
+
+DOT_PARAMETERS = ["/public/..;/admin", "/public/..%3b/admin", "/public/..;jsessionid=1/admin",
+                  "/public/%2e%2e;x/admin", "/public/.%2E%3Bx/admin"]
+
+
+@pytest.mark.parametrize("path", DOT_PARAMETERS)
+def test_dot_segment_with_parameters_refused_http1(env: Env, path: str) -> None:
+    """400 naming the reason; neither upstream sees the request; the connection's next
+    request is still served."""
+    gw = env.gw["allow"]
+    before_public, before_admin = len(seen(env.public)), len(seen(env.admin))
+    with RawClient(gw.port) as client:
+        reply = client.request("GET", path, "app.test")
+        assert reply.status == 400, reply
+        assert b"';' parameters" in reply.body
+    assert len(seen(env.public)) == before_public
+    assert len(seen(env.admin)) == before_admin
+    with RawClient(gw.port) as client:
+        assert client.request("GET", "/public/ok", "app.test").status == 200
+
+
+@pytest.mark.parametrize("path", DOT_PARAMETERS)
+def test_dot_segment_with_parameters_refused_http2(env: Env, path: str) -> None:
+    """The same normaliser serves HTTP/2: the stream gets 400, the connection goes on."""
+    gw = env.gw["allow"]
+    before = len(seen(env.public)) + len(seen(env.admin))
+    with H2Client(gw.port) as client:
+        assert client.request("GET", path, "app.test").status == 400
+        assert client.request("GET", "/public/ok", "app.test").status == 200
+    assert len(seen(env.public)) + len(seen(env.admin)) == before + 1
+
+
+def test_parameters_on_ordinary_segments_forwarded(env: Env) -> None:
+    """Session ids and matrix parameters on ordinary segments still reach the upstream."""
+    with RawClient(env.gw["allow"].port) as client:
+        reply = client.request("GET", "/public/app;jsessionid=AB12/page;v=2", "app.test")
+    assert reply.status == 200
+    assert json.loads(reply.body)["path"] == "/public/app;jsessionid=AB12/page;v=2"
+
+
+# -- underscore twins ----------------------------------------------------------------
+
+TWINS = {
+    "X_Gateway_Jwt_Assertion": "forged",
+    "X-Gateway_Claim-Email": "admin@example.com",
+    "x_gateway_claim_email": "admin@example.com",
+    "X_Forwarded_For": "10.6.6.6",
+    "X_Forwarded_Host": "admin.test",
+    "X_Route": "client",
+    "X_Secret": "client",
+    "X_Email": "admin@example.com",  # a jwt_claims_headers name
+}
+
+
+def test_underscore_twins_dropped_and_logged(env: Env) -> None:
+    """With the default (allow), underscore headers reach the upstream unless they read as
+    one the gateway sets; those are dropped and each drop is logged."""
+    gw = env.gw["allow"]
+    with RawClient(gw.port) as client:
+        reply = client.request("GET", "/public/twins", "app.test",
+                               headers={**TWINS, "X_Custom_Thing": "kept"})
+    assert reply.status == 200
+    names = [name for name, _ in echoed(reply.body)]
+    assert "X_Custom_Thing" in names
+    for twin in TWINS:
+        assert twin not in names, twin
+    assert dict(echoed(reply.body))["X-Route"] == "public"
+    logged = {e.get("header") for e in gw.log_events()
+              if "dropped the client header" in e.get("message", "")}
+    assert set(TWINS) <= logged
+
+
+def test_underscore_twins_dropped_over_http2(env: Env) -> None:
+    """HTTP/2 requests go through the same header rules."""
+    with H2Client(env.gw["allow"].port) as client:
+        reply = client.request("GET", "/public/twins", "app.test",
+                               headers=[(k.lower(), v) for k, v in TWINS.items()])
+    assert reply.status == 200
+    names = {name.lower() for name, _ in echoed(reply.body)}
+    assert not names & {k.lower() for k in TWINS}
+
+
+def test_drop_action_removes_every_underscore_header(env: Env) -> None:
+    with RawClient(env.gw["drop"].port) as client:
+        reply = client.request("GET", "/public/drop", "app.test",
+                               headers={"X_Custom_Thing": "gone", "X-Custom-Other": "kept"})
+    assert reply.status == 200
+    names = [name for name, _ in echoed(reply.body)]
+    assert "X_Custom_Thing" not in names
+    assert "X-Custom-Other" in names
+
+
+def test_reject_action_answers_400_before_any_upstream(env: Env) -> None:
+    gw = env.gw["reject"]
+    before = len(seen(env.public))
+    with RawClient(gw.port) as client:
+        reply = client.request("GET", "/public/reject", "app.test",
+                               headers={"X_Custom_Thing": "x"})
+        assert reply.status == 400
+        assert b"X_Custom_Thing" in reply.body
+        assert client.request("GET", "/public/ok", "app.test").status == 200
+    assert len(seen(env.public)) == before + 1
