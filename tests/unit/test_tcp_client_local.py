@@ -4,8 +4,11 @@ passed on as a half-close (plain) or lingering (TLS), failures reported and clos
 
 from __future__ import annotations
 
+import contextlib
+import os
+
 from twisted.internet.defer import Deferred
-from twisted.internet.error import ConnectionDone
+from twisted.internet.error import ConnectionDone, ConnectionLost
 from twisted.internet.testing import MemoryReactorClock, StringTransport
 from twisted.python.failure import Failure
 from twisted.trial.unittest import SynchronousTestCase
@@ -13,6 +16,8 @@ from twisted.trial.unittest import SynchronousTestCase
 from gateway.cli.tcp.dial import GatewayConnection
 from gateway.cli.tcp.local import LINGER, LocalSide, Outcome
 from gateway.cli.tcp.messages import TunnelError
+from gateway.cli.tcp.stdio import StdioEnds
+from gateway.dataplane.core import CLOSE_GRACE
 
 OK = b"HTTP/1.1 200 Connection established\r\n\r\n"
 
@@ -165,3 +170,48 @@ class LocalSideTests(SynchronousTestCase):
         remote, remote_transport = self.remote()
         side._established(remote)
         self.assertTrue(remote_transport.disconnecting)
+
+
+class StdioTests(SynchronousTestCase):
+    """``--listen -``: the local end is stdin/stdout, which the pipe may have to abort."""
+
+    def setUp(self) -> None:
+        self.clock = MemoryReactorClock()
+        self.outcome = Recorded()
+        self.opening: Deferred[GatewayConnection] = Deferred()
+        stdin_r, self.stdin_w = os.pipe()
+        self.stdout_r, stdout_w = os.pipe()
+        self.fds = [stdin_r, self.stdin_w, self.stdout_r, stdout_w]
+        self.side = LocalSide(self.clock, lambda: self.opening, True, self.outcome)
+        self.stdio = StdioEnds(self.side, stdin=stdin_r, stdout=stdout_w, reactor=self.clock)
+
+    def tearDown(self) -> None:
+        for fd in self.fds:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+    def test_unfinished_close_ends_stdio(self) -> None:
+        """The gateway ends the tunnel; stdout cannot be flushed (its reader stopped
+        reading), so the pipe aborts it after ``CLOSE_GRACE``: that ends the local side
+        (before the fix, ``abortConnection`` raised and ``gateway tcp`` never exited)."""
+        remote = GatewayConnection(b"CONNECT x:1 HTTP/1.1\r\n\r\n")
+        remote_transport = HalfCloseable()
+        remote.makeConnection(remote_transport)
+        remote.dataReceived(OK)
+        self.opening.callback(remote)
+        self.assertEqual(self.outcome.events, [("opened", "")])
+        remote.dataReceived(b"x" * 65536)  # more than the pipe buffer: stdout blocks
+        remote.connectionLost(Failure(ConnectionLost()))
+        self.assertFalse(self.stdio.disconnected)
+        self.clock.advance(CLOSE_GRACE)
+        self.assertTrue(self.stdio.disconnected)
+        self.assertIn(("gone", ""), self.outcome.events)
+
+    def test_abort_stops_both_directions(self) -> None:
+        """Neither descriptor is watched any more and the protocol hears of it (once)."""
+        self.assertTrue(self.clock.getReaders())
+        self.stdio.abortConnection()
+        self.stdio.abortConnection()  # a second abort is harmless
+        self.assertTrue(self.stdio.disconnected)
+        self.assertEqual((self.clock.getReaders(), self.clock.getWriters()), ([], []))
+        self.assertEqual(self.outcome.events.count(("gone", "")), 1)

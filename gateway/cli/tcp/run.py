@@ -16,12 +16,12 @@ from typing import Any, TextIO
 from twisted.internet.endpoints import TCP4ServerEndpoint, TCP6ServerEndpoint
 from twisted.internet.interfaces import IListeningPort
 from twisted.internet.protocol import Factory
-from twisted.internet.stdio import StandardIO
 from twisted.python.failure import Failure
 
 from gateway.cli.tcp.client import TunnelClient
 from gateway.cli.tcp.local import LocalSide, Outcome
 from gateway.cli.tcp.options import Address, TunnelOptions, UsageProblem, tunnel_options
+from gateway.cli.tcp.stdio import StdioEnds
 
 PREFIX = "gateway tcp: "
 
@@ -120,7 +120,7 @@ def run_listen(reactor: Any, client: TunnelClient, listen: Address, console: Con
 def run_stdio(reactor: Any, client: TunnelClient, console: Console) -> int:
     outcome = StdioOutcome(reactor, console)
     side = LocalSide(reactor, client.open, client.half_close, outcome)
-    reactor.callWhenRunning(StandardIO, side, reactor=reactor)
+    reactor.callWhenRunning(StdioEnds, side, reactor=reactor)
     reactor.run()
     if outcome.code is None:
         console.say("interrupted")
