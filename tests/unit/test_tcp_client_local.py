@@ -207,6 +207,19 @@ class StdioTests(SynchronousTestCase):
         self.assertTrue(self.stdio.disconnected)
         self.assertIn(("gone", ""), self.outcome.events)
 
+    def test_close_after_stdout_went_away_ends_at_once(self) -> None:
+        """stdout closed by its reader first (ssh exited); then the gateway ends the
+        tunnel: the local side ends now, not ``CLOSE_GRACE`` later."""
+        remote = GatewayConnection(b"CONNECT x:1 HTTP/1.1\r\n\r\n")
+        remote.makeConnection(HalfCloseable())
+        remote.dataReceived(OK)
+        self.opening.callback(remote)
+        self.stdio.childConnectionLost("write", Failure(ConnectionDone()))
+        self.assertFalse(self.stdio.disconnected)
+        remote.connectionLost(Failure(ConnectionDone()))
+        self.assertTrue(self.stdio.disconnected)
+        self.assertIn(("gone", ""), self.outcome.events)
+
     def test_abort_stops_both_directions(self) -> None:
         """Neither descriptor is watched any more and the protocol hears of it (once)."""
         self.assertTrue(self.clock.getReaders())
