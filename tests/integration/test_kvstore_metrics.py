@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import contextlib
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
-from twisted.internet import defer, reactor
+from twisted.internet import defer, reactor, task
 from twisted.trial.unittest import TestCase
 
 from gateway.config.kvstore_dsn import parse_dsn
@@ -53,6 +54,12 @@ class KVStoreMetricsTests(TestCase):
                                 result="ok", **kv), 12)
         self.assertGreater(sample("storage_operation_duration_ms_sum", operation="get",
                                   result="ok", **kv), 0)
+        # The pool opens its four connections in the background (the first command
+        # waited for one, counted below); on a loaded machine the last may still be
+        # connecting now, so the gauges are read once the pool is complete.
+        deadline = time.monotonic() + 10
+        while sample("kvstore_conns", service=service) < 4 and time.monotonic() < deadline:
+            await task.deferLater(reactor, 0.02, lambda: None)
         self.assertEqual(sample("kvstore_conns", service=service), 4)
         self.assertEqual(sample("kvstore_idle_conns", service=service), 4)
         self.assertGreaterEqual(sample("kvstore_wait_count_total", service=service), 1)
