@@ -3,6 +3,10 @@ the authorization hook, timeouts, and a watchdog that enforces them.
 
 Timeouts are enforced lazily: requests only record timestamps, and one periodic check
 per listener compares them with the deadlines (cheap per request, bounded per second).
+
+Before its first request a connection has a setup deadline, ``timeout_handshake``: the
+PROXY header (with ``use_proxy_protocol``) and the TLS handshake must be complete within
+min(``timeout_read``, ``HANDSHAKE_LIMIT``) of the accept, or the connection is aborted.
 """
 
 from __future__ import annotations
@@ -18,6 +22,13 @@ from gateway.dataplane.upstream.pool import Pool, family_resolver
 
 log = Logger()
 CLOSE_GRACE = 10.0  # seconds an orderly close may take before the connection is aborted
+HANDSHAKE_LIMIT = 10.0  # seconds, at most, for the PROXY header and the TLS handshake
+
+
+def handshake_timeout(timeout_read: float) -> float:
+    """The setup deadline: ``timeout_read`` when it is shorter than ``HANDSHAKE_LIMIT``
+    (a handshake is a few round trips; nothing needs more), the limit otherwise."""
+    return min(timeout_read, HANDSHAKE_LIMIT) if timeout_read > 0 else HANDSHAKE_LIMIT
 
 
 class Watched(Protocol):
@@ -53,6 +64,7 @@ class ProxyCore:
         self.timeout_read = o.timeout_read
         self.timeout_write = o.timeout_write
         self.timeout_idle = o.timeout_idle
+        self.timeout_handshake = handshake_timeout(o.timeout_read)
         self.skip_xff_append = o.skip_xff_append
         self.xff_trusted_hops = o.xff_num_trusted_hops
         self.pool.resolve = family_resolver(self.reactor, o.dns_lookup_family)
