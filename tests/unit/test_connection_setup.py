@@ -17,6 +17,7 @@ from gateway.dataplane.codecs.switch import (
     setup_verdict,
 )
 from gateway.dataplane.core import HANDSHAKE_LIMIT, ProxyCore, handshake_timeout
+from gateway.dataplane.listeners.proxyproto import ProxyHeaderFactory
 from gateway.dataplane.routing.plan import build_plan
 
 from .test_http1 import SNAPSHOT  # timeout_read 3 s, timeout_idle 5 s
@@ -111,3 +112,30 @@ class PlainSetupTests(SwitchTestCase):
         protocol.makeConnection(self.client)
         protocol.dataReceived(b"PRI * HTTP/2.0\r\n")
         self.assertIsInstance(self.client.protocol, Http1Connection)
+
+    def test_proxy_header_pending_is_setup(self) -> None:
+        """With use_proxy_protocol in plain text, the setup deadline runs until the
+        header is complete; then the idle one, and the header's client is the peer."""
+        factory = ProxyHeaderFactory(HTTPFactory(self.core, "auto", tls=False))
+        wrapper = factory.buildProtocol(CLIENT)
+        wrapper.makeConnection(self.client)
+        wrapper.dataReceived(b"PROXY TCP4 203.0.113.9 ")
+        self.wait(2.0)
+        wrapper.dataReceived(b"127.0.0.1 5555 443\r\n")
+        self.wait(2.0)  # past the setup deadline (3 s from the accept), before idle's
+        self.assertFalse(self.client.disconnecting)
+        wrapper.dataReceived(b"GET /ping HTTP/1.1\r\nHost: x\r\n\r\n")
+        self.assertIn(b"200", self.client.value().split(b"\r\n")[0])
+        (codec,) = self.core.connections
+        assert isinstance(codec, Http1Connection)
+        self.assertEqual(codec.client_ip, "203.0.113.9")
+
+    def test_proxy_header_stalled_aborted(self) -> None:
+        factory = ProxyHeaderFactory(HTTPFactory(self.core, "auto", tls=False))
+        wrapper = factory.buildProtocol(CLIENT)
+        wrapper.makeConnection(self.client)
+        wrapper.dataReceived(b"PROXY TCP4 203.0.113.9 ")
+        self.wait(2.75)
+        self.assertFalse(self.client.disconnecting)
+        self.wait(0.5)
+        self.assertTrue(self.client.disconnected)

@@ -13,7 +13,7 @@ from twisted.internet.interfaces import IProtocolFactory, IStreamServerEndpoint
 from twisted.protocols.tls import TLSMemoryBIOFactory
 
 from gateway.config.values import parse_address
-from gateway.dataplane.listeners.proxyproto import DeadlineProxyFactory
+from gateway.dataplane.listeners.proxyproto import ProxyHeaderFactory
 from gateway.tls.server import ServerTLS
 
 
@@ -31,5 +31,5 @@ def listener_factory(http: IProtocolFactory, tls: ServerTLS | None, proxy_protoc
     if tls is not None:
         factory = TLSMemoryBIOFactory(tls, False, factory)
     if proxy_protocol:
-        factory = DeadlineProxyFactory(factory, clock)
+        factory = ProxyHeaderFactory(factory)
     return factory  # type: ignore[no-any-return]
