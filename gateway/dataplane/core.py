@@ -17,6 +17,7 @@ from twisted.internet.task import LoopingCall
 from twisted.logger import Logger
 
 from gateway.dataplane.authz import Authorizer, NotYetAuthorizer
+from gateway.dataplane.limit import ConnectionLimit, auto_max_connections
 from gateway.dataplane.routing.plan import Plan
 from gateway.dataplane.upstream.pool import Pool, family_resolver
 
@@ -54,6 +55,7 @@ class ProxyCore:
         self.pool = Pool(reactor)
         self.connections: set[Watched] = set()
         self.tunnels: set[Checked] = set()
+        self.limit = ConnectionLimit(0, [self.connections])
         self._watchdog = LoopingCall(self._check_all)
         self._watchdog.clock = reactor
         self._watchdog_interval = watchdog_interval
@@ -65,6 +67,7 @@ class ProxyCore:
         self.timeout_write = o.timeout_write
         self.timeout_idle = o.timeout_idle
         self.timeout_handshake = handshake_timeout(o.timeout_read)
+        self.limit.maximum = o.max_connections or auto_max_connections()
         self.skip_xff_append = o.skip_xff_append
         self.xff_trusted_hops = o.xff_num_trusted_hops
         self.pool.resolve = family_resolver(self.reactor, o.dns_lookup_family)
@@ -88,6 +91,7 @@ class ProxyCore:
         the others still run: an exception escaping here would stop the LoopingCall,
         and with it every timeout and tunnel re-authorization of the listener."""
         now = self.reactor.seconds()
+        self.limit.poll(now)
         for conn in list(self.connections):
             try:
                 conn.check_deadlines(now)

@@ -57,7 +57,7 @@ class ProxyService(SnapshotService):
                               authorizer=authorizer)
         factory = listener_factory(
             HTTPFactory(self.core, options.codec_type, self.tls is not None), self.tls,
-            options.use_proxy_protocol, reactor,
+            options.use_proxy_protocol, reactor, self.core.limit,
         )
         listener = StreamServerEndpointService(server_endpoint(reactor, self.address), factory)
         listener.name = "listener"
