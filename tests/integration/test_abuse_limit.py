@@ -17,7 +17,7 @@ import pytest
 from tests.support.abuse import until_closed
 from tests.support.daemon import Daemon, gateway_daemon
 from tests.support.peers import echo_upstream
-from tests.support.processes import wait_until
+from tests.support.processes import free_port, wait_until
 from tests.support.rawhttp import RawClient
 
 pytestmark = pytest.mark.integration
@@ -121,3 +121,19 @@ def test_emfile_neither_crashes_nor_spins(tmp_path: Path) -> None:
         finally:
             subprocess.run(["prlimit", f"--pid={pid}", "--nofile=4096:"], check=True)
         wait_until(lambda: served(gw), 5, what="served after EMFILE")
+
+
+def test_redirector_has_a_deadline_and_shares_the_cap(tmp_path: Path) -> None:
+    """http_redirect_addr: a silent connection is aborted at the setup deadline
+    (timeout_read 2 s here), and its connections count against the same cap."""
+    redirect_port = free_port()
+    with echo_upstream(tmp_path) as up, gateway_daemon(tmp_path, {
+            "max_connections": 10, "timeout_read": "2s", "policy": policy(up.url),
+            "http_redirect_addr": f"127.0.0.1:{redirect_port}"}) as gw:
+        with socket.create_connection(("127.0.0.1", redirect_port), timeout=5) as silent:
+            started = time.monotonic()
+            seconds, _ = until_closed(silent, 6.0, started)
+        assert 1.7 < seconds < 3.5, seconds
+        with held(redirect_port, 10):
+            assert refused_at_once(gw.port)
+        wait_until(lambda: served(gw), 5, what="served once the redirector's are gone")

@@ -1,11 +1,13 @@
 """A connection before its first request byte: the setup deadline (PROXY header, TLS
 handshake: min(timeout_read, 10 s)), then the idle deadline, enforced by the core's
-watchdog on the codec switch; and the switch handing over to the codec."""
+watchdog on the codec switch; the switch handing over to the codec; the redirector."""
 
 from __future__ import annotations
 
 from twisted.internet.address import IPv4Address
+from twisted.internet.error import ConnectionDone
 from twisted.internet.testing import MemoryReactorClock, StringTransport
+from twisted.python.failure import Failure
 from twisted.trial.unittest import SynchronousTestCase
 
 from gateway.dataplane.codecs.http1 import Http1Connection
@@ -17,6 +19,7 @@ from gateway.dataplane.codecs.switch import (
     setup_verdict,
 )
 from gateway.dataplane.core import HANDSHAKE_LIMIT, ProxyCore, handshake_timeout
+from gateway.dataplane.listeners.http_redirect import RedirectFactory
 from gateway.dataplane.listeners.proxyproto import ProxyHeaderFactory
 from gateway.dataplane.routing.plan import build_plan
 
@@ -139,3 +142,30 @@ class PlainSetupTests(SwitchTestCase):
         self.assertFalse(self.client.disconnecting)
         self.wait(0.5)
         self.assertTrue(self.client.disconnected)
+
+
+class RedirectListenerTests(SynchronousTestCase):
+    """The http->https redirector: the same setup deadline, and its connections count."""
+
+    def setUp(self) -> None:
+        self.reactor = MemoryReactorClock()
+        self.factory = RedirectFactory(lambda: (), self.reactor, lambda: 3.0)
+        self.client = StringTransport(peerAddress=CLIENT)
+        self.protocol = self.factory.buildProtocol(CLIENT)
+        self.protocol.makeConnection(self.client)
+
+    def test_silent_connection_aborted(self) -> None:
+        self.assertEqual(len(self.factory.live), 1)
+        self.reactor.advance(2.9)
+        self.assertFalse(self.client.disconnecting)
+        self.reactor.advance(0.2)
+        self.assertTrue(self.client.disconnected)
+        self.protocol.connectionLost(Failure(ConnectionDone()))
+        self.assertEqual(self.factory.live, set())
+
+    def test_answered_connection_leaves(self) -> None:
+        self.protocol.dataReceived(b"GET /a HTTP/1.1\r\nHost: app.test\r\n\r\n")
+        self.assertTrue(self.client.value().startswith(b"HTTP/1.1 301"))
+        self.protocol.connectionLost(Failure(ConnectionDone()))
+        self.assertEqual(self.factory.live, set())
+        self.assertEqual(self.reactor.getDelayedCalls(), [])
