@@ -16,6 +16,7 @@ from contextlib import ExitStack
 
 import h2.config
 import h2.connection
+import h2.events
 import pytest
 import trustme
 
@@ -155,6 +156,39 @@ def test_trickled_h2_headers_are_cut(env: Env) -> None:
         started = time.monotonic()
         seconds, _ = until_closed(tls, READ + 3 * SLACK, started, drip(frames[1:]))
     assert seconds < READ + SLACK, seconds
+    assert requests_seen(env) == before
+
+
+@pytest.mark.xfail(strict=True, reason="HTTP/2 has no request-body deadline yet: "
+                   "H2Connection (http2.py, not owned here) must reset a stream whose "
+                   "body stops for timeout_read (see the conn-abuse report)")
+def test_stalled_h2_body_is_cut(env: Env) -> None:
+    """An HTTP/2 upload that stops: the stream (or the connection) ends after
+    timeout_read without DATA, as for HTTP/1.1."""
+    conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+    conn.initiate_connection()
+    conn.send_headers(1, [(":method", "POST"), (":scheme", "https"), (":authority", "app.test"),
+                          (":path", "/h2-upload"), ("content-length", "1000")])
+    conn.send_data(1, b"x" * 10)
+    with raw_socket(env.gw.port) as raw:
+        tls = insecure_context(["h2"]).wrap_socket(raw, server_hostname="app.test")
+        tls.sendall(conn.data_to_send())
+        started = time.monotonic()
+        seconds, received = until_closed(tls, READ + SLACK + 0.5, started)
+    ended = seconds < READ + SLACK or any(
+        isinstance(e, (h2.events.StreamReset, h2.events.StreamEnded))
+        for e in conn.receive_data(received))
+    assert ended
+
+
+def test_proxy_header_on_tls_listener_without_the_setting(env: Env) -> None:
+    """use_proxy_protocol off: a PROXY line is no ClientHello; the handshake fails at
+    once and nothing reaches the upstream."""
+    before = requests_seen(env)
+    with raw_socket(env.gw.port) as sock:
+        sock.sendall(b"PROXY TCP4 203.0.113.9 127.0.0.1 5555 443\r\n" + client_hello())
+        seconds, _ = until_closed(sock, READ + SLACK)
+    assert seconds < 1.0, seconds
     assert requests_seen(env) == before
 
 
