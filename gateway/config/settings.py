@@ -199,6 +199,11 @@ class Options:
         "", Kind.FILE, "File holding shared_secret (beyond the reference).", extension=True
     )
     use_proxy_protocol: bool = _s(False, Kind.BOOL, "Require PROXY protocol v1/v2 headers.")
+    # connection cap (beyond the reference)
+    max_connections: int = _s(
+        0, Kind.INT, "Open downstream connections per process; 0: from RLIMIT_NOFILE "
+        "(beyond the reference).", extension=True
+    )
     dataplane_admin_address: str = _s(
         "", Kind.STR, "Data-plane admin listener (bootstrap only).", bootstrap=True
     )

@@ -3,6 +3,10 @@ the authorization hook, timeouts, and a watchdog that enforces them.
 
 Timeouts are enforced lazily: requests only record timestamps, and one periodic check
 per listener compares them with the deadlines (cheap per request, bounded per second).
+
+Before its first request a connection has a setup deadline, ``timeout_handshake``: the
+PROXY header (with ``use_proxy_protocol``) and the TLS handshake must be complete within
+min(``timeout_read``, ``HANDSHAKE_LIMIT``) of the accept, or the connection is aborted.
 """
 
 from __future__ import annotations
@@ -13,11 +17,19 @@ from twisted.internet.task import LoopingCall
 from twisted.logger import Logger
 
 from gateway.dataplane.authz import Authorizer, NotYetAuthorizer
+from gateway.dataplane.limit import ConnectionLimit, auto_max_connections
 from gateway.dataplane.routing.plan import Plan
 from gateway.dataplane.upstream.pool import Pool, family_resolver
 
 log = Logger()
 CLOSE_GRACE = 10.0  # seconds an orderly close may take before the connection is aborted
+HANDSHAKE_LIMIT = 10.0  # seconds, at most, for the PROXY header and the TLS handshake
+
+
+def handshake_timeout(timeout_read: float) -> float:
+    """The setup deadline: ``timeout_read`` when it is shorter than ``HANDSHAKE_LIMIT``
+    (a handshake is a few round trips; nothing needs more), the limit otherwise."""
+    return min(timeout_read, HANDSHAKE_LIMIT) if timeout_read > 0 else HANDSHAKE_LIMIT
 
 
 class Watched(Protocol):
@@ -43,6 +55,7 @@ class ProxyCore:
         self.pool = Pool(reactor)
         self.connections: set[Watched] = set()
         self.tunnels: set[Checked] = set()
+        self.limit = ConnectionLimit(0, [self.connections])
         self._watchdog = LoopingCall(self._check_all)
         self._watchdog.clock = reactor
         self._watchdog_interval = watchdog_interval
@@ -53,6 +66,8 @@ class ProxyCore:
         self.timeout_read = o.timeout_read
         self.timeout_write = o.timeout_write
         self.timeout_idle = o.timeout_idle
+        self.timeout_handshake = handshake_timeout(o.timeout_read)
+        self.limit.maximum = o.max_connections or auto_max_connections()
         self.skip_xff_append = o.skip_xff_append
         self.underscores_drop = o.headers_with_underscores_action == "drop"
         self.underscores_reject = o.headers_with_underscores_action == "reject"
@@ -78,6 +93,7 @@ class ProxyCore:
         the others still run: an exception escaping here would stop the LoopingCall,
         and with it every timeout and tunnel re-authorization of the listener."""
         now = self.reactor.seconds()
+        self.limit.poll(now)
         for conn in list(self.connections):
             try:
                 conn.check_deadlines(now)

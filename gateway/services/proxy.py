@@ -18,7 +18,7 @@ from gateway.dataplane.codecs.switch import HTTPFactory
 from gateway.dataplane.core import ProxyCore
 from gateway.dataplane.health.manager import HealthManager
 from gateway.dataplane.listeners.http_redirect import RedirectFactory
-from gateway.dataplane.listeners.stack import listener_factory, server_endpoint
+from gateway.dataplane.listeners.stack import LimitedFactory, listener_factory, server_endpoint
 from gateway.dataplane.routing.plan import build_plan
 from gateway.services.base import SnapshotService
 from gateway.tls.server import ServerTLS
@@ -57,7 +57,7 @@ class ProxyService(SnapshotService):
                               authorizer=authorizer)
         factory = listener_factory(
             HTTPFactory(self.core, options.codec_type, self.tls is not None), self.tls,
-            options.use_proxy_protocol, reactor,
+            options.use_proxy_protocol, reactor, self.core.limit,
         )
         listener = StreamServerEndpointService(server_endpoint(reactor, self.address), factory)
         listener.name = "listener"
@@ -67,9 +67,12 @@ class ProxyService(SnapshotService):
         if options.http_redirect_addr:
             self.redirect_address = options.http_redirect_addr
             core = self.core
+            redirects = RedirectFactory(lambda: core.plan.response_headers, reactor,
+                                        lambda: core.timeout_handshake)
+            core.limit.sources.append(redirects.live)  # one cap for the whole process
             redirect = StreamServerEndpointService(
                 server_endpoint(reactor, options.http_redirect_addr),
-                RedirectFactory(lambda: core.plan.response_headers),
+                LimitedFactory(redirects, core.limit, reactor),
             )
             redirect.name = "http-redirect"
             redirect._raiseSynchronously = True

@@ -40,6 +40,7 @@ from gateway.dataplane.upstream.pool import UpstreamConnection
 MAX_TARGET = 8 * 1024
 MAX_HEADER_BYTES = 64 * 1024
 MAX_HEADERS = 100
+_GATEWAY_WAITS = frozenset({"pipeline", "authorize"})  # pauses not counted in timeout_read
 log = Logger()
 
 
@@ -503,8 +504,7 @@ class Http1Connection(ConnectionTLS, Protocol):
         if self.close_started is not None and now - self.close_started > CLOSE_GRACE:
             self.transport.abortConnection()
             return
-        pipe = self.pipe
-        if pipe is not None:
+        if self.pipe is not None:
             return  # the pipe enforces the route timeout itself
         if self.write_blocked_since and core.timeout_write and \
                 now - self.write_blocked_since > core.timeout_write:
@@ -517,10 +517,11 @@ class Http1Connection(ConnectionTLS, Protocol):
                 and not self.write_blocked_since:
             head.timed_out()
             return
-        current = self.current
-        if current is not None and not current.request_done:
-            # Headers must be complete within timeout_read of their first byte (however
-            # slowly they trickle in); a body may take longer as long as it keeps coming.
+        if (current := self.current) is not None and not current.request_done:
+            # A head within timeout_read of its first byte, a body with gaps below it; time
+            # spent waiting on the gateway (pipelining, authorization) is not the client's.
+            if self.pauses & _GATEWAY_WAITS:
+                self.request_started = self.last_activity = now
             since = self.request_started if not current.ready else self.last_activity
             if core.timeout_read and now - since > core.timeout_read:
                 if current.response_started:
@@ -530,8 +531,7 @@ class Http1Connection(ConnectionTLS, Protocol):
             return
         if not self.queue and core.timeout_idle and \
                 now - self.last_activity > core.timeout_idle:
-            self.closing = True
-            self.close_connection()
+            self.close_connection()  # (sets ``closing``)
 
 
 def _parser_reason(exc: Exception) -> str:

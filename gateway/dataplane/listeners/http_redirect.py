@@ -1,5 +1,9 @@
 """The ``http_redirect_addr`` listener: every request gets a 301 to the same host and
-target on https, with the security headers, and the connection is closed."""
+target on https, with the security headers, and the connection is closed.
+
+Its connections count against ``max_connections`` (``live``), and each must have sent
+its request within ``timeout()`` seconds of the accept (the main listener's setup
+deadline, min(timeout_read, 10 s)), or it is aborted."""
 
 from __future__ import annotations
 
@@ -7,7 +11,9 @@ from collections.abc import Callable
 from typing import Any
 
 import httptools
-from twisted.internet.protocol import Factory, Protocol
+from twisted.internet.interfaces import IDelayedCall
+from twisted.internet.protocol import Factory, Protocol, connectionDone
+from twisted.python.failure import Failure
 
 from gateway.dataplane.responses import error_body, status_line
 
@@ -16,13 +22,32 @@ _MAX_HEAD = 16 * 1024
 
 
 class RedirectProtocol(Protocol):
-    def __init__(self, headers: Callable[[], Pairs]) -> None:
+    _deadline: IDelayedCall | None = None
+
+    def __init__(self, headers: Callable[[], Pairs], owner: RedirectFactory) -> None:
         self.headers = headers
+        self.owner = owner
         self.parser = httptools.HttpRequestParser(self)
         self.target = b""
         self.host = b""
         self.size = 0
         self.done = False
+
+    def connectionMade(self) -> None:
+        self.owner.live.add(self)
+        self._deadline = self.owner.clock.callLater(self.owner.timeout(), self._expired)
+
+    def connectionLost(self, reason: Failure = connectionDone) -> None:
+        self.owner.live.discard(self)
+        if self._deadline is not None and self._deadline.active():
+            self._deadline.cancel()
+        self._deadline = None
+
+    def _expired(self) -> None:
+        self._deadline = None
+        transport: Any = self.transport
+        if transport is not None:
+            transport.abortConnection()
 
     def dataReceived(self, data: bytes) -> None:
         if self.done:
@@ -77,8 +102,12 @@ class RedirectProtocol(Protocol):
 class RedirectFactory(Factory):
     noisy = False
 
-    def __init__(self, headers: Callable[[], Pairs]) -> None:
+    def __init__(self, headers: Callable[[], Pairs], clock: Any,
+                 timeout: Callable[[], float]) -> None:
         self.headers = headers
+        self.clock = clock
+        self.timeout = timeout
+        self.live: set[RedirectProtocol] = set()
 
     def buildProtocol(self, addr: Any) -> RedirectProtocol:
-        return RedirectProtocol(self.headers)
+        return RedirectProtocol(self.headers, self)

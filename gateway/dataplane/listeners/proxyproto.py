@@ -1,52 +1,71 @@
 """PROXY protocol v1/v2 in front of the listener (``use_proxy_protocol``).
 
-Twisted's wrapper parses the header and makes ``getPeer`` return the client it names;
-this adds a deadline: a connection that has not sent a complete header within
-``HEADER_TIMEOUT`` seconds is dropped, so idle sockets cannot pile up unparsed.
+Every connection must open with a valid header (see ``proxyheader``): bytes that cannot
+become one abort the connection at once, before any TLS or HTTP work. Until the header
+is complete ``header_pending`` is true and the connection's setup deadline runs (the
+codec switch's watchdog, ``timeout_handshake``), so a peer that sends half a header and
+stalls is aborted then. Afterwards ``getPeer``/``getHost`` return the addresses the
+header names, which is what the access log and X-Forwarded-For use; a v2 LOCAL header
+(or v1 UNKNOWN) leaves the real ones.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from twisted.internet.interfaces import IDelayedCall
-from twisted.protocols.haproxy._wrapper import HAProxyProtocolWrapper, HAProxyWrappingFactory
-from twisted.protocols.policies import ProtocolWrapper
-from twisted.python.failure import Failure
+from twisted.internet.address import IPv4Address, IPv6Address
+from twisted.internet.interfaces import IAddress
+from twisted.protocols.policies import ProtocolWrapper, WrappingFactory
 
-HEADER_TIMEOUT = 5.0
+from gateway.dataplane.listeners.proxyheader import BadProxyHeader, read_header
 
 
-class DeadlineProxyProtocol(HAProxyProtocolWrapper):
-    _deadline: IDelayedCall | None = None
+def _address(pair: tuple[str, int] | None) -> IAddress | None:
+    if pair is None:
+        return None
+    host, port = pair
+    return IPv6Address("TCP", host, port) if ":" in host else IPv4Address("TCP", host, port)
 
-    def makeConnection(self, transport: Any) -> None:
-        clock = self.factory.clock
-        self._deadline = clock.callLater(HEADER_TIMEOUT, self._expired)
-        ProtocolWrapper.makeConnection(self, transport)
+
+class ProxyHeaderProtocol(ProtocolWrapper):
+    header_pending = True
+    _peer: IAddress | None = None
+    _host: IAddress | None = None
+    _buffer = b""
 
     def dataReceived(self, data: bytes) -> None:
-        super().dataReceived(data)
-        if self._proxyInfo is not None and self._deadline is not None:
-            if self._deadline.active():
-                self._deadline.cancel()
-            self._deadline = None
+        if not self.header_pending:
+            self.wrappedProtocol.dataReceived(data)
+            return
+        buffer = self._buffer + data
+        try:
+            found = read_header(buffer)
+        except BadProxyHeader:
+            self._buffer = b""
+            transport: Any = self.transport
+            transport.abortConnection()
+            return
+        if found is None:
+            self._buffer = buffer
+            return
+        header, used = found
+        self._buffer = b""
+        self.header_pending = False
+        self._peer = _address(header.source)
+        self._host = _address(header.destination)
+        if used < len(buffer):
+            self.wrappedProtocol.dataReceived(buffer[used:])
 
-    def connectionLost(self, reason: Failure = Failure(ConnectionError())) -> None:  # noqa: B008
-        if self._deadline is not None and self._deadline.active():
-            self._deadline.cancel()
-        self._deadline = None
-        ProtocolWrapper.connectionLost(self, reason)
+    def getPeer(self) -> IAddress:
+        return self._peer or self.transport.getPeer()  # type: ignore[union-attr]
 
-    def _expired(self) -> None:
-        self._deadline = None
-        if self._proxyInfo is None and self.transport is not None:
-            self.transport.abortConnection()  # type: ignore[attr-defined]
+    def getHost(self) -> IAddress:
+        return self._host or self.transport.getHost()  # type: ignore[union-attr]
 
 
-class DeadlineProxyFactory(HAProxyWrappingFactory):
-    protocol = DeadlineProxyProtocol  # type: ignore[assignment]
+class ProxyHeaderFactory(WrappingFactory):
+    protocol = ProxyHeaderProtocol
+    noisy = False
 
-    def __init__(self, wrapped: Any, clock: Any) -> None:
-        HAProxyWrappingFactory.__init__(self, wrapped)  # type: ignore[arg-type]
-        self.clock = clock
+    def __init__(self, wrapped: Any) -> None:
+        WrappingFactory.__init__(self, wrapped)  # type: ignore[arg-type]
