@@ -107,6 +107,13 @@ class RapidResetTests(AbuseTestCase):
         self.assertLessEqual(len(self.reactor.tcpClients), h2_guard.RESET_BURST)
         self.assertLess(sid, 2 * (h2_guard.RESET_BURST + 100))
 
+    def test_stream_reset_in_the_same_read_is_never_started(self) -> None:
+        """HEADERS and RST_STREAM arriving together: no exchange, no upstream connect."""
+        self.send(self.request(1) + f.rst(1) + self.request(3) + f.rst(3))
+        self.assertEqual((self.reactor.tcpClients, self.server.streams), ([], {}))
+        self.assertEqual([e for e in self.logged if e.get("log_namespace") == "gateway.access"],
+                         [])
+
     def test_slow_resets_are_allowed(self) -> None:
         """A browser cancelling streams now and then is never cut."""
         for i in range(200):

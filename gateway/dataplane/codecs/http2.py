@@ -418,9 +418,12 @@ class H2Connection(ConnectionTLS, Protocol):
         except h2.exceptions.ProtocolError as exc:
             self.cut(protocol_cut(exc))  # h2 has queued its GOAWAY
             return
+        # A stream opened and reset in the same read (rapid reset) is never started.
+        reset = {e.stream_id for e in events if isinstance(e, h2.events.StreamReset)}
         for event in events:
             if isinstance(event, h2.events.RequestReceived):
-                self._request(event)
+                if event.stream_id not in reset:
+                    self._request(event)
             elif isinstance(event, h2.events.DataReceived):
                 self._data(event)
             elif isinstance(event, h2.events.StreamEnded):
