@@ -190,6 +190,17 @@ class HeaderBlockTests(AbuseTestCase):
         self.assert_cut("max_header_list_size", ErrorCodes.ENHANCE_YOUR_CALM)
         self.assertEqual(self.reactor.tcpClients, [])
 
+    def test_single_huge_header_value(self) -> None:
+        """One 100 KiB header value (in CONTINUATIONs): refused while decoding."""
+        block = self.frames.block([*f.request_headers(b"/x", HOST), (b"x-huge", b"h" * 100000)])
+        self.assertLess(len(block), h2_guard.HEADER_BLOCK_MAX_BYTES)
+        self.send(self.frames.headers_block(1, block[:16000], end_headers=False)
+                  + b"".join(f.continuation(1, block[i:i + 16000],
+                                            end_headers=i + 16000 >= len(block))
+                             for i in range(16000, len(block), 16000)))
+        self.assert_cut("max_header_list_size", ErrorCodes.ENHANCE_YOUR_CALM)
+        self.assertEqual(self.reactor.tcpClients, [])
+
     def test_hpack_bomb(self) -> None:
         """One 4 KiB entry in the dynamic table, then a block referencing it 1000 times
         (4 MiB decoded from 1 KiB): refused by the header-list limit while decoding."""
