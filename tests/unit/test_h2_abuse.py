@@ -324,6 +324,17 @@ class ConcurrencyTests(AbuseTestCase):
         self.assert_cut("max_concurrent_streams", ErrorCodes.PROTOCOL_ERROR)
         self.assertEqual(len(self.reactor.tcpClients), 128)
 
+    def test_hard_cap_counts_streams_the_client_keeps_open(self) -> None:
+        """Answered streams the client never ends stay open in h2 (not in the codec):
+        past STREAMS_HARD_CAP of those, h2 itself closes the connection."""
+        cap = h2_guard.STREAMS_HARD_CAP
+        self.send(b"".join(self.request(2 * i + 1, b"/ping", end_stream=False)
+                           for i in range(cap)))
+        self.assertIsNone(self.goaway())
+        self.assertEqual(self.server.streams, {})
+        self.send(self.request(2 * cap + 1, b"/ping", end_stream=False))
+        self.assert_cut("streams_hard_cap", ErrorCodes.PROTOCOL_ERROR)
+
     def test_settings_advertise_the_limits(self) -> None:
         settings = next(x for x in self.read() if isinstance(x, SettingsFrame))
         self.assertEqual(settings.settings[SettingsFrame.MAX_CONCURRENT_STREAMS], 128)
