@@ -26,6 +26,15 @@ from twisted.python.failure import Failure
 from zope.interface import implementer
 
 from gateway.dataplane.codecs.connection_tls import ConnectionTLS
+from gateway.dataplane.codecs.h2_guard import (
+    MAX_CONCURRENT_STREAMS,
+    MAX_HEADER_LIST_SIZE,
+    Cut,
+    H2Guard,
+    LocalSettings,
+    protocol_cut,
+    stall_timeout,
+)
 from gateway.dataplane.codecs.normalize import BadTarget, connect_authority, normalise_target
 from gateway.dataplane.core import CLOSE_GRACE, ProxyCore
 from gateway.dataplane.exchange.base import BODY_CHUNKED, BODY_LENGTH, ExchangeBase
@@ -47,6 +56,7 @@ class _Silent:
 
 hpack.hpack.log = _Silent()  # type: ignore[assignment]
 _HIGH_WATER = 256 * 1024
+_CONNECTION_HIGH_WATER = 2 * 1024 * 1024  # all streams' waiting response bytes together
 _FLUSH_EVERY = 64 * 1024
 _CONNECTION_SPECIFIC = frozenset({b"connection", b"keep-alive", b"proxy-connection",
                                   b"transfer-encoding", b"upgrade", b"te"})
@@ -73,6 +83,7 @@ class _Stream:
         self.pipe: Pipe | None = None  # a CONNECT tunnel once it is established
         self.early: list[bytes] = []  # tunnel DATA that came before the 200
         self.early_end = False  # ... and END_STREAM
+        self.blocked_since: float | None = None  # response bytes wait for a window since
 
     # Sink
     def write_head(self, status: int, reason: bytes, headers: list[tuple[bytes, bytes]],
@@ -97,10 +108,12 @@ class _Stream:
         if self.closed:
             return
         self.pending += data
+        owner = self.owner
+        owner.buffered += len(data)
         self._drain()
-        if len(self.pending) > _HIGH_WATER and self.producer is not None \
-                and not self.producer_paused:
-            self.producer_paused = True
+        if self.producer is not None and not self.producer_paused and self.pending and (
+                len(self.pending) > _HIGH_WATER or owner.buffered > _CONNECTION_HIGH_WATER):
+            self.producer_paused = owner.squeezed = True
             self.producer.pauseProducing()
 
     def end_body(self) -> None:
@@ -110,6 +123,7 @@ class _Stream:
     def _drain(self) -> None:
         conn = self.owner.h2
         sid = self.stream_id
+        sent = 0
         try:
             unflushed = 0
             while self.pending and not self.owner.send_paused:
@@ -119,6 +133,7 @@ class _Stream:
                 chunk = bytes(self.pending[:window])
                 del self.pending[:window]
                 conn.send_data(sid, chunk)
+                sent += len(chunk)
                 unflushed += len(chunk)
                 if unflushed >= _FLUSH_EVERY:
                     # h2 holds frames until flushed: hand them to the transport now, so
@@ -133,9 +148,18 @@ class _Stream:
                     self.owner.forget_stream(self)
         except (h2.exceptions.StreamClosedError, h2.exceptions.ProtocolError):
             self.closed = True
+            sent += len(self.pending)
             self.pending.clear()
+        if self.pending:  # waiting for a window (or the socket): since the last progress
+            if sent or self.blocked_since is None:
+                self.blocked_since = self.owner.core.reactor.seconds()
+        else:
+            self.blocked_since = None
+        if sent:
+            self.owner.unbuffer(sent)
         if self.producer is not None and self.producer_paused and \
-                len(self.pending) < _HIGH_WATER // 2:
+                len(self.pending) < _HIGH_WATER // 2 and \
+                self.owner.buffered < _CONNECTION_HIGH_WATER // 2:
             self.producer_paused = False
             self.producer.resumeProducing()
 
@@ -248,7 +272,6 @@ class _StreamEnd:
         stream = self.stream
         if not stream.closed:
             stream.closed = True
-            stream.pending.clear()
             stream.owner.reset(stream.stream_id, h2.errors.ErrorCodes.CONNECT_ERROR)
         stream.owner.forget_stream(stream)
 
@@ -266,6 +289,10 @@ class H2Connection(ConnectionTLS, Protocol):
             normalize_outbound_headers=False,
         )
         self.h2 = h2.connection.H2Connection(config=config)
+        self.h2.local_settings = LocalSettings(client=False, initial_values={
+            h2.settings.SettingCodes.MAX_CONCURRENT_STREAMS: MAX_CONCURRENT_STREAMS,
+            h2.settings.SettingCodes.MAX_HEADER_LIST_SIZE: MAX_HEADER_LIST_SIZE,
+        })
         # Pure-Python Huffman coding costs more than the bytes it saves on loopback-fast
         # links; HPACK indexing still applies.
         encode = self.h2.encoder.encode
@@ -277,6 +304,9 @@ class H2Connection(ConnectionTLS, Protocol):
         self.write_blocked_since = 0.0
         self.close_started: float | None = None
         self.send_paused = False  # the client's socket buffer is full
+        self.guard = H2Guard(core.reactor.seconds())
+        self.buffered = 0  # response bytes waiting in all streams
+        self.squeezed = False  # a stream's upstream was paused on them
 
     def connectionMade(self) -> None:
         transport: Any = self.transport
@@ -286,11 +316,7 @@ class H2Connection(ConnectionTLS, Protocol):
             self._write = lambda data: write_now(transport, data)  # type: ignore[method-assign]
         self.last_activity = self.core.reactor.seconds()
         self.core.connections.add(self)
-        self.h2.update_settings({
-            h2.settings.SettingCodes.MAX_CONCURRENT_STREAMS: 128,
-            h2.settings.SettingCodes.MAX_HEADER_LIST_SIZE: 64 * 1024,
-        })
-        self.h2.initiate_connection()
+        self.h2.initiate_connection()  # our SETTINGS: LocalSettings' values
         self.flush()
         # The connection's own producer: when the client stops reading and the socket's
         # buffer fills, streams stop sending DATA and keep it pending, and past their
@@ -305,6 +331,7 @@ class H2Connection(ConnectionTLS, Protocol):
     def resumeProducing(self) -> None:
         self.send_paused = False
         self.write_blocked_since = 0.0
+        self.guard.blocked_bytes = 0
         for stream in list(self.streams.values()):
             if stream.pending or stream.end_pending:
                 stream._drain()
@@ -328,6 +355,9 @@ class H2Connection(ConnectionTLS, Protocol):
         data = self.h2.data_to_send()
         if data and self.transport is not None:
             self._write(data)
+            cut = self.guard.wrote(len(data), self.send_paused)
+            if cut is not None:
+                self.cut(cut)
 
     def _write(self, data: bytes) -> None:
         self.transport.write(data)
@@ -349,9 +379,23 @@ class H2Connection(ConnectionTLS, Protocol):
         it held unacknowledged (a paused upload, DATA before a refused CONNECT), or
         every other stream's uploads would stall on a window that never reopens."""
         self.streams.pop(stream.stream_id, None)
+        if stream.pending:
+            self.unbuffer(len(stream.pending))
+            stream.pending.clear()
         if stream.unacked:
             size, stream.unacked = stream.unacked, 0
             self.acknowledge(stream.stream_id, size)  # h2 credits the connection only
+
+    def unbuffer(self, size: int) -> None:
+        """``size`` waiting bytes were sent or dropped; once the connection is below
+        half its high-water mark, streams paused on it read their upstreams again."""
+        self.buffered -= size
+        if self.squeezed and self.buffered < _CONNECTION_HIGH_WATER // 2:
+            self.squeezed = False
+            for stream in list(self.streams.values()):
+                if stream.producer_paused and len(stream.pending) < _HIGH_WATER // 2:
+                    stream.producer_paused = False
+                    stream.producer.resumeProducing()
 
     def stream_done(self, stream: _Stream) -> None:
         if stream.closed or not (stream.pending or stream.end_pending):
@@ -362,18 +406,24 @@ class H2Connection(ConnectionTLS, Protocol):
         self.flush()
 
     def dataReceived(self, data: bytes) -> None:
-        self.last_activity = self.core.reactor.seconds()
+        if self.close_started is not None:
+            return
+        now = self.last_activity = self.core.reactor.seconds()
+        cut = self.guard.feed(data, now)
+        if cut is not None:
+            self.cut(cut)
+            return
         try:
             events = self.h2.receive_data(data)
         except h2.exceptions.ProtocolError as exc:
-            log.info("HTTP/2 protocol error from {client}: {error}", client=self.client_ip,
-                     error=str(exc))
-            self.flush()
-            self.close_connection()
+            self.cut(protocol_cut(exc))  # h2 has queued its GOAWAY
             return
+        # A stream opened and reset in the same read (rapid reset) is never started.
+        reset = {e.stream_id for e in events if isinstance(e, h2.events.StreamReset)}
         for event in events:
             if isinstance(event, h2.events.RequestReceived):
-                self._request(event)
+                if event.stream_id not in reset:
+                    self._request(event)
             elif isinstance(event, h2.events.DataReceived):
                 self._data(event)
             elif isinstance(event, h2.events.StreamEnded):
@@ -388,12 +438,7 @@ class H2Connection(ConnectionTLS, Protocol):
             elif isinstance(event, h2.events.StreamReset):
                 stream = self.streams.get(event.stream_id)
                 if stream is not None:
-                    self.forget_stream(stream)
-                    stream.closed = True
-                    if stream.pipe is not None:
-                        stream.pipe.lost("client reset the stream", clean=False)
-                    elif stream.exchange is not None:
-                        stream.exchange.downstream_lost()
+                    self._drop(stream, "client reset the stream", by_client=True)
             elif isinstance(event, h2.events.WindowUpdated):
                 self._window(event.stream_id)
             elif isinstance(event, h2.events.ConnectionTerminated):
@@ -426,6 +471,12 @@ class H2Connection(ConnectionTLS, Protocol):
     def _request(self, event: h2.events.RequestReceived) -> None:
         if not self.client_ip:  # after any PROXY header (see Http1Connection)
             self.client_ip = getattr(self.transport.getPeer(), "host", "")
+        if len(self.streams) >= MAX_CONCURRENT_STREAMS:  # h2 allows up to the hard cap
+            self.reset(event.stream_id, h2.errors.ErrorCodes.REFUSED_STREAM)
+            cut = self.guard.refused(self.core.reactor.seconds())
+            if cut is not None:
+                self.cut(cut)
+            return
         stream = _Stream(self, event.stream_id)
         self.streams[event.stream_id] = stream
         exchange = Exchange(stream, self.core)
@@ -493,6 +544,39 @@ class H2Connection(ConnectionTLS, Protocol):
         stream.pause_reading("connect")  # DATA waits (unacknowledged) for the tunnel
         exchange.begin()
 
+    def _drop(self, stream: _Stream, why: str, by_client: bool = False) -> None:
+        """The stream is over (the client reset it, or we give up on it): drop it and
+        its waiting bytes, and release its upstream work."""
+        self.forget_stream(stream)
+        stream.closed = True
+        if stream.pipe is not None:
+            stream.pipe.lost(why, clean=False)
+        elif stream.exchange is not None and by_client:
+            stream.exchange.downstream_lost()
+        elif stream.exchange is not None:
+            stream.exchange.abandon(why)
+
+    def cut(self, cut: Cut) -> None:
+        """A limit is spent: GOAWAY with its code, one log line, every stream's upstream
+        released, and the connection closed (aborted when the client does not read)."""
+        if self.close_started is not None:
+            return
+        self.close_started = self.core.reactor.seconds()
+        client = self.client_ip or getattr(self.transport.getPeer(), "host", "")
+        log.info("HTTP/2 connection from {client} cut: {limit} ({detail})",
+                 client=client, limit=cut.limit, code=cut.code.name, detail=cut.detail)
+        with contextlib.suppress(h2.exceptions.H2Error):
+            self.h2.close_connection(error_code=cut.code)
+        data = self.h2.data_to_send()
+        if data:
+            self._write(data)
+        for stream in list(self.streams.values()):
+            self._drop(stream, f"HTTP/2 connection cut: {cut.limit}")
+        if cut.abort:
+            self.transport.abortConnection()
+        else:
+            self.transport.loseConnection()
+
     # watchdog
     def close_connection(self) -> None:
         """Close in order; ``check_deadlines`` aborts it after ``CLOSE_GRACE`` (over TLS
@@ -507,9 +591,19 @@ class H2Connection(ConnectionTLS, Protocol):
             if now - self.close_started > CLOSE_GRACE:
                 self.transport.abortConnection()
             return
+        stall = stall_timeout(core.timeout_write)
+        if self.write_blocked_since and now - self.write_blocked_since > stall:
+            self.cut(Cut("timeout_write", h2.errors.ErrorCodes.CANCEL,
+                         f"the client read nothing for {stall:g} s", abort=True))
+            return
         for stream in list(self.streams.values()):
             exchange = stream.exchange
-            if exchange is not None and exchange.deadline and now > exchange.deadline \
+            if stream.blocked_since is not None and now - stream.blocked_since > stall:
+                # its window stayed closed: reset it, drop its bytes, release the upstream
+                stream.closed = True
+                self.reset(stream.stream_id, h2.errors.ErrorCodes.CANCEL)
+                self._drop(stream, f"timeout_write: no window for {stall:g} s")
+            elif exchange is not None and exchange.deadline and now > exchange.deadline \
                     and not exchange.finished and not stream.producer_paused:
                 exchange.timed_out()
         if not self.streams and core.timeout_idle and \

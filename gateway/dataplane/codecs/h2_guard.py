@@ -1,0 +1,242 @@
+"""Per-connection limits against HTTP/2 abuse, as plain bookkeeping (no I/O).
+
+The codec feeds every received byte to ``H2Guard.feed`` before ``h2`` parses it: the
+guard walks the frame headers only (9 bytes a frame, bodies skipped) and counts what
+costs the gateway work without being a request: client RST_STREAMs (rapid reset,
+CVE-2023-44487), control frames (SETTINGS, PING, WINDOW_UPDATE, PRIORITY, empty DATA,
+unknown types: the 2019 flood family), header blocks split over endless CONTINUATIONs,
+frames longer than the size we advertise. A spent limit is a ``Cut``: the codec sends
+GOAWAY with its code, logs its name and closes. What ``h2`` enforces itself (header
+lists past ``MAX_HEADER_LIST_SIZE``, HPACK table size updates past ours, flow control)
+arrives as an ``h2`` exception, which ``protocol_cut`` names the same way.
+
+Budgets are token buckets: a burst, refilled with time, and for control frames also
+with what the gateway sends (a client reading a big download at a high rate answers it
+with WINDOW_UPDATEs; that work is paid for by real traffic).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import h2.exceptions
+import h2.settings
+import hpack.exceptions
+from h2.errors import ErrorCodes
+
+# What we advertise (SETTINGS); MAX_FRAME_SIZE is never raised from the RFC default.
+MAX_CONCURRENT_STREAMS = 128
+MAX_HEADER_LIST_SIZE = 64 * 1024
+MAX_FRAME_SIZE = 16384
+# h2 itself closes the connection (PROTOCOL_ERROR) past this many open streams; below
+# it and above MAX_CONCURRENT_STREAMS the codec refuses streams with REFUSED_STREAM.
+STREAMS_HARD_CAP = 2 * MAX_CONCURRENT_STREAMS
+# One header block (HEADERS + CONTINUATIONs): encoded bytes and frames. HPACK does not
+# make a legitimate block much longer than its decoded list (MAX_HEADER_LIST_SIZE).
+HEADER_BLOCK_MAX_BYTES = 2 * MAX_HEADER_LIST_SIZE
+HEADER_BLOCK_MAX_FRAMES = 32  # h2 stops at 64 CONTINUATIONs, of any size
+# The bursts are what one connection may cost before it is cut (about 46 us of h2's
+# parsing per reset stream, 5-10 us per control frame): a client that reconnects after
+# each cut keeps the gateway busy, so each read of an abusive connection must stay short.
+# Client RST_STREAMs: a browser cancels at most its open streams at once.
+RESET_BURST = MAX_CONCURRENT_STREAMS
+RESET_RATE = 32.0  # per second
+# Control frames: burst, refill per second, and one more per CONTROL_CREDIT_BYTES sent
+# (a client giving the window back every 4 KiB it reads, as Go's does, sends 2 per 4 KiB).
+CONTROL_BURST = 128
+CONTROL_RATE = 64.0
+CONTROL_CREDIT_BYTES = 1024
+# Streams refused for exceeding MAX_CONCURRENT_STREAMS (a client that ignores it).
+REFUSED_BURST = 32
+REFUSED_RATE = 1.0
+# Bytes the gateway wrote while the client's socket was full (the client stopped
+# reading): control answers and response heads pile up in the transport's buffer.
+BLOCKED_OUTPUT_MAX = 512 * 1024
+# A stream whose response bytes wait for a window that does not open (and a connection
+# whose socket stays full) for this long is reset, unless ``timeout_write`` is set.
+STALL_TIMEOUT = 60.0
+
+PREFACE_LENGTH = 24
+_DATA, _HEADERS, _RST_STREAM, _PUSH_PROMISE, _CONTINUATION = 0x0, 0x1, 0x3, 0x5, 0x9
+_END_STREAM, _END_HEADERS = 0x1, 0x4
+
+
+@dataclass(frozen=True)
+class Cut:
+    """Why a connection is closed: a stable limit name for the log, the GOAWAY code."""
+
+    limit: str
+    code: ErrorCodes
+    detail: str
+    abort: bool = False  # the client does not read: no orderly close
+
+
+class Budget:
+    """A token bucket: ``take`` is False once the burst is spent faster than it refills."""
+
+    __slots__ = ("burst", "rate", "stamp", "tokens")
+
+    def __init__(self, burst: float, rate: float, now: float) -> None:
+        self.burst = burst
+        self.rate = rate
+        self.tokens = burst
+        self.stamp = now
+
+    def take(self, now: float, credit: float = 0.0) -> bool:
+        tokens = self.tokens + (now - self.stamp) * self.rate + credit
+        self.stamp = now
+        if tokens > self.burst:
+            tokens = self.burst
+        if tokens < 1.0:
+            self.tokens = tokens
+            return False
+        self.tokens = tokens - 1.0
+        return True
+
+
+class LocalSettings(h2.settings.Settings):
+    """Our settings as ``h2`` enforces them: the concurrent-stream limit it checks is the
+    hard cap, so streams between the advertised limit and the cap reach the codec,
+    which refuses them with REFUSED_STREAM (h2 alone would close the connection)."""
+
+    @property
+    def max_concurrent_streams(self) -> int:
+        return STREAMS_HARD_CAP
+
+    @max_concurrent_streams.setter
+    def max_concurrent_streams(self, value: int) -> None:
+        self[h2.settings.SettingCodes.MAX_CONCURRENT_STREAMS] = value
+
+
+class H2Guard:
+    """The limits of one connection. ``feed`` before h2 parses; ``wrote`` after writes."""
+
+    def __init__(self, now: float) -> None:
+        self._preface = PREFACE_LENGTH
+        self._head = b""  # a frame header split across reads
+        self._skip = 0  # payload bytes of the current frame still to pass
+        self._block_frames = 0  # frames of an unfinished header block
+        self._block_bytes = 0
+        self.resets = Budget(RESET_BURST, RESET_RATE, now)
+        self.control = Budget(CONTROL_BURST, CONTROL_RATE, now)
+        self.refusals = Budget(REFUSED_BURST, REFUSED_RATE, now)
+        self.sent = 0  # bytes written, credited to the control budget
+        self._credited = 0
+        self.blocked_bytes = 0
+
+    def feed(self, data: bytes, now: float) -> Cut | None:
+        size = len(data)
+        pos = 0
+        if self._preface:
+            pos = min(self._preface, size)
+            self._preface -= pos
+        while pos < size:
+            if self._skip:
+                step = min(self._skip, size - pos)
+                self._skip -= step
+                pos += step
+                continue
+            if self._head:
+                need = 9 - len(self._head)
+                self._head += data[pos:pos + need]
+                pos += need
+                if len(self._head) < 9:
+                    return None
+                head, self._head = self._head, b""
+            elif size - pos < 9:
+                self._head = data[pos:]
+                return None
+            else:
+                head = data[pos:pos + 9]
+                pos += 9
+            length = int.from_bytes(head[:3], "big")
+            self._skip = length
+            cut = self._frame(length, head[3], head[4], now)
+            if cut is not None:
+                return cut
+        return None
+
+    def _frame(self, length: int, kind: int, flags: int, now: float) -> Cut | None:
+        if length > MAX_FRAME_SIZE:
+            return Cut("max_frame_size", ErrorCodes.FRAME_SIZE_ERROR,
+                       f"a {length}-byte frame (type {kind}), {MAX_FRAME_SIZE} advertised")
+        if kind == _DATA:
+            if length or flags & _END_STREAM:
+                return None
+        elif kind in (_HEADERS, _PUSH_PROMISE):
+            if not flags & _END_HEADERS:
+                self._block_frames, self._block_bytes = 1, length
+            return None
+        elif kind == _CONTINUATION:
+            if not self._block_frames:
+                return None  # a naked CONTINUATION: h2 refuses it
+            self._block_frames += 1
+            self._block_bytes += length
+            if self._block_bytes > HEADER_BLOCK_MAX_BYTES:
+                return Cut("header_block_bytes", ErrorCodes.ENHANCE_YOUR_CALM,
+                           f"a header block over {HEADER_BLOCK_MAX_BYTES} bytes")
+            if self._block_frames > HEADER_BLOCK_MAX_FRAMES:
+                return Cut("header_block_frames", ErrorCodes.ENHANCE_YOUR_CALM,
+                           f"a header block in over {HEADER_BLOCK_MAX_FRAMES} frames")
+            if flags & _END_HEADERS:
+                self._block_frames = self._block_bytes = 0
+            return None
+        elif kind == _RST_STREAM:
+            if self.resets.take(now):
+                return None
+            return Cut("rapid_reset", ErrorCodes.ENHANCE_YOUR_CALM,
+                       f"over {RESET_BURST} stream resets at over {RESET_RATE:g}/s")
+        credit = (self.sent - self._credited) / CONTROL_CREDIT_BYTES
+        self._credited = self.sent
+        if self.control.take(now, credit):
+            return None
+        return Cut("control_flood", ErrorCodes.ENHANCE_YOUR_CALM,
+                   f"over {CONTROL_BURST} control frames at over {CONTROL_RATE:g}/s "
+                   f"(last: type {kind})")
+
+    def refused(self, now: float) -> Cut | None:
+        """A stream past MAX_CONCURRENT_STREAMS was refused (REFUSED_STREAM)."""
+        if self.refusals.take(now):
+            return None
+        return Cut("max_concurrent_streams", ErrorCodes.PROTOCOL_ERROR,
+                   f"streams past the advertised {MAX_CONCURRENT_STREAMS}, "
+                   f"{REFUSED_BURST} refusals ignored")
+
+    def wrote(self, size: int, blocked: bool) -> Cut | None:
+        self.sent += size
+        if not blocked:
+            return None
+        self.blocked_bytes += size
+        if self.blocked_bytes <= BLOCKED_OUTPUT_MAX:
+            return None
+        return Cut("blocked_output", ErrorCodes.ENHANCE_YOUR_CALM,
+                   f"over {BLOCKED_OUTPUT_MAX} bytes queued for a client that does not read",
+                   abort=True)
+
+
+def stall_timeout(timeout_write: float) -> float:
+    """How long a stream's (or the socket's) output may wait without progress."""
+    return timeout_write or STALL_TIMEOUT
+
+
+def protocol_cut(exc: h2.exceptions.ProtocolError) -> Cut:
+    """The limit behind an error h2 raised (it has already queued the GOAWAY)."""
+    code = ErrorCodes(exc.error_code) if isinstance(exc.error_code, int) else \
+        ErrorCodes.PROTOCOL_ERROR
+    cause = exc.__cause__
+    if isinstance(exc, h2.exceptions.DenialOfServiceError) or \
+            isinstance(cause, hpack.exceptions.OversizedHeaderListError):
+        limit = "max_header_list_size"
+    elif isinstance(cause, hpack.exceptions.InvalidTableSizeError):
+        limit = "header_table_size"
+    elif isinstance(exc, h2.exceptions.TooManyStreamsError):
+        limit = "streams_hard_cap"
+    elif isinstance(exc, h2.exceptions.FlowControlError):
+        limit = "flow_control"
+    elif isinstance(exc, h2.exceptions.FrameTooLargeError):
+        limit = "max_frame_size"
+    elif "continuation" in str(exc).lower():
+        limit = "header_block_frames"
+    else:
+        limit = "protocol_error"
+    return Cut(limit, code, str(exc)[:200])

@@ -1,0 +1,65 @@
+"""The HTTP/2 abuse guard as plain bookkeeping: frame headers split across reads, the
+budgets' refill, and what counts against which limit."""
+
+from __future__ import annotations
+
+from twisted.trial.unittest import SynchronousTestCase
+
+from gateway.dataplane.codecs import h2_guard
+from gateway.dataplane.codecs.h2_guard import Budget, H2Guard
+from tests.support import h2frames as f
+
+
+class BudgetTests(SynchronousTestCase):
+    def test_burst_then_rate(self) -> None:
+        budget = Budget(3, 2.0, now=0.0)
+        self.assertEqual([budget.take(0.0) for _ in range(4)], [True, True, True, False])
+        self.assertTrue(budget.take(0.5))  # one token back after half a second
+        self.assertFalse(budget.take(0.5))
+
+    def test_credit(self) -> None:
+        budget = Budget(1, 0.0, now=0.0)
+        self.assertTrue(budget.take(0.0))
+        self.assertFalse(budget.take(0.0, credit=0.5))
+        self.assertTrue(budget.take(0.0, credit=0.5))
+
+
+class FeedTests(SynchronousTestCase):
+    def test_split_reads_count_the_same_frames(self) -> None:
+        """Preface and frame headers cut at every byte: the same RST_STREAMs counted."""
+        stream = f.PREFACE + f.data(1, b"x" * 100) + f.rst(1) * 5 + f.ping()
+        whole, split = H2Guard(0.0), H2Guard(0.0)
+        self.assertIsNone(whole.feed(stream, 0.0))
+        for i in range(len(stream)):
+            self.assertIsNone(split.feed(stream[i:i + 1], 0.0))
+        self.assertEqual(whole.resets.tokens, split.resets.tokens)
+        self.assertEqual(whole.resets.tokens, h2_guard.RESET_BURST - 5)
+        self.assertEqual(split.control.tokens, h2_guard.CONTROL_BURST - 1)
+
+    def test_data_and_ended_empty_data_are_not_control_frames(self) -> None:
+        guard = H2Guard(0.0)
+        guard.feed(f.PREFACE + f.data(1, b"x") + f.data(1, b"", end_stream=True), 0.0)
+        self.assertEqual(guard.control.tokens, h2_guard.CONTROL_BURST)
+        guard.feed(f.data(3, b""), 0.0)
+        self.assertEqual(guard.control.tokens, h2_guard.CONTROL_BURST - 1)
+
+    def test_bytes_sent_pay_for_control_frames(self) -> None:
+        guard = H2Guard(0.0)
+        guard.feed(f.PREFACE, 0.0)
+        for _ in range(h2_guard.CONTROL_BURST):
+            self.assertIsNone(guard.feed(f.ping(), 0.0))
+        self.assertIsNotNone(H2Guard(0.0).feed(f.PREFACE + f.ping() * 2000, 0.0))
+        guard.wrote(h2_guard.CONTROL_CREDIT_BYTES * 10, blocked=False)
+        for _ in range(10):
+            self.assertIsNone(guard.feed(f.ping(), 0.0))
+        cut = guard.feed(f.ping(), 0.0)
+        assert cut is not None
+        self.assertEqual(cut.limit, "control_flood")
+
+    def test_blocked_output(self) -> None:
+        guard = H2Guard(0.0)
+        self.assertIsNone(guard.wrote(h2_guard.BLOCKED_OUTPUT_MAX, blocked=True))
+        self.assertIsNone(guard.wrote(10 << 20, blocked=False))
+        cut = guard.wrote(1, blocked=True)
+        assert cut is not None
+        self.assertEqual((cut.limit, cut.abort), ("blocked_output", True))
