@@ -142,9 +142,6 @@ def _h2_preface_and_partial_headers() -> tuple[bytes, bytes]:
     return preface, headers + continuation
 
 
-@pytest.mark.xfail(strict=True, reason="HTTP/2 has no request-head deadline yet: "
-                   "H2Connection (http2.py, not owned here) must cut a header block "
-                   "unfinished timeout_read after it began (see the conn-abuse report)")
 def test_trickled_h2_headers_are_cut(env: Env) -> None:
     """HEADERS then CONTINUATION one byte every 0.2 s: cut at timeout_read."""
     before = requests_seen(env)
@@ -159,9 +156,6 @@ def test_trickled_h2_headers_are_cut(env: Env) -> None:
     assert requests_seen(env) == before
 
 
-@pytest.mark.xfail(strict=True, reason="HTTP/2 has no request-body deadline yet: "
-                   "H2Connection (http2.py, not owned here) must reset a stream whose "
-                   "body stops for timeout_read (see the conn-abuse report)")
 def test_stalled_h2_body_is_cut(env: Env) -> None:
     """An HTTP/2 upload that stops: the stream (or the connection) ends after
     timeout_read without DATA, as for HTTP/1.1."""

@@ -114,9 +114,14 @@ class H2Guard:
     def __init__(self, now: float) -> None:
         self._preface = PREFACE_LENGTH
         self._head = b""  # a frame header split across reads
+        self._head_at = 0.0  # ... and when its first byte came
         self._skip = 0  # payload bytes of the current frame still to pass
         self._block_frames = 0  # frames of an unfinished header block
         self._block_bytes = 0
+        self._ends_block = False  # the current frame's payload completes a header block
+        # When the unfinished header block began (``timeout_read`` runs from there, as
+        # for an HTTP/1.1 head): None when no block is being received.
+        self.head_since: float | None = None
         self.resets = Budget(RESET_BURST, RESET_RATE, now)
         self.control = Budget(CONTROL_BURST, CONTROL_RATE, now)
         self.refusals = Budget(REFUSED_BURST, REFUSED_RATE, now)
@@ -135,28 +140,34 @@ class H2Guard:
                 step = min(self._skip, size - pos)
                 self._skip -= step
                 pos += step
+                if not self._skip and self._ends_block:
+                    self._ends_block, self.head_since = False, None
                 continue
+            began = now
             if self._head:
                 need = 9 - len(self._head)
                 self._head += data[pos:pos + need]
                 pos += need
                 if len(self._head) < 9:
                     return None
-                head, self._head = self._head, b""
+                head, self._head, began = self._head, b"", self._head_at
             elif size - pos < 9:
-                self._head = data[pos:]
+                self._head, self._head_at = data[pos:], now
                 return None
             else:
                 head = data[pos:pos + 9]
                 pos += 9
             length = int.from_bytes(head[:3], "big")
             self._skip = length
-            cut = self._frame(length, head[3], head[4], now)
+            cut = self._frame(length, head[3], head[4], now, began)
             if cut is not None:
                 return cut
+            if not self._skip and self._ends_block:
+                self._ends_block, self.head_since = False, None
         return None
 
-    def _frame(self, length: int, kind: int, flags: int, now: float) -> Cut | None:
+    def _frame(self, length: int, kind: int, flags: int, now: float, began: float
+               ) -> Cut | None:
         if length > MAX_FRAME_SIZE:
             return Cut("max_frame_size", ErrorCodes.FRAME_SIZE_ERROR,
                        f"a {length}-byte frame (type {kind}), {MAX_FRAME_SIZE} advertised")
@@ -164,8 +175,12 @@ class H2Guard:
             if length or flags & _END_STREAM:
                 return None
         elif kind in (_HEADERS, _PUSH_PROMISE):
+            if self.head_since is None:
+                self.head_since = began  # a header trickled in counts from its first byte
             if not flags & _END_HEADERS:
                 self._block_frames, self._block_bytes = 1, length
+            else:
+                self._ends_block = True
             return None
         elif kind == _CONTINUATION:
             if not self._block_frames:
@@ -180,6 +195,7 @@ class H2Guard:
                            f"a header block in over {HEADER_BLOCK_MAX_FRAMES} frames")
             if flags & _END_HEADERS:
                 self._block_frames = self._block_bytes = 0
+                self._ends_block = True
             return None
         elif kind == _RST_STREAM:
             if self.resets.take(now):
@@ -212,6 +228,14 @@ class H2Guard:
         return Cut("blocked_output", ErrorCodes.ENHANCE_YOUR_CALM,
                    f"over {BLOCKED_OUTPUT_MAX} bytes queued for a client that does not read",
                    abort=True)
+
+
+def head_timeout(head_since: float | None, now: float, timeout_read: float) -> Cut | None:
+    """A header block still unfinished ``timeout_read`` after it began (slowloris)."""
+    if head_since is None or not timeout_read or now - head_since <= timeout_read:
+        return None
+    return Cut("timeout_read", ErrorCodes.ENHANCE_YOUR_CALM,
+               f"a request head unfinished after {timeout_read:g} s")
 
 
 def stall_timeout(timeout_write: float) -> float:

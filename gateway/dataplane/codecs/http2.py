@@ -32,6 +32,7 @@ from gateway.dataplane.codecs.h2_guard import (
     Cut,
     H2Guard,
     LocalSettings,
+    head_timeout,
     protocol_cut,
     stall_timeout,
 )
@@ -84,6 +85,7 @@ class _Stream:
         self.early: list[bytes] = []  # tunnel DATA that came before the 200
         self.early_end = False  # ... and END_STREAM
         self.blocked_since: float | None = None  # response bytes wait for a window since
+        self.last_read = owner.core.reactor.seconds()  # request HEADERS or DATA, last
 
     # Sink
     def write_head(self, status: int, reason: bytes, headers: list[tuple[bytes, bytes]],
@@ -457,6 +459,7 @@ class H2Connection(ConnectionTLS, Protocol):
         if stream is None or stream.exchange is None:
             self.acknowledge(event.stream_id, event.flow_controlled_length)
             return
+        stream.last_read = self.last_activity
         if stream.pipe is not None:
             stream.pipe.from_a(event.data)
         elif stream.exchange.connect:
@@ -556,6 +559,17 @@ class H2Connection(ConnectionTLS, Protocol):
         elif stream.exchange is not None:
             stream.exchange.abandon(why)
 
+    def _body_timed_out(self, stream: _Stream, exchange: Exchange) -> None:
+        """408 (or the response cut off if it began), the upstream request dropped, and
+        the stream reset so the client stops sending (RFC 9113 8.1)."""
+        exchange.request_timed_out()
+        if not stream.closed:
+            self.reset(stream.stream_id, h2.errors.ErrorCodes.NO_ERROR if
+                       exchange.finished and not stream.pending and not stream.end_pending
+                       else h2.errors.ErrorCodes.CANCEL)
+        if not (stream.pending or stream.end_pending):
+            self.forget_stream(stream)
+
     def cut(self, cut: Cut) -> None:
         """A limit is spent: GOAWAY with its code, one log line, every stream's upstream
         released, and the connection closed (aborted when the client does not read)."""
@@ -575,7 +589,14 @@ class H2Connection(ConnectionTLS, Protocol):
         if cut.abort:
             self.transport.abortConnection()
         else:
-            self.transport.loseConnection()
+            self._lose()
+
+    def _lose(self) -> None:
+        """Twisted's TLS transport starts its shutdown only once no producer is
+        registered: this connection is its own (see ``connectionMade``), so it steps
+        down first, or the close would wait for ``CLOSE_GRACE`` every time."""
+        self.transport.unregisterProducer()
+        self.transport.loseConnection()
 
     # watchdog
     def close_connection(self) -> None:
@@ -583,7 +604,7 @@ class H2Connection(ConnectionTLS, Protocol):
         an orderly close waits for the peer's close_notify, which may never come)."""
         if self.close_started is None:
             self.close_started = self.core.reactor.seconds()
-        self.transport.loseConnection()
+        self._lose()
 
     def check_deadlines(self, now: float) -> None:
         core = self.core
@@ -596,9 +617,19 @@ class H2Connection(ConnectionTLS, Protocol):
             self.cut(Cut("timeout_write", h2.errors.ErrorCodes.CANCEL,
                          f"the client read nothing for {stall:g} s", abort=True))
             return
+        cut = head_timeout(self.guard.head_since, now, core.timeout_read)
+        if cut is not None:
+            self.cut(cut)
+            return
         for stream in list(self.streams.values()):
             exchange = stream.exchange
-            if stream.blocked_since is not None and now - stream.blocked_since > stall:
+            if exchange is not None and not exchange.request_done and stream.pipe is None \
+                    and not exchange.connect and core.timeout_read and not stream.pauses \
+                    and now - stream.last_read > core.timeout_read:
+                # The request body stopped (time the gateway holds it back is not the
+                # client's: a paused stream withholds its window).
+                self._body_timed_out(stream, exchange)
+            elif stream.blocked_since is not None and now - stream.blocked_since > stall:
                 # its window stayed closed: reset it, drop its bytes, release the upstream
                 stream.closed = True
                 self.reset(stream.stream_id, h2.errors.ErrorCodes.CANCEL)

@@ -256,6 +256,22 @@ class UpstreamRelay(ExchangeBase):
         self.detail = "route timeout"
         self._give_up(504, "upstream request timeout")
 
+    def request_timed_out(self) -> None:
+        """``timeout_read`` passed between pieces of the request body: the upstream
+        request is dropped and the client gets 408 (its response cut off if it began)."""
+        if self.finished:
+            return
+        self.detail = "timeout_read: the request body stopped"
+        connecting, self.connecting = self.connecting, None
+        upstream, self.upstream = self.upstream, None
+        if upstream is not None:
+            upstream.abort()
+        self.release_host(failed=False)
+        self.internal_body = None
+        self._give_up(408, "the request was not received in time")
+        if connecting is not None:
+            connecting.cancel()  # finished: its errback does nothing more
+
     def _give_up(self, status: int, message: str, answerable: bool = True) -> None:
         """Answer ``status`` if nothing reached the client yet (a held head is dropped);
         otherwise cut the response off."""
