@@ -36,12 +36,13 @@ from twisted.logger import Logger
 
 from gateway.authenticate import pages
 from gateway.authenticate.oidc import Provider
-from gateway.authenticate.targets import SIGN_IN, STATE_TTL, programmatic_token
+from gateway.authenticate.targets import SIGN_IN, STATE_TTL
 from gateway.authorize.assertion import AssertionSigner, claim_headers
 from gateway.authorize.claims import claim_groups, flatten_claims
 from gateway.authorize.evaluate import evaluate
 from gateway.config.snapshot import Snapshot
 from gateway.dataplane.authz import Allow, Decision, Deny, RequestInfo
+from gateway.sessions.bearer import programmatic_token
 from gateway.sessions.cookie import (
     parse_cookies,
     read_cookie,

@@ -48,19 +48,6 @@ def safe_target(uri: str, allowed_hosts: set[str]) -> bool:
     return host in allowed_hosts or netloc in allowed_hosts
 
 
-def programmatic_token(headers: list[tuple[bytes, bytes]]) -> str:
-    """``Authorization: Gateway <token>`` or ``Authorization: Bearer Gateway-<token>``."""
-    for name, value in headers:
-        if name.lower() != b"authorization":
-            continue
-        text = value.decode("latin-1").strip()
-        if text[:8].lower() == "gateway ":
-            return text[8:].strip()
-        if text[:7].lower() == "bearer " and text[7:15].lower() == "gateway-":
-            return text[15:].strip()
-    return ""
-
-
 def allowed_programmatic_target(uri: str, domains: tuple[str, ...]) -> bool:
     """``programmatic_redirect_domain_whitelist``: the host must equal an entry; the
     entry ``localhost`` admits any loopback host. Port ignored."""

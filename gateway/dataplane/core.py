@@ -69,6 +69,7 @@ class ProxyCore:
         self.timeout_handshake = handshake_timeout(o.timeout_read)
         self.limit.maximum = o.max_connections or auto_max_connections()
         self.skip_xff_append = o.skip_xff_append
+        self.cookie_name = o.cookie_name
         self.underscores_drop = o.headers_with_underscores_action == "drop"
         self.underscores_reject = o.headers_with_underscores_action == "reject"
         self.xff_trusted_hops = o.xff_num_trusted_hops

@@ -6,8 +6,12 @@ Each case shows the answer the client gets, that the upstream never saw what it 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
+import socket
+import threading
+import time
 from collections.abc import Iterator
 from contextlib import ExitStack
 from pathlib import Path
@@ -178,3 +182,83 @@ def test_reject_action_answers_400_before_any_upstream(env: Env) -> None:
         assert b"X_Custom_Thing" in reply.body
         assert client.request("GET", "/public/ok", "app.test").status == 200
     assert len(seen(env.public)) == before + 1
+
+
+# -- the gateway's own credentials on public routes ----------------------------------
+
+
+def test_public_route_never_forwards_the_gateway_credentials(env: Env) -> None:
+    """A public route has no authorization decision, yet its upstream must not receive
+    the session cookie or a gateway bearer token (it could replay them to the gateway);
+    other cookies and other Authorization schemes pass."""
+    with RawClient(env.gw["allow"].port) as client:
+        reply = client.request("GET", "/public/creds", "app.test", headers={
+            "Cookie": "_gateway=sealed-session; theme=dark; _gateway_0=chunk"})
+        sent = dict(echoed(reply.body))
+        assert sent["Cookie"] == "theme=dark"
+        for token in ("Gateway abc.def", "Bearer Gateway-abc.def"):
+            reply = client.request("GET", "/public/creds", "app.test",
+                                   headers={"Authorization": token})
+            assert "Authorization" not in dict(echoed(reply.body)), token
+        reply = client.request("GET", "/public/creds", "app.test",
+                               headers={"Authorization": "Bearer app-token"})
+        assert dict(echoed(reply.body))["Authorization"] == "Bearer app-token"
+
+
+# -- an upstream that switches protocols unasked --------------------------------------
+
+
+class SwitchingUpstream:
+    """Answers every request with ``101 Switching Protocols`` and records what it gets."""
+
+    def __init__(self) -> None:
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.port = self.server.getsockname()[1]
+        self.received = b""
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        self.server.settimeout(0.2)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                conn, _ = self.server.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            with conn:
+                conn.settimeout(5)
+                with contextlib.suppress(OSError):
+                    while b"\r\n\r\n" not in self.received:
+                        chunk = conn.recv(65536)
+                        if not chunk:
+                            break
+                        self.received += chunk
+                    conn.sendall(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n"
+                                 b"Connection: Upgrade\r\n\r\n")
+                    while chunk := conn.recv(65536):
+                        self.received += chunk
+
+    def close(self) -> None:
+        self.server.close()
+
+
+def test_unrequested_switch_is_a_502_and_no_pipe(tmp_path: Path) -> None:
+    """An upstream answering 101 to a request without Upgrade gets the client a 502; the
+    client's next request on its connection is routed and authorized as usual, and never
+    reaches that upstream as raw bytes."""
+    upstream = SwitchingUpstream()
+    try:
+        with gateway_daemon(tmp_path, {"policy": [
+            {"from": "https://app.test", "prefix": "/admin", "to": "http://127.0.0.1:9",
+             "allowed_domains": ["example.com"]},
+            {"from": "https://app.test", "prefix": "/", "to": f"http://127.0.0.1:{upstream.port}",
+             "allow_public_unauthenticated_access": True, "allow_websockets": True},
+        ], **IDENTITY}) as gw, RawClient(gw.port) as client:
+            assert client.request("GET", "/public/x", "app.test").status == 502
+            assert client.request("GET", "/admin/secret", "app.test").status == 401
+    finally:
+        upstream.close()
+    assert b"/admin/secret" not in upstream.received

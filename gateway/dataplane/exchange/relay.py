@@ -130,6 +130,9 @@ class UpstreamRelay(ExchangeBase):
         plan = self.plan
         assert plan is not None
         self.waiting_upstream = False
+        if status == 101 and not self.upgrade:
+            self._unrequested_switch()
+            return
         self.deadline = self.core.reactor.seconds() + plan.timeout
         self.status = status
         out: list[tuple[bytes, bytes]] = []
@@ -255,6 +258,18 @@ class UpstreamRelay(ExchangeBase):
         self.release_host(failed=True)
         self.detail = "route timeout"
         self._give_up(504, "upstream request timeout")
+
+    def _unrequested_switch(self) -> None:
+        """A 101 to a request that asked for no upgrade (or one the route does not allow:
+        such requests are refused before they get here). Passing it on would turn the
+        client's connection into a raw pipe to this upstream, and the client's next
+        requests on it would skip routing and policy: 502, and the upstream dropped."""
+        upstream, self.upstream = self.upstream, None
+        if upstream is not None:
+            upstream.abort()
+        self.release_host(failed=True)
+        self.detail = "the upstream switched protocols without an upgrade request"
+        self._give_up(502, "invalid response from the upstream")
 
     def request_timed_out(self) -> None:
         """``timeout_read`` passed between pieces of the request body: the upstream

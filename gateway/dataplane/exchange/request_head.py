@@ -16,6 +16,7 @@ from twisted.logger import Logger
 from gateway.dataplane.exchange.base import BODY_CHUNKED
 from gateway.dataplane.exchange.headers import HOP_BY_HOP, IDENTITY_PREFIX, underscore_twin
 from gateway.dataplane.routing.router import bracket_host, upstream_path
+from gateway.sessions.bearer import programmatic_token
 from gateway.sessions.cookie import strip_cookie
 
 if TYPE_CHECKING:
@@ -40,7 +41,12 @@ def upstream_request_head(exchange: ExchangeBase) -> bytes:
     xfp: bytes | None = None
     xfh: bytes | None = None
     rewrite_from: bytes | None = None
-    extra_remove = exchange.allow.remove if exchange.allow is not None else frozenset()
+    allow = exchange.allow
+    extra_remove = allow.remove if allow is not None else frozenset()
+    # The gateway's own credentials never reach an upstream: a signed-in route's decision
+    # names them; a public route has no decision, so the cookie name and the token
+    # format are applied here (an upstream could otherwise replay them to the gateway).
+    own_cookie = allow.strip_cookie if allow is not None else core.cookie_name
     for name, value in exchange.headers:
         low = name.lower()
         if low == b"host":
@@ -65,10 +71,12 @@ def upstream_request_head(exchange: ExchangeBase) -> bytes:
         if low == b"x-forwarded-host":
             xfh = value
             continue
-        if low == b"cookie" and exchange.allow is not None and exchange.allow.strip_cookie:
-            value = strip_cookie(value, exchange.allow.strip_cookie)
+        if low == b"cookie" and own_cookie:
+            value = strip_cookie(value, own_cookie)
             if not value:
                 continue
+        if low == b"authorization" and allow is None and programmatic_token([(name, value)]):
+            continue
         if low == plan.host_header_name:
             rewrite_from = value
         parts += (name, b": ", value, b"\r\n")
