@@ -208,10 +208,14 @@ def test_public_route_never_forwards_the_gateway_credentials(env: Env) -> None:
 # -- an upstream that switches protocols unasked --------------------------------------
 
 
-class SwitchingUpstream:
-    """Answers every request with ``101 Switching Protocols`` and records what it gets."""
+SWITCH = b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n"
 
-    def __init__(self) -> None:
+
+class RawUpstream:
+    """Answers every request with ``response`` and records what it gets."""
+
+    def __init__(self, response: bytes = SWITCH) -> None:
+        self.response = response
         self.server = socket.create_server(("127.0.0.1", 0))
         self.port = self.server.getsockname()[1]
         self.received = b""
@@ -236,8 +240,7 @@ class SwitchingUpstream:
                         if not chunk:
                             break
                         self.received += chunk
-                    conn.sendall(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n"
-                                 b"Connection: Upgrade\r\n\r\n")
+                    conn.sendall(self.response)
                     while chunk := conn.recv(65536):
                         self.received += chunk
 
@@ -249,7 +252,7 @@ def test_unrequested_switch_is_a_502_and_no_pipe(tmp_path: Path) -> None:
     """An upstream answering 101 to a request without Upgrade gets the client a 502; the
     client's next request on its connection is routed and authorized as usual, and never
     reaches that upstream as raw bytes."""
-    upstream = SwitchingUpstream()
+    upstream = RawUpstream()
     try:
         with gateway_daemon(tmp_path, {"policy": [
             {"from": "https://app.test", "prefix": "/admin", "to": "http://127.0.0.1:9",
@@ -262,3 +265,24 @@ def test_unrequested_switch_is_a_502_and_no_pipe(tmp_path: Path) -> None:
     finally:
         upstream.close()
     assert b"/admin/secret" not in upstream.received
+
+
+@pytest.mark.parametrize("head", [
+    b"X-Big: " + b"a" * (70 * 1024) + b"\r\n",
+    b"".join(b"X-Many-%d: 1\r\n" % i for i in range(300)),
+])
+def test_oversized_upstream_head_is_a_502(tmp_path: Path, head: bytes) -> None:
+    """An upstream response head past 64 KiB or 200 fields is not buffered without end:
+    502, and the gateway keeps serving."""
+    upstream = RawUpstream(b"HTTP/1.1 200 OK\r\n" + head + b"Content-Length: 2\r\n\r\nok")
+    try:
+        with gateway_daemon(tmp_path, {"policy": [
+            {"from": "https://app.test", "to": f"http://127.0.0.1:{upstream.port}",
+             "allow_public_unauthenticated_access": True},
+        ], **IDENTITY}) as gw, RawClient(gw.port) as client:
+            assert client.request("GET", "/big-head", "app.test").status == 502
+            assert client.request("GET", "/ping", "app.test").status == 200
+            assert any("response headers over 64 KiB or 200 fields" in e.get("message", "")
+                       + str(e.get("detail", "")) for e in gw.log_events())
+    finally:
+        upstream.close()

@@ -42,6 +42,10 @@ from gateway.tls.client import TLSClientConfig, is_ip_literal
 PoolKey = tuple[str, str, int, TLSClientConfig | None]
 log = Logger()
 
+# A response head the gateway accepts from an upstream (what it buffers before the first
+# byte reaches the client); past it the response is a 502.
+MAX_RESPONSE_HEAD = 64 * 1024
+MAX_RESPONSE_FIELDS = 200
 
 class UpstreamListener(TypingProtocol):
     """What an upstream connection tells the exchange it is serving."""
@@ -64,6 +68,7 @@ class UpstreamConnection(Protocol):
         self.listener: UpstreamListener | None = None
         self.parser = httptools.HttpResponseParser(self)
         self.headers: list[tuple[bytes, bytes]] = []
+        self.head_bytes = 0
         self.reason = b""
         self.connected = False
         self.reusable = True
@@ -107,6 +112,7 @@ class UpstreamConnection(Protocol):
         self.listener = listener
         self.used += 1
         self.headers = []
+        self.head_bytes = 0
         self.reason = b""
         self.saw_connection = False
         self._got_head = False
@@ -138,7 +144,8 @@ class UpstreamConnection(Protocol):
                 listener.upstream_upgraded(data[upgrade.args[0]:])
             return
         except httptools.HttpParserError as exc:
-            self._fail(f"invalid response from upstream: {exc}")
+            cause = exc.__context__ if isinstance(exc.__context__, ValueError) else exc
+            self._fail(f"invalid response from upstream: {cause}")
             return
         if self._reset_parser:
             self._reset_parser = False
@@ -162,6 +169,11 @@ class UpstreamConnection(Protocol):
 
     def on_header(self, name: bytes, value: bytes) -> None:
         self.headers.append((name, value))
+        self.head_bytes += len(name) + len(value) + 4
+        if self.head_bytes > MAX_RESPONSE_HEAD or len(self.headers) > MAX_RESPONSE_FIELDS:
+            # Raised through httptools as HttpParserCallbackError: a 502, connection dropped.
+            raise ValueError(f"response headers over {MAX_RESPONSE_HEAD // 1024} KiB or "
+                             f"{MAX_RESPONSE_FIELDS} fields")
         if len(name) == 10 and name.lower() == b"connection":
             self.saw_connection = True
 
@@ -170,6 +182,7 @@ class UpstreamConnection(Protocol):
         if 100 <= status < 200 and status != 101:
             self._informational = True  # 100 Continue and friends: not relayed
             self.headers = []
+            self.head_bytes = 0
             self.reason = b""
             return
         self._got_head = True
