@@ -143,6 +143,9 @@ def _log_startup(snapshot: Snapshot) -> None:
     )
     for warning in snapshot.warnings:
         log.warn("config: {warning}", warning=str(warning))
+    if o.gateway_debug:
+        log.warn("gateway_debug is on: logs are human-readable, not JSON, and may show "
+                 "sensitive information; do not run production like this")
     for name in snapshot.material.generated:
         log.warn(
             "{setting} is not set: using a random key for this process only "

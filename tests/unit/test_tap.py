@@ -12,6 +12,7 @@ from typing import Any
 import yaml
 from twisted.internet.task import Clock
 from twisted.internet.testing import MemoryReactorClock
+from twisted.logger import LogLevel, globalLogPublisher
 from twisted.python import usage
 from twisted.trial.unittest import SynchronousTestCase
 
@@ -83,6 +84,18 @@ class ServiceTreeTests(SynchronousTestCase):
         self.assertEqual(self.names(self.tree()), [
             "ConfigSource", "SighupService", "DataBrokerService", "AuthorizeService",
             "AuthenticateService", "ProxyService", "ReadyService"])
+
+    def test_debug_mode_warns_at_startup(self) -> None:
+        """gateway_debug logs may show sensitive data: say so once, at startup."""
+        seen: list[dict[str, Any]] = []
+        globalLogPublisher.addObserver(seen.append)
+        self.addCleanup(globalLogPublisher.removeObserver, seen.append)
+        self.tree()
+        self.assertFalse([e for e in seen if "gateway_debug is on" in str(e.get("log_format"))])
+        self.tree(gateway_debug=True)
+        warned = [e for e in seen if "gateway_debug is on" in str(e.get("log_format"))]
+        self.assertEqual(len(warned), 1)
+        self.assertEqual(warned[0]["log_level"], LogLevel.warn)
 
     def test_single_services(self) -> None:
         """Each `services` value runs its own service (authenticate also listens). The
