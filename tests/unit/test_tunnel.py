@@ -8,8 +8,10 @@ from typing import Any
 
 from twisted.internet.address import IPv4Address
 from twisted.internet.defer import Deferred, fail
+from twisted.internet.error import ConnectionDone
 from twisted.internet.task import Clock
 from twisted.internet.testing import MemoryReactorClock, StringTransport
+from twisted.python.failure import Failure
 from twisted.trial.unittest import SynchronousTestCase
 
 from gateway.dataplane.authz import Allow, Decision, Deny, RequestInfo
@@ -397,3 +399,56 @@ class SpliceSetupTests(_ConnectCase):
         upstream.respond(b"answer")
         self.assertTrue(self.client.value().endswith(b"\r\n\r\nanswer"))
         self.flushLoggedErrors()
+
+
+WS_ROUTES = [
+    {"from": "https://chat.example.com", "to": "http://127.0.0.1:18081",
+     "allowed_users": ["alice@example.com"], "allow_websockets": True},
+]
+
+
+class WebsocketRecheckTests(SynchronousTestCase):
+    """An upgraded connection is a pipe that outlives its request, like a tunnel: it is
+    authorized again every second and ends on a sign-out or a policy edit."""
+
+    def setUp(self) -> None:
+        self.reactor = MemoryReactorClock()
+        self.authorizer = SwitchableAuthorizer()
+        self.core = ProxyCore(self.reactor, build_plan(load(base_config(
+            policy=WS_ROUTES, **IDENTITY))), tls=False, authorizer=self.authorizer)
+        self.core.start()
+        self.addCleanup(self.core.stop)
+        self.client = StringTransport(peerAddress=CLIENT)
+        self.conn = Http1Connection(self.core)
+        self.conn.makeConnection(self.client)
+        self.conn.dataReceived(b"GET /socket HTTP/1.1\r\nHost: chat.example.com\r\n"
+                               b"Upgrade: websocket\r\nConnection: Upgrade\r\n\r\n")
+        self.upstream = MemoryUpstream(self.reactor)
+        self.assertIn(b"upgrade: websocket", self.upstream.received().lower())
+        self.upstream.respond(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n"
+                              b"Connection: Upgrade\r\n\r\nhello")
+        self.assertTrue(self.client.value().endswith(b"hello"))
+        self.assertEqual(len(self.core.tunnels), 1)
+
+    def test_sign_out_ends_the_websocket(self) -> None:
+        calls = self.authorizer.calls
+        self.reactor.advance(1.25)
+        self.assertGreater(self.authorizer.calls, calls)
+        self.assertFalse(self.client.disconnecting)
+        self.authorizer.allowed = False
+        self.reactor.advance(1.25)
+        self.assertTrue(self.client.disconnected)
+        self.assertTrue(self.upstream.transport.disconnected)
+        self.assertEqual(self.core.tunnels, set())
+
+    def test_route_no_longer_allowing_websockets_ends_it(self) -> None:
+        routes = [{**WS_ROUTES[0], "allow_websockets": False}]
+        self.core.set_plan(build_plan(load(base_config(policy=routes, **IDENTITY))))
+        self.reactor.advance(1.25)
+        self.assertTrue(self.client.disconnected)
+        self.assertEqual(self.core.tunnels, set())
+
+    def test_closed_websocket_is_forgotten(self) -> None:
+        self.upstream.protocol.connectionLost(Failure(ConnectionDone()))
+        self.reactor.advance(11)
+        self.assertEqual(self.core.tunnels, set())

@@ -29,6 +29,7 @@ from gateway.dataplane.codecs.normalize import (
 )
 from gateway.dataplane.core import CLOSE_GRACE, ProxyCore
 from gateway.dataplane.exchange.base import BODY_CHUNKED, BODY_LENGTH, ExchangeBase
+from gateway.dataplane.exchange.recheck import UpgradeWatch
 from gateway.dataplane.exchange.request import Exchange
 from gateway.dataplane.fastio import direct_writer, write_now
 from gateway.dataplane.pipes.pipe import Pipe
@@ -456,7 +457,10 @@ class Http1Connection(ConnectionTLS, Protocol):
             return
         self.queue.clear()
         self.current = None
-        self.pipe = Pipe(self.core.reactor, self.transport, upstream.transport, idle_timeout)
+        watch = UpgradeWatch(exchange, exchange.upgrade)  # type: ignore[arg-type]
+        self.pipe = Pipe(self.core.reactor, self.transport, upstream.transport, idle_timeout,
+                         on_close=watch.closed)
+        watch.start(self.pipe)
         upstream.raw = self.pipe
         if rest:
             self.pipe.from_b(rest)

@@ -22,17 +22,17 @@ from twisted.internet.protocol import Protocol as TwistedProtocol
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
-from gateway.dataplane.authz import Deny, RequestInfo
+from gateway.dataplane.authz import RequestInfo
 from gateway.dataplane.core import ProxyCore
-from gateway.dataplane.exchange.access import access_log, log_access
+from gateway.dataplane.exchange.access import log_access
 from gateway.dataplane.exchange.base import Sink
+from gateway.dataplane.exchange.recheck import Reauthorized
 from gateway.dataplane.fastio import direct_writer, write_now
 from gateway.dataplane.routing.plan import RoutePlan
 from gateway.dataplane.upstream.hosts import UpstreamHost
 from gateway.dataplane.upstream.pool import client_endpoint, connect_failure
 from gateway.tls.client import is_ip_literal
 
-RECHECK = 1.0  # seconds between authorizations of an open tunnel
 CONNECT_TIMEOUT = 10.0  # when the route has no timeout of its own
 _CONNECT_MESSAGES = {
     "timeout": "the TCP service did not accept the connection in time",
@@ -113,15 +113,15 @@ class Relay(Protocol):
     def abort(self, reason: str) -> None: ...
 
 
-class Tunnel:
+class Tunnel(Reauthorized):
     """One open tunnel: its exchange, its pipe, and the periodic authorization."""
 
+    exchange: Exchange
+    pipe: Relay | None
+
     def __init__(self, exchange: Exchange, upstream: TunnelUpstream) -> None:
-        self.exchange = exchange
+        super().__init__(exchange)
         self.upstream = upstream
-        self.pipe: Relay | None = None
-        self.next_check = exchange.core.reactor.seconds() + RECHECK
-        self.checking = False
         self.early_to_a = 0
         self.early_to_b = 0
 
@@ -157,53 +157,11 @@ class Tunnel:
         exchange.release_host(failed=False)
         log_access(exchange, 200, bytes_upstream=pipe.sent_to_b + self.early_to_b)
 
-    # -- authorization while open (called by the core's watchdog)
+    # -- authorization while open (``Reauthorized.check``, called by the watchdog)
 
-    def check(self, now: float) -> None:
-        if self.checking or now < self.next_check or self.pipe is None or self.pipe.closed:
-            return
-        self.next_check = now + RECHECK
-        try:
-            self._check()
-        except Exception:
-            # Fail closed: a tunnel whose access cannot be confirmed ends.
-            access_log.failure("tunnel authorization failed; closing the tunnel")
-            self.end("authorization check failed")
-
-    def _check(self) -> None:
-        exchange = self.exchange
-        core = exchange.core
-        plan, _ = core.plan.lookup_tcp(exchange.host)
-        if plan is None:
-            self.end("the route was removed")
-            return
-        if plan.client_cert is not None and \
-                exchange.sink.client_cert_problem(plan.client_cert) is not None:
-            self.end("the client certificate is no longer accepted")
-            return
-        if plan.public:
-            return
-        decision = core.authorizer.authorize(exchange.request_info(), plan)
-        if isinstance(decision, Deferred):
-            self.checking = True
-            decision.addCallbacks(self._decided, self._failed)
-        else:
-            self._decided(decision)
-
-    def _decided(self, decision: object) -> None:
-        self.checking = False
-        if isinstance(decision, Deny):
-            self.end(f"no longer allowed ({decision.reason or decision.status})")
-
-    def _failed(self, failure: Failure) -> None:
-        self.checking = False
-        access_log.failure("tunnel authorization failed; closing the tunnel", failure)
-        self.end("authorization check failed")
-
-    def end(self, reason: str) -> None:
-        if self.pipe is not None and not self.pipe.closed:
-            self.exchange.detail = reason
-            self.pipe.abort(reason)
+    def lookup(self) -> RoutePlan | None:
+        plan, _ = self.exchange.core.plan.lookup_tcp(self.exchange.host)
+        return plan
 
 
 def write(transport: Any, data: bytes) -> None:

@@ -1,0 +1,132 @@
+"""Authorization again, every ``RECHECK`` seconds, of a connection that became a pipe.
+
+A CONNECT tunnel (``tunnel.Tunnel``) and an upgraded connection (websocket or SPDY,
+``UpgradeWatch``) outlive the request that was authorized: without a check they would
+stay open after a sign-out anywhere, an expired session, a revoked client certificate or
+a policy edit. The core's watchdog calls ``check``; a denial, a removed route, a failure
+of the check itself (fail closed) ends the pipe.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from twisted.internet.defer import Deferred
+from twisted.python.failure import Failure
+
+from gateway.dataplane.authz import Deny, RequestInfo
+from gateway.dataplane.core import ProxyCore
+from gateway.dataplane.exchange.access import access_log
+from gateway.dataplane.routing.plan import RoutePlan
+
+RECHECK = 1.0  # seconds between authorizations of an open pipe
+
+
+class Watched(Protocol):
+    """What a re-authorized pipe uses of its exchange."""
+
+    core: ProxyCore
+    host: str
+    path: str
+    detail: str
+    sink: Any
+
+    def request_info(self) -> RequestInfo: ...
+
+
+class Ending(Protocol):
+    closed: bool
+
+    def abort(self, reason: str) -> None: ...
+
+
+class Reauthorized:
+    """The periodic check; subclasses say how their route is found again."""
+
+    def __init__(self, exchange: Watched) -> None:
+        self.exchange = exchange
+        self.pipe: Ending | None = None
+        self.next_check = exchange.core.reactor.seconds() + RECHECK
+        self.checking = False
+
+    def lookup(self) -> RoutePlan | None:
+        """The route that admits the connection under the current configuration."""
+        raise NotImplementedError
+
+    def still_allowed(self, plan: RoutePlan) -> str:
+        """Why the route no longer admits this kind of connection ("" if it does)."""
+        return ""
+
+    def check(self, now: float) -> None:
+        if self.checking or now < self.next_check or self.pipe is None or self.pipe.closed:
+            return
+        self.next_check = now + RECHECK
+        try:
+            self._check()
+        except Exception:
+            access_log.failure("re-authorization failed; closing the connection")
+            self.end("authorization check failed")
+
+    def _check(self) -> None:
+        exchange = self.exchange
+        plan = self.lookup()
+        if plan is None:
+            self.end("the route was removed")
+            return
+        refused = self.still_allowed(plan)
+        if refused:
+            self.end(refused)
+            return
+        if plan.client_cert is not None and \
+                exchange.sink.client_cert_problem(plan.client_cert) is not None:
+            self.end("the client certificate is no longer accepted")
+            return
+        if plan.public:
+            return
+        decision = exchange.core.authorizer.authorize(exchange.request_info(), plan)
+        if isinstance(decision, Deferred):
+            self.checking = True
+            decision.addCallbacks(self._decided, self._failed)
+        else:
+            self._decided(decision)
+
+    def _decided(self, decision: object) -> None:
+        self.checking = False
+        if isinstance(decision, Deny):
+            self.end(f"no longer allowed ({decision.reason or decision.status})")
+
+    def _failed(self, failure: Failure) -> None:
+        self.checking = False
+        access_log.failure("re-authorization failed; closing the connection", failure)
+        self.end("authorization check failed")
+
+    def end(self, reason: str) -> None:
+        if self.pipe is not None and not self.pipe.closed:
+            self.exchange.detail = reason
+            self.pipe.abort(reason)
+
+
+class UpgradeWatch(Reauthorized):
+    """A websocket or SPDY connection: its route found again by host and path, and it
+    ends when that route no longer allows its upgrade."""
+
+    def __init__(self, exchange: Watched, upgrade: bytes) -> None:
+        super().__init__(exchange)
+        self.upgrade = upgrade.lower()
+
+    def lookup(self) -> RoutePlan | None:
+        plan, _ = self.exchange.core.plan.lookup(self.exchange.host, self.exchange.path)
+        return plan
+
+    def still_allowed(self, plan: RoutePlan) -> str:
+        route = plan.route
+        allowed = route.allow_websockets if self.upgrade == b"websocket" else \
+            route.allow_spdy if self.upgrade.startswith(b"spdy/") else False
+        return "" if allowed else f"the route no longer allows {self.upgrade.decode()} upgrades"
+
+    def start(self, pipe: Ending) -> None:
+        self.pipe = pipe
+        self.exchange.core.tunnels.add(self)
+
+    def closed(self, pipe: Any, reason: str) -> None:
+        self.exchange.core.tunnels.discard(self)
