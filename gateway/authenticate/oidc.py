@@ -34,17 +34,33 @@ class ProviderUnavailable(OIDCError):
     closed without an answer, timed out): a 503 for the person, not a sign-in error."""
 
 
+# Discovery documents, key sets and token answers are a few KiB: a provider (or whatever
+# answers in its name) sending more is cut off rather than buffered.
+MAX_PROVIDER_BODY = 1024 * 1024
+
+
 async def _http(request: Any, what: str) -> tuple[Any, bytes]:
-    """Run one treq request and read its body; every transport failure becomes
-    ``ProviderUnavailable`` naming the request."""
+    """Run one treq request and read its body (at most ``MAX_PROVIDER_BODY``); every
+    transport failure becomes ``ProviderUnavailable`` naming the request."""
+    chunks: list[bytes] = []
+    size = 0
+
+    def collect(data: bytes) -> None:
+        nonlocal size
+        size += len(data)
+        if size > MAX_PROVIDER_BODY:
+            raise OIDCError(f"{what}: the answer is larger than "
+                            f"{MAX_PROVIDER_BODY // 1024} KiB")
+        chunks.append(data)
+
     try:
         response = await request
-        body: bytes = await treq.content(response)
+        await treq.collect(response, collect)
     except OIDCError:
         raise
     except Exception as exc:
         raise ProviderUnavailable(f"{what}: {type(exc).__name__}: {exc}") from None
-    return response, body
+    return response, b"".join(chunks)
 
 
 @dataclass(frozen=True)
