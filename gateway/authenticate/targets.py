@@ -37,6 +37,7 @@ def safe_target(uri: str, allowed_hosts: set[str]) -> bool:
         return False
     try:
         parts = urlsplit(uri)
+        parts.port  # noqa: B018 - raises ValueError for a port that is no number
     except ValueError:
         return False
     if parts.scheme not in ("http", "https") or parts.username or parts.password:
@@ -67,11 +68,12 @@ def allowed_programmatic_target(uri: str, domains: tuple[str, ...]) -> bool:
     try:
         parts = urlsplit(uri)
         host = (parts.hostname or "").lower()
+        parts.port  # noqa: B018 - raises ValueError for a port that is no number
     except ValueError:
         return False
     if parts.scheme not in ("http", "https") or parts.username or parts.password or not host:
         return False
-    if "\\" in uri or any(ord(c) < 0x21 for c in uri):
+    if "\\" in uri or any(ord(c) < 0x21 or ord(c) == 0x7F for c in uri):
         return False
     if host in domains:
         return True

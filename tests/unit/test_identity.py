@@ -30,6 +30,7 @@ from gateway.authenticate.targets import (
     SIGN_IN,
     SIGN_OUT,
     STATE_TTL,
+    allowed_programmatic_target,
     safe_target,
 )
 from gateway.authorize.assertion import AssertionSigner
@@ -157,6 +158,14 @@ class SafeTargetTests(SynchronousTestCase):
                     "http:evil.example", "https://evil.example", "https://[::1]/",
                     "https://app.test:9999@evil.example"):
             self.assertFalse(safe_target(uri, self.allowed), repr(uri))
+
+    def test_port_must_be_a_number(self) -> None:
+        """Found by fuzzing: ``https://app.test:abc/`` (no URL to a browser) was accepted;
+        for the programmatic whitelist so was a DEL character."""
+        self.assertFalse(safe_target("https://app.test:abc/", self.allowed))
+        self.assertFalse(allowed_programmatic_target("http://localhost:x/", ("localhost",)))
+        self.assertFalse(allowed_programmatic_target("http://localhost/\x7f", ("localhost",)))
+        self.assertTrue(allowed_programmatic_target("http://localhost:8/", ("localhost",)))
 
     def test_nothing_allowed(self) -> None:
         """With no served hosts nothing is a safe target."""
