@@ -56,6 +56,25 @@ class FileFormatTests(SynchronousTestCase):
             self.assertIn(expected, caught.exception.render())
             self.assertIn(path, caught.exception.render())
 
+    def test_deep_nesting_and_odd_keys(self) -> None:
+        """Found by fuzzing: lists nested thousands deep (every format, and YAML inside a
+        string value) and a route key that is no string raised RecursionError or
+        TypeError; they are problems like any other."""
+        directory = tempfile.mkdtemp()
+        deep = "[" * 5000 + "]" * 5000
+        for name, text, expected in (
+            ("c.yaml", f"policy: {deep}", "nested too deeply"),
+            ("c.json", f'{{"policy": {deep}}}', "nested too deeply"),
+            ("c.toml", f"policy = {deep}", "nested too deeply"),
+            ("c.yaml", f"idp_scopes: '{deep}'", "idp_scopes"),
+            ("c.yaml", "policy:\n- {1: a, from: 'http://a.test', to: 'http://127.0.0.1:1'}\n",
+             "invalid configuration"),
+        ):
+            path = write(directory, name, text)
+            with self.assertRaises(ConfigErrors, msg=name) as caught:
+                load_snapshot(path, {})
+            self.assertIn(expected, caught.exception.render(), name)
+
     def test_missing_file(self) -> None:
         """A missing config file is reported, not a traceback."""
         with self.assertRaises(ConfigErrors) as caught:
