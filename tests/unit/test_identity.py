@@ -160,12 +160,15 @@ class SafeTargetTests(SynchronousTestCase):
             self.assertFalse(safe_target(uri, self.allowed), repr(uri))
 
     def test_port_must_be_a_number(self) -> None:
-        """Found by fuzzing: ``https://app.test:abc/`` (no URL to a browser) was accepted;
-        for the programmatic whitelist so was a DEL character."""
+        """Found by fuzzing: ``https://app.test:abc/`` and ``http://[::1][9/x`` (no URLs
+        to a browser) were accepted; for the programmatic whitelist so was DEL."""
         self.assertFalse(safe_target("https://app.test:abc/", self.allowed))
         self.assertFalse(allowed_programmatic_target("http://localhost:x/", ("localhost",)))
         self.assertFalse(allowed_programmatic_target("http://localhost/\x7f", ("localhost",)))
         self.assertTrue(allowed_programmatic_target("http://localhost:8/", ("localhost",)))
+        self.assertFalse(allowed_programmatic_target("http://[::1][9/x", ("localhost",)))
+        self.assertFalse(safe_target("https://app.test]/", self.allowed))
+        self.assertTrue(allowed_programmatic_target("http://[::1]:9/x", ("localhost",)))
 
     def test_nothing_allowed(self) -> None:
         """With no served hosts nothing is a safe target."""
