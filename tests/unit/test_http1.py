@@ -257,6 +257,16 @@ class RejectionTests(Http1TestCase):
         self.assertEqual(response.body,
                          b"400 Bad Request: encoded slash or backslash in the path\n")
 
+    def test_refusal_aborts_earlier_pipelined_requests(self) -> None:
+        """Found by fuzzing: a refused pipelined request was answered at once while the
+        one before it still waited for its upstream, whose response then followed the
+        400 and answered the wrong request. The earlier request is aborted instead."""
+        self.send(get(b"/api/a", extra=b"Connection: close\r\n") + get(b"/api/b"))
+        response = self.answer()
+        self.assertEqual(response.status, 400)
+        self.assertClosed()
+        self.assertTrue(all(c.stoppedConnecting for c in self.reactor.connectors))
+
     def test_connect(self) -> None:
         """CONNECT to the host of an HTTP route is refused (405)."""
         self.refused(b"CONNECT app.example.com:443 HTTP/1.1\r\nHost: app.example.com:443\r\n\r\n",

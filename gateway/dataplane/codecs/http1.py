@@ -195,6 +195,13 @@ class Http1Connection(ConnectionTLS, Protocol):
             # says what the client was answered (not 499, which means "client left").
             current.detail = detail
             current.downstream_lost(status)
+        for earlier in list(self.queue):
+            # Pipelined requests before it still waiting for their answer are aborted
+            # too: written after the refusal, their responses would answer the wrong
+            # requests (found by fuzzing: "GET /a + Connection: close", then "GET /b").
+            if not earlier.response_started and not earlier.finished:
+                earlier.detail = "aborted: a later pipelined request was refused"
+                earlier.downstream_lost(status)
         self.closing = True
         self.pauses.add("closing")
         if not any(e.response_started and not e.finished for e in self.queue):
