@@ -63,9 +63,9 @@ class FileFormatTests(SynchronousTestCase):
         directory = tempfile.mkdtemp()
         deep = "[" * 5000 + "]" * 5000
         for name, text, expected in (
-            ("c.yaml", f"policy: {deep}", "nested too deeply"),
-            ("c.json", f'{{"policy": {deep}}}', "nested too deeply"),
-            ("c.toml", f"policy = {deep}", "nested too deeply"),
+            ("c.yaml", f"policy: {deep}", "nest"),
+            ("c.json", f'{{"policy": {deep}}}', "nest"),
+            ("c.toml", f"policy = {deep}", "nest"),
             ("c.yaml", f"idp_scopes: '{deep}'", "idp_scopes"),
             ("c.yaml", "policy:\n- {1: a, from: 'http://a.test', to: 'http://127.0.0.1:1'}\n",
              "invalid configuration"),
