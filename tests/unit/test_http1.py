@@ -267,6 +267,17 @@ class RejectionTests(Http1TestCase):
         self.assertClosed()
         self.assertTrue(all(c.stoppedConnecting for c in self.reactor.connectors))
 
+    def test_nothing_served_after_connection_close(self) -> None:
+        """Found by fuzzing: a request pipelined in the same read after one answered
+        with ``connection: close`` (here a 404 to a request whose body is not read) was
+        forwarded, and its response written after the close."""
+        self.send(get(b"/u", b"nope.example.com", b"POST", b"Content-Length: 5\r\n")
+                  + b"hello" + get(b"/api/n"))
+        response = self.answer()
+        self.assertEqual((response.status, response.headers[b"connection"]), (404, [b"close"]))
+        self.assertClosed()
+        self.assertEqual(self.reactor.tcpClients, [])
+
     def test_connect(self) -> None:
         """CONNECT to the host of an HTTP route is refused (405)."""
         self.refused(b"CONNECT app.example.com:443 HTTP/1.1\r\nHost: app.example.com:443\r\n\r\n",
