@@ -278,6 +278,15 @@ class RejectionTests(Http1TestCase):
         self.assertClosed()
         self.assertEqual(self.reactor.tcpClients, [])
 
+    def test_no_second_answer_after_connection_close(self) -> None:
+        """Found by fuzzing: the body of a request answered with a 404 and
+        ``connection: close``, arriving malformed in the same read, got a 400 too."""
+        self.send(get(b"/u", b"nope.example.com", b"POST", b"Transfer-Encoding: chunked\r\n")
+                  + b"3;x\r\nab\r\n0\r\n\r\n")
+        response = self.answer()
+        self.assertEqual((response.status, response.headers[b"connection"]), (404, [b"close"]))
+        self.assertClosed()
+
     def test_connect(self) -> None:
         """CONNECT to the host of an HTTP route is refused (405)."""
         self.refused(b"CONNECT app.example.com:443 HTTP/1.1\r\nHost: app.example.com:443\r\n\r\n",

@@ -197,7 +197,10 @@ class Http1Connection(ConnectionTLS, Protocol):
                 headers: tuple[tuple[bytes, bytes], ...] = ()) -> None:
         """Answer a request we could not parse or accept, then close the connection.
 
-        Whatever was dispatched for it upstream is aborted first."""
+        Whatever was dispatched for it upstream is aborted first. Nothing is written
+        when a response already said ``connection: close`` (found by fuzzing: a body
+        still arriving after a 404 with close, malformed, added a 400 after the 404)."""
+        answered = self.closing
         current = self.current
         if current is not None and not current.finished:
             # Whatever was dispatched for it upstream is aborted, and the access log
@@ -213,7 +216,7 @@ class Http1Connection(ConnectionTLS, Protocol):
                 earlier.downstream_lost(status)
         self.closing = True
         self.pauses.add("closing")
-        if not any(e.response_started and not e.finished for e in self.queue):
+        if not answered and not any(e.response_started and not e.finished for e in self.queue):
             body = error_body(status, detail)
             self.write_head(status, b"", [
                 *self.core.plan.response_headers, *headers,
