@@ -287,6 +287,15 @@ class RejectionTests(Http1TestCase):
         self.assertEqual((response.status, response.headers[b"connection"]), (404, [b"close"]))
         self.assertClosed()
 
+    def test_absolute_target_without_authority(self) -> None:
+        """Found by fuzzing: an absolute-form target with userinfo or no host was a 500
+        with a logged traceback; it is a 400 naming the problem."""
+        for target in (b"http://app.@example.com/api/x", b"http:///api/x"):
+            response = self.refused(get(target, b"other"), 400)
+            self.assertIn(b"no valid authority", response.body)
+            self.client.clear()
+            self.setUp()
+
     def test_connect(self) -> None:
         """CONNECT to the host of an HTTP route is refused (405)."""
         self.refused(b"CONNECT app.example.com:443 HTTP/1.1\r\nHost: app.example.com:443\r\n\r\n",

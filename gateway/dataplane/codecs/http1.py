@@ -316,7 +316,10 @@ class Http1Connection(ConnectionTLS, Protocol):
             self._connect_head(exchange, host, hosts, bool(lengths - {b"0"}) or chunked)
             return
         target = exchange.target
-        absolute = split_absolute(target) if not target.startswith(b"/") else None
+        try:
+            absolute = split_absolute(target) if not target.startswith(b"/") else None
+        except BadTarget as exc:  # found by fuzzing: was a 500 with a logged traceback
+            raise _Reject(400, str(exc)) from None
         if absolute is not None:
             # RFC 9112 3.2.2: the target's authority replaces the Host header, for the
             # upstream as much as for routing.
