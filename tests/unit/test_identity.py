@@ -689,3 +689,22 @@ class ProviderGoneTests(IdentityCase):
         self.assertEqual(decision.status, 503)
         self.assertIn(b"cannot be reached", decision.body)
         self.assertEqual(self.flushLoggedErrors(), [])
+
+
+class TokenPurposeTests(IdentityCase):
+    def test_cached_token_keeps_its_purpose(self) -> None:
+        """A session cookie's value is no ``Authorization: Gateway`` token, nor the reverse,
+        also once the opened token is cached (the cache was keyed by the token alone)."""
+        alice = self.session()
+        self.store.put(alice)
+        cookie = self.cookie(alice)
+        sealed = cookie[1].split(b"=", 1)[1]
+        bearer = [(b"Authorization", b"Gateway " + sealed)]
+        self.assertIsNone(self.identity.session_for(request(headers=bearer)))
+        self.assertEqual(self.identity.session_for(request(headers=[cookie])), alice)
+        self.assertIsNone(self.identity.session_for(request(headers=bearer)))
+        own = self.identity.shared.seal("programmatic", {"sid": alice.id}, NOW + 60).encode()
+        self.assertEqual(self.identity.session_for(
+            request(headers=[(b"Authorization", b"Gateway " + own)])), alice)
+        self.assertIsNone(self.identity.session_for(
+            request(headers=[(b"Cookie", b"_gateway=" + own)])))
