@@ -18,7 +18,7 @@ import pytest
 from tests.conftest import in_ci
 from tests.fuzz import run
 
-TOTAL_SECONDS = int(os.environ.get("GATEWAY_FUZZ_SECONDS", "56"))
+TOTAL_SECONDS = int(os.environ.get("GATEWAY_FUZZ_SECONDS", "42"))
 
 
 @pytest.mark.parametrize("target", run.TARGETS)
