@@ -132,6 +132,17 @@ class LocalAnswerTests(H2TestCase):
         self.assertEqual([self.result(s).body for s in (first, second)], [b"OK\n", b"OK\n"])
         self.assertFalse(self.transport.disconnecting)
 
+    def test_header_name_not_a_token(self) -> None:
+        """Found by fuzzing: h2 accepts names such as ``;x`` or ``a(b)``, which were
+        forwarded as HTTP/1.1 header lines the upstream cannot parse; refused with 400."""
+        for name in (b";2gateway_jwt_assertion", b"a(b)", b"x{y", b"a/b"):
+            result = self.result(self.request(b"/x", extra=((name, b"v"),)))
+            self.assertEqual(result.status, 400, name)
+            self.assertIn(b"not a valid token", result.body)
+        self.assertEqual(self.reactor.tcpClients, [])
+        self.request(b"/x", extra=((b"x-ok_1.~!", b"v"),))
+        self.assertEqual(len(self.reactor.tcpClients), 1)  # a token: forwarded
+
     def test_unknown_authority(self) -> None:
         """An authority no route names gets 404."""
         result = self.result(self.request(b"/x", authority=b"nope.example.com"))

@@ -9,6 +9,7 @@ read when more than a bounded amount is waiting.
 from __future__ import annotations
 
 import contextlib
+import re
 from typing import Any
 
 import h2.config
@@ -51,6 +52,10 @@ _FLUSH_EVERY = 64 * 1024
 _CONNECTION_SPECIFIC = frozenset({b"connection", b"keep-alive", b"proxy-connection",
                                   b"transfer-encoding", b"upgrade", b"te"})
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+# RFC 9110 5.6.2 token (lower case: h2 refuses upper case). h2 only refuses controls,
+# spaces, ':' and non-ASCII in names (RFC 9113 8.2.1), so ";x" or "a(b)" reached the
+# HTTP/1.1 upstream as a header line it cannot parse (found by fuzzing).
+_TOKEN = re.compile(rb"[!#$%&'*+\-.^_`|~0-9a-z]+")
 
 
 class _Stream:
@@ -466,6 +471,10 @@ class H2Connection(ConnectionTLS, Protocol):
         if not exchange.host:
             exchange.local(400, error_body(400, "the request has no authority"))
             return
+        for name, _ in headers:
+            if not _TOKEN.fullmatch(name):
+                exchange.local(400, error_body(400, "a header name is not a valid token"))
+                return
         try:
             path, query = normalise_target(exchange.target)
         except BadTarget as exc:
