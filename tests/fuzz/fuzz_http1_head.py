@@ -147,29 +147,48 @@ class Session:
         self.conn.makeConnection(self.client)
         self.upstreams: list[tuple[MemoryUpstream, UpstreamRequests]] = []
         self.attempts: list[int] = []
+        # What upstreams had received when the codec began to close (refusal or
+        # ``connection: close``): nothing may be forwarded after that moment.
+        self.forwarded_at_close: int | None = None
+        close_connection = self.conn.close_connection
+
+        def closing() -> None:
+            if self.forwarded_at_close is None:
+                self.collect(connect=False)  # a pending connection forwards nothing yet
+                self.forwarded_at_close = self.forwarded()
+            close_connection()
+
+        self.conn.close_connection = closing  # type: ignore[method-assign]
 
     def forwarded(self) -> int:
         return sum(len(requests.requests) for _, requests in self.upstreams)
 
+    def collect(self, connect: bool = True) -> bool:
+        """Connect new upstream connections and parse what upstreams received; True
+        when there was anything new."""
+        progress = False
+        while connect and len(self.attempts) < len(self.reactor.tcpClients):
+            index = len(self.attempts)
+            self.attempts.append(index)
+            if self.reactor.connectors[index].stoppedConnecting:
+                continue  # cancelled before it connected: never reaches the upstream
+            upstream = MemoryUpstream(self.reactor, index)
+            if upstream.port == TUNNEL_PORT:
+                continue  # a CONNECT tunnel's raw bytes are not HTTP
+            self.upstreams.append((upstream, UpstreamRequests()))
+            progress = True
+        for upstream, requests in self.upstreams:
+            received = upstream.received()
+            if received:
+                progress = True
+                requests.parser.feed_data(received)
+        return progress
+
     def pump(self) -> None:
         """Connect new upstream connections, read what they got, answer each request."""
         for _ in range(50):
-            progress = False
-            while len(self.attempts) < len(self.reactor.tcpClients):
-                index = len(self.attempts)
-                self.attempts.append(index)
-                if self.reactor.connectors[index].stoppedConnecting:
-                    continue  # cancelled before it connected: never reaches the upstream
-                upstream = MemoryUpstream(self.reactor, index)
-                if upstream.port == TUNNEL_PORT:
-                    continue  # a CONNECT tunnel's raw bytes are not HTTP
-                self.upstreams.append((upstream, UpstreamRequests()))
-                progress = True
+            progress = self.collect()
             for upstream, requests in self.upstreams:
-                received = upstream.received()
-                if received:
-                    progress = True
-                    requests.parser.feed_data(received)
                 while requests.answered < len(requests.requests) and \
                         requests.requests[requests.answered]["complete"]:
                     request = requests.requests[requests.answered]
@@ -200,21 +219,16 @@ def TestOneInput(data: bytes) -> None:
     FAILURES.clear()
     sizes, payload = split_input(data)
     session = Session()
-    forwarded_at_close: int | None = None
     for chunk in chunks(payload, sizes):
         session.conn.dataReceived(chunk)
-        if forwarded_at_close is None and session.conn.close_started is not None:
-            forwarded_at_close = session.forwarded()
         session.pump()
-        if forwarded_at_close is None and session.conn.close_started is not None:
-            forwarded_at_close = session.forwarded()
     session.reactor.advance(1)
     session.pump()
     for _, requests in session.upstreams:
         for request in requests.requests:
             check_request(request)
-    if forwarded_at_close is not None:
-        assert session.forwarded() == forwarded_at_close, describe(payload)
+    if session.forwarded_at_close is not None:
+        assert session.forwarded() == session.forwarded_at_close, describe(payload)
     check_responses(session.client.value(), payload)
     session.conn.connectionLost(Failure(ConnectionDone()))
     session.reactor.advance(30)
