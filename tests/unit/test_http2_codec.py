@@ -143,6 +143,16 @@ class LocalAnswerTests(H2TestCase):
         self.request(b"/x", extra=((b"x-ok_1.~!", b"v"),))
         self.assertEqual(len(self.reactor.tcpClients), 1)  # a token: forwarded
 
+    def test_encoder_table_stays_bounded(self) -> None:
+        """Found by fuzzing: a client allowing a 256 MiB HPACK table had the gateway keep
+        one that large per connection; the encoder stays at 4096 bytes, and the client
+        still decodes every response."""
+        self.client.update_settings({h2.settings.SettingCodes.HEADER_TABLE_SIZE: 2**28})
+        self.pump()
+        self.assertEqual(self.server.h2.encoder.header_table_size, 4096)
+        for _ in range(3):
+            self.assertEqual(self.result(self.request(b"/ping")).status, 200)
+
     def test_unknown_authority(self) -> None:
         """An authority no route names gets 404."""
         result = self.result(self.request(b"/x", authority=b"nope.example.com"))

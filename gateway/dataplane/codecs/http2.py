@@ -56,6 +56,10 @@ PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 # spaces, ':' and non-ASCII in names (RFC 9113 8.2.1), so ";x" or "a(b)" reached the
 # HTTP/1.1 upstream as a header line it cannot parse (found by fuzzing).
 _TOKEN = re.compile(rb"[!#$%&'*+\-.^_`|~0-9a-z]+")
+# The HPACK table our encoder keeps per connection. A client may allow any size up to
+# 4 GiB (SETTINGS_HEADER_TABLE_SIZE) and h2 would use it all; an encoder may use less
+# (RFC 7541 4.2), so the default stays the bound (found by fuzzing).
+_ENCODER_TABLE = 4096
 
 
 class _Stream:
@@ -370,6 +374,8 @@ class H2Connection(ConnectionTLS, Protocol):
         self.last_activity = self.core.reactor.seconds()
         try:
             events = self.h2.receive_data(data)
+            if self.h2.encoder.header_table_size > _ENCODER_TABLE:
+                self.h2.encoder.header_table_size = _ENCODER_TABLE
         except h2.exceptions.ProtocolError as exc:
             log.info("HTTP/2 protocol error from {client}: {error}", client=self.client_ip,
                      error=str(exc))
