@@ -33,7 +33,7 @@ with instrumented("gateway", "h2", "hpack", "hyperframe"):
     from twisted.python.failure import Failure
 
     from gateway.dataplane.codecs.http2 import PREFACE, H2Connection
-    from tests.fuzz.fuzz_http1_head import FAILURES, Session, check_request
+    from tests.fuzz.fuzz_http1_head import Session, check_request, logged_failures
 
 MAX_FRAME = 2**24 - 1
 
@@ -79,7 +79,12 @@ def check_output(output: bytes) -> None:
 
 
 def TestOneInput(data: bytes) -> None:
-    FAILURES.clear()
+    with logged_failures() as failures:
+        run_session(data)
+    assert not failures, describe((data, failures))
+
+
+def run_session(data: bytes) -> None:
     sizes, payload = split_input(data)
     session = Session(H2Connection)
     for chunk in chunks(PREFACE + payload, sizes):
@@ -94,7 +99,6 @@ def TestOneInput(data: bytes) -> None:
     session.conn.connectionLost(Failure(ConnectionDone()))
     session.reactor.advance(30)
     session.core.stop()
-    assert not FAILURES, describe((payload, FAILURES))
 
 
 if __name__ == "__main__":

@@ -19,8 +19,10 @@ Contract:
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
+from collections.abc import Iterator
 from typing import Any
 
 from tests.fuzz.harness import chunks, describe, fuzz, instrumented, split_input
@@ -78,16 +80,23 @@ def load_plan(config: dict[str, Any]) -> Plan:
 
 
 PLAN = load_plan(CONFIG)
-FAILURES: list[str] = []
 
 
-@provider(ILogObserver)
-def _observe(event: dict[str, Any]) -> None:
-    if event.get("log_failure") is not None or event.get("isError"):
-        FAILURES.append(str(event.get("log_failure") or event.get("log_format")))
+@contextlib.contextmanager
+def logged_failures() -> Iterator[list[str]]:
+    """The failures (tracebacks, errors) logged inside the block."""
+    failures: list[str] = []
 
+    @provider(ILogObserver)
+    def observe(event: dict[str, Any]) -> None:
+        if event.get("log_failure") is not None or event.get("isError"):
+            failures.append(str(event.get("log_failure") or event.get("log_format")))
 
-globalLogPublisher.addObserver(_observe)
+    globalLogPublisher.addObserver(observe)
+    try:
+        yield failures
+    finally:
+        globalLogPublisher.removeObserver(observe)
 
 
 class UpstreamRequests:
@@ -216,7 +225,12 @@ def check_responses(output: bytes, payload: bytes) -> None:
 
 
 def TestOneInput(data: bytes) -> None:
-    FAILURES.clear()
+    with logged_failures() as failures:
+        run_session(data)
+    assert not failures, describe((data, failures))
+
+
+def run_session(data: bytes) -> None:
     sizes, payload = split_input(data)
     session = Session()
     for chunk in chunks(payload, sizes):
@@ -233,7 +247,6 @@ def TestOneInput(data: bytes) -> None:
     session.conn.connectionLost(Failure(ConnectionDone()))
     session.reactor.advance(30)
     session.core.stop()
-    assert not FAILURES, describe((payload, FAILURES))
 
 
 if __name__ == "__main__":
