@@ -133,15 +133,21 @@ class LocalAnswerTests(H2TestCase):
         self.assertFalse(self.transport.disconnecting)
 
     def test_header_name_not_a_token(self) -> None:
-        """Found by fuzzing: h2 accepts names such as ``;x`` or ``a(b)``, which were
-        forwarded as HTTP/1.1 header lines the upstream cannot parse; refused with 400."""
+        """Found by fuzzing: h2 accepts names such as ``;x`` or ``a(b)`` and values with
+        control characters, which were forwarded as HTTP/1.1 header lines the upstream
+        cannot parse; refused with 400."""
         for name in (b";2gateway_jwt_assertion", b"a(b)", b"x{y", b"a/b"):
             result = self.result(self.request(b"/x", extra=((name, b"v"),)))
             self.assertEqual(result.status, 400, name)
             self.assertIn(b"not a valid token", result.body)
         self.assertEqual(self.reactor.tcpClients, [])
-        self.request(b"/x", extra=((b"x-ok_1.~!", b"v"),))
-        self.assertEqual(len(self.reactor.tcpClients), 1)  # a token: forwarded
+        for value in (b"a\x01b", b"a\x7f", b"\x1bx"):
+            result = self.result(self.request(b"/x", extra=((b"x-a", value),)))
+            self.assertEqual(result.status, 400, value)
+            self.assertIn(b"control character", result.body)
+        self.assertEqual(self.reactor.tcpClients, [])
+        self.request(b"/x", extra=((b"x-ok_1.~!", b"v\tw \x80\xff"),))
+        self.assertEqual(len(self.reactor.tcpClients), 1)  # valid: forwarded
 
     def test_encoder_table_stays_bounded(self) -> None:
         """Found by fuzzing: a client allowing a 256 MiB HPACK table had the gateway keep

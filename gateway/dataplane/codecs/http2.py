@@ -56,6 +56,9 @@ PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 # spaces, ':' and non-ASCII in names (RFC 9113 8.2.1), so ";x" or "a(b)" reached the
 # HTTP/1.1 upstream as a header line it cannot parse (found by fuzzing).
 _TOKEN = re.compile(rb"[!#$%&'*+\-.^_`|~0-9a-z]+")
+# Control characters HTTP/1.1 field values may not hold (RFC 9110 5.5); h2 refuses only
+# NUL, CR and LF, so "a\x01b" reached the upstream, which refuses it (found by fuzzing).
+_BAD_VALUE = re.compile(rb"[\x00-\x08\x0a-\x1f\x7f]")
 # The HPACK table our encoder keeps per connection. A client may allow any size up to
 # 4 GiB (SETTINGS_HEADER_TABLE_SIZE) and h2 would use it all; an encoder may use less
 # (RFC 7541 4.2), so the default stays the bound (found by fuzzing).
@@ -477,9 +480,12 @@ class H2Connection(ConnectionTLS, Protocol):
         if not exchange.host:
             exchange.local(400, error_body(400, "the request has no authority"))
             return
-        for name, _ in headers:
+        for name, value in headers:
             if not _TOKEN.fullmatch(name):
                 exchange.local(400, error_body(400, "a header name is not a valid token"))
+                return
+            if _BAD_VALUE.search(value):
+                exchange.local(400, error_body(400, "a header value holds a control character"))
                 return
         try:
             path, query = normalise_target(exchange.target)
