@@ -58,8 +58,8 @@ class FileFormatTests(SynchronousTestCase):
 
     def test_deep_nesting_and_odd_keys(self) -> None:
         """Found by fuzzing: lists nested thousands deep (every format, and YAML inside a
-        string value) and a route key that is no string raised RecursionError or
-        TypeError; they are problems like any other."""
+        string value), a route key that is no string and a file name with a NUL raised
+        RecursionError, TypeError or ValueError; they are problems like any other."""
         directory = tempfile.mkdtemp()
         deep = "[" * 5000 + "]" * 5000
         for name, text, expected in (
@@ -69,6 +69,8 @@ class FileFormatTests(SynchronousTestCase):
             ("c.yaml", f"idp_scopes: '{deep}'", "idp_scopes"),
             ("c.yaml", "policy:\n- {1: a, from: 'http://a.test', to: 'http://127.0.0.1:1'}\n",
              "invalid configuration"),
+            ("c.yaml", "databroker_storage_cert_file: \"a\\0b\"\n", "NUL character"),
+            ("c.json", '{"shared_secret_file": "x\\u0000"}', "NUL character"),
         ):
             path = write(directory, name, text)
             with self.assertRaises(ConfigErrors, msg=name) as caught:
