@@ -12,7 +12,9 @@ line; never another exception (a bad file is an error message, not a traceback).
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import tempfile
 
 from tests.fuzz.harness import describe, fuzz, instrumented
@@ -23,6 +25,7 @@ with instrumented("gateway", "yaml", "javaproperties"):
 
 EXTENSIONS = (".yaml", ".json", ".toml", ".properties")
 _DIRECTORY = tempfile.mkdtemp(prefix="gateway-fuzz-config-")
+atexit.register(shutil.rmtree, _DIRECTORY, True)
 
 
 def TestOneInput(data: bytes) -> None:

@@ -72,11 +72,11 @@ CONFIG = {
 
 
 def load_plan(config: dict[str, Any]) -> Plan:
-    directory = tempfile.mkdtemp(prefix="gateway-fuzz-")
-    path = os.path.join(directory, "config.yaml")
-    with open(path, "w") as handle:
-        yaml.safe_dump(config, handle)
-    return build_plan(load_snapshot(path, {}))
+    with tempfile.TemporaryDirectory(prefix="gateway-fuzz-") as directory:
+        path = os.path.join(directory, "config.yaml")
+        with open(path, "w") as handle:
+            yaml.safe_dump(config, handle)
+        return build_plan(load_snapshot(path, {}))
 
 
 PLAN = load_plan(CONFIG)
