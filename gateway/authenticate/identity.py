@@ -106,7 +106,10 @@ class Identity:
         self.programmatic_domains = tuple(d.lower() for d in
                                           o.programmatic_redirect_domain_whitelist)
         self._refreshing: dict[str, Deferred[Session | None]] = {}
-        self._tokens: dict[str, tuple[str, float]] = {}
+        # (purpose, token) -> (sid, expiry): a token opens only for the purpose it was
+        # sealed for, cached or not (keyed by the token alone, a session cookie once
+        # seen was accepted as an ``Authorization: Gateway`` token, and the reverse)
+        self._tokens: dict[tuple[str, str], tuple[str, float]] = {}
         self._cookie_tokens: dict[bytes, str] = {}  # Cookie header -> our cookie's value
         self._decisions: dict[tuple[Any, ...], tuple[Session, float, Allow]] = {}
         self.provider: Provider | None = None
@@ -157,7 +160,7 @@ class Identity:
 
     def _open_cached(self, purpose: str, sealer: Sealer, token: str, now: float
                      ) -> str | None:
-        cached = self._tokens.get(token)
+        cached = self._tokens.get((purpose, token))
         if cached is not None:
             sid, expires = cached
             return sid if now < expires else None
@@ -167,7 +170,7 @@ class Identity:
         sid = str(payload.get("sid", ""))
         if len(self._tokens) >= TOKEN_CACHE:
             self._tokens.pop(next(iter(self._tokens)))
-        self._tokens[token] = (sid, float(payload["exp"]))
+        self._tokens[(purpose, token)] = (sid, float(payload["exp"]))
         return sid
 
     def csrf_token(self, session: Session) -> str:

@@ -5,7 +5,8 @@ query/form parameters."""
 from __future__ import annotations
 
 import ipaddress
-from urllib.parse import parse_qs, urlsplit
+import re
+from urllib.parse import SplitResult, parse_qs, urlsplit
 
 from gateway.dataplane.authz import RequestInfo
 
@@ -18,6 +19,21 @@ PROGRAMMATIC = "/.gateway/api/v1/login"
 STATE_TTL = 600.0
 HANDOFF_TTL = 60.0
 CSRF_COOKIE = "_gateway_csrf"
+# host, [v6] host, or user@host, then an optional numeric port: what browsers accept
+_AUTHORITY = re.compile(r"(?:[^@]*@)?(?:\[[^\[\]]*\]|[^\[\]:]*)(?::[0-9]*)?")
+
+
+def _split(uri: str) -> SplitResult | None:
+    """``urlsplit``, or None for a URI no browser reads as one (found by fuzzing: a port
+    that is no number, ``[::1][9``)."""
+    try:
+        parts = urlsplit(uri)
+        parts.port  # noqa: B018 - raises ValueError for a port that is no number
+    except ValueError:
+        return None
+    if not _AUTHORITY.fullmatch(parts.netloc):
+        return None
+    return parts
 
 
 def query_params(request: RequestInfo) -> dict[str, str]:
@@ -35,9 +51,8 @@ def safe_target(uri: str, allowed_hosts: set[str]) -> bool:
     ``https://app.example@evil`` and ``javascript:`` are all refused."""
     if not uri or "\\" in uri or any(ord(c) < 0x21 or ord(c) == 0x7F for c in uri):
         return False
-    try:
-        parts = urlsplit(uri)
-    except ValueError:
+    parts = _split(uri)
+    if parts is None:
         return False
     if parts.scheme not in ("http", "https") or parts.username or parts.password:
         return False
@@ -51,14 +66,13 @@ def safe_target(uri: str, allowed_hosts: set[str]) -> bool:
 def allowed_programmatic_target(uri: str, domains: tuple[str, ...]) -> bool:
     """``programmatic_redirect_domain_whitelist``: the host must equal an entry; the
     entry ``localhost`` admits any loopback host. Port ignored."""
-    try:
-        parts = urlsplit(uri)
-        host = (parts.hostname or "").lower()
-    except ValueError:
+    parts = _split(uri)
+    if parts is None:
         return False
+    host = (parts.hostname or "").lower()
     if parts.scheme not in ("http", "https") or parts.username or parts.password or not host:
         return False
-    if "\\" in uri or any(ord(c) < 0x21 for c in uri):
+    if "\\" in uri or any(ord(c) < 0x21 or ord(c) == 0x7F for c in uri):
         return False
     if host in domains:
         return True

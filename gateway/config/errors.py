@@ -58,7 +58,8 @@ class Problems:
             raise ConfigErrors(self.errors, source, self.warnings)
 
 
-def did_you_mean(key: str, known: Iterable[str]) -> str:
-    """``; did you mean 'x'?`` for the closest of ``known``, or nothing."""
-    close = difflib.get_close_matches(key, list(known), n=1)
+def did_you_mean(key: object, known: Iterable[str]) -> str:
+    """``; did you mean 'x'?`` for the closest of ``known``, or nothing. ``key`` may be
+    any YAML key (``1:``, ``null:``), not only a string."""
+    close = difflib.get_close_matches(str(key), list(known), n=1)
     return f"; did you mean {close[0]!r}?" if close else ""

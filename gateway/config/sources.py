@@ -18,7 +18,7 @@ import yaml
 
 from gateway.config.errors import Problems
 from gateway.config.settings import SETTINGS
-from gateway.config.values import decode_base64, load_structured
+from gateway.config.values import NESTED_TOO_DEEPLY, decode_base64, load_structured, yaml_load
 
 FORMATS = {
     ".yaml": "yaml",
@@ -56,7 +56,7 @@ def parse_file_bytes(data: bytes, path: str, problems: Problems) -> dict[str, An
     loaded: Any
     try:
         if fmt == "yaml":
-            loaded = yaml.safe_load(text)
+            loaded = yaml_load(text)
         elif fmt == "json":
             loaded = json.loads(text) if text.strip() else {}
         elif fmt == "toml":
@@ -65,6 +65,9 @@ def parse_file_bytes(data: bytes, path: str, problems: Problems) -> dict[str, An
             loaded = dict(javaproperties.loads(text))
     except (yaml.YAMLError, json.JSONDecodeError, tomllib.TOMLDecodeError, ValueError) as exc:
         problems.error("", f"config: cannot parse {path} as {fmt}: {_one_line(exc)}")
+        return {}
+    except RecursionError:  # found by fuzzing: [[[[... thousands deep
+        problems.error("", f"config: cannot parse {path} as {fmt}: {NESTED_TOO_DEEPLY}")
         return {}
     if loaded is None:
         return {}

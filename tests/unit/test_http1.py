@@ -257,6 +257,45 @@ class RejectionTests(Http1TestCase):
         self.assertEqual(response.body,
                          b"400 Bad Request: encoded slash or backslash in the path\n")
 
+    def test_refusal_aborts_earlier_pipelined_requests(self) -> None:
+        """Found by fuzzing: a refused pipelined request was answered at once while the
+        one before it still waited for its upstream, whose response then followed the
+        400 and answered the wrong request. The earlier request is aborted instead."""
+        self.send(get(b"/api/a", extra=b"Connection: close\r\n") + get(b"/api/b"))
+        response = self.answer()
+        self.assertEqual(response.status, 400)
+        self.assertClosed()
+        self.assertTrue(all(c.stoppedConnecting for c in self.reactor.connectors))
+
+    def test_nothing_served_after_connection_close(self) -> None:
+        """Found by fuzzing: a request pipelined in the same read after one answered
+        with ``connection: close`` (here a 404 to a request whose body is not read) was
+        forwarded, and its response written after the close."""
+        self.send(get(b"/u", b"nope.example.com", b"POST", b"Content-Length: 5\r\n")
+                  + b"hello" + get(b"/api/n"))
+        response = self.answer()
+        self.assertEqual((response.status, response.headers[b"connection"]), (404, [b"close"]))
+        self.assertClosed()
+        self.assertEqual(self.reactor.tcpClients, [])
+
+    def test_no_second_answer_after_connection_close(self) -> None:
+        """Found by fuzzing: the body of a request answered with a 404 and
+        ``connection: close``, arriving malformed in the same read, got a 400 too."""
+        self.send(get(b"/u", b"nope.example.com", b"POST", b"Transfer-Encoding: chunked\r\n")
+                  + b"3;x\r\nab\r\n0\r\n\r\n")
+        response = self.answer()
+        self.assertEqual((response.status, response.headers[b"connection"]), (404, [b"close"]))
+        self.assertClosed()
+
+    def test_absolute_target_without_authority(self) -> None:
+        """Found by fuzzing: an absolute-form target with userinfo or no host was a 500
+        with a logged traceback; it is a 400 naming the problem."""
+        for target in (b"http://app.@example.com/api/x", b"http:///api/x"):
+            response = self.refused(get(target, b"other"), 400)
+            self.assertIn(b"no valid authority", response.body)
+            self.client.clear()
+            self.setUp()
+
     def test_connect(self) -> None:
         """CONNECT to the host of an HTTP route is refused (405)."""
         self.refused(b"CONNECT app.example.com:443 HTTP/1.1\r\nHost: app.example.com:443\r\n\r\n",

@@ -132,6 +132,33 @@ class LocalAnswerTests(H2TestCase):
         self.assertEqual([self.result(s).body for s in (first, second)], [b"OK\n", b"OK\n"])
         self.assertFalse(self.transport.disconnecting)
 
+    def test_header_name_not_a_token(self) -> None:
+        """Found by fuzzing: h2 accepts names such as ``;x`` or ``a(b)`` and values with
+        control characters, which were forwarded as HTTP/1.1 header lines the upstream
+        cannot parse; refused with 400."""
+        for name in (b";2gateway_jwt_assertion", b"a(b)", b"x{y", b"a/b"):
+            result = self.result(self.request(b"/x", extra=((name, b"v"),)))
+            self.assertEqual(result.status, 400, name)
+            self.assertIn(b"not a valid token", result.body)
+        self.assertEqual(self.reactor.tcpClients, [])
+        for value in (b"a\x01b", b"a\x7f", b"\x1bx"):
+            result = self.result(self.request(b"/x", extra=((b"x-a", value),)))
+            self.assertEqual(result.status, 400, value)
+            self.assertIn(b"control character", result.body)
+        self.assertEqual(self.reactor.tcpClients, [])
+        self.request(b"/x", extra=((b"x-ok_1.~!", b"v\tw \x80\xff"),))
+        self.assertEqual(len(self.reactor.tcpClients), 1)  # valid: forwarded
+
+    def test_encoder_table_stays_bounded(self) -> None:
+        """Found by fuzzing: a client allowing a 256 MiB HPACK table had the gateway keep
+        one that large per connection; the encoder stays at 4096 bytes, and the client
+        still decodes every response."""
+        self.client.update_settings({h2.settings.SettingCodes.HEADER_TABLE_SIZE: 2**28})
+        self.pump()
+        self.assertEqual(self.server.h2.encoder.header_table_size, 4096)
+        for _ in range(3):
+            self.assertEqual(self.result(self.request(b"/ping")).status, 200)
+
     def test_unknown_authority(self) -> None:
         """An authority no route names gets 404."""
         result = self.result(self.request(b"/x", authority=b"nope.example.com"))

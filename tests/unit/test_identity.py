@@ -30,6 +30,7 @@ from gateway.authenticate.targets import (
     SIGN_IN,
     SIGN_OUT,
     STATE_TTL,
+    allowed_programmatic_target,
     safe_target,
 )
 from gateway.authorize.assertion import AssertionSigner
@@ -157,6 +158,17 @@ class SafeTargetTests(SynchronousTestCase):
                     "http:evil.example", "https://evil.example", "https://[::1]/",
                     "https://app.test:9999@evil.example"):
             self.assertFalse(safe_target(uri, self.allowed), repr(uri))
+
+    def test_port_must_be_a_number(self) -> None:
+        """Found by fuzzing: ``https://app.test:abc/`` and ``http://[::1][9/x`` (no URLs
+        to a browser) were accepted; for the programmatic whitelist so was DEL."""
+        self.assertFalse(safe_target("https://app.test:abc/", self.allowed))
+        self.assertFalse(allowed_programmatic_target("http://localhost:x/", ("localhost",)))
+        self.assertFalse(allowed_programmatic_target("http://localhost/\x7f", ("localhost",)))
+        self.assertTrue(allowed_programmatic_target("http://localhost:8/", ("localhost",)))
+        self.assertFalse(allowed_programmatic_target("http://[::1][9/x", ("localhost",)))
+        self.assertFalse(safe_target("https://app.test]/", self.allowed))
+        self.assertTrue(allowed_programmatic_target("http://[::1]:9/x", ("localhost",)))
 
     def test_nothing_allowed(self) -> None:
         """With no served hosts nothing is a safe target."""
@@ -677,3 +689,22 @@ class ProviderGoneTests(IdentityCase):
         self.assertEqual(decision.status, 503)
         self.assertIn(b"cannot be reached", decision.body)
         self.assertEqual(self.flushLoggedErrors(), [])
+
+
+class TokenPurposeTests(IdentityCase):
+    def test_cached_token_keeps_its_purpose(self) -> None:
+        """A session cookie's value is no ``Authorization: Gateway`` token, nor the reverse,
+        also once the opened token is cached (the cache was keyed by the token alone)."""
+        alice = self.session()
+        self.store.put(alice)
+        cookie = self.cookie(alice)
+        sealed = cookie[1].split(b"=", 1)[1]
+        bearer = [(b"Authorization", b"Gateway " + sealed)]
+        self.assertIsNone(self.identity.session_for(request(headers=bearer)))
+        self.assertEqual(self.identity.session_for(request(headers=[cookie])), alice)
+        self.assertIsNone(self.identity.session_for(request(headers=bearer)))
+        own = self.identity.shared.seal("programmatic", {"sid": alice.id}, NOW + 60).encode()
+        self.assertEqual(self.identity.session_for(
+            request(headers=[(b"Authorization", b"Gateway " + own)])), alice)
+        self.assertIsNone(self.identity.session_for(
+            request(headers=[(b"Cookie", b"_gateway=" + own)])))

@@ -199,6 +199,16 @@ class NormaliseTargetTests(SynchronousTestCase):
         path, _ = normalise_target(b"/" + body)
         self.assertEqual(normalise_target(path), (path, b""))
 
+    def test_long_segment_then_other_byte(self) -> None:
+        """Found by fuzzing: the fast-path regex backtracked exponentially when a long
+        segment was followed by a byte outside its class (``%``, ``"``, a control), so one
+        such request stopped the reactor. It now takes one linear match."""
+        for tail, expected in ((b"%41", b"A"), (b"%22", b"%22"), (b'"', b"%22")):
+            path, _ = normalise_target(b"/" + b"a" * 4000 + tail)
+            self.assertEqual(path, b"/" + b"a" * 4000 + expected)
+        with self.assertRaises(BadTarget):
+            normalise_target(b"/public/" + b"x" * 4000 + b"\x00")
+
     def test_trailing_line_feed_refused(self) -> None:
         """A line feed at the very end of a path or query is a control character: refused."""
         for target in (b"/a\n", b"/\n", b"/a?q\n"):

@@ -303,6 +303,16 @@ class StripCookieTests(SynchronousTestCase):
         self.assertEqual(strip_cookie(b"ref=_gateway=1;_gateway=2", "_gateway"),
                          b"ref=_gateway=1")
 
+    def test_reads_names_as_the_jar_does(self) -> None:
+        """Found by fuzzing: a name behind whitespace only ``str.strip`` removes
+        (``\\x1f``, ``\\xa0``) was the gateway's cookie to ``parse_cookies`` but kept
+        for the upstream by ``strip_cookie``."""
+        for value in (b"a=1;\x1f_gateway_1=two", b"\xa0_gateway=x; a=1", b"\x1c_gateway=x"):
+            stripped = strip_cookie(value, "_gateway")
+            self.assertNotIn(b"_gateway", stripped, value)
+            self.assertIn("_gateway" if b"_gateway=" in value else "_gateway_1",
+                          parse_cookies([(b"cookie", value)]))
+
     def test_normalises_separators(self) -> None:
         """Empty pairs and stray spaces disappear; kept pairs are joined with '; '."""
         self.assertEqual(strip_cookie(b" a=1 ;; _gateway=x ;b=2 ", "_gateway"),

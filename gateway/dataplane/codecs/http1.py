@@ -54,6 +54,13 @@ class _Reject(Exception):
         self.headers = headers
 
 
+class _Closing(Exception):
+    """Raised from a parser callback to stop reading requests: the connection is closing
+    (a response said ``connection: close``), so what follows in the same read is not
+    served (found by fuzzing: a pipelined request after a 404 with ``connection: close``
+    was forwarded and answered after it)."""
+
+
 @implementer(IPushProducer)
 class _ResponseFlow:
     """Registered on the client transport while a response streams: a full client
@@ -178,6 +185,8 @@ class Http1Connection(ConnectionTLS, Protocol):
             self._upgrade_requested(data[upgrade.args[0]:])
         except httptools.HttpParserCallbackError as exc:
             cause = exc.__context__
+            if isinstance(cause, _Closing):
+                return
             if isinstance(cause, _Reject):
                 self._refuse(cause.status, cause.detail, cause.headers)
             else:
@@ -190,16 +199,26 @@ class Http1Connection(ConnectionTLS, Protocol):
                 headers: tuple[tuple[bytes, bytes], ...] = ()) -> None:
         """Answer a request we could not parse or accept, then close the connection.
 
-        Whatever was dispatched for it upstream is aborted first."""
+        Whatever was dispatched for it upstream is aborted first. Nothing is written
+        when a response already said ``connection: close`` (found by fuzzing: a body
+        still arriving after a 404 with close, malformed, added a 400 after the 404)."""
+        answered = self.closing
         current = self.current
         if current is not None and not current.finished:
             # Whatever was dispatched for it upstream is aborted, and the access log
             # says what the client was answered (not 499, which means "client left").
             current.detail = detail
             current.downstream_lost(status)
+        for earlier in list(self.queue):
+            # Pipelined requests before it still waiting for their answer are aborted
+            # too: written after the refusal, their responses would answer the wrong
+            # requests (found by fuzzing: "GET /a + Connection: close", then "GET /b").
+            if not earlier.response_started and not earlier.finished:
+                earlier.detail = "aborted: a later pipelined request was refused"
+                earlier.downstream_lost(status)
         self.closing = True
         self.pauses.add("closing")
-        if not any(e.response_started and not e.finished for e in self.queue):
+        if not answered and not any(e.response_started and not e.finished for e in self.queue):
             body = error_body(status, detail)
             self.write_head(status, b"", [
                 *self.core.plan.response_headers, *headers,
@@ -231,6 +250,8 @@ class Http1Connection(ConnectionTLS, Protocol):
     # -- llhttp callbacks
 
     def on_message_begin(self) -> None:
+        if self.closing:
+            raise _Closing()
         if not self.client_ip:
             # Here, not in connectionMade: behind a PROXY-protocol wrapper the peer is
             # only known once its header has been read.
@@ -297,7 +318,10 @@ class Http1Connection(ConnectionTLS, Protocol):
             self._connect_head(exchange, host, hosts, bool(lengths - {b"0"}) or chunked)
             return
         target = exchange.target
-        absolute = split_absolute(target) if not target.startswith(b"/") else None
+        try:
+            absolute = split_absolute(target) if not target.startswith(b"/") else None
+        except BadTarget as exc:  # found by fuzzing: was a 500 with a logged traceback
+            raise _Reject(400, str(exc)) from None
         if absolute is not None:
             # RFC 9112 3.2.2: the target's authority replaces the Host header, for the
             # upstream as much as for routing.

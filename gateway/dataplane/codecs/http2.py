@@ -9,6 +9,7 @@ read when more than a bounded amount is waiting.
 from __future__ import annotations
 
 import contextlib
+import re
 from typing import Any
 
 import h2.config
@@ -62,6 +63,17 @@ _FLUSH_EVERY = 64 * 1024
 _CONNECTION_SPECIFIC = frozenset({b"connection", b"keep-alive", b"proxy-connection",
                                   b"transfer-encoding", b"upgrade", b"te"})
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+# RFC 9110 5.6.2 token (lower case: h2 refuses upper case). h2 only refuses controls,
+# spaces, ':' and non-ASCII in names (RFC 9113 8.2.1), so ";x" or "a(b)" reached the
+# HTTP/1.1 upstream as a header line it cannot parse (found by fuzzing).
+_TOKEN = re.compile(rb"[!#$%&'*+\-.^_`|~0-9a-z]+")
+# Control characters HTTP/1.1 field values may not hold (RFC 9110 5.5); h2 refuses only
+# NUL, CR and LF, so "a\x01b" reached the upstream, which refuses it (found by fuzzing).
+_BAD_VALUE = re.compile(rb"[\x00-\x08\x0a-\x1f\x7f]")
+# The HPACK table our encoder keeps per connection. A client may allow any size up to
+# 4 GiB (SETTINGS_HEADER_TABLE_SIZE) and h2 would use it all; an encoder may use less
+# (RFC 7541 4.2), so the default stays the bound (found by fuzzing).
+_ENCODER_TABLE = 4096
 
 
 class _Stream:
@@ -417,6 +429,8 @@ class H2Connection(ConnectionTLS, Protocol):
             return
         try:
             events = self.h2.receive_data(data)
+            if self.h2.encoder.header_table_size > _ENCODER_TABLE:
+                self.h2.encoder.header_table_size = _ENCODER_TABLE
         except h2.exceptions.ProtocolError as exc:
             self.cut(protocol_cut(exc))  # h2 has queued its GOAWAY
             return
@@ -520,6 +534,13 @@ class H2Connection(ConnectionTLS, Protocol):
         if not exchange.host:
             exchange.local(400, error_body(400, "the request has no authority"))
             return
+        for name, value in headers:
+            if not _TOKEN.fullmatch(name):
+                exchange.local(400, error_body(400, "a header name is not a valid token"))
+                return
+            if _BAD_VALUE.search(value):
+                exchange.local(400, error_body(400, "a header value holds a control character"))
+                return
         try:
             path, query = normalise_target(exchange.target)
         except BadTarget as exc:

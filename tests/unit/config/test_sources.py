@@ -56,6 +56,27 @@ class FileFormatTests(SynchronousTestCase):
             self.assertIn(expected, caught.exception.render())
             self.assertIn(path, caught.exception.render())
 
+    def test_deep_nesting_and_odd_keys(self) -> None:
+        """Found by fuzzing: lists nested thousands deep (every format, and YAML inside a
+        string value), a route key that is no string and a file name with a NUL raised
+        RecursionError, TypeError or ValueError; they are problems like any other."""
+        directory = tempfile.mkdtemp()
+        deep = "[" * 5000 + "]" * 5000
+        for name, text, expected in (
+            ("c.yaml", f"policy: {deep}", "nest"),
+            ("c.json", f'{{"policy": {deep}}}', "nest"),
+            ("c.toml", f"policy = {deep}", "nest"),
+            ("c.yaml", f"idp_scopes: '{deep}'", "idp_scopes"),
+            ("c.yaml", "policy:\n- {1: a, from: 'http://a.test', to: 'http://127.0.0.1:1'}\n",
+             "invalid configuration"),
+            ("c.yaml", "databroker_storage_cert_file: \"a\\0b\"\n", "NUL character"),
+            ("c.json", '{"shared_secret_file": "x\\u0000"}', "NUL character"),
+        ):
+            path = write(directory, name, text)
+            with self.assertRaises(ConfigErrors, msg=name) as caught:
+                load_snapshot(path, {})
+            self.assertIn(expected, caught.exception.render(), name)
+
     def test_missing_file(self) -> None:
         """A missing config file is reported, not a traceback."""
         with self.assertRaises(ConfigErrors) as caught:
