@@ -300,6 +300,56 @@ class BlockedOutputTests(AbuseTestCase):
                          ["blocked_output"])
 
 
+class PausingTransport(StringTransport):
+    """A socket whose buffer fills during a write: it pauses its producer (as Twisted's
+    do) while the write that crossed the mark is still being made."""
+
+    mark = 64 * 1024
+
+    def write(self, data: bytes) -> None:
+        super().write(data)
+        if len(self.value()) > self.mark and self.producer is not None:
+            self.producer.pauseProducing()
+
+
+class FillingWriteTests(SynchronousTestCase):
+    def test_many_streams_reopened_at_once(self) -> None:
+        """Found by the soak: a client reading many downloads reopens the connection
+        window; every stream drains in that one turn. DATA is handed to the socket every
+        64 KiB across streams, so the socket pauses the connection early and the rest
+        waits in the streams, not in one huge write that counted as blocked output."""
+        reactor = MemoryReactorClock()
+        core = ProxyCore(reactor, build_plan(SNAPSHOT), tls=False)
+        transport = PausingTransport(peerAddress=CLIENT)
+        server = H2Connection(core)
+        server.makeConnection(transport)
+        frames = f.Frames()
+        server.dataReceived(f.hello(INITIAL_WINDOW_SIZE=16 * 1024 * 1024))
+        streams = 12
+        server.dataReceived(b"".join(frames.headers(1 + 2 * i, f.request_headers(
+            b"/x", HOST), end_stream=True) for i in range(streams)))
+        body = b"x" * 60000
+        for index in range(streams):  # the connection window (65535) is spent at once
+            upstream = MemoryUpstream(reactor, index)
+            upstream.received()
+            upstream.respond(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % len(body)
+                             + body)
+        transport.clear()
+        server.resumeProducing()  # the client read that: the socket is empty again
+        self.assertFalse(server.send_paused)
+        self.assertGreater(server.buffered, h2_guard.BLOCKED_OUTPUT_MAX)
+        server.dataReceived(f.window_update(0, 64 * 1024 * 1024))
+        self.assertFalse(transport.disconnecting)
+        self.assertTrue(server.send_paused)
+        self.assertLess(len(transport.value()), 2 * PausingTransport.mark + 32 * 1024)
+        server.resumeProducing()  # the client read it all: the rest follows
+        transport.clear()
+        for _ in range(streams * 2):
+            server.resumeProducing()
+            transport.clear()
+        self.assertEqual(server.buffered, 0)
+
+
 class ConcurrencyTests(AbuseTestCase):
     def open(self, first: int, count: int) -> None:
         self.send(b"".join(self.request(first + 2 * i) for i in range(count)))

@@ -138,9 +138,9 @@ class _Stream:
         conn = self.owner.h2
         sid = self.stream_id
         sent = 0
+        owner = self.owner
         try:
-            unflushed = 0
-            while self.pending and not self.owner.send_paused:
+            while self.pending and not owner.send_paused:
                 window = min(conn.local_flow_control_window(sid), conn.max_outbound_frame_size)
                 if window <= 0:
                     break
@@ -148,12 +148,13 @@ class _Stream:
                 del self.pending[:window]
                 conn.send_data(sid, chunk)
                 sent += len(chunk)
-                unflushed += len(chunk)
-                if unflushed >= _FLUSH_EVERY:
+                owner.unflushed += len(chunk)
+                if owner.unflushed >= _FLUSH_EVERY:
                     # h2 holds frames until flushed: hand them to the transport now, so
                     # that a full socket can pause the connection before more is queued
-                    unflushed = 0
-                    self.owner.flush()
+                    # (counted per connection: a WINDOW_UPDATE that reopens many streams
+                    # drains them all in one turn)
+                    owner.flush()
             if self.end_pending and not self.pending:
                 self.end_pending = False
                 conn.end_stream(sid)
@@ -320,6 +321,7 @@ class H2Connection(ConnectionTLS, Protocol):
         self.send_paused = False  # the client's socket buffer is full
         self.guard = H2Guard(core.reactor.seconds())
         self.buffered = 0  # response bytes waiting in all streams
+        self.unflushed = 0  # DATA handed to h2 since the last flush
         self.squeezed = False  # a stream's upstream was paused on them
 
     def connectionMade(self) -> None:
@@ -366,10 +368,15 @@ class H2Connection(ConnectionTLS, Protocol):
         self.streams.clear()
 
     def flush(self) -> None:
+        self.unflushed = 0
         data = self.h2.data_to_send()
         if data and self.transport is not None:
+            # Blocked output is what is written once the socket is already full: the
+            # write that fills it (many streams' DATA queued in one turn) pauses us
+            # while it runs, and is not the client's refusal to read.
+            blocked = self.send_paused
             self._write(data)
-            cut = self.guard.wrote(len(data), self.send_paused)
+            cut = self.guard.wrote(len(data), blocked)
             if cut is not None:
                 self.cut(cut)
 
