@@ -10,6 +10,7 @@ Sections (add new shared fixtures to the matching section, or start a new one):
 from __future__ import annotations
 
 import os
+import signal
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 from pathlib import Path
@@ -24,6 +25,14 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 # --------------------------------------------------------------------------
 # 2. Environment
 # --------------------------------------------------------------------------
+
+# A suite started in the background by a non-interactive shell (`scripts/test.sh &`, a
+# CI step, nohup) inherits SIGINT *ignored*, and so would every process it starts: the
+# tests that press Ctrl-C on `gateway tcp` would then wait for a process that cannot
+# hear it. A Python handler here is reset to the default by exec, so children get a
+# normal SIGINT (and the run itself can be interrupted).
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def in_ci() -> bool:
