@@ -1,0 +1,186 @@
+"""Helpers of the Debian package tests: build (cached), install, purge, the shipped
+config with its marked values filled, and the unit's command lines.
+
+The tests install the package on this machine (dev machines and CI are disposable and
+run as root) and purge it afterwards.
+"""
+
+from __future__ import annotations
+
+import grp
+import os
+import re
+import shlex
+import shutil
+import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import trustme
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+BUILD_SCRIPT = REPO_ROOT / "scripts" / "build-deb.sh"
+LOCK_FILE = REPO_ROOT / "requirements" / "gateway.lock"
+UNIT = Path("/lib/systemd/system/gateway.service")
+CONFIG = Path("/etc/gateway/config.yaml")
+TLS_DIR = Path("/etc/gateway/tls")
+SERVICE_USER = "gateway"
+BUILD_TOOLS = ("dpkg-buildpackage", "dh_virtualenv")
+
+# Every "<CHANGE-ME: ...>" of the shipped config, and what the tests fill in. The host
+# names are only names: nothing is resolved until a browser signs in.
+FILLED = {
+    '"<CHANGE-ME: /etc/gateway/tls/fullchain.pem>"': "tls/test-fullchain.pem",
+    '"<CHANGE-ME: /etc/gateway/tls/privkey.pem>"': "tls/test-privkey.pem",
+    '"<CHANGE-ME: https://authenticate.example.com>"': "https://authenticate.gateway.test",
+    '"<CHANGE-ME: https://idp.example.com>"': "https://idp.gateway.test",
+    '"<CHANGE-ME: the client ID registered at the provider>"': "gateway",
+    '"<CHANGE-ME: the client secret registered at the provider>"': "client-secret",
+    '"<CHANGE-ME: https://app.example.com>"': "https://app.gateway.test",
+    '"<CHANGE-ME: http://127.0.0.1:3000>"': "http://127.0.0.1:3000",
+    '"<CHANGE-ME: example.com>"': "gateway.test",
+}
+# The keys `gateway check` names for the shipped, unfilled file.
+UNFILLED_PROBLEM_KEYS = (
+    "authenticate_service_url", "idp_provider_url", "policy[0].from", "policy[0].to",
+    "certificate_file", "certificate_key_file",
+)
+TEST_HOSTS = ("app.gateway.test", "authenticate.gateway.test")
+
+
+def require_build_tools() -> None:
+    """Skip when the Debian build tools are missing (scripts/setup-dev.sh installs them)."""
+    missing = [tool for tool in BUILD_TOOLS if shutil.which(tool) is None]
+    if missing:
+        pytest.skip(f"{', '.join(missing)} not installed (install: apt-get install "
+                    "dpkg-dev debhelper dh-virtualenv lintian; scripts/setup-dev.sh does)")
+
+
+def run(*args: str, check: bool = True, timeout: float = 300,
+        env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """Run a command; on failure the assertion shows its output."""
+    result = subprocess.run(args, capture_output=True, text=True, timeout=timeout, env=env,
+                            stdin=subprocess.DEVNULL)
+    if check and result.returncode != 0:
+        raise AssertionError(f"{shlex.join(args)} exited {result.returncode}:\n"
+                             f"{result.stdout}\n{result.stderr}")
+    return result
+
+
+def build(version: str | None = None) -> Path:
+    """The .deb of this tree (scripts/build-deb.sh, cached by a hash of its inputs)."""
+    args = ["bash", str(BUILD_SCRIPT)] + (["--version", version] if version else [])
+    result = run(*args, timeout=1500)
+    deb = Path(result.stdout.strip().splitlines()[-1])
+    return deb if deb.is_absolute() else REPO_ROOT / deb
+
+
+def package_version(deb: Path) -> str:
+    return run("dpkg-deb", "--field", str(deb), "Version").stdout.strip()
+
+
+def is_installed() -> bool:
+    status = run("dpkg-query", "-W", "-f", "${db:Status-Status}", "gateway", check=False)
+    return status.returncode == 0 and status.stdout.strip() not in ("", "not-installed")
+
+
+def apt_install(deb: Path) -> None:
+    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+    run("apt-get", "install", "-y", "-q", "--no-install-recommends", str(deb.resolve()),
+        env=env, timeout=600)
+
+
+def purge() -> None:
+    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+    run("apt-get", "purge", "-y", "-q", "gateway", env=env, timeout=600)
+
+
+@contextmanager
+def installed(deb: Path) -> Iterator[None]:
+    """The package installed from ``deb``, purged afterwards (also when the test fails)."""
+    if is_installed():  # a run that was killed half-way: start from a clean machine
+        purge()
+    try:
+        apt_install(deb)
+        yield
+    finally:
+        if is_installed():
+            purge()
+        remove_test_tls()
+
+
+def install_test_tls() -> trustme.CA:
+    """A certificate for the test hosts where the filled config names it, readable by
+    the service's group, as an operator would install one."""
+    ca = trustme.CA()
+    cert = ca.issue_cert(*TEST_HOSTS)
+    gid = grp.getgrnam(SERVICE_USER).gr_gid
+    for name, blob in (("test-fullchain.pem", b"".join(b.bytes() for b in cert.cert_chain_pems)),
+                       ("test-privkey.pem", cert.private_key_pem.bytes())):
+        path = TLS_DIR / name
+        path.write_bytes(blob)
+        os.chown(path, 0, gid)
+        path.chmod(0o640)
+    return ca
+
+
+def remove_test_tls() -> None:
+    for name in ("test-fullchain.pem", "test-privkey.pem"):
+        (TLS_DIR / name).unlink(missing_ok=True)
+    if TLS_DIR.is_dir() and not any(TLS_DIR.iterdir()) and not is_installed():
+        TLS_DIR.rmdir()
+    if Path("/etc/gateway").is_dir() and not any(Path("/etc/gateway").iterdir()):
+        Path("/etc/gateway").rmdir()
+
+
+def filled_config(shipped: str) -> str:
+    """The shipped config with every marked value replaced, and nothing else changed."""
+    markers = set(re.findall(r'^[^#\n]*("<CHANGE-ME:[^"]*>")', shipped, re.M))
+    assert markers == set(FILLED), f"marked values changed: {sorted(markers ^ set(FILLED))}"
+    for marker, value in FILLED.items():
+        shipped = shipped.replace(marker, value)
+    return shipped
+
+
+def write_config(text: str) -> None:
+    """Rewrite the conffile in place (keeping its owner and mode), as an editor would."""
+    with CONFIG.open("w", encoding="utf-8") as out:
+        out.write(text)
+
+
+@dataclass(frozen=True)
+class Unit:
+    """The command lines and environment of the installed unit."""
+
+    exec_start_pre: list[str]
+    exec_start: list[str]
+    exec_reload: list[str]
+    environment: dict[str, str]
+    user: str
+
+
+def read_unit(path: Path = UNIT) -> Unit:
+    values: dict[str, list[str]] = {}
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if "=" in line and not line.startswith(("#", ";", "[")):
+            key, _, value = line.partition("=")
+            values.setdefault(key.strip(), []).append(value.strip())
+    environment: dict[str, str] = {}
+    for assignment in values.get("Environment", []):
+        for word in shlex.split(assignment):
+            name, _, value = word.partition("=")
+            environment[name] = value
+    (pre,) = values["ExecStartPre"]
+    (start,) = values["ExecStart"]
+    (reload,) = values["ExecReload"]
+    (user,) = values["User"]
+    return Unit(shlex.split(pre), shlex.split(start), shlex.split(reload), environment, user)
+
+
+def as_service_user(argv: list[str]) -> list[str]:
+    """``argv`` run as User=/Group= of the unit (setpriv, as systemd would switch)."""
+    return ["setpriv", f"--reuid={SERVICE_USER}", f"--regid={SERVICE_USER}", "--init-groups",
+            "--", *argv]
