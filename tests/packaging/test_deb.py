@@ -167,7 +167,9 @@ def notify_socket() -> Iterator[tuple[socket.socket, str]]:
 def wait_for_line(log: Path, pattern: str, deadline: float) -> dict[str, object]:
     """The first JSON log line whose message matches ``pattern``, waiting until ``deadline``."""
     while True:
-        for line in log.read_text(encoding="utf-8").splitlines():
+        text = log.read_text(encoding="utf-8")
+        complete = text[: text.rfind("\n") + 1]  # a line being written is read next time
+        for line in complete.splitlines():
             event = json.loads(line)
             if re.search(pattern, str(event.get("message", ""))):
                 return dict(event)
