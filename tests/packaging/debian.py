@@ -153,13 +153,17 @@ def write_config(text: str) -> None:
 
 @dataclass(frozen=True)
 class Unit:
-    """The command lines and environment of the installed unit."""
+    """The command lines, environment and privilege settings of the installed unit."""
 
     exec_start_pre: list[str]
     exec_start: list[str]
     exec_reload: list[str]
     environment: dict[str, str]
     user: str
+    ambient_capabilities: list[str]
+    capability_bounding_set: list[str]
+    no_new_privileges: bool
+    memory_deny_write_execute: bool
 
 
 def read_unit(path: Path = UNIT) -> Unit:
@@ -177,10 +181,39 @@ def read_unit(path: Path = UNIT) -> Unit:
     (start,) = values["ExecStart"]
     (reload,) = values["ExecReload"]
     (user,) = values["User"]
-    return Unit(shlex.split(pre), shlex.split(start), shlex.split(reload), environment, user)
+
+    def words(key: str) -> list[str]:
+        return [w for v in values.get(key, []) for w in v.split()]
+
+    def flag(key: str) -> bool:
+        return values.get(key, ["no"])[-1] in ("yes", "true", "on", "1")
+
+    return Unit(shlex.split(pre), shlex.split(start), shlex.split(reload), environment, user,
+                words("AmbientCapabilities"), words("CapabilityBoundingSet"),
+                flag("NoNewPrivileges"), flag("MemoryDenyWriteExecute"))
 
 
-def as_service_user(argv: list[str]) -> list[str]:
-    """``argv`` run as User=/Group= of the unit (setpriv, as systemd would switch)."""
-    return ["setpriv", f"--reuid={SERVICE_USER}", f"--regid={SERVICE_USER}", "--init-groups",
-            "--", *argv]
+# PR_SET_MDWE with PR_MDWE_REFUSE_EXEC_GAIN (Linux 6.3+): what MemoryDenyWriteExecute=
+# enforces (systemd does it with seccomp); kept across setpriv's execve.
+_MDWE = ("import ctypes, os, sys; libc = ctypes.CDLL(None, use_errno=True); "
+         "assert libc.prctl(65, 1, 0, 0, 0) == 0, os.strerror(ctypes.get_errno()); "
+         "os.execvp(sys.argv[1], sys.argv[1:])")
+
+
+def as_service_user(unit: Unit, argv: list[str]) -> list[str]:
+    """``argv`` run as the unit would run it: its User= and Group=, its capabilities
+    (ambient and bounding set), NoNewPrivileges= and MemoryDenyWriteExecute=."""
+
+    def caps(names: list[str]) -> str:
+        return ",".join(["-all"] + [f"+{n.lower().removeprefix('cap_')}" for n in names])
+
+    command = ["setpriv", f"--reuid={unit.user}", f"--regid={unit.user}", "--init-groups",
+               f"--inh-caps={caps(unit.ambient_capabilities)}",
+               f"--ambient-caps={caps(unit.ambient_capabilities)}",
+               f"--bounding-set={caps(unit.capability_bounding_set)}"]
+    if unit.no_new_privileges:
+        command.append("--no-new-privs")
+    command += ["--", *argv]
+    if unit.memory_deny_write_execute:
+        command = ["/usr/bin/python3", "-c", _MDWE, *command]
+    return command

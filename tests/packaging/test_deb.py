@@ -182,8 +182,8 @@ def test_service_runs_as_the_unit_says(
     installed: None, notify_socket: tuple[socket.socket, str], tmp_path: Path
 ) -> None:
     """ExecStartPre and ExecStart of the installed unit, as its User, with its
-    Environment; the listeners on loopback port 0 (as a drop-in's Environment= would),
-    then ExecReload and SIGTERM."""
+    Environment, capabilities, NoNewPrivileges and MemoryDenyWriteExecute; the listeners
+    on loopback port 0 (as a drop-in's Environment= would), then ExecReload and SIGTERM."""
     if "certificate_file: tls/test-fullchain.pem" not in CONFIG.read_text():
         debian.install_test_tls()
         debian.write_config(debian.filled_config(CONFIG.read_text(encoding="utf-8")))
@@ -191,7 +191,7 @@ def test_service_runs_as_the_unit_says(
     assert unit.user == SERVICE_USER
     env = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
            "LANG": "C.UTF-8", **unit.environment}
-    pre = run(*debian.as_service_user(unit.exec_start_pre), env=env)
+    pre = run(*debian.as_service_user(unit, unit.exec_start_pre), env=env)
     assert pre.stdout.startswith("ok: ")
 
     sock, notify_path = notify_socket
@@ -199,7 +199,7 @@ def test_service_runs_as_the_unit_says(
                HTTP_REDIRECT_ADDR="127.0.0.1:0")
     log = tmp_path / "journal.jsonl"
     with log.open("wb") as out:
-        proc = subprocess.Popen(debian.as_service_user(unit.exec_start), env=env,
+        proc = subprocess.Popen(debian.as_service_user(unit, unit.exec_start), env=env,
                                 stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
     try:
         sock.settimeout(60)
