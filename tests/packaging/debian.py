@@ -8,6 +8,7 @@ run as root) and purge it afterwards.
 from __future__ import annotations
 
 import grp
+import json
 import os
 import re
 import shlex
@@ -160,10 +161,12 @@ class Unit:
     exec_reload: list[str]
     environment: dict[str, str]
     user: str
+    group: str
     ambient_capabilities: list[str]
     capability_bounding_set: list[str]
     no_new_privileges: bool
     memory_deny_write_execute: bool
+    system_call_filter: list[str]
 
 
 def read_unit(path: Path = UNIT) -> Unit:
@@ -181,6 +184,7 @@ def read_unit(path: Path = UNIT) -> Unit:
     (start,) = values["ExecStart"]
     (reload,) = values["ExecReload"]
     (user,) = values["User"]
+    (group,) = values["Group"]
 
     def words(key: str) -> list[str]:
         return [w for v in values.get(key, []) for w in v.split()]
@@ -188,32 +192,83 @@ def read_unit(path: Path = UNIT) -> Unit:
     def flag(key: str) -> bool:
         return values.get(key, ["no"])[-1] in ("yes", "true", "on", "1")
 
+    system_call_filter = words("SystemCallFilter")
+    assert not [w for w in system_call_filter if w.startswith("~")], "deny lists: not emulated"
     return Unit(shlex.split(pre), shlex.split(start), shlex.split(reload), environment, user,
-                words("AmbientCapabilities"), words("CapabilityBoundingSet"),
-                flag("NoNewPrivileges"), flag("MemoryDenyWriteExecute"))
+                group, words("AmbientCapabilities"), words("CapabilityBoundingSet"),
+                flag("NoNewPrivileges"), flag("MemoryDenyWriteExecute"), system_call_filter)
 
 
-# PR_SET_MDWE with PR_MDWE_REFUSE_EXEC_GAIN (Linux 6.3+): what MemoryDenyWriteExecute=
-# enforces (systemd does it with seccomp); kept across setpriv's execve.
-_MDWE = ("import ctypes, os, sys; libc = ctypes.CDLL(None, use_errno=True); "
-         "assert libc.prctl(65, 1, 0, 0, 0) == 0, os.strerror(ctypes.get_errno()); "
-         "os.execvp(sys.argv[1], sys.argv[1:])")
+def syscall_groups() -> dict[str, list[str]]:
+    """systemd's named system call sets (``systemd-analyze syscall-filter``)."""
+    groups: dict[str, list[str]] = {}
+    current: list[str] = []
+    for line in run("systemd-analyze", "syscall-filter").stdout.splitlines():
+        if line.startswith("@"):
+            current = groups.setdefault(line.strip(), [])
+        elif line.startswith("    ") and not line.strip().startswith("#"):
+            current.append(line.strip())
+    return groups
+
+
+def allowed_syscalls(filters: list[str]) -> list[str]:
+    """The names a SystemCallFilter= allow list (no ``~`` lines here) lets through."""
+    groups = syscall_groups()
+    names: set[str] = set()
+
+    def add(entry: str) -> None:
+        if entry.startswith("@"):
+            for member in groups[entry]:
+                add(member)
+        else:
+            names.add(entry)
+
+    for entry in ["@default", *filters]:  # systemd always allows @default
+        add(entry)
+    return sorted(names)
+
+
+# Run as the service user, right before the service's program, like systemd's last
+# steps: MemoryDenyWriteExecute= as PR_SET_MDWE + PR_MDWE_REFUSE_EXEC_GAIN (Linux 6.3+;
+# systemd does it with seccomp), then SystemCallFilter= as a seccomp allow list that
+# kills the process on any other system call (systemd's default action). Needs
+# python3-seccomp for Debian's python3.
+CONFINE = """
+import ctypes, json, os, sys
+settings = json.loads(sys.argv[1])
+if settings["mdwe"]:
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(65, 1, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_MDWE)")
+if settings["syscalls"]:
+    import seccomp
+    allow = seccomp.SyscallFilter(seccomp.KILL_PROCESS)
+    for name in settings["syscalls"]:
+        try:
+            allow.add_rule(seccomp.ALLOW, name)
+        except (ValueError, RuntimeError, OSError):
+            pass  # not a system call of this architecture
+    allow.load()
+os.execv(sys.argv[2], sys.argv[2:])
+"""
 
 
 def as_service_user(unit: Unit, argv: list[str]) -> list[str]:
     """``argv`` run as the unit would run it: its User= and Group=, its capabilities
-    (ambient and bounding set), NoNewPrivileges= and MemoryDenyWriteExecute=."""
+    (ambient and bounding set), NoNewPrivileges=, MemoryDenyWriteExecute= and
+    SystemCallFilter=."""
 
     def caps(names: list[str]) -> str:
         return ",".join(["-all"] + [f"+{n.lower().removeprefix('cap_')}" for n in names])
 
-    command = ["setpriv", f"--reuid={unit.user}", f"--regid={unit.user}", "--init-groups",
+    assert unit.no_new_privileges or not unit.system_call_filter, "seccomp needs no_new_privs"
+    command = ["setpriv", f"--reuid={unit.user}", f"--regid={unit.group}", "--init-groups",
                f"--inh-caps={caps(unit.ambient_capabilities)}",
                f"--ambient-caps={caps(unit.ambient_capabilities)}",
                f"--bounding-set={caps(unit.capability_bounding_set)}"]
     if unit.no_new_privileges:
         command.append("--no-new-privs")
-    command += ["--", *argv]
-    if unit.memory_deny_write_execute:
-        command = ["/usr/bin/python3", "-c", _MDWE, *command]
-    return command
+    settings = {"mdwe": unit.memory_deny_write_execute,
+                "syscalls": allowed_syscalls(unit.system_call_filter)
+                if unit.system_call_filter else []}
+    return [*command, "--", "/usr/bin/python3", "-c", CONFINE, json.dumps(settings), *argv]

@@ -182,7 +182,8 @@ def test_service_runs_as_the_unit_says(
     installed: None, notify_socket: tuple[socket.socket, str], tmp_path: Path
 ) -> None:
     """ExecStartPre and ExecStart of the installed unit, as its User, with its
-    Environment, capabilities, NoNewPrivileges and MemoryDenyWriteExecute; the listeners
+    Environment, capabilities, NoNewPrivileges, MemoryDenyWriteExecute and
+    SystemCallFilter (what systemd would enforce, short of namespaces); the listeners
     on loopback port 0 (as a drop-in's Environment= would), then ExecReload and SIGTERM."""
     if "certificate_file: tls/test-fullchain.pem" not in CONFIG.read_text():
         debian.install_test_tls()
