@@ -67,4 +67,7 @@ started=$(date +%s)
 mkdir -p "$out"
 mv "$work"/*.deb "$work"/*.buildinfo "$work"/*.changes "$work/build.log" "$out/"
 echo "build-deb: built in $(( $(date +%s) - started ))s ($key)" >&2
+# Keep the four newest builds (the upgrade test needs two versions of one tree).
+find "$cache" -mindepth 1 -maxdepth 1 -type d ! -name 'build.*' -printf '%T@ %p\n' |
+    sort -rn | tail -n +5 | cut -d' ' -f2- | xargs -r rm -rf
 compgen -G "$out/gateway_*_amd64.deb" | head -n1

@@ -22,6 +22,8 @@ from pathlib import Path
 import pytest
 import trustme
 
+from tests.conftest import in_ci
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 BUILD_SCRIPT = REPO_ROOT / "scripts" / "build-deb.sh"
 LOCK_FILE = REPO_ROOT / "requirements" / "gateway.lock"
@@ -53,8 +55,12 @@ TEST_HOSTS = ("app.gateway.test", "authenticate.gateway.test")
 
 
 def require_build_tools() -> None:
-    """Skip when the Debian build tools are missing (scripts/setup-dev.sh installs them)."""
+    """Skip when the Debian build tools are missing (scripts/setup-dev.sh installs them);
+    under CI, where setup-dev.sh ran, fail instead."""
     missing = [tool for tool in BUILD_TOOLS if shutil.which(tool) is None]
+    if missing and in_ci():
+        pytest.fail(f"{', '.join(missing)} missing on CI: scripts/setup-dev.sh installs them",
+                    pytrace=False)
     if missing:
         pytest.skip(f"{', '.join(missing)} not installed (install: apt-get install "
                     "dpkg-dev debhelper dh-virtualenv lintian; scripts/setup-dev.sh does)")
