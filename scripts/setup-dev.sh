@@ -3,7 +3,8 @@
 # already prepared one (each step is skipped when it is already done):
 #   Debian packages (python3-venv, redis-server, curl, nginx, caddy, haproxy, wrk, h2load,
 #   iproute2, pebble, chromium, slapd + ldap-utils, prometheus (promtool),
-#   openssh-server + openssh-client and postgresql (peers of the `gateway tcp` tests);
+#   openssh-server + openssh-client and postgresql (peers of the `gateway tcp` tests),
+#   dpkg-dev, debhelper, dh-virtualenv, lintian, python3-seccomp (the Debian package tests);
 #   Node.js only if missing),
 #   a virtualenv in .venv with the project (editable) and its test tools,
 #   the npm packages of the test identity provider (tests/peers/oidc).
@@ -54,3 +55,23 @@ for dir in tests/peers/oidc tests/peers/browser; do
         npm ci --prefix "$dir" --no-audit --no-fund --loglevel=error
     fi
 done
+
+# Building, linting and checking the Debian package (tests/packaging, scripts/build-deb.sh).
+need_deb=()
+command -v dpkg-buildpackage >/dev/null 2>&1 || need_deb+=(dpkg-dev)
+command -v dh >/dev/null 2>&1 || need_deb+=(debhelper)
+command -v dh_virtualenv >/dev/null 2>&1 || need_deb+=(dh-virtualenv)
+command -v lintian >/dev/null 2>&1 || need_deb+=(lintian)
+command -v systemd-analyze >/dev/null 2>&1 || need_deb+=(systemd)
+dpkg -s python3.11-venv >/dev/null 2>&1 || need_deb+=(python3.11-venv)
+# The test confines the service's process as its unit says (SystemCallFilter=: seccomp).
+/usr/bin/python3 -c 'import seccomp' >/dev/null 2>&1 || need_deb+=(python3-seccomp)
+if [ ${#need_deb[@]} -gt 0 ]; then
+    if [ "$(id -u)" -ne 0 ]; then
+        echo "setup-dev: please install: ${need_deb[*]} (apt-get install -y ...)" >&2
+        exit 1
+    fi
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -q
+    apt-get install -y -q --no-install-recommends "${need_deb[@]}"
+fi

@@ -131,7 +131,8 @@ class ConfigSource(Service):
             self.log.warn("config: {warning}", warning=str(warning))
         self.status = ReloadStatus(True, now, new.checksum)
         if new.checksum == self._current.checksum and not frozen:
-            self.log.debug("configuration reload ({reason}): nothing changed", reason=reason)
+            # At info: an operator's `systemctl reload` must leave a trace in the journal.
+            self.log.info("configuration reload ({reason}): nothing changed", reason=reason)
             return True
         self._current = new
         self.log.info(
