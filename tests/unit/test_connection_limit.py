@@ -100,6 +100,15 @@ class LimitedFactoryTests(SynchronousTestCase):
         protocol.connectionLost(None)  # type: ignore[arg-type]
         self.assertIsNotNone(factory.buildProtocol(CLIENT))
 
+    def test_start_up_line_names_the_listener(self) -> None:
+        """Twisted's "<prefix> starting on <port>" names the wrapped factory, not the cap
+        (operators and the packaging test read the port from it)."""
+        core = ProxyCore(MemoryReactorClock(), build_plan(load(base_config(**IDENTITY))),
+                         tls=False)
+        factory = LimitedFactory(HTTPFactory(core, "auto", tls=False), core.limit,
+                                 MemoryReactorClock())
+        self.assertEqual(factory.logPrefix(), "HTTPFactory")
+
     def test_auto_when_zero(self) -> None:
         core = ProxyCore(MemoryReactorClock(), build_plan(load(base_config(**IDENTITY))),
                          tls=False)

@@ -41,6 +41,12 @@ class LimitedFactory(Factory):
         self.limit = limit
         self.clock = clock
 
+    def logPrefix(self) -> str:
+        """The wrapped factory's ("HTTPFactory (TLS) starting on 443"): the cap is not
+        what an operator looks for in the start-up lines."""
+        prefix = getattr(self.inner, "logPrefix", None)
+        return str(prefix()) if callable(prefix) else type(self.inner).__name__
+
     def doStart(self) -> None:
         self.inner.doStart()
 
