@@ -107,6 +107,26 @@ class RapidResetTests(AbuseTestCase):
         self.assertLessEqual(len(self.reactor.tcpClients), h2_guard.RESET_BURST)
         self.assertLess(sid, 2 * (h2_guard.RESET_BURST + 100))
 
+    def test_answers_to_our_own_resets_are_not_rapid_reset(self) -> None:
+        """Found by the soak: when upstreams fail mid-body the gateway resets those
+        streams, and an h2 client answers the frames still arriving on them with
+        RST_STREAM. Hundreds of those, quickly, are no attack: the client cancelled
+        nothing the gateway was still serving. (And a stream reset that way is forgotten:
+        kept, 128 of them made every later stream REFUSED_STREAM.)"""
+        from twisted.internet.error import ConnectionLost
+        from twisted.python.failure import Failure
+        for i in range(300):
+            sid = 2 * i + 1
+            self.send(self.request(sid))
+            self.assertEqual(len(self.reactor.tcpClients), i + 1)  # not REFUSED_STREAM
+            upstream = MemoryUpstream(self.reactor, -1)
+            upstream.received()
+            upstream.respond(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\npart")
+            upstream.protocol.connectionLost(Failure(ConnectionLost()))  # reset mid-body
+            self.send(f.rst(sid))  # the client's answer to a frame on its closed stream
+        self.assertIsNone(self.goaway())
+        self.assertEqual(self.server.streams, {})
+
     def test_stream_reset_in_the_same_read_is_never_started(self) -> None:
         """HEADERS and RST_STREAM arriving together: no exchange, no upstream connect."""
         self.send(self.request(1) + f.rst(1) + self.request(3) + f.rst(3))

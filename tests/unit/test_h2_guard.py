@@ -32,9 +32,26 @@ class FeedTests(SynchronousTestCase):
         self.assertIsNone(whole.feed(stream, 0.0))
         for i in range(len(stream)):
             self.assertIsNone(split.feed(stream[i:i + 1], 0.0))
-        self.assertEqual(whole.resets.tokens, split.resets.tokens)
-        self.assertEqual(whole.resets.tokens, h2_guard.RESET_BURST - 5)
+        self.assertEqual(whole.rst_frames.tokens, split.rst_frames.tokens)
+        self.assertEqual(whole.rst_frames.tokens, h2_guard.RST_FRAME_BURST - 5)
         self.assertEqual(split.control.tokens, h2_guard.CONTROL_BURST - 1)
+        # premature resets (of requests being served) are counted by the codec
+        self.assertEqual(whole.resets.tokens, h2_guard.RESET_BURST)
+
+    def test_rapid_reset_named_whatever_the_read_size(self) -> None:
+        """Thousands of open-and-reset pairs in one read (a client writing faster than
+        the gateway reads) are rapid reset, not a flood of stray RST_STREAMs."""
+        frames = f.Frames()
+        pairs = b"".join(frames.headers(sid, f.request_headers(b"/r", b"a.test")) + f.rst(sid)
+                         for sid in range(1, 3001, 2))
+        cut = H2Guard(0.0).feed(f.PREFACE + pairs, 0.0)
+        assert cut is not None
+        self.assertEqual(cut.limit, "rapid_reset")
+
+    def test_stray_resets_have_a_budget_of_their_own(self) -> None:
+        cut = H2Guard(0.0).feed(f.PREFACE + f.rst(1) * (h2_guard.RST_FRAME_BURST + 1), 0.0)
+        assert cut is not None
+        self.assertEqual(cut.limit, "reset_flood")
 
     def test_data_and_ended_empty_data_are_not_control_frames(self) -> None:
         guard = H2Guard(0.0)

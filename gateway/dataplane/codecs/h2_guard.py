@@ -41,6 +41,9 @@ HEADER_BLOCK_MAX_FRAMES = 32  # h2 stops at 64 CONTINUATIONs, of any size
 # Client RST_STREAMs: a browser cancels at most its open streams at once.
 RESET_BURST = MAX_CONCURRENT_STREAMS
 RESET_RATE = 32.0  # per second
+# RST_STREAM frames of any kind (most answer frames that reached a closed stream).
+RST_FRAME_BURST = 1024
+RST_FRAME_RATE = 256.0
 # Control frames: burst, refill per second, and one more per CONTROL_CREDIT_BYTES sent
 # (a client giving the window back every 4 KiB it reads, as Go's does, sends 2 per 4 KiB).
 CONTROL_BURST = 128
@@ -123,6 +126,8 @@ class H2Guard:
         # for an HTTP/1.1 head): None when no block is being received.
         self.head_since: float | None = None
         self.resets = Budget(RESET_BURST, RESET_RATE, now)
+        self.rst_frames = Budget(RST_FRAME_BURST, RST_FRAME_RATE, now)
+        self._opened_now: set[int] = set()  # streams whose HEADERS came in this read
         self.control = Budget(CONTROL_BURST, CONTROL_RATE, now)
         self.refusals = Budget(REFUSED_BURST, REFUSED_RATE, now)
         self.sent = 0  # bytes written, credited to the control budget
@@ -132,6 +137,7 @@ class H2Guard:
     def feed(self, data: bytes, now: float) -> Cut | None:
         size = len(data)
         pos = 0
+        self._opened_now.clear()
         if self._preface:
             pos = min(self._preface, size)
             self._preface -= pos
@@ -159,15 +165,16 @@ class H2Guard:
                 pos += 9
             length = int.from_bytes(head[:3], "big")
             self._skip = length
-            cut = self._frame(length, head[3], head[4], now, began)
+            stream_id = int.from_bytes(head[5:9], "big") & 0x7FFFFFFF
+            cut = self._frame(length, head[3], head[4], stream_id, now, began)
             if cut is not None:
                 return cut
             if not self._skip and self._ends_block:
                 self._ends_block, self.head_since = False, None
         return None
 
-    def _frame(self, length: int, kind: int, flags: int, now: float, began: float
-               ) -> Cut | None:
+    def _frame(self, length: int, kind: int, flags: int, stream_id: int, now: float,
+               began: float) -> Cut | None:
         if length > MAX_FRAME_SIZE:
             return Cut("max_frame_size", ErrorCodes.FRAME_SIZE_ERROR,
                        f"a {length}-byte frame (type {kind}), {MAX_FRAME_SIZE} advertised")
@@ -175,6 +182,7 @@ class H2Guard:
             if length or flags & _END_STREAM:
                 return None
         elif kind in (_HEADERS, _PUSH_PROMISE):
+            self._opened_now.add(stream_id)
             if self.head_since is None:
                 self.head_since = began  # a header trickled in counts from its first byte
             if not flags & _END_HEADERS:
@@ -198,10 +206,18 @@ class H2Guard:
                 self._ends_block = True
             return None
         elif kind == _RST_STREAM:
-            if self.resets.take(now):
+            # A request opened and reset in the same read is the rapid-reset pattern;
+            # resets of requests opened earlier are counted by the codec when the stream
+            # is still being served (``premature_reset``). Any other RST_STREAM (an h2
+            # client answers each frame reaching a stream it closed with one) only
+            # counts against a generous frame budget.
+            if stream_id in self._opened_now:
+                return self.premature_reset(now)
+            if self.rst_frames.take(now):
                 return None
-            return Cut("rapid_reset", ErrorCodes.ENHANCE_YOUR_CALM,
-                       f"over {RESET_BURST} stream resets at over {RESET_RATE:g}/s")
+            return Cut("reset_flood", ErrorCodes.ENHANCE_YOUR_CALM,
+                       f"over {RST_FRAME_BURST} RST_STREAM frames at over "
+                       f"{RST_FRAME_RATE:g}/s")
         credit = (self.sent - self._credited) / CONTROL_CREDIT_BYTES
         self._credited = self.sent
         if self.control.take(now, credit):
@@ -209,6 +225,17 @@ class H2Guard:
         return Cut("control_flood", ErrorCodes.ENHANCE_YOUR_CALM,
                    f"over {CONTROL_BURST} control frames at over {CONTROL_RATE:g}/s "
                    f"(last: type {kind})")
+
+    def premature_reset(self, now: float) -> Cut | None:
+        """The client reset a request before its response was complete (a stream being
+        served, or one opened in the same read). Resets of streams the gateway had
+        already ended (an h2 client answers frames on a closed stream with one) are not
+        counted: a reading client must never be cut for them."""
+        if self.resets.take(now):
+            return None
+        return Cut("rapid_reset", ErrorCodes.ENHANCE_YOUR_CALM,
+                   f"over {RESET_BURST} requests reset by the client at over "
+                   f"{RESET_RATE:g}/s")
 
     def refused(self, now: float) -> Cut | None:
         """A stream past MAX_CONCURRENT_STREAMS was refused (REFUSED_STREAM)."""

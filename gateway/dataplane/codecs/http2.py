@@ -192,9 +192,13 @@ class _Stream:
         return self.owner.client_cert_problem(policy)
 
     def abort(self) -> None:
+        """The response cannot be finished (its upstream failed mid-body): reset the
+        stream and forget it (an aborted exchange never calls ``exchange_done``: kept,
+        it would count against MAX_CONCURRENT_STREAMS for the connection's life)."""
         if not self.closed:
             self.closed = True
             self.owner.reset(self.stream_id, h2.errors.ErrorCodes.INTERNAL_ERROR)
+        self.owner.forget_stream(self)
 
     def pause_reading(self, reason: str) -> None:
         self.pauses.add(reason)
@@ -443,6 +447,14 @@ class H2Connection(ConnectionTLS, Protocol):
             return
         # A stream opened and reset in the same read (rapid reset) is never started.
         reset = {e.stream_id for e in events if isinstance(e, h2.events.StreamReset)}
+        if reset:  # (streams opened in this same read were counted by the guard)
+            for stream_id in reset:
+                stream = self.streams.get(stream_id)
+                if stream is not None and not stream.closed:
+                    cut = self.guard.premature_reset(now)
+                    if cut is not None:
+                        self.cut(cut)
+                        return
         for event in events:
             if isinstance(event, h2.events.RequestReceived):
                 if event.stream_id not in reset:
