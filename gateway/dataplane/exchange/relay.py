@@ -252,22 +252,23 @@ class UpstreamRelay(ExchangeBase):
         if self.connecting is not None:
             self.connecting.cancel()  # -> _connect_failed -> 504
             return
+        self._drop_upstream(failed=True)
+        self.detail = "route timeout"
+        self._give_up(504, "upstream request timeout")
+
+    def _drop_upstream(self, failed: bool) -> None:
+        """Abort the upstream connection (it is never pooled) and give the host back."""
         upstream, self.upstream = self.upstream, None
         if upstream is not None:
             upstream.abort()
-        self.release_host(failed=True)
-        self.detail = "route timeout"
-        self._give_up(504, "upstream request timeout")
+        self.release_host(failed=failed)
 
     def _unrequested_switch(self) -> None:
         """A 101 to a request that asked for no upgrade (or one the route does not allow:
         such requests are refused before they get here). Passing it on would turn the
         client's connection into a raw pipe to this upstream, and the client's next
         requests on it would skip routing and policy: 502, and the upstream dropped."""
-        upstream, self.upstream = self.upstream, None
-        if upstream is not None:
-            upstream.abort()
-        self.release_host(failed=True)
+        self._drop_upstream(failed=True)
         self.detail = "the upstream switched protocols without an upgrade request"
         self._give_up(502, "invalid response from the upstream")
 
@@ -278,10 +279,7 @@ class UpstreamRelay(ExchangeBase):
             return
         self.detail = "timeout_read: the request body stopped"
         connecting, self.connecting = self.connecting, None
-        upstream, self.upstream = self.upstream, None
-        if upstream is not None:
-            upstream.abort()
-        self.release_host(failed=False)
+        self._drop_upstream(failed=False)
         self.internal_body = None
         self._give_up(408, "the request was not received in time")
         if connecting is not None:
