@@ -447,14 +447,13 @@ class H2Connection(ConnectionTLS, Protocol):
             return
         # A stream opened and reset in the same read (rapid reset) is never started.
         reset = {e.stream_id for e in events if isinstance(e, h2.events.StreamReset)}
-        if reset:  # (streams opened in this same read were counted by the guard)
-            for stream_id in reset:
-                stream = self.streams.get(stream_id)
-                if stream is not None and not stream.closed:
-                    cut = self.guard.premature_reset(now)
-                    if cut is not None:
-                        self.cut(cut)
-                        return
+        for stream_id in reset:  # (streams opened in this same read: counted by the guard)
+            stream = self.streams.get(stream_id)
+            if stream is not None and not stream.closed:
+                cut = self.guard.premature_reset(now)
+                if cut is not None:
+                    self.cut(cut)
+                    return
         for event in events:
             if isinstance(event, h2.events.RequestReceived):
                 if event.stream_id not in reset:
@@ -600,14 +599,13 @@ class H2Connection(ConnectionTLS, Protocol):
             stream.exchange.abandon(why)
 
     def _body_timed_out(self, stream: _Stream, exchange: Exchange) -> None:
-        """408 (or the response cut off if it began), the upstream request dropped, and
-        the stream reset so the client stops sending (RFC 9113 8.1)."""
+        """408 (or the response cut off if it began: the stream is reset and forgotten
+        then), the upstream request dropped. A 408 that waits for a window the client
+        does not open is given up at once: the stream is reset and forgotten too."""
         exchange.request_timed_out()
-        if not stream.closed:
-            self.reset(stream.stream_id, h2.errors.ErrorCodes.NO_ERROR if
-                       exchange.finished and not stream.pending and not stream.end_pending
-                       else h2.errors.ErrorCodes.CANCEL)
-        if not (stream.pending or stream.end_pending):
+        if stream.pending or stream.end_pending:
+            stream.closed = True
+            self.reset(stream.stream_id, h2.errors.ErrorCodes.CANCEL)
             self.forget_stream(stream)
 
     def cut(self, cut: Cut) -> None:
