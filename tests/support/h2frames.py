@@ -64,6 +64,18 @@ class Frames:
         return bytes(frame.serialize())
 
 
+def deliver(server: object, reactor: object, data: bytes) -> None:
+    """``server.dataReceived(data)``, then turns of ``reactor`` (a MemoryReactorClock)
+    until the codec has handled all of it: a read with more requests than it starts in
+    one turn is handled a turn at a time (``STREAMS_PER_TURN``), reading paused."""
+    server.dataReceived(data)  # type: ignore[attr-defined]
+    for _ in range(10_000):
+        if getattr(server, "backlog", None) is None:
+            return
+        reactor.advance(0)  # type: ignore[attr-defined]
+    raise AssertionError("the codec never finished a read")
+
+
 def settings(**values: int) -> bytes:
     """``settings(INITIAL_WINDOW_SIZE=0)``: names as in RFC 9113 without SETTINGS_."""
     codes = {"HEADER_TABLE_SIZE": 0x1, "ENABLE_PUSH": 0x2, "MAX_CONCURRENT_STREAMS": 0x3,

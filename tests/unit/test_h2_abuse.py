@@ -58,7 +58,7 @@ class AbuseTestCase(SynchronousTestCase):
         self.send(f.hello(**self.client_settings))
 
     def send(self, data: bytes) -> None:
-        self.server.dataReceived(data)
+        f.deliver(self.server, self.reactor, data)
 
     def read(self) -> list[Frame]:
         self.inbox += self.transport.value()
@@ -133,6 +133,16 @@ class RapidResetTests(AbuseTestCase):
         self.assertEqual((self.reactor.tcpClients, self.server.streams), ([], {}))
         self.assertEqual([e for e in self.logged if e.get("log_namespace") == "gateway.access"],
                          [])
+
+    def test_pairs_split_across_turns_are_counted_once_and_never_started(self) -> None:
+        """Many open-and-reset pairs in one read are handled a turn at a time: a pair
+        whose RST_STREAM comes a turn after its HEADERS is still never started, and
+        counted once (by the guard), not again when h2 reports the reset."""
+        pairs = 3 * h2_guard.STREAMS_PER_TURN
+        self.send(b"".join(self.request(2 * i + 1) + f.rst(2 * i + 1) for i in range(pairs)))
+        self.assertEqual((self.reactor.tcpClients, self.server.streams), ([], {}))
+        self.assertEqual(self.server.guard.resets.tokens, h2_guard.RESET_BURST - pairs)
+        self.assertIsNone(self.goaway())
 
     def test_slow_resets_are_allowed(self) -> None:
         """A browser cancelling streams now and then is never cut."""
@@ -344,9 +354,9 @@ class FillingWriteTests(SynchronousTestCase):
         server = H2Connection(core)
         server.makeConnection(transport)
         frames = f.Frames()
-        server.dataReceived(f.hello(INITIAL_WINDOW_SIZE=16 * 1024 * 1024))
+        f.deliver(server, reactor, f.hello(INITIAL_WINDOW_SIZE=16 * 1024 * 1024))
         streams = 12
-        server.dataReceived(b"".join(frames.headers(1 + 2 * i, f.request_headers(
+        f.deliver(server, reactor, b"".join(frames.headers(1 + 2 * i, f.request_headers(
             b"/x", HOST), end_stream=True) for i in range(streams)))
         body = b"x" * 60000
         for index in range(streams):  # the connection window (65535) is spent at once
@@ -358,7 +368,7 @@ class FillingWriteTests(SynchronousTestCase):
         server.resumeProducing()  # the client read that: the socket is empty again
         self.assertFalse(server.send_paused)
         self.assertGreater(server.buffered, h2_guard.BLOCKED_OUTPUT_MAX)
-        server.dataReceived(f.window_update(0, 64 * 1024 * 1024))
+        f.deliver(server, reactor, f.window_update(0, 64 * 1024 * 1024))
         self.assertFalse(transport.disconnecting)
         self.assertTrue(server.send_paused)
         self.assertLess(len(transport.value()), 2 * PausingTransport.mark + 32 * 1024)
@@ -409,6 +419,62 @@ class ConcurrencyTests(AbuseTestCase):
         settings = next(x for x in self.read() if isinstance(x, SettingsFrame))
         self.assertEqual(settings.settings[SettingsFrame.MAX_CONCURRENT_STREAMS], 128)
         self.assertEqual(settings.settings[SettingsFrame.MAX_HEADER_LIST_SIZE], 65536)
+
+
+class TurnTests(AbuseTestCase):
+    """One connection's many requests in one read cannot hold the reactor: they are
+    started a turn at a time, and other connections are served in between."""
+
+    def turn(self) -> None:
+        """The next turn (the clock would run every turn at once: a real reactor polls
+        its sockets between two)."""
+        [call] = [c for c in self.reactor.getDelayedCalls() if c.func == self.server._next_turn]
+        func, args, kw = call.func, call.args, call.kw
+        call.cancel()
+        func(*args, **kw)
+
+    def test_requests_start_a_turn_at_a_time_with_reading_paused(self) -> None:
+        turn = h2_guard.STREAMS_PER_TURN
+        self.server.dataReceived(b"".join(self.request(2 * i + 1) for i in range(2 * turn + 1)))
+        self.assertEqual(len(self.reactor.tcpClients), turn)
+        self.assertEqual(self.transport.producerState, "paused")
+        self.turn()
+        self.assertEqual(len(self.reactor.tcpClients), 2 * turn)
+        self.assertEqual(self.transport.producerState, "paused")
+        self.turn()
+        self.assertEqual(len(self.reactor.tcpClients), 2 * turn + 1)
+        self.assertEqual(self.transport.producerState, "producing")
+        self.assertIsNone(self.server.backlog)
+
+    def test_another_connection_is_served_between_turns(self) -> None:
+        turn = h2_guard.STREAMS_PER_TURN
+        self.server.dataReceived(b"".join(self.request(2 * i + 1) for i in range(4 * turn)))
+        other = H2Connection(self.core)
+        other.makeConnection(StringTransport(peerAddress=CLIENT))
+        other.dataReceived(f.hello() + f.Frames().headers(
+            1, f.request_headers(b"/other", HOST), end_stream=True))
+        self.assertEqual(len(self.reactor.tcpClients), turn + 1)  # before the second turn
+
+    def test_what_arrives_while_a_read_is_pending_waits_its_turn(self) -> None:
+        """(a TLS transport may deliver what it had already decrypted after the pause)"""
+        turn = h2_guard.STREAMS_PER_TURN
+        self.server.dataReceived(b"".join(self.request(2 * i + 1) for i in range(turn + 1)))
+        self.server.dataReceived(self.request(2 * turn + 3))
+        self.assertEqual(len(self.reactor.tcpClients), turn)
+        self.turn()
+        self.assertEqual(len(self.reactor.tcpClients), turn + 2)
+        self.assertEqual(self.transport.producerState, "producing")
+
+    def test_a_connection_lost_between_turns_drops_the_rest(self) -> None:
+        from twisted.internet.error import ConnectionLost
+        from twisted.python.failure import Failure
+        turn = h2_guard.STREAMS_PER_TURN
+        self.server.dataReceived(b"".join(self.request(2 * i + 1) for i in range(3 * turn)))
+        self.server.connectionLost(Failure(ConnectionLost()))
+        self.assertEqual([c for c in self.reactor.getDelayedCalls()
+                          if c.func == self.server._next_turn], [])
+        self.reactor.advance(0)
+        self.assertEqual(len(self.reactor.tcpClients), turn)
 
 
 class ZeroWindowTestCase(AbuseTestCase):

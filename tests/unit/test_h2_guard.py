@@ -48,6 +48,37 @@ class FeedTests(SynchronousTestCase):
         assert cut is not None
         self.assertEqual(cut.limit, "rapid_reset")
 
+    def test_a_read_past_a_turn_of_requests_is_cut_at_a_frame_boundary(self) -> None:
+        """The request past STREAMS_PER_TURN begins where ``turn_end`` says; the rest
+        (frame-aligned) is cut the same way by ``next_turn_end``, until nothing is left."""
+        frames = f.Frames()
+        turn = h2_guard.STREAMS_PER_TURN
+        requests = [frames.headers(2 * i + 1, f.request_headers(b"/t", b"a.test"))
+                    for i in range(2 * turn + 3)]
+        read = f.PREFACE + f.settings() + b"".join(requests) + f.ping()
+        guard = H2Guard(0.0)
+        self.assertIsNone(guard.feed(read, 0.0))
+        assert guard.turn_end is not None
+        first = read[:guard.turn_end]
+        self.assertTrue(first.endswith(requests[turn - 1]))
+        rest = read[guard.turn_end:]
+        second = h2_guard.next_turn_end(rest)
+        self.assertEqual(rest[:second], b"".join(requests[turn:2 * turn]))
+        self.assertIsNone(h2_guard.next_turn_end(rest[second:]))
+        self.assertEqual(rest[second:], b"".join(requests[2 * turn:]) + f.ping())
+        # a turn's worth of requests (or fewer) in a read: nothing deferred
+        self.assertIsNone(guard.feed(b"".join(requests[:turn]), 0.0))
+        self.assertIsNone(guard.turn_end)
+
+    def test_resets_in_the_same_read_are_remembered_for_the_codec(self) -> None:
+        """Those requests are never started, in whichever turn their HEADERS come."""
+        frames = f.Frames()
+        guard = H2Guard(0.0)
+        guard.feed(f.PREFACE + frames.headers(1, f.request_headers(b"/", b"a.test"))
+                   + f.rst(1) + f.rst(3), 0.0)
+        self.assertEqual(guard.reset_in_read, {1})
+        self.assertEqual(guard.resets.tokens, h2_guard.RESET_BURST - 1)
+
     def test_stray_resets_have_a_budget_of_their_own(self) -> None:
         cut = H2Guard(0.0).feed(f.PREFACE + f.rst(1) * (h2_guard.RST_FRAME_BURST + 1), 0.0)
         assert cut is not None

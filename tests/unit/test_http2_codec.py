@@ -18,6 +18,7 @@ from twisted.trial.unittest import SynchronousTestCase
 from gateway.dataplane.codecs.http2 import H2Connection
 from gateway.dataplane.core import ProxyCore
 from gateway.dataplane.routing.plan import build_plan
+from tests.support import h2frames as f
 from tests.support.filling_transport import FillingTransport
 from tests.support.memory_upstream import MemoryUpstream
 
@@ -71,7 +72,7 @@ class H2TestCase(SynchronousTestCase):
         while True:
             outgoing = self.client.data_to_send()
             if outgoing:
-                self.server.dataReceived(outgoing)
+                f.deliver(self.server, self.reactor, outgoing)
             incoming = self.transport.value()
             self.transport.clear()
             if not outgoing and not incoming:
@@ -418,7 +419,7 @@ class ClientBufferTests(H2TestCase):
         while True:
             outgoing = self.client.data_to_send()
             if outgoing:
-                self.server.dataReceived(outgoing)
+                f.deliver(self.server, self.reactor, outgoing)
             incoming = self.transport.drain()  # the client reads: the buffer empties
             if not outgoing and not incoming:
                 return

@@ -55,6 +55,12 @@ REFUSED_RATE = 1.0
 # Bytes the gateway wrote while the client's socket was full (the client stopped
 # reading): control answers and response heads pile up in the transport's buffer.
 BLOCKED_OUTPUT_MAX = 512 * 1024
+# Requests started per turn of the reactor on one connection: a read holding more
+# HEADERS (a browser's page load, or one client opening 128 streams at once) is handled
+# a turn at a time, the connection's reading paused meanwhile, so every other connection
+# is served between two turns (a single-threaded reactor is fair between connections
+# only if no connection's read is long).
+STREAMS_PER_TURN = 8
 # A stream whose response bytes wait for a window that does not open (and a connection
 # whose socket stays full) for this long is reset, unless ``timeout_write`` is set.
 STALL_TIMEOUT = 60.0
@@ -128,6 +134,12 @@ class H2Guard:
         self.resets = Budget(RESET_BURST, RESET_RATE, now)
         self.rst_frames = Budget(RST_FRAME_BURST, RST_FRAME_RATE, now)
         self._opened_now: set[int] = set()  # streams whose HEADERS came in this read
+        # ... and of those, the ones the client reset in the same read: never started,
+        # and already counted (the codec clears it once it has handled the read)
+        self.reset_in_read: set[int] = set()
+        # Where in the last chunk fed the request past STREAMS_PER_TURN begins (a
+        # frame boundary), or None: the codec hands h2 only what comes before it.
+        self.turn_end: int | None = None
         self.control = Budget(CONTROL_BURST, CONTROL_RATE, now)
         self.refusals = Budget(REFUSED_BURST, REFUSED_RATE, now)
         self.sent = 0  # bytes written, credited to the control budget
@@ -138,6 +150,8 @@ class H2Guard:
         size = len(data)
         pos = 0
         self._opened_now.clear()
+        self.turn_end = None
+        started = 0
         if self._preface:
             pos = min(self._preface, size)
             self._preface -= pos
@@ -162,6 +176,10 @@ class H2Guard:
                 return None
             else:
                 head = data[pos:pos + 9]
+                if head[3] == _HEADERS:
+                    started += 1
+                    if started > STREAMS_PER_TURN and self.turn_end is None:
+                        self.turn_end = pos
                 pos += 9
             length = int.from_bytes(head[:3], "big")
             self._skip = length
@@ -212,6 +230,7 @@ class H2Guard:
             # client answers each frame reaching a stream it closed with one) only
             # counts against a generous frame budget.
             if stream_id in self._opened_now:
+                self.reset_in_read.add(stream_id)
                 return self.premature_reset(now)
             if self.rst_frames.take(now):
                 return None
@@ -255,6 +274,20 @@ class H2Guard:
         return Cut("blocked_output", ErrorCodes.ENHANCE_YOUR_CALM,
                    f"over {BLOCKED_OUTPUT_MAX} bytes queued for a client that does not read",
                    abort=True)
+
+
+def next_turn_end(data: bytes, streams: int = STREAMS_PER_TURN) -> int | None:
+    """Where the request past ``streams`` begins in ``data`` (which starts at a frame
+    boundary: the rest of a read cut at ``H2Guard.turn_end``), or None."""
+    pos = started = 0
+    size = len(data)
+    while pos + 9 <= size:
+        if data[pos + 3] == _HEADERS:
+            started += 1
+            if started > streams:
+                return pos
+        pos += 9 + int.from_bytes(data[pos:pos + 3], "big")
+    return None
 
 
 def head_timeout(head_since: float | None, now: float, timeout_read: float) -> Cut | None:

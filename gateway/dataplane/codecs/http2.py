@@ -34,6 +34,7 @@ from gateway.dataplane.codecs.h2_guard import (
     H2Guard,
     LocalSettings,
     head_timeout,
+    next_turn_end,
     protocol_cut,
     stall_timeout,
 )
@@ -327,6 +328,10 @@ class H2Connection(ConnectionTLS, Protocol):
         self.buffered = 0  # response bytes waiting in all streams
         self.unflushed = 0  # DATA handed to h2 since the last flush
         self.squeezed = False  # a stream's upstream was paused on them
+        # The rest of a read holding more requests than a turn starts (reading paused
+        # until it is handled, a turn at a time) and the call that handles the next turn.
+        self.backlog: bytes | None = None
+        self._turn: Any = None
 
     def connectionMade(self) -> None:
         transport: Any = self.transport
@@ -362,6 +367,10 @@ class H2Connection(ConnectionTLS, Protocol):
 
     def connectionLost(self, reason: Failure = Failure(ConnectionError())) -> None:  # noqa: B008
         self.core.connections.discard(self)
+        if self._turn is not None:
+            self._turn.cancel()
+            self._turn = None
+        self.backlog = None
         for stream in list(self.streams.values()):
             stream.closed = True
             if stream.pipe is not None:
@@ -434,10 +443,43 @@ class H2Connection(ConnectionTLS, Protocol):
         if self.close_started is not None:
             return
         now = self.last_activity = self.core.reactor.seconds()
-        cut = self.guard.feed(data, now)
+        guard = self.guard
+        cut = guard.feed(data, now)
         if cut is not None:
             self.cut(cut)
             return
+        if self.backlog is not None:  # (a TLS transport may deliver what it had decrypted)
+            self.backlog += data
+            return
+        guard.reset_in_read.clear()
+        split = guard.turn_end
+        if split is not None:
+            self._defer_rest(data[split:])
+            data = data[:split]
+        self._receive(data, now)
+
+    def _defer_rest(self, rest: bytes) -> None:
+        """Hand ``rest`` to h2 on the next turn of the reactor, reading paused till then."""
+        if self.backlog is None:
+            self.transport.pauseProducing()
+        self.backlog = rest
+        self._turn = self.core.reactor.callLater(0, self._next_turn)
+
+    def _next_turn(self) -> None:
+        self._turn = None
+        rest, self.backlog = self.backlog, None
+        if rest is None or self.close_started is not None or self.transport is None:
+            return
+        split = next_turn_end(rest)
+        if split is None:
+            self.transport.resumeProducing()
+        else:
+            self._defer_rest(rest[split:])
+            rest = rest[:split]
+        self._receive(rest, self.core.reactor.seconds())
+
+    def _receive(self, data: bytes, now: float) -> None:
+        """Give ``data`` (a read, or a turn of one) to h2 and act on its events."""
         try:
             events = self.h2.receive_data(data)
             if self.h2.encoder.header_table_size > _ENCODER_TABLE:
@@ -445,9 +487,10 @@ class H2Connection(ConnectionTLS, Protocol):
         except h2.exceptions.ProtocolError as exc:
             self.cut(protocol_cut(exc))  # h2 has queued its GOAWAY
             return
-        # A stream opened and reset in the same read (rapid reset) is never started.
+        # A stream opened and reset in the same read (rapid reset) is never started
+        # (counted by the guard, which saw the whole read: its reset may be a turn later).
         reset = {e.stream_id for e in events if isinstance(e, h2.events.StreamReset)}
-        for stream_id in reset:  # (streams opened in this same read: counted by the guard)
+        for stream_id in reset:
             stream = self.streams.get(stream_id)
             if stream is not None and not stream.closed:
                 cut = self.guard.premature_reset(now)
@@ -456,7 +499,8 @@ class H2Connection(ConnectionTLS, Protocol):
                     return
         for event in events:
             if isinstance(event, h2.events.RequestReceived):
-                if event.stream_id not in reset:
+                if event.stream_id not in reset and \
+                        event.stream_id not in self.guard.reset_in_read:
                     self._request(event)
             elif isinstance(event, h2.events.DataReceived):
                 self._data(event)
