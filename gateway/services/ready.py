@@ -10,6 +10,7 @@ that is when the gateway says it is ready (for ``Type=notify`` units through
 
 from __future__ import annotations
 
+import gc
 import os
 import socket
 from typing import Any
@@ -37,6 +38,16 @@ def notify_systemd(state: bytes, environ: dict[str, str] | None = None) -> bool:
     return True
 
 
+def settle_heap() -> None:
+    """What startup built (modules, the first snapshot, the listeners) lives as long
+    as the process: move it out of the cyclic collector's reach (``gc.freeze``), so that
+    a full collection walks only what requests allocate. Without it every full
+    collection walked the whole heap, a pause of tens of milliseconds for every
+    connection at once, now and then."""
+    gc.collect()
+    gc.freeze()
+
+
 class ReadyService(Service):
     """The last service of the tree: reports readiness once the reactor runs."""
 
@@ -53,6 +64,7 @@ class ReadyService(Service):
         if not self.running:
             return
         self.ready = True
+        settle_heap()
         notified = notify_systemd(b"READY=1\nSTATUS=serving")
         log.info("gateway ready: services={services} pid={pid}", services=self.services,
                  pid=os.getpid(), systemd=notified)

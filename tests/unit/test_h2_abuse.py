@@ -138,11 +138,21 @@ class RapidResetTests(AbuseTestCase):
         """Many open-and-reset pairs in one read are handled a turn at a time: a pair
         whose RST_STREAM comes a turn after its HEADERS is still never started, and
         counted once (by the guard), not again when h2 reports the reset."""
-        pairs = 3 * h2_guard.STREAMS_PER_TURN
+        pairs = h2_guard.RESETS_PER_READ
+        self.assertGreater(pairs, h2_guard.STREAMS_PER_TURN)
         self.send(b"".join(self.request(2 * i + 1) + f.rst(2 * i + 1) for i in range(pairs)))
         self.assertEqual((self.reactor.tcpClients, self.server.streams), ([], {}))
         self.assertEqual(self.server.guard.resets.tokens, h2_guard.RESET_BURST - pairs)
         self.assertIsNone(self.goaway())
+
+    def test_a_read_of_many_pairs_is_cut_before_h2_parses_it(self) -> None:
+        """Past RESETS_PER_READ pairs in one read: cut at once, at the cost of walking
+        the frame headers (no HPACK decoding, no stream state, no upstream)."""
+        pairs = h2_guard.RESETS_PER_READ + 1
+        self.send(b"".join(self.request(2 * i + 1) + f.rst(2 * i + 1) for i in range(pairs)))
+        self.assert_cut("rapid_reset", ErrorCodes.ENHANCE_YOUR_CALM)
+        self.assertEqual(self.server.h2.highest_inbound_stream_id, 0)
+        self.assertEqual(self.reactor.tcpClients, [])
 
     def test_slow_resets_are_allowed(self) -> None:
         """A browser cancelling streams now and then is never cut."""
@@ -445,6 +455,17 @@ class TurnTests(AbuseTestCase):
         self.assertEqual(len(self.reactor.tcpClients), 2 * turn + 1)
         self.assertEqual(self.transport.producerState, "producing")
         self.assertIsNone(self.server.backlog)
+
+    def test_a_busy_connection_starts_fewer_requests_a_turn(self) -> None:
+        busy, turn = h2_guard.BUSY_STREAMS, h2_guard.STREAMS_PER_TURN
+        f.deliver(self.server, self.reactor,
+                  b"".join(self.request(2 * i + 1, end_stream=False) for i in range(busy)))
+        self.assertEqual(len(self.server.streams), busy)
+        self.server.dataReceived(b"".join(self.request(2 * (busy + i) + 1)
+                                          for i in range(2 * turn)))
+        self.assertEqual(len(self.server.streams), busy + h2_guard.STREAMS_PER_BUSY_TURN)
+        self.turn()
+        self.assertEqual(len(self.server.streams), busy + 2 * h2_guard.STREAMS_PER_BUSY_TURN)
 
     def test_another_connection_is_served_between_turns(self) -> None:
         turn = h2_guard.STREAMS_PER_TURN

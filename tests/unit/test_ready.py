@@ -34,6 +34,18 @@ class ReadyTests(SynchronousTestCase):
         self.assertTrue(service.ready)
         self.assertEqual(len(self.ready_lines()), 1)
 
+    def test_ready_moves_the_startup_heap_out_of_the_collector(self) -> None:
+        """(a full collection walking every startup object paused all connections)"""
+        import gc
+        gc.unfreeze()
+        self.addCleanup(gc.unfreeze)
+        reactor = MemoryReactorClock()
+        service = ReadyService(reactor, "all")
+        service.startService()
+        self.assertEqual(gc.get_freeze_count(), 0)
+        reactor.run()
+        self.assertGreater(gc.get_freeze_count(), 1000)
+
     def test_stopped_before_running_is_never_ready(self) -> None:
         reactor = MemoryReactorClock()
         service = ReadyService(reactor, "all")

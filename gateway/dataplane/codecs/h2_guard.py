@@ -61,6 +61,15 @@ BLOCKED_OUTPUT_MAX = 512 * 1024
 # is served between two turns (a single-threaded reactor is fair between connections
 # only if no connection's read is long).
 STREAMS_PER_TURN = 8
+# ... and once a connection already has this many requests under way, it starts fewer
+# a turn: a connection with few requests (a person) is not kept waiting by one with
+# many (a crawler, or a client holding 128 streams open and reconnecting when cut).
+BUSY_STREAMS = 32
+STREAMS_PER_BUSY_TURN = 2
+# Requests opened and reset within one read: a client cancelling what it just asked
+# for sends RST_STREAM later, after a reply or a user's action; a read holding many
+# such pairs is rapid reset, cut before h2 parses any of it.
+RESETS_PER_READ = 16
 # A stream whose response bytes wait for a window that does not open (and a connection
 # whose socket stays full) for this long is reset, unless ``timeout_write`` is set.
 STALL_TIMEOUT = 60.0
@@ -137,6 +146,7 @@ class H2Guard:
         # ... and of those, the ones the client reset in the same read: never started,
         # and already counted (the codec clears it once it has handled the read)
         self.reset_in_read: set[int] = set()
+        self._resets_now = 0
         # Where in the last chunk fed the request past STREAMS_PER_TURN begins (a
         # frame boundary), or None: the codec hands h2 only what comes before it.
         self.turn_end: int | None = None
@@ -146,10 +156,12 @@ class H2Guard:
         self._credited = 0
         self.blocked_bytes = 0
 
-    def feed(self, data: bytes, now: float) -> Cut | None:
+    def feed(self, data: bytes, now: float, turn: int = STREAMS_PER_TURN) -> Cut | None:
+        """Count what ``data`` (one read) costs; ``turn``: the requests a turn starts."""
         size = len(data)
         pos = 0
         self._opened_now.clear()
+        self._resets_now = 0
         self.turn_end = None
         started = 0
         if self._preface:
@@ -178,7 +190,7 @@ class H2Guard:
                 head = data[pos:pos + 9]
                 if head[3] == _HEADERS:
                     started += 1
-                    if started > STREAMS_PER_TURN and self.turn_end is None:
+                    if started > turn and self.turn_end is None:
                         self.turn_end = pos
                 pos += 9
             length = int.from_bytes(head[:3], "big")
@@ -231,6 +243,10 @@ class H2Guard:
             # counts against a generous frame budget.
             if stream_id in self._opened_now:
                 self.reset_in_read.add(stream_id)
+                self._resets_now += 1
+                if self._resets_now > RESETS_PER_READ:
+                    return Cut("rapid_reset", ErrorCodes.ENHANCE_YOUR_CALM,
+                               f"over {RESETS_PER_READ} requests opened and reset in one read")
                 return self.premature_reset(now)
             if self.rst_frames.take(now):
                 return None

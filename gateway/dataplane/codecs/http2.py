@@ -28,8 +28,11 @@ from zope.interface import implementer
 
 from gateway.dataplane.codecs.connection_tls import ConnectionTLS
 from gateway.dataplane.codecs.h2_guard import (
+    BUSY_STREAMS,
     MAX_CONCURRENT_STREAMS,
     MAX_HEADER_LIST_SIZE,
+    STREAMS_PER_BUSY_TURN,
+    STREAMS_PER_TURN,
     Cut,
     H2Guard,
     LocalSettings,
@@ -444,7 +447,7 @@ class H2Connection(ConnectionTLS, Protocol):
             return
         now = self.last_activity = self.core.reactor.seconds()
         guard = self.guard
-        cut = guard.feed(data, now)
+        cut = guard.feed(data, now, self._turn_size())
         if cut is not None:
             self.cut(cut)
             return
@@ -458,6 +461,9 @@ class H2Connection(ConnectionTLS, Protocol):
             data = data[:split]
         self._receive(data, now)
 
+    def _turn_size(self) -> int:
+        return STREAMS_PER_TURN if len(self.streams) < BUSY_STREAMS else STREAMS_PER_BUSY_TURN
+
     def _defer_rest(self, rest: bytes) -> None:
         """Hand ``rest`` to h2 on the next turn of the reactor, reading paused till then."""
         if self.backlog is None:
@@ -470,7 +476,7 @@ class H2Connection(ConnectionTLS, Protocol):
         rest, self.backlog = self.backlog, None
         if rest is None or self.close_started is not None or self.transport is None:
             return
-        split = next_turn_end(rest)
+        split = next_turn_end(rest, self._turn_size())
         if split is None:
             self.transport.resumeProducing()
         else:
