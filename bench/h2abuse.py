@@ -370,13 +370,15 @@ class Harness:
                 "non_2xx": bad, "failed": failed, "rss_before_kib": before,
                 "rss_peak_kib": peak.peak, "rss_after_kib": total_rss_kib([self.gateway_pid]),
                 "gateway_cpu%": cpu["cpu%"]["gateway"],
+                "upstream_cpu%": cpu["cpu%"]["upstream"],
                 "other_procs_cpu%": cpu["cpu%"]["other_procs"], **report}
 
 
 def report(rows: list[dict[str, Any]]) -> str:
     """One line per attack; its ratio is to the run without attack just before it."""
     lines = [f"{'attack':<20} {'p99 ms':>8} {'base ms':>8} {'ratio':>6} {'failed':>6} "
-             f"{'cut':>5} {'GOAWAY codes':<26} {'RSS +KiB':>9} {'gw CPU':>6} {'other':>5}"]
+             f"{'cut':>5} {'GOAWAY codes':<26} {'RSS +KiB':>9} {'gw CPU':>6} {'up CPU':>6} "
+             f"{'other':>5}"]
     for r in rows:
         base = r.get("baseline_p99_ms", r["p99_ms"])
         ratio = r["p99_ms"] / base if base else float("nan")
@@ -385,9 +387,11 @@ def report(rows: list[dict[str, Any]]) -> str:
         lines.append(f"{r['attack']:<20} {r['p99_ms']:>8.2f} {base:>8.2f} {ratio:>5.2f}x "
                      f"{r['failed'] + r['non_2xx']:>6} {cut:>5} {codes:<26} "
                      f"{r['rss_peak_kib'] - r['rss_before_kib']:>9} "
-                     f"{r['gateway_cpu%']:>5}% {r['other_procs_cpu%']:>4}%")
-    lines.append(f"target: p99 with attack <= {TARGET_RATIO:g} x p99 without; 'other' is the "
-                 "CPU of processes outside the benchmark (the box is shared)")
+                     f"{r['gateway_cpu%']:>5}% {r['upstream_cpu%']:>5}% "
+                     f"{r['other_procs_cpu%']:>4}%")
+    lines.append(f"target: p99 with attack <= {TARGET_RATIO:g} x p99 without; 'up' is the "
+                 "upstream nginx (on the load generator's CPU); 'other' is the CPU of processes "
+                 "outside the benchmark (the box is shared)")
     return "\n".join(lines)
 
 

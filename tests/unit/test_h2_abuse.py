@@ -486,6 +486,20 @@ class TurnTests(AbuseTestCase):
         self.assertEqual(len(self.reactor.tcpClients), turn + 2)
         self.assertEqual(self.transport.producerState, "producing")
 
+    def test_a_lost_connection_lets_go_of_its_streams_a_turn_at_a_time(self) -> None:
+        from twisted.internet.error import ConnectionLost
+        from twisted.python.failure import Failure
+
+        from gateway.dataplane.codecs import http2
+        f.deliver(self.server, self.reactor, b"".join(
+            self.request(2 * i + 1, end_stream=False) for i in range(40)))
+        exchanges = [s.exchange for s in self.server.streams.values() if s.exchange]
+        self.assertEqual(len(exchanges), 40)
+        self.server.connectionLost(Failure(ConnectionLost()))
+        self.assertEqual(sum(e.finished for e in exchanges), http2.RELEASES_PER_TURN)
+        self.reactor.advance(0)
+        self.assertTrue(all(e.finished for e in exchanges))
+
     def test_a_connection_lost_between_turns_drops_the_rest(self) -> None:
         from twisted.internet.error import ConnectionLost
         from twisted.python.failure import Failure

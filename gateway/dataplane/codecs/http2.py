@@ -78,6 +78,9 @@ _BAD_VALUE = re.compile(rb"[\x00-\x08\x0a-\x1f\x7f]")
 # 4 GiB (SETTINGS_HEADER_TABLE_SIZE) and h2 would use it all; an encoder may use less
 # (RFC 7541 4.2), so the default stays the bound (found by fuzzing).
 _ENCODER_TABLE = 4096
+# Streams of a closed connection whose exchanges are let go (upstream aborted, logged)
+# in one turn of the reactor.
+RELEASES_PER_TURN = 16
 
 
 class _Stream:
@@ -374,14 +377,27 @@ class H2Connection(ConnectionTLS, Protocol):
             self._turn.cancel()
             self._turn = None
         self.backlog = None
-        for stream in list(self.streams.values()):
-            stream.closed = True
-            if stream.pipe is not None:
-                stream.pipe.lost("client connection lost",
-                                 clean=reason.check(ConnectionDone) is not None)
-            elif stream.exchange is not None:
-                stream.exchange.downstream_lost()
+        streams = list(self.streams.values())
         self.streams.clear()
+        self._release(streams, "", reason.check(ConnectionDone) is not None)
+
+    def _release(self, streams: list[_Stream], why: str, clean: bool) -> None:
+        """Let go of the streams of a connection that is gone (or cut, ``why``): each
+        exchange's upstream request aborted and the exchange logged, a turn's worth at
+        a time (128 at once held the reactor for over 10 ms)."""
+        for stream in streams:
+            stream.closed = True  # nothing more is written for them
+        for stream in streams[:RELEASES_PER_TURN]:
+            if stream.pipe is not None:
+                stream.pipe.lost(why or "client connection lost", clean=clean)
+            elif stream.exchange is not None:
+                if why:
+                    stream.exchange.abandon(why)
+                else:
+                    stream.exchange.downstream_lost()
+        if len(streams) > RELEASES_PER_TURN:
+            self.core.reactor.callLater(0, self._release, streams[RELEASES_PER_TURN:], why,
+                                        clean)
 
     def flush(self) -> None:
         self.unflushed = 0
@@ -672,8 +688,9 @@ class H2Connection(ConnectionTLS, Protocol):
         data = self.h2.data_to_send()
         if data:
             self._write(data)
-        for stream in list(self.streams.values()):
-            self._drop(stream, f"HTTP/2 connection cut: {cut.limit}")
+        streams = list(self.streams.values())
+        self.streams.clear()
+        self._release(streams, f"HTTP/2 connection cut: {cut.limit}", False)
         if cut.abort:
             self.transport.abortConnection()
         else:
