@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import html
 import json
 import secrets
 from typing import TYPE_CHECKING
@@ -17,6 +16,12 @@ from twisted.internet.defer import Deferred, ensureDeferred
 from twisted.logger import Logger
 
 from gateway.authenticate import pages
+from gateway.authenticate.account import (
+    WHO_AM_I,
+    sign_out_confirmation,
+    signed_out_page,
+    who_am_i,
+)
 from gateway.authenticate.oidc import OIDCError, ProviderUnavailable, pkce_pair
 from gateway.authenticate.targets import (
     CSRF_COOKIE,
@@ -71,9 +76,15 @@ class Endpoints:
             return self._programmatic(request)
         if path in (SIGN_OUT, SIGN_OUT.rstrip("/")):
             return self._sign_out(request, body)
+        if path in WHO_AM_I:
+            return who_am_i(ident, request)
         if own_path(path):
-            return pages.error(404, "Not found.", request.headers, "not-found")
+            return self._error(404, "Not found.", request.headers, "not-found")
         return None
+
+    def _error(self, status: int, message: str, headers: list[tuple[bytes, bytes]],
+               reason: str, extra: tuple[tuple[bytes, bytes], ...] = ()) -> Deny:
+        return pages.error(status, message, headers, reason, extra, look=self.identity.look)
 
     def _start(self, request: RequestInfo) -> Decision | Deferred[Decision]:
         ident = self.identity
@@ -81,22 +92,25 @@ class Endpoints:
         payload = ident.shared.open("sign-in", query_params(request).get("gateway_redirect", ""),
                                     now)
         if payload is None or not safe_target(str(payload.get("uri", "")), ident.allowed_hosts):
-            return pages.error(400, "This sign-in link is invalid or has expired.",
+            return self._error(400, "This sign-in link is invalid or has expired.",
                                request.headers, "bad-sign-in-link")
         uri = str(payload["uri"])
         client = str(payload.get("programmatic", ""))
         existing = ident.session_for(request)
-        if existing is not None:
+        # "sign in as someone else": the provider is asked for a fresh login, and the
+        # session this browser had ends once the new one exists (in the callback)
+        switch = bool(payload.get("switch"))
+        if existing is not None and not switch:
             return self._to_client(existing, client) if client else self._to_route(existing, uri)
         if ident.provider is None:
-            return pages.error(503, "No identity provider is configured.", request.headers,
+            return self._error(503, "No identity provider is configured.", request.headers,
                                "no-provider")
         csrf = secrets.token_urlsafe(24)
         verifier, challenge = pkce_pair()
         nonce = secrets.token_urlsafe(24)
         state = ident.shared.seal("state", {
             "uri": uri, "nonce": nonce, "verifier": verifier,
-            "programmatic": client,
+            "programmatic": client, "replace": existing.id if existing and switch else "",
             "csrf": hashlib.sha256(csrf.encode()).hexdigest()}, now + STATE_TTL)
         cookie = set_cookie_headers(CSRF_COOKIE, csrf, max_age=int(STATE_TTL), domain="",
                                     secure=ident.options.cookie_secure, http_only=True)
@@ -105,7 +119,8 @@ class Endpoints:
         async def go() -> Decision:
             assert ident.provider is not None
             try:
-                url = await ident.provider.start_url(state, nonce, challenge)
+                url = await ident.provider.start_url(state, nonce, challenge,
+                                                     fresh_login=switch)
             except Exception as exc:  # the provider is down or misconfigured
                 return self._provider_down(exc, request)
             return pages.redirect(url, extra)
@@ -114,7 +129,7 @@ class Endpoints:
 
     def _provider_down(self, exc: Exception, request: RequestInfo) -> Deny:
         log.error("identity provider unavailable: {error}", error=str(exc))
-        return pages.error(503, "The identity provider cannot be reached; try again later.",
+        return self._error(503, "The identity provider cannot be reached; try again later.",
                            request.headers, "provider-unavailable")
 
     async def _callback(self, request: RequestInfo) -> Decision:
@@ -123,16 +138,16 @@ class Endpoints:
         now = ident.clock()
         if params.get("error"):
             status = 401 if params["error"] == "access_denied" else 400
-            return pages.error(status, "The identity provider did not sign you in.",
+            return self._error(status, "The identity provider did not sign you in.",
                                request.headers, f"provider-error: {params['error'][:64]}")
         state = ident.shared.open("state", params.get("state", ""), now)
         csrf = parse_cookies(request.headers).get(CSRF_COOKIE, "")
         if state is None or not hmac.compare_digest(
                 str(state.get("csrf", "")), hashlib.sha256(csrf.encode()).hexdigest()):
-            return pages.error(400, "This sign-in attempt is invalid or has expired; start "
+            return self._error(400, "This sign-in attempt is invalid or has expired; start "
                                "again.", request.headers, "bad-state")
         if not params.get("code") or ident.provider is None:
-            return pages.error(400, "The identity provider sent no code.", request.headers,
+            return self._error(400, "The identity provider sent no code.", request.headers,
                                "no-code")
         try:
             tokens = await ident.provider.exchange(params["code"], str(state["verifier"]),
@@ -141,7 +156,7 @@ class Endpoints:
             return self._provider_down(exc, request)
         except OIDCError as exc:
             log.error("sign-in failed: {error}", error=str(exc))
-            return pages.error(502, "The sign-in could not be completed.", request.headers,
+            return self._error(502, "The sign-in could not be completed.", request.headers,
                                "exchange-failed")
         session = ident.build_session(tokens.claims, tokens.id_token, tokens.access_token,
                                      tokens.refresh_token, now + tokens.expires_in)
@@ -152,10 +167,12 @@ class Endpoints:
             # answer it with a sign-in redirect (503 now, "never a guess").
             log.error("sign-in of {email}: the session could not be saved: {error}",
                       email=session.email, error=str(exc))
-            return pages.error(503, "You signed in, but your session could not be saved "
+            return self._error(503, "You signed in, but your session could not be saved "
                                     "right now; please try again in a moment.",
                                request.headers, "session-not-saved")
         log.info("signed in {email} ({user})", email=session.email, user=session.user_id)
+        if state.get("replace"):
+            ident.store.delete(str(state["replace"]))  # the session this one replaces
         clear_csrf = tuple((b"set-cookie", c) for c in clear_cookie_headers(
             CSRF_COOKIE, "", ident.options.cookie_secure)[:1])
         if state.get("programmatic"):
@@ -170,15 +187,15 @@ class Endpoints:
         ``gateway_jwt``, which the client then sends as ``Authorization: Gateway``."""
         ident = self.identity
         if request.method != b"GET":
-            return pages.error(405, "Use GET.", request.headers, "method-not-allowed")
+            return self._error(405, "Use GET.", request.headers, "method-not-allowed")
         target = query_params(request).get("gateway_redirect_uri")
         if target is None:
-            return pages.error(404, "Not found.", request.headers, "not-found")
+            return self._error(404, "Not found.", request.headers, "not-found")
         if not allowed_programmatic_target(target, ident.programmatic_domains):
-            return pages.error(400, "invalid redirect uri", request.headers,
+            return self._error(400, "invalid redirect uri", request.headers,
                                "bad-programmatic-redirect")
         if not ident.auth_origin:
-            return pages.error(503, "No authenticate service is configured.",
+            return self._error(503, "No authenticate service is configured.",
                                request.headers, "no-authenticate-url")
         route_url = f"{request.scheme}://{request.host}/"
         if not safe_target(route_url, ident.allowed_hosts):
@@ -217,16 +234,16 @@ class Endpoints:
         payload = ident.shared.open("handoff", sealed, now)
         uri = str(payload.get("uri", "")) if payload else ""
         if payload is None or urlsplit(uri).netloc.lower() != request.host:
-            return pages.error(400, "This sign-in link is invalid or has expired.",
+            return self._error(400, "This sign-in link is invalid or has expired.",
                                request.headers, "bad-handoff")
         if not ident.spent.spend(ident.shared.token_id(sealed), float(payload["exp"]), now):
             log.warn("a sign-in hand-off for {host} was used twice; refused",
                      host=request.host)
-            return pages.error(400, "This sign-in link was already used; open the page "
+            return self._error(400, "This sign-in link was already used; open the page "
                                "again.", request.headers, "handoff-reused")
         session = ident.store.get(str(payload.get("sid", "")))
         if session is None or not session.valid(ident.clock()):
-            return pages.error(401, "Your session has ended; sign in again.", request.headers,
+            return self._error(401, "Your session has ended; sign in again.", request.headers,
                                "session-gone")
         return pages.redirect(uri, ident.session_cookie(session))
 
@@ -238,14 +255,10 @@ class Endpoints:
         if session is None or not hmac.compare_digest(
                 token.encode("utf-8", "replace"), ident.csrf_token(session).encode()):
             if session is not None and request.method == b"GET" and not token:
-                target = html.escape(given.get("gateway_redirect_uri", ""), quote=True)
-                keep = (f'<input type="hidden" name="gateway_redirect_uri" value="{target}">'
-                        if target else "")
-                form = (f'<form method="post" action="{SIGN_OUT}">'
-                        f'<input type="hidden" name="csrf" value="{ident.csrf_token(session)}">'
-                        f"{keep}<button>Sign out</button></form>")
-                return pages.page("Sign out?", form)
-            return pages.error(400, "CSRF token invalid.", request.headers, "csrf-invalid")
+                wanted = given.get("gateway_redirect_uri", "")
+                return sign_out_confirmation(
+                    ident, session, wanted if safe_target(wanted, ident.allowed_hosts) else "")
+            return self._error(400, "CSRF token invalid.", request.headers, "csrf-invalid")
         ident.store.delete(session.id)
         log.info("signed out {email}", email=session.email)
         clear = tuple((b"set-cookie", c) for c in clear_cookie_headers(
@@ -259,4 +272,4 @@ class Endpoints:
                 return pages.redirect(end, clear)
         if target:
             return pages.redirect(target, clear)
-        return pages.page("Signed out", "<p>You are signed out.</p>", clear)
+        return signed_out_page(ident, session, clear)

@@ -42,6 +42,8 @@ from gateway.authorize.claims import claim_groups, flatten_claims
 from gateway.authorize.evaluate import evaluate
 from gateway.config.snapshot import Snapshot
 from gateway.dataplane.authz import Allow, Decision, Deny, RequestInfo
+from gateway.pages.layout import Action, look_of
+from gateway.pages.rules import admits
 from gateway.sessions.bearer import programmatic_token
 from gateway.sessions.cookie import (
     parse_cookies,
@@ -89,6 +91,7 @@ class Identity:
         self.clock = clock
         o = snapshot.options
         self.options = o
+        self.look = look_of(o)
         material = snapshot.material
         self.shared = Sealer(material.shared_secret)
         self.cookies = Sealer(material.cookie_secret)
@@ -197,7 +200,7 @@ class Identity:
             session = await fetch(sid)
         except Exception as exc:  # storage down or unreadable: never a false "allowed"
             log.error("session storage unavailable: {error}", error=str(exc))
-            return pages.error(503, "Sessions cannot be read right now; try again shortly.",
+            return self._error(503, "Sessions cannot be read right now; try again shortly.",
                                request.headers, "session-storage-unavailable")
         if session is not None and not session.valid(self.clock()):
             session = None
@@ -300,7 +303,29 @@ class Identity:
                    if who else "You are signed in, but this route does not allow you in.")
         if "groups-need-service-account" in decision.reasons:
             message += (" Group rules need idp_service_account, which is not configured.")
-        return pages.error(403, message, request.headers, f"denied: {reasons}")
+        actions = tuple(a for a in (self.switch_action(request),
+                                    Action("Who am I?", "/.gateway/", "get", primary=False))
+                        if a is not None)
+        return self._error(403, message, request.headers, f"denied: {reasons}", who=who,
+                           admits=admits(route.route, self.groups_available),
+                           actions=actions, host=request.host)
+
+    def _error(self, status: int, message: str, headers: list[tuple[bytes, bytes]],
+               reason: str, extra: tuple[tuple[bytes, bytes], ...] = (), **more: Any) -> Deny:
+        return pages.error(status, message, headers, reason, extra, look=self.look, **more)
+
+    def switch_action(self, request: RequestInfo, uri: str = "") -> Action | None:
+        """"Sign in as someone else": a form to the authenticate host's sign-in that asks
+        the provider for a fresh login (``prompt``), then returns to ``uri`` (default:
+        the request's URL)."""
+        if not self.auth_origin or self.provider is None:
+            return None
+        target = uri or f"{request.scheme}://{request.host}{request.path}" + \
+            request.query.decode("latin-1")
+        sealed = self.shared.seal("sign-in", {"uri": target, "switch": True},
+                                  self.clock() + STATE_TTL)
+        return Action("Sign in as someone else", f"{self.auth_origin}{SIGN_IN}", "get",
+                      (("gateway_redirect", sealed),), primary=False)
 
     def _allow(self, route: Any, session: Session | None, own_token: bool) -> Allow:
         headers: list[tuple[bytes, bytes]] = []
@@ -314,14 +339,14 @@ class Identity:
 
     def _sign_in(self, request: RequestInfo) -> Deny:
         if not pages.wants_html(request.headers):
-            return pages.error(401, "Sign in to reach this route.", request.headers,
+            return self._error(401, "Sign in to reach this route.", request.headers,
                                "user-unauthenticated")
         return self.sign_in(request)
 
     def sign_in(self, request: RequestInfo) -> Deny:
         """302 to the authenticate host's sign-in with ``request``'s URL sealed in it."""
         if not self.auth_origin:
-            return pages.error(401, "Sign in to reach this route.", request.headers,
+            return self._error(401, "Sign in to reach this route.", request.headers,
                                "user-unauthenticated")
         target = f"{request.scheme}://{request.host}{request.path}" + \
             request.query.decode("latin-1")

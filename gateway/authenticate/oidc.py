@@ -117,7 +117,11 @@ class Provider:
             self._metadata = data
         return self._metadata
 
-    async def authorization_url(self, state: str, nonce: str, challenge: str) -> str:
+    async def authorization_url(self, state: str, nonce: str, challenge: str,
+                                fresh_login: bool = False) -> str:
+        """``fresh_login`` ("sign in as someone else"): ``prompt=select_account`` when the
+        provider lists it, else ``login`` (OIDC Core), so an existing provider session
+        is not silently reused."""
         meta = await self.metadata()
         params = {
             "client_id": self.client_id, "response_type": "code",
@@ -128,6 +132,11 @@ class Provider:
         if "offline_access" in self.scopes:
             params.setdefault("prompt", "consent")  # refresh tokens need consent
         params.update(self.request_params)
+        if fresh_login:
+            offered = meta.get("prompt_values_supported") or ()
+            fresh = "select_account" if "select_account" in offered else "login"
+            prompts = [fresh, *params.get("prompt", "").split()]
+            params["prompt"] = " ".join(dict.fromkeys(p for p in prompts if p != "none"))
         sep = "&" if "?" in meta["authorization_endpoint"] else "?"
         return f"{meta['authorization_endpoint']}{sep}{urlencode(params)}"
 
@@ -223,8 +232,9 @@ class Provider:
             return await self._tokens(data, None, refresh_token)
         return ensureDeferred(run())
 
-    def start_url(self, state: str, nonce: str, challenge: str) -> Deferred[str]:
-        return ensureDeferred(self.authorization_url(state, nonce, challenge))
+    def start_url(self, state: str, nonce: str, challenge: str, fresh_login: bool = False
+                  ) -> Deferred[str]:
+        return ensureDeferred(self.authorization_url(state, nonce, challenge, fresh_login))
 
     def end_session_url(self, id_token: str, post_logout: str) -> str | None:
         meta = self._metadata or {}

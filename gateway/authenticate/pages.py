@@ -1,20 +1,15 @@
-"""Answers the identity layer gives: redirects, small HTML pages for browsers, JSON or
-plain text for everything else. Nothing internal is ever shown."""
+"""Answers the identity layer gives: redirects, and the gateway's pages (the error family,
+who am I, sign-out; rendered by ``gateway.pages``) for browsers, JSON or plain text for
+everything else. Nothing internal is ever shown."""
 
 from __future__ import annotations
 
-import html
-import json
-
 from gateway.dataplane.authz import Deny
-from gateway.dataplane.responses import html_document, wants_html, wants_json
+from gateway.dataplane.responses import wants_html, wants_json
+from gateway.pages.answer import error_answer
+from gateway.pages.layout import Action, Look, Pairs
 
-__all__ = ["error", "page", "redirect", "wants_html", "wants_json"]
-
-Pairs = tuple[tuple[bytes, bytes], ...]
-_TITLES = {400: "Bad request", 401: "Sign-in required", 403: "Access denied",
-           495: "Client certificate required", 500: "Something went wrong",
-           502: "Sign-in failed", 503: "Sign-in unavailable"}
+__all__ = ["answer", "error", "redirect", "wants_html", "wants_json"]
 
 
 def redirect(location: str, extra: Pairs = (), status: int = 302) -> Deny:
@@ -23,22 +18,15 @@ def redirect(location: str, extra: Pairs = (), status: int = 302) -> Deny:
 
 
 def error(status: int, message: str, headers: list[tuple[bytes, bytes]], reason: str,
-          extra: Pairs = ()) -> Deny:
-    title = _TITLES.get(status, "Error")
-    if wants_html(headers):
-        body = html_document(title, f"<p>{html.escape(message)}</p>")
-        ctype = b"text/html; charset=utf-8"
-    elif wants_json(headers):
-        body = json.dumps({"status": status, "error": message}).encode() + b"\n"
-        ctype = b"application/json"
-    else:
-        body = f"{status} {title}: {message}\n".encode()
-        ctype = b"text/plain; charset=utf-8"
-    return Deny(status, body, ((b"content-type", ctype), (b"cache-control", b"no-store"),
-                               *extra), reason=reason)
+          extra: Pairs = (), *, look: Look | None = None, who: str = "",
+          admits: tuple[str, ...] = (), actions: tuple[Action, ...] = (),
+          host: str = "") -> Deny:
+    """An error page of the family (request id, time, what to do) as a ``Deny``."""
+    body, page = error_answer(status, message, headers, look or Look(), who=who,
+                              admits=admits, actions=actions, host=host)
+    return Deny(status, body, (*page, *extra), reason=reason)
 
 
-def page(title: str, body_html: str, extra: Pairs = (), status: int = 200) -> Deny:
-    return Deny(status, html_document(title, body_html),
-                ((b"content-type", b"text/html; charset=utf-8"),
-                 (b"cache-control", b"no-store"), *extra), reason="page")
+def answer(status: int, body: bytes, page: Pairs, reason: str, extra: Pairs = ()) -> Deny:
+    """A rendered page (who am I, sign-out) as a ``Deny`` the data plane writes."""
+    return Deny(status, body, (*page, *extra), reason=reason)

@@ -287,6 +287,14 @@ class Options:
         choices=("auto", "http1", "http2"),
     )
     signout_redirect_url: str = _s("", Kind.URL, "Where users go after signing out.")
+    branding_product_name: str = _s(
+        "", Kind.STR, "Product name shown on the gateway's own pages (beyond the reference).",
+        extension=True,
+    )
+    branding_logo_url: str = _s(
+        "", Kind.STR, "Logo shown on the gateway's own pages: an https URL or a data:image "
+        "URI (beyond the reference).", extension=True,
+    )
     # --- databroker ------------------------------------------------------------------
     databroker_service_url: str = _s("", Kind.URL, "Location of the databroker.")
     databroker_service_urls: tuple[str, ...] = _s(

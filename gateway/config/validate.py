@@ -100,6 +100,7 @@ def validate(
     _secrets(options, reader, problems, material, generated)
     _identity(options, routes, reader, problems, material)
     _observability(options, reader, problems, material)
+    _branding(options, problems)
     _routes_against_globals(options, routes, problems)
     return Material(generated=tuple(generated), **material)
 
@@ -341,6 +342,27 @@ def _observability(options: Options, reader: Reader, problems: Problems,
         if not getattr(options, setting):
             problems.error(setting,
                            f"is required when tracing_provider is {options.tracing_provider}")
+
+
+def _branding(options: Options, problems: Problems) -> None:
+    """The pages' optional product name and logo (beyond the reference)."""
+    name = options.branding_product_name
+    if len(name) > 80 or any(ord(c) < 0x20 or ord(c) == 0x7F for c in name):
+        problems.error("branding_product_name",
+                       "must be at most 80 characters without control characters")
+    logo = options.branding_logo_url
+    if not logo:
+        return
+    if logo.startswith("data:"):
+        if not logo.startswith("data:image/"):
+            problems.error("branding_logo_url", f"a data: URI must be an image "
+                           f"(data:image/...), got {logo[:40]!r}")
+        return
+    parts = urlsplit(logo)
+    if parts.scheme not in ("https", "http") or not parts.hostname or any(
+            c in logo for c in " \"'<>`"):
+        problems.error("branding_logo_url",
+                       f"must be an https URL (or a data:image URI), got {logo[:80]!r}")
 
 
 def _routes_against_globals(options: Options, routes: tuple[Route, ...],

@@ -169,6 +169,16 @@ class DirectoryView:
         return answer
 
 
+    def group_details(self, user_id: str, email: str) -> tuple[tuple[str, str], ...]:
+        """(id, name) of each directory group of the user (for ``/.gateway/``)."""
+        user = self._users.get(user_id)
+        if user is None and email:
+            uid = self._by_email.get(email.lower())
+            user = self._users.get(uid) if uid is not None else None
+        return tuple((str(gid), str((self._groups.get(gid) or {}).get("name") or ""))
+                     for gid in (user or {}).get("groups", ()))
+
+
 class DirectorySync:
     def __init__(self, reactor: Any, store: RecordStore, provider: DirectoryProvider,
                  interval: float, timeout: float,

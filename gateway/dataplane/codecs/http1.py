@@ -34,9 +34,11 @@ from gateway.dataplane.exchange.request import Exchange
 from gateway.dataplane.fastio import direct_writer, write_now
 from gateway.dataplane.pipes.pipe import Pipe
 from gateway.dataplane.pipes.splice import SplicePipe, can_splice
-from gateway.dataplane.responses import error_body, status_line
+from gateway.dataplane.responses import status_line
 from gateway.dataplane.routing.router import normalise_host
 from gateway.dataplane.upstream.pool import UpstreamConnection
+from gateway.pages.answer import error_answer
+from gateway.pages.layout import look_of
 
 MAX_TARGET = 8 * 1024
 MAX_HEADER_BYTES = 64 * 1024
@@ -219,11 +221,12 @@ class Http1Connection(ConnectionTLS, Protocol):
         self.closing = True
         self.pauses.add("closing")
         if not answered and not any(e.response_started and not e.finished for e in self.queue):
-            body = error_body(status, detail)
+            body, page = error_answer(status, detail, current.headers if current else [],
+                                      look_of(self.core.plan.snapshot.options))
+            own = {name for name, _ in page}
             self.write_head(status, b"", [
-                *self.core.plan.response_headers, *headers,
-                (b"content-type", b"text/plain; charset=utf-8"),
-                (b"content-length", b"%d" % len(body))], True, True, body)
+                *(p for p in self.core.plan.response_headers if p[0].lower() not in own),
+                *headers, *page, (b"content-length", b"%d" % len(body))], True, True, body)
         self.close_connection()
 
     def close_connection(self) -> None:

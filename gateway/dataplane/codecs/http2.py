@@ -47,7 +47,6 @@ from gateway.dataplane.exchange.base import BODY_CHUNKED, BODY_LENGTH, ExchangeB
 from gateway.dataplane.exchange.request import Exchange
 from gateway.dataplane.fastio import direct_writer, write_now
 from gateway.dataplane.pipes.pipe import Pipe
-from gateway.dataplane.responses import error_body
 
 log = Logger()
 
@@ -616,19 +615,19 @@ class H2Connection(ConnectionTLS, Protocol):
             self._connect(stream, exchange, authority)
             return
         if not exchange.host:
-            exchange.local(400, error_body(400, "the request has no authority"))
+            exchange.fail(400, "the request has no authority")
             return
         for name, value in headers:
             if not _TOKEN.fullmatch(name):
-                exchange.local(400, error_body(400, "a header name is not a valid token"))
+                exchange.fail(400, "a header name is not a valid token")
                 return
             if _BAD_VALUE.search(value):
-                exchange.local(400, error_body(400, "a header value holds a control character"))
+                exchange.fail(400, "a header value holds a control character")
                 return
         try:
             path, query = normalise_target(exchange.target)
         except BadTarget as exc:
-            exchange.local(400, error_body(400, str(exc)))
+            exchange.fail(400, str(exc))
             return
         exchange.path = path.decode("latin-1")
         exchange.query = query
@@ -638,12 +637,12 @@ class H2Connection(ConnectionTLS, Protocol):
         """RFC 9113 8.5: ``:method CONNECT`` with ``:authority`` host:port and no
         ``:scheme``/``:path``; the stream's DATA frames are the tunnel's bytes."""
         if exchange.target:
-            exchange.local(400, error_body(400, "CONNECT takes no :path (RFC 9113 8.5)"))
+            exchange.fail(400, "CONNECT takes no :path (RFC 9113 8.5)")
             return
         try:
             exchange.host = connect_authority(authority)
         except BadTarget as exc:
-            exchange.local(400, error_body(400, str(exc)))
+            exchange.fail(400, str(exc))
             return
         exchange.path = ""
         exchange.connect = True

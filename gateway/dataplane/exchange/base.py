@@ -17,10 +17,11 @@ from gateway.dataplane.authz import Allow
 from gateway.dataplane.core import ProxyCore
 from gateway.dataplane.exchange.access import log_access
 from gateway.dataplane.exchange.headers import forwarded_for
-from gateway.dataplane.responses import error_page
 from gateway.dataplane.routing.plan import RoutePlan
 from gateway.dataplane.upstream.hosts import UpstreamHost
 from gateway.dataplane.upstream.pool import UpstreamConnection
+from gateway.pages.answer import error_answer
+from gateway.pages.layout import look_of
 
 if TYPE_CHECKING:
     from twisted.internet.defer import Deferred
@@ -114,9 +115,11 @@ class ExchangeBase:
 
     def fail(self, status: int, detail: str, headers: Pairs = ()) -> None:
         """An error answered by the gateway, shaped for the client (HTML page for
-        browsers, JSON on request, plain text otherwise)."""
-        body, ctype = error_page(status, detail, self.headers)
-        self.local(status, body, (*headers, (b"content-type", ctype)))
+        browsers, JSON on request, plain text otherwise), with the request id to quote
+        (made only now, when there is none: nothing on the proxied path pays for it)."""
+        body, page = error_answer(status, detail, self.headers,
+                                  look_of(self.core.plan.snapshot.options), host=self.host)
+        self.local(status, body, (*headers, *page))
 
     def local(self, status: int, body: bytes, headers: Pairs = ()) -> None:
         """Answer without the upstream (also used for every error)."""
@@ -129,6 +132,9 @@ class ExchangeBase:
         self.status = status
         self.response_started = True
         out = list((self.plan if self.plan is not None else self.core.plan).response_headers)
+        if headers:  # the answer's own headers replace the configured ones of that name
+            own = {name.lower() for name, _ in headers}
+            out = [pair for pair in out if pair[0].lower() not in own]
         out.extend(headers)
         if body and not any(name == b"content-type" for name, _ in headers):
             out.extend(_PLAIN)

@@ -1,0 +1,92 @@
+"""The signed-in person's own pages: ``/.gateway/`` (who am I) and the sign-out
+confirmation. The identity layer finds the session; ``gateway.pages`` renders."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from twisted.internet.defer import Deferred, ensureDeferred
+
+from gateway.authenticate import pages
+from gateway.authenticate.targets import SIGN_OUT
+from gateway.dataplane.authz import Decision, RequestInfo
+from gateway.pages.layout import Action
+from gateway.pages.signout import confirm_sign_out, signed_out
+from gateway.pages.whoami import Group, Profile, render_profile
+from gateway.sessions.model import Session
+
+if TYPE_CHECKING:
+    from gateway.authenticate.identity import Identity
+
+WHO_AM_I = ("/.gateway/", "/.gateway")
+
+
+def who_am_i(ident: Identity, request: RequestInfo) -> Decision | Deferred[Decision]:
+    """The page, its JSON, or (not signed in) the sign-in redirect for browsers and 401
+    for everything else."""
+    session, sid, _ = ident._lookup(request)
+    if session is None and sid and ident.store.needs_fetch:
+        return ensureDeferred(_fetched(ident, request, sid))
+    return _answer(ident, request, session)
+
+
+async def _fetched(ident: Identity, request: RequestInfo, sid: str) -> Decision:
+    try:
+        session = await ident.store.fetch(sid)
+    except Exception:  # storage down: the same answer as a route's
+        return ident._error(503, "Sessions cannot be read right now; try again shortly.",
+                            request.headers, "session-storage-unavailable")
+    if session is not None and not session.valid(ident.clock()):
+        session = None
+    return _answer(ident, request, session)
+
+
+def _answer(ident: Identity, request: RequestInfo, session: Session | None) -> Decision:
+    if session is None:
+        if pages.wants_html(request.headers):
+            return ident.sign_in(request)
+        return ident._error(401, "Sign in to see who you are signed in as.",
+                            request.headers, "user-unauthenticated")
+    profile = Profile(
+        email=session.email, user_id=session.user_id, name=session.name,
+        groups=_groups(ident, session), claims=session.claims, started=session.issued_at,
+        expires=session.expires_at, identity_provider=ident.options.idp_provider_url,
+        host=request.host)
+    actions = [Action("Sign out", SIGN_OUT, "post", (("csrf", ident.csrf_token(session)),))]
+    switch = ident.switch_action(request, f"{request.scheme}://{request.host}/.gateway/")
+    if switch is not None:
+        actions.append(switch)
+    body, page = render_profile(profile, ident.look, tuple(actions),
+                                as_json=pages.wants_json(request.headers)
+                                and not pages.wants_html(request.headers))
+    return pages.answer(200, body, page, "who-am-i")
+
+
+def _groups(ident: Identity, session: Session) -> tuple[Group, ...]:
+    """Directory groups (name and id) when a directory is synced, else the groups claim."""
+    directory: Any = ident.directory
+    if directory is not None and hasattr(directory, "group_details"):
+        return tuple(Group(name or gid, gid) for gid, name in
+                     directory.group_details(session.user_id, session.email))
+    return tuple(Group(g) for g in session.groups)
+
+
+def sign_out_confirmation(ident: Identity, session: Session, target: str) -> Decision:
+    """Who is signed out and where they go: ``target`` (already checked) or the
+    ``signout_redirect_url``; and whether the provider's session ends too."""
+    destination = target or ident.options.signout_redirect_url
+    provider_too = bool(ident.provider is not None and session.id_token and
+                        ident.provider.end_session_url(session.id_token, destination))
+    fields = [("csrf", ident.csrf_token(session))]
+    if target:
+        fields.append(("gateway_redirect_uri", target))
+    body, page = confirm_sign_out(session.email or session.user_id, destination, provider_too,
+                                  Action("Sign out", SIGN_OUT, "post", tuple(fields)),
+                                  ident.look)
+    return pages.answer(200, body, page, "page")
+
+
+def signed_out_page(ident: Identity, session: Session,
+                    extra: tuple[tuple[bytes, bytes], ...]) -> Decision:
+    body, page = signed_out(session.email or session.user_id, ident.look)
+    return pages.answer(200, body, page, "page", extra)
