@@ -92,7 +92,8 @@ def _html(view: ErrorView, look: Look) -> bytes:
     parts = [f"<h1>{esc(title)}</h1><p class=code>Error {view.status}"
              + (f" · {esc(view.host)}" if view.host else "") + "</p>",
              f"<p>{esc(what)}</p>"]
-    if view.message and view.message != what:
+    # the specific sentence, unless it only repeats who is signed in (shown next)
+    if view.message and view.message != what and not (view.who and view.who in view.message):
         parts.append(f"<p>{esc(view.message)}</p>")
     if view.who:
         parts.append(f"<p>Signed in as <strong>{esc(view.who)}</strong>.</p>")

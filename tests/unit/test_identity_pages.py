@@ -1,0 +1,205 @@
+"""The identity layer's pages without a network (issue 16): ``/.gateway/`` for a
+signed-in person, a stranger and a script; the 403 page's who and which rule; the
+sign-out confirmation's who and where; "sign in as someone else"; and that no page
+carries a token, a session id or a cookie value."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from twisted.internet.defer import Deferred, succeed
+
+from gateway.authenticate.targets import SIGN_IN, SIGN_OUT
+from gateway.dataplane.authz import Deny
+from gateway.sessions.model import Session
+
+from .test_identity import (
+    ALICE,
+    APP,
+    NOW,
+    AUTH,
+    BROWSER,
+    JSON,
+    SIGNED_OUT,
+    IdentityCase,
+    form_of,
+    header,
+    location,
+    request,
+)
+
+EVIL = '<img src=x onerror=alert(1)>'
+MARKUP = {"sub": f"id-{EVIL}", "email": f"{EVIL}@example.com", "name": EVIL,
+          "groups": [EVIL], "department": EVIL}
+
+
+class FakeProvider:
+    """The two calls the pages and sign-in start make on ``oidc.Provider``."""
+
+    def __init__(self) -> None:
+        self.started: list[tuple[str, bool]] = []
+
+    def start_url(self, state: str, nonce: str, challenge: str, fresh_login: bool = False
+                  ) -> Deferred[str]:
+        self.started.append((state, fresh_login))
+        return succeed("https://idp.example.com/auth?prompt=login" if fresh_login
+                       else "https://idp.example.com/auth")
+
+    def end_session_url(self, id_token: str, post_logout: str) -> str | None:
+        return f"https://idp.example.com/logout?to={post_logout}"
+
+
+class PagesCase(IdentityCase):
+    def session(self, claims: dict[str, Any] | None = None) -> Session:
+        return self.identity.new_session(dict(claims or ALICE), "idtoken-SECRET-1",
+                                         "access-SECRET-2", "refresh-SECRET-3", NOW + 3600)
+
+    def who(self, session: Session | None, accept: tuple[bytes, bytes] = BROWSER,
+            host: str = APP) -> Any:
+        headers = [accept] + ([self.cookie(session)] if session else [])
+        return self.internal("/.gateway/", host=host, headers=headers)
+
+    def assertNoSecrets(self, decision: Deny, session: Session) -> None:
+        cookie = self.cookie(session)[1].split(b"=", 1)[1]
+        for secret in (b"SECRET", session.id.encode(), cookie,
+                       self.snapshot.material.cookie_secret,
+                       self.snapshot.material.shared_secret):
+            self.assertNotIn(secret, decision.body)
+            for _, value in decision.headers:
+                self.assertNotIn(secret, value)
+
+
+class WhoAmITests(PagesCase):
+    def test_json_for_scripts(self) -> None:
+        alice = self.session()
+        decision = self.who(alice, JSON)
+        self.assertEqual(decision.status, 200)
+        doc = json.loads(decision.body)
+        self.assertEqual((doc["email"], doc["user_id"], doc["name"]),
+                         ("alice@example.com", "alice-id", "Alice"))
+        self.assertEqual(doc["groups"], [{"name": "staff", "id": ""}])
+        self.assertEqual(doc["claims"]["email"], ["alice@example.com"])
+        self.assertEqual(doc["session"]["started_unix"], int(alice.issued_at))
+        self.assertEqual(doc["session"]["expires_unix"], int(alice.expires_at))
+        self.assertEqual(doc["identity_provider"], "https://idp.example.com")
+        self.assertNoSecrets(decision, alice)
+
+    def test_html_with_sign_out_button(self) -> None:
+        alice = self.session()
+        decision = self.who(alice)
+        self.assertEqual(header(decision, b"content-type"), b"text/html; charset=utf-8")
+        self.assertEqual(header(decision, b"x-frame-options"), b"DENY")
+        text = decision.body.decode()
+        self.assertIn("Signed in as alice@example.com", text)
+        form = form_of(decision.body)
+        self.assertEqual((form.method, form.action), ("post", SIGN_OUT))
+        self.assertIn("csrf", form.inputs)
+        self.assertNoSecrets(decision, alice)
+
+    def test_same_on_the_authenticate_host(self) -> None:
+        alice = self.session()
+        self.assertEqual(json.loads(self.who(alice, JSON, host=AUTH).body)["email"],
+                         "alice@example.com")
+
+    def test_not_signed_in(self) -> None:
+        """Browsers are sent to sign in (and back here); scripts get 401."""
+        self.assertSignIn(self.who(None), f"https://{APP}/.gateway/")
+        decision = self.who(None, JSON)
+        self.assertEqual(decision.status, 401)
+        self.assertIsNone(header(decision, b"location"))
+        doc = json.loads(decision.body)
+        self.assertEqual(doc["request_id"], header(decision, b"x-request-id").decode())
+
+    def test_markup_in_names_and_claims_is_escaped(self) -> None:
+        evil = self.session(MARKUP)
+        body = self.who(evil).body.decode()
+        self.assertNotIn("<img", body)
+        self.assertIn("&lt;img src=x onerror=alert(1)&gt;", body)
+        self.assertEqual(json.loads(self.who(evil, JSON).body)["claims"]["department"],
+                         [EVIL])
+
+
+class DeniedPageTests(PagesCase):
+    def test_403_says_who_and_which_kind_of_rule(self) -> None:
+        bob = self.session({"sub": "bob-id", "email": "bob@example.com"})
+        decision = self.authorize(headers=[BROWSER, self.cookie(bob)])
+        self.assertEqual(decision.status, 403)
+        text = decision.body.decode()
+        self.assertIn("Signed in as <strong>bob@example.com</strong>", text)
+        self.assertIn("One person named by the administrator.", text)
+        self.assertNotIn("alice", text)  # the allowed user is never named
+        rid = header(decision, b"x-request-id").decode()
+        self.assertIn(rid, text)
+        self.assertNoSecrets(decision, bob)
+
+    def test_403_json(self) -> None:
+        bob = self.session({"sub": "bob-id", "email": "bob@example.com"})
+        decision = self.authorize(headers=[JSON, self.cookie(bob)])
+        doc = json.loads(decision.body)
+        self.assertEqual(doc["signed_in_as"], "bob@example.com")
+        self.assertEqual(doc["error"], "You are signed in as bob@example.com, but this route "
+                                       "does not allow you in.")
+        self.assertNotIn("alice", decision.body.decode())
+
+    def test_403_escapes_markup(self) -> None:
+        evil = self.session(MARKUP)
+        body = self.authorize(headers=[BROWSER, self.cookie(evil)]).body.decode()
+        self.assertNotIn("<img", body)
+
+    def test_sign_in_as_someone_else(self) -> None:
+        """With a provider: a GET form to the authenticate host whose link asks the
+        provider for a fresh login and replaces the session afterwards."""
+        provider = FakeProvider()
+        self.identity.provider = provider  # type: ignore[assignment]
+        bob = self.session({"sub": "bob-id", "email": "bob@example.com"})
+        decision = self.authorize("/x", "?y=1", headers=[BROWSER, self.cookie(bob)])
+        forms = [f for f in decision.body.decode().split("<form")[1:] if SIGN_IN in f]
+        self.assertEqual(len(forms), 1)
+        form = form_of(("<form" + forms[0]).encode())
+        self.assertEqual((form.method, form.action), ("get", f"https://{AUTH}{SIGN_IN}"))
+        payload = self.identity.shared.open("sign-in", form.inputs["gateway_redirect"],
+                                            self.clock.now)
+        self.assertEqual(payload["uri"], f"https://{APP}/x?y=1")
+        self.assertTrue(payload["switch"])
+        # the start on the authenticate host goes to the provider even with a session
+        start = self.endpoints.internal(request(
+            SIGN_IN, "?gateway_redirect=" + form.inputs["gateway_redirect"], host=AUTH,
+            headers=[BROWSER, self.cookie(bob)]))
+        self.assertIsInstance(start, Deferred)
+        result = self.successResultOf(start)
+        self.assertEqual(location(result), "https://idp.example.com/auth?prompt=login")
+        state, fresh = provider.started[-1]
+        self.assertTrue(fresh)
+        self.assertEqual(self.identity.shared.open("state", state, self.clock.now)["replace"],
+                         bob.id)
+
+
+class SignOutPageTests(PagesCase):
+    def test_confirmation_names_who_and_where(self) -> None:
+        alice = self.session()
+        decision = self.internal(SIGN_OUT, method=b"GET",
+                                 headers=[BROWSER, self.cookie(alice)])
+        text = decision.body.decode()
+        self.assertIn("<strong>alice@example.com</strong>", text)
+        self.assertIn(f"<code>{SIGNED_OUT}</code>", text)
+        self.assertEqual(header(decision, b"x-frame-options"), b"DENY")
+        self.assertNoSecrets(decision, alice)
+
+    def test_confirmation_with_a_safe_destination_and_the_provider(self) -> None:
+        self.identity.provider = FakeProvider()  # type: ignore[assignment]
+        alice = self.session()
+        decision = self.internal(SIGN_OUT, "?gateway_redirect_uri=https://app.test/bye",
+                                 method=b"GET", headers=[BROWSER, self.cookie(alice)])
+        text = decision.body.decode()
+        self.assertIn("<code>https://app.test/bye</code>", text)
+        self.assertIn("signed out of the identity provider", text)
+        self.assertEqual(form_of(decision.body).inputs["gateway_redirect_uri"],
+                         "https://app.test/bye")
+
+    def test_unsafe_destination_is_not_shown(self) -> None:
+        alice = self.session()
+        decision = self.internal(SIGN_OUT, "?gateway_redirect_uri=https://evil.example/",
+                                 method=b"GET", headers=[BROWSER, self.cookie(alice)])
+        self.assertNotIn("evil.example", decision.body.decode())
+        self.assertIn(SIGNED_OUT, decision.body.decode())
