@@ -299,8 +299,8 @@ class AuthorizeTests(IdentityCase):
         self.assertIsInstance(decision, Deny)
         self.assertEqual(decision.status, 403)
         self.assertIn(b"text/html", header(decision, b"content-type") or b"")
-        self.assertIn(b"You are signed in as bob@example.com, but this route does not allow "
-                      b"you in.", decision.body)
+        self.assertIn(b"Signed in as <strong>bob@example.com</strong>", decision.body)
+        self.assertIn(b"this route does not let you in.", decision.body)
         self.assertIsNone(header(decision, b"location"))
 
     def test_expired_session_signs_in_again(self) -> None:

@@ -17,10 +17,10 @@ from gateway.sessions.model import Session
 from .test_identity import (
     ALICE,
     APP,
-    NOW,
     AUTH,
     BROWSER,
     JSON,
+    NOW,
     SIGNED_OUT,
     IdentityCase,
     form_of,
