@@ -35,7 +35,7 @@ _TEXTS: dict[int, tuple[str, str, str]] = {
           "Check the address, or start again from the application's first page."),
     401: ("Sign-in required", "You need to sign in to see this page.",
           "Sign in, then try again."),
-    403: ("Access denied", "You are signed in, but this route does not let you in.",
+    403: ("Access denied", "You are signed in, but this route does not allow you in.",
           "Ask an administrator for access to this route, or sign in as someone else."),
     404: ("Not found", "There is nothing at this address.",
           "Check the address; if a link brought you here, tell whoever published it."),

@@ -355,8 +355,12 @@ def test_error_pages_by_client(env: Env) -> None:
     page = get(env, "dead.test", headers={"Accept": "text/html,application/xhtml+xml"})
     assert page.status == 503
     assert page.headers["content-type"] == "text/html; charset=utf-8"
-    assert b"<h1>503 Service Unavailable</h1>" in page.body
+    assert b"<h1>Service unavailable</h1>" in page.body
+    assert page.headers["x-request-id"].encode() in page.body  # to quote
     as_json = get(env, "dead.test", headers={"Accept": "application/json"})
-    assert json.loads(as_json.body) == {"status": 503, "error": "upstream connect error"}
+    doc = json.loads(as_json.body)
+    assert doc["request_id"] == as_json.headers["x-request-id"]
+    assert {k: doc[k] for k in ("status", "error")} == {"status": 503,
+                                                       "error": "upstream connect error"}
     plain = get(env, "dead.test")
     assert plain.body == b"503 Service Unavailable: upstream connect error\n"

@@ -134,7 +134,10 @@ class Browser:
             parser.feed(reply.body.decode("utf-8", "replace"))
             form = next((f for f in parser.forms if f["method"] == "post"), None)
             fields = form["fields"] if form else None
-            if form is None or not isinstance(fields, dict) or "prompt" not in fields:
+            if form is None or not isinstance(fields, dict) or not (
+                    "prompt" in fields or "logout" in fields):
+                # ("logout": the provider ends its session of another account first, a
+                # form a real browser submits by script)
                 return reply
             data = dict(fields)
             if data.get("prompt") == "login":

@@ -300,7 +300,7 @@ class AuthorizeTests(IdentityCase):
         self.assertEqual(decision.status, 403)
         self.assertIn(b"text/html", header(decision, b"content-type") or b"")
         self.assertIn(b"Signed in as <strong>bob@example.com</strong>", decision.body)
-        self.assertIn(b"this route does not let you in.", decision.body)
+        self.assertIn(b"this route does not allow you in.", decision.body)
         self.assertIsNone(header(decision, b"location"))
 
     def test_expired_session_signs_in_again(self) -> None:

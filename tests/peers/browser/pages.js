@@ -1,0 +1,72 @@
+// Visits the gateway's own pages with Debian's headless Chromium at several widths and
+// takes a full-page screenshot of each; prints what the test checks as JSON (the page's
+// text, status, headers, whether it scrolls sideways, elements that must not exist).
+// Usage: node pages.js SPEC.json   (spec: {signin: {url, login}, shots: [{name, url}],
+//   widths: [1280, 390], out: DIR, switch: {url, login}})
+'use strict';
+const fs = require('fs');
+const path = require('path');
+const { chromium } = require('playwright-core');
+
+async function providerPages(page, login) {
+  // node-oidc-provider's dev login and consent forms, as signin.js fills them
+  for (let step = 0; step < 5; step += 1) {
+    const prompt = await page.$('input[name="prompt"]');
+    if (!prompt) return;
+    if ((await prompt.getAttribute('value')) === 'login') {
+      await page.fill('input[name="login"]', login);
+      await page.fill('input[name="password"]', 'anything');
+    }
+    await Promise.all([page.waitForNavigation({ timeout: 20000 }),
+                       page.click('button[type="submit"], button')]);
+  }
+}
+
+async function look(page, response) {
+  return {
+    url: page.url(),
+    status: response ? response.status() : 0,
+    headers: response ? await response.allHeaders() : {},
+    text: await page.innerText('body'),
+    sideways: await page.evaluate(() => document.documentElement.scrollWidth > window.innerWidth + 1),
+    forbidden: await page.evaluate(() => document.querySelectorAll('script,img,b,i,iframe').length),
+  };
+}
+
+(async () => {
+  const spec = JSON.parse(fs.readFileSync(process.argv[2], 'utf8'));
+  const browser = await chromium.launch({
+    executablePath: process.env.CHROMIUM || '/usr/bin/chromium',
+    args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking',
+           '--disable-component-update', '--disable-sync', '--no-first-run'],
+  });
+  const out = { shots: [], switched: null };
+  try {
+    const context = await browser.newContext();
+    const page = await context.newPage();
+    await page.goto(spec.signin.url, { timeout: 20000 });
+    await providerPages(page, spec.signin.login);
+    for (const shot of spec.shots) {
+      for (const width of spec.widths) {
+        await page.setViewportSize({ width, height: 800 });
+        const response = await page.goto(shot.url, { timeout: 20000 });
+        const file = path.join(spec.out, `${shot.name}-${width}.png`);
+        await page.screenshot({ path: file, fullPage: true });
+        out.shots.push({ name: shot.name, width, file, ...(await look(page, response)) });
+      }
+    }
+    if (spec.switch) {
+      // "Sign in as someone else" from a refused page, as a person would click it
+      await page.setViewportSize({ width: 390, height: 800 });
+      await page.goto(spec.switch.url, { timeout: 20000 });
+      await Promise.all([page.waitForNavigation({ timeout: 20000 }),
+                         page.click('text=Sign in as someone else')]);
+      await providerPages(page, spec.switch.login);
+      const response = await page.goto(spec.switch.after, { timeout: 20000 });
+      out.switched = await look(page, response);
+    }
+  } finally {
+    await browser.close();
+  }
+  console.log(JSON.stringify(out));
+})().catch((err) => { console.error(err); process.exit(1); });
