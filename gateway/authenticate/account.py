@@ -3,6 +3,7 @@ confirmation. The identity layer finds the session; ``gateway.pages`` renders.""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from twisted.internet.defer import Deferred, ensureDeferred
@@ -10,7 +11,7 @@ from twisted.internet.defer import Deferred, ensureDeferred
 from gateway.authenticate import pages
 from gateway.authenticate.targets import SIGN_OUT
 from gateway.dataplane.authz import Decision, RequestInfo
-from gateway.pages.layout import Action
+from gateway.pages.layout import Action, Look, origin
 from gateway.pages.signout import confirm_sign_out, signed_out
 from gateway.pages.whoami import Group, Profile, render_profile
 from gateway.sessions.model import Session
@@ -56,10 +57,21 @@ def _answer(ident: Identity, request: RequestInfo, session: Session | None) -> D
     switch = ident.switch_action(request, f"{request.scheme}://{request.host}/.gateway/")
     if switch is not None:
         actions.append(switch)
-    body, page = render_profile(profile, ident.look, tuple(actions),
+    look = _with_targets(ident, session, ident.options.signout_redirect_url)
+    body, page = render_profile(profile, look, tuple(actions),
                                 as_json=pages.wants_json(request.headers)
                                 and not pages.wants_html(request.headers))
     return pages.answer(200, body, page, "who-am-i")
+
+
+def _with_targets(ident: Identity, session: Session, destination: str) -> Look:
+    """The look of a page with the sign-out form: its submission is redirected to the
+    provider's end-session endpoint, then to ``destination``; browsers check each hop
+    against form-action, so their origins are listed beside the authenticate host."""
+    targets = [origin(destination)]
+    if ident.provider is not None and session.id_token:
+        targets.append(origin(ident.provider.end_session_url(session.id_token, "") or ""))
+    return replace(ident.look, form_targets=tuple(t for t in targets if t))
 
 
 def _groups(ident: Identity, session: Session) -> tuple[Group, ...]:
@@ -82,7 +94,7 @@ def sign_out_confirmation(ident: Identity, session: Session, target: str) -> Dec
         fields.append(("gateway_redirect_uri", target))
     body, page = confirm_sign_out(session.email or session.user_id, destination, provider_too,
                                   Action("Sign out", SIGN_OUT, "post", tuple(fields)),
-                                  ident.look)
+                                  _with_targets(ident, session, destination))
     return pages.answer(200, body, page, "page")
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import html
 import time
 from dataclasses import dataclass
-from urllib.parse import urlsplit
+from urllib.parse import urlencode, urlsplit
 
 Pairs = tuple[tuple[bytes, bytes], ...]
 HTML = b"text/html; charset=utf-8"
@@ -28,7 +28,7 @@ _CSS = (
     "font-size:.95rem;margin-bottom:1rem}"
     ".brand img{max-height:2rem;max-width:9rem}"
     ".card{background:var(--card);border:1px solid var(--line);border-radius:.6rem;"
-    "padding:1.25rem}"
+    "padding:1.25rem;overflow-wrap:anywhere}"
     "h1{font-size:1.45rem;line-height:1.25;margin:0 0 .25rem}"
     "h2{font-size:1.05rem;margin:1.25rem 0 .4rem}"
     ".code{color:var(--muted);font-size:.9rem;margin:0 0 .75rem}"
@@ -40,13 +40,15 @@ _CSS = (
     "form{margin:0}"
     "button{font:inherit;padding:.5rem 1rem;border-radius:.45rem;cursor:pointer;"
     "border:1px solid var(--accent);background:var(--accent);color:var(--on-accent)}"
-    "button.secondary{background:transparent;color:var(--accent)}"
+    "button.secondary,a.button{background:transparent;color:var(--accent)}"
+    "a.button{display:inline-block;padding:.5rem 1rem;border-radius:.45rem;"
+    "border:1px solid var(--accent);text-decoration:none;text-align:center}"
     ".quote{font-size:.85rem;color:var(--muted);border-top:1px solid var(--line);"
     "margin-top:1.1rem;padding-top:.7rem}"
     "code{font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;"
     "overflow-wrap:anywhere}"
     "@media (max-width:34rem){main{padding:1rem .6rem}dl{grid-template-columns:1fr}"
-    "dd{margin-bottom:.45rem}.actions{flex-direction:column}button{width:100%}}"
+    "dd{margin-bottom:.45rem}.actions{flex-direction:column}button,a.button{width:100%}}"
 )
 
 
@@ -58,6 +60,10 @@ class Look:
     product_name: str = ""
     logo_url: str = ""
     auth_origin: str = ""
+    # further origins a page's form may end up at through redirects (browsers apply
+    # form-action to each redirect of a submission): the provider's sign-out, the
+    # destination after it
+    form_targets: tuple[str, ...] = ()
 
 
 def esc(text: object) -> str:
@@ -99,7 +105,8 @@ def _source(url: str) -> str:
 def content_security_policy(look: Look) -> bytes:
     """No script, no fetches, no framing; forms may post here or to the authenticate
     host (sign out, sign in as someone else); the logo's origin when one is set."""
-    form_action = "'self'" + (f" {look.auth_origin}" if look.auth_origin else "")
+    origins = dict.fromkeys(o for o in (look.auth_origin, *look.form_targets) if o)
+    form_action = " ".join(("'self'", *origins))
     policy = f"default-src 'none'; style-src 'unsafe-inline'; form-action {form_action}"
     if look.logo_url:
         policy += f"; img-src {_source(look.logo_url)}"
@@ -129,7 +136,19 @@ class Action:
     primary: bool = True
 
 
+def origin(url: str) -> str:
+    """``scheme://host[:port]`` of an http(s) URL, else ""."""
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.netloc}" if parts.scheme in ("http", "https") and \
+        parts.netloc else ""
+
+
 def button(action: Action) -> str:
+    """A GET action is a link styled as a button (no form: nothing for form-action to
+    refuse on the way through the provider's redirects); others are forms."""
+    if action.method == "get":
+        href = action.action + ("?" + urlencode(action.fields) if action.fields else "")
+        return f'<a class=button href="{esc(href)}">{esc(action.label)}</a>'
     hidden = "".join(f'<input type=hidden name="{esc(k)}" value="{esc(v)}">'
                      for k, v in action.fields)
     cls = "" if action.primary else " class=secondary"

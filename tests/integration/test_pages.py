@@ -6,6 +6,7 @@ that no page or header carries a token, cookie value or secret."""
 
 from __future__ import annotations
 
+import html
 import json
 import re
 from collections.abc import Iterator
@@ -37,9 +38,12 @@ def csp(env: PagesEnv) -> str:
             f"form-action 'self' {env.auth_origin}")
 
 
-def assert_page_headers(env: PagesEnv, reply: Reply) -> None:
+def assert_page_headers(env: PagesEnv, reply: Reply, sign_out_form: bool = False) -> None:
+    """The issue's headers; a page with the sign-out form also lets that form's
+    redirects through: the destination after sign-out and the provider's end-session."""
     names = [k.lower() for k, _ in reply.headers]
-    assert reply.header("content-security-policy") == csp(env)
+    extra = f" {env.url('public', '')} {env.issuer}" if sign_out_form else ""
+    assert reply.header("content-security-policy") == csp(env) + extra
     assert names.count("x-frame-options") == 1  # the configured SAMEORIGIN is replaced
     assert reply.header("x-frame-options") == "DENY"
     assert reply.header("cache-control") == "no-store"
@@ -61,16 +65,22 @@ class _Forms(HTMLParser):
     def __init__(self) -> None:
         super().__init__()
         self.forms: list[tuple[str, str, dict[str, str], str]] = []
+        self.closed = True
 
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
         a = {k: v or "" for k, v in attrs}
         if tag == "form":
+            self.closed = False
             self.forms.append((a.get("method", ""), a.get("action", ""), {}, ""))
         elif tag == "input" and self.forms:
             self.forms[-1][2][a.get("name", "")] = a.get("value", "")
 
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "form":
+            self.closed = True
+
     def handle_data(self, data: str) -> None:
-        if self.forms and data.strip():
+        if self.forms and data.strip() and not self.closed:
             method, action, fields, label = self.forms[-1]
             self.forms[-1] = (method, action, fields, label + data.strip())
 
@@ -79,6 +89,12 @@ def forms(reply: Reply) -> dict[str, tuple[str, str, dict[str, str]]]:
     parser = _Forms()
     parser.feed(reply.body.decode())
     return {label: (m, a, f) for m, a, f, label in parser.forms}
+
+
+def switch_link(reply: Reply) -> str:
+    (link,) = re.findall(r'<a class=button href="([^"]+)">Sign in as someone else</a>',
+                         reply.body.decode())
+    return html.unescape(link)
 
 
 def signed_in(env: PagesEnv, login: str, host: str = "app") -> Browser:
@@ -98,14 +114,15 @@ def test_who_am_i_json_and_html(env: PagesEnv) -> None:
     assert doc["claims"]["email_verified"] == ["true"]
     assert doc["identity_provider"].startswith("http://127.0.0.1:")
     assert doc["session"]["expires_unix"] > doc["session"]["started_unix"]
-    assert_page_headers(env, reply)
+    assert_page_headers(env, reply, sign_out_form=True)
     assert_no_secrets(browser, reply)
     page = browser.request("GET", env.url("app", "/.gateway/"))
     assert page.header("content-type") == "text/html; charset=utf-8"
     assert "Signed in as alice@example.test" in page.body.decode()
     assert "Acme &lt;Access&gt;" in page.body.decode()  # the branding, escaped
-    assert {"Sign out", "Sign in as someone else"} <= set(forms(page))
-    assert_page_headers(env, page)
+    assert "Sign out" in forms(page)
+    assert switch_link(page).startswith(f"{env.auth_origin}/.gateway/sign_in?")
+    assert_page_headers(env, page, sign_out_form=True)
     assert_no_secrets(browser, page)
 
 
@@ -201,9 +218,10 @@ def test_sign_out_confirmation_says_who_and_where(env: PagesEnv) -> None:
     assert "<strong>alice@example.test</strong>" in text
     assert env.url("public", "/bye") in text
     assert "signed out of the identity provider" in text
-    assert_page_headers(env, page)
+    assert_page_headers(env, page, sign_out_form=True)
     assert_no_secrets(browser, page)
     method, action, fields = forms(page)["Sign out"]
+    assert method == "post"
     done = browser.request("POST", urljoin(page.url, action), urlencode(fields).encode())
     assert done.status == 302
     after = browser.request("GET", env.url("app", "/.gateway/"), headers=JSON)
@@ -217,9 +235,9 @@ def test_sign_in_as_someone_else(env: PagesEnv, tmp_path: Path) -> None:
     refused = browser.sign_in(env.url("admins", "/x?y=1"), "bob@example.test")
     assert refused.status == 403
     old_cookies = {h: dict(j) for h, j in browser.cookies.items()}
-    method, action, fields = forms(refused)["Sign in as someone else"]
-    assert method == "get" and action == f"{env.auth_origin}/.gateway/sign_in"
-    final = browser.sign_in(f"{action}?{urlencode(fields)}", "alice@example.test")
+    link = switch_link(refused)
+    assert link.startswith(f"{env.auth_origin}/.gateway/sign_in?gateway_redirect=")
+    final = browser.sign_in(link, "alice@example.test")
     assert final.status == 200, final.body[:3000]
     assert final.url == env.url("admins", "/x?y=1"), final.body.decode()[-1500:]
     assert any(m == "POST" and "interaction" in u for m, u, _ in browser.history[-12:]), \

@@ -27,6 +27,7 @@ PRODUCT = "Acme <Access>"
 class PagesEnv:
     gw: Daemon
     port: int
+    issuer: str
 
     def url(self, host: str, path: str = "/") -> str:
         return f"http://{host}.localhost:{self.port}{path}"
@@ -41,7 +42,8 @@ def pages_env(tmp: Path) -> Iterator[PagesEnv]:
     port = free_port()
     with ExitStack() as stack:
         op = stack.enter_context(oidc_provider(
-            tmp, redirect_uris=[f"http://authenticate.localhost:{port}/oauth2/callback"]))
+            tmp, redirect_uris=[f"http://authenticate.localhost:{port}/oauth2/callback"],
+            post_logout_redirect_uris=[f"http://public.localhost:{port}/bye"]))
         up = stack.enter_context(echo_upstream(tmp, name="app"))
         silent = socket.socket()  # accepts connections (backlog) and never answers
         silent.bind(("127.0.0.1", 0))
@@ -74,4 +76,4 @@ def pages_env(tmp: Path) -> Iterator[PagesEnv]:
             ],
         }
         gw = stack.enter_context(gateway_daemon(tmp, config, port=port))
-        yield PagesEnv(gw, port)
+        yield PagesEnv(gw, port, op.issuer)

@@ -5,8 +5,11 @@ carries a token, a session id or a cookie value."""
 
 from __future__ import annotations
 
+import html
 import json
+import re
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 from twisted.internet.defer import Deferred, succeed
 
@@ -148,23 +151,25 @@ class DeniedPageTests(PagesCase):
         self.assertNotIn("<img", body)
 
     def test_sign_in_as_someone_else(self) -> None:
-        """With a provider: a GET form to the authenticate host whose link asks the
-        provider for a fresh login and replaces the session afterwards."""
+        """With a provider: a link to the authenticate host's sign-in (a link, not a
+        form: form-action would refuse the provider's redirect) whose sealed target asks
+        the provider for a fresh login and replaces the session afterwards."""
         provider = FakeProvider()
         self.identity.provider = provider  # type: ignore[assignment]
         bob = self.session({"sub": "bob-id", "email": "bob@example.com"})
         decision = self.authorize("/x", "?y=1", headers=[BROWSER, self.cookie(bob)])
-        forms = [f for f in decision.body.decode().split("<form")[1:] if SIGN_IN in f]
-        self.assertEqual(len(forms), 1)
-        form = form_of(("<form" + forms[0]).encode())
-        self.assertEqual((form.method, form.action), ("get", f"https://{AUTH}{SIGN_IN}"))
-        payload = self.identity.shared.open("sign-in", form.inputs["gateway_redirect"],
-                                            self.clock.now)
+        links = re.findall(r'<a class=button href="([^"]+)">Sign in as someone else</a>',
+                           decision.body.decode())
+        self.assertEqual(len(links), 1)
+        link = html.unescape(links[0])
+        self.assertTrue(link.startswith(f"https://{AUTH}{SIGN_IN}?gateway_redirect="), link)
+        sealed = parse_qs(urlsplit(link).query)["gateway_redirect"][0]
+        payload = self.identity.shared.open("sign-in", sealed, self.clock.now)
         self.assertEqual(payload["uri"], f"https://{APP}/x?y=1")
         self.assertTrue(payload["switch"])
         # the start on the authenticate host goes to the provider even with a session
         start = self.endpoints.internal(request(
-            SIGN_IN, "?gateway_redirect=" + form.inputs["gateway_redirect"], host=AUTH,
+            SIGN_IN, "?" + urlsplit(link).query, host=AUTH,
             headers=[BROWSER, self.cookie(bob)]))
         self.assertIsInstance(start, Deferred)
         result = self.successResultOf(start)

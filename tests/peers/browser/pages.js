@@ -11,6 +11,14 @@ const { chromium } = require('playwright-core');
 async function providerPages(page, login) {
   // node-oidc-provider's dev login and consent forms, as signin.js fills them
   for (let step = 0; step < 5; step += 1) {
+    if (await page.$('input[name="logout"], button[name="logout"]')) {
+      // the provider's "sign out?" page (ending its session of another account, or the
+      // end-session step of the gateway's sign-out)
+      const yes = (await page.$('button[name="logout"][value="yes"]'))
+        || (await page.$('button[type="submit"], button'));
+      await Promise.all([page.waitForNavigation({ timeout: 20000 }), yes.click()]);
+      continue;
+    }
     const prompt = await page.$('input[name="prompt"]');
     if (!prompt) return;
     if ((await prompt.getAttribute('value')) === 'login') {
@@ -59,11 +67,22 @@ async function look(page, response) {
       // "Sign in as someone else" from a refused page, as a person would click it
       await page.setViewportSize({ width: 390, height: 800 });
       await page.goto(spec.switch.url, { timeout: 20000 });
-      await Promise.all([page.waitForNavigation({ timeout: 20000 }),
-                         page.click('text=Sign in as someone else')]);
+      const seen = [];
+      page.on('response', (r) => seen.push(`${r.status()} ${r.url()}`));
+      await page.click('a.button:has-text("Sign in as someone else")');
+      await page.waitForURL((u) => !u.href.startsWith(spec.switch.url), { timeout: 20000 })
+        .catch(async (e) => { throw new Error(`still at ${page.url()}: ${seen.join(' | ')}`); });
+      await page.waitForLoadState('load');
       await providerPages(page, spec.switch.login);
       const response = await page.goto(spec.switch.after, { timeout: 20000 });
       out.switched = await look(page, response);
+      // and sign out from the who-am-I page: the form's redirects (provider, then the
+      // destination) must pass the page's form-action
+      await Promise.all([page.waitForNavigation({ timeout: 20000 }),
+                         page.click('button:has-text("Sign out")')]);
+      await providerPages(page, '');
+      await page.waitForLoadState('load');
+      out.signed_out = { url: page.url(), text: await page.innerText('body') };
     }
   } finally {
     await browser.close();
