@@ -47,32 +47,3 @@ def wants_html(headers: list[tuple[bytes, bytes]]) -> bool:
 
 def wants_json(headers: list[tuple[bytes, bytes]]) -> bool:
     return any(n.lower() == b"accept" and b"application/json" in v for n, v in headers)
-
-
-def html_document(title: str, body_html: str) -> bytes:
-    """The gateway's small HTML page: ``title`` (escaped) as title and heading."""
-    import html
-
-    shown = html.escape(title)
-    return (f"<!doctype html><meta charset=utf-8><title>{shown}</title>"
-            "<style>body{font:16px system-ui;margin:3em auto;max-width:40em}</style>"
-            f"<h1>{shown}</h1>{body_html}").encode()
-
-
-def error_page(status: int, detail: str, headers: list[tuple[bytes, bytes]]
-               ) -> tuple[bytes, bytes]:
-    """(body, content type) of an error the gateway answers itself: a small HTML page
-    for browsers, JSON when asked for, plain text otherwise. ``detail`` is a fixed
-    description, never internals."""
-    title = reason(status).decode()
-    if wants_html(headers):
-        import html
-
-        return (html_document(f"{status} {title}", f"<p>{html.escape(detail or title)}</p>"),
-                b"text/html; charset=utf-8")
-    if wants_json(headers):
-        import json
-
-        return (json.dumps({"status": status, "error": detail or title}).encode() + b"\n",
-                b"application/json")
-    return error_body(status, detail), b"text/plain; charset=utf-8"

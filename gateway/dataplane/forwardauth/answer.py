@@ -19,7 +19,8 @@ from enum import Enum
 
 from gateway.dataplane.authz import Allow, Decision, Deny
 from gateway.dataplane.forwardauth.target import uri_param
-from gateway.dataplane.responses import error_page
+from gateway.pages.answer import error_answer
+from gateway.pages.layout import Look
 
 Headers = list[tuple[bytes, bytes]]
 VERIFY_PATH = "/verify"
@@ -59,9 +60,8 @@ def outcome(mode: Mode, decision: Decision, headers: Headers) -> Deny | None:
         return allowed(decision)
     if unauthenticated(decision):
         if mode is Mode.VERIFY:
-            body, ctype = error_page(401, "Sign in to reach this route.", headers)
-            return Deny(401, body, ((b"content-type", ctype), (b"cache-control", b"no-store")),
-                        reason="user-unauthenticated")
+            body, page = error_answer(401, "Sign in to reach this route.", headers, Look())
+            return Deny(401, body, page, reason="user-unauthenticated")
         if decision.status == 401:
             return None
     return decision
