@@ -39,6 +39,7 @@ from gateway.authenticate.targets import (
 )
 from gateway.dataplane.authz import Decision, Deny, RequestInfo
 from gateway.dataplane.routing.router import own_path
+from gateway.pages.layout import Action
 from gateway.sessions.cookie import clear_cookie_headers, parse_cookies, set_cookie_headers
 from gateway.sessions.model import Session
 
@@ -83,8 +84,10 @@ class Endpoints:
         return None
 
     def _error(self, status: int, message: str, headers: list[tuple[bytes, bytes]],
-               reason: str, extra: tuple[tuple[bytes, bytes], ...] = ()) -> Deny:
-        return pages.error(status, message, headers, reason, extra, look=self.identity.look)
+               reason: str, extra: tuple[tuple[bytes, bytes], ...] = (),
+               actions: tuple[Action, ...] = ()) -> Deny:
+        return pages.error(status, message, headers, reason, extra, look=self.identity.look,
+                           actions=actions)
 
     def _start(self, request: RequestInfo) -> Decision | Deferred[Decision]:
         ident = self.identity
@@ -244,7 +247,7 @@ class Endpoints:
         session = ident.store.get(str(payload.get("sid", "")))
         if session is None or not session.valid(ident.clock()):
             return self._error(401, "Your session has ended; sign in again.", request.headers,
-                               "session-gone")
+                               "session-gone", actions=(Action("Sign in again", uri, "get"),))
         return pages.redirect(uri, ident.session_cookie(session))
 
     def _sign_out(self, request: RequestInfo, body: bytes) -> Decision:

@@ -208,3 +208,17 @@ class SignOutPageTests(PagesCase):
                                  method=b"GET", headers=[BROWSER, self.cookie(alice)])
         self.assertNotIn("evil.example", decision.body.decode())
         self.assertIn(SIGNED_OUT, decision.body.decode())
+
+
+class SessionGonePageTests(PagesCase):
+    def test_401_offers_to_sign_in_again(self) -> None:
+        """The hand-off of an ended session: a 401 page with a link back to the page,
+        which starts a new sign-in."""
+        alice = self.session()
+        sealed = self.identity.shared.seal(
+            "handoff", {"sid": alice.id, "uri": "https://app.test/deep?x=1"}, NOW + 60)
+        self.store.delete(alice.id)
+        decision = self.internal("/.gateway/callback", "?gateway_session=" + sealed)
+        self.assertEqual(decision.status, 401)
+        self.assertIn('<a class=button href="https://app.test/deep?x=1">Sign in again</a>',
+                      decision.body.decode())
