@@ -196,8 +196,8 @@ class WorkerSupervisor(Service):
         worker = WorkerProcess(self, index)
         child_fds: dict[int, int | str] = {0: "w", 1: 1, 2: 2, REPLY_FD: "r"}
         argv = [*self.argv, "--index", str(index)]
-        if self.source.path:
-            argv += ["--config", self.source.path]
+        if self.source.path:  # (absolute: a worker's working directory is no concern)
+            argv += ["--config", os.path.abspath(self.source.path)]
         fd = FIRST_LISTEN_FD
         for address, socks in self.listeners.sockets.items():
             child_fds[fd] = socks[index].fileno()
