@@ -27,6 +27,8 @@ from gateway.services.logical import AuthenticateService, AuthorizeService, Data
 from gateway.services.metrics import MetricsService
 from gateway.services.proxy import ProxyService
 from gateway.services.ready import ReadyService
+from gateway.workers.role import WorkerRole
+from gateway.workers.supervisor import SharedListeners, WorkerSupervisor
 
 log = Logger(namespace="gateway")
 
@@ -58,7 +60,7 @@ class Options(usage.Options):
         except ValueError:
             raise usage.UsageError("--poll-interval must be a number of seconds") from None
         self["snapshot"] = snapshot
-        _apply_logging(snapshot)
+        apply_logging(snapshot)
         parent = getattr(self, "parent", None)
         if parent is not None and not parent.get("logger"):
             # JSON lines by default, twistd's own start-up lines included.
@@ -87,15 +89,22 @@ class SighupService(Service):
 
 
 def build_service_tree(
-    snapshot: Snapshot, path: str | None, reactor: Any, poll_interval: float = 1.0
+    snapshot: Snapshot, path: str | None, reactor: Any, poll_interval: float = 1.0,
+    *, worker: WorkerRole | None = None,
 ) -> MultiService:
-    """The ``MultiService`` for ``services``: config source first, then the services."""
+    """The ``MultiService`` for ``services``: config source first, then the services;
+    with ``workers`` > 1 the supervisor's instead (``worker``: the tree of one of its
+    workers)."""
+    if worker is None and snapshot.options.workers > 1:
+        return build_supervisor_tree(snapshot, path, reactor, poll_interval)
     root = MultiService()
-    source = ConfigSource(path, snapshot, reactor, poll_interval=poll_interval)
+    source = ConfigSource(path, snapshot, reactor,
+                          poll_interval=0 if worker is not None else poll_interval)
     source.name = "config"
     root.addService(source)
-    source.subscribe(_apply_logging)
-    root.addService(SighupService(source, reactor))
+    source.subscribe(apply_logging)
+    if worker is None:
+        root.addService(SighupService(source, reactor))
     options = snapshot.options
     needs_identity = options.runs("proxy") or options.services == "authenticate"
     broker = None
@@ -118,7 +127,11 @@ def build_service_tree(
         assert broker is not None
         identity = IdentityHolder(reactor, snapshot, broker)
         source.subscribe(identity.apply)
-        root.addService(ProxyService(source, reactor, authorizer=identity))
+        root.addService(ProxyService(source, reactor, authorizer=identity,
+                                     inherited=worker.inherited if worker else None))
+    if worker is not None:
+        root.addService(ReadyService(reactor, options.services, announce=worker.announce))
+        return root
     if options.metrics_address:
         root.addService(MetricsService(source, reactor))
     root.addService(ReadyService(reactor, options.services))
@@ -126,7 +139,33 @@ def build_service_tree(
     return root
 
 
-def _apply_logging(snapshot: Snapshot) -> None:
+def build_supervisor_tree(
+    snapshot: Snapshot, path: str | None, reactor: Any, poll_interval: float = 1.0
+) -> MultiService:
+    """``workers`` > 1: this process binds the listeners and runs the workers, the
+    config source (they reload with its snapshots) and the metrics endpoint (theirs,
+    merged); the data plane runs in the workers only."""
+    options = snapshot.options
+    root = MultiService()
+    source = ConfigSource(path, snapshot, reactor, poll_interval=poll_interval)
+    source.name = "config"
+    root.addService(source)
+    source.subscribe(apply_logging)
+    root.addService(SighupService(source, reactor))
+    addresses = [options.address]
+    if options.http_redirect_addr:
+        addresses.append(options.http_redirect_addr)
+    workers = WorkerSupervisor(source, reactor, options.workers,
+                               SharedListeners(addresses, options.workers))
+    root.addService(workers)
+    if options.metrics_address:
+        root.addService(MetricsService(source, reactor, gather=workers.gather_metrics))
+    root.addService(ReadyService(reactor, options.services, wait=workers.ready))
+    _log_startup(snapshot)
+    return root
+
+
+def apply_logging(snapshot: Snapshot) -> None:
     o = snapshot.options
     gateway_logging.configure(
         debug=o.gateway_debug, log_level=o.log_level, proxy_log_level=o.proxy_log_level
@@ -138,7 +177,7 @@ def _log_startup(snapshot: Snapshot) -> None:
     log.info(
         "gateway {version} starting: services={services} address={address} "
         "routes={routes} config={source}",
-        version=__version__, services=o.services, address=o.address,
+        version=__version__, services=o.services, address=o.address, workers=o.workers,
         routes=len(snapshot.routes), source=snapshot.source, checksum=snapshot.checksum,
     )
     for warning in snapshot.warnings:

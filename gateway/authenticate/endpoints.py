@@ -228,7 +228,7 @@ class Endpoints:
             urlencode({"gateway_session": sealed})
         return pages.redirect(location, extra)
 
-    def _handoff(self, request: RequestInfo) -> Decision:
+    def _handoff(self, request: RequestInfo) -> Decision | Deferred[Decision]:
         """Sets this host's cookie: the sealed value is bound to the host, expires in
         ``HANDOFF_TTL`` and is accepted once (it travels in a URL that proxies log)."""
         ident = self.identity
@@ -239,12 +239,42 @@ class Endpoints:
         if payload is None or urlsplit(uri).netloc.lower() != request.host:
             return self._error(400, "This sign-in link is invalid or has expired.",
                                request.headers, "bad-handoff")
-        if not ident.spent.spend(ident.shared.token_id(sealed), float(payload["exp"]), now):
-            log.warn("a sign-in hand-off for {host} was used twice; refused",
-                     host=request.host)
-            return self._error(400, "This sign-in link was already used; open the page "
-                               "again.", request.headers, "handoff-reused")
-        session = ident.store.get(str(payload.get("sid", "")))
+        token_id, expires = ident.shared.token_id(sealed), float(payload["exp"])
+        if not ident.spent.spend(token_id, expires, now):
+            return self._reused(request)
+        sid = str(payload.get("sid", ""))
+        if ident.store.needs_fetch:
+            # Sessions in the kvstore: other processes (workers, other gateways) may
+            # see this link too, so it is spent there as well; and the session, made
+            # by another process an instant ago, is read if this one has no copy yet
+            # (it was stored before the redirect here).
+            return ensureDeferred(self._shared_handoff(request, token_id, expires - now,
+                                                       sid, uri))
+        return self._handoff_to(request, ident.store.get(sid), uri)
+
+    def _reused(self, request: RequestInfo) -> Decision:
+        log.warn("a sign-in hand-off for {host} was used twice; refused", host=request.host)
+        return self._error(400, "This sign-in link was already used; open the page again.",
+                           request.headers, "handoff-reused")
+
+    async def _shared_handoff(self, request: RequestInfo, token_id: str, ttl: float,
+                              sid: str, uri: str) -> Decision:
+        store = self.identity.store
+        try:
+            if not await store.claim_once(f"handoff:{token_id}", max(ttl, 1.0)):
+                return self._reused(request)
+            session = store.get(sid)
+            if session is None:
+                session = await store.fetch(sid)
+        except Exception as exc:  # storage down or unreadable: no cookie without it
+            log.error("session storage unavailable: {error}", error=str(exc))
+            return self._error(503, "Sessions cannot be read right now; try again shortly.",
+                               request.headers, "session-storage-unavailable")
+        return self._handoff_to(request, session, uri)
+
+    def _handoff_to(self, request: RequestInfo, session: Session | None, uri: str
+                    ) -> Decision:
+        ident = self.identity
         if session is None or not session.valid(ident.clock()):
             return self._error(401, "Your session has ended; sign in again.", request.headers,
                                "session-gone", actions=(Action("Sign in again", uri, "get"),))

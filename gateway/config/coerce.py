@@ -16,6 +16,7 @@ from gateway.config.values import (
     parse_duration,
     parse_list,
     parse_map,
+    parse_workers,
     split_url,
 )
 
@@ -90,6 +91,8 @@ def coerce(info: SettingInfo, value: Any) -> Any:
         ):
             raise ValueError(f"must be an integer from 0 to 4294967295, got {value!r}")
         return number
+    if kind is Kind.WORKERS:
+        return parse_workers(value)
     if kind is Kind.FLOAT:
         try:
             return float(value)

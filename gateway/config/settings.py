@@ -35,6 +35,7 @@ class Kind(StrEnum):
     FILE = "file location"
     SECRET = "base64 256-bit key"
     CERTIFICATES = "certificate pairs"
+    WORKERS = "count or auto"
 
 
 SERVICES = ("all", "authenticate", "authorize", "databroker", "proxy")
@@ -203,6 +204,10 @@ class Options:
     max_connections: int = _s(
         0, Kind.INT, "Open downstream connections per process; 0: from RLIMIT_NOFILE "
         "(beyond the reference).", extension=True
+    )
+    workers: int = _s(
+        1, Kind.WORKERS, "Processes serving the data plane, sharing its listeners; auto: one "
+        "per CPU (bootstrap only; beyond the reference).", bootstrap=True, extension=True
     )
     dataplane_admin_address: str = _s(
         "", Kind.STR, "Data-plane admin listener (bootstrap only).", bootstrap=True

@@ -36,6 +36,9 @@ class Snapshot:
     files: frozenset[str]
     checksum: int
     loaded_at: float
+    # the configuration file as read (a supervisor hands it to its workers, so each
+    # builds the snapshot it validated, whatever the file holds by then)
+    file_bytes: bytes = b""
 
 
 def load_snapshot(
@@ -43,11 +46,14 @@ def load_snapshot(
     environ: Mapping[str, str] | None = None,
     *,
     now: float | None = None,
+    file_bytes: bytes | None = None,
 ) -> Snapshot:
-    """Build a snapshot from ``path`` and ``environ``; raise ``ConfigErrors`` if invalid."""
+    """Build a snapshot from ``path`` and ``environ``; raise ``ConfigErrors`` if invalid.
+
+    ``file_bytes``: the file's content as already read (``path`` then only names it)."""
     env = os.environ if environ is None else environ
     problems = Problems()
-    raw = read_sources(path, env, problems)
+    raw = read_sources(path, env, problems, file_bytes)
     base_dir = os.path.dirname(os.path.abspath(path)) if path else os.getcwd()
     reader = Reader(base_dir)
     if path:
@@ -68,6 +74,7 @@ def load_snapshot(
         files=frozenset(reader.files),
         checksum=_checksum(raw.values, reader.files, reader.contents),
         loaded_at=time.time() if now is None else now,
+        file_bytes=raw.file_bytes,
     )
 
 

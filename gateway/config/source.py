@@ -83,6 +83,8 @@ class ConfigSource(Service):
 
     def startService(self) -> None:
         Service.startService(self)
+        if self.poll_interval <= 0:  # not watching: reloads are asked for (a worker's)
+            return
         loop = LoopingCall(self.check_files)
         loop.clock = self.clock
         loop.start(self.poll_interval, now=False).addErrback(
@@ -103,11 +105,12 @@ class ConfigSource(Service):
             self._fingerprint = current
             self.reload("file changed")
 
-    def reload(self, reason: str) -> bool:
-        """Build the next snapshot and swap it in; ``False`` keeps the running one."""
+    def reload(self, reason: str, file_bytes: bytes | None = None) -> bool:
+        """Build the next snapshot and swap it in; ``False`` keeps the running one.
+        ``file_bytes``: the configuration file as a supervisor read it (workers)."""
         now = self.clock.seconds()
         try:
-            new = load_snapshot(self.path, self.environ, now=now)
+            new = load_snapshot(self.path, self.environ, now=now, file_bytes=file_bytes)
         except ConfigErrors as exc:
             self.status = dataclasses.replace(self.status, last_reload_success=False)
             self.log.error(

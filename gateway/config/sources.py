@@ -108,17 +108,23 @@ def decode_policy_env(text: str, problems: Problems) -> Any:
 
 
 def read_sources(
-    path: str | None, environ: Mapping[str, str], problems: Problems
+    path: str | None, environ: Mapping[str, str], problems: Problems,
+    file_bytes: bytes | None = None,
 ) -> RawConfig:
-    """Read the file (if any) and the environment into one ``RawConfig``."""
+    """Read the file (if any; ``file_bytes`` when already read) and the environment into
+    one ``RawConfig``."""
     raw = RawConfig()
     if path:
-        try:
-            with open(path, "rb") as handle:
-                raw.file_bytes = handle.read()
-        except OSError as exc:
-            problems.error("", f"config: cannot read config file {path}: {exc.strerror or exc}")
-            return raw
+        if file_bytes is not None:
+            raw.file_bytes = file_bytes
+        else:
+            try:
+                with open(path, "rb") as handle:
+                    raw.file_bytes = handle.read()
+            except OSError as exc:
+                problems.error("", f"config: cannot read config file {path}: "
+                               f"{exc.strerror or exc}")
+                return raw
         raw.values.update(parse_file_bytes(raw.file_bytes, path, problems))
         if isinstance(raw.values.get("policy"), str):
             raw.values["policy"] = decode_policy_env(raw.values["policy"], problems)

@@ -102,6 +102,7 @@ def validate(
     _observability(options, reader, problems, material)
     _branding(options, problems)
     _routes_against_globals(options, routes, problems)
+    _workers(options, routes, problems, material)
     return Material(generated=tuple(generated), **material)
 
 
@@ -251,6 +252,31 @@ def _key(options: Options, name: str, reader: Reader, problems: Problems,
         material[name] = decode_secret(text, label)
     except ValueError as exc:
         problems.error(name, f"{wrap}{exc}")
+
+
+def _workers(options: Options, routes: tuple[Route, ...], problems: Problems,
+             material: dict[str, Any]) -> None:
+    """``workers`` > 1: processes that share nothing but the listeners and the kvstore
+    must not each keep state that a user's next request, on another worker, needs."""
+    count = options.workers
+    if count <= 1:
+        return
+    if not options.runs("proxy"):
+        problems.error("workers", f"is {count}, but services is {options.services}: workers "
+                       "run the proxy service (set services to all or proxy, or workers to 1)")
+    if options.databroker_storage_type == "memory" and options.all_in_one:
+        problems.error("workers", f"is {count} with databroker_storage_type memory: each "
+                       "worker would keep its own sessions, and a user signed in on one would "
+                       "be asked to sign in again on another; set databroker_storage_type to "
+                       "kvstore (shared by the workers) or workers to 1")
+    if needs_identity(options, routes) and not material.get("signing_key"):
+        problems.error("workers", f"is {count} but signing_key is not set: each worker would "
+                       "sign identity assertions with its own ephemeral key, which upstreams "
+                       "could not verify; set signing_key (or signing_key_file)")
+    if options.autocert and not options.insecure_server:
+        problems.error("workers", f"is {count} with autocert: the ACME challenges and "
+                       "certificates of one worker are not seen by the others yet; use "
+                       "workers: 1 with autocert, or certificates from files")
 
 
 def _identity(options: Options, routes: tuple[Route, ...], reader: Reader, problems: Problems,

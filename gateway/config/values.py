@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import os
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -110,6 +111,28 @@ def parse_bool(value: object) -> bool:
         if low in _FALSE:
             return False
     raise ValueError(f"{value!r} is not a boolean; use true or false")
+
+
+MAX_WORKERS = 256
+
+
+def available_cpus() -> int:
+    """CPUs this process may run on (its affinity mask, as ``nproc`` counts them)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
+def parse_workers(value: object) -> int:
+    """``workers``: a count from 1 to MAX_WORKERS, or ``auto`` (one per available CPU)."""
+    if isinstance(value, str) and value.strip().lower() == "auto":
+        return min(available_cpus(), MAX_WORKERS)
+    number = int(value) if isinstance(value, str) and value.strip().isdigit() else value
+    if isinstance(number, bool) or not isinstance(number, int) or not (
+            1 <= number <= MAX_WORKERS):
+        raise ValueError(f"must be a number of processes from 1 to {MAX_WORKERS}, or auto")
+    return number
 
 
 def parse_list(value: object) -> tuple[str, ...]:

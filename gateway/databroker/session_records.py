@@ -15,6 +15,7 @@ newest intent per session wins. ``drain`` waits for writes in flight at shutdown
 from __future__ import annotations
 
 import json
+import os
 from collections import OrderedDict
 from types import MappingProxyType
 from typing import Any
@@ -127,6 +128,11 @@ class RecordSessionStore:
                 return None
             return self._remember(from_json(record.data), record.version)
         return self.store.get(SESSION, session_id).addCallback(found)
+
+    def claim_once(self, key: str, seconds: float) -> Deferred[bool]:
+        """A lease no one renews: a fresh holder each time, so only the first claim of
+        ``key`` (until ``seconds`` pass) gets it."""
+        return self.store.lease(f"once:{key}", os.urandom(16).hex(), seconds)
 
     def forget(self, session_id: str) -> None:
         self._cache.pop(session_id, None)

@@ -12,18 +12,23 @@ from __future__ import annotations
 
 import base64
 import hmac
+from collections.abc import Callable
 from typing import Any
 
 from cryptography import x509
 from OpenSSL import SSL
+from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.exposition import choose_encoder
 from twisted.application.internet import StreamServerEndpointService
 from twisted.application.service import MultiService
+from twisted.internet.defer import Deferred
 from twisted.internet.error import CannotListenError
 from twisted.internet.interfaces import IOpenSSLServerConnectionCreator
+from twisted.logger import Logger
 from twisted.protocols.tls import TLSMemoryBIOFactory
+from twisted.python.failure import Failure
 from twisted.web.resource import Resource
-from twisted.web.server import Request, Site
+from twisted.web.server import NOT_DONE_YET, Request, Site
 from zope.interface import implementer
 
 from gateway.config.snapshot import Snapshot
@@ -33,6 +38,9 @@ from gateway.observability.metrics import REGISTRY, watch_config
 from gateway.services.base import SnapshotService
 from gateway.tls.pem import add_pem_certs
 from gateway.tls.store import server_context
+from gateway.workers.merge import MergedCollector, merge_expositions
+
+log = Logger(namespace="gateway.metrics")
 
 
 def tls_context(certificate: tuple[bytes, bytes], client_ca: bytes | None) -> SSL.Context:
@@ -58,14 +66,20 @@ class SwappableTLS:
         return SSL.Connection(self.context, None)
 
 
+Gather = Callable[[], Deferred[list[str]]]
+
+
 class MetricsResource(Resource):
     isLeaf = True
 
-    def __init__(self) -> None:
+    def __init__(self, gather: Gather | None = None) -> None:
+        """``gather``: the expositions of other processes to merge with this one's
+        (a supervisor's workers)."""
         super().__init__()  # type: ignore[no-untyped-call]
         self.credentials: tuple[str, str] | None = None
+        self.gather = gather
 
-    def render_GET(self, request: Request) -> bytes:
+    def render_GET(self, request: Request) -> bytes | int:
         if self.credentials is not None and not self._authorized(request):
             request.setResponseCode(401)
             request.setHeader(b"www-authenticate", b'Basic realm="metrics"')
@@ -75,7 +89,25 @@ class MetricsResource(Resource):
         encoder, content_type = choose_encoder(
             (request.getHeader(b"accept") or b"").decode("latin-1"))
         request.setHeader(b"content-type", content_type.encode())
-        return encoder(REGISTRY)
+        if self.gather is None:
+            return encoder(REGISTRY)
+        gathering = self.gather()
+
+        def write(texts: list[str]) -> None:
+            merged = CollectorRegistry(auto_describe=False)
+            own = generate_latest(REGISTRY).decode()
+            merged.register(MergedCollector(merge_expositions([own, *texts])))
+            request.write(encoder(merged))
+            request.finish()
+
+        def failed(failure: Failure) -> None:
+            log.failure("metrics: merging the workers' metrics failed", failure)
+            request.setResponseCode(500)
+            request.write(b"metrics could not be gathered\n")
+            request.finish()
+
+        gathering.addCallback(write).addErrback(failed)
+        return NOT_DONE_YET
 
     def _authorized(self, request: Request) -> bool:
         assert self.credentials is not None
@@ -95,11 +127,12 @@ class MetricsResource(Resource):
 class MetricsService(SnapshotService):
     label = "metrics"
 
-    def __init__(self, source: ConfigSource, reactor: Any) -> None:
+    def __init__(self, source: ConfigSource, reactor: Any, *,
+                 gather: Gather | None = None) -> None:
         super().__init__(source)
         snapshot = self.snapshot
         self.address = snapshot.options.metrics_address
-        self.resource = MetricsResource()
+        self.resource = MetricsResource(gather)
         self.tls: SwappableTLS | None = None
         material = snapshot.material
         factory: Any = Site(self.resource)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from twisted.application.internet import StreamServerEndpointService
@@ -18,6 +19,7 @@ from gateway.dataplane.codecs.switch import HTTPFactory
 from gateway.dataplane.core import ProxyCore
 from gateway.dataplane.health.manager import HealthManager
 from gateway.dataplane.listeners.http_redirect import RedirectFactory
+from gateway.dataplane.listeners.shared import AdoptedEndpoint
 from gateway.dataplane.listeners.stack import LimitedFactory, listener_factory, server_endpoint
 from gateway.dataplane.routing.plan import build_plan
 from gateway.services.base import SnapshotService
@@ -32,8 +34,18 @@ class ProxyService(SnapshotService):
     label = "proxy"
 
     def __init__(self, source: ConfigSource, reactor: Any,
-                 authorizer: Authorizer | None = None) -> None:
+                 authorizer: Authorizer | None = None,
+                 inherited: Mapping[str, int] | None = None) -> None:
+        """``inherited``: listening descriptors by address (a worker's, bound by its
+        supervisor), adopted instead of binding."""
         super().__init__(source)
+        fds = dict(inherited or {})
+
+        def endpoint(address: str) -> Any:
+            fd = fds.get(address)
+            return server_endpoint(reactor, address) if fd is None else \
+                AdoptedEndpoint(reactor, fd)
+
         snapshot = self.snapshot
         options = snapshot.options
         self.address = options.address
@@ -59,7 +71,7 @@ class ProxyService(SnapshotService):
             HTTPFactory(self.core, options.codec_type, self.tls is not None), self.tls,
             options.use_proxy_protocol, reactor, self.core.limit,
         )
-        listener = StreamServerEndpointService(server_endpoint(reactor, self.address), factory)
+        listener = StreamServerEndpointService(endpoint(self.address), factory)
         listener.name = "listener"
         # A port that cannot be bound must stop the daemon at start-up, not be logged.
         listener._raiseSynchronously = True
@@ -71,7 +83,7 @@ class ProxyService(SnapshotService):
                                         lambda: core.timeout_handshake)
             core.limit.sources.append(redirects.live)  # one cap for the whole process
             redirect = StreamServerEndpointService(
-                server_endpoint(reactor, options.http_redirect_addr),
+                endpoint(options.http_redirect_addr),
                 LimitedFactory(redirects, core.limit, reactor),
             )
             redirect.name = "http-redirect"

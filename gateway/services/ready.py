@@ -13,9 +13,11 @@ from __future__ import annotations
 import gc
 import os
 import socket
+from collections.abc import Callable
 from typing import Any
 
 from twisted.application.service import Service
+from twisted.internet.defer import Deferred
 from twisted.logger import Logger
 
 log = Logger()
@@ -49,27 +51,44 @@ def settle_heap() -> None:
 
 
 class ReadyService(Service):
-    """The last service of the tree: reports readiness once the reactor runs."""
+    """The last service of the tree: reports readiness once the reactor runs (and, for
+    a supervisor, once ``wait`` fires: its workers are ready). A worker ``announce``s
+    it to its supervisor instead of telling systemd."""
 
-    def __init__(self, reactor: Any, services: str) -> None:
+    def __init__(self, reactor: Any, services: str, *,
+                 wait: Callable[[], Deferred[None]] | None = None,
+                 announce: Callable[[], None] | None = None) -> None:
         self.reactor = reactor
         self.services = services
+        self.wait = wait
+        self.announce = announce
         self.ready = False
 
     def startService(self) -> None:
         Service.startService(self)
-        self.reactor.callWhenRunning(self._ready)
+        self.reactor.callWhenRunning(self._start)
+
+    def _start(self) -> None:
+        if self.wait is None:
+            self._ready()
+        else:
+            self.wait().addCallback(lambda _: self._ready())
 
     def _ready(self) -> None:
         if not self.running:
             return
         self.ready = True
         settle_heap()
+        if self.announce is not None:
+            self.announce()
+            log.info("worker ready: services={services} pid={pid}", services=self.services,
+                     pid=os.getpid())
+            return
         notified = notify_systemd(b"READY=1\nSTATUS=serving")
         log.info("gateway ready: services={services} pid={pid}", services=self.services,
                  pid=os.getpid(), systemd=notified)
 
     def stopService(self) -> None:
-        if self.ready:
+        if self.ready and self.announce is None:
             notify_systemd(b"STOPPING=1")
         Service.stopService(self)
