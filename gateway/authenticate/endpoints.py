@@ -176,6 +176,8 @@ class Endpoints:
         log.info("signed in {email} ({user})", email=session.email, user=session.user_id)
         if state.get("replace"):
             ident.store.delete(str(state["replace"]))  # the session this one replaces
+            log.info("{email} signed in as someone else: the browser's previous session "
+                     "ended", email=session.email)
         clear_csrf = tuple((b"set-cookie", c) for c in clear_cookie_headers(
             CSRF_COOKIE, "", ident.options.cookie_secure)[:1])
         if state.get("programmatic"):
