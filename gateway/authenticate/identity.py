@@ -315,9 +315,9 @@ class Identity:
         return pages.error(status, message, headers, reason, extra, look=self.look, **more)
 
     def switch_action(self, request: RequestInfo, uri: str = "") -> Action | None:
-        """"Sign in as someone else": a form to the authenticate host's sign-in that asks
+        """"Sign in as someone else": a link to the authenticate host's sign-in that asks
         the provider for a fresh login (``prompt``), then returns to ``uri`` (default:
-        the request's URL)."""
+        the request's URL); the session the browser had ends once the new one exists."""
         if not self.auth_origin or self.provider is None:
             return None
         target = uri or f"{request.scheme}://{request.host}{request.path}" + \
