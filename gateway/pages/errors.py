@@ -92,8 +92,11 @@ def _html(view: ErrorView, look: Look) -> bytes:
     parts = [f"<h1>{esc(title)}</h1><p class=code>Error {view.status}"
              + (f" · {esc(view.host)}" if view.host else "") + "</p>",
              f"<p>{esc(what)}</p>"]
-    # the specific sentence, unless it only repeats who is signed in (shown next)
-    if view.message and view.message != what and not (view.who and view.who in view.message):
+    # the specific sentence, unless it only repeats the title, the sentence above or who
+    # is signed in (shown next)
+    said = {title.lower(), what.rstrip(".").lower(), reason(view.status).decode().lower()}
+    if view.message and view.message.rstrip(".").lower() not in said and \
+            not (view.who and view.who in view.message):
         parts.append(f"<p>{esc(view.message)}</p>")
     if view.who:
         parts.append(f"<p>Signed in as <strong>{esc(view.who)}</strong>.</p>")

@@ -101,3 +101,14 @@ def test_sign_in_as_someone_else_by_clicking(env: PagesEnv, tmp_path: Path) -> N
     assert switched["status"] == 200, switched
     assert "Signed in as alice@example.test" in switched["text"]
     assert out["signed_out"]["url"] == env.url("public", "/bye"), out["signed_out"]
+
+
+def test_follows_the_systems_color_scheme(env: PagesEnv, tmp_path: Path) -> None:
+    out = run_pages(tmp_path, {"signin": {"url": env.url("public", "/"), "login": ""},
+                               "shots": [], "schemes": {"url": env.url("app", "/.gateway/x")}})
+
+    def brightness(css: str) -> int:
+        return sum(int(v) for v in css[css.index("(") + 1:css.index(")")].split(",")[:3])
+
+    assert brightness(out["schemes"]["light"]) > 600, out["schemes"]
+    assert brightness(out["schemes"]["dark"]) < 150, out["schemes"]

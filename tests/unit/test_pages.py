@@ -206,3 +206,13 @@ class RuleTermsTests(SynchronousTestCase):
         self.assertIn("not in effect", " ".join(admits(self.route(allowed_groups=["a"]),
                                                        groups_available=False)))
         self.assertIn("Nobody yet", admits(self.route())[0])
+
+
+class RepetitionTests(SynchronousTestCase):
+    def test_a_message_that_only_repeats_the_title_is_not_shown_twice(self) -> None:
+        body, _ = render_error(ErrorView(404, "Not found.", "r", AT), LOOK, html=True,
+                               as_json=False)
+        self.assertNotIn("<p>Not found.</p>", body.decode())
+        body, _ = render_error(ErrorView(404, "no route matches this path", "r", AT), LOOK,
+                               html=True, as_json=False)
+        self.assertIn("<p>no route matches this path</p>", body.decode())

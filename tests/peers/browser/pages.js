@@ -63,6 +63,19 @@ async function look(page, response) {
         out.shots.push({ name: shot.name, width, file, ...(await look(page, response)) });
       }
     }
+    if (spec.schemes) {
+      // the same page with the system in light and in dark mode: the page's background
+      out.schemes = {};
+      for (const colorScheme of ['light', 'dark']) {
+        const themed = await browser.newContext({ colorScheme });
+        const tab = await themed.newPage();
+        await tab.goto(spec.schemes.url, { timeout: 20000 });
+        await tab.screenshot({ path: path.join(spec.out, `scheme-${colorScheme}.png`) });
+        out.schemes[colorScheme] = await tab.evaluate(
+          () => getComputedStyle(document.body).backgroundColor);
+        await themed.close();
+      }
+    }
     if (spec.switch) {
       // "Sign in as someone else" from a refused page, as a person would click it
       await page.setViewportSize({ width: 390, height: 800 });
