@@ -25,7 +25,7 @@ WHO_AM_I = ("/.gateway/", "/.gateway")
 def who_am_i(ident: Identity, request: RequestInfo) -> Decision | Deferred[Decision]:
     """The page, its JSON, or (not signed in) the sign-in redirect for browsers and 401
     for everything else."""
-    session, sid, _ = ident._lookup(request)
+    session, sid, _ = ident.lookup(request)
     if session is None and sid and ident.store.needs_fetch:
         return ensureDeferred(_fetched(ident, request, sid))
     return _answer(ident, request, session)
@@ -35,7 +35,7 @@ async def _fetched(ident: Identity, request: RequestInfo, sid: str) -> Decision:
     try:
         session = await ident.store.fetch(sid)
     except Exception:  # storage down: the same answer as a route's
-        return ident._error(503, "Sessions cannot be read right now; try again shortly.",
+        return ident.error(503, "Sessions cannot be read right now; try again shortly.",
                             request.headers, "session-storage-unavailable")
     if session is not None and not session.valid(ident.clock()):
         session = None
@@ -46,7 +46,7 @@ def _answer(ident: Identity, request: RequestInfo, session: Session | None) -> D
     if session is None:
         if pages.wants_html(request.headers):
             return ident.sign_in(request)
-        return ident._error(401, "Sign in to see who you are signed in as.",
+        return ident.error(401, "Sign in to see who you are signed in as.",
                             request.headers, "user-unauthenticated")
     profile = Profile(
         email=session.email, user_id=session.user_id, name=session.name,

@@ -136,6 +136,10 @@ class Identity:
         """The request's session: cookie on this host, or ``Authorization: Gateway``."""
         return self._lookup(request)[0]
 
+    def lookup(self, request: RequestInfo) -> tuple[Session | None, str | None, str]:
+        """``_lookup`` for the account pages (``account``)."""
+        return self._lookup(request)
+
     def _lookup(self, request: RequestInfo) -> tuple[Session | None, str | None, str]:
         """(session, the session id the request names, its programmatic token).
 
@@ -200,7 +204,7 @@ class Identity:
             session = await fetch(sid)
         except Exception as exc:  # storage down or unreadable: never a false "allowed"
             log.error("session storage unavailable: {error}", error=str(exc))
-            return self._error(503, "Sessions cannot be read right now; try again shortly.",
+            return self.error(503, "Sessions cannot be read right now; try again shortly.",
                                request.headers, "session-storage-unavailable")
         if session is not None and not session.valid(self.clock()):
             session = None
@@ -306,12 +310,13 @@ class Identity:
         actions = tuple(a for a in (self.switch_action(request),
                                     Action("Who am I?", "/.gateway/", "get", primary=False))
                         if a is not None)
-        return self._error(403, message, request.headers, f"denied: {reasons}", who=who,
+        return self.error(403, message, request.headers, f"denied: {reasons}", who=who,
                            admits=admits(route.route, self.groups_available),
                            actions=actions, host=request.host)
 
-    def _error(self, status: int, message: str, headers: list[tuple[bytes, bytes]],
-               reason: str, extra: tuple[tuple[bytes, bytes], ...] = (), **more: Any) -> Deny:
+    def error(self, status: int, message: str, headers: list[tuple[bytes, bytes]],
+              reason: str, extra: tuple[tuple[bytes, bytes], ...] = (), **more: Any) -> Deny:
+        """An error page of the family with this snapshot's look."""
         return pages.error(status, message, headers, reason, extra, look=self.look, **more)
 
     def switch_action(self, request: RequestInfo, uri: str = "") -> Action | None:
@@ -339,14 +344,14 @@ class Identity:
 
     def _sign_in(self, request: RequestInfo) -> Deny:
         if not pages.wants_html(request.headers):
-            return self._error(401, "Sign in to reach this route.", request.headers,
+            return self.error(401, "Sign in to reach this route.", request.headers,
                                "user-unauthenticated")
         return self.sign_in(request)
 
     def sign_in(self, request: RequestInfo) -> Deny:
         """302 to the authenticate host's sign-in with ``request``'s URL sealed in it."""
         if not self.auth_origin:
-            return self._error(401, "Sign in to reach this route.", request.headers,
+            return self.error(401, "Sign in to reach this route.", request.headers,
                                "user-unauthenticated")
         target = f"{request.scheme}://{request.host}{request.path}" + \
             request.query.decode("latin-1")
