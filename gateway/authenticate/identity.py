@@ -205,7 +205,7 @@ class Identity:
         except Exception as exc:  # storage down or unreadable: never a false "allowed"
             log.error("session storage unavailable: {error}", error=str(exc))
             return self.error(503, "Sessions cannot be read right now; try again shortly.",
-                               request.headers, "session-storage-unavailable")
+                              request.headers, "session-storage-unavailable")
         if session is not None and not session.valid(self.clock()):
             session = None
         if session is not None and self._needs_refresh(session):
@@ -311,8 +311,8 @@ class Identity:
                                     Action("Who am I?", "/.gateway/", "get", primary=False))
                         if a is not None)
         return self.error(403, message, request.headers, f"denied: {reasons}", who=who,
-                           admits=admits(route.route, self.groups_available),
-                           actions=actions, host=request.host)
+                          admits=admits(route.route, self.groups_available),
+                          actions=actions, host=request.host)
 
     def error(self, status: int, message: str, headers: list[tuple[bytes, bytes]],
               reason: str, extra: tuple[tuple[bytes, bytes], ...] = (), **more: Any) -> Deny:
@@ -345,14 +345,14 @@ class Identity:
     def _sign_in(self, request: RequestInfo) -> Deny:
         if not pages.wants_html(request.headers):
             return self.error(401, "Sign in to reach this route.", request.headers,
-                               "user-unauthenticated")
+                              "user-unauthenticated")
         return self.sign_in(request)
 
     def sign_in(self, request: RequestInfo) -> Deny:
         """302 to the authenticate host's sign-in with ``request``'s URL sealed in it."""
         if not self.auth_origin:
             return self.error(401, "Sign in to reach this route.", request.headers,
-                               "user-unauthenticated")
+                              "user-unauthenticated")
         target = f"{request.scheme}://{request.host}{request.path}" + \
             request.query.decode("latin-1")
         sealed = self.shared.seal("sign-in", {"uri": target}, self.clock() + STATE_TTL)
