@@ -21,6 +21,7 @@ from collections.abc import Callable, Coroutine
 from concurrent.futures import Future
 from typing import Any, TypeVar
 
+from twisted.application.service import Service
 from twisted.internet.defer import CancelledError, Deferred, maybeDeferred
 from twisted.logger import Logger
 from twisted.python.failure import Failure
@@ -99,6 +100,15 @@ class AsyncioThread:
 
     # -- reactor → loop
 
+    def run(self, factory: Callable[[], Coroutine[Any, Any, T]], timeout: float) -> T:
+        """Run ``factory()`` on the loop and block this thread for its result, at most
+        ``timeout`` seconds: for start-up and shutdown only (binding a port, closing a
+        server), never on a request's path."""
+        loop = self.loop
+        if loop is None:
+            raise BridgeStopped(f"{self.name} is not running")
+        return asyncio.run_coroutine_threadsafe(factory(), loop).result(timeout)
+
     def submit(self, factory: Callable[[], Coroutine[Any, Any, T]]) -> Deferred[T]:
         """Run the coroutine ``factory()`` makes on the loop; its result on the reactor."""
         loop = self.loop
@@ -144,6 +154,22 @@ class AsyncioThread:
         """Call ``fn`` on the reactor thread (logging from the loop: twisted.logger's
         observers run on the reactor)."""
         self.reactor.callFromThread(fn, *args, **kwargs)
+
+
+class BridgeService(Service):
+    """Starts the loop thread with the service tree and stops it last (it is added
+    before the gRPC servers and clients that use it, so it stops after them)."""
+
+    def __init__(self, bridge: AsyncioThread) -> None:
+        self.bridge = bridge
+
+    def startService(self) -> None:
+        self.bridge.start()
+        Service.startService(self)
+
+    def stopService(self) -> None:
+        Service.stopService(self)
+        self.bridge.stop()
 
 
 def _fire(result: Deferred[T], done: Future[T]) -> None:

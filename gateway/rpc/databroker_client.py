@@ -1,0 +1,220 @@
+"""A RecordStore whose records live in a databroker process, reached over gRPC.
+
+It answers the same protocol as the memory and kvstore stores (``backend = "remote"``),
+so sessions, users and directory data work unchanged in a process that does not run the
+databroker. Every call carries a shared-secret token and has ``grpc_client_timeout`` in
+all; with several ``databroker_service_urls`` a URL that does not answer is skipped
+(client-side failover) and the one that answered is tried first next time. grpc's own
+reconnect backoff (``channels``) brings a restarted databroker back without a restart
+here. Any failure is ``StorageUnavailable``: the caller answers 503, never "allowed".
+
+``watch`` follows the databroker's change stream and calls back on each batch, so this
+process syncs at once rather than at its next poll.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Coroutine
+from typing import Any, TypeVar
+
+import grpc
+from twisted.internet.defer import Deferred
+from twisted.logger import Logger
+
+from gateway.databroker.records import Changes, Record, StorageUnavailable
+from gateway.rpc.auth import CallCredentials
+from gateway.rpc.bridge import AsyncioThread
+from gateway.rpc.channels import ServiceTarget, open_channel, parse_service_url
+from gateway.rpc.convert import changes_from_pb, record_from_pb
+from gateway.rpc.protos import databroker_pb2 as pb
+from gateway.rpc.protos import databroker_pb2_grpc as pb_grpc
+
+log = Logger(namespace="gateway.rpc")
+
+T = TypeVar("T")
+
+FAILOVER_CODES = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED,
+                  grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.CANCELLED,
+                  grpc.StatusCode.UNKNOWN, grpc.StatusCode.INTERNAL)
+WATCH_BACKOFF = (0.2, 5.0)
+REPORT_SECONDS = 10.0
+
+
+class RemoteRecordStore:
+    backend = "remote"
+
+    def __init__(self, bridge: AsyncioThread, urls: tuple[str, ...], secret: bytes,
+                 timeout: float, ca: bytes | None = None, override_name: str = "",
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        if not urls:
+            raise ValueError("no databroker_service_url")
+        self.bridge = bridge
+        self.targets: tuple[ServiceTarget, ...] = tuple(parse_service_url(u) for u in urls)
+        self.credentials = CallCredentials(secret)
+        self.timeout = timeout
+        self.ca = ca
+        self.override_name = override_name
+        self.clock = clock
+        self.preferred = 0
+        self._stubs: dict[int, Any] = {}
+        self._channels: dict[int, Any] = {}
+        self._watching: asyncio.Task[None] | None = None
+        self._closed = False
+        self._reported: dict[str, float] = {}
+
+    # -- RecordStore
+
+    def get(self, type: str, id: str) -> Deferred[Record | None]:
+        async def call() -> Record | None:
+            answer = await self._invoke("Get", pb.GetRequest(type=type, id=id))
+            return record_from_pb(answer.record) if answer.HasField("record") else None
+        return self._submit(call)
+
+    def put(self, type: str, id: str, data: bytes, expires_at: float = 0.0,
+            revive: bool = True) -> Deferred[Record | None]:
+        async def call() -> Record | None:
+            answer = await self._invoke("Put", pb.PutRequest(
+                type=type, id=id, data=data, expires_at=expires_at, revive=revive))
+            return record_from_pb(answer.record) if answer.HasField("record") else None
+        return self._submit(call)
+
+    def delete(self, type: str, id: str) -> Deferred[None]:
+        async def call() -> None:
+            await self._invoke("Delete", pb.DeleteRequest(type=type, id=id))
+        return self._submit(call)
+
+    def query(self, type: str) -> Deferred[list[Record]]:
+        async def call() -> list[Record]:
+            answer = await self._invoke("Query", pb.QueryRequest(type=type))
+            return [record_from_pb(r) for r in answer.records]
+        return self._submit(call)
+
+    def sync(self, since: int) -> Deferred[Changes]:
+        async def call() -> Changes:
+            return changes_from_pb(await self._invoke("Sync", pb.SyncRequest(since=since)))
+        return self._submit(call)
+
+    def sweep(self, now: float) -> Deferred[int]:
+        async def call() -> int:
+            return int((await self._invoke("Sweep", pb.SweepRequest(now=now))).dropped)
+        return self._submit(call)
+
+    def lease(self, name: str, holder: str, seconds: float) -> Deferred[bool]:
+        async def call() -> bool:
+            answer = await self._invoke("Lease", pb.LeaseRequest(
+                name=name, holder=holder, seconds=seconds))
+            return bool(answer.held)
+        return self._submit(call)
+
+    def release(self, name: str, holder: str) -> Deferred[None]:
+        async def call() -> None:
+            await self._invoke("Release", pb.ReleaseRequest(name=name, holder=holder))
+        return self._submit(call)
+
+    def close(self) -> Deferred[None]:
+        self._closed = True
+        return self._submit(self._close)
+
+    # -- the change stream
+
+    def watch(self, changed: Callable[[], None]) -> None:
+        """Call ``changed`` (on the reactor) after each batch of the change stream,
+        reconnecting with backoff until ``close``."""
+        loop = self.bridge.loop
+        if loop is None or self._watching is not None:
+            return
+
+        def begin() -> None:
+            self._watching = loop.create_task(self._watch(changed))
+        loop.call_soon_threadsafe(begin)
+
+    async def _watch(self, changed: Callable[[], None]) -> None:
+        delay = WATCH_BACKOFF[0]
+        while not self._closed:
+            index = self.preferred
+            try:
+                stream = self._stub(index).Watch(
+                    pb.SyncRequest(since=-1), metadata=self.credentials.metadata())
+                async for _batch in stream:
+                    delay = WATCH_BACKOFF[0]
+                    self.bridge.report(changed)
+            except grpc.aio.AioRpcError as exc:
+                self._note_failure(index, exc)
+            except asyncio.CancelledError:
+                return
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, WATCH_BACKOFF[1])
+
+    # -- calls
+
+    def _submit(self, factory: Callable[[], Coroutine[Any, Any, T]]) -> Deferred[T]:
+        d = self.bridge.submit(factory)
+
+        def unavailable(failure: Any) -> Any:
+            if failure.check(StorageUnavailable):
+                return failure
+            raise StorageUnavailable(f"databroker unreachable: {failure.getErrorMessage()}")
+        return d.addErrback(unavailable)
+
+    def _stub(self, index: int) -> Any:
+        stub = self._stubs.get(index)
+        if stub is None:
+            channel = open_channel(self.targets[index], self.ca, self.override_name)
+            self._channels[index] = channel
+            stub = self._stubs[index] = pb_grpc.DatabrokerStub(channel)  # type: ignore[no-untyped-call]
+        return stub
+
+    async def _invoke(self, method: str, request: Any) -> Any:
+        """The call on the preferred URL, then on each other one, within one deadline."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.timeout
+        count = len(self.targets)
+        errors: list[str] = []
+        for step in range(count):
+            index = (self.preferred + step) % count
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                break
+            try:
+                answer = await getattr(self._stub(index), method)(
+                    request, timeout=remaining, metadata=self.credentials.metadata())
+            except grpc.aio.AioRpcError as exc:
+                self._note_failure(index, exc)
+                errors.append(f"{self.targets[index].url}: {exc.code().name} {exc.details()}")
+                if exc.code() not in FAILOVER_CODES:
+                    break
+                continue
+            if index != self.preferred:
+                self.bridge.report(log.info, "databroker: now using {url}",
+                                   url=self.targets[index].url)
+                self.preferred = index
+            return answer
+        raise StorageUnavailable("no databroker answered: " + "; ".join(errors))
+
+    def _note_failure(self, index: int, exc: Any) -> None:
+        """Say what failed, once per ``REPORT_SECONDS`` per URL and kind."""
+        url = self.targets[index].url
+        code = exc.code()
+        key = f"{url} {code}"
+        now = self.clock()
+        if now - self._reported.get(key, float("-inf")) < REPORT_SECONDS:
+            return
+        self._reported[key] = now
+        if code == grpc.StatusCode.UNAUTHENTICATED:
+            self.bridge.report(
+                log.error, "databroker at {url} refused this process's calls: "
+                "shared_secret differs between this process and the databroker; set the "
+                "same shared_secret on every gateway process", url=url)
+        else:
+            self.bridge.report(log.warn, "databroker at {url} failed: {code} {details}",
+                               url=url, code=code.name, details=exc.details())
+
+    async def _close(self) -> None:
+        if self._watching is not None:
+            self._watching.cancel()
+            self._watching = None
+        channels, self._channels, self._stubs = list(self._channels.values()), {}, {}
+        for channel in channels:
+            await channel.close()

@@ -1,0 +1,160 @@
+"""The remote RecordStore against a real databroker gRPC server on loopback: the same
+answers as the store it wraps, shared_secret refusals, failover between URLs, and
+StorageUnavailable (a 503 upstream) when nothing answers."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from twisted.logger import globalLogPublisher
+from twisted.python.failure import Failure
+
+from gateway.databroker.records import SESSION, StorageUnavailable
+from gateway.rpc.bridge import AsyncioThread
+from gateway.rpc.databroker_client import RemoteRecordStore
+from tests.support.processes import free_port
+
+from .loopback import SECRET, QueueReactor, start_server
+
+
+@pytest.fixture
+def rig() -> Iterator[tuple[AsyncioThread, QueueReactor]]:
+    reactor = QueueReactor()
+    bridge = AsyncioThread(reactor, name="rpc-test")
+    bridge.start()
+    yield bridge, reactor
+    bridge.stop()
+
+
+@pytest.fixture
+def events() -> Iterator[list[dict[str, Any]]]:
+    seen: list[dict[str, Any]] = []
+    globalLogPublisher.addObserver(seen.append)
+    yield seen
+    globalLogPublisher.removeObserver(seen.append)
+
+
+def _client(bridge: AsyncioThread, *ports: int, secret: bytes = SECRET,
+            timeout: float = 5.0) -> RemoteRecordStore:
+    return RemoteRecordStore(bridge, tuple(f"http://127.0.0.1:{p}" for p in ports), secret,
+                             timeout)
+
+
+def test_records_round_trip(rig: Any) -> None:
+    bridge, reactor = rig
+    server, store = start_server(bridge, reactor)
+    client = _client(bridge, server.port)
+    try:
+        put = reactor.wait(client.put(SESSION, "s1", b"{}", expires_at=2_000.0))
+        assert (put.type, put.id, put.data, put.expires_at) == (SESSION, "s1", b"{}", 2_000.0)
+        assert reactor.wait(client.get(SESSION, "s1")) == store.get_now(SESSION, "s1")
+        assert [r.id for r in reactor.wait(client.query(SESSION))] == ["s1"]
+        changes = reactor.wait(client.sync(-1))
+        assert changes.reset and changes.epoch == store.epoch
+        assert reactor.wait(client.delete(SESSION, "s1")) is None
+        assert reactor.wait(client.get(SESSION, "s1")) is None
+        assert reactor.wait(client.put(SESSION, "s1", b"{}", revive=False)) is None
+        later = reactor.wait(client.sync(changes.version))
+        assert [(r.id, r.deleted) for r in later.records] == [("s1", True)]
+        assert reactor.wait(client.lease("dir", "a", 30)) is True
+        assert reactor.wait(client.lease("dir", "b", 30)) is False
+        reactor.wait(client.release("dir", "a"))
+        assert reactor.wait(client.lease("dir", "b", 30)) is True
+        assert reactor.wait(client.sweep(reactor.now)) == 0
+    finally:
+        reactor.wait(client.close())
+        server.stopService()
+
+
+def test_a_wrong_shared_secret_is_refused_and_said_on_both_sides(rig: Any, events: Any) -> None:
+    bridge, reactor = rig
+    server, _ = start_server(bridge, reactor)
+    client = _client(bridge, server.port, secret=b"x" * 32)
+    try:
+        outcome = reactor.wait(client.get(SESSION, "s1"))
+        assert isinstance(outcome, Failure) and outcome.check(StorageUnavailable)
+        assert "UNAUTHENTICATED" in outcome.getErrorMessage()
+        reactor.drain()
+        texts = [e.get("log_format", "") for e in events]
+        assert sum("shared_secret differs" in t for t in texts) >= 2, texts
+        assert not any("Bearer" in repr(e) for e in events)
+    finally:
+        reactor.wait(client.close())
+        server.stopService()
+
+
+def test_failover_to_the_url_that_answers(rig: Any, events: Any) -> None:
+    bridge, reactor = rig
+    server, _ = start_server(bridge, reactor)
+    dead = free_port()
+    client = _client(bridge, dead, server.port)
+    try:
+        reactor.wait(client.put(SESSION, "s1", b"{}"))
+        assert client.preferred == 1
+        assert reactor.wait(client.get(SESSION, "s1")).id == "s1"
+        reactor.drain()
+        assert any("now using" in e.get("log_format", "") for e in events)
+    finally:
+        reactor.wait(client.close())
+        server.stopService()
+
+
+def test_nothing_answering_is_storage_unavailable(rig: Any) -> None:
+    bridge, reactor = rig
+    client = _client(bridge, free_port(), free_port(), timeout=2.0)
+    try:
+        outcome = reactor.wait(client.get(SESSION, "s1"))
+        assert isinstance(outcome, Failure) and outcome.check(StorageUnavailable)
+        assert "no databroker answered" in outcome.getErrorMessage()
+    finally:
+        reactor.wait(client.close())
+
+
+def test_the_client_recovers_when_the_server_comes_back(rig: Any) -> None:
+    bridge, reactor = rig
+    server, _ = start_server(bridge, reactor)
+    port = server.port
+    client = _client(bridge, port)
+    try:
+        reactor.wait(client.put(SESSION, "s1", b"{}"))
+        server.stopService()
+        assert isinstance(reactor.wait(client.get(SESSION, "s1")), Failure)
+        again, _ = start_server(bridge, reactor, port=port)
+        try:
+            for _ in range(50):  # grpc's reconnect backoff is at most 2 s
+                outcome = reactor.wait(client.get(SESSION, "s1"))
+                if not isinstance(outcome, Failure):
+                    break
+                time.sleep(0.1)
+            assert outcome is None  # a new, empty memory store answers
+        finally:
+            again.stopService()
+    finally:
+        reactor.wait(client.close())
+
+
+def test_watch_calls_back_on_each_change(rig: Any) -> None:
+    bridge, reactor = rig
+    server, store = start_server(bridge, reactor)
+    client = _client(bridge, server.port)
+    rang: list[int] = []
+    try:
+        client.watch(lambda: rang.append(1))
+        for _ in range(100):
+            reactor.run_one()
+            if rang:
+                break
+        assert rang  # the first batch: the store's version now
+        rang.clear()
+        store.put(SESSION, "s2", b"{}")
+        for _ in range(100):
+            reactor.run_one()
+            if rang:
+                break
+        assert rang
+    finally:
+        reactor.wait(client.close())
+        server.stopService()
