@@ -107,16 +107,24 @@ def build_service_tree(
         root.addService(SighupService(source, reactor))
     options = snapshot.options
     needs_identity = options.runs("proxy") or options.services == "authenticate"
+    split = None
+    if not options.all_in_one:  # all-in-one never imports grpc nor starts its thread
+        from gateway.rpc.split import split_rpc
+
+        split = split_rpc(snapshot, reactor, root)
     broker = None
     if options.runs("databroker") or needs_identity:
-        # In-process: the services of this process share one databroker.
-        broker = Databroker(reactor, snapshot)
+        # In-process: the services of this process share one databroker (whose records
+        # may live in a databroker process: split.remote_store).
+        broker = Databroker(reactor, snapshot, store=split.store if split else None)
         source.subscribe(broker.apply)
     if options.runs("databroker"):
         databroker = DataBrokerService(source)
         root.addService(databroker)
         assert broker is not None
         MultiService.addService(databroker, broker)
+        if split is not None:
+            root.addService(split.server(broker.store))
     elif broker is not None:
         root.addService(broker)
     if options.runs("authorize"):

@@ -103,6 +103,7 @@ def validate(
     _branding(options, problems)
     _routes_against_globals(options, routes, problems)
     _workers(options, routes, problems, material)
+    _split(options, problems, material)
     return Material(generated=tuple(generated), **material)
 
 
@@ -277,6 +278,32 @@ def _workers(options: Options, routes: tuple[Route, ...], problems: Problems,
         problems.error("workers", f"is {count} with autocert: the ACME challenges and "
                        "certificates of one worker are not seen by the others yet; use "
                        "workers: 1 with autocert, or certificates from files")
+
+
+def _split(options: Options, problems: Problems, material: dict[str, Any]) -> None:
+    """Split services talk gRPC: the databroker serves it, the proxy and authenticate
+    services reach it at ``databroker_service_url(s)``."""
+    if options.all_in_one:
+        return
+    if options.services == "databroker" and not options.grpc_insecure \
+            and not material.get("certificates"):
+        problems.error("grpc_insecure", "is false (the default when services is not all) "
+                       "but no certificate is set to serve gRPC with TLS: set "
+                       "certificate_file and certificate_key_file (or certificates), or "
+                       "grpc_insecure: true for plaintext gRPC on a trusted network")
+    if options.services in ("proxy", "authenticate"):
+        for url in options.databroker_service_urls:
+            key = ("databroker_service_url" if url == options.databroker_service_url
+                   else "databroker_service_urls")
+            parts = urlsplit(url)
+            if parts.scheme not in ("http", "https") or not parts.hostname:
+                problems.error(key, f"{url!r} is not a gRPC service URL: use http://HOST:PORT "
+                               "(grpc_insecure on the databroker) or https://HOST:PORT")
+                continue
+            try:
+                parts.port  # noqa: B018 - raises on a bad port
+            except ValueError:
+                problems.error(key, f"{url!r} has an invalid port")
 
 
 def _identity(options: Options, routes: tuple[Route, ...], reader: Reader, problems: Problems,

@@ -120,6 +120,9 @@ class Databroker(Service):
     def startService(self) -> None:
         Service.startService(self)
         self.follower.start()
+        watch = getattr(self.store, "watch", None)
+        if watch is not None:  # a remote store: its change stream says when to sync
+            watch(self.follower.kick)
         if self.directory is not None:
             self.directory.reload()
         if self.sync is not None:

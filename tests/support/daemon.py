@@ -82,8 +82,11 @@ def twistd_argv(config_path: Path, *extra: str) -> list[str]:
 @contextlib.contextmanager
 def gateway_daemon(tmpdir: Path, config: Mapping[str, Any], *, env: Mapping[str, str] | None
                    = None, extra_args: tuple[str, ...] = ("--poll-interval", "0.2"),
-                   timeout: float = 20.0, port: int | None = None) -> Iterator[Daemon]:
-    """Start the daemon on a free loopback port (``address`` is filled in) and stop it."""
+                   timeout: float = 20.0, port: int | None = None,
+                   ready_port: int | None = None) -> Iterator[Daemon]:
+    """Start the daemon on a free loopback port (``address`` is filled in) and stop it.
+    ``ready_port``: the port that says it is up, when not ``address``'s (a databroker
+    process serves only gRPC)."""
     port = port or free_port()
     merged = {"insecure_server": True, **config, "address": f"127.0.0.1:{port}"}
     path = tmpdir / "gateway.yaml"
@@ -96,7 +99,8 @@ def gateway_daemon(tmpdir: Path, config: Mapping[str, Any], *, env: Mapping[str,
     try:
         # Ready means running with signal handlers, not only bound (see
         # gateway/services/ready.py): a SIGTERM before that would skip the orderly stop.
-        process.wait_ready(lambda: notify.ready() and port_open("127.0.0.1", port), timeout)
+        listens = ready_port or port
+        process.wait_ready(lambda: notify.ready() and port_open("127.0.0.1", listens), timeout)
         yield Daemon(f"http://127.0.0.1:{port}", port, path, process)
     finally:
         process.stop()

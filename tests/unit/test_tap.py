@@ -103,14 +103,49 @@ class ServiceTreeTests(SynchronousTestCase):
         own record store (memory, or the kvstore they share with the others)."""
         secrets = {"shared_secret": SECRET, "cookie_secret": SECRET, **IDENTITY}
         expected = {
-            "databroker": ["DataBrokerService", "ReadyService"],
+            "databroker": ["BridgeService", "DataBrokerService", "GrpcServerService",
+                           "ReadyService"],
             "authorize": ["AuthorizeService", "ReadyService"],
             "authenticate": ["Databroker", "AuthenticateService", "ProxyService", "ReadyService"],
             "proxy": ["Databroker", "ProxyService", "ReadyService"],
         }
         for service, names in expected.items():
-            root = self.tree(services=service, **secrets)
+            root = self.tree(services=service, grpc_insecure=True, **secrets)
             self.assertEqual(self.names(root)[2:], names, service)
+
+    def test_split_processes_use_the_databroker_over_grpc(self) -> None:
+        """With databroker_service_url(s), the proxy and authenticate services keep their
+        records in the databroker process (a remote store behind the same Databroker);
+        the bridge thread's service comes first so that it stops last."""
+        secrets = {"shared_secret": SECRET, "cookie_secret": SECRET, **IDENTITY}
+        for service in ("proxy", "authenticate"):
+            root = self.tree(services=service, databroker_service_urls=[
+                "http://127.0.0.1:5443", "http://[::1]:5443"], **secrets)
+            names = self.names(root)
+            self.assertEqual(names[2:4], ["BridgeService", "Databroker"], service)
+            broker = next(s for s in root if type(s).__name__ == "Databroker")
+            self.assertEqual(broker.store.backend, "remote")
+            self.assertEqual([t.address for t in broker.store.targets],
+                             ["127.0.0.1:5443", "[::1]:5443"])
+        root = self.tree(services="authorize", databroker_service_url="http://127.0.0.1:5443",
+                         **secrets)
+        self.assertNotIn("BridgeService", self.names(root))
+
+    def test_all_in_one_never_imports_grpc(self) -> None:
+        """The in-process path stays free of gRPC: no import, no thread (the plain
+        benchmark's guarantee)."""
+        import subprocess
+
+        path = config_file()
+        code = ("import sys, threading\n"
+                "from twisted.internet.testing import MemoryReactorClock\n"
+                "from gateway import tap\n"
+                "from gateway.config import load_snapshot\n"
+                f"root = tap.build_service_tree(load_snapshot({path!r}, {{}}), {path!r}, "
+                "MemoryReactorClock())\n"
+                "assert 'grpc' not in sys.modules, 'grpc imported'\n"
+                "assert threading.active_count() == 1, threading.enumerate()\n")
+        subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
 
     def test_directory_follows_reloads(self) -> None:
         """Setting idp_service_account to an LDAP directory on reload gives the identity

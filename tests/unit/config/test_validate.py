@@ -49,7 +49,9 @@ class DefaultTests(SynchronousTestCase):
 
     def test_split_mode_derivations(self) -> None:
         """A split service: gRPC on :443, secure, codec auto, no inferred URLs."""
-        o = load(base_config(services="databroker", shared_secret=SECRET)).options
+        o = load(base_config(services="authorize", shared_secret=SECRET,
+                             authenticate_service_url="https://authenticate.example.com")
+                 ).options
         self.assertEqual((o.grpc_address, o.grpc_insecure, o.codec_type),
                          (":443", False, "auto"))
         self.assertEqual(o.authorize_service_urls, ())
@@ -160,6 +162,25 @@ class RuleTests(SynchronousTestCase):
         self.assertEqual(errors_of(base_config(), {
             "SHARED_SECRET": "YixWi1MYh77NMECGGIJQevoonYtVF+ZPRkQZrrmeRqM=\n"}),
             ["shared_secret: config: shared-key contains whitespace"])
+
+    def test_split_grpc_settings(self) -> None:
+        """A databroker serves gRPC with TLS unless grpc_insecure; the proxy's
+        databroker_service_url(s) must be http(s) URLs; each error names its key."""
+        split = {"shared_secret": SECRET, "cookie_secret": SECRET, **IDENTITY}
+        self.assertEqual(errors_of(base_config(services="databroker", **split)), [
+            "grpc_insecure: is false (the default when services is not all) but no "
+            "certificate is set to serve gRPC with TLS: set certificate_file and "
+            "certificate_key_file (or certificates), or grpc_insecure: true for plaintext "
+            "gRPC on a trusted network"])
+        load(base_config(services="databroker", grpc_insecure=True,
+                         grpc_address="127.0.0.1:5443", **split))
+        self.assertEqual(errors_of(base_config(
+            services="proxy", databroker_service_url="tcp://127.0.0.1:5443", **split)), [
+            "databroker_service_url: 'tcp://127.0.0.1:5443' is not a gRPC service URL: use "
+            "http://HOST:PORT (grpc_insecure on the databroker) or https://HOST:PORT"])
+        snap = load(base_config(services="proxy", databroker_service_urls=[
+            "http://127.0.0.1:5443", "https://127.0.0.1:5444"], **split))
+        self.assertEqual(len(snap.options.databroker_service_urls), 2)
 
     def test_cookie_secret_length(self) -> None:
         """A 31-byte cookie secret is refused with the original's message (case 37)."""
