@@ -58,19 +58,23 @@ class QueueReactor:
         raise AssertionError("the Deferred never fired")
 
 
-def server_snapshot(secret: bytes = SECRET, port: int = 0) -> Any:
-    options = SimpleNamespace(grpc_address=f"127.0.0.1:{port}", grpc_insecure=True,
+def server_snapshot(secret: bytes = SECRET, port: int = 0,
+                    certificates: tuple[tuple[bytes, bytes], ...] = ()) -> Any:
+    options = SimpleNamespace(grpc_address=f"127.0.0.1:{port}",
+                              grpc_insecure=not certificates,
                               grpc_server_max_connection_age=300.0,
                               grpc_server_max_connection_age_grace=300.0)
     return SimpleNamespace(options=options,
-                           material=SimpleNamespace(shared_secret=secret, certificates=()))
+                           material=SimpleNamespace(shared_secret=secret,
+                                                    certificates=certificates))
 
 
 def start_server(bridge: AsyncioThread, reactor: QueueReactor, secret: bytes = SECRET,
-                 port: int = 0) -> tuple[GrpcServerService, MemoryRecordStore]:
+                 port: int = 0, certificates: tuple[tuple[bytes, bytes], ...] = ()
+                 ) -> tuple[GrpcServerService, MemoryRecordStore]:
     store = MemoryRecordStore(reactor.seconds)
     servicer = DatabrokerServicer(bridge, store)
-    service = GrpcServerService(bridge, server_snapshot(secret, port), [
+    service = GrpcServerService(bridge, server_snapshot(secret, port, certificates), [
         (servicer, pb_grpc.add_DatabrokerServicer_to_server, SERVICE_NAME)])
     service.startService()
     return service, store
