@@ -292,6 +292,11 @@ def _split(options: Options, problems: Problems, material: dict[str, Any]) -> No
                        "certificate_file and certificate_key_file (or certificates), or "
                        "grpc_insecure: true for plaintext gRPC on a trusted network")
     if options.services in ("proxy", "authenticate"):
+        if options.databroker_service_urls and options.databroker_storage_type != "memory":
+            problems.warn("databroker_storage_type", f"is {options.databroker_storage_type}, "
+                          "but this process keeps its records in the databroker at "
+                          "databroker_service_url(s): the databroker_storage_* settings "
+                          "belong in the databroker's config and are ignored here")
         for url in options.databroker_service_urls:
             key = ("databroker_service_url" if url == options.databroker_service_url
                    else "databroker_service_urls")

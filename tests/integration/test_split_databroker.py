@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import trustme
 
 from tests.support.browser import Browser
 from tests.support.daemon import Daemon, gateway_daemon
@@ -131,3 +132,42 @@ def test_two_proxies_share_sessions_through_a_databroker_process(
                 assert a.process.running
         finally:
             broker_cm.__exit__(None, None, None)
+
+
+def test_split_over_tls_with_certificate_authority(tmp_path: Path,
+                                                    require_binary: Any) -> None:
+    """The databroker serves gRPC with its certificate; the proxies trust it through
+    certificate_authority_file and override_certificate_name (the certificate names the
+    service, the URL an address)."""
+    require_binary("redis-server", "apt-get install -y redis-server")
+    require_binary("node", "apt-get install -y nodejs npm")
+    ca = trustme.CA()
+    issued = ca.issue_cert("databroker.internal")
+    (tmp_path / "ca.pem").write_bytes(ca.cert_pem.bytes())
+    (tmp_path / "db.pem").write_bytes(issued.cert_chain_pems[0].bytes())
+    (tmp_path / "db.key").write_bytes(issued.private_key_pem.bytes())
+    pa, pb, grpc_port = free_port(), free_port(), free_port()
+    for name in ("broker", "a", "b"):
+        (tmp_path / name).mkdir()
+    callbacks = [f"http://auth.test:{p}/oauth2/callback" for p in (pa, pb)]
+    with redis_server(tmp_path) as redis, oidc_provider(tmp_path, callbacks) as op, \
+            echo_upstream(tmp_path) as up:
+        url = f"kvstore://127.0.0.1:{redis.port}/0"
+        broker = {**databroker_config(url, grpc_port), "grpc_insecure": False,
+                  "certificate_file": str(tmp_path / "db.pem"),
+                  "certificate_key_file": str(tmp_path / "db.key")}
+        tls = {"databroker_service_url": f"https://127.0.0.1:{grpc_port}",
+               "certificate_authority_file": str(tmp_path / "ca.pem"),
+               "override_certificate_name": "databroker.internal"}
+        with gateway_daemon(tmp_path / "broker", broker, ready_port=grpc_port) as db, \
+                gateway_daemon(tmp_path / "a", {**proxy_config(op, pa, up.url, grpc_port),
+                                                **tls}, port=pa), \
+                gateway_daemon(tmp_path / "b", {**proxy_config(op, pb, up.url, grpc_port),
+                                                **tls}, port=pb):
+            assert "(TLS)" in db.process.log_text()
+            browser = Browser()
+            assert browser.sign_in(f"http://app.test:{pa}/", "alice@example.test"
+                                   ).status == 200
+            assert browser.request("GET", f"http://app.test:{pb}/").status == 200
+            with redis.client() as raw:
+                assert raw.command("HLEN", "{gateway}:records:session") == 1

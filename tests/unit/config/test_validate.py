@@ -181,6 +181,15 @@ class RuleTests(SynchronousTestCase):
         snap = load(base_config(services="proxy", databroker_service_urls=[
             "http://127.0.0.1:5443", "https://127.0.0.1:5444"], **split))
         self.assertEqual(len(snap.options.databroker_service_urls), 2)
+        self.assertEqual(snap.warnings, ())
+        both = load(base_config(services="proxy", databroker_service_url="http://[::1]:5443",
+                                databroker_storage_type="kvstore",
+                                databroker_storage_connection_string="kvstore://127.0.0.1:6379/",
+                                **split))
+        self.assertEqual([str(w) for w in both.warnings], [
+            "databroker_storage_type: is kvstore, but this process keeps its records in the "
+            "databroker at databroker_service_url(s): the databroker_storage_* settings "
+            "belong in the databroker's config and are ignored here"])
 
     def test_cookie_secret_length(self) -> None:
         """A 31-byte cookie secret is refused with the original's message (case 37)."""
