@@ -28,6 +28,7 @@ from gateway.rpc.auth import CallCredentials
 from gateway.rpc.bridge import AsyncioThread
 from gateway.rpc.channels import ServiceTarget, open_channel, parse_service_url
 from gateway.rpc.convert import changes_from_pb, record_from_pb
+from gateway.rpc.metrics import observe_client
 from gateway.rpc.protos import databroker_pb2 as pb
 from gateway.rpc.protos import databroker_pb2_grpc as pb_grpc
 
@@ -38,6 +39,7 @@ T = TypeVar("T")
 FAILOVER_CODES = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED,
                   grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.CANCELLED,
                   grpc.StatusCode.UNKNOWN, grpc.StatusCode.INTERNAL)
+SERVICE = "gateway.databroker.v1.Databroker"
 WATCH_BACKOFF = (0.2, 5.0)
 REPORT_SECONDS = 10.0
 
@@ -47,7 +49,8 @@ class RemoteRecordStore:
 
     def __init__(self, bridge: AsyncioThread, urls: tuple[str, ...], secret: bytes,
                  timeout: float, ca: bytes | None = None, override_name: str = "",
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 service: str = "gateway") -> None:
         if not urls:
             raise ValueError("no databroker_service_url")
         self.bridge = bridge
@@ -57,6 +60,7 @@ class RemoteRecordStore:
         self.ca = ca
         self.override_name = override_name
         self.clock = clock
+        self.service = service  # the metrics' label: this process's services
         self.preferred = 0
         self._stubs: dict[int, Any] = {}
         self._channels: dict[int, Any] = {}
@@ -177,15 +181,20 @@ class RemoteRecordStore:
             remaining = deadline - loop.time()
             if remaining <= 0:
                 break
+            started = time.monotonic()
             try:
                 answer = await getattr(self._stub(index), method)(
                     request, timeout=remaining, metadata=self.credentials.metadata())
             except grpc.aio.AioRpcError as exc:
+                observe_client(f"/{SERVICE}/{method}", exc.code().name, started, request,
+                               None, self.service)
                 self._note_failure(index, exc)
                 errors.append(f"{self.targets[index].url}: {exc.code().name} {exc.details()}")
                 if exc.code() not in FAILOVER_CODES:
                     break
                 continue
+            observe_client(f"/{SERVICE}/{method}", "OK", started, request, answer,
+                           self.service)
             if index != self.preferred:
                 self.bridge.report(log.info, "databroker: now using {url}",
                                    url=self.targets[index].url)

@@ -22,6 +22,7 @@ from gateway.config.snapshot import Snapshot
 from gateway.rpc.auth import SharedSecretInterceptor
 from gateway.rpc.bridge import AsyncioThread
 from gateway.rpc.channels import listen_address, server_credentials, server_options
+from gateway.rpc.metrics import ServerMetricsInterceptor
 
 log = Logger(namespace="gateway.rpc")
 
@@ -83,7 +84,8 @@ class GrpcServerService(Service):
         interceptor = SharedSecretInterceptor(
             m.shared_secret, lambda method, why: self.bridge.report(
                 self._refusals, method, why))
-        server = grpc.aio.server(interceptors=[interceptor], options=server_options(
+        metrics = ServerMetricsInterceptor(o.services)  # first: it sees refusals too
+        server = grpc.aio.server(interceptors=[metrics, interceptor], options=server_options(
             o.grpc_server_max_connection_age, o.grpc_server_max_connection_age_grace))
         health = HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(health, server)

@@ -60,7 +60,7 @@ class QueueReactor:
 
 def server_snapshot(secret: bytes = SECRET, port: int = 0,
                     certificates: tuple[tuple[bytes, bytes], ...] = ()) -> Any:
-    options = SimpleNamespace(grpc_address=f"127.0.0.1:{port}",
+    options = SimpleNamespace(services="all", grpc_address=f"127.0.0.1:{port}",
                               grpc_insecure=not certificates,
                               grpc_server_max_connection_age=300.0,
                               grpc_server_max_connection_age_grace=300.0)

@@ -13,6 +13,7 @@ from twisted.logger import globalLogPublisher
 from twisted.python.failure import Failure
 
 from gateway.databroker.records import SESSION, StorageUnavailable
+from gateway.observability.metrics import REGISTRY
 from gateway.rpc.bridge import AsyncioThread
 from gateway.rpc.databroker_client import RemoteRecordStore
 from tests.support.processes import free_port
@@ -157,4 +158,39 @@ def test_watch_calls_back_on_each_change(rig: Any) -> None:
         assert rang
     finally:
         reactor.wait(client.close())
+        server.stopService()
+
+
+def _count(name: str, **labels: str) -> float:
+    return REGISTRY.get_sample_value(name, labels) or 0.0
+
+
+def test_grpc_metrics_on_both_sides(rig: Any) -> None:
+    """grpc_client_* and grpc_server_* of the reference: counted by method and status,
+    refused calls included."""
+    bridge, reactor = rig
+    server, _ = start_server(bridge, reactor)
+    client = _client(bridge, server.port)
+    stranger = _client(bridge, server.port, secret=b"x" * 32)
+    ok = {"grpc_service": "gateway.databroker.v1.Databroker", "grpc_method": "Put",
+          "service": "gateway"}
+    before = (_count("grpc_client_requests_total", grpc_client_status="OK", **ok),
+              _count("grpc_server_requests_total", grpc_server_status="OK", service="all",
+                     grpc_service=ok["grpc_service"], grpc_method="Put"),
+              _count("grpc_server_requests_total", grpc_server_status="UNAUTHENTICATED",
+                     service="all", grpc_service=ok["grpc_service"], grpc_method="Get"))
+    try:
+        reactor.wait(client.put(SESSION, "s1", b"{}"))
+        reactor.wait(stranger.get(SESSION, "s1"))
+        after = (_count("grpc_client_requests_total", grpc_client_status="OK", **ok),
+                 _count("grpc_server_requests_total", grpc_server_status="OK", service="all",
+                        grpc_service=ok["grpc_service"], grpc_method="Put"),
+                 _count("grpc_server_requests_total", grpc_server_status="UNAUTHENTICATED",
+                        service="all", grpc_service=ok["grpc_service"], grpc_method="Get"))
+        assert [a - b for a, b in zip(after, before, strict=True)] == [1, 1, 1]
+        assert (REGISTRY.get_sample_value("grpc_client_request_size_bytes_count",
+                                          {**ok, "grpc_client_status": "OK"}) or 0) >= 1
+    finally:
+        reactor.wait(client.close())
+        reactor.wait(stranger.close())
         server.stopService()
