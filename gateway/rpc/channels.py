@@ -61,8 +61,11 @@ def client_options(override_name: str = "") -> list[tuple[str, Any]]:
 
 
 def server_options(max_age: float, max_age_grace: float) -> list[tuple[str, Any]]:
-    """``grpc_server_max_connection_age(_grace)``: clients reconnect and rediscover."""
+    """``grpc_server_max_connection_age(_grace)``: clients reconnect and rediscover.
+    No SO_REUSEPORT (grpc's default on Linux): a second databroker on a taken
+    ``grpc_address`` must fail, not silently take half the calls."""
     return [
+        ("grpc.so_reuseport", 0),
         ("grpc.max_connection_age_ms", int(max_age * 1000)),
         ("grpc.max_connection_age_grace_ms", int(max_age_grace * 1000)),
     ]

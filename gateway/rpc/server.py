@@ -70,9 +70,10 @@ class GrpcServerService(Service):
         address = listen_address(o.grpc_address)
         try:
             self.port = self.bridge.run(lambda: self._start(address), START_SECONDS)
-        except Exception as exc:
-            raise RuntimeError(f"grpc_address: cannot serve gRPC on {o.grpc_address}: "
-                               f"{exc}") from None
+        except Exception as exc:  # as a taken ``address``: one line, exit 1
+            log.critical("grpc_address: cannot serve gRPC on {address}: {error}",
+                         address=o.grpc_address, error=str(exc) or repr(exc))
+            raise SystemExit(1) from None
         Service.startService(self)
         log.info("gRPC: serving {services} on {address} ({security})",
                  services=", ".join(name for _, _, name in self.offers),

@@ -57,6 +57,9 @@ class QueueReactor:
             self.run_one(timeout)
         raise AssertionError("the Deferred never fired")
 
+    def run_until(self, d: Deferred[Any], timeout: float = 10.0) -> list[Any]:
+        return [self.wait(d, timeout)]
+
 
 def server_snapshot(secret: bytes = SECRET, port: int = 0,
                     certificates: tuple[tuple[bytes, bytes], ...] = ()) -> Any:

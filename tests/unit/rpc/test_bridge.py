@@ -4,9 +4,8 @@ calls into the reactor from the loop are awaited, cancellation crosses over."""
 from __future__ import annotations
 
 import asyncio
-import queue
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -14,29 +13,7 @@ from twisted.internet.defer import CancelledError, Deferred, succeed
 
 from gateway.rpc.bridge import AsyncioThread, BridgeStopped
 
-
-class QueueReactor:
-    """callFromThread puts the call in a queue; the test thread plays the reactor."""
-
-    def __init__(self) -> None:
-        self.calls: queue.Queue[tuple[Callable[..., Any], tuple[Any, ...]]] = queue.Queue()
-        self.thread = threading.current_thread()
-
-    def callFromThread(self, fn: Callable[..., Any], *args: Any) -> None:
-        self.calls.put((fn, args))
-
-    def run_one(self, timeout: float = 5.0) -> None:
-        fn, args = self.calls.get(timeout=timeout)
-        fn(*args)
-
-    def run_until(self, d: Deferred[Any], timeout: float = 5.0) -> list[Any]:
-        outcome: list[Any] = []
-        d.addBoth(outcome.append)
-        for _ in range(100):
-            if outcome:
-                break
-            self.run_one(timeout)
-        return outcome
+from .loopback import QueueReactor
 
 
 @pytest.fixture

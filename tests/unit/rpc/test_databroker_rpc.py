@@ -194,3 +194,18 @@ def test_grpc_metrics_on_both_sides(rig: Any) -> None:
         reactor.wait(client.close())
         reactor.wait(stranger.close())
         server.stopService()
+
+
+def test_a_taken_grpc_address_stops_the_process(rig: Any, events: Any) -> None:
+    """No SO_REUSEPORT: a second server on the same address fails at start, with one
+    critical line naming grpc_address, instead of taking half the calls."""
+    bridge, reactor = rig
+    server, _ = start_server(bridge, reactor)
+    try:
+        with pytest.raises(SystemExit):
+            start_server(bridge, reactor, port=server.port)
+        reactor.drain()
+        assert any(e.get("log_format", "").startswith("grpc_address: cannot serve gRPC")
+                   for e in events)
+    finally:
+        server.stopService()
