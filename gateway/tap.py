@@ -118,15 +118,17 @@ def build_service_tree(
         # may live in a databroker process: split.remote_store).
         broker = Databroker(reactor, snapshot, store=split.store if split else None)
         source.subscribe(broker.apply)
+    # Split: what uses the gRPC thread runs under it, so the thread outlives its stop.
+    parent: MultiService = split.service if split is not None else root
     if options.runs("databroker"):
         databroker = DataBrokerService(source)
-        root.addService(databroker)
+        parent.addService(databroker)
         assert broker is not None
         MultiService.addService(databroker, broker)
         if split is not None:
-            root.addService(split.server(broker.store))
+            MultiService.addService(split.service, split.server(broker.store))
     elif broker is not None:
-        root.addService(broker)
+        parent.addService(broker)
     if options.runs("authorize"):
         root.addService(AuthorizeService(source))
     if options.runs("authenticate"):

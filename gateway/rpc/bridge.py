@@ -21,7 +21,7 @@ from collections.abc import Callable, Coroutine
 from concurrent.futures import Future
 from typing import Any, TypeVar
 
-from twisted.application.service import Service
+from twisted.application.service import MultiService
 from twisted.internet.defer import CancelledError, Deferred, maybeDeferred
 from twisted.logger import Logger
 from twisted.python.failure import Failure
@@ -156,20 +156,26 @@ class AsyncioThread:
         self.reactor.callFromThread(fn, *args, **kwargs)
 
 
-class BridgeService(Service):
-    """Starts the loop thread with the service tree and stops it last (it is added
-    before the gRPC servers and clients that use it, so it stops after them)."""
+class BridgeService(MultiService):
+    """The loop thread as the parent of the services that use it (the databroker's gRPC
+    server, a databroker on a remote store): the thread starts before them and stops
+    only once each of them has finished stopping (pending writes drained, the server
+    closed), which a sibling in the root MultiService could not wait for."""
 
     def __init__(self, bridge: AsyncioThread) -> None:
+        MultiService.__init__(self)
         self.bridge = bridge
 
     def startService(self) -> None:
         self.bridge.start()
-        Service.startService(self)
+        MultiService.startService(self)
 
-    def stopService(self) -> None:
-        Service.stopService(self)
-        self.bridge.stop()
+    def stopService(self) -> Deferred[None]:
+        d: Deferred[Any] = MultiService.stopService(self)
+
+        def stop_thread(result: object) -> None:
+            self.bridge.stop()
+        return d.addBoth(stop_thread)
 
 
 def _fire(result: Deferred[T], done: Future[T]) -> None:

@@ -16,7 +16,9 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1._async import HealthServicer
 from twisted.application.service import Service
+from twisted.internet.defer import Deferred
 from twisted.logger import Logger
+from twisted.python.failure import Failure
 
 from gateway.config.snapshot import Snapshot
 from gateway.rpc.auth import SharedSecretInterceptor
@@ -115,11 +117,11 @@ class GrpcServerService(Service):
             await self._server.stop(GRACE_SECONDS)
         self._server = self._health = None
 
-    def stopService(self) -> None:
+    def stopService(self) -> Deferred[None]:
+        """Not blocking: calls in flight may still need the reactor to finish."""
         Service.stopService(self)
-        if not self.bridge.running:
-            return
-        try:
-            self.bridge.run(self._stop, GRACE_SECONDS + 1)
-        except Exception as exc:
-            log.warn("gRPC: stopping the server failed: {error}", error=repr(exc))
+
+        def failed(failure: Failure) -> None:
+            log.warn("gRPC: stopping the server failed: {error}",
+                     error=failure.getErrorMessage())
+        return self.bridge.submit(self._stop).addErrback(failed)

@@ -22,13 +22,14 @@ from gateway.rpc.server import GrpcServerService
 
 
 class SplitRpc:
-    """The bridge thread (added to the tree first, so it stops last) and, in a client
-    process, the remote record store."""
+    """The bridge thread's service (the parent of the services that use the thread) and,
+    in a client process, the remote record store."""
 
     def __init__(self, snapshot: Snapshot, reactor: Any, root: MultiService) -> None:
         self.snapshot = snapshot
         self.bridge = AsyncioThread(reactor)
-        root.addService(BridgeService(self.bridge))
+        self.service = BridgeService(self.bridge)  # parent of what uses the thread
+        root.addService(self.service)
         self.store = remote_store(self.bridge, snapshot) \
             if uses_remote_databroker(snapshot) else None
 

@@ -103,8 +103,7 @@ class ServiceTreeTests(SynchronousTestCase):
         own record store (memory, or the kvstore they share with the others)."""
         secrets = {"shared_secret": SECRET, "cookie_secret": SECRET, **IDENTITY}
         expected = {
-            "databroker": ["BridgeService", "DataBrokerService", "GrpcServerService",
-                           "ReadyService"],
+            "databroker": ["BridgeService", "ReadyService"],
             "authorize": ["AuthorizeService", "ReadyService"],
             "authenticate": ["Databroker", "AuthenticateService", "ProxyService", "ReadyService"],
             "proxy": ["Databroker", "ProxyService", "ReadyService"],
@@ -112,18 +111,25 @@ class ServiceTreeTests(SynchronousTestCase):
         for service, names in expected.items():
             root = self.tree(services=service, grpc_insecure=True, **secrets)
             self.assertEqual(self.names(root)[2:], names, service)
+        # the databroker and its gRPC server run under the thread they use
+        root = self.tree(services="databroker", grpc_insecure=True, **secrets)
+        bridge = next(s for s in root if type(s).__name__ == "BridgeService")
+        self.assertEqual(self.names(bridge), ["DataBrokerService", "GrpcServerService"])
 
     def test_split_processes_use_the_databroker_over_grpc(self) -> None:
         """With databroker_service_url(s), the proxy and authenticate services keep their
         records in the databroker process (a remote store behind the same Databroker);
-        the bridge thread's service comes first so that it stops last."""
+        the databroker runs under the bridge thread's service, which stops the thread only
+        after it."""
         secrets = {"shared_secret": SECRET, "cookie_secret": SECRET, **IDENTITY}
         for service in ("proxy", "authenticate"):
             root = self.tree(services=service, databroker_service_urls=[
                 "http://127.0.0.1:5443", "http://[::1]:5443"], **secrets)
             names = self.names(root)
-            self.assertEqual(names[2:4], ["BridgeService", "Databroker"], service)
-            broker = next(s for s in root if type(s).__name__ == "Databroker")
+            self.assertEqual(names[2], "BridgeService", service)
+            bridge = next(s for s in root if type(s).__name__ == "BridgeService")
+            self.assertEqual(self.names(bridge), ["Databroker"], service)
+            broker = next(iter(bridge))
             self.assertEqual(broker.store.backend, "remote")
             self.assertEqual([t.address for t in broker.store.targets],
                              ["127.0.0.1:5443", "[::1]:5443"])

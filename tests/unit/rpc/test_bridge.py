@@ -132,3 +132,31 @@ def test_stop_runs_the_shutdown_step_on_the_loop() -> None:
 
     thread.stop(closing)
     assert ran_in == ["stopping-aio"]
+
+
+def test_the_thread_outlives_the_services_under_it() -> None:
+    """BridgeService stops its thread only once every service under it has stopped
+    (a databroker draining writes through the thread, say)."""
+    from twisted.application.service import Service
+
+    from gateway.rpc.bridge import BridgeService
+
+    class Draining(Service):
+        def __init__(self) -> None:
+            self.done: Deferred[None] = Deferred()
+
+        def stopService(self) -> Deferred[None]:
+            Service.stopService(self)
+            return self.done
+
+    thread = AsyncioThread(QueueReactor(), name="parent-aio")
+    parent = BridgeService(thread)
+    child = Draining()
+    child.setServiceParent(parent)
+    parent.startService()
+    assert thread.running and child.running
+    stopped = parent.stopService()
+    assert thread.running, "stopped before the service under it finished"
+    child.done.callback(None)
+    assert not thread.running
+    assert stopped.called

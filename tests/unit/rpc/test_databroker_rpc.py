@@ -67,7 +67,7 @@ def test_records_round_trip(rig: Any) -> None:
         assert reactor.wait(client.sweep(reactor.now)) == 0
     finally:
         reactor.wait(client.close())
-        server.stopService()
+        reactor.wait(server.stopService())
 
 
 def test_a_wrong_shared_secret_is_refused_and_said_on_both_sides(rig: Any, events: Any) -> None:
@@ -84,7 +84,7 @@ def test_a_wrong_shared_secret_is_refused_and_said_on_both_sides(rig: Any, event
         assert not any("Bearer" in repr(e) for e in events)
     finally:
         reactor.wait(client.close())
-        server.stopService()
+        reactor.wait(server.stopService())
 
 
 def test_failover_to_the_url_that_answers(rig: Any, events: Any) -> None:
@@ -100,7 +100,7 @@ def test_failover_to_the_url_that_answers(rig: Any, events: Any) -> None:
         assert any("now using" in e.get("log_format", "") for e in events)
     finally:
         reactor.wait(client.close())
-        server.stopService()
+        reactor.wait(server.stopService())
 
 
 def test_nothing_answering_is_storage_unavailable(rig: Any) -> None:
@@ -121,7 +121,7 @@ def test_the_client_recovers_when_the_server_comes_back(rig: Any) -> None:
     client = _client(bridge, port)
     try:
         reactor.wait(client.put(SESSION, "s1", b"{}"))
-        server.stopService()
+        reactor.wait(server.stopService())
         assert isinstance(reactor.wait(client.get(SESSION, "s1")), Failure)
         again, _ = start_server(bridge, reactor, port=port)
         try:
@@ -132,7 +132,7 @@ def test_the_client_recovers_when_the_server_comes_back(rig: Any) -> None:
                 time.sleep(0.1)
             assert outcome is None  # a new, empty memory store answers
         finally:
-            again.stopService()
+            reactor.wait(again.stopService())
     finally:
         reactor.wait(client.close())
 
@@ -158,7 +158,7 @@ def test_watch_calls_back_on_each_change(rig: Any) -> None:
         assert rang
     finally:
         reactor.wait(client.close())
-        server.stopService()
+        reactor.wait(server.stopService())
 
 
 def _count(name: str, **labels: str) -> float:
@@ -193,7 +193,7 @@ def test_grpc_metrics_on_both_sides(rig: Any) -> None:
     finally:
         reactor.wait(client.close())
         reactor.wait(stranger.close())
-        server.stopService()
+        reactor.wait(server.stopService())
 
 
 def test_a_taken_grpc_address_stops_the_process(rig: Any, events: Any) -> None:
@@ -208,4 +208,4 @@ def test_a_taken_grpc_address_stops_the_process(rig: Any, events: Any) -> None:
         assert any(e.get("log_format", "").startswith("grpc_address: cannot serve gRPC")
                    for e in events)
     finally:
-        server.stopService()
+        reactor.wait(server.stopService())

@@ -52,4 +52,4 @@ def test_tls_with_certificate_authority_and_override_name(rig: Any) -> None:
     finally:
         for client in (trusted, wrong_name, stranger):
             reactor.wait(client.close())
-        server.stopService()
+        reactor.wait(server.stopService())
