@@ -148,6 +148,9 @@ class RemoteRecordStore:
                 self._note_failure(index, exc)
             except asyncio.CancelledError:
                 return
+            except Exception as exc:  # never let the stream's task die quietly
+                self.bridge.report(log.warn, "databroker change stream: {error}",
+                                   error=repr(exc))
             await asyncio.sleep(delay)
             delay = min(delay * 2, WATCH_BACKOFF[1])
 

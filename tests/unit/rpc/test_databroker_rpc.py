@@ -209,3 +209,27 @@ def test_a_taken_grpc_address_stops_the_process(rig: Any, events: Any) -> None:
                    for e in events)
     finally:
         reactor.wait(server.stopService())
+
+
+def test_standard_health_checks_answer_without_a_token(rig: Any) -> None:
+    """grpc.health.v1: SERVING for the server and the databroker service, no token
+    needed (load balancers probe it); our own methods still need one."""
+    import grpc
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    from gateway.rpc.protos import databroker_pb2, databroker_pb2_grpc
+
+    bridge, reactor = rig
+    server, _ = start_server(bridge, reactor)
+    try:
+        with grpc.insecure_channel(f"127.0.0.1:{server.port}") as channel:
+            health = health_pb2_grpc.HealthStub(channel)
+            for name in ("", "gateway.databroker.v1.Databroker"):
+                answer = health.Check(health_pb2.HealthCheckRequest(service=name), timeout=5)
+                assert answer.status == health_pb2.HealthCheckResponse.SERVING
+            with pytest.raises(grpc.RpcError) as refused:
+                databroker_pb2_grpc.DatabrokerStub(channel).Get(
+                    databroker_pb2.GetRequest(type=SESSION, id="s1"), timeout=5)
+            assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED
+    finally:
+        reactor.wait(server.stopService())
