@@ -48,13 +48,18 @@ def listen_address(grpc_address: str) -> str:
     return grpc_address
 
 
-def client_options(override_name: str = "") -> list[tuple[str, Any]]:
+def client_options(override_name: str = "", round_robin: bool = True
+                   ) -> list[tuple[str, Any]]:
+    """``round_robin`` (``grpc_client_dns_roundrobin``): spread calls over every address
+    a service's DNS name has, rather than sticking to the first that answers."""
     options: list[tuple[str, Any]] = [
         ("grpc.initial_reconnect_backoff_ms", INITIAL_BACKOFF_MS),
         ("grpc.min_reconnect_backoff_ms", INITIAL_BACKOFF_MS),
         ("grpc.max_reconnect_backoff_ms", MAX_BACKOFF_MS),
         ("grpc.enable_retries", 0),  # failover between URLs is ours (databroker_client)
     ]
+    if round_robin:
+        options.append(("grpc.lb_policy_name", "round_robin"))
     if override_name:
         options.append(("grpc.ssl_target_name_override", override_name))
     return options
@@ -71,9 +76,10 @@ def server_options(max_age: float, max_age_grace: float) -> list[tuple[str, Any]
     ]
 
 
-def open_channel(target: ServiceTarget, ca: bytes | None, override_name: str) -> Any:
+def open_channel(target: ServiceTarget, ca: bytes | None, override_name: str,
+                 round_robin: bool = True) -> Any:
     """A ``grpc.aio`` channel; call on the bridge's loop."""
-    options = client_options(override_name if target.secure else "")
+    options = client_options(override_name if target.secure else "", round_robin)
     if not target.secure:
         return grpc.aio.insecure_channel(target.address, options=options)
     credentials = grpc.ssl_channel_credentials(root_certificates=ca)

@@ -50,7 +50,7 @@ class RemoteRecordStore:
     def __init__(self, bridge: AsyncioThread, urls: tuple[str, ...], secret: bytes,
                  timeout: float, ca: bytes | None = None, override_name: str = "",
                  clock: Callable[[], float] = time.monotonic,
-                 service: str = "gateway") -> None:
+                 service: str = "gateway", round_robin: bool = True) -> None:
         if not urls:
             raise ValueError("no databroker_service_url")
         self.bridge = bridge
@@ -59,6 +59,7 @@ class RemoteRecordStore:
         self.timeout = timeout
         self.ca = ca
         self.override_name = override_name
+        self.round_robin = round_robin
         self.clock = clock
         self.service = service  # the metrics' label: this process's services
         self.preferred = 0
@@ -168,7 +169,8 @@ class RemoteRecordStore:
     def _stub(self, index: int) -> Any:
         stub = self._stubs.get(index)
         if stub is None:
-            channel = open_channel(self.targets[index], self.ca, self.override_name)
+            channel = open_channel(self.targets[index], self.ca, self.override_name,
+                                   self.round_robin)
             self._channels[index] = channel
             stub = self._stubs[index] = pb_grpc.DatabrokerStub(channel)  # type: ignore[no-untyped-call]
         return stub

@@ -55,7 +55,8 @@ def remote_store(bridge: AsyncioThread, snapshot: Snapshot) -> RemoteRecordStore
     o, m = snapshot.options, snapshot.material
     return RemoteRecordStore(bridge, o.databroker_service_urls, m.shared_secret,
                              float(o.grpc_client_timeout), ca=m.certificate_authority,
-                             override_name=o.override_certificate_name, service=o.services)
+                             override_name=o.override_certificate_name, service=o.services,
+                             round_robin=o.grpc_client_dns_roundrobin)
 
 
 def databroker_server(bridge: AsyncioThread, snapshot: Snapshot,
