@@ -13,8 +13,10 @@ from typing import Any
 from twisted.application.service import IService, MultiService
 
 from gateway.config.snapshot import Snapshot
+from gateway.databroker.broker import Databroker
 from gateway.databroker.records import RecordStore
 from gateway.rpc.bridge import AsyncioThread, BridgeService
+from gateway.rpc.change_signal import ChangeSignal
 from gateway.rpc.databroker_client import RemoteRecordStore
 from gateway.rpc.databroker_server import SERVICE_NAME, DatabrokerServicer
 from gateway.rpc.protos import databroker_pb2_grpc as pb_grpc
@@ -33,8 +35,9 @@ class SplitRpc:
         self.store = remote_store(self.bridge, snapshot) \
             if uses_remote_databroker(snapshot) else None
 
-    def server(self, store: RecordStore) -> IService:
-        return databroker_server(self.bridge, self.snapshot, store)
+    def server(self, broker: Databroker) -> IService:
+        return databroker_server(self.bridge, self.snapshot, broker.store,
+                                 ChangeSignal(broker.follower))
 
 
 def split_rpc(snapshot: Snapshot, reactor: Any, root: MultiService) -> SplitRpc | None:
@@ -59,9 +62,10 @@ def remote_store(bridge: AsyncioThread, snapshot: Snapshot) -> RemoteRecordStore
                              round_robin=o.grpc_client_dns_roundrobin)
 
 
-def databroker_server(bridge: AsyncioThread, snapshot: Snapshot,
-                      store: RecordStore) -> GrpcServerService:
+def databroker_server(bridge: AsyncioThread, snapshot: Snapshot, store: RecordStore,
+                      signal: ChangeSignal | None = None) -> GrpcServerService:
     servicer = DatabrokerServicer(bridge, store,
-                                  float(snapshot.options.grpc_server_max_connection_age))
+                                  float(snapshot.options.grpc_server_max_connection_age),
+                                  signal)
     return GrpcServerService(bridge, snapshot, [
         (servicer, pb_grpc.add_DatabrokerServicer_to_server, SERVICE_NAME)])

@@ -73,10 +73,10 @@ def server_snapshot(secret: bytes = SECRET, port: int = 0,
 
 
 def start_server(bridge: AsyncioThread, reactor: QueueReactor, secret: bytes = SECRET,
-                 port: int = 0, certificates: tuple[tuple[bytes, bytes], ...] = ()
-                 ) -> tuple[GrpcServerService, MemoryRecordStore]:
+                 port: int = 0, certificates: tuple[tuple[bytes, bytes], ...] = (),
+                 signal: Any = None) -> tuple[GrpcServerService, MemoryRecordStore]:
     store = MemoryRecordStore(reactor.seconds)
-    servicer = DatabrokerServicer(bridge, store)
+    servicer = DatabrokerServicer(bridge, store, signal=signal)
     service = GrpcServerService(bridge, server_snapshot(secret, port, certificates), [
         (servicer, pb_grpc.add_DatabrokerServicer_to_server, SERVICE_NAME)])
     service.startService()
