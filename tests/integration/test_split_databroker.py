@@ -171,3 +171,39 @@ def test_split_over_tls_with_certificate_authority(tmp_path: Path,
             assert browser.request("GET", f"http://app.test:{pb}/").status == 200
             with redis.client() as raw:
                 assert raw.command("HLEN", "{gateway}:records:session") == 1
+
+
+def test_failover_between_two_databrokers(tmp_path: Path, require_binary: Any) -> None:
+    """Two databrokers on one Redis, a proxy given both URLs: when the one it uses stops,
+    its next calls go to the other within the same request (no 503), and it says so."""
+    require_binary("redis-server", "apt-get install -y redis-server")
+    require_binary("node", "apt-get install -y nodejs npm")
+    pa, g1, g2 = free_port(), free_port(), free_port()
+    for name in ("d1", "d2", "a"):
+        (tmp_path / name).mkdir()
+    with redis_server(tmp_path) as redis, \
+            oidc_provider(tmp_path, [f"http://auth.test:{pa}/oauth2/callback"]) as op, \
+            echo_upstream(tmp_path) as up:
+        url = f"kvstore://127.0.0.1:{redis.port}/0"
+        proxy = proxy_config(op, pa, up.url, g1)
+        del proxy["databroker_service_url"]
+        proxy["databroker_service_urls"] = [f"http://127.0.0.1:{g1}", f"http://127.0.0.1:{g2}"]
+        first = gateway_daemon(tmp_path / "d1", databroker_config(url, g1), ready_port=g1)
+        first.__enter__()
+        first_running = True
+        try:
+            with gateway_daemon(tmp_path / "d2", databroker_config(url, g2), ready_port=g2), \
+                    gateway_daemon(tmp_path / "a", proxy, port=pa) as a:
+                browser = Browser()
+                assert browser.sign_in(f"http://app.test:{pa}/", "alice@example.test"
+                                       ).status == 200
+                first.__exit__(None, None, None)
+                first_running = False
+                for i in range(30):  # over 3 s: past the follower's 2 s of trust
+                    reply = browser.request("GET", f"http://app.test:{pa}/after/{i}")
+                    assert reply.status == 200, (i, reply.status, reply.body[:200])
+                    time.sleep(0.1)
+                assert logged(a, f"databroker: now using http://127.0.0.1:{g2}")
+        finally:
+            if first_running:
+                first.__exit__(None, None, None)
