@@ -17,6 +17,7 @@ from gateway.dataplane.authz import Allow
 from gateway.dataplane.core import ProxyCore
 from gateway.dataplane.exchange.access import log_access
 from gateway.dataplane.exchange.headers import forwarded_for
+from gateway.dataplane.exchange.request_id import request_id_for
 from gateway.dataplane.responses import error_page
 from gateway.dataplane.routing.plan import RoutePlan
 from gateway.dataplane.upstream.hosts import UpstreamHost
@@ -62,6 +63,18 @@ class Sink(Protocol):
 class ExchangeBase:
     """The state all parts of an exchange share (only ``Exchange`` is instantiated)."""
 
+    # Observability state, as class defaults (set on the instance only when it changes, so
+    # a request pays nothing for the fields it never uses).
+    _request_id = ""
+    received = 0  # request body bytes read from the client
+    upstream_host: UpstreamHost | None = None  # the host picked (kept after release_host)
+    upstream_started = 0.0  # when the current upstream request began; 0: none in flight
+    upstream_status = 0  # the upstream's status code; 0 until a response head arrives
+    user_id = ""  # the signed-in user of the authorization decision, if any
+    email = ""
+    decision_reason = ""  # why the authorization decision denied or allowed
+    trace_id = ""  # set by tracing; logged when not empty
+
     def __init__(self, sink: Sink, core: ProxyCore) -> None:
         self.sink = sink
         self.core = core
@@ -101,6 +114,15 @@ class ExchangeBase:
         self.detail = ""
         self.internal_body: bytearray | None = None
 
+    @property
+    def request_id(self) -> str:
+        """This request's ``X-Request-Id`` (the client's when valid, else a new one): sent
+        upstream, on the response, in the access log and on error pages."""
+        rid = self._request_id
+        if not rid:
+            rid = self._request_id = request_id_for(self.headers)
+        return rid
+
     def client_address(self) -> str:
         """The client as policy and logs see it: the peer, or with
         ``xff_num_trusted_hops`` N the Nth address from the right of X-Forwarded-For."""
@@ -130,6 +152,7 @@ class ExchangeBase:
         self.response_started = True
         out = list((self.plan if self.plan is not None else self.core.plan).response_headers)
         out.extend(headers)
+        out.append((b"x-request-id", self.request_id.encode()))
         if body and not any(name == b"content-type" for name, _ in headers):
             out.extend(_PLAIN)
         out.append((b"content-length", b"%d" % len(body)))

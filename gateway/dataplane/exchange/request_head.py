@@ -115,6 +115,9 @@ def upstream_request_head(exchange: ExchangeBase) -> bytes:
     if exchange.allow is not None:
         for name, value in exchange.allow.headers:
             parts += (name, b": ", value, b"\r\n")
+    # the client's own x-request-id was dropped above (plan.request_drop) and comes back
+    # here only if valid
+    parts += (b"x-request-id: ", exchange.request_id.encode(), b"\r\n")
     if exchange.body_kind == BODY_CHUNKED:
         parts.append(b"transfer-encoding: chunked\r\n")
     if exchange.upgrade:

@@ -1,0 +1,163 @@
+"""The reference's request families: ``http_server_*`` (every request the proxy answers)
+and ``http_client_*`` (every request it sends upstream).
+
+Counting happens on the proxy's hot path, so it is plain Python: one dict per direction,
+keyed by the label values, holding a flat list of numbers (count, sums and the bucket
+counts of three histograms). Nothing touches prometheus-client per request; the
+``RequestCollector`` turns the counts into metric families when a scrape asks. Everything
+runs on the reactor thread (the metrics listener renders there too), so no lock is needed.
+
+Cardinality is bounded by the configuration, not by what clients send: the host and route
+labels come from the matched route (an unrouted request is ``host="unknown"``,
+``route="none"``), methods outside ``METHODS`` are ``OTHER``, and a direction holds at most
+``MAX_SERIES`` label sets (further ones are counted under ``OVERFLOW``).
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
+
+# Milliseconds: a loopback answer takes a fraction of one, a slow upstream tens of seconds.
+DURATION_BUCKETS_MS = (0.25, 0.5, 1, 2.5, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000,
+                       10000, 30000, 60000)
+# Bytes of the body: none, a small JSON answer, a page, an upload.
+SIZE_BUCKETS = (0, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304, 16777216,
+                67108864)
+METHODS = {m.encode(): m for m in ("GET", "HEAD", "POST", "PUT", "DELETE", "CONNECT",
+                                   "OPTIONS", "TRACE", "PATCH")}
+OTHER_METHOD = "OTHER"
+UNKNOWN_HOST = "unknown"
+NO_ROUTE = "none"
+MAX_SERIES = 10000
+LABELS = ("service", "host", "method", "status", "route")
+OVERFLOW = ("overflow", OTHER_METHOD, 0, "overflow")  # (host, method, status, route)
+
+# Layout of one series' list: count, duration sum, request-size sum, response-size sum,
+# then the (non-cumulative) bucket counts of each histogram, +Inf last.
+_D = 4
+_Q = _D + len(DURATION_BUCKETS_MS) + 1
+_R = _Q + len(SIZE_BUCKETS) + 1
+_WIDTH = _R + len(SIZE_BUCKETS) + 1
+
+Key = tuple[str, str, int, str]  # host, method, status, route
+
+
+def method_label(method: bytes) -> str:
+    """The method as a label value: one of ``METHODS``, else ``OTHER``."""
+    return METHODS.get(method, OTHER_METHOD)
+
+
+def route_label(route: Any) -> str:
+    """A route's label: its ``name``, else ``from`` and its path matcher, e.g.
+    ``https://app.example.com prefix=/api/``."""
+    if route.name:
+        return str(route.name)
+    for matcher in ("path", "prefix", "regex"):
+        value = getattr(route, matcher, "")
+        if value:
+            return f"{route.from_url} {matcher}={value}"
+    return str(route.from_url)
+
+
+def route_host_label(route: Any) -> str:
+    """The host label of requests a route serves: its ``from`` authority (a wildcard route
+    is one value, whatever names its requests carry)."""
+    from_url = str(route.from_url)
+    rest = from_url.split("://", 1)[-1]
+    return rest.split("/", 1)[0].lower()
+
+
+class RequestFamilies:
+    """Counts of one direction (``http_server`` or ``http_client``)."""
+
+    def __init__(self, prefix: str, what: str) -> None:
+        self.prefix = prefix
+        self.what = what
+        self.series: dict[Key, list[float]] = {}
+
+    def observe(self, key: Key, duration_ms: float, request_bytes: int,
+                response_bytes: int) -> None:
+        row = self.series.get(key)
+        if row is None:
+            if len(self.series) >= MAX_SERIES:
+                key = OVERFLOW
+            row = self.series.setdefault(key, [0] * _WIDTH)
+        row[0] += 1
+        row[1] += duration_ms
+        row[2] += request_bytes
+        row[3] += response_bytes
+        row[_D + bisect_left(DURATION_BUCKETS_MS, duration_ms)] += 1
+        row[_Q + bisect_left(SIZE_BUCKETS, request_bytes)] += 1
+        row[_R + bisect_left(SIZE_BUCKETS, response_bytes)] += 1
+
+    def families(self, service: str) -> Iterator[Metric]:
+        p, what = self.prefix, self.what
+        total = CounterMetricFamily(f"{p}_requests", f"Requests {what}.", labels=LABELS)
+        duration = HistogramMetricFamily(
+            f"{p}_request_duration_ms", f"Duration of requests {what}, in milliseconds.",
+            labels=LABELS)
+        request_size = HistogramMetricFamily(
+            f"{p}_request_size_bytes", f"Body bytes of requests {what}.", labels=LABELS)
+        response_size = HistogramMetricFamily(
+            f"{p}_response_size_bytes", f"Body bytes of responses to requests {what}.",
+            labels=LABELS)
+        for (host, method, status, route), row in sorted(self.series.items()):
+            labels = [service, host, method, str(status), route]
+            total.add_metric(labels, row[0])
+            duration.add_metric(labels, _cumulative(_DURATION_LE, row, _D), row[1])
+            request_size.add_metric(labels, _cumulative(_SIZE_LE, row, _Q), row[2])
+            response_size.add_metric(labels, _cumulative(_SIZE_LE, row, _R), row[3])
+        yield from (total, duration, request_size, response_size)
+
+
+def _cumulative(bounds: tuple[str, ...], row: list[float], start: int
+                ) -> list[tuple[str, float]]:
+    out: list[tuple[str, float]] = []
+    running = 0.0
+    for i, bound in enumerate(bounds):
+        running += row[start + i]
+        out.append((bound, running))
+    out.append(("+Inf", running + row[start + len(bounds)]))
+    return out
+
+
+def _le(bounds: tuple[float, ...]) -> tuple[str, ...]:
+    """``le`` values as prometheus-client's own histograms spell them."""
+    return tuple(str(floatToGoString(b)) for b in bounds)  # type: ignore[no-untyped-call]
+
+
+_DURATION_LE = _le(DURATION_BUCKETS_MS)
+_SIZE_LE = _le(SIZE_BUCKETS)
+
+
+class RequestMetrics(Collector):
+    """Both directions, and whether counting is on (only with ``metrics_address``: a
+    gateway nobody scrapes does not pay for it)."""
+
+    def __init__(self) -> None:
+        self.enabled = False
+        self.service = "gateway"
+        self.server = RequestFamilies("http_server", "the gateway answered")
+        self.client = RequestFamilies("http_client", "the gateway sent upstream")
+
+    def enable(self, service: str) -> None:
+        self.enabled = True
+        self.service = service
+
+    def collect(self) -> Iterator[Metric]:
+        if not self.enabled:
+            return
+        yield from self.server.families(self.service)
+        yield from self.client.families(self.service)
+
+    def describe(self) -> Iterable[Metric]:
+        return list(self.collect())
+
+
+REQUESTS = RequestMetrics()
