@@ -39,13 +39,17 @@ LABELS = ("service", "host", "method", "status", "route")
 OVERFLOW = ("overflow", OTHER_METHOD, 0, "overflow")  # (host, method, status, route)
 
 # Layout of one series' list: count, duration sum, request-size sum, response-size sum,
-# then the (non-cumulative) bucket counts of each histogram, +Inf last.
-_D = 4
-_Q = _D + len(DURATION_BUCKETS_MS) + 1
-_R = _Q + len(SIZE_BUCKETS) + 1
-_WIDTH = _R + len(SIZE_BUCKETS) + 1
+# then the (non-cumulative) bucket counts of each histogram, +Inf last. The size
+# histograms' first bucket (``le="0"``) is not counted per request but derived at scrape
+# (count minus the others): most requests have no body, and skipping their size costs
+# nothing.
+DURATION_AT = 4
+REQUEST_SIZE_AT = DURATION_AT + len(DURATION_BUCKETS_MS) + 1
+RESPONSE_SIZE_AT = REQUEST_SIZE_AT + len(SIZE_BUCKETS) + 1
+_WIDTH = RESPONSE_SIZE_AT + len(SIZE_BUCKETS) + 1
 
 Key = tuple[str, str, int, str]  # host, method, status, route
+Row = list[float]
 
 
 def method_label(method: bytes) -> str:
@@ -73,6 +77,19 @@ def route_host_label(route: Any) -> str:
     return rest.split("/", 1)[0].lower()
 
 
+def count(row: Row, duration_ms: float, request_bytes: int, response_bytes: int) -> None:
+    """Count one request into ``row`` (the hot path: every line here costs the proxy)."""
+    row[0] += 1
+    row[1] += duration_ms
+    row[DURATION_AT + bisect_left(DURATION_BUCKETS_MS, duration_ms)] += 1
+    if request_bytes:
+        row[2] += request_bytes
+        row[REQUEST_SIZE_AT + bisect_left(SIZE_BUCKETS, request_bytes)] += 1
+    if response_bytes:
+        row[3] += response_bytes
+        row[RESPONSE_SIZE_AT + bisect_left(SIZE_BUCKETS, response_bytes)] += 1
+
+
 class RequestFamilies:
     """Counts of one direction (``http_server`` or ``http_client``)."""
 
@@ -81,20 +98,19 @@ class RequestFamilies:
         self.what = what
         self.series: dict[Key, list[float]] = {}
 
-    def observe(self, key: Key, duration_ms: float, request_bytes: int,
-                response_bytes: int) -> None:
+    def row(self, key: Key) -> Row:
+        """The counts of ``key``, made on first use (past ``MAX_SERIES``: the overflow's).
+        Callers may keep the row and ``count`` into it directly."""
         row = self.series.get(key)
         if row is None:
             if len(self.series) >= MAX_SERIES:
                 key = OVERFLOW
             row = self.series.setdefault(key, [0] * _WIDTH)
-        row[0] += 1
-        row[1] += duration_ms
-        row[2] += request_bytes
-        row[3] += response_bytes
-        row[_D + bisect_left(DURATION_BUCKETS_MS, duration_ms)] += 1
-        row[_Q + bisect_left(SIZE_BUCKETS, request_bytes)] += 1
-        row[_R + bisect_left(SIZE_BUCKETS, response_bytes)] += 1
+        return row
+
+    def observe(self, key: Key, duration_ms: float, request_bytes: int,
+                response_bytes: int) -> None:
+        count(self.row(key), duration_ms, request_bytes, response_bytes)
 
     def families(self, service: str) -> Iterator[Metric]:
         p, what = self.prefix, self.what
@@ -110,10 +126,18 @@ class RequestFamilies:
         for (host, method, status, route), row in sorted(self.series.items()):
             labels = [service, host, method, str(status), route]
             total.add_metric(labels, row[0])
-            duration.add_metric(labels, _cumulative(_DURATION_LE, row, _D), row[1])
-            request_size.add_metric(labels, _cumulative(_SIZE_LE, row, _Q), row[2])
-            response_size.add_metric(labels, _cumulative(_SIZE_LE, row, _R), row[3])
+            duration.add_metric(labels, _cumulative(_DURATION_LE, row, DURATION_AT), row[1])
+            request_size.add_metric(labels, _sizes(row, REQUEST_SIZE_AT), row[2])
+            response_size.add_metric(labels, _sizes(row, RESPONSE_SIZE_AT), row[3])
         yield from (total, duration, request_size, response_size)
+
+
+def _sizes(row: Row, start: int) -> list[tuple[str, float]]:
+    """The size histogram at ``start``, its ``le="0"`` bucket derived (count minus the
+    others: requests without a body are not counted into it)."""
+    full = list(row)
+    full[start] = row[0] - sum(row[start + 1:start + len(SIZE_BUCKETS) + 1])
+    return _cumulative(_SIZE_LE, full, start)
 
 
 def _cumulative(bounds: tuple[str, ...], row: list[float], start: int

@@ -213,7 +213,8 @@ class BuildPlanTests(SynchronousTestCase):
         first, second = plan.routes
         self.assertEqual(dict(first.response_headers),
                          {b"X-A": b"global", b"X-B": b"route", b"X-C": b"route"})
-        self.assertEqual(first.response_header_names, frozenset({b"x-a", b"x-b", b"x-c", b"x-request-id"}))
+        self.assertEqual(first.response_header_names, frozenset(
+            {b"x-a", b"x-b", b"x-c", b"x-request-id"}))
         self.assertEqual(dict(second.response_headers), {b"X-A": b"global", b"X-B": b"global"})
         self.assertEqual(dict(plan.response_headers), {b"X-A": b"global", b"X-B": b"global"})
 
@@ -233,7 +234,8 @@ class BuildPlanTests(SynchronousTestCase):
                                    set_response_headers={"disable": True}))
         self.assertEqual(plan.response_headers, ())
         self.assertEqual(plan.routes[0].response_headers, ((b"X-Route", b"1"),))
-        self.assertEqual(plan.routes[0].response_header_names, frozenset({b"x-route", b"x-request-id"}))
+        self.assertEqual(plan.routes[0].response_header_names,
+                         frozenset({b"x-route", b"x-request-id"}))
 
     def test_route_header_wins_whatever_its_case(self) -> None:
         """A route header replaces the global one of the same name in any letter case."""

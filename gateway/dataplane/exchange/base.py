@@ -65,10 +65,10 @@ class ExchangeBase:
 
     # Observability state, as class defaults (set on the instance only when it changes, so
     # a request pays nothing for the fields it never uses).
-    _request_id = ""
+    rid = b""  # the X-Request-Id as sent: chosen with the upstream request head, or on first use
     received = 0  # request body bytes read from the client
     upstream_host: UpstreamHost | None = None  # the host picked (kept after release_host)
-    upstream_started = 0.0  # when the current upstream request began; 0: none in flight
+    upstream_started: float | None = None  # when the upstream request in flight began
     upstream_status = 0  # the upstream's status code; 0 until a response head arrives
     user_id = ""  # the signed-in user of the authorization decision, if any
     email = ""
@@ -118,9 +118,12 @@ class ExchangeBase:
     def request_id(self) -> str:
         """This request's ``X-Request-Id`` (the client's when valid, else a new one): sent
         upstream, on the response, in the access log and on error pages."""
-        rid = self._request_id
+        return self.request_id_bytes().decode("ascii")
+
+    def request_id_bytes(self) -> bytes:
+        rid = self.rid
         if not rid:
-            rid = self._request_id = request_id_for(self.headers)
+            rid = self.rid = request_id_for(self.headers)
         return rid
 
     def client_address(self) -> str:
@@ -152,7 +155,7 @@ class ExchangeBase:
         self.response_started = True
         out = list((self.plan if self.plan is not None else self.core.plan).response_headers)
         out.extend(headers)
-        out.append((b"x-request-id", self.request_id.encode()))
+        out.append((b"x-request-id", self.request_id_bytes()))
         if body and not any(name == b"content-type" for name, _ in headers):
             out.extend(_PLAIN)
         out.append((b"content-length", b"%d" % len(body)))

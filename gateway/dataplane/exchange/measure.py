@@ -1,25 +1,39 @@
 """The request metrics of an exchange: one ``http_server_*`` observation when it ends, one
-``http_client_*`` observation per upstream attempt (``observe_upstream``).
+``http_client_*`` observation per upstream attempt.
 
 Labels come from the matched route (``RoutePlan.metric_labels``, computed once per
 configuration), so what a client sends cannot add series: an unrouted request is counted
-under the host ``unknown`` and the route ``none``.
+under the host ``unknown`` and the route ``none``, a method outside the known set as
+``OTHER``. Each route plan keeps the rows it counted into, keyed by what the request
+carries (method bytes, status; and the upstream host for the client side), so the common
+case is one small dict lookup and a few additions; only known methods are kept there.
 """
 
 from __future__ import annotations
 
-from typing import Protocol
+from bisect import bisect_left
+from typing import Any, Protocol
 
 from gateway.dataplane.core import ProxyCore
 from gateway.dataplane.routing.plan import RoutePlan
 from gateway.dataplane.upstream.hosts import UpstreamHost
 from gateway.observability.request_metrics import (
+    DURATION_AT,
+    DURATION_BUCKETS_MS,
     METHODS,
     NO_ROUTE,
     OTHER_METHOD,
+    REQUEST_SIZE_AT,
     REQUESTS,
+    RESPONSE_SIZE_AT,
+    SIZE_BUCKETS,
     UNKNOWN_HOST,
+    RequestFamilies,
+    Row,
+    count,
 )
+
+_ROWS_KEPT = 2048  # per route plan: known methods times the statuses seen
 
 
 class Measured(Protocol):
@@ -32,35 +46,89 @@ class Measured(Protocol):
     received: int
     sent: int
     upstream_host: UpstreamHost | None
-    upstream_started: float
+    upstream_started: float | None
     upstream_status: int
 
-_NO_ROUTE_LABELS = (UNKNOWN_HOST, NO_ROUTE)
-_server = REQUESTS.server.observe
-_client = REQUESTS.client.observe
+
+def _row(rows: dict[Any, Row], family: RequestFamilies, cache_key: tuple[Any, ...],
+         host: str, method: bytes, status: int, route: str) -> Row:
+    label = METHODS.get(method)
+    row = family.row((host, label or OTHER_METHOD, status, route))
+    if label is not None and len(rows) < _ROWS_KEPT:
+        rows[cache_key] = row
+    return row
 
 
 def observe_exchange(exchange: Measured, status: int, now: float) -> None:
-    """The request the gateway answered (or gave up on) with ``status``."""
-    if exchange.upstream_started:
-        observe_upstream(exchange, now)
-    plan = exchange.plan
-    host, route = plan.metric_labels if plan is not None else _NO_ROUTE_LABELS
-    _server((host, METHODS.get(exchange.method, OTHER_METHOD), status, route),
-            (now - exchange.started) * 1000, exchange.received, exchange.sent)
+    """The request the gateway answered (or gave up on) with ``status``, and the upstream
+    request still in flight, if any.
 
-
-def observe_upstream(exchange: Measured, now: float | None = None) -> None:
-    """The upstream request in flight ended (answered, failed, abandoned): status is the
-    upstream's, ``0`` when no response head arrived."""
-    started = exchange.upstream_started
-    host = exchange.upstream_host
+    The counting is ``request_metrics.count`` written out twice: this runs for every
+    request, and on the 2-core reference machine each call saved is worth ~0.5 % of the
+    public route's throughput."""
     plan = exchange.plan
-    if not (started and REQUESTS.enabled) or host is None or plan is None:
+    if plan is None:
+        _unrouted(exchange, status, now)
         return
-    if now is None:
-        now = exchange.core.reactor.seconds()
-    exchange.upstream_started = 0.0
-    _client((host.address, METHODS.get(exchange.method, OTHER_METHOD),
-             exchange.upstream_status, plan.metric_labels[1]),
-            (now - started) * 1000, exchange.received, exchange.sent)
+    method = exchange.method
+    received = exchange.received
+    sent = exchange.sent
+    rows = plan.metric_rows
+    started = exchange.upstream_started
+    if started is not None:
+        upstream = exchange.upstream_host
+        exchange.upstream_started = None
+        if upstream is not None and REQUESTS.enabled:
+            key = (upstream, method, exchange.upstream_status)
+            row = rows.get(key) or _row(rows, REQUESTS.client, key, upstream.address,
+                                        method, exchange.upstream_status,
+                                        plan.metric_labels[1])
+            ms = (now - started) * 1000
+            row[0] += 1
+            row[1] += ms
+            row[DURATION_AT + bisect_left(DURATION_BUCKETS_MS, ms)] += 1
+            if received:
+                row[2] += received
+                row[REQUEST_SIZE_AT + bisect_left(SIZE_BUCKETS, received)] += 1
+            if sent:
+                row[3] += sent
+                row[RESPONSE_SIZE_AT + bisect_left(SIZE_BUCKETS, sent)] += 1
+    row = rows.get((method, status)) or _row(rows, REQUESTS.server, (method, status),
+                                             plan.metric_labels[0], method, status,
+                                             plan.metric_labels[1])
+    ms = (now - exchange.started) * 1000
+    row[0] += 1
+    row[1] += ms
+    row[DURATION_AT + bisect_left(DURATION_BUCKETS_MS, ms)] += 1
+    if received:
+        row[2] += received
+        row[REQUEST_SIZE_AT + bisect_left(SIZE_BUCKETS, received)] += 1
+    if sent:
+        row[3] += sent
+        row[RESPONSE_SIZE_AT + bisect_left(SIZE_BUCKETS, sent)] += 1
+
+
+def _unrouted(exchange: Measured, status: int, now: float) -> None:
+    rows = exchange.core.plan.unrouted_rows
+    key = (exchange.method, status)
+    row = rows.get(key) or _row(rows, REQUESTS.server, key, UNKNOWN_HOST, exchange.method,
+                                status, NO_ROUTE)
+    count(row, (now - exchange.started) * 1000, exchange.received, exchange.sent)
+
+
+def observe_upstream(exchange: Measured) -> None:
+    """An upstream attempt ended before the exchange did (a pooled connection the
+    upstream had closed, retried): counted with its status, ``0`` without a response."""
+    started = exchange.upstream_started
+    upstream = exchange.upstream_host
+    plan = exchange.plan
+    exchange.upstream_started = None
+    if started is None or not REQUESTS.enabled or upstream is None or plan is None:
+        return
+    rows = plan.metric_rows
+    key = (upstream, exchange.method, exchange.upstream_status)
+    row = rows.get(key) or _row(rows, REQUESTS.client, key, upstream.address,
+                                exchange.method, exchange.upstream_status,
+                                plan.metric_labels[1])
+    count(row, (exchange.core.reactor.seconds() - started) * 1000, exchange.received,
+          exchange.sent)

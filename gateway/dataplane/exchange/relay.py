@@ -161,7 +161,7 @@ class UpstreamRelay(ExchangeBase):
                         value = rewrite_prefix(value, prefix, replacement)
             out.append((name, value))
         out.extend(plan.response_headers)
-        out.append((b"x-request-id", self.request_id.encode()))
+        out.append((b"x-request-id", self.rid or self.request_id_bytes()))
         no_body = (self.method == b"HEAD" or status in (204, 304) or upgrading)
         self.chunked_out = not no_body and not has_length and self.sink.chunked_framing
         if self.chunked_out:

@@ -52,6 +52,8 @@ class RoutePlan:
     client_cert: ClientCertPolicy | None = None  # mTLS required of clients on this route
     tcp: bool = False  # a tcp+https route: reached with CONNECT only
     metric_labels: tuple[str, str] = (UNKNOWN_HOST, NO_ROUTE)  # request metrics: host, route
+    # rows of the request metrics this route counted into (exchange/measure.py)
+    metric_rows: dict[tuple[Any, ...], list[float]] = field(default_factory=dict)
 
     def matches(self, path: str) -> bool:
         return path_matches(self.route, path)
@@ -67,6 +69,8 @@ class Plan:
         default_factory=dict
     )
     forward_auth_host: str = ""  # host name of ``forward_auth_url``; "" when off
+    # rows of the request metrics unrouted requests counted into (exchange/measure.py)
+    unrouted_rows: dict[tuple[Any, ...], list[float]] = field(default_factory=dict)
 
     def is_forward_auth(self, host: str) -> bool:
         """Whether a request's Host (port ignored) is the forward-auth host."""
