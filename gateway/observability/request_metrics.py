@@ -38,12 +38,12 @@ MAX_SERIES = 10000
 LABELS = ("service", "host", "method", "status", "route")
 OVERFLOW = ("overflow", OTHER_METHOD, 0, "overflow")  # (host, method, status, route)
 
-# Layout of one series' list: count, duration sum, request-size sum, response-size sum,
-# then the (non-cumulative) bucket counts of each histogram, +Inf last. The size
-# histograms' first bucket (``le="0"``) is not counted per request but derived at scrape
-# (count minus the others): most requests have no body, and skipping their size costs
-# nothing.
-DURATION_AT = 4
+# Layout of one series' list: duration sum, request-size sum, response-size sum, then
+# the (non-cumulative) bucket counts of each histogram, +Inf last. Derived at scrape
+# rather than counted per request: the count (the sum of the duration buckets)
+# and the size histograms' first bucket (``le="0"``: the count minus the others; most
+# requests have no body, and skipping their size costs nothing).
+DURATION_AT = 3
 REQUEST_SIZE_AT = DURATION_AT + len(DURATION_BUCKETS_MS) + 1
 RESPONSE_SIZE_AT = REQUEST_SIZE_AT + len(SIZE_BUCKETS) + 1
 _WIDTH = RESPONSE_SIZE_AT + len(SIZE_BUCKETS) + 1
@@ -79,14 +79,13 @@ def route_host_label(route: Any) -> str:
 
 def count(row: Row, duration_ms: float, request_bytes: int, response_bytes: int) -> None:
     """Count one request into ``row`` (the hot path: every line here costs the proxy)."""
-    row[0] += 1
-    row[1] += duration_ms
+    row[0] += duration_ms
     row[DURATION_AT + bisect_left(DURATION_BUCKETS_MS, duration_ms)] += 1
     if request_bytes:
-        row[2] += request_bytes
+        row[1] += request_bytes
         row[REQUEST_SIZE_AT + bisect_left(SIZE_BUCKETS, request_bytes)] += 1
     if response_bytes:
-        row[3] += response_bytes
+        row[2] += response_bytes
         row[RESPONSE_SIZE_AT + bisect_left(SIZE_BUCKETS, response_bytes)] += 1
 
 
@@ -125,18 +124,24 @@ class RequestFamilies:
             labels=LABELS)
         for (host, method, status, route), row in sorted(self.series.items()):
             labels = [service, host, method, str(status), route]
-            total.add_metric(labels, row[0])
-            duration.add_metric(labels, _cumulative(_DURATION_LE, row, DURATION_AT), row[1])
-            request_size.add_metric(labels, _sizes(row, REQUEST_SIZE_AT), row[2])
-            response_size.add_metric(labels, _sizes(row, RESPONSE_SIZE_AT), row[3])
+            count = requests_in(row)
+            total.add_metric(labels, count)
+            duration.add_metric(labels, _cumulative(_DURATION_LE, row, DURATION_AT), row[0])
+            request_size.add_metric(labels, _sizes(row, REQUEST_SIZE_AT, count), row[1])
+            response_size.add_metric(labels, _sizes(row, RESPONSE_SIZE_AT, count), row[2])
         yield from (total, duration, request_size, response_size)
 
 
-def _sizes(row: Row, start: int) -> list[tuple[str, float]]:
+def requests_in(row: Row) -> float:
+    """How many requests ``row`` counted (each is in exactly one duration bucket)."""
+    return sum(row[DURATION_AT:REQUEST_SIZE_AT])
+
+
+def _sizes(row: Row, start: int, count: float) -> list[tuple[str, float]]:
     """The size histogram at ``start``, its ``le="0"`` bucket derived (count minus the
     others: requests without a body are not counted into it)."""
     full = list(row)
-    full[start] = row[0] - sum(row[start + 1:start + len(SIZE_BUCKETS) + 1])
+    full[start] = count - sum(row[start + 1:start + len(SIZE_BUCKETS) + 1])
     return _cumulative(_SIZE_LE, full, start)
 
 

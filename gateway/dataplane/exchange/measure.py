@@ -78,33 +78,31 @@ def observe_exchange(exchange: Measured, status: int, now: float) -> None:
     if started is not None:
         upstream = exchange.upstream_host
         exchange.upstream_started = None
-        if upstream is not None and REQUESTS.enabled:
+        if upstream is not None:
             key = (upstream, method, exchange.upstream_status)
             row = rows.get(key) or _row(rows, REQUESTS.client, key, upstream.address,
                                         method, exchange.upstream_status,
                                         plan.metric_labels[1])
             ms = (now - started) * 1000
-            row[0] += 1
-            row[1] += ms
+            row[0] += ms
             row[DURATION_AT + bisect_left(DURATION_BUCKETS_MS, ms)] += 1
             if received:
-                row[2] += received
+                row[1] += received
                 row[REQUEST_SIZE_AT + bisect_left(SIZE_BUCKETS, received)] += 1
             if sent:
-                row[3] += sent
+                row[2] += sent
                 row[RESPONSE_SIZE_AT + bisect_left(SIZE_BUCKETS, sent)] += 1
     row = rows.get((method, status)) or _row(rows, REQUESTS.server, (method, status),
                                              plan.metric_labels[0], method, status,
                                              plan.metric_labels[1])
     ms = (now - exchange.started) * 1000
-    row[0] += 1
-    row[1] += ms
+    row[0] += ms
     row[DURATION_AT + bisect_left(DURATION_BUCKETS_MS, ms)] += 1
     if received:
-        row[2] += received
+        row[1] += received
         row[REQUEST_SIZE_AT + bisect_left(SIZE_BUCKETS, received)] += 1
     if sent:
-        row[3] += sent
+        row[2] += sent
         row[RESPONSE_SIZE_AT + bisect_left(SIZE_BUCKETS, sent)] += 1
 
 
