@@ -24,8 +24,9 @@ from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
 # Milliseconds: a loopback answer takes a fraction of one, a slow upstream tens of seconds.
-DURATION_BUCKETS_MS = (0.25, 0.5, 1, 2.5, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000,
-                       10000, 30000, 60000)
+# (floats: bisecting a float among ints is slower)
+DURATION_BUCKETS_MS = (0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 25.0, 50.0, 100.0, 250.0, 500.0, 1000.0,
+                       2500.0, 5000.0, 10000.0, 30000.0, 60000.0)
 # Bytes of the body: none, a small JSON answer, a page, an upload.
 SIZE_BUCKETS = (0, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304, 16777216,
                 67108864)
