@@ -113,7 +113,10 @@ class MetricsService(SnapshotService):
         o = snapshot.options
         service = "gateway" if o.services == "all" else f"gateway-{o.services}"
         watch_config(lambda: source.status, service)
-        REQUESTS.enable(service)  # the data plane counts requests from now on
+        if o.runs("proxy") or o.services == "authenticate":
+            # this process answers HTTP through the data plane: it counts requests from
+            # now on (a process without it shows no empty request families)
+            REQUESTS.enable(service)
         listener = StreamServerEndpointService(
             server_endpoint(reactor, snapshot.options.metrics_address), factory)
         listener._raiseSynchronously = True
