@@ -48,9 +48,16 @@ DURATION_AT = 3
 REQUEST_SIZE_AT = DURATION_AT + len(DURATION_BUCKETS_MS) + 1
 RESPONSE_SIZE_AT = REQUEST_SIZE_AT + len(SIZE_BUCKETS) + 1
 _WIDTH = RESPONSE_SIZE_AT + len(SIZE_BUCKETS) + 1
+# A proxied request is one server and one client observation with the same method and
+# body sizes: counted once, into a pair row, which is a server row followed by the
+# client's duration sum and buckets; the scrape folds pairs into both directions.
+UPSTREAM_DURATION_SUM = _WIDTH
+UPSTREAM_DURATION_AT = _WIDTH + 1
+_PAIR_WIDTH = UPSTREAM_DURATION_AT + len(DURATION_BUCKETS_MS) + 1
 
 Key = tuple[str, str, int, str]  # host, method, status, route
 Row = list[float]
+PairKey = tuple[Key, Key]  # server, client
 
 
 def method_label(method: bytes) -> str:
@@ -112,7 +119,7 @@ class RequestFamilies:
                 response_bytes: int) -> None:
         count(self.row(key), duration_ms, request_bytes, response_bytes)
 
-    def families(self, service: str) -> Iterator[Metric]:
+    def families(self, service: str, rows: dict[Key, Row]) -> Iterator[Metric]:
         p, what = self.prefix, self.what
         total = CounterMetricFamily(f"{p}_requests", f"Requests {what}.", labels=LABELS)
         duration = HistogramMetricFamily(
@@ -123,7 +130,7 @@ class RequestFamilies:
         response_size = HistogramMetricFamily(
             f"{p}_response_size_bytes", f"Body bytes of responses to requests {what}.",
             labels=LABELS)
-        for (host, method, status, route), row in sorted(self.series.items()):
+        for (host, method, status, route), row in sorted(rows.items()):
             labels = [service, host, method, str(status), route]
             count = requests_in(row)
             total.add_metric(labels, count)
@@ -131,6 +138,14 @@ class RequestFamilies:
             request_size.add_metric(labels, _sizes(row, REQUEST_SIZE_AT, count), row[1])
             response_size.add_metric(labels, _sizes(row, RESPONSE_SIZE_AT, count), row[2])
         yield from (total, duration, request_size, response_size)
+
+
+def _add(rows: dict[Key, Row], key: Key, values: Row) -> None:
+    row = rows.get(key)
+    if row is None:
+        rows[key] = values
+    else:
+        rows[key] = [a + b for a, b in zip(row, values, strict=True)]
 
 
 def requests_in(row: Row) -> float:
@@ -175,6 +190,29 @@ class RequestMetrics(Collector):
         self.service = "gateway"
         self.server = RequestFamilies("http_server", "the gateway answered")
         self.client = RequestFamilies("http_client", "the gateway sent upstream")
+        self.pairs: dict[PairKey, Row] = {}
+
+    def pair_row(self, server: Key, client: Key) -> Row:
+        """The pair row of a proxied request's two observations (past ``MAX_SERIES``
+        pairs: the overflow's)."""
+        key = (server, client)
+        row = self.pairs.get(key)
+        if row is None:
+            if len(self.pairs) >= MAX_SERIES:
+                key = (OVERFLOW, OVERFLOW)
+            row = self.pairs.setdefault(key, [0] * _PAIR_WIDTH)
+        return row
+
+    def rows(self) -> tuple[dict[Key, Row], dict[Key, Row]]:
+        """Server and client rows, the pairs folded in (a copy: a scrape changes nothing)."""
+        server = {k: list(v) for k, v in self.server.series.items()}
+        client = {k: list(v) for k, v in self.client.series.items()}
+        for (server_key, client_key), pair in self.pairs.items():
+            _add(server, server_key, pair[:_WIDTH])
+            upstream = [pair[UPSTREAM_DURATION_SUM], *pair[1:DURATION_AT],
+                        *pair[UPSTREAM_DURATION_AT:], *pair[REQUEST_SIZE_AT:_WIDTH]]
+            _add(client, client_key, upstream)
+        return server, client
 
     def enable(self, service: str) -> None:
         self.enabled = True
@@ -183,8 +221,9 @@ class RequestMetrics(Collector):
     def collect(self) -> Iterator[Metric]:
         if not self.enabled:
             return
-        yield from self.server.families(self.service)
-        yield from self.client.families(self.service)
+        server, client = self.rows()
+        yield from self.server.families(self.service, server)
+        yield from self.client.families(self.service, client)
 
     def describe(self) -> Iterable[Metric]:
         return list(self.collect())

@@ -40,14 +40,22 @@ class _Route:
 def counting(case: SynchronousTestCase) -> None:
     """Turn counting on with empty series for one test (the collector is process-wide)."""
     saved = (REQUESTS.enabled, REQUESTS.service, REQUESTS.server.series,
-             REQUESTS.client.series)
-    REQUESTS.server.series, REQUESTS.client.series = {}, {}
+             REQUESTS.client.series, REQUESTS.pairs)
+    REQUESTS.server.series, REQUESTS.client.series, REQUESTS.pairs = {}, {}, {}
     REQUESTS.enable("gateway")
 
     def restore() -> None:
         (REQUESTS.enabled, REQUESTS.service, REQUESTS.server.series,
-         REQUESTS.client.series) = saved
+         REQUESTS.client.series, REQUESTS.pairs) = saved
     case.addCleanup(restore)
+
+
+def server_rows() -> dict[Any, list[float]]:
+    return REQUESTS.rows()[0]
+
+
+def client_rows() -> dict[Any, list[float]]:
+    return REQUESTS.rows()[1]
 
 
 def access_events(case: SynchronousTestCase) -> list[dict[str, Any]]:
@@ -180,9 +188,9 @@ class Http1MetricsTests(Http1TestCase):
         self.reactor.advance(0.004)
         self.upstream().respond(OK)
         self.assertEqual(self.answer().status, 200)
-        server = REQUESTS.server.series[("app.example.com", "POST", 200, ROUTE)]
+        server = server_rows()[("app.example.com", "POST", 200, ROUTE)]
         self.assertEqual((requests_in(server), *server[:3]), (1, 4.0, 3, 5))
-        client = REQUESTS.client.series[("127.0.0.1:9000", "POST", 200, ROUTE)]
+        client = client_rows()[("127.0.0.1:9000", "POST", 200, ROUTE)]
         self.assertEqual((requests_in(client), client[1], client[2]), (1, 3, 5))
 
     def test_unknown_host_and_method(self) -> None:
@@ -190,30 +198,31 @@ class Http1MetricsTests(Http1TestCase):
         for i, method in enumerate((b"PROPFIND", b"MKCOL", b"LOCK", b"UNLOCK", b"COPY")):
             self.send(get(b"/", host=b"h%d.attacker.example" % i, method=method))
             self.assertEqual(self.answer().status, 404)
-        self.assertEqual(list(REQUESTS.server.series), [("unknown", "OTHER", 404, "none")])
-        self.assertEqual(requests_in(REQUESTS.server.series[("unknown", "OTHER", 404, "none")]),
+        self.assertEqual(list(server_rows()), [("unknown", "OTHER", 404, "none")])
+        self.assertEqual(requests_in(server_rows()[("unknown", "OTHER", 404, "none")]),
                          5)
-        self.assertEqual(REQUESTS.client.series, {})
+        self.assertEqual(client_rows(), {})
 
     def test_upstream_without_answer(self) -> None:
         """An upstream that closes without a response: client status 0, server 502."""
         self.send(get(b"/api/x"))
         self.upstream().protocol.connectionLost(Failure(ConnectionDone()))
         self.assertEqual(self.answer().status, 502)
-        self.assertEqual(list(REQUESTS.client.series), [("127.0.0.1:9000", "GET", 0, ROUTE)])
-        self.assertEqual(list(REQUESTS.server.series), [("app.example.com", "GET", 502, ROUTE)])
+        self.assertEqual(list(client_rows()), [("127.0.0.1:9000", "GET", 0, ROUTE)])
+        self.assertEqual(list(server_rows()), [("app.example.com", "GET", 502, ROUTE)])
 
     def test_local_answer(self) -> None:
         self.send(get(b"/ping"))
         self.assertEqual(self.answer().status, 200)
-        self.assertEqual(REQUESTS.server.series[("unknown", "GET", 200, "none")][2], 3)
+        self.assertEqual(server_rows()[("unknown", "GET", 200, "none")][2], 3)
 
     def test_off_without_metrics_address(self) -> None:
         REQUESTS.enabled = False
         self.send(get(b"/api/x"))
         self.upstream().respond(OK)
         self.answer()
-        self.assertEqual((REQUESTS.server.series, REQUESTS.client.series), ({}, {}))
+        self.assertEqual((server_rows(), client_rows()), ({}, {}))
+        self.assertEqual(REQUESTS.pairs, {})
 
 
 class Http1RequestIdTests(Http1TestCase):
@@ -278,11 +287,11 @@ class Http2Tests(H2TestCase):
         result = self.result(stream)
         self.assertIn((b"x-request-id", b"h2-req"), result.headers)
         route = "https://app.example.com"
-        server = REQUESTS.server.series[("app.example.com", "GET", 200, route)]
-        client = REQUESTS.client.series[("127.0.0.1:9000", "GET", 200, route)]
+        server = server_rows()[("app.example.com", "GET", 200, route)]
+        client = client_rows()[("127.0.0.1:9000", "GET", 200, route)]
         self.assertEqual((requests_in(server), requests_in(client)), (1, 1))
 
     def test_local_answer_counted(self) -> None:
         stream = self.request(b"/", authority=b"other.example")
         self.assertEqual(self.result(stream).status, 404)
-        self.assertEqual(requests_in(REQUESTS.server.series[("unknown", "GET", 404, "none")]), 1)
+        self.assertEqual(requests_in(server_rows()[("unknown", "GET", 404, "none")]), 1)

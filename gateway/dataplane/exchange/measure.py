@@ -28,6 +28,8 @@ from gateway.observability.request_metrics import (
     RESPONSE_SIZE_AT,
     SIZE_BUCKETS,
     UNKNOWN_HOST,
+    UPSTREAM_DURATION_AT,
+    UPSTREAM_DURATION_SUM,
     RequestFamilies,
     Row,
     count,
@@ -59,13 +61,27 @@ def _row(rows: dict[Any, Row], family: RequestFamilies, cache_key: tuple[Any, ..
     return row
 
 
+def _pair_row(rows: dict[Any, Row], cache_key: tuple[Any, ...], plan: RoutePlan,
+              upstream: UpstreamHost, method: bytes, status: int, upstream_status: int
+              ) -> Row:
+    label = METHODS.get(method)
+    host, route = plan.metric_labels
+    method_label = label or OTHER_METHOD
+    row = REQUESTS.pair_row((host, method_label, status, route),
+                            (upstream.address, method_label, upstream_status, route))
+    if label is not None and len(rows) < _ROWS_KEPT:
+        rows[cache_key] = row
+    return row
+
+
 def observe_exchange(exchange: Measured, status: int, now: float) -> None:
     """The request the gateway answered (or gave up on) with ``status``, and the upstream
-    request still in flight, if any.
+    request still in flight, if any (both into one pair row: they share the method and
+    the body sizes).
 
-    The counting is ``request_metrics.count`` written out twice: this runs for every
-    request, and on the 2-core reference machine each call saved is worth ~0.5 % of the
-    public route's throughput."""
+    The counting is ``request_metrics.count`` written out: this runs for every request,
+    and on the 2-core reference machine every microsecond here is ~2 % of the public
+    route's throughput."""
     plan = exchange.plan
     if plan is None:
         _unrouted(exchange, status, now)
@@ -75,26 +91,20 @@ def observe_exchange(exchange: Measured, status: int, now: float) -> None:
     sent = exchange.sent
     rows = plan.metric_rows
     started = exchange.upstream_started
-    if started is not None:
-        upstream = exchange.upstream_host
+    upstream = exchange.upstream_host
+    if started is not None and upstream is not None:
         exchange.upstream_started = None
-        if upstream is not None:
-            key = (upstream, method, exchange.upstream_status)
-            row = rows.get(key) or _row(rows, REQUESTS.client, key, upstream.address,
-                                        method, exchange.upstream_status,
-                                        plan.metric_labels[1])
-            ms = (now - started) * 1000
-            row[0] += ms
-            row[DURATION_AT + bisect_left(DURATION_BUCKETS_MS, ms)] += 1
-            if received:
-                row[1] += received
-                row[REQUEST_SIZE_AT + bisect_left(SIZE_BUCKETS, received)] += 1
-            if sent:
-                row[2] += sent
-                row[RESPONSE_SIZE_AT + bisect_left(SIZE_BUCKETS, sent)] += 1
-    row = rows.get((method, status)) or _row(rows, REQUESTS.server, (method, status),
-                                             plan.metric_labels[0], method, status,
-                                             plan.metric_labels[1])
+        upstream_status = exchange.upstream_status
+        key: tuple[Any, ...] = (upstream, method, status, upstream_status)
+        row = rows.get(key) or _pair_row(rows, key, plan, upstream, method, status,
+                                         upstream_status)
+        ms = (now - started) * 1000
+        row[UPSTREAM_DURATION_SUM] += ms
+        row[UPSTREAM_DURATION_AT + bisect_left(DURATION_BUCKETS_MS, ms)] += 1
+    else:
+        key = (method, status)
+        row = rows.get(key) or _row(rows, REQUESTS.server, key, plan.metric_labels[0],
+                                    method, status, plan.metric_labels[1])
     ms = (now - exchange.started) * 1000
     row[0] += ms
     row[DURATION_AT + bisect_left(DURATION_BUCKETS_MS, ms)] += 1
