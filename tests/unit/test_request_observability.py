@@ -138,6 +138,30 @@ class FamilyTests(SynchronousTestCase):
                           ("0.0", "64.0", "+Inf")], [0, 3, 3])
         self.assertEqual(sample(response + "_sum"), 15)
 
+    def test_pairs_fold_into_both_directions(self) -> None:
+        """A proxied request's pair row shows as one server and one client observation,
+        added to what was counted directly (a retried attempt, an unrouted answer)."""
+        metrics = RequestMetrics()
+        server_key = ("app.test", "POST", 200, "r")
+        client_key = ("127.0.0.1:9000", "POST", 200, "r")
+        pair = metrics.pair_row(server_key, client_key)
+        pair[0] += 9.0  # the whole request: 9 ms, in the 10 ms bucket
+        pair[rm.DURATION_AT + 5] += 1
+        pair[rm.UPSTREAM_DURATION_SUM] += 2.0  # the upstream's part: 2 ms
+        pair[rm.UPSTREAM_DURATION_AT + 3] += 1
+        pair[1] += 100  # request body
+        pair[rm.REQUEST_SIZE_AT + 2] += 1
+        metrics.client.observe(client_key, 1.0, 100, 0)  # a failed first attempt
+        server, client = metrics.rows()
+        self.assertEqual((requests_in(server[server_key]), server[server_key][0]), (1, 9.0))
+        self.assertEqual((requests_in(client[client_key]), client[client_key][0]), (2, 3.0))
+        self.assertEqual(client[client_key][1], 200)
+        self.assertEqual(client[client_key][rm.DURATION_AT + 3], 1)  # 2 ms: le 2.5
+        self.assertEqual(client[client_key][rm.DURATION_AT + 2], 1)  # 1 ms: le 1
+        self.assertEqual(client[client_key][rm.REQUEST_SIZE_AT + 2], 2)
+        self.assertEqual(len(pair), len(server[server_key]) + 1 + len(rm.DURATION_BUCKETS_MS)
+                         + 1)
+
     def test_series_bounded(self) -> None:
         """Past ``MAX_SERIES`` label sets, new ones are counted under one overflow series."""
         self.patch(rm, "MAX_SERIES", 3)
