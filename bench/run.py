@@ -572,7 +572,7 @@ class AuthProvider:
 
 
 def gateway_yaml(port: int, upstream: int, codec: str | None,
-                 auth: AuthProvider | None = None) -> str:
+                 auth: AuthProvider | None = None, metrics_port: int = 0) -> str:
     q = json.dumps  # a JSON string is a YAML scalar
     lines = [
         "# written by bench/run.py",
@@ -581,6 +581,8 @@ def gateway_yaml(port: int, upstream: int, codec: str | None,
         "log_level: warn",
         "proxy_log_level: error",
     ]
+    if metrics_port:  # --metrics: request metrics are counted (and could be scraped)
+        lines.append(f"metrics_address: 127.0.0.1:{metrics_port}")
     if codec:
         lines.append(f"codec_type: {codec}")
     if auth is not None:
@@ -636,10 +638,12 @@ def find_twistd(explicit: str | None) -> Path:
 
 def start_gateway(procs: Processes, tmp: Path, twistd: Path, name: str, upstream: int,
                   codec: str | None, cpus: str | None, port: int | None = None,
-                  auth: AuthProvider | None = None) -> tuple[Proc, int]:
+                  auth: AuthProvider | None = None, metrics: bool = False
+                  ) -> tuple[Proc, int]:
     port = port or free_port()
     config = tmp / f"{name}.yaml"
-    config.write_text(gateway_yaml(port, upstream, codec, auth))
+    config.write_text(gateway_yaml(port, upstream, codec, auth,
+                                   free_port() if metrics else 0))
     proc = procs.start(name, [str(twistd), "-n", "--pidfile=", "gateway", "--config", str(config)],
                        cpus, cwd=REPO_ROOT, env=gateway_env())
     return proc, port
@@ -1051,6 +1055,8 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     p.add_argument("--no-h2", action="store_true", help="skip the HTTP/2 section")
     p.add_argument("--kvstore", action="store_true",
                    help="keep the signed-in route's sessions in a local redis-server")
+    p.add_argument("--metrics", action="store_true",
+                   help="give the gateway a metrics_address (request metrics on)")
     p.add_argument("--no-auth", action="store_true",
                    help="skip the authenticated route (no OIDC provider, public route only)")
     p.add_argument("--h2-streams", type=int, default=1,
@@ -1201,7 +1207,8 @@ def run_all(args: argparse.Namespace, bench: Bench, procs: Processes, tmp: Path,
             print(f"authenticated route: ERROR: {results['auth']['error']}", flush=True)
 
     gateway, gw_port = start_gateway(procs, tmp, twistd, "gateway", up_port, None,
-                                     bench.proxy_cpu, port=gw_port, auth=provider)
+                                     bench.proxy_cpu, port=gw_port, auth=provider,
+                                     metrics=args.metrics)
     wait_port(gw_port, gateway)
     gw = Target("gateway", gw_port, lambda: [gateway.pid])
     results["gateway_check"] = check_body(gw_port)
@@ -1269,7 +1276,7 @@ def run_all(args: argparse.Namespace, bench: Bench, procs: Processes, tmp: Path,
 
     # h2c with prior knowledge only for a gateway configured with codec_type: http2
     gw2, gw2_port = start_gateway(procs, tmp, twistd, "gateway-h2", up_port, "http2",
-                                  bench.proxy_cpu)
+                                  bench.proxy_cpu, metrics=args.metrics)
     try:
         wait_port(gw2_port, gw2, timeout=30)
     except RuntimeError as exc:

@@ -173,7 +173,10 @@ class Endpoints:
             return self._error(503, "You signed in, but your session could not be saved "
                                     "right now; please try again in a moment.",
                                request.headers, "session-not-saved")
-        log.info("signed in {email} ({user})", email=session.email, user=session.user_id)
+        # the route signed in for: its host only (the URL's query may hold anything)
+        log.info("signed in {email} ({user}) for {host}", email=session.email,
+                 user=session.user_id, host=urlsplit(str(state.get("uri", ""))).netloc,
+                 client=request.client_ip, programmatic=bool(state.get("programmatic")))
         if state.get("replace"):
             ident.store.delete(str(state["replace"]))  # the session this one replaces
             log.info("{email} signed in as someone else: the browser's previous session "
@@ -295,7 +298,8 @@ class Endpoints:
                     ident, session, wanted if safe_target(wanted, ident.allowed_hosts) else "")
             return self._error(400, "CSRF token invalid.", request.headers, "csrf-invalid")
         ident.store.delete(session.id)
-        log.info("signed out {email}", email=session.email)
+        log.info("signed out {email} ({user}) on {host}", email=session.email,
+                 user=session.user_id, host=request.host, client=request.client_ip)
         clear = tuple((b"set-cookie", c) for c in clear_cookie_headers(
             ident.options.cookie_name, ident.options.cookie_domain, ident.options.cookie_secure))
         target = given.get("gateway_redirect_uri", "")

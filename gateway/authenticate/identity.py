@@ -42,6 +42,7 @@ from gateway.authorize.claims import claim_groups, flatten_claims
 from gateway.authorize.evaluate import evaluate
 from gateway.config.snapshot import Snapshot
 from gateway.dataplane.authz import Allow, Decision, Deny, RequestInfo
+from gateway.observability.request_metrics import route_label
 from gateway.pages.layout import Action, look_of
 from gateway.pages.rules import admits
 from gateway.sessions.bearer import programmatic_token
@@ -291,7 +292,7 @@ class Identity:
         decision = evaluate(route.route, request.method, request.headers, session,
                             now, self.groups_available)
         if decision.allowed:
-            allow = self._allow(route.route, session, own_token)
+            allow = self._allow(route.route, session, own_token, decision.reason)
             if key is not None and session is not None:
                 if len(self._decisions) >= DECISION_CACHE:
                     self._decisions.pop(next(iter(self._decisions)))
@@ -301,7 +302,9 @@ class Identity:
             return self._sign_in(request)
         reasons = ", ".join(decision.reasons)
         log.info("access denied to {host}{path} for {user}: {reasons}", host=request.host,
-                 path=request.path, user=session.email if session else "-", reasons=reasons)
+                 path=request.path, user=session.email if session else "-", reasons=reasons,
+                 user_id=session.user_id if session else None,
+                 route=route_label(route.route), client=request.client_ip)
         who = (session.email or session.user_id) if session else ""
         message = (f"You are signed in as {who}, but this route does not allow you in."
                    if who else "You are signed in, but this route does not allow you in.")
@@ -310,9 +313,12 @@ class Identity:
         actions = tuple(a for a in (self.switch_action(request),
                                     Action("Who am I?", "/.gateway/", "get", primary=False))
                         if a is not None)
-        return self.error(403, message, request.headers, f"denied: {reasons}", who=who,
-                          admits=admits(route.route, self.groups_available),
-                          actions=actions, host=request.host)
+        denied = self.error(403, message, request.headers, f"denied: {reasons}", who=who,
+                            admits=admits(route.route, self.groups_available),
+                            actions=actions, host=request.host)
+        if session is None:
+            return denied
+        return replace(denied, user_id=session.user_id, email=session.email)
 
     def error(self, status: int, message: str, headers: list[tuple[bytes, bytes]],
               reason: str, extra: tuple[tuple[bytes, bytes], ...] = (), **more: Any) -> Deny:
@@ -332,7 +338,8 @@ class Identity:
         return Action("Sign in as someone else", f"{self.auth_origin}{SIGN_IN}", "get",
                       (("gateway_redirect", sealed),), primary=False)
 
-    def _allow(self, route: Any, session: Session | None, own_token: bool) -> Allow:
+    def _allow(self, route: Any, session: Session | None, own_token: bool,
+               reason: str = "") -> Allow:
         headers: list[tuple[bytes, bytes]] = []
         if route.pass_identity_headers and session is not None:
             audience = route.host
@@ -340,7 +347,9 @@ class Identity:
                             self.signer.sign(session, audience).encode()))
             headers.extend(claim_headers(self.options.jwt_claims_headers, session))
         return Allow(tuple(headers), frozenset({b"authorization"}) if own_token
-                     else frozenset(), strip_cookie=self.options.cookie_name)
+                     else frozenset(), strip_cookie=self.options.cookie_name, reason=reason,
+                     user_id=session.user_id if session else "",
+                     email=session.email if session else "")
 
     def _sign_in(self, request: RequestInfo) -> Deny:
         if not pages.wants_html(request.headers):

@@ -35,6 +35,9 @@ class Allow:
     headers: Pairs = ()
     remove: frozenset[bytes] = field(default_factory=frozenset)
     strip_cookie: str = ""  # the gateway's own cookie, removed from Cookie upstream
+    reason: str = ""  # why it was allowed (a stable code, for the access log)
+    user_id: str = ""  # who was allowed, when signed in (for the access log)
+    email: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +48,8 @@ class Deny:
     body: bytes
     headers: Pairs = ()
     reason: str = ""
+    user_id: str = ""  # who was refused, when signed in (for the access log)
+    email: str = ""
 
 
 Decision = Allow | Deny

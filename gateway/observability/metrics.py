@@ -23,9 +23,13 @@ from prometheus_client import (
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from gateway.observability.request_metrics import REQUESTS
+
 REGISTRY = CollectorRegistry(auto_describe=True)
 # no `*_created` series: nothing the reference lists, and twice the lines per counter
 disable_created_metrics()  # type: ignore[no-untyped-call]
+
+REGISTRY.register(REQUESTS)  # http_server_* and http_client_*, counted by the data plane
 
 STORAGE_OPERATION_DURATION_MS = Histogram(
     "storage_operation_duration_ms", "Duration of databroker storage operations.",

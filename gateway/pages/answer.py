@@ -14,8 +14,11 @@ from gateway.pages.request_id import request_id
 
 def error_answer(status: int, message: str, headers: list[tuple[bytes, bytes]], look: Look,
                  *, who: str = "", admits: tuple[str, ...] = (),
-                 actions: tuple[Action, ...] = (), host: str = "") -> tuple[bytes, Pairs]:
-    """(body, headers incl. content type and ``X-Request-Id``) shaped for the client."""
-    view = ErrorView(status, message, request_id(headers), time.time(), who=who,
+                 actions: tuple[Action, ...] = (), host: str = "", rid: str | None = None
+                 ) -> tuple[bytes, Pairs]:
+    """(body, headers incl. content type and ``X-Request-Id``) shaped for the client;
+    ``rid``: the request's id when the caller has it (the data plane's exchange)."""
+    view = ErrorView(status, message, request_id(headers) if rid is None else rid,
+                     time.time(), who=who,
                      admits=admits, actions=actions, host=host)
     return render_error(view, look, html=wants_html(headers), as_json=wants_json(headers))

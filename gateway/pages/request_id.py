@@ -1,37 +1,23 @@
-"""The request id a person quotes to an administrator.
-
-No id is made on the hot path: an error page asks for one, and only then is it read from
-the request (an ``X-Request-Id`` that a front proxy, or the access-log/upstream code,
-already set) or generated and added to the request's headers, so that everything
-reading them later (access log, upstream) sees the same id.
+"""The request id a person quotes to an administrator, for code that has only the
+request's headers (the identity layer's pages): the data plane's rule
+(``gateway.dataplane.exchange.request_id``) applied to them, and a new id added to them,
+so that everything reading them later (the exchange, its access log) sees the same id.
 """
 
 from __future__ import annotations
 
-import re
-import secrets
-
-HEADER = b"x-request-id"
-# what an incoming id may look like to be reused (it is shown on a page and logged)
-_SAFE = re.compile(rb"[A-Za-z0-9._:-]{1,64}")
-
-
-def new_request_id() -> str:
-    """Twelve characters of URL-safe randomness: short enough to read out, 72 bits."""
-    return secrets.token_urlsafe(9)
+from gateway.dataplane.exchange.request_id import HEADER, checked_request_id, new_request_id
 
 
 def request_id(headers: list[tuple[bytes, bytes]]) -> str:
-    """The request's id: its ``X-Request-Id`` when that is a short plain token, else a new
-    one, which is then added to ``headers`` (the exchange's own list)."""
+    """The request's id: its ``X-Request-Id`` when that is a valid one, else a new one,
+    which then replaces any unusable incoming value in ``headers``."""
     for name, value in headers:
         if name.lower() == HEADER:
-            if _SAFE.fullmatch(value.strip()):
-                return value.strip().decode("ascii")
+            if checked_request_id(value) is value:
+                return value.decode("ascii")
+            headers[:] = [(n, v) for n, v in headers if n.lower() != HEADER]
             break
     rid = new_request_id()
-    kept = [(n, v) for n, v in headers if n.lower() != HEADER]
-    if len(kept) != len(headers):
-        headers[:] = kept  # an unusable incoming id is replaced, not kept beside ours
-    headers.append((HEADER, rid.encode("ascii")))
-    return rid
+    headers.append((HEADER, rid))
+    return rid.decode("ascii")

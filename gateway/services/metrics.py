@@ -35,6 +35,7 @@ from gateway.config.snapshot import Snapshot
 from gateway.config.source import ConfigSource
 from gateway.dataplane.listeners.stack import server_endpoint
 from gateway.observability.metrics import REGISTRY, watch_config
+from gateway.observability.request_metrics import REQUESTS
 from gateway.services.base import SnapshotService
 from gateway.tls.pem import add_pem_certs
 from gateway.tls.store import server_context
@@ -143,8 +144,12 @@ class MetricsService(SnapshotService):
                                                 material.metrics_client_ca))
             factory = TLSMemoryBIOFactory(self.tls, False, factory)
         o = snapshot.options
-        watch_config(lambda: source.status,
-                     "gateway" if o.services == "all" else f"gateway-{o.services}")
+        service = "gateway" if o.services == "all" else f"gateway-{o.services}"
+        watch_config(lambda: source.status, service)
+        if o.runs("proxy") or o.services == "authenticate":
+            # this process answers HTTP through the data plane: it counts requests from
+            # now on (a process without it shows no empty request families)
+            REQUESTS.enable(service)
         listener = StreamServerEndpointService(
             server_endpoint(reactor, snapshot.options.metrics_address), factory)
         listener._raiseSynchronously = True

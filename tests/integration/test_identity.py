@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 from collections.abc import Iterator
 from contextlib import ExitStack
 from typing import Any
-from urllib.parse import urlencode
+from urllib.parse import parse_qs, urlencode, urlsplit
 
 import jwt
 import pytest
@@ -29,6 +30,7 @@ class Env:
     gw: Daemon
     up: Upstream
     port: int
+    secrets: tuple[str, ...]  # configured secrets no log line may show
 
     def url(self, host: str, path: str = "/") -> str:
         return f"http://{host}:{self.port}{path}"
@@ -75,6 +77,7 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
         gw = stack.enter_context(gateway_daemon(tmp, config, port=port))
         e = Env()
         e.gw, e.up, e.port = gw, up, port
+        e.secrets = (op.client_secret, config["signing_key"])
         yield e
 
 
@@ -191,3 +194,52 @@ def test_jwks_and_public_route(env: Env) -> None:
     reply = Browser().request("GET", env.url("auth.test", "/.well-known/gateway/jwks.json"))
     assert reply.status == 200
     assert reply.header("content-type") == "application/json"
+
+
+def test_sign_in_logs_hold_no_secret(env: Env) -> None:
+    """Sign-in, a request, a denial and sign-out are logged at info with the user and
+    the route or host; no line holds a cookie, token, code, CSRF token or secret."""
+    start = len(env.gw.log_events())
+    browser = Browser()
+    reply = browser.sign_in(env.url("users.test", "/private?x=1"), "alice@example.test")
+    assert reply.status == 200
+    assertion = echoed(reply)["x-gateway-jwt-assertion"]
+    denied = Browser().sign_in(env.url("nobody.test", "/"), "alice@example.test")
+    assert denied.status == 403
+    confirm = browser.request("GET", env.url("users.test", "/.gateway/signout/"))
+    csrf = confirm.body.split(b'name="csrf" value="')[1].split(b'"')[0].decode()
+    assert browser.request("POST", env.url("users.test", "/.gateway/signout/"),
+                           f"csrf={csrf}".encode()).status == 302
+    events = env.gw.log_events()[start:]
+    text = "\n".join(json.dumps(e) for e in events)
+    secrets = {*env.secrets, assertion, csrf}
+    for cookies in browser.cookies.values():
+        secrets.update(v for v in cookies.values() if len(v) >= 8)
+    for _, url, _ in browser.history:
+        for name, values in parse_qs(urlsplit(url).query).items():
+            if name in ("code", "gateway_session", "gateway_jwt"):
+                secrets.update(values)
+    assert len(secrets) > 5
+    leaked = [s[:12] + "..." for s in secrets if s and s in text]
+    assert leaked == []
+    assert not re.search(r"eyJ[\w-]{8,}\.[\w-]{8,}", text)  # nothing JWT-shaped at all
+
+    def logged(message: str) -> dict[str, Any]:
+        found = [e for e in events if e["message"].startswith(message)]
+        assert found, message
+        assert found[0]["level"] == "info"
+        return found[0]
+    signed_in = logged("signed in alice@example.test")
+    assert signed_in["host"] == f"users.test:{env.port}" and signed_in["user"]
+    refused = logged("access denied to nobody.test")
+    assert refused["route"] == f"http://nobody.test:{env.port}"
+    assert refused["user"] == "alice@example.test" and refused["user_id"]
+    assert logged("signed out alice@example.test")["host"] == f"users.test:{env.port}"
+    access = [e for e in events if e.get("namespace") == "gateway.access"
+              and e.get("host") == f"users.test:{env.port}" and e.get("path") == "/private"]
+    assert access and access[-1]["email"] == "alice@example.test"
+    assert access[-1]["user_id"] and access[-1]["reason"]
+    denial = [e for e in events if e.get("namespace") == "gateway.access"
+              and e.get("host") == f"nobody.test:{env.port}" and e["status"] == 403]
+    assert denial and denial[0]["email"] == "alice@example.test"
+    assert denial[0]["reason"].startswith("denied")

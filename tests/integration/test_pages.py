@@ -139,7 +139,7 @@ def test_stranger(env: PagesEnv) -> None:
     assert reply.status == 401
     doc = json.loads(reply.body)
     assert doc["request_id"] == reply.header("x-request-id")
-    assert re.fullmatch(r"[A-Za-z0-9_-]{12}", doc["request_id"])
+    assert re.fullmatch(r"[0-9a-f]{32}", doc["request_id"])
     redirect = Browser().request("GET", env.url("app", "/.gateway/"))
     assert redirect.status == 302
     assert redirect.header("location").startswith(f"{env.auth_origin}/.gateway/sign_in?")

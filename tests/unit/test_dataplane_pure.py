@@ -213,7 +213,8 @@ class BuildPlanTests(SynchronousTestCase):
         first, second = plan.routes
         self.assertEqual(dict(first.response_headers),
                          {b"X-A": b"global", b"X-B": b"route", b"X-C": b"route"})
-        self.assertEqual(first.response_header_names, frozenset({b"x-a", b"x-b", b"x-c"}))
+        self.assertEqual(first.response_header_names, frozenset(
+            {b"x-a", b"x-b", b"x-c", b"x-request-id"}))
         self.assertEqual(dict(second.response_headers), {b"X-A": b"global", b"X-B": b"global"})
         self.assertEqual(dict(plan.response_headers), {b"X-A": b"global", b"X-B": b"global"})
 
@@ -233,7 +234,8 @@ class BuildPlanTests(SynchronousTestCase):
                                    set_response_headers={"disable": True}))
         self.assertEqual(plan.response_headers, ())
         self.assertEqual(plan.routes[0].response_headers, ((b"X-Route", b"1"),))
-        self.assertEqual(plan.routes[0].response_header_names, frozenset({b"x-route"}))
+        self.assertEqual(plan.routes[0].response_header_names,
+                         frozenset({b"x-route", b"x-request-id"}))
 
     def test_route_header_wins_whatever_its_case(self) -> None:
         """A route header replaces the global one of the same name in any letter case."""
@@ -248,7 +250,8 @@ class BuildPlanTests(SynchronousTestCase):
                                           set_request_headers={"X-Extra": "1", "X-Two": "2"})))
         route = plan.routes[0]
         self.assertEqual(route.request_drop,
-                         frozenset({b"x-secret", b"cookie", b"x-extra", b"x-two"}))
+                         frozenset({b"x-secret", b"cookie", b"x-extra", b"x-two",
+                                    b"x-request-id"}))
         self.assertEqual(route.request_headers, ((b"X-Extra", b"1"), (b"X-Two", b"2")))
 
     def test_tls_only_for_https_upstreams(self) -> None:

@@ -1,7 +1,7 @@
 """The data plane's own error answers through the HTTP/1.1 codec (issue 16): the page
 family for browsers, one X-Frame-Options (DENY, not the configured SAMEORIGIN), the CSP,
-the request id in the page and the X-Request-Id header, a client's id reused; and no id
-at all on a proxied request (made lazily, only for an error page)."""
+the request id in the page and the X-Request-Id header, a client's id reused; and on a
+proxied request one id, sent upstream and returned (issue 15)."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ class ErrorPageTests(h1.Http1TestCase):
         self.assertEqual(response.headers[b"content-security-policy"], [CSP])
         self.assertEqual(response.headers[b"x-content-type-options"], [b"nosniff"])
         (rid,) = response.headers[b"x-request-id"]
-        self.assertRegex(rid, rb"^[A-Za-z0-9_-]{12}$")
+        self.assertRegex(rid, rb"^[0-9a-f]{32}$")
         self.assertIn(rid, response.body)
         self.assertIn(b"There is nothing at this address.", response.body)
         self.assertIn(b"nope.example.com", response.body)
@@ -49,11 +49,15 @@ class ErrorPageTests(h1.Http1TestCase):
         self.assertIn(b"x-request-id", response.headers)
 
 
-class NoIdOnTheProxiedPathTests(h1.Http1TestCase):
-    def test_proxied_request_has_no_id(self) -> None:
-        """Neither the upstream nor the client sees an id the gateway made."""
+class ProxiedPathIdTests(h1.Http1TestCase):
+    def test_proxied_request_carries_one_id_both_ways(self) -> None:
+        """Issue 15: an id is made when the client sent none, passed upstream and
+        returned on the response (the same one), so logs on both sides can be joined."""
         self.send(h1.ForwardingTests.REQUEST)
         upstream = self.upstream()
-        self.assertNotIn(b"x-request-id", upstream.received().lower())
+        sent = [line for line in upstream.received().split(b"\r\n")
+                if line.lower().startswith(b"x-request-id:")]
+        self.assertEqual(len(sent), 1)
         upstream.respond(h1.ForwardingTests.RESPONSE)
-        self.assertNotIn(b"x-request-id", self.answer().headers)
+        self.assertEqual(self.answer().headers[b"x-request-id"],
+                         [sent[0].split(b":", 1)[1].strip()])

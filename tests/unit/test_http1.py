@@ -324,6 +324,7 @@ class ForwardingTests(Http1TestCase):
         b"X-Forwarded-For: 203.0.113.1\r\n"
         b"X-Forwarded-Proto: https\r\n"
         b"X-Forwarded-Host: evil.example\r\n"
+        b"X-Request-Id: client-id-1\r\n"
         b"Accept: */*\r\n"
         b"\r\n"
     )
@@ -336,6 +337,7 @@ class ForwardingTests(Http1TestCase):
         b"x-forwarded-proto: http\r\n"
         b"x-forwarded-host: app.example.com\r\n"
         b"X-Extra: set\r\n"
+        b"x-request-id: client-id-1\r\n"
         b"\r\n"
     )
     RESPONSE = (
@@ -373,6 +375,7 @@ class ForwardingTests(Http1TestCase):
                          (200, b"Fine", b"hello"))
         self.assertEqual(response.headers, {
             b"content-type": [b"text/plain"], b"content-length": [b"5"], **SECURITY_HEADERS,
+            b"x-request-id": [b"client-id-1"],
         })
         self.assertOpen()
 

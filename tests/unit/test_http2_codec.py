@@ -191,7 +191,8 @@ class RelayTests(H2TestCase):
         """The stream becomes an HTTP/1.1 request to the route's upstream."""
         self.request(b"/x/../items?id=1", extra=(
             (b"cookie", b"a=1"), (b"cookie", b"b=2"), (b"x-gateway-identity", b"forged"),
-            (b"x-forwarded-for", b"203.0.113.1"), (b"accept", b"*/*")))
+            (b"x-forwarded-for", b"203.0.113.1"), (b"accept", b"*/*"),
+            (b"x-request-id", b"h2-id-1")))
         self.assertEqual(len(self.reactor.tcpClients), 1)
         self.assertEqual(self.reactor.tcpClients[0][:2], ("127.0.0.1", 9000))
         self.assertEqual(self.upstream().received(), (
@@ -202,6 +203,7 @@ class RelayTests(H2TestCase):
             b"x-forwarded-for: 203.0.113.1, 192.0.2.7\r\n"
             b"x-forwarded-proto: http\r\n"
             b"x-forwarded-host: app.example.com\r\n"
+            b"x-request-id: h2-id-1\r\n"
             b"\r\n"
         ))
 
@@ -214,12 +216,15 @@ class RelayTests(H2TestCase):
                          b"Content-Length: 5\r\n\r\nhello")
         self.pump()
         result = self.result(stream)
-        self.assertEqual(result.headers, [
+        *headers, (name, request_id) = result.headers
+        self.assertEqual(headers, [
             (b":status", b"201"), (b"content-type", b"text/plain"), (b"content-length", b"5"),
             (b"x-content-type-options", b"nosniff"), (b"x-frame-options", b"SAMEORIGIN"),
             (b"x-xss-protection", b"1; mode=block"),
             (b"strict-transport-security", b"max-age=31536000; includeSubDomains; preload"),
         ])
+        self.assertEqual(name, b"x-request-id")  # none was sent: a new one
+        self.assertRegex(request_id, rb"\A[0-9a-f]{32}\Z")
         self.assertEqual((result.body, result.ended), (b"hello", True))
         self.assertEqual(self.core.pool.idle_count(), 1)
 

@@ -1,7 +1,18 @@
-"""The access log: one structured event per exchange, in the ``gateway.access`` namespace.
+"""The end of an exchange: its request metrics, and its access-log line (one structured
+event in the ``gateway.access`` namespace).
 
 Written once when the exchange ends (answered, abandoned, upgraded to a tunnel), with what
-was sent and why; a ``proxy_log_level`` above ``info`` turns it off.
+was sent and why; a ``proxy_log_level`` above ``info`` turns the log line off (the
+metrics stay). The fields, as a log shipper reads them from the JSON line (``time``,
+``level``, ``namespace`` and ``message`` come with every event):
+
+``request_id``, ``client``, ``method``, ``host``, ``path``, ``query`` (credential values
+redacted), ``status``, ``bytes_in`` / ``bytes_out`` (body bytes read from the client /
+sent to it; a tunnel's bytes each way), ``duration_ms``, ``upstream`` (host:port, when one
+was picked), ``route``, ``user_id`` and ``email`` (when signed in), ``reason`` (the
+authorization decision's reason code, ``public`` for a public route), ``detail`` (why the
+gateway answered itself), ``trace_id`` (when tracing set one). Fields without a value are
+left out.
 """
 
 from __future__ import annotations
@@ -11,14 +22,18 @@ from typing import Protocol
 
 from twisted.logger import Logger, LogLevel
 
-from gateway.dataplane.core import ProxyCore
-from gateway.dataplane.routing.plan import RoutePlan
+from gateway.dataplane.authz import Allow
+from gateway.dataplane.exchange.measure import Measured, observe_exchange
 from gateway.observability.logging import LEVELS
+from gateway.observability.request_metrics import REQUESTS
 
 access_log = Logger(namespace="gateway.access")
-# Query parameters that carry credentials: the session hand-off at the end of sign-in and
-# the provider's authorization code (also inside a forward-auth question's ``uri``).
-_SECRET_PARAMS = re.compile(rb"((?:^|[?&])(?:gateway_session|code)=)[^&]*", re.IGNORECASE)
+# Query parameters that carry credentials: the session hand-off at the end of sign-in, the
+# provider's authorization code (also inside a forward-auth question's ``uri``), and the
+# programmatic sign-in's token.
+_SECRET_PARAMS = re.compile(
+    rb"((?:^|[?&])(?:gateway_session|gateway_jwt|code|id_token|access_token|"
+    rb"refresh_token|token)=)[^&]*", re.IGNORECASE)
 
 
 def loggable_query(query: bytes) -> str:
@@ -26,37 +41,58 @@ def loggable_query(query: bytes) -> str:
     return _SECRET_PARAMS.sub(rb"\1[redacted]", query).decode("latin-1")
 
 
-class Logged(Protocol):
-    """What the access log reads of an exchange (an ``ExchangeBase``)."""
-
-    method: bytes
-    host: str
-    path: str
-    query: bytes
-    sent: int
-    started: float
-    detail: str
-    plan: RoutePlan | None
-    core: ProxyCore
-
-    def client_address(self) -> str: ...
-
-
 def access_enabled() -> bool:
     return bool(LogLevel.info >= LEVELS.proxy_log_level)
 
 
-def log_access(exchange: Logged, status: int, **extra: object) -> None:
-    """``extra``: further fields of this kind of exchange (a tunnel's bytes upstream)."""
+class Logged(Measured, Protocol):
+    """What the access log reads of an exchange (an ``ExchangeBase``)."""
+
+    host: str
+    path: str
+    query: bytes
+    detail: str
+    allow: Allow | None
+    user_id: str
+    email: str
+    decision_reason: str
+    trace_id: str
+
+    @property
+    def request_id(self) -> str: ...
+
+    def client_address(self) -> str: ...
+
+
+def log_access(exchange: Logged, status: int) -> None:
+    """Count and log the exchange, which ended with ``status``."""
+    now = exchange.core.reactor.seconds()
+    if REQUESTS.enabled:
+        observe_exchange(exchange, status, now)
     if not access_enabled():
         return
     plan = exchange.plan
-    access_log.info(
-        "{method} {host}{path} {status}",
-        method=exchange.method.decode("latin-1"), host=exchange.host, path=exchange.path,
-        query=loggable_query(exchange.query), status=status, bytes=exchange.sent,
-        duration_ms=round((exchange.core.reactor.seconds() - exchange.started) * 1000, 3),
-        client=exchange.client_address(),
-        route=(plan.route.name or str(plan.route.index)) if plan else None,
-        detail=exchange.detail or None, **extra,
-    )
+    allow = exchange.allow
+    upstream = exchange.upstream_host
+    fields: dict[str, object] = {
+        "request_id": exchange.request_id,
+        "client": exchange.client_address(),
+        "method": exchange.method.decode("latin-1"),
+        "host": exchange.host,
+        "path": exchange.path,
+        "query": loggable_query(exchange.query),
+        "status": status,
+        "bytes_in": exchange.received,
+        "bytes_out": exchange.sent,
+        "duration_ms": round((now - exchange.started) * 1000, 3),
+        "upstream": upstream.address if upstream is not None else None,
+        "route": plan.metric_labels[1] if plan is not None else None,
+        "user_id": exchange.user_id or None,
+        "email": exchange.email or None,
+        "reason": (exchange.decision_reason or (allow.reason if allow else "")
+                   or ("public" if plan is not None and plan.public else "")) or None,
+        "detail": exchange.detail or None,
+        "trace_id": exchange.trace_id or None,
+    }
+    access_log.info("{method} {host}{path} {status}",
+                    **{k: v for k, v in fields.items() if v is not None})

@@ -17,6 +17,7 @@ from gateway.dataplane.authz import Allow
 from gateway.dataplane.core import ProxyCore
 from gateway.dataplane.exchange.access import log_access
 from gateway.dataplane.exchange.headers import forwarded_for
+from gateway.dataplane.exchange.request_id import request_id_for
 from gateway.dataplane.routing.plan import RoutePlan
 from gateway.dataplane.upstream.hosts import UpstreamHost
 from gateway.dataplane.upstream.pool import UpstreamConnection
@@ -63,6 +64,18 @@ class Sink(Protocol):
 class ExchangeBase:
     """The state all parts of an exchange share (only ``Exchange`` is instantiated)."""
 
+    # Observability state, as class defaults (set on the instance only when it changes, so
+    # a request pays nothing for the fields it never uses).
+    rid = b""  # the X-Request-Id as sent: chosen with the upstream request head, or on first use
+    received = 0  # request body bytes read from the client
+    upstream_host: UpstreamHost | None = None  # the host picked (kept after release_host)
+    upstream_started: float | None = None  # when the upstream request in flight began
+    upstream_status = 0  # the upstream's status code; 0 until a response head arrives
+    user_id = ""  # the signed-in user of the authorization decision, if any
+    email = ""
+    decision_reason = ""  # why the authorization decision denied or allowed
+    trace_id = ""  # set by tracing; logged when not empty
+
     def __init__(self, sink: Sink, core: ProxyCore) -> None:
         self.sink = sink
         self.core = core
@@ -102,6 +115,18 @@ class ExchangeBase:
         self.detail = ""
         self.internal_body: bytearray | None = None
 
+    @property
+    def request_id(self) -> str:
+        """This request's ``X-Request-Id`` (the client's when valid, else a new one): sent
+        upstream, on the response, in the access log and on error pages."""
+        return self.request_id_bytes().decode("ascii")
+
+    def request_id_bytes(self) -> bytes:
+        rid = self.rid
+        if not rid:
+            rid = self.rid = request_id_for(self.headers)
+        return rid
+
     def client_address(self) -> str:
         """The client as policy and logs see it: the peer, or with
         ``xff_num_trusted_hops`` N the Nth address from the right of X-Forwarded-For."""
@@ -115,10 +140,10 @@ class ExchangeBase:
 
     def fail(self, status: int, detail: str, headers: Pairs = ()) -> None:
         """An error answered by the gateway, shaped for the client (HTML page for
-        browsers, JSON on request, plain text otherwise), with the request id to quote
-        (made only now, when there is none: nothing on the proxied path pays for it)."""
+        browsers, JSON on request, plain text otherwise), with the request id to quote."""
         body, page = error_answer(status, detail, self.headers,
-                                  look_of(self.core.plan.snapshot.options), host=self.host)
+                                  look_of(self.core.plan.snapshot.options), host=self.host,
+                                  rid=self.request_id)
         self.local(status, body, (*headers, *page))
 
     def local(self, status: int, body: bytes, headers: Pairs = ()) -> None:
@@ -136,6 +161,13 @@ class ExchangeBase:
             own = {name.lower() for name, _ in headers}
             out = [pair for pair in out if pair[0].lower() not in own]
         out.extend(headers)
+        # one id: a page of the identity layer brings the one it showed (taken from, or
+        # added to, the request's headers, as request_id_bytes would have)
+        shown = next((v for n, v in headers if n.lower() == b"x-request-id"), None)
+        if shown is None:
+            out.append((b"x-request-id", self.request_id_bytes()))
+        elif not self.rid:
+            self.rid = shown
         if body and not any(name == b"content-type" for name, _ in headers):
             out.extend(_PLAIN)
         out.append((b"content-length", b"%d" % len(body)))

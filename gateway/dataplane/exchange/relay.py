@@ -20,6 +20,7 @@ from zope.interface import implementer
 from gateway.dataplane.exchange.access import log_access
 from gateway.dataplane.exchange.base import ExchangeBase, Sink
 from gateway.dataplane.exchange.headers import HOP_BY_HOP, connection_tokens, rewrite_prefix
+from gateway.dataplane.exchange.measure import observe_upstream
 from gateway.dataplane.exchange.request_head import upstream_request_head
 from gateway.dataplane.upstream.hosts import UpstreamHost
 from gateway.dataplane.upstream.pool import Pool, UpstreamConnection, connect_failure
@@ -76,7 +77,8 @@ class UpstreamRelay(ExchangeBase):
         if host is None:
             self.fail(503, "no healthy upstream")
             return
-        self.host_state = host
+        self.host_state = self.upstream_host = host
+        self.upstream_started = now
         host.active += 1
         # The route timeout runs from the end of the request (as Envoy's does).
         self.deadline = now + plan.timeout if self.request_done else 0.0
@@ -134,7 +136,7 @@ class UpstreamRelay(ExchangeBase):
             self._unrequested_switch()
             return
         self.deadline = self.core.reactor.seconds() + plan.timeout
-        self.status = status
+        self.status = self.upstream_status = status
         out: list[tuple[bytes, bytes]] = []
         upstream_conn = self.upstream
         named = connection_tokens(headers) if upstream_conn is not None and \
@@ -159,6 +161,7 @@ class UpstreamRelay(ExchangeBase):
                         value = rewrite_prefix(value, prefix, replacement)
             out.append((name, value))
         out.extend(plan.response_headers)
+        out.append((b"x-request-id", self.rid or self.request_id_bytes()))
         no_body = (self.method == b"HEAD" or status in (204, 304) or upgrading)
         self.chunked_out = not no_body and not has_length and self.sink.chunked_framing
         if self.chunked_out:
@@ -238,6 +241,7 @@ class UpstreamRelay(ExchangeBase):
                 and self.method in _IDEMPOTENT:
             # A pooled connection the upstream had just closed: try once on a fresh one.
             self.retried = True
+            observe_upstream(self)  # the failed attempt counts as an upstream request
             self.release_host(failed=False)
             self.dispatch()
             return

@@ -34,6 +34,7 @@ class Exchange(UpstreamRelay):
     # -- request side (codec calls)
 
     def request_body(self, data: bytes) -> None:
+        self.received += len(data)
         if self.finished:
             return
         if self.internal_body is not None:
@@ -242,6 +243,8 @@ class Exchange(UpstreamRelay):
             self._apply(decision)
 
     def _apply(self, decision: Allow | Deny) -> None:
+        self.user_id, self.email = decision.user_id, decision.email
+        self.decision_reason = decision.reason
         if isinstance(decision, Deny):
             self._deny(decision)
             return

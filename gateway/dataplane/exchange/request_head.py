@@ -15,6 +15,7 @@ from twisted.logger import Logger
 
 from gateway.dataplane.exchange.base import BODY_CHUNKED
 from gateway.dataplane.exchange.headers import HOP_BY_HOP, IDENTITY_PREFIX, underscore_twin
+from gateway.dataplane.exchange.request_id import checked_request_id
 from gateway.dataplane.routing.router import bracket_host, upstream_path
 from gateway.sessions.bearer import programmatic_token
 from gateway.sessions.cookie import strip_cookie
@@ -41,6 +42,7 @@ def upstream_request_head(exchange: ExchangeBase) -> bytes:
     xfp: bytes | None = None
     xfh: bytes | None = None
     rewrite_from: bytes | None = None
+    given_id: bytes | None = None
     allow = exchange.allow
     extra_remove = allow.remove if allow is not None else frozenset()
     # The gateway's own credentials never reach an upstream: a signed-in route's decision
@@ -54,7 +56,11 @@ def upstream_request_head(exchange: ExchangeBase) -> bytes:
             continue
         if low in HOP_BY_HOP or low in named:
             continue  # Upgrade and Connection of an upgrade are added again below
-        if low.startswith(IDENTITY_PREFIX) or low in drop or low in extra_remove:
+        if low in drop:
+            if low == b"x-request-id" and given_id is None:
+                given_id = value
+            continue
+        if low.startswith(IDENTITY_PREFIX) or low in extra_remove:
             continue
         if b"_" in low:
             if underscore_twin(low, drop, extra_remove):
@@ -115,6 +121,13 @@ def upstream_request_head(exchange: ExchangeBase) -> bytes:
     if exchange.allow is not None:
         for name, value in exchange.allow.headers:
             parts += (name, b": ", value, b"\r\n")
+    # the client's own x-request-id was dropped above (it is in plan.request_drop) and
+    # comes back here only if valid
+    # (found while the head was copied: ``request_id`` needs no second pass)
+    rid = exchange.rid
+    if not rid:
+        rid = exchange.rid = checked_request_id(given_id)
+    parts += (b"x-request-id: ", rid, b"\r\n")
     if exchange.body_kind == BODY_CHUNKED:
         parts.append(b"transfer-encoding: chunked\r\n")
     if exchange.upgrade:

@@ -24,7 +24,7 @@ from zope.interface import implementer
 
 from gateway.dataplane.authz import RequestInfo
 from gateway.dataplane.core import ProxyCore
-from gateway.dataplane.exchange.access import log_access
+from gateway.dataplane.exchange.access import Logged, log_access
 from gateway.dataplane.exchange.base import Sink
 from gateway.dataplane.exchange.recheck import Reauthorized
 from gateway.dataplane.fastio import direct_writer, write_now
@@ -42,7 +42,7 @@ _CONNECT_MESSAGES = {
 }
 
 
-class Exchange(Protocol):
+class Exchange(Logged, Protocol):
     """What a tunnel uses of its exchange (``request.Exchange``)."""
 
     sink: Sink
@@ -154,8 +154,9 @@ class Tunnel(Reauthorized):
         exchange.sent = pipe.sent_to_a + self.early_to_a
         if not exchange.detail:
             exchange.detail = reason
+        exchange.received = pipe.sent_to_b + self.early_to_b
         exchange.release_host(failed=False)
-        log_access(exchange, 200, bytes_upstream=pipe.sent_to_b + self.early_to_b)
+        log_access(exchange, 200)
 
     # -- authorization while open (``Reauthorized.check``, called by the watchdog)
 
@@ -184,7 +185,7 @@ def open_tunnel(exchange: Exchange) -> None:
     if host is None:
         exchange.fail(503, "no healthy upstream")
         return
-    exchange.host_state = host
+    exchange.host_state = exchange.upstream_host = host
     host.active += 1
     up = host.upstream
     timeout = plan.timeout or CONNECT_TIMEOUT

@@ -17,10 +17,17 @@ from gateway.config.snapshot import Snapshot
 from gateway.dataplane.routing.router import normalise_host, path_matches, route_host_keys
 from gateway.dataplane.upstream.balancer import Balancer, make_balancer
 from gateway.dataplane.upstream.hosts import UpstreamHost, hosts_for
+from gateway.observability.request_metrics import (
+    NO_ROUTE,
+    UNKNOWN_HOST,
+    route_host_label,
+    route_label,
+)
 from gateway.tls.client import TLSClientConfig
 from gateway.tls.client_certs import ClientCertPolicy
 
 Pairs = tuple[tuple[bytes, bytes], ...]
+_REQUEST_ID = frozenset({b"x-request-id"})
 
 
 def _encode(mapping: Any) -> Pairs:
@@ -44,6 +51,9 @@ class RoutePlan:
     hashed: bool = False  # RING_HASH/MAGLEV: requests carry the client address as key
     client_cert: ClientCertPolicy | None = None  # mTLS required of clients on this route
     tcp: bool = False  # a tcp+https route: reached with CONNECT only
+    metric_labels: tuple[str, str] = (UNKNOWN_HOST, NO_ROUTE)  # request metrics: host, route
+    # rows of the request metrics this route counted into (exchange/measure.py)
+    metric_rows: dict[tuple[Any, ...], list[float]] = field(default_factory=dict)
 
     def matches(self, path: str) -> bool:
         return path_matches(self.route, path)
@@ -59,6 +69,8 @@ class Plan:
         default_factory=dict
     )
     forward_auth_host: str = ""  # host name of ``forward_auth_url``; "" when off
+    # rows of the request metrics unrouted requests counted into (exchange/measure.py)
+    unrouted_rows: dict[tuple[Any, ...], list[float]] = field(default_factory=dict)
 
     def is_forward_auth(self, host: str) -> bool:
         """Whether a request's Host (port ignored) is the forward-auth host."""
@@ -146,7 +158,9 @@ def build_plan(snapshot: Snapshot, previous: Plan | None = None) -> Plan:
             hosts=hosts,
             balancer=balancer,
             response_headers=_encode(merged),
-            response_header_names=frozenset(k.lower().encode("latin-1") for k in merged),
+            # x-request-id: the response carries the gateway's, not the upstream's
+            response_header_names=frozenset(k.lower().encode("latin-1") for k in merged)
+            | _REQUEST_ID,
             request_headers=set_request,
             request_drop=frozenset(
                 [h.lower().encode("latin-1") for h in route.remove_request_headers]
@@ -154,7 +168,7 @@ def build_plan(snapshot: Snapshot, previous: Plan | None = None) -> Plan:
                 # Claim headers are the gateway's, whatever their configured names:
                 # a client's copy never reaches an upstream, on any route.
                 + [h.lower().encode("latin-1") for h in options.jwt_claims_headers]
-            ),
+            ) | _REQUEST_ID,  # the upstream gets the request's id, checked (request_id.py)
             response_rewrites=tuple(
                 (r.header.lower().encode("latin-1"), r.prefix.encode("latin-1"),
                  r.value.encode("latin-1"))
@@ -167,6 +181,7 @@ def build_plan(snapshot: Snapshot, previous: Plan | None = None) -> Plan:
             hashed=route.lb_policy in ("RING_HASH", "MAGLEV"),
             client_cert=client_cert,
             tcp=route.tcp,
+            metric_labels=(route_host_label(route), route_label(route)),
         )
         plans.append(plan)
         for host_key in route_host_keys(route):

@@ -25,10 +25,10 @@ class UpstreamHost:
     consecutive_5xx: int = 0
     active: int = 0
     labels: dict[str, str] = field(default_factory=dict)
+    address: str = field(init=False)  # host:port, for logs and metrics (made once)
 
-    @property
-    def address(self) -> str:
-        return f"{self.upstream.host}:{self.upstream.port}"
+    def __post_init__(self) -> None:
+        self.address = f"{self.upstream.host}:{self.upstream.port}"
 
     def available(self, now: float) -> bool:
         """Healthy and not ejected by outlier detection."""
