@@ -7,7 +7,7 @@ was sent and why; a ``proxy_log_level`` above ``info`` turns it off.
 from __future__ import annotations
 
 import re
-from typing import Protocol
+from typing import Any, Protocol
 
 from twisted.logger import Logger, LogLevel
 
@@ -38,6 +38,7 @@ class Logged(Protocol):
     detail: str
     plan: RoutePlan | None
     core: ProxyCore
+    trace: Any  # tracer.RequestTrace | None
 
     def client_address(self) -> str: ...
 
@@ -47,7 +48,12 @@ def access_enabled() -> bool:
 
 
 def log_access(exchange: Logged, status: int, **extra: object) -> None:
-    """``extra``: further fields of this kind of exchange (a tunnel's bytes upstream)."""
+    """``extra``: further fields of this kind of exchange (a tunnel's bytes upstream).
+    Also where a traced exchange's spans end: every way an exchange ends is logged here."""
+    trace = exchange.trace
+    if trace is not None:
+        exchange.trace = None
+        trace.end(exchange, status)
     if not access_enabled():
         return
     plan = exchange.plan

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from twisted.internet.defer import Deferred
 
     from gateway.dataplane.routing.plan import Pairs
+    from gateway.observability.tracing.tracer import RequestTrace
 
 BODY_NONE, BODY_LENGTH, BODY_CHUNKED = 0, 1, 2
 _PLAIN = ((b"content-type", b"text/plain; charset=utf-8"),)
@@ -101,6 +102,10 @@ class ExchangeBase:
         self.body_sent = False
         self.detail = ""
         self.internal_body: bytearray | None = None
+        # Tracing (``core.tracer``): the spans of a sampled exchange, and the trace id of
+        # a sampled one or of a caller's trace we continue without sampling ("" if none).
+        self.trace: RequestTrace | None = None
+        self.trace_id = ""
 
     def client_address(self) -> str:
         """The client as policy and logs see it: the peer, or with

@@ -1,0 +1,148 @@
+"""Trace context in request headers: W3C ``traceparent``, B3 single ``b3`` and B3 multi
+``X-B3-*``, read from a client's request and written on the upstream's.
+
+Pure functions over ``(name, value)`` byte pairs. A malformed header is ignored (the
+request is then a root, as if it had none): never an error for the client. ``find_parent``
+runs on every request while tracing is on, so it looks at a header's length before its
+name and parses nothing unless a trace header is there.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+_HEX = frozenset(b"0123456789abcdef")
+TRACEPARENT = b"traceparent"
+TRACESTATE = b"tracestate"
+B3 = b"b3"
+B3_TRACE_ID, B3_SPAN_ID = b"x-b3-traceid", b"x-b3-spanid"
+B3_SAMPLED, B3_FLAGS, B3_PARENT = b"x-b3-sampled", b"x-b3-flags", b"x-b3-parentspanid"
+# Every header that carries a caller's trace context: replaced on the upstream request
+# of a traced exchange (ours names the gateway's span as the parent).
+CONTEXT_HEADERS = frozenset({TRACEPARENT, B3, B3_TRACE_ID, B3_SPAN_ID, B3_SAMPLED, B3_FLAGS,
+                             B3_PARENT})
+_READ = frozenset({TRACEPARENT, B3, B3_TRACE_ID, B3_SPAN_ID, B3_SAMPLED, B3_FLAGS})
+_LENGTHS = frozenset(len(name) for name in _READ)
+
+
+@dataclass(frozen=True, slots=True)
+class Parent:
+    """The caller's span: ``sampled`` is its decision (None: left to us). A bare
+    ``b3: 0`` is a decision without ids (``trace_id`` 0)."""
+
+    trace_id: int
+    span_id: int
+    sampled: bool | None
+    b3: bool = False  # the caller spoke B3: the upstream gets B3 too
+
+
+DENIED = Parent(0, 0, False, b3=True)
+
+
+def _hex_id(value: bytes, *sizes: int) -> int:
+    """A non-zero lower-case hex id of one of ``sizes`` digits, or 0 when malformed."""
+    if len(value) not in sizes or not _HEX.issuperset(value):
+        return 0
+    return int(value, 16)
+
+
+def parse_traceparent(value: bytes) -> Parent | None:
+    """``version-traceid-parentid-flags`` (W3C Trace Context level 1). Version ``ff`` and
+    all-zero ids are invalid; a later version may append fields after a ``-``."""
+    value = value.strip()
+    if len(value) < 55 or value[2:3] != b"-" or value[35:36] != b"-" or value[52:53] != b"-":
+        return None
+    version = value[:2]
+    if not _HEX.issuperset(version) or version == b"ff":
+        return None
+    if len(value) > 55 and (version == b"00" or value[55:56] != b"-"):
+        return None
+    trace_id = _hex_id(value[3:35], 32)
+    span_id = _hex_id(value[36:52], 16)
+    flags = value[53:55]
+    if not trace_id or not span_id or not _HEX.issuperset(flags):
+        return None
+    return Parent(trace_id, span_id, bool(int(flags, 16) & 1))
+
+
+def _b3_sampled(value: bytes) -> bool | str | None:
+    """``1``/``d``/``true`` sampled, ``0``/``false`` not, empty: deferred; else invalid."""
+    low = value.strip().lower()
+    if low in (b"1", b"d", b"true"):
+        return True
+    if low in (b"0", b"false"):
+        return False
+    return None if not low else "invalid"
+
+
+def parse_b3_single(value: bytes) -> Parent | None:
+    """``b3: {traceid}-{spanid}[-{sampled}[-{parentspanid}]]`` or a bare ``b3: {sampled}``."""
+    parts = value.strip().split(b"-")
+    if len(parts) == 1:
+        decision = _b3_sampled(parts[0])
+        return DENIED if decision is False else None
+    if len(parts) > 4:
+        return None
+    trace_id = _hex_id(parts[0], 16, 32)
+    span_id = _hex_id(parts[1], 16)
+    sampled = _b3_sampled(parts[2]) if len(parts) > 2 else None
+    if not trace_id or not span_id or sampled == "invalid":
+        return None
+    if len(parts) == 4 and not _hex_id(parts[3], 16):
+        return None
+    return Parent(trace_id, span_id, sampled if isinstance(sampled, bool) else None, b3=True)
+
+
+def parse_b3_multi(found: dict[bytes, bytes]) -> Parent | None:
+    """``X-B3-TraceId``, ``X-B3-SpanId``, ``X-B3-Sampled`` and ``X-B3-Flags: 1`` (debug,
+    which means sampled)."""
+    sampled = _b3_sampled(found.get(B3_SAMPLED, b""))
+    if found.get(B3_FLAGS, b"").strip() == b"1":
+        sampled = True
+    if sampled == "invalid":
+        return None
+    trace = found.get(B3_TRACE_ID)
+    span = found.get(B3_SPAN_ID)
+    if trace is None or span is None:
+        return DENIED if sampled is False else None
+    trace_id = _hex_id(trace.strip(), 16, 32)
+    span_id = _hex_id(span.strip(), 16)
+    if not trace_id or not span_id:
+        return None
+    return Parent(trace_id, span_id, sampled if isinstance(sampled, bool) else None, b3=True)
+
+
+def find_parent(headers: list[tuple[bytes, bytes]]) -> Parent | None:
+    """The caller's context: ``traceparent`` first, then ``b3``, then ``X-B3-*``; the
+    first valid one wins, the rest are ignored."""
+    found: dict[bytes, bytes] | None = None
+    for name, value in headers:
+        if len(name) in _LENGTHS:
+            low = name.lower()
+            if low in _READ:
+                if found is None:
+                    found = {}
+                found.setdefault(low, value)
+    if found is None:
+        return None
+    parent = None
+    if TRACEPARENT in found:
+        parent = parse_traceparent(found[TRACEPARENT])
+    if parent is None and B3 in found:
+        parent = parse_b3_single(found[B3])
+    if parent is None and (B3_TRACE_ID in found or B3_SAMPLED in found or B3_FLAGS in found):
+        parent = parse_b3_multi(found)
+    return parent
+
+
+def traceparent(trace_id: int, span_id: int, sampled: bool = True) -> bytes:
+    return b"00-%032x-%016x-%s" % (trace_id, span_id, b"01" if sampled else b"00")
+
+
+def context_headers(trace_id: int, span_id: int, b3: bool) -> tuple[tuple[bytes, bytes], ...]:
+    """What the upstream request carries: ``traceparent`` always, and ``b3`` (single
+    header) as well when the caller spoke B3."""
+    out: tuple[tuple[bytes, bytes], ...] = ((TRACEPARENT, traceparent(trace_id, span_id)),)
+    if b3:
+        out += ((B3, b"%032x-%016x-1" % (trace_id, span_id)),)
+    return out
