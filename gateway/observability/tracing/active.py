@@ -36,13 +36,13 @@ class SpanParent(Protocol):
 ACTIVE: ContextVar[SpanParent | None] = ContextVar("gateway_active_span", default=None)
 
 
-def start_child(name: str, client: bool = True,
-                **attributes: str | int | float | bool) -> ChildSpan | None:
+def start_child(name: str, attributes: dict[str, str | int | float | bool] | None = None,
+                client: bool = True) -> ChildSpan | None:
     """A child of the active span, or None outside a traced request."""
     parent = ACTIVE.get()
     if parent is None:
         return None
-    return parent.child(name, client, attributes)
+    return parent.child(name, client, attributes or {})
 
 
 @contextmanager
