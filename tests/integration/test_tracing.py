@@ -20,8 +20,10 @@ from typing import Any
 
 import pytest
 
+from tests.support.browser import Browser
 from tests.support.daemon import Daemon, gateway_daemon
-from tests.support.peers import Upstream, echo_upstream
+from tests.support.kvstore import kv_gateway_config
+from tests.support.peers import Upstream, echo_upstream, oidc_provider, redis_server
 from tests.support.processes import free_port, loopback_opener
 from tests.support.trace_collectors import (
     HttpCollector,
@@ -214,3 +216,77 @@ def test_collector_down_or_slow_changes_nothing(tmp_path: Path, state: str) -> N
     # round trip) to requests; a shared 2-core machine adds its own noise
     assert on_median < off_median * 2 + 0.005, (off_median, on_median)
     assert max(on) < 1.0, max(on)
+
+
+def test_sign_in_spans(tmp_path: Path, require_binary: Any) -> None:
+    """A sign-in with sessions in Redis: the callback's server span holds the identity
+    provider's calls (the code exchange, keys, userinfo) and the session's Redis write;
+    then the signed-in request's decision finds the session."""
+    require_binary("redis-server", "apt-get install -y redis-server")
+    require_binary("node", "apt-get install -y nodejs npm")
+    port = free_port()
+    with ExitStack() as stack:
+        redis = stack.enter_context(redis_server(tmp_path))
+        op = stack.enter_context(oidc_provider(tmp_path,
+                                               [f"http://auth.test:{port}/oauth2/callback"]))
+        up = stack.enter_context(echo_upstream(tmp_path))
+        prov = stack.enter_context(provider("httptrace"))
+        config = {**kv_gateway_config(op, f"kvstore://127.0.0.1:{redis.port}/0", port, up.url),
+                  **prov.settings, "tracing_sample_rate": 1}
+        stack.enter_context(gateway_daemon(tmp_path, config, port=port))
+        assert Browser().sign_in(f"http://app.test:{port}/", "alice@example.test").status == 200
+
+        def done(spans: list[Span]) -> bool:
+            return any(s.name == "kvstore put" for s in spans) and any(
+                s.tags.get("gateway.session.found") == "true" for s in spans)
+        spans = wait_for_spans(prov.decode, done)
+    by_id = {s.span_id: s for s in spans}
+    token = one(spans, name="idp POST /token")
+    callback = by_id[token.parent_id]
+    assert callback.kind == "server" and callback.tags["url.path"] == "/oauth2/callback"
+    inside(token, callback)
+    assert token.kind == "client"
+    assert token.tags["http.response.status_code"] == "200"
+    assert token.tags["url.full"] == f"{op.issuer}/token"
+    under_callback = {s.name for s in spans if s.parent_id == callback.span_id}
+    assert {"idp POST /token", "kvstore put"} <= under_callback, under_callback
+    for s in spans:
+        if s.parent_id == callback.span_id and s.name != "kvstore put":
+            inside(s, callback)
+    # two writes: the session, awaited before the cookie is handed out (inside the
+    # callback), and the user record, which is not waited for (it may end after)
+    puts = [s for s in spans if s.name == "kvstore put" and s.parent_id == callback.span_id]
+    assert len(puts) == 2, puts
+    assert all(p.tags["db.system"] == "redis" and p.kind == "client" for p in puts)
+    assert any(p.end_us <= callback.end_us + 1 for p in puts), (puts, callback)
+    discovery = [s for s in spans if s.name == "idp GET /.well-known/openid-configuration"]
+    assert discovery and by_id[discovery[0].parent_id].kind == "server"
+    lookup = next(s for s in spans if s.tags.get("gateway.session.found") == "true")
+    authorize = by_id[lookup.parent_id]
+    assert authorize.name == "authorize" and authorize.tags["gateway.decision"] == "allow"
+    assert by_id[authorize.parent_id].name == "GET app.test"
+    # no span holds a token, a cookie or a secret
+    text = json.dumps([s.tags for s in spans])
+    for secret in ("_gateway=", "code=", "Bearer", op.client_secret):
+        assert secret not in text, secret
+
+
+def test_malformed_context_is_never_an_error(tmp_path: Path) -> None:
+    """Broken trace headers are ignored: 200, and the request is a root of its own."""
+    port = free_port()
+    bad = [{"traceparent": "00-xyz"}, {"traceparent": "ff-" + "a" * 32 + "-" + "b" * 16 + "-01"},
+           {"b3": "not-a-b3-value"}, {"X-B3-TraceId": "zz", "X-B3-SpanId": "1"},
+           {"X-B3-Sampled": "perhaps"}, {"traceparent": "\u00e9" * 60}]
+    with ExitStack() as stack:
+        up = stack.enter_context(echo_upstream(tmp_path, name="app"))
+        prov = stack.enter_context(provider("httptrace"))
+        gw = stack.enter_context(gateway_daemon(tmp_path, {
+            **prov.settings, "tracing_sample_rate": 1, **routes(port, up)}, port=port))
+        for headers in bad:
+            status, _ = request(gw, f"public.test:{port}", "/m", headers)
+            assert status == 200, headers
+        spans = wait_for_spans(prov.decode, lambda s: sum(
+            x.kind == "server" for x in s) >= len(bad))
+    servers = [s for s in spans if s.kind == "server"]
+    assert all(s.parent_id == 0 for s in servers)
+    assert len({s.trace_id for s in servers}) == len(bad)

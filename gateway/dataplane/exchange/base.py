@@ -64,6 +64,13 @@ class Sink(Protocol):
 class ExchangeBase:
     """The state all parts of an exchange share (only ``Exchange`` is instantiated)."""
 
+    # Tracing (``core.tracer``), as class defaults (nothing to set per request while it
+    # is off): whether the codec saw a trace header; the spans of a sampled exchange;
+    # the trace id of a sampled one or of a caller's trace we pass on unsampled.
+    trace_context = False
+    trace: RequestTrace | None = None
+    trace_id = ""
+
     def __init__(self, sink: Sink, core: ProxyCore) -> None:
         self.sink = sink
         self.core = core
@@ -102,10 +109,6 @@ class ExchangeBase:
         self.body_sent = False
         self.detail = ""
         self.internal_body: bytearray | None = None
-        # Tracing (``core.tracer``): the spans of a sampled exchange, and the trace id of
-        # a sampled one or of a caller's trace we continue without sampling ("" if none).
-        self.trace: RequestTrace | None = None
-        self.trace_id = ""
 
     def client_address(self) -> str:
         """The client as policy and logs see it: the peer, or with

@@ -138,7 +138,7 @@ class JaegerUDPExporter(SpanExporter):
         sock = self._socket()
         for packet in packets:
             sock.send(packet)
-        if sum(1 for _ in packets) == 0 and spans:
+        if not packets and spans:
             return SpanExportResult.FAILURE
         return SpanExportResult.SUCCESS
 

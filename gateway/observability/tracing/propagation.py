@@ -3,8 +3,9 @@
 
 Pure functions over ``(name, value)`` byte pairs. A malformed header is ignored (the
 request is then a root, as if it had none): never an error for the client. ``find_parent``
-runs on every request while tracing is on, so it looks at a header's length before its
-name and parses nothing unless a trace header is there.
+runs only for requests whose codec saw one of ``CONTEXT_NAMES`` (flagged while it
+checks the headers it must check anyway), so a request without trace headers costs the
+tracer no header scan at all.
 """
 
 from __future__ import annotations
@@ -23,6 +24,9 @@ CONTEXT_HEADERS = frozenset({TRACEPARENT, B3, B3_TRACE_ID, B3_SPAN_ID, B3_SAMPLE
                              B3_PARENT})
 _READ = frozenset({TRACEPARENT, B3, B3_TRACE_ID, B3_SPAN_ID, B3_SAMPLED, B3_FLAGS})
 _LENGTHS = frozenset(len(name) for name in _READ)
+# What the codecs look for (lower case) in the header loop they run anyway: only a
+# request flagged ``trace_context`` is searched by ``find_parent``.
+CONTEXT_NAMES = _READ
 
 
 @dataclass(frozen=True, slots=True)

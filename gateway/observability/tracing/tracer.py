@@ -2,10 +2,11 @@
 
 ``Tracer.begin`` runs first for every request while tracing is on. The decision is made
 before any OpenTelemetry object exists: a caller's context (``traceparent``, ``b3``,
-``X-B3-*``) decides when it says sampled or not (parent-based); otherwise one
-``random()`` against ``tracing_sample_rate`` (a ratio sampler). An unsampled request gets
-no span, no context object and no upstream header of ours (the caller's own trace headers
-pass through untouched), so it costs a header scan and a comparison. A sampled request
+``X-B3-*``, searched only when the codec flagged one in ``exchange.trace_context``)
+decides when it says sampled or not (parent-based); otherwise one ``random()`` against
+``tracing_sample_rate`` (a ratio sampler). An unsampled request gets no span, no context
+object and no upstream header of ours (the caller's own trace headers pass through
+untouched), so without trace headers it costs one random number and a comparison. A sampled request
 gets a ``RequestTrace``: its spans are OpenTelemetry SDK spans, created with explicit
 parents (nothing is attached to the global context), and the SDK's sampler for them is
 ``ParentBased(ALWAYS_ON)``: the decision is already made.
@@ -153,7 +154,7 @@ class Tracer:
     def begin(self, exchange: Any) -> None:
         """Sets ``exchange.trace`` (sampled) and ``exchange.trace_id`` (sampled, or a
         caller's trace that we do not sample)."""
-        parent = find_parent(exchange.headers)
+        parent = find_parent(exchange.headers) if exchange.trace_context else None
         if parent is None:
             if not self._ratio():
                 return
