@@ -10,9 +10,13 @@ tracer no header scan at all.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import re
+from typing import NamedTuple
 
 _HEX = frozenset(b"0123456789abcdef")
+# version-traceid-parentid-flags; a version after 00 may append "-..." (W3C level 1)
+_TRACEPARENT = re.compile(
+    rb"[ \t]*([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})(-[^\r\n]*)?[ \t]*")
 TRACEPARENT = b"traceparent"
 TRACESTATE = b"tracestate"
 B3 = b"b3"
@@ -29,10 +33,9 @@ _LENGTHS = frozenset(len(name) for name in _READ)
 CONTEXT_NAMES = _READ
 
 
-@dataclass(frozen=True, slots=True)
-class Parent:
+class Parent(NamedTuple):
     """The caller's span: ``sampled`` is its decision (None: left to us). A bare
-    ``b3: 0`` is a decision without ids (``trace_id`` 0)."""
+    ``b3: 0`` is a decision without ids (``trace_id`` 0). A tuple: cheap to make."""
 
     trace_id: int
     span_id: int
@@ -53,18 +56,14 @@ def _hex_id(value: bytes, *sizes: int) -> int:
 def parse_traceparent(value: bytes) -> Parent | None:
     """``version-traceid-parentid-flags`` (W3C Trace Context level 1). Version ``ff`` and
     all-zero ids are invalid; a later version may append fields after a ``-``."""
-    value = value.strip()
-    if len(value) < 55 or value[2:3] != b"-" or value[35:36] != b"-" or value[52:53] != b"-":
+    match = _TRACEPARENT.fullmatch(value)
+    if match is None:
         return None
-    version = value[:2]
-    if not _HEX.issuperset(version) or version == b"ff":
+    version, trace, span, flags, rest = match.groups()
+    if version == b"ff" or (rest is not None and version == b"00"):
         return None
-    if len(value) > 55 and (version == b"00" or value[55:56] != b"-"):
-        return None
-    trace_id = _hex_id(value[3:35], 32)
-    span_id = _hex_id(value[36:52], 16)
-    flags = value[53:55]
-    if not trace_id or not span_id or not _HEX.issuperset(flags):
+    trace_id, span_id = int(trace, 16), int(span, 16)
+    if not trace_id or not span_id:
         return None
     return Parent(trace_id, span_id, bool(int(flags, 16) & 1))
 
