@@ -290,3 +290,36 @@ def test_malformed_context_is_never_an_error(tmp_path: Path) -> None:
     servers = [s for s in spans if s.kind == "server"]
     assert all(s.parent_id == 0 for s in servers)
     assert len({s.trace_id for s in servers}) == len(bad)
+
+
+def test_reload_turns_tracing_on_and_off(tmp_path: Path) -> None:
+    """A reload that sets tracing_provider starts tracing without a restart; one that
+    unsets it stops it."""
+    port = free_port()
+    with ExitStack() as stack:
+        up = stack.enter_context(echo_upstream(tmp_path, name="app"))
+        prov = stack.enter_context(provider("httptrace"))
+        config = routes(port, up)
+        gw = stack.enter_context(gateway_daemon(tmp_path, config, port=port))
+        assert request(gw, f"public.test:{port}", "/before")[0] == 200
+        gw.write_config({**config, "address": f"127.0.0.1:{port}", "insecure_server": True,
+                         **prov.settings, "tracing_sample_rate": 1})
+        gw.wait_for_event(lambda e: e.get("namespace") == "gateway.tracing",
+                          what="tracing started")
+        assert request(gw, f"public.test:{port}", "/during")[0] == 200
+        spans = wait_for_spans(prov.decode, lambda s: any(
+            x.tags.get("url.path") == "/during" for x in s))
+        gw.write_config({**config, "address": f"127.0.0.1:{port}", "insecure_server": True})
+        deadline = time.monotonic() + 10
+        while sum("configuration reloaded" in e.get("message", "")
+                  for e in gw.log_events()) < 2:
+            assert time.monotonic() < deadline, "second reload not seen"
+            time.sleep(0.1)
+        time.sleep(1.5)  # the old exporter sends what it held
+        count = len(prov.decode())
+        assert request(gw, f"public.test:{port}", "/after")[0] == 200
+        time.sleep(2.0)
+        after = prov.decode()
+    assert len(after) == count
+    assert not any(s.tags.get("url.path") in ("/before", "/after") for s in after)
+    assert any(s.tags.get("url.path") == "/during" for s in spans)
