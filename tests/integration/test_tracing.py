@@ -22,6 +22,7 @@ import pytest
 
 from tests.support.browser import Browser
 from tests.support.daemon import Daemon, gateway_daemon
+from tests.support.h2client import H2Client
 from tests.support.kvstore import kv_gateway_config
 from tests.support.peers import Upstream, echo_upstream, oidc_provider, redis_server
 from tests.support.processes import free_port, loopback_opener
@@ -323,3 +324,38 @@ def test_reload_turns_tracing_on_and_off(tmp_path: Path) -> None:
     assert len(after) == count
     assert not any(s.tags.get("url.path") in ("/before", "/after") for s in after)
     assert any(s.tags.get("url.path") == "/during" for s in spans)
+
+
+def test_http2_caller_context_at_rate_zero(tmp_path: Path) -> None:
+    """Over HTTP/2 too: the codec notices the caller's b3 headers, and a sampled caller
+    is traced though the rate is 0; its unsampled requests are not (and keep their own
+    headers upstream, untouched)."""
+    port = free_port()
+    with ExitStack() as stack:
+        up = stack.enter_context(echo_upstream(tmp_path, name="app"))
+        prov = stack.enter_context(provider("agenttrace"))
+        stack.enter_context(gateway_daemon(tmp_path, {
+            **prov.settings, "tracing_sample_rate": 0, "codec_type": "http2",
+            **routes(port, up)}, port=port))
+        with H2Client(port) as client:
+            sampled = client.request("GET", "/h2", f"public.test:{port}", [
+                ("x-b3-traceid", f"{CALLER_TRACE:032x}"), ("x-b3-spanid", f"{CALLER_SPAN:016x}"),
+                ("x-b3-sampled", "1")])
+            unsampled = client.request("GET", "/h2-no", f"public.test:{port}", [
+                ("x-b3-traceid", f"{CALLER_TRACE:032x}"), ("x-b3-spanid", f"{CALLER_SPAN:016x}"),
+                ("x-b3-sampled", "0")])
+        assert (sampled.status, unsampled.status) == (200, 200)
+        spans = wait_for_spans(prov.decode, lambda s: len(s) >= 2)
+        time.sleep(1.5)
+        spans = prov.decode()
+    server = one(spans, kind="server")
+    assert (server.trace_id, server.parent_id) == (CALLER_TRACE, CALLER_SPAN)
+    client_span = one(spans, kind="client")
+    inside(client_span, server)
+    assert len(spans) == 2
+    echoed = {k.lower(): v for k, v in json.loads(sampled.body)["headers"]}
+    # ours replace the caller's: traceparent and b3 (it spoke B3) name the client span
+    assert echoed["b3"] == f"{CALLER_TRACE:032x}-{client_span.span_id:016x}-1"
+    assert "x-b3-spanid" not in echoed
+    untouched = {k.lower(): v for k, v in json.loads(unsampled.body)["headers"]}
+    assert untouched["x-b3-sampled"] == "0" and "traceparent" not in untouched
