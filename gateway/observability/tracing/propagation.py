@@ -34,38 +34,56 @@ CONTEXT_NAMES = _READ
 
 
 class Parent(NamedTuple):
-    """The caller's span: ``sampled`` is its decision (None: left to us). A bare
-    ``b3: 0`` is a decision without ids (``trace_id`` 0). A tuple: cheap to make."""
+    """The caller's span, its ids as lower-case hex (the trace id in 32 digits: what logs
+    show, with no number made of it unless the request is traced); ``sampled`` is its
+    decision (None: left to us). A bare ``b3: 0`` is a decision without ids."""
 
-    trace_id: int
-    span_id: int
+    trace: str
+    span: str
     sampled: bool | None
     b3: bool = False  # the caller spoke B3: the upstream gets B3 too
 
+    @property
+    def trace_id(self) -> int:
+        return int(self.trace, 16) if self.trace else 0
 
-DENIED = Parent(0, 0, False, b3=True)
+    @property
+    def span_id(self) -> int:
+        return int(self.span, 16) if self.span else 0
 
 
-def _hex_id(value: bytes, *sizes: int) -> int:
-    """A non-zero lower-case hex id of one of ``sizes`` digits, or 0 when malformed."""
-    if len(value) not in sizes or not _HEX.issuperset(value):
-        return 0
-    return int(value, 16)
+DENIED = Parent("", "", False, b3=True)
+_ZEROS = frozenset({b"0" * 16, b"0" * 32})
+_ODD = b"13579bdf"  # a flags byte's last hex digit with the sampled bit set
+_HEX_DASH = b"0123456789abcdef-"
+
+
+def _hex_id(value: bytes, *sizes: int) -> str:
+    """A non-zero lower-case hex id of one of ``sizes`` digits (padded to the largest),
+    or "" when malformed."""
+    if len(value) not in sizes or not _HEX.issuperset(value) or value in _ZEROS:
+        return ""
+    return value.decode().rjust(max(sizes), "0")
 
 
 def parse_traceparent(value: bytes) -> Parent | None:
     """``version-traceid-parentid-flags`` (W3C Trace Context level 1). Version ``ff`` and
     all-zero ids are invalid; a later version may append fields after a ``-``."""
+    if len(value) == 55 and value[2] == value[35] == value[52] == 45 \
+            and value.count(b"-") == 3 and not value.translate(None, _HEX_DASH):
+        # the usual form, checked without a regex
+        trace, span = value[3:35], value[36:52]
+        if value[:2] == b"ff" or trace in _ZEROS or span in _ZEROS:
+            return None
+        return Parent(trace.decode(), span.decode(), value[54] in _ODD)
     match = _TRACEPARENT.fullmatch(value)
     if match is None:
         return None
     version, trace, span, flags, rest = match.groups()
-    if version == b"ff" or (rest is not None and version == b"00"):
+    if version == b"ff" or (rest is not None and version == b"00") or trace in _ZEROS \
+            or span in _ZEROS:
         return None
-    trace_id, span_id = int(trace, 16), int(span, 16)
-    if not trace_id or not span_id:
-        return None
-    return Parent(trace_id, span_id, bool(int(flags, 16) & 1))
+    return Parent(trace.decode(), span.decode(), flags[1] in _ODD)
 
 
 def _b3_sampled(value: bytes) -> bool | str | None:
@@ -86,14 +104,14 @@ def parse_b3_single(value: bytes) -> Parent | None:
         return DENIED if decision is False else None
     if len(parts) > 4:
         return None
-    trace_id = _hex_id(parts[0], 16, 32)
-    span_id = _hex_id(parts[1], 16)
+    trace = _hex_id(parts[0], 16, 32)
+    span = _hex_id(parts[1], 16)
     sampled = _b3_sampled(parts[2]) if len(parts) > 2 else None
-    if not trace_id or not span_id or sampled == "invalid":
+    if not trace or not span or sampled == "invalid":
         return None
     if len(parts) == 4 and not _hex_id(parts[3], 16):
         return None
-    return Parent(trace_id, span_id, sampled if isinstance(sampled, bool) else None, b3=True)
+    return Parent(trace, span, sampled if isinstance(sampled, bool) else None, b3=True)
 
 
 def parse_b3_multi(found: dict[bytes, bytes]) -> Parent | None:
@@ -108,11 +126,11 @@ def parse_b3_multi(found: dict[bytes, bytes]) -> Parent | None:
     span = found.get(B3_SPAN_ID)
     if trace is None or span is None:
         return DENIED if sampled is False else None
-    trace_id = _hex_id(trace.strip(), 16, 32)
-    span_id = _hex_id(span.strip(), 16)
-    if not trace_id or not span_id:
+    trace_hex = _hex_id(trace.strip(), 16, 32)
+    span_hex = _hex_id(span.strip(), 16)
+    if not trace_hex or not span_hex:
         return None
-    return Parent(trace_id, span_id, sampled if isinstance(sampled, bool) else None, b3=True)
+    return Parent(trace_hex, span_hex, sampled if isinstance(sampled, bool) else None, b3=True)
 
 
 def find_parent(headers: list[tuple[bytes, bytes]]) -> Parent | None:

@@ -165,8 +165,8 @@ class Tracer:
             if sampled is None:
                 sampled = self._ratio()
             if not sampled:
-                if parent.trace_id:
-                    exchange.trace_id = f"{parent.trace_id:032x}"
+                if parent.trace:
+                    exchange.trace_id = parent.trace
                 return
             context = set_span_in_context(NonRecordingSpan(SpanContext(
                 parent.trace_id, parent.span_id, is_remote=True, trace_flags=_SAMPLED)))
