@@ -13,7 +13,6 @@ from __future__ import annotations
 import re
 from typing import NamedTuple
 
-_HEX = frozenset(b"0123456789abcdef")
 # version-traceid-parentid-flags; a version after 00 may append "-..." (W3C level 1)
 _TRACEPARENT = re.compile(
     rb"[ \t]*([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})(-[^\r\n]*)?[ \t]*")
@@ -53,15 +52,17 @@ class Parent(NamedTuple):
 
 
 DENIED = Parent("", "", False, b3=True)
+_new = tuple.__new__
 _ZEROS = frozenset({b"0" * 16, b"0" * 32})
 _ODD = b"13579bdf"  # a flags byte's last hex digit with the sampled bit set
-_HEX_DASH = b"0123456789abcdef-"
+_HEX_DIGITS = b"0123456789abcdef"
+_HEX_DASH = _HEX_DIGITS + b"-"
 
 
 def _hex_id(value: bytes, *sizes: int) -> str:
     """A non-zero lower-case hex id of one of ``sizes`` digits (padded to the largest),
     or "" when malformed."""
-    if len(value) not in sizes or not _HEX.issuperset(value) or value in _ZEROS:
+    if len(value) not in sizes or value.translate(None, _HEX_DIGITS) or value in _ZEROS:
         return ""
     return value.decode().rjust(max(sizes), "0")
 
@@ -75,7 +76,8 @@ def parse_traceparent(value: bytes) -> Parent | None:
         trace, span = value[3:35], value[36:52]
         if value[:2] == b"ff" or trace in _ZEROS or span in _ZEROS:
             return None
-        return Parent(trace.decode(), span.decode(), value[54] in _ODD)
+        # tuple.__new__: a NamedTuple's own __new__ is a Python call, the slowest step here
+        return _new(Parent, (trace.decode(), span.decode(), value[54] in _ODD, False))
     match = _TRACEPARENT.fullmatch(value)
     if match is None:
         return None
