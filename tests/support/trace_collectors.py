@@ -140,7 +140,7 @@ class UdpCollector:
 
 
 def wait_for_spans(decode: Callable[[], list[Span]], predicate: Callable[[list[Span]], bool],
-                   timeout: float = 10.0) -> list[Span]:
+                   timeout: float = 20.0) -> list[Span]:
     """Decode what arrived until ``predicate`` holds (the export runs every second)."""
     deadline = time.monotonic() + timeout
     spans: list[Span] = []
