@@ -620,8 +620,11 @@ def gateway_yaml(port: int, upstream: int, codec: str | None,
 
 
 def gateway_env() -> dict[str, str]:
-    """A small, fixed environment: settings in the environment win over the file."""
-    env = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR")}
+    """A small, fixed environment: settings in the environment win over the file. The
+    ``TRACING_*`` settings pass through, to measure with tracing on (``TRACING_PROVIDER``
+    and its endpoint; the sample rate's default is the reference's 0.0001)."""
+    env = {k: v for k, v in os.environ.items()
+           if k in ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR") or k.startswith("TRACING_")}
     env["PYTHONPATH"] = str(REPO_ROOT)
     return env
 

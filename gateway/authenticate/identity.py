@@ -43,6 +43,7 @@ from gateway.authorize.evaluate import evaluate
 from gateway.config.snapshot import Snapshot
 from gateway.dataplane.authz import Allow, Decision, Deny, RequestInfo
 from gateway.observability.request_metrics import route_label
+from gateway.observability.tracing.active import start_child
 from gateway.pages.layout import Action, look_of
 from gateway.pages.rules import admits
 from gateway.sessions.bearer import programmatic_token
@@ -187,7 +188,13 @@ class Identity:
     # -- the authorization hook
 
     def authorize(self, request: RequestInfo, route: Any) -> Decision | Deferred[Decision]:
+        span = start_child("session lookup", client=False)  # None unless traced
         session, sid, token = self._lookup(request)
+        if span is not None:
+            span.set("gateway.session.found", session is not None)
+            span.set("gateway.session.fetch", session is None and bool(sid)
+                     and self.store.needs_fetch)
+            span.end()
         own_token = bool(token)
         if session is None and sid and self.store.needs_fetch:
             # A session another process created, or this one has not read yet.

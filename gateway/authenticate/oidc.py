@@ -11,14 +11,16 @@ from __future__ import annotations
 import hashlib
 import json
 import secrets
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlencode
+from urllib.parse import urlencode, urlsplit
 
 import jwt
 import treq
 from twisted.internet.defer import Deferred, ensureDeferred
 
+from gateway.observability.tracing.active import start_child
 from gateway.sessions.sealed import b64url
 
 TIMEOUT = 10.0
@@ -63,6 +65,31 @@ async def _http(request: Any, what: str) -> tuple[Any, bytes]:
     return response, b"".join(chunks)
 
 
+Headers = dict[bytes | str, bytes | str]
+
+
+async def _traced(method: str, url: str, headers: Headers | None,
+                  send: Callable[[Headers], Any]) -> tuple[Any, bytes]:
+    """``_http`` for ``send(headers)``; inside a traced request also a client span, whose
+    ``traceparent`` the provider receives."""
+    what = f"{method} {url}"
+    span = start_child(f"idp {method} {urlsplit(url).path or '/'}",
+                       {"http.request.method": method, "url.full": url.split("?", 1)[0]})
+    headers = dict(headers or {})
+    if span is None:
+        return await _http(send(headers), what)
+    for name, value in span.context_headers():
+        headers[name] = value
+    try:
+        response, body = await _http(send(headers), what)
+    except Exception as exc:
+        span.end(str(exc))
+        raise
+    span.set("http.response.status_code", response.code)
+    span.end(f"answered {response.code}" if response.code >= 500 else None)
+    return response, body
+
+
 @dataclass(frozen=True)
 class Tokens:
     access_token: str
@@ -94,10 +121,9 @@ class Provider:
         self._keys: dict[str, Any] = {}
         self._use_post = False
 
-    async def _get_json(self, url: str, headers: dict[bytes | str, bytes | str] | None = None
-                        ) -> Any:
-        response, body = await _http(
-            treq.get(url, headers=headers, timeout=TIMEOUT, reactor=self.reactor), f"GET {url}")
+    async def _get_json(self, url: str, headers: Headers | None = None) -> Any:
+        response, body = await _traced("GET", url, headers, lambda h: treq.get(
+            url, headers=h, timeout=TIMEOUT, reactor=self.reactor))
         if response.code != 200:
             raise OIDCError(f"GET {url} answered {response.code}")
         try:
@@ -165,9 +191,8 @@ class Provider:
         auth = None if use_post else (self.client_id, self.client_secret)
         if use_post:
             form = {**form, "client_id": self.client_id, "client_secret": self.client_secret}
-        return await _http(treq.post(endpoint, data=form, auth=auth, timeout=TIMEOUT,
-                                     reactor=self.reactor, headers=_ACCEPT_JSON),
-                           f"POST {endpoint}")
+        return await _traced("POST", endpoint, _ACCEPT_JSON, lambda h: treq.post(
+            endpoint, data=form, auth=auth, timeout=TIMEOUT, reactor=self.reactor, headers=h))
 
     async def _key_for(self, token: str) -> Any:
         header = jwt.get_unverified_header(token)

@@ -32,6 +32,11 @@ _ENUM_MESSAGES = {
     "databroker_storage_type": "config: unknown databroker storage backend type",
 }
 
+# Settings the reference names as no longer supported: a warning that says so.
+_UNSUPPORTED = {
+    "tracing_debug": "unsupported (ignored): tracing_sample_rate decides what is sampled",
+}
+
 _URL_LABELS = {
     "authenticate_service_url": "authenticate-url",
     "signout_redirect_url": "signout-redirect-url",
@@ -56,6 +61,9 @@ def coerce_settings(raw: Mapping[str, Any], problems: Problems) -> dict[str, Any
         if key == "policy":
             continue
         info = SETTINGS.get(key)
+        if key in _UNSUPPORTED:
+            problems.warn(key, _UNSUPPORTED[key])
+            continue
         if info is None:
             problems.warn(key, "unknown setting (ignored)"
                           + did_you_mean(key, [*SETTINGS, "policy"]))

@@ -393,13 +393,33 @@ def _observability(options: Options, reader: Reader, problems: Problems,
     if not 0.0 <= options.tracing_sample_rate <= 1.0:
         problems.error("tracing_sample_rate",
                        f"must be between 0 and 1, got {options.tracing_sample_rate}")
-    needed = {"thrifttrace": ("tracing_thrifttrace_collector_endpoint",
-                              "tracing_thrifttrace_agent_endpoint"),
-              "httptrace": ("tracing_httptrace_endpoint",)}.get(options.tracing_provider, ())
-    for setting in needed:
-        if not getattr(options, setting):
-            problems.error(setting,
-                           f"is required when tracing_provider is {options.tracing_provider}")
+    _tracing(options, problems)
+
+
+def _tracing(options: Options, problems: Problems) -> None:
+    """Each provider's endpoint: ``httptrace`` needs its URL; ``thrifttrace`` its
+    collector URL or its agent address (the collector wins when both are set);
+    ``agenttrace`` has a default address."""
+    provider = options.tracing_provider
+    collector = options.tracing_thrifttrace_collector_endpoint
+    if provider == "httptrace" and not options.tracing_httptrace_endpoint:
+        problems.error("tracing_httptrace_endpoint",
+                       "is required when tracing_provider is httptrace")
+    if provider == "thrifttrace":
+        if not collector and not options.tracing_thrifttrace_agent_endpoint:
+            problems.error("tracing_thrifttrace_collector_endpoint",
+                           "tracing_provider thrifttrace needs "
+                           "tracing_thrifttrace_collector_endpoint (the collector's URL, e.g. "
+                           "http://jaeger:14268/api/traces) or "
+                           "tracing_thrifttrace_agent_endpoint (the agent's UDP host:port, "
+                           "e.g. localhost:6831)")
+        elif collector and options.tracing_thrifttrace_agent_endpoint:
+            problems.warn("tracing_thrifttrace_agent_endpoint",
+                          "ignored: spans go to tracing_thrifttrace_collector_endpoint")
+    for key in ("tracing_httptrace_endpoint", "tracing_thrifttrace_collector_endpoint"):
+        url = getattr(options, key)
+        if url and urlsplit(url).scheme not in ("http", "https"):
+            problems.error(key, f"{url}: spans are sent over http or https")
 
 
 def _branding(options: Options, problems: Problems) -> None:

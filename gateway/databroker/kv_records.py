@@ -43,6 +43,7 @@ from gateway.databroker.records import (
     StorageUnavailable,
 )
 from gateway.observability.metrics import STORAGE_OPERATION_DURATION_MS
+from gateway.observability.tracing.active import start_child
 
 log = Logger()
 
@@ -176,13 +177,18 @@ class KVRecordStore:
         reply timeout (a lazy pool queues commands while Redis is away; nobody may wait
         on that), failures turned into ``StorageUnavailable``."""
         started = time.monotonic()
+        span = start_child(f"kvstore {operation}", {"db.system": "redis",
+                                                   "db.operation.name": operation})
         d = ensureDeferred(_call(command))
         d.addTimeout(self.reply_timeout, self.clock)
 
         def observe(result: object) -> object:
+            failed = isinstance(result, Failure)
             STORAGE_OPERATION_DURATION_MS.labels(
-                operation, "error" if isinstance(result, Failure) else "ok", "kvstore",
+                operation, "error" if failed else "ok", "kvstore",
                 self.service).observe((time.monotonic() - started) * 1000)
+            if span is not None:
+                span.end(result.getErrorMessage() if isinstance(result, Failure) else None)
             return result
 
         def explain(failure: Failure) -> Failure:

@@ -11,7 +11,7 @@ min(``timeout_read``, ``HANDSHAKE_LIMIT``) of the accept, or the connection is a
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from twisted.internet.task import LoopingCall
 from twisted.logger import Logger
@@ -20,6 +20,9 @@ from gateway.dataplane.authz import Authorizer, NotYetAuthorizer
 from gateway.dataplane.limit import ConnectionLimit, auto_max_connections
 from gateway.dataplane.routing.plan import Plan
 from gateway.dataplane.upstream.pool import Pool, family_resolver
+
+if TYPE_CHECKING:
+    from gateway.observability.tracing.tracer import Tracer
 
 log = Logger()
 CLOSE_GRACE = 10.0  # seconds an orderly close may take before the connection is aborted
@@ -52,6 +55,7 @@ class ProxyCore:
         self.scheme = "https" if tls else "http"
         self.scheme_bytes = self.scheme.encode()
         self.authorizer: Authorizer = authorizer or NotYetAuthorizer()
+        self.tracer: Tracer | None = None  # set by the proxy service while tracing is on
         self.pool = Pool(reactor)
         self.connections: set[Watched] = set()
         self.tunnels: set[Checked] = set()

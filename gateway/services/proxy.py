@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from twisted.application.internet import StreamServerEndpointService
 from twisted.application.service import MultiService
@@ -22,9 +22,13 @@ from gateway.dataplane.listeners.http_redirect import RedirectFactory
 from gateway.dataplane.listeners.shared import AdoptedEndpoint
 from gateway.dataplane.listeners.stack import LimitedFactory, listener_factory, server_endpoint
 from gateway.dataplane.routing.plan import build_plan
+from gateway.observability.tracing.service import TracingService
 from gateway.services.base import SnapshotService
 from gateway.tls.server import ServerTLS
 from gateway.tls.store import CertificateStore, build_store
+
+if TYPE_CHECKING:
+    from gateway.observability.tracing.tracer import Tracer
 
 
 class ProxyService(SnapshotService):
@@ -67,6 +71,8 @@ class ProxyService(SnapshotService):
             self.tls = ServerTLS(store)
         self.core = ProxyCore(reactor, build_plan(snapshot), tls=self.tls is not None,
                               authorizer=authorizer)
+        self.tracing = TracingService(reactor, options, self._tracer_changed)
+        MultiService.addService(self, self.tracing)
         factory = listener_factory(
             HTTPFactory(self.core, options.codec_type, self.tls is not None), self.tls,
             options.use_proxy_protocol, reactor, self.core.limit,
@@ -106,7 +112,13 @@ class ProxyService(SnapshotService):
                     self.tls.swap(store)
         if self.core is not None and self.running:
             self.health.update(self.core.plan)
+        if self.core is not None:
+            self.tracing.apply(snapshot.options)
         super().apply(snapshot)
+
+    def _tracer_changed(self, tracer: Tracer | None) -> None:
+        if self.core is not None:
+            self.core.tracer = tracer
 
     def _store(self, snapshot: Snapshot) -> CertificateStore | None:
         extra = self.autocert.pairs() if self.autocert is not None else []

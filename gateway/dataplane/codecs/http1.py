@@ -37,6 +37,7 @@ from gateway.dataplane.pipes.splice import SplicePipe, can_splice
 from gateway.dataplane.responses import status_line
 from gateway.dataplane.routing.router import normalise_host
 from gateway.dataplane.upstream.pool import UpstreamConnection
+from gateway.observability.tracing.propagation import CONTEXT_NAMES
 from gateway.pages.answer import error_answer
 from gateway.pages.layout import look_of
 
@@ -315,6 +316,8 @@ class Http1Connection(ConnectionTLS, Protocol):
             elif low == b"connection":
                 exchange.connection_tokens = exchange.connection_tokens | {
                     t.strip().lower() for t in value.split(b",") if t.strip()}
+            elif low in CONTEXT_NAMES:
+                exchange.trace_context = True
         if len(lengths) > 1 or (lengths and chunked):
             raise _Reject(400, "ambiguous message framing")
         if exchange.method == b"CONNECT":

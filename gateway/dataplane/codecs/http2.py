@@ -47,6 +47,7 @@ from gateway.dataplane.exchange.base import BODY_CHUNKED, BODY_LENGTH, ExchangeB
 from gateway.dataplane.exchange.request import Exchange
 from gateway.dataplane.fastio import direct_writer, write_now
 from gateway.dataplane.pipes.pipe import Pipe
+from gateway.observability.tracing.propagation import CONTEXT_NAMES
 
 log = Logger()
 
@@ -601,6 +602,8 @@ class H2Connection(ConnectionTLS, Protocol):
                     host = value
                 elif name == b"content-length":
                     has_length = True
+                elif name in CONTEXT_NAMES:  # HTTP/2 names are lower case
+                    exchange.trace_context = True
                 headers.append((name, value))
         if cookies:
             headers.append((b"cookie", b"; ".join(cookies)))  # RFC 9113 8.2.3

@@ -18,7 +18,7 @@ left out.
 from __future__ import annotations
 
 import re
-from typing import Protocol
+from typing import Any, Protocol
 
 from twisted.logger import Logger, LogLevel
 
@@ -57,6 +57,7 @@ class Logged(Measured, Protocol):
     email: str
     decision_reason: str
     trace_id: str
+    trace: Any  # tracer.RequestTrace | None
 
     @property
     def request_id(self) -> str: ...
@@ -65,7 +66,12 @@ class Logged(Measured, Protocol):
 
 
 def log_access(exchange: Logged, status: int) -> None:
-    """Count and log the exchange, which ended with ``status``."""
+    """Count and log the exchange, which ended with ``status``. Also where a traced
+    exchange's spans end: every way an exchange ends is logged here."""
+    trace = exchange.trace
+    if trace is not None:
+        exchange.trace = None
+        trace.end(exchange, status)
     now = exchange.core.reactor.seconds()
     if REQUESTS.enabled:
         observe_exchange(exchange, status, now)

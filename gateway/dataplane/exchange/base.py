@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from twisted.internet.defer import Deferred
 
     from gateway.dataplane.routing.plan import Pairs
+    from gateway.observability.tracing.tracer import RequestTrace
 
 BODY_NONE, BODY_LENGTH, BODY_CHUNKED = 0, 1, 2
 _PLAIN = ((b"content-type", b"text/plain; charset=utf-8"),)
@@ -74,7 +75,12 @@ class ExchangeBase:
     user_id = ""  # the signed-in user of the authorization decision, if any
     email = ""
     decision_reason = ""  # why the authorization decision denied or allowed
-    trace_id = ""  # set by tracing; logged when not empty
+    # Tracing (``core.tracer``): whether the codec saw a trace header; the spans of a
+    # sampled exchange; the trace id of a sampled one or of a caller's trace we pass on
+    # unsampled (logged when not empty).
+    trace_context = False
+    trace: RequestTrace | None = None
+    trace_id = ""
 
     def __init__(self, sink: Sink, core: ProxyCore) -> None:
         self.sink = sink

@@ -80,6 +80,8 @@ class UpstreamRelay(ExchangeBase):
         self.host_state = self.upstream_host = host
         self.upstream_started = now
         host.active += 1
+        if self.trace is not None:
+            self.trace.start_upstream(self)
         # The route timeout runs from the end of the request (as Envoy's does).
         self.deadline = now + plan.timeout if self.request_done else 0.0
         self.waiting_upstream = True
@@ -202,6 +204,8 @@ class UpstreamRelay(ExchangeBase):
             return
         upstream, self.upstream = self.upstream, None
         self.sink.stop_response_flow()
+        if self.trace is not None:
+            self.trace.upstream_done(self.status, self.reused)
         if upstream is not None:
             if not self.request_done:
                 upstream.reusable = False  # answered before the body was sent
@@ -227,6 +231,8 @@ class UpstreamRelay(ExchangeBase):
             return
         self.release_host(failed=False)
         self.finished = True
+        if self.trace is not None:
+            self.trace.upstream_done(101, self.reused)
         log_access(self, 101)
         self.sink.start_tunnel(self, upstream, rest, self.plan.timeout)
 

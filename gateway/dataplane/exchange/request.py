@@ -20,10 +20,12 @@ from gateway.dataplane.exchange.access import access_log, log_access
 from gateway.dataplane.exchange.base import BODY_CHUNKED
 from gateway.dataplane.exchange.forward_auth import serve_forward_auth
 from gateway.dataplane.exchange.relay import UpstreamRelay
+from gateway.dataplane.exchange.traced import end_decision_span
 from gateway.dataplane.exchange.tunnel import open_tunnel
 from gateway.dataplane.routing.plan import RoutePlan
 from gateway.dataplane.routing.redirect import redirect_location
 from gateway.dataplane.routing.router import own_path
+from gateway.observability.tracing.active import active
 
 ROBOTS = b"User-agent: *\nDisallow: /"
 
@@ -91,6 +93,9 @@ class Exchange(UpstreamRelay):
     # -- routing
 
     def begin(self) -> None:
+        tracer = self.core.tracer
+        if tracer is not None:
+            tracer.begin(self)
         if self.core.underscores_reject and self._refuse_underscores():
             return
         if self.connect:
@@ -201,6 +206,9 @@ class Exchange(UpstreamRelay):
 
     def _authorize(self, plan: RoutePlan) -> None:
         """Ask the authorization hook; ``_apply`` forwards, tunnels or answers."""
+        if self.trace is not None:
+            self._authorize_traced(plan)
+            return
         decision = self.core.authorizer.authorize(self.request_info(), plan)
         if isinstance(decision, Deferred):
             self.sink.pause_reading("authorize")
@@ -208,9 +216,28 @@ class Exchange(UpstreamRelay):
             return
         self._apply(decision)
 
+    def _authorize_traced(self, plan: RoutePlan) -> None:
+        """``_authorize`` with the decision as a span (the session lookup and any
+        databroker call in it become its children)."""
+        assert self.trace is not None
+        span = self.trace.authorize_span()
+        with active(span):
+            decision = self.core.authorizer.authorize(self.request_info(), plan)
+        if isinstance(decision, Deferred):
+            self.sink.pause_reading("authorize")
+            decision.addBoth(end_decision_span, span)
+            decision.addCallbacks(self._decided, self._decision_failed)
+            return
+        end_decision_span(decision, span)
+        self._apply(decision)
+
     def _internal(self, body: bytes) -> bool:
         """Let the identity layer answer its own endpoints; True when it did."""
-        result = self.core.authorizer.internal(self.request_info(), body)
+        if self.trace is not None:
+            with active(self.trace.server):  # sign-in: the provider's and storage calls
+                result = self.core.authorizer.internal(self.request_info(), body)
+        else:
+            result = self.core.authorizer.internal(self.request_info(), body)
         if result is None:
             return False
         if isinstance(result, Deferred):

@@ -17,6 +17,7 @@ from gateway.dataplane.exchange.base import BODY_CHUNKED
 from gateway.dataplane.exchange.headers import HOP_BY_HOP, IDENTITY_PREFIX, underscore_twin
 from gateway.dataplane.exchange.request_id import checked_request_id
 from gateway.dataplane.routing.router import bracket_host, upstream_path
+from gateway.observability.tracing.propagation import CONTEXT_HEADERS
 from gateway.sessions.bearer import programmatic_token
 from gateway.sessions.cookie import strip_cookie
 
@@ -45,6 +46,9 @@ def upstream_request_head(exchange: ExchangeBase) -> bytes:
     given_id: bytes | None = None
     allow = exchange.allow
     extra_remove = allow.remove if allow is not None else frozenset()
+    trace = exchange.trace
+    if trace is not None:  # the caller's trace headers give way to ours
+        extra_remove = extra_remove | CONTEXT_HEADERS
     # The gateway's own credentials never reach an upstream: a signed-in route's decision
     # names them; a public route has no decision, so the cookie name and the token
     # format are applied here (an upstream could otherwise replay them to the gateway).
@@ -128,6 +132,9 @@ def upstream_request_head(exchange: ExchangeBase) -> bytes:
     if not rid:
         rid = exchange.rid = checked_request_id(given_id)
     parts += (b"x-request-id: ", rid, b"\r\n")
+    if trace is not None:
+        for name, value in trace.upstream_headers():
+            parts += (name, b": ", value, b"\r\n")
     if exchange.body_kind == BODY_CHUNKED:
         parts.append(b"transfer-encoding: chunked\r\n")
     if exchange.upgrade:

@@ -60,6 +60,7 @@ class Exchange(Logged, Protocol):
     status: int
     sent: int
     detail: str
+    trace: Any  # tracer.RequestTrace | None
 
     def client_address(self) -> str: ...
     def fail(self, status: int, detail: str) -> None: ...

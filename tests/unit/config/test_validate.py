@@ -266,6 +266,36 @@ class RuleTests(SynchronousTestCase):
         self.assertEqual(errors_of(base_config(tracing_sample_rate=2)), [
             "tracing_sample_rate: must be between 0 and 1, got 2.0"])
 
+    def test_tracing_providers(self) -> None:
+        """thrifttrace needs its collector URL or its agent address (the error names
+        both keys); an unknown provider names the valid ones; endpoints are http(s);
+        agenttrace has a default address; tracing_debug is unsupported (a warning)."""
+        (error,) = errors_of(base_config(tracing_provider="thrifttrace"))
+        self.assertTrue(error.startswith("tracing_thrifttrace_collector_endpoint: "), error)
+        self.assertIn("tracing_thrifttrace_agent_endpoint", error)
+        for one in ({"tracing_thrifttrace_collector_endpoint":
+                     "http://127.0.0.1:14268/api/traces"},
+                    {"tracing_thrifttrace_agent_endpoint": "127.0.0.1:6831"}):
+            self.assertEqual(load(base_config(tracing_provider="thrifttrace", **one)).warnings,
+                             ())
+        both = load(base_config(
+            tracing_provider="thrifttrace", tracing_thrifttrace_agent_endpoint="127.0.0.1:6831",
+            tracing_thrifttrace_collector_endpoint="http://127.0.0.1:14268/api/traces"))
+        self.assertIn("tracing_thrifttrace_agent_endpoint: ignored: spans go to "
+                      "tracing_thrifttrace_collector_endpoint",
+                      [str(w) for w in both.warnings])
+        (error,) = errors_of(base_config(tracing_provider="zipkin"))
+        self.assertEqual(error, "tracing_provider: 'zipkin' is not valid; valid values: "
+                                "agenttrace, thrifttrace, httptrace")
+        self.assertEqual(errors_of(base_config(
+            tracing_provider="httptrace", tracing_httptrace_endpoint="ftp://x/spans")),
+            ["tracing_httptrace_endpoint: ftp://x/spans: spans are sent over http or https"])
+        self.assertEqual(load(base_config(tracing_provider="agenttrace")).options
+                         .tracing_agenttrace_address, "localhost:8126")
+        warnings = [str(w) for w in load(base_config(tracing_debug=True)).warnings]
+        self.assertIn("tracing_debug: unsupported (ignored): tracing_sample_rate decides "
+                      "what is sampled", warnings)
+
     def test_metrics_basic_auth(self) -> None:
         """metrics_basic_auth must be base64 of user:password."""
         ok = load(base_config(metrics_basic_auth=base64.b64encode(b"u:p").decode()))

@@ -1,0 +1,110 @@
+"""From the ``tracing_*`` settings to a running ``Tracing``: the OpenTelemetry SDK's
+tracer provider, the bounded export queue and the provider's exporter.
+
+- ``httptrace``: OpenTelemetry's Zipkin JSON exporter (v2) to ``tracing_httptrace_endpoint``.
+- ``thrifttrace``: Jaeger Thrift over HTTP to ``tracing_thrifttrace_collector_endpoint``
+  or, when only ``tracing_thrifttrace_agent_endpoint`` is set, compact Thrift over UDP.
+- ``agenttrace``: the trace agent's API v0.4 at ``tracing_agenttrace_address``.
+
+Imported only when tracing is configured: with ``tracing_provider`` unset nothing of
+OpenTelemetry is loaded.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from opentelemetry.exporter.zipkin.json import ZipkinExporter
+from opentelemetry.exporter.zipkin.json.v2 import JsonV2Encoder
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SpanExporter
+from opentelemetry.sdk.trace.sampling import ALWAYS_ON, ParentBased
+
+from gateway import __version__
+from gateway.config.settings import Options
+from gateway.config.values import parse_address
+from gateway.observability.tracing.agent import AgentExporter
+from gateway.observability.tracing.export_queue import BoundedExport
+from gateway.observability.tracing.jaeger import JaegerHTTPExporter, JaegerUDPExporter
+from gateway.observability.tracing.tracer import Tracer
+
+EXPORT_TIMEOUT = 5  # seconds, per batch sent
+TRACING_KEYS = ("tracing_provider", "tracing_sample_rate", "tracing_agenttrace_address",
+                "tracing_thrifttrace_collector_endpoint",
+                "tracing_thrifttrace_agent_endpoint", "tracing_httptrace_endpoint")
+# The SDK and the Zipkin exporter report through the standard library's logging, which
+# nothing here shows: ``TracingService`` reports the counts instead.
+logging.getLogger("opentelemetry").addHandler(logging.NullHandler())
+logging.getLogger("opentelemetry").propagate = False
+
+
+class _ZipkinV2(JsonV2Encoder):
+    """The SDK's encoder writes ``"kind": null`` for an internal span; the v2 model has
+    no such value (a local span has no kind), so it is left out."""
+
+    def _encode_span(self, span: Any, encoded_local_endpoint: Any) -> dict[str, Any]:
+        encoded: dict[str, Any] = super()._encode_span(span, encoded_local_endpoint)
+        if encoded.get("kind") is None:
+            encoded.pop("kind", None)
+        return encoded
+
+
+def service_name(options: Options) -> str:
+    """``gateway`` in all-in-one mode, ``gateway-<service>`` otherwise (as metrics)."""
+    return "gateway" if options.all_in_one else f"gateway-{options.services}"
+
+
+def agent_address(address: str) -> str:
+    host, port = parse_address(address or "localhost:8126")
+    host = host or "localhost"
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def exporter_for(options: Options, service: str) -> SpanExporter:
+    provider = options.tracing_provider
+    if provider == "httptrace":
+        zipkin = ZipkinExporter(endpoint=options.tracing_httptrace_endpoint,
+                                timeout=EXPORT_TIMEOUT)
+        zipkin.encoder = _ZipkinV2()  # type: ignore[assignment]
+        return zipkin
+    if provider == "thrifttrace":
+        if options.tracing_thrifttrace_collector_endpoint:
+            return JaegerHTTPExporter(options.tracing_thrifttrace_collector_endpoint, service,
+                                      EXPORT_TIMEOUT)
+        host, port = parse_address(options.tracing_thrifttrace_agent_endpoint)
+        return JaegerUDPExporter(host or "localhost", port, service)
+    if provider == "agenttrace":
+        return AgentExporter(agent_address(options.tracing_agenttrace_address), service,
+                             EXPORT_TIMEOUT)
+    raise ValueError(f"unknown tracing_provider {provider!r}")
+
+
+@dataclass
+class Tracing:
+    """One configuration's tracing: replaced whole when a reload changes a setting."""
+
+    settings: tuple[object, ...]
+    tracer: Tracer
+    provider: TracerProvider
+    queue: BoundedExport
+
+    def stop(self, timeout: float) -> None:
+        self.queue.stop(timeout)
+
+
+def settings_of(options: Options) -> tuple[object, ...]:
+    return (*(getattr(options, key) for key in TRACING_KEYS), options.services)
+
+
+def build_tracing(options: Options, max_queue: int = 2048) -> Tracing:
+    service = service_name(options)
+    provider = TracerProvider(
+        resource=Resource({"service.name": service, "service.version": __version__}),
+        sampler=ParentBased(ALWAYS_ON), shutdown_on_exit=False)
+    queue = BoundedExport(exporter_for(options, service), max_queue=max_queue)
+    provider.add_span_processor(queue)
+    tracer = Tracer(provider.get_tracer("gateway", __version__), options.tracing_sample_rate)
+    return Tracing(settings_of(options), tracer, provider, queue)

@@ -1,0 +1,180 @@
+"""The per-request side of tracing: the sampling decision and the spans of one exchange.
+
+``Tracer.begin`` runs first for every request while tracing is on. The decision is made
+before any OpenTelemetry object exists: a caller's context (``traceparent``, ``b3``,
+``X-B3-*``, searched only when the codec flagged one in ``exchange.trace_context``)
+decides when it says sampled or not (parent-based); otherwise one ``random()`` against
+``tracing_sample_rate`` (a ratio sampler). An unsampled request gets no span, no context
+object and no upstream header of ours (the caller's own trace headers pass through
+untouched), so without trace headers it costs one random number and a comparison. A sampled request
+gets a ``RequestTrace``: its spans are OpenTelemetry SDK spans, created with explicit
+parents (nothing is attached to the global context), and the SDK's sampler for them is
+``ParentBased(ALWAYS_ON)``: the decision is already made.
+
+Spans: the downstream request (server), the authorization decision with its session
+lookup, the upstream request (client, carrying ``traceparent``), and whatever runs under
+``active.ACTIVE`` (identity-provider calls, kvstore commands).
+"""
+
+from __future__ import annotations
+
+from random import random
+from typing import Any
+
+from opentelemetry.context import Context
+from opentelemetry.trace import (
+    NonRecordingSpan,
+    Span,
+    SpanContext,
+    SpanKind,
+    Status,
+    StatusCode,
+    TraceFlags,
+    set_span_in_context,
+)
+from opentelemetry.trace import (
+    Tracer as OTelTracer,
+)
+
+from gateway.observability.tracing.propagation import context_headers, find_parent
+
+Attributes = dict[str, str | int | float | bool]
+_SAMPLED = TraceFlags(TraceFlags.SAMPLED)
+
+
+class OpenSpan:
+    """An SDK span as ``active.ChildSpan`` and ``active.SpanParent``."""
+
+    __slots__ = ("ended", "span", "tracer")
+
+    def __init__(self, tracer: OTelTracer, span: Span) -> None:
+        self.tracer = tracer
+        self.span = span
+        self.ended = False
+
+    def child(self, name: str, client: bool, attributes: Attributes) -> OpenSpan:
+        span = self.tracer.start_span(
+            name, context=set_span_in_context(self.span),
+            kind=SpanKind.CLIENT if client else SpanKind.INTERNAL, attributes=attributes)
+        return OpenSpan(self.tracer, span)
+
+    def set(self, key: str, value: str | int | float | bool) -> None:
+        self.span.set_attribute(key, value)
+
+    def end(self, error: str | None = None) -> None:
+        if self.ended:
+            return
+        self.ended = True
+        if error is not None:
+            self.span.set_status(Status(StatusCode.ERROR, error))
+        self.span.end()
+
+    def context_headers(self) -> tuple[tuple[bytes, bytes], ...]:
+        ctx = self.span.get_span_context()
+        return context_headers(ctx.trace_id, ctx.span_id, False)
+
+
+class RequestTrace:
+    """The spans of one sampled exchange; the exchange calls in at each step."""
+
+    __slots__ = ("b3", "server", "trace_id", "upstream")
+
+    def __init__(self, server: OpenSpan, b3: bool) -> None:
+        self.server = server
+        self.upstream: OpenSpan | None = None
+        self.b3 = b3
+        self.trace_id = f"{server.span.get_span_context().trace_id:032x}"
+
+    def authorize_span(self) -> OpenSpan:
+        return self.server.child("authorize", False, {})
+
+    def start_upstream(self, exchange: Any) -> None:
+        """Before a host's connection is taken: a retry on a fresh connection ends the
+        previous attempt's span and starts another."""
+        if self.upstream is not None:
+            self.upstream.end(exchange.detail or "retried on a fresh connection")
+        host = exchange.host_state
+        attributes: Attributes = {"http.request.method": exchange.method.decode("latin-1")}
+        if host is not None:
+            upstream = host.upstream
+            attributes["server.address"] = upstream.host
+            attributes["server.port"] = upstream.port
+            attributes["url.scheme"] = upstream.scheme
+        self.upstream = self.server.child(
+            f"upstream {exchange.method.decode('latin-1')}", True, attributes)
+
+    def upstream_headers(self) -> tuple[tuple[bytes, bytes], ...]:
+        """The context the upstream request carries (naming the client span)."""
+        span = self.upstream if self.upstream is not None else self.server
+        ctx = span.span.get_span_context()
+        return context_headers(ctx.trace_id, ctx.span_id, self.b3)
+
+    def upstream_done(self, status: int, reused: bool) -> None:
+        upstream, self.upstream = self.upstream, None
+        if upstream is None:
+            return
+        upstream.set("http.response.status_code", status)
+        upstream.set("gateway.upstream.reused", reused)
+        upstream.end(f"upstream answered {status}" if status >= 500 else None)
+
+    def end(self, exchange: Any, status: int) -> None:
+        """The exchange is over (answered, abandoned, or turned into a tunnel)."""
+        server = self.server
+        detail = exchange.detail or ""
+        if self.upstream is not None:
+            self.upstream.end(detail or "the exchange ended before the upstream answered")
+            self.upstream = None
+        method = exchange.method.decode("latin-1")
+        plan = exchange.plan
+        span = server.span
+        if plan is not None:
+            route = plan.route
+            label = route.name or route.host
+            span.update_name(f"{method} {label}")
+            span.set_attribute("gateway.route", route.name or str(route.index))
+        span.set_attribute("http.response.status_code", status)
+        span.set_attribute("server.address", exchange.host)
+        if detail:
+            span.set_attribute("gateway.detail", detail)
+        server.end((detail or f"answered {status}") if status >= 500 else None)
+
+
+class Tracer:
+    """Decides per request and starts the server span of the sampled ones."""
+
+    def __init__(self, otel: OTelTracer, sample_rate: float, scheme: str = "http") -> None:
+        self.otel = otel
+        self.rate = sample_rate
+        self.scheme = scheme
+
+    def _ratio(self) -> bool:
+        rate = self.rate
+        return rate >= 1.0 or (rate > 0.0 and random() < rate)
+
+    def begin(self, exchange: Any) -> None:
+        """Sets ``exchange.trace`` (sampled) and ``exchange.trace_id`` (sampled, or a
+        caller's trace that we do not sample)."""
+        parent = find_parent(exchange.headers) if exchange.trace_context else None
+        if parent is None:
+            if not self._ratio():
+                return
+            context: Context | None = Context()
+            b3 = False
+        else:
+            sampled = parent.sampled
+            if sampled is None:
+                sampled = self._ratio()
+            if not sampled:
+                if parent.trace:
+                    exchange.trace_id = parent.trace
+                return
+            context = set_span_in_context(NonRecordingSpan(SpanContext(
+                parent.trace_id, parent.span_id, is_remote=True, trace_flags=_SAMPLED)))
+            b3 = parent.b3
+        method = exchange.method.decode("latin-1")
+        span = self.otel.start_span(method, context=context, kind=SpanKind.SERVER, attributes={
+            "http.request.method": method, "url.path": exchange.path,
+            "url.scheme": exchange.core.scheme, "client.address": exchange.client_address()})
+        trace = RequestTrace(OpenSpan(self.otel, span), b3)
+        exchange.trace = trace
+        exchange.trace_id = trace.trace_id
