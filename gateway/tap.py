@@ -24,7 +24,7 @@ from gateway.config.source import ConfigSource
 from gateway.databroker.broker import Databroker
 from gateway.observability import logging as gateway_logging
 from gateway.services.logical import AuthenticateService, AuthorizeService, DataBrokerService
-from gateway.services.metrics import MetricsService
+from gateway.services.metrics import MetricsService, count_requests
 from gateway.services.proxy import ProxyService
 from gateway.services.ready import ReadyService
 from gateway.workers.role import WorkerRole
@@ -140,6 +140,8 @@ def build_service_tree(
         root.addService(ProxyService(source, reactor, authorizer=identity,
                                      inherited=worker.inherited if worker else None))
     if worker is not None:
+        if options.metrics_address:  # served by the supervisor, from every worker's counts
+            count_requests(options)
         root.addService(ReadyService(reactor, options.services, announce=worker.announce))
         return root
     if options.metrics_address:

@@ -31,6 +31,7 @@ from twisted.web.resource import Resource
 from twisted.web.server import NOT_DONE_YET, Request, Site
 from zope.interface import implementer
 
+from gateway.config.settings import Options
 from gateway.config.snapshot import Snapshot
 from gateway.config.source import ConfigSource
 from gateway.dataplane.listeners.stack import server_endpoint
@@ -125,6 +126,17 @@ class MetricsResource(Resource):
         return hmac.compare_digest(given, expected)
 
 
+def service_label(options: Options) -> str:
+    return "gateway" if options.services == "all" else f"gateway-{options.services}"
+
+
+def count_requests(options: Options) -> None:
+    """Count requests from now on if this process answers HTTP through its data plane
+    (a process without one shows no empty request families)."""
+    if options.runs("proxy") or options.services == "authenticate":
+        REQUESTS.enable(service_label(options))
+
+
 class MetricsService(SnapshotService):
     label = "metrics"
 
@@ -144,12 +156,9 @@ class MetricsService(SnapshotService):
                                                 material.metrics_client_ca))
             factory = TLSMemoryBIOFactory(self.tls, False, factory)
         o = snapshot.options
-        service = "gateway" if o.services == "all" else f"gateway-{o.services}"
-        watch_config(lambda: source.status, service)
-        if o.runs("proxy") or o.services == "authenticate":
-            # this process answers HTTP through the data plane: it counts requests from
-            # now on (a process without it shows no empty request families)
-            REQUESTS.enable(service)
+        watch_config(lambda: source.status, service_label(o))
+        if gather is None:  # (a supervisor's data plane is its workers')
+            count_requests(o)
         listener = StreamServerEndpointService(
             server_endpoint(reactor, snapshot.options.metrics_address), factory)
         listener._raiseSynchronously = True

@@ -231,23 +231,26 @@ def moved(text: str, replacements: dict[str, str]) -> str:
 
 
 def test_metrics_add_the_workers_up(tmp_path: Path, redis_url: str) -> None:
+    """The supervisor's endpoint asks every worker and adds their series up: the request
+    counter is the number of requests, whichever worker answered them."""
     port, metrics = free_port(), free_port()
     with echo_upstream(tmp_path, quiet=True) as up:
         config = {**public_config(redis_url, port, up.url),
                   "metrics_address": f"127.0.0.1:{metrics}"}
         with gateway_daemon(tmp_path, config, port=port) as daemon:
-            for _ in range(4):
-                echo(daemon)
-            metrics_daemon = Daemon(f"http://127.0.0.1:{metrics}", metrics,
-                                    daemon.config_path, daemon.process)
-            status, _, body = metrics_daemon.get("/metrics")
+            sent = len(on_both_workers(daemon, lambda: echo(daemon)))
+            scraper = Daemon(f"http://127.0.0.1:{metrics}", metrics,
+                             daemon.config_path, daemon.process)
+            status, _, body = scraper.get("/metrics")
             assert status == 200
-            text = body.decode()
+            lines = body.decode().splitlines()
+            requests = sum(float(line.rsplit(" ", 1)[1]) for line in lines
+                           if line.startswith("http_server_requests_total{")
+                           and 'status="200"' in line)
+            assert requests == sent, [x for x in lines if x.startswith("http_server_req")]
             # one series per label set (merged, not one per worker) ...
-            build = [line for line in text.splitlines()
-                     if line.startswith("gateway_build_info{")]
-            assert len(build) == 1
-            # ... and the kvstore pools, held only by the workers, counted from both
-            conns = [float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-                     if line.startswith("kvstore_conns{")]
+            assert len([x for x in lines if x.startswith("gateway_build_info{")]) == 1
+            # ... and the kvstore pools, held only by the workers, from both
+            conns = [float(x.rsplit(" ", 1)[1]) for x in lines
+                     if x.startswith("kvstore_conns{")]
             assert conns and conns[0] >= 2
