@@ -1,0 +1,182 @@
+"""The listener's TLS transport: Twisted's ``TLSMemoryBIOProtocol`` with a lean data path.
+
+Twisted's TLS layer (``BufferingTLSTransport``) is correct but slow on a busy proxy. Per
+response it held the bytes for a ``callLater(0)``, encrypted them in 16 KiB slices,
+then handed the ciphertext to ``FileDescriptor.write``, which always buffers and waits
+for the next writability event (two ``epoll_ctl`` calls and a reactor turn). Per read
+it called ``recv`` until OpenSSL said "want read" and ``bio_read`` until the memory BIO
+was empty: pyOpenSSL reports both as exceptions (``WantReadError``), each costing
+microseconds of Python before the request is even parsed.
+
+This subclass keeps every behaviour of Twisted's (handshake, close_notify, aborts,
+producer membrane, ``negotiatedProtocol``, errors reported to ``connectionLost``) and
+replaces only the steady-state calls after the handshake:
+
+* a read feeds the whole chunk to the memory BIO and drains the decrypted bytes with
+  ``SSL_read`` into one preallocated buffer, reading OpenSSL's result code instead of
+  catching exceptions; only an unusual result (close_notify, an alert, EOF) goes through
+  pyOpenSSL's own error mapping, so those cases behave exactly as before;
+* a write is encrypted at once (one ``SSL_write`` of the whole buffer, no slicing
+  copies) and the ciphertext leaves with ``fastio.write_now``: sent right away when the
+  socket's buffers are empty, queued (with the usual flow control) otherwise;
+* the outgoing BIO is emptied with ``BIO_read`` into the preallocated buffer, whose
+  "nothing there" answer is a return value, not an exception.
+
+The preallocated buffers are shared by every connection: the reactor thread is the
+only user and the bytes are copied out before anything else can run.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from OpenSSL.SSL import Error, WantReadError, ZeroReturnError
+from OpenSSL._util import ffi as _ffi
+from OpenSSL._util import lib as _lib
+from twisted.internet.interfaces import IProtocolFactory
+from twisted.protocols.tls import TLSMemoryBIOFactory, TLSMemoryBIOProtocol
+from twisted.python.failure import Failure
+
+from gateway.dataplane.fastio import direct_writer, write_now
+
+READ_SIZE = 1 << 16  # > one TLS record (16 KiB + overhead): one SSL_read per record
+OUT_SIZE = 1 << 16
+
+_read_buffer = _ffi.new("char[]", READ_SIZE)
+_out_buffer = _ffi.new("char[]", OUT_SIZE)
+_SSL_read = _lib.SSL_read
+_SSL_write = _lib.SSL_write
+_SSL_get_error = _lib.SSL_get_error
+_BIO_read = _lib.BIO_read
+_BIO_write = _lib.BIO_write
+_WANT_READ = _lib.SSL_ERROR_WANT_READ
+_from_buffer = _ffi.from_buffer
+_buffer = _ffi.buffer
+
+
+def _callback_problem(connection: Any) -> bool:
+    """Whether one of the context's Python callbacks (verify, ALPN, OCSP) failed during
+    the last OpenSSL call; pyOpenSSL re-raises that, so such a result takes its path."""
+    context = connection._context
+    for helper in (context._verify_helper, context._alpn_select_helper,
+                   context._ocsp_helper):
+        if helper is not None and helper._problems:
+            return True
+    return False
+
+
+class FastTLSProtocol(TLSMemoryBIOProtocol):
+    """``TLSMemoryBIOProtocol`` whose established-connection reads and writes call
+    OpenSSL through cffi directly and write ciphertext without a reactor turn."""
+
+    _send: Any = None  # how ciphertext reaches the socket, chosen in makeConnection
+
+    def makeConnection(self, transport: Any) -> None:
+        if direct_writer(transport):
+            self._send = lambda data: write_now(transport, data)
+        else:
+            self._send = transport.write
+        super().makeConnection(transport)
+
+    # -- writing
+
+    def write(self, data: bytes) -> None:
+        if self.disconnecting and self._producer is None:
+            return  # as Twisted's: no writes after loseConnection without a producer
+        self._write(data)
+
+    def writeSequence(self, iovec: Any) -> None:
+        self.write(b"".join(iovec))
+
+    def _write(self, data: bytes) -> None:
+        if self._lostTLSConnection or not data:
+            return
+        if self._appSendBuffer or not self._handshakeDone:
+            super()._write(data)  # queued behind earlier bytes, or mid-handshake
+            return
+        connection = self._tlsConnection
+        ssl = connection._ssl
+        with _from_buffer(data) as view:
+            result = _SSL_write(ssl, view, len(data))
+        if result <= 0:
+            # Not expected with memory BIOs after the handshake; let Twisted's path
+            # (pyOpenSSL's exceptions: buffer on "want read", close on an error) decide.
+            super()._write(data)
+            return
+        self._flushSendBIO()
+
+    def _flushSendBIO(self) -> None:
+        """Send what OpenSSL wrote to the outgoing memory BIO, in one write."""
+        connection = self._tlsConnection
+        if connection is None:
+            return
+        bio = connection._from_ssl
+        n = _BIO_read(bio, _out_buffer, OUT_SIZE)
+        if n <= 0:
+            return
+        data = _buffer(_out_buffer, n)[:]
+        if n == OUT_SIZE:
+            chunks = [data]
+            while n == OUT_SIZE:
+                n = _BIO_read(bio, _out_buffer, OUT_SIZE)
+                if n > 0:
+                    chunks.append(_buffer(_out_buffer, n)[:])
+            data = b"".join(chunks)
+        self._send(data)
+
+    # -- reading
+
+    def dataReceived(self, data: bytes) -> None:
+        if not self._handshakeDone:
+            super().dataReceived(data)  # the handshake: Twisted's path, once
+            return
+        connection = self._tlsConnection
+        with _from_buffer(data) as view:
+            _BIO_write(connection._into_ssl, view, len(data))  # a memory BIO takes all
+        if self._appSendBuffer:
+            self._unbufferPendingWrites()
+        self._flushReceiveBIO()
+
+    def _flushReceiveBIO(self) -> None:
+        """Deliver every decrypted byte now in the incoming BIO, then send what reading
+        made OpenSSL write (alerts, key updates)."""
+        while not self._lostTLSConnection:
+            connection = self._tlsConnection
+            ssl = connection._ssl
+            n = _SSL_read(ssl, _read_buffer, READ_SIZE)
+            if n > 0:
+                if not self._aborted:
+                    self.wrappedProtocol.dataReceived(_buffer(_read_buffer, n)[:])
+                continue
+            if _SSL_get_error(ssl, n) == _WANT_READ and not _callback_problem(connection):
+                break  # everything received so far is delivered
+            if self._settle_read_error(connection, ssl, n):
+                break
+        self._flushSendBIO()
+
+    def _settle_read_error(self, connection: Any, ssl: Any, result: int) -> bool:
+        """Twisted's handling of an unusual ``SSL_read`` result, through pyOpenSSL's own
+        error mapping; True when reading must stop."""
+        try:
+            connection._raise_ssl_error(ssl, result)
+        except WantReadError:
+            return True
+        except ZeroReturnError:
+            # close_notify: answer it; connectionLost gets the transport's reason
+            self._shutdownTLS()
+            self._tlsShutdownFinished(None)
+        except Error:
+            self._tlsShutdownFinished(Failure())
+        else:
+            return True
+        return False
+
+
+class FastTLSFactory(TLSMemoryBIOFactory):
+    """``TLSMemoryBIOFactory`` building ``FastTLSProtocol`` server connections."""
+
+    protocol = FastTLSProtocol
+
+    def __init__(self, contextFactory: Any, wrappedFactory: IProtocolFactory,
+                 clock: Any = None) -> None:
+        super().__init__(contextFactory, False, wrappedFactory, clock)
