@@ -36,12 +36,17 @@ def cpu_ticks(pid: int) -> int:
 
 def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--tree", action="append", required=True, help="NAME=PATH of a source tree")
+    p.add_argument("--tree", action="append", required=True,
+                   help="NAME=PATH of a source tree; PATH:plain for its plain-HTTP listener")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--duration", type=float, default=8.0)
     p.add_argument("--plain", action="store_true", help="plain HTTP instead of TLS")
     p.add_argument("--close", action="store_true", help="Connection: close (handshakes)")
     p.add_argument("--h2", type=int, default=0, help="h2load -mN over TLS instead of wrk")
+    p.add_argument("--profile", default=None,
+                   help="py-spy record each tree in round 1, raw collapsed stacks to DIR")
+    p.add_argument("--strace", default=None, help="strace -c each tree in round 1 into DIR")
+    p.add_argument("--native", action="store_true", help="with --profile: C frames too")
     p.add_argument("--twistd", default=str(run.REPO_ROOT / ".venv" / "bin" / "twistd"))
     args = p.parse_args(argv)
     tmp = Path(tempfile.mkdtemp(prefix="gateway-tlscpu-"))
@@ -54,12 +59,14 @@ def main(argv: list[str]) -> int:
         up = run.free_port()
         upstream = run.start_nginx(procs, tmp, "upstream", run.upstream_conf(tmp, up), load_cpu)
         run.wait_port(up, upstream)
-        gateways: dict[str, tuple[run.Proc, int]] = {}
+        gateways: dict[str, tuple[run.Proc, int, str]] = {}
         for spec in args.tree:
             name, path = spec.split("=", 1)
+            plain = args.plain or path.endswith(":plain")
+            path = path.removesuffix(":plain")
             port = run.free_port()
             conf = tmp / f"{name}.yaml"
-            if args.plain:
+            if plain:
                 conf.write_text(run.gateway_yaml(port, up, None))
             else:
                 conf.write_text(tls.gateway_tls_yaml(port, up, cert, key))
@@ -68,11 +75,10 @@ def main(argv: list[str]) -> int:
             proc = procs.start(name, [args.twistd, "-n", "--pidfile=", "gateway", "--config",
                                       str(conf)], proxy_cpu, cwd=Path(path), env=env)
             run.wait_port(port, proc)
-            gateways[name] = (proc, port)
+            gateways[name] = (proc, port, "http" if plain else "https")
             results[name] = []
-        scheme = "http" if args.plain else "https"
         for rnd in range(args.rounds + 1):  # round 0 warms up
-            for name, (proc, port) in gateways.items():
+            for name, (proc, port, scheme) in gateways.items():
                 if args.h2:
                     argv = ["h2load", "-t1", "-c50", f"-m{args.h2}", f"-D{args.duration:g}",
                             f"{scheme}://127.0.0.1:{port}/"]
@@ -84,8 +90,25 @@ def main(argv: list[str]) -> int:
                 if load_cpu is not None:
                     argv = ["taskset", "-c", load_cpu, *argv]
                 pid = proc.pid
+                spy = None
+                if args.profile and rnd == 1:
+                    spy = subprocess.Popen(
+                        [str(Path(args.twistd).parent / "py-spy"), "record", "-r", "200",
+                         *(["--native"] if args.native else []), "-f", "raw", "-o", str(Path(args.profile) / f"{name}.txt"),
+                         "-p", str(pid), "-d", f"{args.duration:g}"],
+                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                if args.strace and rnd == 1:
+                    spy = subprocess.Popen(
+                        ["strace", "-c", "-o", str(Path(args.strace) / f"{name}.strace"),
+                         "-p", str(pid)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
                 before, t0 = cpu_ticks(pid), time.monotonic()
                 out = subprocess.run(argv, capture_output=True, text=True, check=True).stdout
+                if spy is not None:
+                    if args.strace:
+                        spy.send_signal(2)
+                    spy.wait()
+                    if args.strace:
+                        print(f"  {name}: {requests} requests; strace -c in {args.strace}")
                 after, t1 = cpu_ticks(pid), time.monotonic()
                 if args.h2:
                     parsed = run.parse_h2load(out)

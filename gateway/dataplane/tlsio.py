@@ -30,9 +30,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from OpenSSL.SSL import Error, WantReadError, ZeroReturnError
 from OpenSSL._util import ffi as _ffi
 from OpenSSL._util import lib as _lib
+from OpenSSL.SSL import Error, WantReadError, ZeroReturnError
 from twisted.internet.interfaces import IProtocolFactory
 from twisted.protocols.tls import TLSMemoryBIOFactory, TLSMemoryBIOProtocol
 from twisted.python.failure import Failure
@@ -44,11 +44,14 @@ OUT_SIZE = 1 << 16
 
 _read_buffer = _ffi.new("char[]", READ_SIZE)
 _out_buffer = _ffi.new("char[]", OUT_SIZE)
+_mem_data = _ffi.new("char **")
 _SSL_read = _lib.SSL_read
 _SSL_write = _lib.SSL_write
+_SSL_pending = _lib.SSL_pending
 _SSL_get_error = _lib.SSL_get_error
 _BIO_read = _lib.BIO_read
 _BIO_write = _lib.BIO_write
+_BIO_get_mem_data = _lib.BIO_get_mem_data
 _WANT_READ = _lib.SSL_ERROR_WANT_READ
 _from_buffer = _ffi.from_buffer
 _buffer = _ffi.buffer
@@ -69,14 +72,25 @@ class FastTLSProtocol(TLSMemoryBIOProtocol):
     """``TLSMemoryBIOProtocol`` whose established-connection reads and writes call
     OpenSSL through cffi directly and write ciphertext without a reactor turn."""
 
-    _send: Any = None  # how ciphertext reaches the socket, chosen in makeConnection
+    # The OpenSSL objects of ``_tlsConnection`` (SSL, incoming and outgoing memory BIO),
+    # kept here so the hot path skips two attribute lookups; valid until the protocol
+    # is freed (the SSL object lives as long as a reference to it does).
+    _ssl: Any = None
+    _into: Any = None
+    _from: Any = None
+    _direct = False  # the transport is a plain TCP one: ``write_now`` applies
 
     def makeConnection(self, transport: Any) -> None:
-        if direct_writer(transport):
-            self._send = lambda data: write_now(transport, data)
-        else:
-            self._send = transport.write
-        super().makeConnection(transport)
+        self._direct = direct_writer(transport)
+        TLSMemoryBIOProtocol.makeConnection(self, transport)
+
+    def _checkHandshakeStatus(self) -> None:
+        connection = self._tlsConnection
+        if connection is not None and self._ssl is None:
+            self._ssl = connection._ssl
+            self._into = connection._into_ssl
+            self._from = connection._from_ssl
+        TLSMemoryBIOProtocol._checkHandshakeStatus(self)
 
     # -- writing
 
@@ -92,25 +106,32 @@ class FastTLSProtocol(TLSMemoryBIOProtocol):
         if self._lostTLSConnection or not data:
             return
         if self._appSendBuffer or not self._handshakeDone:
-            super()._write(data)  # queued behind earlier bytes, or mid-handshake
+            TLSMemoryBIOProtocol._write(self, data)  # queued behind earlier bytes, or mid-handshake
             return
-        connection = self._tlsConnection
-        ssl = connection._ssl
-        with _from_buffer(data) as view:
-            result = _SSL_write(ssl, view, len(data))
-        if result <= 0:
-            # Not expected with memory BIOs after the handshake; let Twisted's path
-            # (pyOpenSSL's exceptions: buffer on "want read", close on an error) decide.
-            super()._write(data)
+        ssl = self._ssl
+        size = len(data)
+        sent = _SSL_write(ssl, data, size)
+        if 0 < sent < size:
+            # pyOpenSSL's contexts allow partial writes: one record (16 KiB) a call
+            with _from_buffer(data) as view:
+                while 0 < sent < size:
+                    result = _SSL_write(ssl, view + sent, size - sent)
+                    if result <= 0:
+                        break
+                    sent += result
+        if sent < size:
+            # Not expected with memory BIOs after the handshake; Twisted's path
+            # (pyOpenSSL's exceptions: buffer on "want read", close on an error) decides.
+            self._flushSendBIO()
+            TLSMemoryBIOProtocol._write(self, data[max(sent, 0):])
             return
         self._flushSendBIO()
 
     def _flushSendBIO(self) -> None:
         """Send what OpenSSL wrote to the outgoing memory BIO, in one write."""
-        connection = self._tlsConnection
-        if connection is None:
+        bio = self._from
+        if bio is None:
             return
-        bio = connection._from_ssl
         n = _BIO_read(bio, _out_buffer, OUT_SIZE)
         if n <= 0:
             return
@@ -122,32 +143,38 @@ class FastTLSProtocol(TLSMemoryBIOProtocol):
                 if n > 0:
                     chunks.append(_buffer(_out_buffer, n)[:])
             data = b"".join(chunks)
-        self._send(data)
+        transport: Any = self.transport
+        if self._direct:
+            write_now(transport, data)
+        else:
+            transport.write(data)
 
     # -- reading
 
     def dataReceived(self, data: bytes) -> None:
         if not self._handshakeDone:
-            super().dataReceived(data)  # the handshake: Twisted's path, once
+            TLSMemoryBIOProtocol.dataReceived(self, data)  # the handshake: Twisted's path, once
             return
-        connection = self._tlsConnection
-        with _from_buffer(data) as view:
-            _BIO_write(connection._into_ssl, view, len(data))  # a memory BIO takes all
+        if self._lostTLSConnection:
+            return
+        _BIO_write(self._into, data, len(data))  # a memory BIO takes all of it
         if self._appSendBuffer:
-            self._unbufferPendingWrites()
+            TLSMemoryBIOProtocol._unbufferPendingWrites(self)
         self._flushReceiveBIO()
 
     def _flushReceiveBIO(self) -> None:
         """Deliver every decrypted byte now in the incoming BIO, then send what reading
         made OpenSSL write (alerts, key updates)."""
+        ssl, into = self._ssl, self._into
         while not self._lostTLSConnection:
-            connection = self._tlsConnection
-            ssl = connection._ssl
             n = _SSL_read(ssl, _read_buffer, READ_SIZE)
             if n > 0:
                 if not self._aborted:
                     self.wrappedProtocol.dataReceived(_buffer(_read_buffer, n)[:])
+                if not _SSL_pending(ssl) and not _BIO_get_mem_data(into, _mem_data):
+                    break  # no record left: another SSL_read would only say "want read"
                 continue
+            connection = self._tlsConnection
             if _SSL_get_error(ssl, n) == _WANT_READ and not _callback_problem(connection):
                 break  # everything received so far is delivered
             if self._settle_read_error(connection, ssl, n):
@@ -163,10 +190,10 @@ class FastTLSProtocol(TLSMemoryBIOProtocol):
             return True
         except ZeroReturnError:
             # close_notify: answer it; connectionLost gets the transport's reason
-            self._shutdownTLS()
-            self._tlsShutdownFinished(None)
+            TLSMemoryBIOProtocol._shutdownTLS(self)
+            TLSMemoryBIOProtocol._tlsShutdownFinished(self, None)
         except Error:
-            self._tlsShutdownFinished(Failure())
+            TLSMemoryBIOProtocol._tlsShutdownFinished(self, Failure())
         else:
             return True
         return False
