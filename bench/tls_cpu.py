@@ -25,8 +25,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import run  # noqa: E402
-import tls  # noqa: E402
+import run
+import tls
 
 
 def cpu_ticks(pid: int) -> int:
@@ -94,7 +94,8 @@ def main(argv: list[str]) -> int:
                 if args.profile and rnd == 1:
                     spy = subprocess.Popen(
                         [str(Path(args.twistd).parent / "py-spy"), "record", "-r", "200",
-                         *(["--native"] if args.native else []), "-f", "raw", "-o", str(Path(args.profile) / f"{name}.txt"),
+                         *(["--native"] if args.native else []), "-f", "raw",
+                         "-o", str(Path(args.profile) / f"{name}.txt"),
                          "-p", str(pid), "-d", f"{args.duration:g}"],
                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
                 if args.strace and rnd == 1:
@@ -107,8 +108,6 @@ def main(argv: list[str]) -> int:
                     if args.strace:
                         spy.send_signal(2)
                     spy.wait()
-                    if args.strace:
-                        print(f"  {name}: {requests} requests; strace -c in {args.strace}")
                 after, t1 = cpu_ticks(pid), time.monotonic()
                 if args.h2:
                     parsed = run.parse_h2load(out)
@@ -117,6 +116,8 @@ def main(argv: list[str]) -> int:
                     requests = int(out.split(" requests in ")[0].split()[-1])
                 us = (after - before) / run.TCK * 1e6 / max(requests, 1)
                 rps = requests / (t1 - t0)
+                if args.strace and rnd == 1:
+                    print(f"  {name}: strace -c of {requests} requests in {args.strace}")
                 label = "warm-up" if rnd == 0 else f"round {rnd}"
                 print(f"{label:8} {name:8} {requests:8d} req {rps:9,.0f} req/s "
                       f"{us:7.1f} us/req  cpu {100 * (after - before) / run.TCK / (t1 - t0):.0f} %",
