@@ -20,7 +20,10 @@ replaces only the steady-state calls after the handshake:
   copies) and the ciphertext leaves with ``fastio.write_now``: sent right away when the
   socket's buffers are empty, queued (with the usual flow control) otherwise;
 * the outgoing BIO is emptied with ``BIO_read`` into the preallocated buffer, whose
-  "nothing there" answer is a return value, not an exception.
+  "nothing there" answer is a return value, not an exception;
+* OpenSSL frees a connection's 16 KiB record buffers whenever they are empty
+  (``SSL_MODE_RELEASE_BUFFERS``, as nginx does): an idle TLS connection costs ~28 KiB
+  instead of ~50 KiB, for a malloc/free pair per record.
 
 The preallocated buffers are shared by every connection: the reactor thread is the
 only user and the bytes are copied out before anything else can run.
@@ -88,6 +91,7 @@ class FastTLSProtocol(TLSMemoryBIOProtocol):
         connection = self._tlsConnection
         if connection is not None and self._ssl is None:
             self._ssl = connection._ssl
+            _lib.SSL_set_mode(self._ssl, _lib.SSL_MODE_RELEASE_BUFFERS)
             self._into = connection._into_ssl
             self._from = connection._from_ssl
         TLSMemoryBIOProtocol._checkHandshakeStatus(self)
