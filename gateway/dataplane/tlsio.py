@@ -44,6 +44,7 @@ from gateway.dataplane.fastio import direct_writer, write_now
 
 READ_SIZE = 1 << 16  # > one TLS record (16 KiB + overhead): one SSL_read per record
 OUT_SIZE = 1 << 16
+RECORD = 1 << 14  # the most one SSL_write sends (pyOpenSSL allows partial writes)
 
 _read_buffer = _ffi.new("char[]", READ_SIZE)
 _out_buffer = _ffi.new("char[]", OUT_SIZE)
@@ -57,7 +58,7 @@ _BIO_write = _lib.BIO_write
 _BIO_get_mem_data = _lib.BIO_get_mem_data
 _WANT_READ = _lib.SSL_ERROR_WANT_READ
 _from_buffer = _ffi.from_buffer
-_buffer = _ffi.buffer
+_unpack = _ffi.unpack  # char* + length -> bytes, one copy
 
 
 def _callback_problem(connection: Any) -> bool:
@@ -101,7 +102,18 @@ class FastTLSProtocol(TLSMemoryBIOProtocol):
     def write(self, data: bytes) -> None:
         if self.disconnecting and self._producer is None:
             return  # as Twisted's: no writes after loseConnection without a producer
-        self._write(data)
+        if type(data) is not bytes:
+            data = bytes(data)  # cffi passes bytes itself as the C buffer
+        size = len(data)
+        if (size > RECORD or self._appSendBuffer or not self._handshakeDone
+                or self._lostTLSConnection):
+            self._write(data)
+            return
+        # The usual response: at most one record, encrypted and sent in one go.
+        if size and _SSL_write(self._ssl, data, size) != size:
+            TLSMemoryBIOProtocol._write(self, data)  # pyOpenSSL's errors decide
+            return
+        self._flushSendBIO()
 
     def writeSequence(self, iovec: Any) -> None:
         self.write(b"".join(iovec))
@@ -139,13 +151,13 @@ class FastTLSProtocol(TLSMemoryBIOProtocol):
         n = _BIO_read(bio, _out_buffer, OUT_SIZE)
         if n <= 0:
             return
-        data = _buffer(_out_buffer, n)[:]
+        data = _unpack(_out_buffer, n)
         if n == OUT_SIZE:
             chunks = [data]
             while n == OUT_SIZE:
                 n = _BIO_read(bio, _out_buffer, OUT_SIZE)
                 if n > 0:
-                    chunks.append(_buffer(_out_buffer, n)[:])
+                    chunks.append(_unpack(_out_buffer, n))
             data = b"".join(chunks)
         transport: Any = self.transport
         if self._direct:
@@ -174,7 +186,7 @@ class FastTLSProtocol(TLSMemoryBIOProtocol):
             n = _SSL_read(ssl, _read_buffer, READ_SIZE)
             if n > 0:
                 if not self._aborted:
-                    self.wrappedProtocol.dataReceived(_buffer(_read_buffer, n)[:])
+                    self.wrappedProtocol.dataReceived(_unpack(_read_buffer, n))
                 if not _SSL_pending(ssl) and not _BIO_get_mem_data(into, _mem_data):
                     break  # no record left: another SSL_read would only say "want read"
                 continue

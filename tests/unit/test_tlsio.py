@@ -223,6 +223,12 @@ class FastTLSTests(SynchronousTestCase):
         self.assertIsNotNone(self.app.lost)
 
 
+    def test_bytearray_and_memoryview(self) -> None:
+        self.tls.write(bytearray(b"from a bytearray, "))  # type: ignore[arg-type]
+        self.tls.write(memoryview(b"and a memoryview"))  # type: ignore[arg-type]
+        self.assertEqual(self.client.feed(_drain(self.peer)),
+                         b"from a bytearray, and a memoryview")
+
 class WrappedTransportTests(SynchronousTestCase):
     """Over anything but plain TCP (a PROXY-protocol wrapper, a test transport) the
     ciphertext goes through the transport's own ``write``."""
@@ -245,3 +251,4 @@ class WrappedTransportTests(SynchronousTestCase):
             transport.clear()
         protocol.write(b"through write")
         self.assertEqual(client.feed(transport.value()), b"through write")
+
