@@ -19,7 +19,9 @@ drives each proxy with ``wrk -t1 -c50 --latency`` (median of N runs after a warm
 disturbed by other processes on the box are repeated, as in the perf baseline), drives the
 gateway's authenticated route the same way with a session cookie from one sign-in, samples the
 proxies' peak RSS, measures the memory of 5,000 idle keep-alive connections, optionally runs
-``h2load`` against h2c endpoints, prints a table and writes the raw results as JSON.
+``h2load`` against h2c endpoints, runs the TLS section (``bench/tls.py``: nginx and the
+gateway terminating TLS 1.3 with the same certificate), prints a table and writes the raw
+results as JSON.
 
 The harness only relies on ``twistd gateway --config`` (and, for sign-in, on the stdlib-only
 test peers in ``tests/support``), never on the gateway's internals.

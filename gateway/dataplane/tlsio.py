@@ -37,6 +37,7 @@ from OpenSSL._util import ffi as _ffi
 from OpenSSL._util import lib as _lib
 from OpenSSL.SSL import Error, WantReadError, ZeroReturnError
 from twisted.internet.interfaces import IProtocolFactory
+from twisted.protocols.policies import ProtocolWrapper
 from twisted.protocols.tls import TLSMemoryBIOFactory, TLSMemoryBIOProtocol
 from twisted.python.failure import Failure
 
@@ -72,6 +73,17 @@ def _callback_problem(connection: Any) -> bool:
     return False
 
 
+def _pass_through(transport: Any) -> Any:
+    """The transport beneath protocol wrappers that pass writes on unchanged (the PROXY
+    protocol's, once its header is read, only relays): the ciphertext may go straight
+    to it. Everything else (connection state, producers, closing) still goes through
+    the wrappers."""
+    while (isinstance(transport, ProtocolWrapper)
+           and type(transport).write is ProtocolWrapper.write):
+        transport = transport.transport
+    return transport
+
+
 class FastTLSProtocol(TLSMemoryBIOProtocol):
     """``TLSMemoryBIOProtocol`` whose established-connection reads and writes call
     OpenSSL through cffi directly and write ciphertext without a reactor turn."""
@@ -84,8 +96,12 @@ class FastTLSProtocol(TLSMemoryBIOProtocol):
     _from: Any = None
     _direct = False  # the transport is a plain TCP one: ``write_now`` applies
 
+    _wire: Any = None  # the TCP transport the ciphertext is written to
+
     def makeConnection(self, transport: Any) -> None:
-        self._direct = direct_writer(transport)
+        wire = _pass_through(transport)
+        self._direct = direct_writer(wire)
+        self._wire = wire if self._direct else transport
         TLSMemoryBIOProtocol.makeConnection(self, transport)
 
     def _checkHandshakeStatus(self) -> None:
@@ -159,11 +175,10 @@ class FastTLSProtocol(TLSMemoryBIOProtocol):
                 if n > 0:
                     chunks.append(_unpack(_out_buffer, n))
             data = b"".join(chunks)
-        transport: Any = self.transport
         if self._direct:
-            write_now(transport, data)
+            write_now(self._wire, data)
         else:
-            transport.write(data)
+            self._wire.write(data)
 
     # -- reading
 

@@ -20,6 +20,7 @@ from twisted.python.failure import Failure
 from twisted.trial.unittest import SynchronousTestCase
 from zope.interface import implementer
 
+from gateway.dataplane.listeners.proxyproto import ProxyHeaderFactory
 from gateway.dataplane.tlsio import FastTLSFactory, FastTLSProtocol
 
 _CA = trustme.CA()
@@ -112,6 +113,8 @@ def _drain(sock: socket.socket) -> bytes:
 
 
 class FastTLSTests(SynchronousTestCase):
+    proxy_protocol = False
+
     def setUp(self) -> None:
         self.reactor = MemoryReactorClock()
         self.server_sock, self.peer = socket.socketpair()
@@ -125,9 +128,16 @@ class FastTLSTests(SynchronousTestCase):
         protocol = factory.buildProtocol(None)
         assert isinstance(protocol, FastTLSProtocol)
         self.tls = protocol
-        self.transport = tcp.Server(self.server_sock, protocol, ("127.0.0.1", 1), _Port(),
+        outer: Any = protocol
+        if self.proxy_protocol:
+            outer = ProxyHeaderFactory(factory).buildProtocol(None)
+            outer.wrappedProtocol = protocol
+        self.outer = outer
+        self.transport = tcp.Server(self.server_sock, outer, ("127.0.0.1", 1), _Port(),
                                     1, self.reactor)
-        protocol.makeConnection(self.transport)
+        outer.makeConnection(self.transport)
+        if self.proxy_protocol:
+            outer.dataReceived(b"PROXY TCP4 192.0.2.1 192.0.2.2 40000 443\r\n")
         self.client = _Client()
         self._handshake()
 
@@ -137,7 +147,7 @@ class FastTLSTests(SynchronousTestCase):
                 self.client.conn.do_handshake()
             out = self.client.outgoing()
             if out:
-                self.tls.dataReceived(out)
+                self.outer.dataReceived(out)
             self.client.feed(_drain(self.peer))
             if self.tls._handshakeDone and not out:
                 return
@@ -147,7 +157,7 @@ class FastTLSTests(SynchronousTestCase):
         """The client's records, all in one TCP read of the server's."""
         for message in messages:
             self.client.conn.send(message)
-        self.tls.dataReceived(self.client.outgoing())
+        self.outer.dataReceived(self.client.outgoing())
 
     def test_idle_write_leaves_at_once(self) -> None:
         """A response on an idle socket is on the wire when ``write`` returns: no
@@ -195,9 +205,9 @@ class FastTLSTests(SynchronousTestCase):
     def test_record_split_across_reads(self) -> None:
         self.client.conn.send(b"split record")
         wire = self.client.outgoing()
-        self.tls.dataReceived(wire[:7])
+        self.outer.dataReceived(wire[:7])
         self.assertEqual(self.app.received, [])
-        self.tls.dataReceived(wire[7:])
+        self.outer.dataReceived(wire[7:])
         self.assertEqual(self.app.received, [b"split record"])
 
     def test_close_notify_after_data(self) -> None:
@@ -205,7 +215,7 @@ class FastTLSTests(SynchronousTestCase):
         answers with its own close_notify and closes the TCP connection."""
         self.client.conn.send(b"last words")
         self.client.conn.shutdown()
-        self.tls.dataReceived(self.client.outgoing())
+        self.outer.dataReceived(self.client.outgoing())
         self.assertEqual(self.app.received, [b"last words"])
         self.assertTrue(self.transport.disconnecting)
         self.client.feed(_drain(self.peer))
@@ -213,7 +223,7 @@ class FastTLSTests(SynchronousTestCase):
 
     def test_garbage_ends_the_connection(self) -> None:
         """A broken record is an error: the connection is closed (an alert is sent)."""
-        self.tls.dataReceived(b"\x17\x03\x03\x00\x20" + b"\x00" * 32)
+        self.outer.dataReceived(b"\x17\x03\x03\x00\x20" + b"\x00" * 32)
         self.assertTrue(self.transport.disconnecting)
         self.assertEqual(self.app.received, [])
 
@@ -228,6 +238,16 @@ class FastTLSTests(SynchronousTestCase):
         self.tls.write(memoryview(b"and a memoryview"))  # type: ignore[arg-type]
         self.assertEqual(self.client.feed(_drain(self.peer)),
                          b"from a bytearray, and a memoryview")
+
+class ProxyProtocolTLSTests(FastTLSTests):
+    """The same behind a PROXY-protocol header: the wrapper only relays writes, so the
+    ciphertext still goes straight to the TCP transport."""
+
+    proxy_protocol = True
+
+    def test_peer_from_header(self) -> None:
+        self.assertEqual(self.tls.getPeer().host, "192.0.2.1")
+
 
 class WrappedTransportTests(SynchronousTestCase):
     """Over anything but plain TCP (a PROXY-protocol wrapper, a test transport) the
