@@ -317,9 +317,13 @@ def report(results: dict[str, Any], out: TextIO) -> None:
         gw = r.get("gateway", {}).get("median", {}).get("rps")
         ng = r.get("nginx", {}).get("median", {}).get("rps")
         cpu = r.get("gateway", {}).get("median", {}).get("proxy_cpu%")
+        ng_cpu = r.get("nginx", {}).get("median", {}).get("proxy_cpu%")
         ratio = tls.get("ratios", {}).get(row)
+        # per CPU second: on a loaded box either server may get less than its core
+        per_cpu = (gw / cpu) / (ng / ng_cpu) if gw and ng and cpu and ng_cpu else None
         line = (f"  {row:<34} gateway {fmt(gw, ',.0f'):>8} req/s  nginx {fmt(ng, ',.0f'):>8}"
-                f"  ratio {fmt(ratio, '.3f'):>6}  (gateway CPU {fmt(cpu, '.0f')} %)")
+                f"  ratio {fmt(ratio, '.3f'):>6}  (CPU gateway {fmt(cpu, '.0f')} %, "
+                f"nginx {fmt(ng_cpu, '.0f')} %; ratio per CPU second {fmt(per_cpu, '.3f')})")
         if row in targets and ratio is not None:
             ok = ratio >= targets[row]
             line += f"   target >= {targets[row]:.2f}: {'met' if ok else 'NOT met'}"
