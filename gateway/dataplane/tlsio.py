@@ -16,9 +16,11 @@ replaces only the steady-state calls after the handshake:
   ``SSL_read`` into one preallocated buffer, reading OpenSSL's result code instead of
   catching exceptions; only an unusual result (close_notify, an alert, EOF) goes through
   pyOpenSSL's own error mapping, so those cases behave exactly as before;
-* a write is encrypted at once (one ``SSL_write`` of the whole buffer, no slicing
-  copies) and the ciphertext leaves with ``fastio.write_now``: sent right away when the
-  socket's buffers are empty, queued (with the usual flow control) otherwise;
+* a write is encrypted at once (``SSL_write`` straight from the bytes, one call per
+  16 KiB record, no slicing copies) and the ciphertext leaves in one piece with
+  ``fastio.write_now``: sent right away when the socket's buffers are empty, queued
+  (with the usual flow control) otherwise; a PROXY-protocol wrapper in between only
+  relays writes, so it is written past;
 * the outgoing BIO is emptied with ``BIO_read`` into the preallocated buffer, whose
   "nothing there" answer is a return value, not an exception;
 * OpenSSL frees a connection's 16 KiB record buffers whenever they are empty
