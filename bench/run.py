@@ -19,7 +19,9 @@ drives each proxy with ``wrk -t1 -c50 --latency`` (median of N runs after a warm
 disturbed by other processes on the box are repeated, as in the perf baseline), drives the
 gateway's authenticated route the same way with a session cookie from one sign-in, samples the
 proxies' peak RSS, measures the memory of 5,000 idle keep-alive connections, optionally runs
-``h2load`` against h2c endpoints, prints a table and writes the raw results as JSON.
+``h2load`` against h2c endpoints, runs the TLS section (``bench/tls.py``: nginx and the
+gateway terminating TLS 1.3 with the same certificate), prints a table and writes the raw
+results as JSON.
 
 The harness only relies on ``twistd gateway --config`` (and, for sign-in, on the stdlib-only
 test peers in ``tests/support``), never on the gateway's internals.
@@ -393,6 +395,8 @@ class Target:
     port: int
     pids: Callable[[], list[int]]
     headers: tuple[str, ...] = ()  # extra wrk -H headers (Host, Cookie)
+    scheme: str = "http"  # https: the TLS section (bench/tls.py)
+    streams: int | None = None  # h2load -m; None: --h2-streams
 
 
 class Bench:
@@ -433,7 +437,7 @@ class Bench:
         argv = ["wrk", "-t1", f"-c{CONNECTIONS}", f"-d{duration:g}s", "--latency"]
         for h in target.headers:
             argv += ["-H", h]
-        argv.append(f"http://127.0.0.1:{target.port}/")
+        argv.append(f"{target.scheme}://127.0.0.1:{target.port}/")
         pids = target.pids()
         out, info, peak = self.load_run(
             argv, duration, {"proxy": pids, "upstream": self.upstream_pids}, pids)
@@ -442,8 +446,9 @@ class Bench:
     def h2load(self, target: Target, duration: float) -> dict[str, Any]:
         if target.headers:
             raise ValueError("h2load runs take no extra headers")
-        argv = ["h2load", "-t1", f"-c{CONNECTIONS}", f"-m{self.args.h2_streams}",
-                f"-D{duration:g}", f"http://127.0.0.1:{target.port}/"]
+        streams = target.streams or self.args.h2_streams
+        argv = ["h2load", "-t1", f"-c{CONNECTIONS}", f"-m{streams}",
+                f"-D{duration:g}", f"{target.scheme}://127.0.0.1:{target.port}/"]
         pids = target.pids()
         out, info, peak = self.load_run(
             argv, duration, {"proxy": pids, "upstream": self.upstream_pids}, pids)
@@ -702,20 +707,24 @@ def auth_unavailable(args: argparse.Namespace) -> str | None:
     return None
 
 
-def start_provider(stack: contextlib.ExitStack, tmp: Path,
-                   gw_port: int) -> tuple[AuthProvider, int | None]:
-    """node-oidc-provider on a free loopback port, stopped when ``stack`` closes; its PID."""
+def start_provider(stack: contextlib.ExitStack, tmp: Path, gw_port: int,
+                   tls_port: int | None = None) -> tuple[AuthProvider, int | None]:
+    """node-oidc-provider on a free loopback port, stopped when ``stack`` closes; its PID.
+    ``tls_port``: the TLS section's gateway signs in with it too."""
     peers, _ = import_peers()
-    op = stack.enter_context(peers.oidc_provider(
-        tmp, redirect_uris=[f"http://auth.test:{gw_port}/oauth2/callback"]))
+    uris = [f"http://auth.test:{gw_port}/oauth2/callback"]
+    if tls_port is not None:
+        uris.append(f"https://auth.test:{tls_port}/oauth2/callback")
+    op = stack.enter_context(peers.oidc_provider(tmp, redirect_uris=uris))
     return AuthProvider(op.issuer, op.client_id, op.client_secret), op.process.pid
 
 
-def sign_in(gw_port: int) -> dict[str, Any]:
-    """Sign in once through the gateway; the wrk headers for the authenticated route."""
+def sign_in(gw_port: int, tls: Any = None) -> dict[str, Any]:
+    """Sign in once through the gateway; the wrk headers for the authenticated route.
+    ``tls``: an ``ssl.SSLContext`` for a gateway serving https."""
     _, browser_mod = import_peers()
-    browser = browser_mod.Browser()
-    url = f"http://{AUTH_HOST}:{gw_port}/"
+    browser = browser_mod.Browser(tls=tls)
+    url = f"{'https' if tls is not None else 'http'}://{AUTH_HOST}:{gw_port}/"
     t0 = time.monotonic()
     reply = browser.sign_in(url, AUTH_USER)
     seconds = time.monotonic() - t0
@@ -885,7 +894,9 @@ def sample_rss(pids: Sequence[int], n: int, gap: float) -> int:
 
 
 def idle_memory(name: str, port: int, pids: Callable[[], list[int]], count: int,
-                timeout: float, path: str) -> dict[str, Any]:
+                timeout: float, path: str,
+                opener: Callable[..., tuple[list[Any], dict[str, Any]]] | None = None,
+                ) -> dict[str, Any]:
     """(RSS with ``count`` idle connections open - RSS before) / connections, in KiB.
 
     The figure is only valid when the proxy kept (nearly) all of them open until the RSS
@@ -893,7 +904,7 @@ def idle_memory(name: str, port: int, pids: Callable[[], list[int]], count: int,
     time.sleep(1.0)  # let the previous load settle
     before = sample_rss(pids(), 3, 0.1)
     t0 = time.monotonic()
-    socks, stats = open_idle(port, count, t0 + timeout, path)
+    socks, stats = (opener or open_idle)(port, count, t0 + timeout, path)
     open_s = time.monotonic() - t0
     try:
         time.sleep(1.0)
@@ -1034,6 +1045,11 @@ def report(results: dict[str, Any], out: TextIO) -> None:
           f" ms, max {fmt(m.get('max_ms'), '.2f')} ms, peak RSS {fmt_rss(r.get('peak_rss_kib'))}, "
           f"proxy CPU {fmt(m.get('proxy_cpu%'), '.0f')} %, "
           f"clean {r.get('clean_runs', 0)}/{r.get('used_runs', 0)}\n")
+    if "tls" in results:
+        import tls  # bench/tls.py
+        tls.report(results, out)
+        if "error" in results["tls"]:
+            w(f"  TLS section: ERROR: {results['tls']['error']}\n")
 
 
 # --------------------------------------------------------------------------------------
@@ -1056,6 +1072,9 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     p.add_argument("--idle-path", default="/ping",
                    help="path of the one request sent on each idle connection")
     p.add_argument("--no-h2", action="store_true", help="skip the HTTP/2 section")
+    p.add_argument("--no-tls", action="store_true",
+                   help="skip the TLS section (bench/tls.py: keep-alive, signed-in route, "
+                   "new connection per request, HTTP/2 over TLS, idle TLS connections)")
     p.add_argument("--kvstore", action="store_true",
                    help="keep the signed-in route's sessions in a local redis-server")
     p.add_argument("--metrics", action="store_true",
@@ -1189,6 +1208,7 @@ def run_all(args: argparse.Namespace, bench: Bench, procs: Processes, tmp: Path,
     # the authenticated route lives in the same gateway process as the public one: the
     # provider must run first (its issuer goes into the config, the callback URL into it)
     gw_port = free_port()
+    tls_port = None if args.no_tls else free_port()
     provider: AuthProvider | None = None
     skip = auth_unavailable(args)
     if skip is not None:
@@ -1196,7 +1216,7 @@ def run_all(args: argparse.Namespace, bench: Bench, procs: Processes, tmp: Path,
         print(f"authenticated route: skipped: {skip}", flush=True)
     else:
         try:
-            provider, pid = start_provider(stack, tmp, gw_port)
+            provider, pid = start_provider(stack, tmp, gw_port, tls_port)
             bench.provider_pids = [pid] if pid else []
             if args.kvstore:
                 peers, _ = import_peers()
@@ -1259,6 +1279,15 @@ def run_all(args: argparse.Namespace, bench: Bench, procs: Processes, tmp: Path,
                 results["idle"][target.name] = {"error": str(exc)}
     procs.stop(gateway)
 
+    if tls_port is not None:
+        import tls  # bench/tls.py
+        try:
+            tls.run_section(args, bench, procs, tmp, twistd, up_port, tls_port,
+                            provider, results)
+        except Exception as exc:
+            results.setdefault("tls", {})["error"] = f"{type(exc).__name__}: {exc}"
+            print(f"TLS section: ERROR: {results['tls']['error']}", flush=True)
+
     if args.no_h2:
         return
     print("HTTP/2 (h2load)", flush=True)
@@ -1300,4 +1329,5 @@ def run_all(args: argparse.Namespace, bench: Bench, procs: Processes, tmp: Path,
 
 
 if __name__ == "__main__":
+    sys.modules.setdefault("run", sys.modules["__main__"])  # bench/tls.py imports run
     sys.exit(main(sys.argv[1:]))

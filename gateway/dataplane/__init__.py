@@ -15,6 +15,6 @@ Arrows point down this list (a package imports only from those below it):
 - ``routing``: the plan compiled per configuration snapshot, host/path matching,
   redirect routes.
 - ``upstream``: upstream hosts and their live state, load balancers, the connection pool.
-- ``authz``, ``responses``, ``fastio``: the authorization hook's types, the gateway's own
-  response bytes, direct socket writes.
+- ``authz``, ``responses``, ``fastio``, ``tlsio``: the authorization hook's types, the
+  gateway's own response bytes, direct socket writes, the listener's TLS transport.
 """

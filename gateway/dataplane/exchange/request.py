@@ -123,8 +123,9 @@ class Exchange(UpstreamRelay):
         sni, certificate, store = self.sink.tls_info()
         if sni and store is not None:
             name = _hostname(self.host)
-            if (plan is None and name != sni) or (
-                    certificate is not None and not store.covers(certificate, name)):
+            # the SNI's own name is covered by the certificate chosen for it
+            if name != sni and (plan is None or (
+                    certificate is not None and not store.covers(certificate, name))):
                 # An HTTP/2 connection reused for a host it was not set up for.
                 self.fail(421, f"this connection cannot serve {name}")
                 return

@@ -1,6 +1,7 @@
 """The main listener's stack: TCP on ``address``, the connection cap, then PROXY
 protocol (when ``use_proxy_protocol``), then TLS (unless ``insecure_server``), then the
-HTTP codecs.
+HTTP codecs
+(TLS: ``tlsio``, Twisted's TLS layer with a lean data path).
 
 The PROXY header precedes the TLS handshake on the wire, so it is the outermost wrapper.
 The cap is no wrapper at all: it only decides, per accepted socket, whether a protocol
@@ -14,11 +15,11 @@ from typing import Any
 from twisted.internet.endpoints import TCP4ServerEndpoint, TCP6ServerEndpoint
 from twisted.internet.interfaces import IProtocolFactory, IStreamServerEndpoint
 from twisted.internet.protocol import Factory, Protocol
-from twisted.protocols.tls import TLSMemoryBIOFactory
 
 from gateway.config.values import parse_address
 from gateway.dataplane.limit import ConnectionLimit
 from gateway.dataplane.listeners.proxyproto import ProxyHeaderFactory
+from gateway.dataplane.tlsio import FastTLSFactory
 from gateway.tls.server import ServerTLS
 
 
@@ -63,7 +64,7 @@ def listener_factory(http: IProtocolFactory, tls: ServerTLS | None, proxy_protoc
                      clock: Any, limit: ConnectionLimit) -> IProtocolFactory:
     factory: Any = http
     if tls is not None:
-        factory = TLSMemoryBIOFactory(tls, False, factory)
+        factory = FastTLSFactory(tls, factory)
     if proxy_protocol:
         factory = ProxyHeaderFactory(factory)
     return LimitedFactory(factory, limit, clock)

@@ -1,0 +1,169 @@
+"""CPU per request of the gateway over TLS, A/B between source trees (issue 13).
+
+On a shared, noisy machine req/s moves with the neighbours; the gateway's own CPU time
+per request moves much less. This starts one nginx upstream and one TLS gateway per
+source tree (``--tree``, e.g. a worktree of the previous commit and this one), then
+alternates wrk runs between them, reading each gateway's utime+stime from
+``/proc/<pid>/stat`` around each run:
+
+    .venv/bin/python bench/tls_cpu.py --tree base=/work/wt-base --tree new=. --rounds 4
+
+Each line is one run: requests, req/s and µs of gateway CPU per request; the summary is
+the median per tree. ``--plain`` measures the plain-HTTP listener instead (no regression
+check), ``--cookie``/``--host`` are not needed: the public route is measured.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import run
+import tls
+
+
+def cpu_ticks(pid: int) -> int:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])
+
+
+def main(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--tree", action="append", required=True,
+                   help="NAME=PATH of a source tree; PATH:plain for its plain-HTTP listener")
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--duration", type=float, default=8.0)
+    p.add_argument("--plain", action="store_true", help="plain HTTP instead of TLS")
+    p.add_argument("--close", action="store_true", help="Connection: close (handshakes)")
+    p.add_argument("--h2", type=int, default=0, help="h2load -mN over TLS instead of wrk")
+    p.add_argument("--profile", default=None,
+                   help="py-spy record each tree in round 1, raw collapsed stacks to DIR")
+    p.add_argument("--strace", default=None, help="strace -c each tree in round 1 into DIR")
+    p.add_argument("--auth", action="store_true",
+                   help="the signed-in route (node-oidc-provider, one sign-in per gateway)")
+    p.add_argument("--idle", type=int, default=0,
+                   help="first measure RSS per idle keep-alive connection (N of them)")
+    p.add_argument("--native", action="store_true", help="with --profile: C frames too")
+    p.add_argument("--twistd", default=str(run.REPO_ROOT / ".venv" / "bin" / "twistd"))
+    args = p.parse_args(argv)
+    tmp = Path(tempfile.mkdtemp(prefix="gateway-tlscpu-"))
+    procs = run.Processes(tmp)
+    cpus = sorted(os.sched_getaffinity(0))
+    proxy_cpu, load_cpu = (str(cpus[0]), str(cpus[1])) if len(cpus) >= 2 else (None, None)
+    cert, key = tls.make_certificate(tmp)
+    results: dict[str, list[tuple[float, float]]] = {}
+    stack = contextlib.ExitStack()
+    try:
+        up = run.free_port()
+        upstream = run.start_nginx(procs, tmp, "upstream", run.upstream_conf(tmp, up), load_cpu)
+        run.wait_port(up, upstream)
+        gateways: dict[str, tuple[run.Proc, int, str]] = {}
+        ports = {spec: run.free_port() for spec in args.tree}
+        provider = None
+        if args.auth:  # one provider that every tree's gateway signs in with
+            peers, _ = run.import_peers()
+            op = stack.enter_context(peers.oidc_provider(tmp, redirect_uris=[
+                f"{'http' if spec.endswith(':plain') or args.plain else 'https'}://auth.test:"
+                f"{port}/oauth2/callback" for spec, port in ports.items()]))
+            provider = run.AuthProvider(op.issuer, op.client_id, op.client_secret)
+        headers: dict[str, list[str]] = {}
+        for spec in args.tree:
+            name, path = spec.split("=", 1)
+            plain = args.plain or path.endswith(":plain")
+            path = path.removesuffix(":plain")
+            port = ports[spec]
+            conf = tmp / f"{name}.yaml"
+            if plain:
+                conf.write_text(run.gateway_yaml(port, up, None, provider))
+            elif provider is not None:
+                conf.write_text(tls.gateway_tls_auth_yaml(port, up, cert, key, provider))
+            else:
+                conf.write_text(tls.gateway_tls_yaml(port, up, cert, key))
+            env = run.gateway_env()
+            env["PYTHONPATH"] = str(Path(path).resolve())
+            proc = procs.start(name, [args.twistd, "-n", "--pidfile=", "gateway", "--config",
+                                      str(conf)], proxy_cpu, cwd=Path(path), env=env)
+            run.wait_port(port, proc)
+            gateways[name] = (proc, port, "http" if plain else "https")
+            headers[name] = []
+            if provider is not None:
+                session = run.sign_in(port, tls=None if plain else tls.client_context())
+                headers[name] = ["-H", f"Host: {session['host']}", "-H",
+                                 f"Cookie: {session['cookie']}"]
+            results[name] = []
+        if args.idle:
+            run.raise_nofile(2 * args.idle + 1000)
+            for name, (proc, port, scheme) in gateways.items():
+                run.idle_memory(name, port, lambda p=proc: [p.pid], args.idle, 120.0, "/ping",
+                                opener=None if scheme == "http" else tls.open_idle_tls)
+        for rnd in range(args.rounds + 1):  # round 0 warms up
+            for name, (proc, port, scheme) in gateways.items():
+                if args.h2:
+                    argv = ["h2load", "-t1", "-c50", f"-m{args.h2}", f"-D{args.duration:g}",
+                            f"{scheme}://127.0.0.1:{port}/"]
+                else:
+                    argv = ["wrk", "-t1", "-c50", f"-d{args.duration:g}s"]
+                    if args.close:
+                        argv += ["-H", "Connection: close"]
+                    argv += headers[name]
+                    argv.append(f"{scheme}://127.0.0.1:{port}/")
+                if load_cpu is not None:
+                    argv = ["taskset", "-c", load_cpu, *argv]
+                pid = proc.pid
+                spy = None
+                if args.profile and rnd == 1:
+                    spy = subprocess.Popen(
+                        [str(Path(args.twistd).parent / "py-spy"), "record", "-r", "200",
+                         *(["--native"] if args.native else []), "-f", "raw",
+                         "-o", str(Path(args.profile) / f"{name}.txt"),
+                         "-p", str(pid), "-d", f"{args.duration:g}"],
+                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                if args.strace and rnd == 1:
+                    spy = subprocess.Popen(
+                        ["strace", "-c", "-o", str(Path(args.strace) / f"{name}.strace"),
+                         "-p", str(pid)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                before, t0 = cpu_ticks(pid), time.monotonic()
+                out = subprocess.run(argv, capture_output=True, text=True, check=True).stdout
+                if spy is not None:
+                    if args.strace:
+                        spy.send_signal(2)
+                    spy.wait()
+                after, t1 = cpu_ticks(pid), time.monotonic()
+                if args.h2:
+                    parsed = run.parse_h2load(out)
+                    requests = parsed.get("succeeded") or parsed["rps"] * args.duration
+                else:
+                    parsed = run.parse_wrk(out)
+                    requests = parsed["requests"]
+                    if parsed["non_2xx_3xx"] or parsed.get("bytes_per_response", 2048) < 2048:
+                        print(f"  {name}: {parsed['non_2xx_3xx']} non-2xx/3xx, "
+                              f"{parsed.get('bytes_per_response')} bytes per response")
+                us = (after - before) / run.TCK * 1e6 / max(requests, 1)
+                rps = requests / (t1 - t0)
+                if args.strace and rnd == 1:
+                    print(f"  {name}: strace -c of {requests} requests in {args.strace}")
+                label = "warm-up" if rnd == 0 else f"round {rnd}"
+                print(f"{label:8} {name:8} {requests:8d} req {rps:9,.0f} req/s "
+                      f"{us:7.1f} us/req  cpu {100 * (after - before) / run.TCK / (t1 - t0):.0f} %",
+                      flush=True)
+                if rnd:
+                    results[name].append((us, rps))
+        for name, rows in ((n, r) for n, r in results.items() if r):
+            print(f"median {name:8} {statistics.median(r[0] for r in rows):7.1f} us/req "
+                  f"{statistics.median(r[1] for r in rows):9,.0f} req/s")
+    finally:
+        procs.stop_all()
+        stack.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
