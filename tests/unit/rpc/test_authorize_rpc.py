@@ -237,7 +237,7 @@ def test_decision_and_mismatch_through_a_server(rig: Any, events: Any) -> None:
         assert "this authorize matched" in text  # the server's line
     finally:
         reactor.wait(remote.close())
-        server.stopService()
+        reactor.wait(server.stopService())
 
 
 def test_nothing_answering_is_a_503_never_an_allow(rig: Any) -> None:
@@ -267,7 +267,7 @@ def test_a_wrong_shared_secret_is_said_and_refused(rig: Any, events: Any) -> Non
         assert "refused (bad token): shared_secret differs" in text  # the server's line
     finally:
         reactor.wait(remote.close())
-        server.stopService()
+        reactor.wait(server.stopService())
 
 
 class Broken:
@@ -294,5 +294,5 @@ def test_a_failing_decision_is_a_503_and_failover_finds_the_other_url(rig: Any,
     finally:
         reactor.wait(alone.close())
         reactor.wait(both.close())
-        broken.stopService()
-        good.stopService()
+        reactor.wait(broken.stopService())
+        reactor.wait(good.stopService())
