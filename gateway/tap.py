@@ -106,7 +106,8 @@ def build_service_tree(
     if worker is None:
         root.addService(SighupService(source, reactor))
     options = snapshot.options
-    needs_identity = options.runs("proxy") or options.services == "authenticate"
+    needs_identity = options.runs("proxy") or options.services in ("authenticate",
+                                                                    "authorize")
     split = None
     if not options.all_in_one:  # all-in-one never imports grpc nor starts its thread
         from gateway.rpc.split import split_rpc
@@ -137,8 +138,13 @@ def build_service_tree(
         assert broker is not None
         identity = IdentityHolder(reactor, snapshot, broker)
         source.subscribe(identity.apply)
-        root.addService(ProxyService(source, reactor, authorizer=identity,
-                                     inherited=worker.inherited if worker else None))
+        if options.services == "authorize":  # decisions over gRPC, no HTTP listener
+            assert split is not None
+            MultiService.addService(split.service, split.authorize_server(identity, source))
+        else:
+            authorizer = split.authorizer(identity) if split is not None else identity
+            root.addService(ProxyService(source, reactor, authorizer=authorizer,
+                                         inherited=worker.inherited if worker else None))
     if worker is not None:
         if options.metrics_address:  # served by the supervisor, from every worker's counts
             count_requests(options)

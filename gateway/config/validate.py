@@ -281,34 +281,43 @@ def _workers(options: Options, routes: tuple[Route, ...], problems: Problems,
 
 
 def _split(options: Options, problems: Problems, material: dict[str, Any]) -> None:
-    """Split services talk gRPC: the databroker serves it, the proxy and authenticate
-    services reach it at ``databroker_service_url(s)``."""
+    """Split services talk gRPC: the databroker and authorize serve it; the other
+    services reach the databroker at ``databroker_service_url(s)``, and a proxy reaches
+    authorize at ``authorize_service_url(s)``."""
     if options.all_in_one:
         return
-    if options.services == "databroker" and not options.grpc_insecure \
+    if options.services in ("databroker", "authorize") and not options.grpc_insecure \
             and not material.get("certificates"):
         problems.error("grpc_insecure", "is false (the default when services is not all) "
                        "but no certificate is set to serve gRPC with TLS: set "
                        "certificate_file and certificate_key_file (or certificates), or "
                        "grpc_insecure: true for plaintext gRPC on a trusted network")
-    if options.services in ("proxy", "authenticate"):
+    if options.services == "proxy":
+        _service_urls(options.authorize_service_url, options.authorize_service_urls,
+                      "authorize", problems)
+    if options.services in ("proxy", "authenticate", "authorize"):
         if options.databroker_service_urls and options.databroker_storage_type != "memory":
             problems.warn("databroker_storage_type", f"is {options.databroker_storage_type}, "
                           "but this process keeps its records in the databroker at "
                           "databroker_service_url(s): the databroker_storage_* settings "
                           "belong in the databroker's config and are ignored here")
-        for url in options.databroker_service_urls:
-            key = ("databroker_service_url" if url == options.databroker_service_url
-                   else "databroker_service_urls")
-            parts = urlsplit(url)
-            if parts.scheme not in ("http", "https") or not parts.hostname:
-                problems.error(key, f"{url!r} is not a gRPC service URL: use http://HOST:PORT "
-                               "(grpc_insecure on the databroker) or https://HOST:PORT")
-                continue
-            try:
-                parts.port  # noqa: B018 - raises on a bad port
-            except ValueError:
-                problems.error(key, f"{url!r} has an invalid port")
+        _service_urls(options.databroker_service_url, options.databroker_service_urls,
+                      "databroker", problems)
+
+
+def _service_urls(single: str, urls: tuple[str, ...], service: str,
+                  problems: Problems) -> None:
+    for url in urls:
+        key = f"{service}_service_url" if url == single else f"{service}_service_urls"
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            problems.error(key, f"{url!r} is not a gRPC service URL: use http://HOST:PORT "
+                           f"(grpc_insecure on the {service}) or https://HOST:PORT")
+            continue
+        try:
+            parts.port  # noqa: B018 - raises on a bad port
+        except ValueError:
+            problems.error(key, f"{url!r} has an invalid port")
 
 
 def _identity(options: Options, routes: tuple[Route, ...], reader: Reader, problems: Problems,

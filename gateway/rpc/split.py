@@ -2,8 +2,13 @@
 kept out of tap.py so that all-in-one never imports grpc nor starts its thread.
 
 - ``services: databroker``: the databroker gRPC service (and health) on ``grpc_address``.
-- ``services: proxy`` or ``authenticate`` with ``databroker_service_url(s)``: the records
-  are read and written in that databroker, through a RemoteRecordStore.
+- ``services: authorize``: the authorize gRPC service (and health) on ``grpc_address``,
+  deciding with this process's identity layer (authorize_server).
+- ``services: proxy``, ``authenticate`` or ``authorize`` with ``databroker_service_url(s)``:
+  the records are read and written in that databroker, through a RemoteRecordStore.
+- ``services: proxy`` with ``authorize_service_url(s)``: every decision is asked of that
+  authorize service (authorize_client); without one, the proxy decides in process as
+  before (its policy and sessions in this process, records in the databroker).
 """
 
 from __future__ import annotations
@@ -12,13 +17,19 @@ from typing import Any
 
 from twisted.application.service import IService, MultiService
 
+from gateway.authenticate.holder import IdentityHolder
 from gateway.config.snapshot import Snapshot
+from gateway.config.source import ConfigSource
 from gateway.databroker.broker import Databroker
 from gateway.databroker.records import RecordStore
+from gateway.rpc.authorize_client import RemoteAuthorizer
+from gateway.rpc.authorize_server import SERVICE_NAME as AUTHORIZE_SERVICE
+from gateway.rpc.authorize_server import AuthorizeDecider, AuthorizeServicer
 from gateway.rpc.bridge import AsyncioThread, BridgeService
 from gateway.rpc.change_signal import ChangeSignal
 from gateway.rpc.databroker_client import RemoteRecordStore
 from gateway.rpc.databroker_server import SERVICE_NAME, DatabrokerServicer
+from gateway.rpc.protos import authorize_pb2_grpc as authorize_grpc
 from gateway.rpc.protos import databroker_pb2_grpc as pb_grpc
 from gateway.rpc.server import GrpcServerService
 
@@ -39,19 +50,45 @@ class SplitRpc:
         return databroker_server(self.bridge, self.snapshot, broker.store,
                                  ChangeSignal(broker.follower))
 
+    def authorize_server(self, holder: IdentityHolder, source: ConfigSource) -> IService:
+        """``services: authorize``: decisions with ``holder`` (subscribed to ``source``
+        already) and a plan of this process's own policy."""
+        decider = AuthorizeDecider(holder, self.snapshot)
+        source.subscribe(decider.apply)
+        return GrpcServerService(self.bridge, self.snapshot, [
+            (AuthorizeServicer(self.bridge, decider),
+             authorize_grpc.add_AuthorizeServicer_to_server, AUTHORIZE_SERVICE)])
+
+    def authorizer(self, local: IdentityHolder) -> IdentityHolder | RemoteAuthorizer:
+        """The proxy's authorizer: authorize's over gRPC with ``authorize_service_url(s)``,
+        else ``local`` (in process)."""
+        if not uses_remote_authorize(self.snapshot):
+            return local
+        o, m = self.snapshot.options, self.snapshot.material
+        return RemoteAuthorizer.create(
+            self.bridge, local, o.authorize_service_urls, m.shared_secret,
+            float(o.grpc_client_timeout), ca=m.certificate_authority,
+            override_name=o.override_certificate_name,
+            round_robin=o.grpc_client_dns_roundrobin, process=o.services)
+
 
 def split_rpc(snapshot: Snapshot, reactor: Any, root: MultiService) -> SplitRpc | None:
     """The gRPC parts this split process needs, or None when it needs none."""
-    if snapshot.options.services == "databroker" or uses_remote_databroker(snapshot):
+    if snapshot.options.services in ("databroker", "authorize") \
+            or uses_remote_databroker(snapshot) or uses_remote_authorize(snapshot):
         return SplitRpc(snapshot, reactor, root)
     return None
 
 
 def uses_remote_databroker(snapshot: Snapshot) -> bool:
     o = snapshot.options
-    return (not o.all_in_one and not o.runs("databroker")
-            and (o.runs("proxy") or o.runs("authenticate"))
+    return (not o.all_in_one and o.services in ("proxy", "authenticate", "authorize")
             and bool(o.databroker_service_urls))
+
+
+def uses_remote_authorize(snapshot: Snapshot) -> bool:
+    o = snapshot.options
+    return o.services == "proxy" and bool(o.authorize_service_urls)
 
 
 def remote_store(bridge: AsyncioThread, snapshot: Snapshot) -> RemoteRecordStore:

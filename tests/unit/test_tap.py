@@ -104,7 +104,7 @@ class ServiceTreeTests(SynchronousTestCase):
         secrets = {"shared_secret": SECRET, "cookie_secret": SECRET, **IDENTITY}
         expected = {
             "databroker": ["BridgeService", "ReadyService"],
-            "authorize": ["AuthorizeService", "ReadyService"],
+            "authorize": ["BridgeService", "AuthorizeService", "ReadyService"],
             "authenticate": ["Databroker", "AuthenticateService", "ProxyService", "ReadyService"],
             "proxy": ["Databroker", "ProxyService", "ReadyService"],
         }
@@ -115,6 +115,10 @@ class ServiceTreeTests(SynchronousTestCase):
         root = self.tree(services="databroker", grpc_insecure=True, **secrets)
         bridge = next(s for s in root if type(s).__name__ == "BridgeService")
         self.assertEqual(self.names(bridge), ["DataBrokerService", "GrpcServerService"])
+        # authorize: its sessions (own store here) and its gRPC server, no HTTP listener
+        root = self.tree(services="authorize", grpc_insecure=True, **secrets)
+        bridge = next(s for s in root if type(s).__name__ == "BridgeService")
+        self.assertEqual(self.names(bridge), ["Databroker", "GrpcServerService"])
 
     def test_split_processes_use_the_databroker_over_grpc(self) -> None:
         """With databroker_service_url(s), the proxy and authenticate services keep their
@@ -134,8 +138,26 @@ class ServiceTreeTests(SynchronousTestCase):
             self.assertEqual([t.address for t in broker.store.targets],
                              ["127.0.0.1:5443", "[::1]:5443"])
         root = self.tree(services="authorize", databroker_service_url="http://127.0.0.1:5443",
-                         **secrets)
-        self.assertNotIn("BridgeService", self.names(root))
+                         grpc_insecure=True, **secrets)
+        bridge = next(s for s in root if type(s).__name__ == "BridgeService")
+        self.assertEqual(next(iter(bridge)).store.backend, "remote")
+
+    def test_a_proxy_with_authorize_service_urls_asks_authorize(self) -> None:
+        """authorize_service_url(s): the data plane's authorizer is the gRPC client (the
+        gateway's own endpoints stay local); without them, decisions stay in process."""
+        from gateway.rpc.authorize_client import RemoteAuthorizer
+
+        secrets = {"shared_secret": SECRET, "cookie_secret": SECRET, **IDENTITY}
+        root = self.tree(services="proxy", authorize_service_urls=[
+            "http://127.0.0.1:5443", "http://127.0.0.1:5444"], **secrets)
+        proxy = next(s for s in root if type(s).__name__ == "ProxyService")
+        authorizer = proxy.core.authorizer
+        self.assertIsInstance(authorizer, RemoteAuthorizer)
+        self.assertEqual([t.address for t in authorizer.client.targets],
+                         ["127.0.0.1:5443", "127.0.0.1:5444"])
+        root = self.tree(services="proxy", **secrets)
+        proxy = next(s for s in root if type(s).__name__ == "ProxyService")
+        self.assertEqual(type(proxy.core.authorizer).__name__, "IdentityHolder")
 
     def test_all_in_one_never_imports_grpc(self) -> None:
         """The in-process path stays free of gRPC: no import, no thread (the plain

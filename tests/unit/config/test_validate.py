@@ -49,7 +49,7 @@ class DefaultTests(SynchronousTestCase):
 
     def test_split_mode_derivations(self) -> None:
         """A split service: gRPC on :443, secure, codec auto, no inferred URLs."""
-        o = load(base_config(services="authorize", shared_secret=SECRET,
+        o = load(base_config(services="proxy", shared_secret=SECRET, cookie_secret=SECRET,
                              authenticate_service_url="https://authenticate.example.com")
                  ).options
         self.assertEqual((o.grpc_address, o.grpc_insecure, o.codec_type),
@@ -190,6 +190,22 @@ class RuleTests(SynchronousTestCase):
             "databroker_storage_type: is kvstore, but this process keeps its records in the "
             "databroker at databroker_service_url(s): the databroker_storage_* settings "
             "belong in the databroker's config and are ignored here"])
+
+    def test_split_authorize_grpc_settings(self) -> None:
+        """authorize serves gRPC as the databroker does (TLS unless grpc_insecure); a
+        proxy's authorize_service_url(s) must be http(s) URLs."""
+        split = {"shared_secret": SECRET, "cookie_secret": SECRET, **IDENTITY}
+        errors = errors_of(base_config(services="authorize", **split))
+        self.assertEqual(len(errors), 1)
+        self.assertTrue(errors[0].startswith("grpc_insecure: is false"), errors)
+        load(base_config(services="authorize", grpc_insecure=True, **split))
+        self.assertEqual(errors_of(base_config(
+            services="proxy", authorize_service_url="tcp://127.0.0.1:5443", **split)), [
+            "authorize_service_url: 'tcp://127.0.0.1:5443' is not a gRPC service URL: use "
+            "http://HOST:PORT (grpc_insecure on the authorize) or https://HOST:PORT"])
+        snap = load(base_config(services="proxy", authorize_service_urls=[
+            "http://127.0.0.1:5443", "https://127.0.0.1:5444"], **split))
+        self.assertEqual(len(snap.options.authorize_service_urls), 2)
 
     def test_cookie_secret_length(self) -> None:
         """A 31-byte cookie secret is refused with the original's message (case 37)."""

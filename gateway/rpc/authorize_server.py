@@ -1,0 +1,102 @@
+"""The authorize service over gRPC: one ``Check`` per request a split proxy must decide.
+
+The decision is the all-in-one one, made on the reactor thread by this process's
+``IdentityHolder`` (session lookup and fetch from the databroker, token refresh with the
+identity provider, policy, the signed identity assertion and claim headers, the rendered
+deny page or sign-in redirect). What is new here is only the route:
+
+- authorize matches the request against its OWN policy (host and path, or the
+  authority of a CONNECT), exactly as its data plane would (``Plan.lookup``);
+- the proxy names the route it matched (``route_key``: ``from`` and path matcher); when
+  the two differ the configurations differ, and the answer is a mismatch, never a
+  decision (the proxy answers 503), with a log line on both sides naming the two keys.
+
+Authorize's own decision cache (per session record and route, ``Identity``) serves
+repeated requests; session changes reach it through the databroker's change stream.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from twisted.internet.defer import Deferred
+from twisted.logger import Logger
+
+from gateway.authenticate.holder import IdentityHolder
+from gateway.config.snapshot import Snapshot
+from gateway.dataplane.routing.plan import Plan, build_plan
+from gateway.rpc.authorize_wire import decision_to_pb, request_from_pb, route_key
+from gateway.rpc.bridge import AsyncioThread
+from gateway.rpc.protos import authorize_pb2 as pb
+from gateway.rpc.protos import authorize_pb2_grpc as pb_grpc
+
+log = Logger(namespace="gateway.rpc")
+
+SERVICE_NAME = "gateway.authorize.v1.Authorize"
+MISMATCH_LOG_SECONDS = 10.0
+MISMATCH_KEYS = 1_000
+
+
+class MismatchLog:
+    """One line per pair of route keys per ``MISMATCH_LOG_SECONDS``: a proxy with another
+    policy asks on every request."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self.clock = clock
+        self._last: dict[tuple[str, str], float] = {}
+
+    def due(self, theirs: str, ours: str) -> bool:
+        now = self.clock()
+        key = (theirs, ours)
+        if now - self._last.get(key, float("-inf")) < MISMATCH_LOG_SECONDS:
+            return False
+        if len(self._last) >= MISMATCH_KEYS:
+            self._last.clear()
+        self._last[key] = now
+        return True
+
+
+class AuthorizeDecider:
+    """On the reactor: this process's policy (a plan per snapshot) and identity."""
+
+    def __init__(self, holder: IdentityHolder, snapshot: Snapshot) -> None:
+        self.holder = holder
+        self.plan: Plan = build_plan(snapshot)
+        self.mismatches = MismatchLog()
+
+    def apply(self, snapshot: Snapshot) -> None:
+        if snapshot is not self.plan.snapshot:
+            self.plan = build_plan(snapshot, self.plan)
+
+    def check(self, message: pb.CheckRequest) -> pb.CheckResponse | Deferred[pb.CheckResponse]:
+        request = request_from_pb(message)
+        if message.connect:
+            plan, _ = self.plan.lookup_tcp(request.host)
+        else:
+            plan, _ = self.plan.lookup(request.host, request.path)
+        ours = route_key(plan.route if plan is not None else None)
+        if plan is None or ours != message.route_key:
+            if self.mismatches.due(message.route_key, ours):
+                log.error("route mismatch for {host}{path}: the proxy matched route "
+                          "{proxy_route!r}, this authorize matched {authorize_route!r}; "
+                          "their policies differ (give every process the same routes); "
+                          "answered 503", host=request.host, path=request.path,
+                          proxy_route=message.route_key, authorize_route=ours or "none")
+            return pb.CheckResponse(route_key=ours, mismatch=True)
+        decision = self.holder.authorize(request, plan)
+        if isinstance(decision, Deferred):
+            return decision.addCallback(decision_to_pb, ours)
+        return decision_to_pb(decision, ours)
+
+
+class AuthorizeServicer(pb_grpc.AuthorizeServicer):
+    def __init__(self, bridge: AsyncioThread, decider: AuthorizeDecider) -> None:
+        self.bridge = bridge
+        self.decider = decider
+
+    async def Check(self, request: pb.CheckRequest, context: Any) -> pb.CheckResponse:
+        answer: pb.CheckResponse = await self.bridge.in_reactor(
+            lambda: self.decider.check(request))
+        return answer

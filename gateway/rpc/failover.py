@@ -1,0 +1,125 @@
+"""One unary call to a service that has several URLs: client-side failover within one
+deadline, the URL that answered kept first, and each URL's failures said once in a while.
+
+grpc's own reconnect backoff (``channels``) brings a restarted service back without a
+restart here; this module only decides which URL to try and what to log. The caller
+turns ``Unavailable`` into its own answer (a 503, never an allow).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from typing import Any
+
+import grpc
+from twisted.logger import Logger
+
+from gateway.rpc.auth import CallCredentials
+from gateway.rpc.bridge import AsyncioThread
+from gateway.rpc.channels import ServiceTarget, open_channel, parse_service_url
+from gateway.rpc.metrics import observe_client
+
+log = Logger(namespace="gateway.rpc")
+
+FAILOVER_CODES = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED,
+                  grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.CANCELLED,
+                  grpc.StatusCode.UNKNOWN, grpc.StatusCode.INTERNAL)
+REPORT_SECONDS = 10.0
+
+
+class Unavailable(Exception):
+    """No URL of the service answered within the deadline."""
+
+
+class FailoverClient:
+    """Stubs for every URL of one service (``label``: how log lines name it); call
+    ``invoke`` on the bridge's loop."""
+
+    def __init__(self, bridge: AsyncioThread, label: str, service: str,
+                 make_stub: Callable[[Any], Any], urls: tuple[str, ...], secret: bytes,
+                 timeout: float, ca: bytes | None = None, override_name: str = "",
+                 round_robin: bool = True, process: str = "gateway",
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        if not urls:
+            raise ValueError(f"no {label}_service_url")
+        self.bridge = bridge
+        self.label = label
+        self.service = service  # full gRPC service name, for the metrics
+        self.make_stub = make_stub
+        self.targets: tuple[ServiceTarget, ...] = tuple(parse_service_url(u) for u in urls)
+        self.credentials = CallCredentials(secret)
+        self.timeout = timeout
+        self.ca = ca
+        self.override_name = override_name
+        self.round_robin = round_robin
+        self.process = process  # the metrics' label: this process's services
+        self.clock = clock
+        self.preferred = 0
+        self._stubs: dict[int, Any] = {}
+        self._channels: dict[int, Any] = {}
+        self._reported: dict[str, float] = {}
+
+    def _stub(self, index: int) -> Any:
+        stub = self._stubs.get(index)
+        if stub is None:
+            channel = open_channel(self.targets[index], self.ca, self.override_name,
+                                   self.round_robin)
+            self._channels[index] = channel
+            stub = self._stubs[index] = self.make_stub(channel)
+        return stub
+
+    async def invoke(self, method: str, request: Any) -> Any:
+        """The call on the preferred URL, then on each other one, within one deadline."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.timeout
+        count = len(self.targets)
+        errors: list[str] = []
+        for step in range(count):
+            index = (self.preferred + step) % count
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                break
+            started = time.monotonic()
+            try:
+                answer = await getattr(self._stub(index), method)(
+                    request, timeout=remaining, metadata=self.credentials.metadata())
+            except grpc.aio.AioRpcError as exc:
+                observe_client(f"/{self.service}/{method}", exc.code().name, started,
+                               request, None, self.process)
+                self.note_failure(index, exc.code(), exc.details() or "")
+                errors.append(f"{self.targets[index].url}: {exc.code().name}")
+                if exc.code() not in FAILOVER_CODES:
+                    break
+                continue
+            observe_client(f"/{self.service}/{method}", "OK", started, request, answer,
+                           self.process)
+            if index != self.preferred:
+                self.bridge.report(log.info, "{label}: now using {url}", label=self.label,
+                                   url=self.targets[index].url)
+                self.preferred = index
+            return answer
+        raise Unavailable(f"no {self.label} answered: " + "; ".join(errors or ["timed out"]))
+
+    def note_failure(self, index: int, code: Any, details: str) -> None:
+        """Say what failed, once per ``REPORT_SECONDS`` per URL and kind."""
+        url = self.targets[index].url
+        key = f"{url} {code}"
+        now = self.clock()
+        if now - self._reported.get(key, float("-inf")) < REPORT_SECONDS:
+            return
+        self._reported[key] = now
+        if code == grpc.StatusCode.UNAUTHENTICATED:
+            self.bridge.report(
+                log.error, "{label} at {url} refused this process's calls: shared_secret "
+                "differs between this process and the {label}; set the same shared_secret "
+                "on every gateway process", label=self.label, url=url)
+        else:
+            self.bridge.report(log.warn, "{label} at {url} failed: {code} {details}",
+                               label=self.label, url=url, code=code.name, details=details)
+
+    async def close(self) -> None:
+        channels, self._channels, self._stubs = list(self._channels.values()), {}, {}
+        for channel in channels:
+            await channel.close()

@@ -1,0 +1,71 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class Header(_message.Message):
+    __slots__ = ("name", "value")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    VALUE_FIELD_NUMBER: _ClassVar[int]
+    name: bytes
+    value: bytes
+    def __init__(self, name: _Optional[bytes] = ..., value: _Optional[bytes] = ...) -> None: ...
+
+class CheckRequest(_message.Message):
+    __slots__ = ("method", "scheme", "host", "path", "query", "client_ip", "headers", "route_key", "connect")
+    METHOD_FIELD_NUMBER: _ClassVar[int]
+    SCHEME_FIELD_NUMBER: _ClassVar[int]
+    HOST_FIELD_NUMBER: _ClassVar[int]
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    QUERY_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_IP_FIELD_NUMBER: _ClassVar[int]
+    HEADERS_FIELD_NUMBER: _ClassVar[int]
+    ROUTE_KEY_FIELD_NUMBER: _ClassVar[int]
+    CONNECT_FIELD_NUMBER: _ClassVar[int]
+    method: bytes
+    scheme: str
+    host: str
+    path: str
+    query: bytes
+    client_ip: str
+    headers: _containers.RepeatedCompositeFieldContainer[Header]
+    route_key: str
+    connect: bool
+    def __init__(self, method: _Optional[bytes] = ..., scheme: _Optional[str] = ..., host: _Optional[str] = ..., path: _Optional[str] = ..., query: _Optional[bytes] = ..., client_ip: _Optional[str] = ..., headers: _Optional[_Iterable[_Union[Header, _Mapping]]] = ..., route_key: _Optional[str] = ..., connect: _Optional[bool] = ...) -> None: ...
+
+class Allowed(_message.Message):
+    __slots__ = ("headers", "remove", "strip_cookie")
+    HEADERS_FIELD_NUMBER: _ClassVar[int]
+    REMOVE_FIELD_NUMBER: _ClassVar[int]
+    STRIP_COOKIE_FIELD_NUMBER: _ClassVar[int]
+    headers: _containers.RepeatedCompositeFieldContainer[Header]
+    remove: _containers.RepeatedScalarFieldContainer[bytes]
+    strip_cookie: str
+    def __init__(self, headers: _Optional[_Iterable[_Union[Header, _Mapping]]] = ..., remove: _Optional[_Iterable[bytes]] = ..., strip_cookie: _Optional[str] = ...) -> None: ...
+
+class Denied(_message.Message):
+    __slots__ = ("status", "body", "headers", "reason")
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    BODY_FIELD_NUMBER: _ClassVar[int]
+    HEADERS_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    status: int
+    body: bytes
+    headers: _containers.RepeatedCompositeFieldContainer[Header]
+    reason: str
+    def __init__(self, status: _Optional[int] = ..., body: _Optional[bytes] = ..., headers: _Optional[_Iterable[_Union[Header, _Mapping]]] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class CheckResponse(_message.Message):
+    __slots__ = ("allow", "deny", "route_key", "mismatch")
+    ALLOW_FIELD_NUMBER: _ClassVar[int]
+    DENY_FIELD_NUMBER: _ClassVar[int]
+    ROUTE_KEY_FIELD_NUMBER: _ClassVar[int]
+    MISMATCH_FIELD_NUMBER: _ClassVar[int]
+    allow: Allowed
+    deny: Denied
+    route_key: str
+    mismatch: bool
+    def __init__(self, allow: _Optional[_Union[Allowed, _Mapping]] = ..., deny: _Optional[_Union[Denied, _Mapping]] = ..., route_key: _Optional[str] = ..., mismatch: _Optional[bool] = ...) -> None: ...

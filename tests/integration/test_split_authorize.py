@@ -1,0 +1,162 @@
+"""Split mode with authorize on its own (issue 17's scenario): a databroker on Redis, an
+authenticate, an authorize and two proxies, five processes started from one config that
+differs between them only in ``services`` (and, all on one loopback host, in the ports
+each listens on). The proxies ask authorize for every decision over gRPC.
+
+A browser sign-in through proxy A works on proxy B and the upstream gets the identity
+assertion authorize signed; a sign-out through A ends the session on B within a second;
+a proxy with another shared_secret is refused ("shared_secret differs" on both sides)
+and answers 503 while the others go on; authorize killed: 503 with a clear body, never
+an allow; authorize back on the same address: the proxies recover without a restart."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support.browser import Browser
+from tests.support.daemon import Daemon, gateway_daemon
+from tests.support.kvstore import COOKIE, SECRET
+from tests.support.peers import echo_upstream, oidc_provider, redis_server
+from tests.support.processes import free_port, wait_until
+
+pytestmark = pytest.mark.integration
+
+OTHER_SECRET = "b3RoZXJvdGhlcm90aGVyb3RoZXJvdGhlcm90aGVyb3Q="
+
+
+def common_config(op: Any, redis_url: str, upstream: str, ports: dict[str, int]
+                  ) -> dict[str, Any]:
+    """What every process reads: routes for both proxies, the services' URLs."""
+    rule = {"allowed_users": ["alice@example.test"], "pass_identity_headers": True}
+    return {
+        "authenticate_service_url": f"http://auth.test:{ports['authenticate']}",
+        "authorize_service_url": f"http://127.0.0.1:{ports['authorize_grpc']}",
+        "databroker_service_url": f"http://127.0.0.1:{ports['databroker_grpc']}",
+        "databroker_storage_type": "kvstore",
+        "databroker_storage_connection_string": redis_url,
+        "idp_provider": "oidc", "idp_provider_url": op.issuer,
+        "idp_client_id": op.client_id, "idp_client_secret": op.client_secret,
+        "idp_scopes": ["openid", "email", "groups", "offline_access"],
+        "cookie_secure": False, "shared_secret": SECRET, "cookie_secret": COOKIE,
+        "grpc_insecure": True, "grpc_client_timeout": "2s",
+        "jwt_claims_headers": {"x-email": "email"},
+        "policy": [{"from": f"http://app.test:{ports[name]}", "to": upstream, **rule}
+                   for name in ("a", "b", "c")],
+    }
+
+
+def process_config(common: dict[str, Any], services: str, ports: dict[str, int],
+                   **extra: Any) -> dict[str, Any]:
+    config = {**common, "services": services, **extra}
+    if services in ("databroker", "authorize"):
+        config["grpc_address"] = f"127.0.0.1:{ports[services + '_grpc']}"
+    return config
+
+
+def logged(daemon: Daemon, text: str) -> bool:
+    return text in daemon.process.log_text()
+
+
+def sign_out(browser: Browser, port: int) -> None:
+    confirm = browser.request("GET", f"http://app.test:{port}/.gateway/signout/")
+    token = confirm.body.split(b'name="csrf" value="')[1].split(b'"')[0]
+    out = browser.request("POST", f"http://app.test:{port}/.gateway/signout/",
+                          b"csrf=" + token)
+    assert out.status in (200, 302)
+
+
+def test_proxies_ask_a_separate_authorize(tmp_path: Path, require_binary: Any) -> None:
+    require_binary("redis-server", "apt-get install -y redis-server")
+    require_binary("node", "apt-get install -y nodejs npm")
+    names = ("authenticate", "a", "b", "c", "databroker_grpc", "authorize_grpc")
+    ports = {name: free_port() for name in names}
+    for d in ("databroker", "authorize", "authorize2", "authenticate", "a", "b", "c"):
+        (tmp_path / d).mkdir()
+    callbacks = [f"http://auth.test:{ports['authenticate']}/oauth2/callback"]
+    with redis_server(tmp_path) as redis, oidc_provider(tmp_path, callbacks) as op, \
+            echo_upstream(tmp_path) as up:
+        common = common_config(op, f"kvstore://127.0.0.1:{redis.port}/0", up.url, ports)
+        contexts: list[Any] = []  # authorize's, stopped last (it is restarted)
+        with gateway_daemon(tmp_path / "databroker",
+                            process_config(common, "databroker", ports),
+                            ready_port=ports["databroker_grpc"]):
+            try:
+                contexts.append(gateway_daemon(tmp_path / "authorize",
+                                               process_config(common, "authorize", ports),
+                                               ready_port=ports["authorize_grpc"]))
+                authorize = contexts[0].__enter__()
+                with gateway_daemon(tmp_path / "authenticate",
+                                    process_config(common, "authenticate", ports),
+                                    port=ports["authenticate"]), \
+                        gateway_daemon(tmp_path / "a", process_config(common, "proxy", ports),
+                                       port=ports["a"]) as a, \
+                        gateway_daemon(tmp_path / "b", process_config(common, "proxy", ports),
+                                       port=ports["b"]) as b:
+                    _scenario(tmp_path, common, ports, authorize, a, b, contexts)
+            finally:
+                for context in reversed(contexts):
+                    context.__exit__(None, None, None)
+
+
+def _scenario(tmp_path: Path, common: dict[str, Any], ports: dict[str, int],
+              authorize: Daemon, a: Daemon, b: Daemon, contexts: list[Any]) -> None:
+    pa, pb = ports["a"], ports["b"]
+    browser = Browser()
+    reply = browser.sign_in(f"http://app.test:{pa}/first", "alice@example.test")
+    assert reply.status == 200, (reply.status, reply.body[:300])
+    headers = {k.lower(): v for k, v in json.loads(reply.body)["headers"]}
+    assert headers["x-email"] == "alice@example.test"  # authorize's claim header
+    assert headers["x-gateway-jwt-assertion"].count(".") == 2
+    assert "_gateway" not in headers.get("cookie", "")
+    assert browser.request("GET", f"http://app.test:{pb}/").status == 200
+
+    # sign-out through A ends the session on B within a second
+    sign_out(browser, pa)
+    ended = time.monotonic()
+    while browser.request("GET", f"http://app.test:{pb}/z").status == 200:
+        assert time.monotonic() - ended < 1.0, "sign-out not seen on B in 1 s"
+        time.sleep(0.05)
+    assert browser.request("GET", f"http://app.test:{pb}/z").status == 302
+
+    # a proxy with another shared_secret: refused, said on both sides, 503s
+    assert browser.sign_in(f"http://app.test:{pa}/", "alice@example.test").status == 200
+    cookie = browser.cookies["app.test"]["_gateway"]
+    with gateway_daemon(tmp_path / "c", process_config(common, "proxy", ports,
+                                                       shared_secret=OTHER_SECRET),
+                        port=ports["c"]) as c:
+        stranger = Browser()
+        stranger.cookies["app.test"] = {"_gateway": cookie}
+        reply = stranger.request("GET", f"http://app.test:{ports['c']}/")
+        assert reply.status == 503, (reply.status, reply.body[:300])
+        wait_until(lambda: logged(c, "authorize at http://127.0.0.1") and
+                   logged(c, "shared_secret differs"), 5, what="the refused proxy's line")
+        wait_until(lambda: logged(authorize, "shared_secret differs"), 5,
+                   what="authorize's log line")
+        assert browser.request("GET", f"http://app.test:{pb}/").status == 200
+        assert browser.request("GET", f"http://app.test:{pa}/").status == 200
+    for daemon in (authorize, a, b):
+        assert "Bearer" not in daemon.process.log_text()
+        assert cookie not in daemon.process.log_text()
+
+    # authorize goes away: 503 with a clear body, never "allowed"
+    authorize.process.stop()
+    reply = browser.request("GET", f"http://app.test:{pa}/down")
+    assert reply.status == 503, (reply.status, reply.body[:300])
+    assert b"authorization is unavailable" in reply.body.lower(), reply.body[:300]
+    assert browser.request("GET", f"http://app.test:{pb}/down").status == 503
+    # back on the same address: the proxies recover without a restart
+    contexts.append(gateway_daemon(tmp_path / "authorize2",
+                                   process_config(common, "authorize", ports),
+                                   ready_port=ports["authorize_grpc"]))
+    contexts[-1].__enter__()
+    back = time.monotonic()
+    for port, name in ((pa, "A"), (pb, "B")):  # each on its own backoff (<= 2 s)
+        while browser.request("GET", f"http://app.test:{port}/up").status != 200:
+            assert time.monotonic() - back < 10, f"proxy {name} did not recover"
+            time.sleep(0.1)
+    assert a.process.running and b.process.running
