@@ -26,7 +26,7 @@ from twisted.python.failure import Failure
 
 from gateway.authenticate.holder import IdentityHolder
 from gateway.dataplane.authz import Decision, Deny, RequestInfo
-from gateway.pages.request_id import HEADER as REQUEST_ID
+from gateway.dataplane.exchange.request_id import HEADER as REQUEST_ID
 from gateway.rpc.authorize_server import SERVICE_NAME, MismatchLog
 from gateway.rpc.authorize_wire import decision_from_pb, request_to_pb, route_key
 from gateway.rpc.bridge import AsyncioThread
