@@ -104,7 +104,34 @@ class Endpoints:
         # session this browser had ends once the new one exists (in the callback)
         switch = bool(payload.get("switch"))
         if existing is not None and not switch:
+            if ident.store.needs_fetch:
+                # this process's copy may be stale (a sign-out through another process
+                # an instant ago): confirm it before handing it to the route
+                return ensureDeferred(self._confirmed_start(request, existing, uri, client))
             return self._to_client(existing, client) if client else self._to_route(existing, uri)
+        return self._to_provider(request, uri, client, existing if switch else None, switch)
+
+    async def _confirmed_start(self, request: RequestInfo, existing: Session, uri: str,
+                               client: str) -> Decision:
+        ident = self.identity
+        try:
+            current = await ident.store.fetch(existing.id)
+        except Exception as exc:  # storage down or unreadable: never a guess
+            log.error("session storage unavailable: {error}", error=str(exc))
+            return self._error(503, "Sessions cannot be read right now; try again shortly.",
+                               request.headers, "session-storage-unavailable")
+        if current is not None and current.valid(ident.clock()):
+            return self._to_client(current, client) if client else self._to_route(current, uri)
+        started = self._to_provider(request, uri, client, None, False)
+        return await started if isinstance(started, Deferred) else started
+
+    def _to_provider(self, request: RequestInfo, uri: str, client: str,
+                     replace: Session | None, fresh_login: bool
+                     ) -> Decision | Deferred[Decision]:
+        """Send the browser to the identity provider (``fresh_login``: "sign in as
+        someone else", ``replace``: the session that ends once the new one exists)."""
+        ident = self.identity
+        now = ident.clock()
         if ident.provider is None:
             return self._error(503, "No identity provider is configured.", request.headers,
                                "no-provider")
@@ -113,7 +140,7 @@ class Endpoints:
         nonce = secrets.token_urlsafe(24)
         state = ident.shared.seal("state", {
             "uri": uri, "nonce": nonce, "verifier": verifier,
-            "programmatic": client, "replace": existing.id if existing and switch else "",
+            "programmatic": client, "replace": replace.id if replace is not None else "",
             "csrf": hashlib.sha256(csrf.encode()).hexdigest()}, now + STATE_TTL)
         cookie = set_cookie_headers(CSRF_COOKIE, csrf, max_age=int(STATE_TTL), domain="",
                                     secure=ident.options.cookie_secure, http_only=True)
@@ -123,7 +150,7 @@ class Endpoints:
             assert ident.provider is not None
             try:
                 url = await ident.provider.start_url(state, nonce, challenge,
-                                                     fresh_login=switch)
+                                                     fresh_login=fresh_login)
             except Exception as exc:  # the provider is down or misconfigured
                 return self._provider_down(exc, request)
             return pages.redirect(url, extra)

@@ -37,6 +37,7 @@ from gateway.authorize.assertion import AssertionSigner
 from gateway.config.snapshot import Snapshot
 from gateway.databroker.follower import ChangeFollower
 from gateway.databroker.memory_records import MemoryRecordStore
+from gateway.databroker.records import SESSION
 from gateway.databroker.session_records import RecordSessionStore
 from gateway.dataplane.authz import Allow, Deny, RequestInfo
 from gateway.sessions.cookie import MAX_CHUNKS
@@ -462,6 +463,44 @@ class SignInStartTests(IdentityCase):
             decision = self.internal(SIGN_IN, query, host=AUTH, headers=[BROWSER, cookie])
             self.assertEqual(decision.status, 400, query)
             self.assertIsNone(header(decision, b"location"), query)
+
+
+class SharedStoreSignInTests(IdentityCase):
+    """Sessions in a shared store (kvstore, a remote databroker): this process's copy of
+    a session may be stale when another process has just ended it."""
+
+    def setUp(self) -> None:
+        super().setUp()
+        self.records = MemoryRecordStore(self.clock)
+        follower = ChangeFollower(SimpleNamespace(seconds=self.clock), self.records)
+        follower.last_ok = self.clock()  # it has just synced: copies are trusted
+        self.store = RecordSessionStore(self.records, follower, complete=False)
+        self.identity = Identity(None, self.snapshot, self.store, self.signer, self.clock)
+        self.identity.provider = None
+        self.endpoints = Endpoints(self.identity)
+
+    def start(self, alice: Session) -> Any:
+        link = urlsplit(location(self.authorize("/deep/page")))
+        decision = self.endpoints.internal(
+            request(link.path, "?" + link.query, host=AUTH,
+                    headers=[BROWSER, self.cookie(alice)]), b"")
+        assert isinstance(decision, Deferred)
+        return self.successResultOf(decision)
+
+    def test_confirmed_session_is_handed_off(self) -> None:
+        alice = self.session()
+        self.assertTrue(location(self.start(alice)).startswith(f"https://{APP}{HANDOFF}?"))
+
+    def test_session_ended_elsewhere_is_not_handed_off(self) -> None:
+        """Signed out through another process an instant ago (this one has not heard
+        yet): the sign-in goes to the provider (here: none, 503), not to a hand-off of
+        a session that is gone (which the route would answer with 401)."""
+        alice = self.session()
+        self.successResultOf(self.records.delete(SESSION, alice.id))
+        self.assertIsNotNone(self.store.get(alice.id))  # the stale copy
+        decision = self.start(alice)
+        self.assertEqual(decision.status, 503)
+        self.assertIsNone(header(decision, b"location"))
 
 
 class SignOutTests(IdentityCase):
