@@ -24,11 +24,10 @@ from twisted.internet.defer import Deferred
 from twisted.logger import Logger
 
 from gateway.databroker.records import Changes, Record, StorageUnavailable
-from gateway.rpc.auth import CallCredentials
 from gateway.rpc.bridge import AsyncioThread
-from gateway.rpc.channels import ServiceTarget, open_channel, parse_service_url
+from gateway.rpc.channels import ServiceTarget
 from gateway.rpc.convert import changes_from_pb, record_from_pb
-from gateway.rpc.metrics import observe_client
+from gateway.rpc.failover import FailoverClient, Unavailable
 from gateway.rpc.protos import databroker_pb2 as pb
 from gateway.rpc.protos import databroker_pb2_grpc as pb_grpc
 
@@ -36,12 +35,8 @@ log = Logger(namespace="gateway.rpc")
 
 T = TypeVar("T")
 
-FAILOVER_CODES = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED,
-                  grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.CANCELLED,
-                  grpc.StatusCode.UNKNOWN, grpc.StatusCode.INTERNAL)
 SERVICE = "gateway.databroker.v1.Databroker"
 WATCH_BACKOFF = (0.2, 5.0)
-REPORT_SECONDS = 10.0
 
 
 class RemoteRecordStore:
@@ -51,23 +46,21 @@ class RemoteRecordStore:
                  timeout: float, ca: bytes | None = None, override_name: str = "",
                  clock: Callable[[], float] = time.monotonic,
                  service: str = "gateway", round_robin: bool = True) -> None:
-        if not urls:
-            raise ValueError("no databroker_service_url")
         self.bridge = bridge
-        self.targets: tuple[ServiceTarget, ...] = tuple(parse_service_url(u) for u in urls)
-        self.credentials = CallCredentials(secret)
-        self.timeout = timeout
-        self.ca = ca
-        self.override_name = override_name
-        self.round_robin = round_robin
-        self.clock = clock
-        self.service = service  # the metrics' label: this process's services
-        self.preferred = 0
-        self._stubs: dict[int, Any] = {}
-        self._channels: dict[int, Any] = {}
+        self.calls = FailoverClient(bridge, "databroker", SERVICE, pb_grpc.DatabrokerStub,
+                                    urls, secret, timeout, ca, override_name, round_robin,
+                                    process=service, clock=clock)
         self._watching: asyncio.Task[None] | None = None
         self._closed = False
-        self._reported: dict[str, float] = {}
+
+    @property
+    def targets(self) -> tuple[ServiceTarget, ...]:
+        return self.calls.targets
+
+    @property
+    def preferred(self) -> int:
+        """The URL tried first (the one that answered last)."""
+        return self.calls.preferred
 
     # -- RecordStore
 
@@ -138,15 +131,15 @@ class RemoteRecordStore:
     async def _watch(self, changed: Callable[[], None]) -> None:
         delay = WATCH_BACKOFF[0]
         while not self._closed:
-            index = self.preferred
+            index = self.calls.preferred
             try:
-                stream = self._stub(index).Watch(
-                    pb.SyncRequest(since=-1), metadata=self.credentials.metadata())
+                stream = self.calls.stub(index).Watch(
+                    pb.SyncRequest(since=-1), metadata=self.calls.credentials.metadata())
                 async for _batch in stream:
                     delay = WATCH_BACKOFF[0]
                     self.bridge.report(changed)
             except grpc.aio.AioRpcError as exc:
-                self._note_failure(index, exc)
+                self.calls.note_failure(index, exc.code(), exc.details() or "")
             except asyncio.CancelledError:
                 return
             except Exception as exc:  # never let the stream's task die quietly
@@ -166,69 +159,14 @@ class RemoteRecordStore:
             raise StorageUnavailable(f"databroker unreachable: {failure.getErrorMessage()}")
         return d.addErrback(unavailable)
 
-    def _stub(self, index: int) -> Any:
-        stub = self._stubs.get(index)
-        if stub is None:
-            channel = open_channel(self.targets[index], self.ca, self.override_name,
-                                   self.round_robin)
-            self._channels[index] = channel
-            stub = self._stubs[index] = pb_grpc.DatabrokerStub(channel)  # type: ignore[no-untyped-call]
-        return stub
-
     async def _invoke(self, method: str, request: Any) -> Any:
-        """The call on the preferred URL, then on each other one, within one deadline."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.timeout
-        count = len(self.targets)
-        errors: list[str] = []
-        for step in range(count):
-            index = (self.preferred + step) % count
-            remaining = deadline - loop.time()
-            if remaining <= 0:
-                break
-            started = time.monotonic()
-            try:
-                answer = await getattr(self._stub(index), method)(
-                    request, timeout=remaining, metadata=self.credentials.metadata())
-            except grpc.aio.AioRpcError as exc:
-                observe_client(f"/{SERVICE}/{method}", exc.code().name, started, request,
-                               None, self.service)
-                self._note_failure(index, exc)
-                errors.append(f"{self.targets[index].url}: {exc.code().name} {exc.details()}")
-                if exc.code() not in FAILOVER_CODES:
-                    break
-                continue
-            observe_client(f"/{SERVICE}/{method}", "OK", started, request, answer,
-                           self.service)
-            if index != self.preferred:
-                self.bridge.report(log.info, "databroker: now using {url}",
-                                   url=self.targets[index].url)
-                self.preferred = index
-            return answer
-        raise StorageUnavailable("no databroker answered: " + "; ".join(errors))
-
-    def _note_failure(self, index: int, exc: Any) -> None:
-        """Say what failed, once per ``REPORT_SECONDS`` per URL and kind."""
-        url = self.targets[index].url
-        code = exc.code()
-        key = f"{url} {code}"
-        now = self.clock()
-        if now - self._reported.get(key, float("-inf")) < REPORT_SECONDS:
-            return
-        self._reported[key] = now
-        if code == grpc.StatusCode.UNAUTHENTICATED:
-            self.bridge.report(
-                log.error, "databroker at {url} refused this process's calls: "
-                "shared_secret differs between this process and the databroker; set the "
-                "same shared_secret on every gateway process", url=url)
-        else:
-            self.bridge.report(log.warn, "databroker at {url} failed: {code} {details}",
-                               url=url, code=code.name, details=exc.details())
+        try:
+            return await self.calls.invoke(method, request)
+        except Unavailable as exc:
+            raise StorageUnavailable(str(exc)) from None
 
     async def _close(self) -> None:
         if self._watching is not None:
             self._watching.cancel()
             self._watching = None
-        channels, self._channels, self._stubs = list(self._channels.values()), {}, {}
-        for channel in channels:
-            await channel.close()
+        await self.calls.close()

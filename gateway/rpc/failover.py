@@ -61,7 +61,8 @@ class FailoverClient:
         self._channels: dict[int, Any] = {}
         self._reported: dict[str, float] = {}
 
-    def _stub(self, index: int) -> Any:
+    def stub(self, index: int) -> Any:
+        """The stub of URL ``index`` (its channel opened on first use)."""
         stub = self._stubs.get(index)
         if stub is None:
             channel = open_channel(self.targets[index], self.ca, self.override_name,
@@ -83,13 +84,14 @@ class FailoverClient:
                 break
             started = time.monotonic()
             try:
-                answer = await getattr(self._stub(index), method)(
+                answer = await getattr(self.stub(index), method)(
                     request, timeout=remaining, metadata=self.credentials.metadata())
             except grpc.aio.AioRpcError as exc:
                 observe_client(f"/{self.service}/{method}", exc.code().name, started,
                                request, None, self.process)
                 self.note_failure(index, exc.code(), exc.details() or "")
-                errors.append(f"{self.targets[index].url}: {exc.code().name}")
+                errors.append(f"{self.targets[index].url}: {exc.code().name} "
+                              f"{exc.details() or ''}".rstrip())
                 if exc.code() not in FAILOVER_CODES:
                     break
                 continue
