@@ -338,6 +338,12 @@ class Options:
     def all_in_one(self) -> bool:
         return self.services == "all"
 
+    @property
+    def service_label(self) -> str:
+        """The ``service`` of metrics and traces: ``gateway`` in all-in-one mode,
+        ``gateway-<service>`` otherwise (reference, "Observability outputs")."""
+        return "gateway" if self.all_in_one else f"gateway-{self.services}"
+
     def runs(self, service: str) -> bool:
         """Whether this process runs ``service`` (``all`` runs every one)."""
         return self.services in ("all", service)

@@ -126,15 +126,11 @@ class MetricsResource(Resource):
         return hmac.compare_digest(given, expected)
 
 
-def service_label(options: Options) -> str:
-    return "gateway" if options.services == "all" else f"gateway-{options.services}"
-
-
 def count_requests(options: Options) -> None:
     """Count requests from now on if this process answers HTTP through its data plane
     (a process without one shows no empty request families)."""
     if options.runs("proxy") or options.services == "authenticate":
-        REQUESTS.enable(service_label(options))
+        REQUESTS.enable(options.service_label)
 
 
 class MetricsService(SnapshotService):
@@ -156,7 +152,7 @@ class MetricsService(SnapshotService):
                                                 material.metrics_client_ca))
             factory = TLSMemoryBIOFactory(self.tls, False, factory)
         o = snapshot.options
-        watch_config(lambda: source.status, service_label(o))
+        watch_config(lambda: source.status, o.service_label)
         if gather is None:  # (a supervisor's data plane is its workers')
             count_requests(o)
         listener = StreamServerEndpointService(

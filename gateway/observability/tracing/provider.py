@@ -52,11 +52,6 @@ class _ZipkinV2(JsonV2Encoder):
         return encoded
 
 
-def service_name(options: Options) -> str:
-    """``gateway`` in all-in-one mode, ``gateway-<service>`` otherwise (as metrics)."""
-    return "gateway" if options.all_in_one else f"gateway-{options.services}"
-
-
 def agent_address(address: str) -> str:
     host, port = parse_address(address or "localhost:8126")
     host = host or "localhost"
@@ -100,7 +95,7 @@ def settings_of(options: Options) -> tuple[object, ...]:
 
 
 def build_tracing(options: Options, max_queue: int = 2048) -> Tracing:
-    service = service_name(options)
+    service = options.service_label
     provider = TracerProvider(
         resource=Resource({"service.name": service, "service.version": __version__}),
         sampler=ParentBased(ALWAYS_ON), shutdown_on_exit=False)
