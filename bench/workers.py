@@ -28,6 +28,7 @@ import os
 import shutil
 import socket
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -40,6 +41,7 @@ from run import (
     CpuWindow,
     Processes,
     find_twistd,
+    free_port,
     gateway_env,
     parse_wrk,
     start_nginx,
@@ -71,12 +73,6 @@ def gateway_config(port: int, upstream: int, redis: int, workers: int) -> str:
     ]) + "\n"
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def check(port: int) -> None:
     with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
         sock.sendall(b"GET / HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nConnection: close\r\n\r\n"
@@ -104,8 +100,6 @@ def run_wrk(duration: float, port: int, gateway: int, upstream: int,
             f"http://127.0.0.1:{port}/"]
     if load_cpu is not None:
         argv = ["taskset", "-c", load_cpu, *argv]
-    import subprocess
-
     with CpuWindow({"gateway": tree(gateway), "upstream": tree(upstream),
                     "harness": [os.getpid()]}) as window:
         out = subprocess.run(argv, capture_output=True, text=True, timeout=duration + 30,
