@@ -10,7 +10,8 @@ alternates wrk runs between them, reading each gateway's utime+stime from
 
 Each line is one run: requests, req/s and µs of gateway CPU per request; the summary is
 the median per tree. ``--plain`` measures the plain-HTTP listener instead (no regression
-check), ``--cookie``/``--host`` are not needed: the public route is measured.
+check), ``--plain --h2 1 --h2c`` measures h2c (prior knowledge) on ``codec_type: http2``;
+``--cookie``/``--host`` are not needed: the public route is measured.
 """
 
 from __future__ import annotations
@@ -44,6 +45,8 @@ def main(argv: list[str]) -> int:
     p.add_argument("--plain", action="store_true", help="plain HTTP instead of TLS")
     p.add_argument("--close", action="store_true", help="Connection: close (handshakes)")
     p.add_argument("--h2", type=int, default=0, help="h2load -mN over TLS instead of wrk")
+    p.add_argument("--h2c", action="store_true",
+                   help="with --plain --h2 N: the gateway on codec_type: http2 (h2c)")
     p.add_argument("--profile", default=None,
                    help="py-spy record each tree in round 1, raw collapsed stacks to DIR")
     p.add_argument("--strace", default=None, help="strace -c each tree in round 1 into DIR")
@@ -82,7 +85,8 @@ def main(argv: list[str]) -> int:
             port = ports[spec]
             conf = tmp / f"{name}.yaml"
             if plain:
-                conf.write_text(run.gateway_yaml(port, up, None, provider))
+                conf.write_text(run.gateway_yaml(port, up, "http2" if args.h2c else None,
+                                                 provider))
             elif provider is not None:
                 conf.write_text(tls.gateway_tls_auth_yaml(port, up, cert, key, provider))
             else:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from tests.fuzz.harness import chunks, describe, fuzz, instrumented, split_input
 
-with instrumented("gateway", "h2", "hpack", "hyperframe"):
+with instrumented("gateway", "hpack", "hyperframe"):
     import hpack
     from hyperframe.frame import (
         ContinuationFrame,

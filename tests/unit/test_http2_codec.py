@@ -150,15 +150,32 @@ class LocalAnswerTests(H2TestCase):
         self.request(b"/x", extra=((b"x-ok_1.~!", b"v\tw \x80\xff"),))
         self.assertEqual(len(self.reactor.tcpClients), 1)  # valid: forwarded
 
+    def test_method_and_authority_must_be_what_http1_can_carry(self) -> None:
+        """The method goes into the upstream's request line and the authority into
+        the route lookup and X-Forwarded-Host: a method that is not a token, or an
+        authority with spaces or control characters, is refused with 400 (HTTP/2 itself
+        forbids only NUL, CR and LF in them), and nothing reaches an upstream."""
+        for method, authority in ((b"G ET", b"app.example.com"), (b"GET/x", b"app.example.com"),
+                                  (b"GET", b"app.example.com x"),
+                                  (b"GET", b"app.example.com\x01"),
+                                  (b"GET", b"app.example.com\x7f")):
+            result = self.result(self.request(b"/x", method=method, authority=authority))
+            self.assertEqual(result.status, 400, (method, authority))
+        self.assertEqual(self.reactor.tcpClients, [])
+        self.request(b"/x", method=b"PROPFIND", authority=b"app.example.com:443")
+        self.assertEqual(len(self.reactor.tcpClients), 1)
+
     def test_encoder_table_stays_bounded(self) -> None:
         """Found by fuzzing: a client allowing a 256 MiB HPACK table had the gateway keep
-        one that large per connection; the encoder stays at 4096 bytes, and the client
-        still decodes every response."""
+        one that large per connection. The encoder keeps no table at all (it tells the
+        client so with a size update to 0): the client's decoder table stays empty, and
+        it still decodes every response."""
         self.client.update_settings({h2.settings.SettingCodes.HEADER_TABLE_SIZE: 2**28})
         self.pump()
-        self.assertEqual(self.server.h2.encoder.header_table_size, 4096)
         for _ in range(3):
             self.assertEqual(self.result(self.request(b"/ping")).status, 200)
+        table = self.client.decoder.header_table
+        self.assertEqual((table.maxsize, len(table.dynamic_entries)), (0, 0))
 
     def test_unknown_authority(self) -> None:
         """An authority no route names gets 404."""

@@ -1,14 +1,15 @@
 """Per-connection limits against HTTP/2 abuse, as plain bookkeeping (no I/O).
 
-The codec feeds every received byte to ``H2Guard.feed`` before ``h2`` parses it: the
+The codec feeds every received byte to ``H2Guard.feed`` before the engine parses it: the
 guard walks the frame headers only (9 bytes a frame, bodies skipped) and counts what
 costs the gateway work without being a request: client RST_STREAMs (rapid reset,
 CVE-2023-44487), control frames (SETTINGS, PING, WINDOW_UPDATE, PRIORITY, empty DATA,
 unknown types: the 2019 flood family), header blocks split over endless CONTINUATIONs,
 frames longer than the size we advertise. A spent limit is a ``Cut``: the codec sends
-GOAWAY with its code, logs its name and closes. What ``h2`` enforces itself (header
-lists past ``MAX_HEADER_LIST_SIZE``, HPACK table size updates past ours, flow control)
-arrives as an ``h2`` exception, which ``protocol_cut`` names the same way.
+GOAWAY with its code, logs its name and closes. What the engine (``h2_engine``) enforces
+itself (header lists past ``MAX_HEADER_LIST_SIZE``, HPACK table size updates past ours,
+flow control, streams past ``STREAMS_HARD_CAP``) arrives as its ``H2Error``, which names
+the limit the same way.
 
 Budgets are token buckets: a burst, refilled with time, and for control frames also
 with what the gateway sends (a client reading a big download at a high rate answers it
@@ -19,24 +20,21 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import h2.exceptions
-import h2.settings
-import hpack.exceptions
-from h2.errors import ErrorCodes
+from gateway.dataplane.codecs.h2_engine import ErrorCode
 
 # What we advertise (SETTINGS); MAX_FRAME_SIZE is never raised from the RFC default.
 MAX_CONCURRENT_STREAMS = 128
 MAX_HEADER_LIST_SIZE = 64 * 1024
 MAX_FRAME_SIZE = 16384
-# h2 itself closes the connection (PROTOCOL_ERROR) past this many open streams; below
+# The engine closes the connection (PROTOCOL_ERROR) past this many open streams; below
 # it and above MAX_CONCURRENT_STREAMS the codec refuses streams with REFUSED_STREAM.
 STREAMS_HARD_CAP = 2 * MAX_CONCURRENT_STREAMS
 # One header block (HEADERS + CONTINUATIONs): encoded bytes and frames. HPACK does not
 # make a legitimate block much longer than its decoded list (MAX_HEADER_LIST_SIZE).
 HEADER_BLOCK_MAX_BYTES = 2 * MAX_HEADER_LIST_SIZE
-HEADER_BLOCK_MAX_FRAMES = 32  # h2 stops at 64 CONTINUATIONs, of any size
-# The bursts are what one connection may cost before it is cut (about 46 us of h2's
-# parsing per reset stream, 5-10 us per control frame): a client that reconnects after
+HEADER_BLOCK_MAX_FRAMES = 32
+# The bursts are what one connection may cost before it is cut (tens of us of parsing
+# per reset stream, a few us per control frame): a client that reconnects after
 # each cut keeps the gateway busy, so each read of an abusive connection must stay short.
 # Client RST_STREAMs: a browser cancels at most its open streams at once.
 RESET_BURST = MAX_CONCURRENT_STREAMS
@@ -68,7 +66,7 @@ BUSY_STREAMS = 32
 STREAMS_PER_BUSY_TURN = 2
 # Requests opened and reset within one read: a client cancelling what it just asked
 # for sends RST_STREAM later, after a reply or a user's action; a read holding many
-# such pairs is rapid reset, cut before h2 parses any of it.
+# such pairs is rapid reset, cut before the engine parses any of it.
 RESETS_PER_READ = 16
 # A stream whose response bytes wait for a window that does not open (and a connection
 # whose socket stays full) for this long is reset, unless ``timeout_write`` is set.
@@ -84,7 +82,7 @@ class Cut:
     """Why a connection is closed: a stable limit name for the log, the GOAWAY code."""
 
     limit: str
-    code: ErrorCodes
+    code: ErrorCode
     detail: str
     abort: bool = False  # the client does not read: no orderly close
 
@@ -112,22 +110,8 @@ class Budget:
         return True
 
 
-class LocalSettings(h2.settings.Settings):
-    """Our settings as ``h2`` enforces them: the concurrent-stream limit it checks is the
-    hard cap, so streams between the advertised limit and the cap reach the codec,
-    which refuses them with REFUSED_STREAM (h2 alone would close the connection)."""
-
-    @property
-    def max_concurrent_streams(self) -> int:
-        return STREAMS_HARD_CAP
-
-    @max_concurrent_streams.setter
-    def max_concurrent_streams(self, value: int) -> None:
-        self[h2.settings.SettingCodes.MAX_CONCURRENT_STREAMS] = value
-
-
 class H2Guard:
-    """The limits of one connection. ``feed`` before h2 parses; ``wrote`` after writes."""
+    """The limits of one connection. ``feed`` before the engine parses; ``wrote`` after writes."""
 
     def __init__(self, now: float) -> None:
         self._preface = PREFACE_LENGTH
@@ -148,7 +132,7 @@ class H2Guard:
         self.reset_in_read: set[int] = set()
         self._resets_now = 0
         # Where in the last chunk fed the request past STREAMS_PER_TURN begins (a
-        # frame boundary), or None: the codec hands h2 only what comes before it.
+        # frame boundary), or None: the codec hands the engine only what comes before it.
         self.turn_end: int | None = None
         self.control = Budget(CONTROL_BURST, CONTROL_RATE, now)
         self.refusals = Budget(REFUSED_BURST, REFUSED_RATE, now)
@@ -206,7 +190,7 @@ class H2Guard:
     def _frame(self, length: int, kind: int, flags: int, stream_id: int, now: float,
                began: float) -> Cut | None:
         if length > MAX_FRAME_SIZE:
-            return Cut("max_frame_size", ErrorCodes.FRAME_SIZE_ERROR,
+            return Cut("max_frame_size", ErrorCode.FRAME_SIZE_ERROR,
                        f"a {length}-byte frame (type {kind}), {MAX_FRAME_SIZE} advertised")
         if kind == _DATA:
             if length or flags & _END_STREAM:
@@ -222,14 +206,14 @@ class H2Guard:
             return None
         elif kind == _CONTINUATION:
             if not self._block_frames:
-                return None  # a naked CONTINUATION: h2 refuses it
+                return None  # a naked CONTINUATION: the engine refuses it
             self._block_frames += 1
             self._block_bytes += length
             if self._block_bytes > HEADER_BLOCK_MAX_BYTES:
-                return Cut("header_block_bytes", ErrorCodes.ENHANCE_YOUR_CALM,
+                return Cut("header_block_bytes", ErrorCode.ENHANCE_YOUR_CALM,
                            f"a header block over {HEADER_BLOCK_MAX_BYTES} bytes")
             if self._block_frames > HEADER_BLOCK_MAX_FRAMES:
-                return Cut("header_block_frames", ErrorCodes.ENHANCE_YOUR_CALM,
+                return Cut("header_block_frames", ErrorCode.ENHANCE_YOUR_CALM,
                            f"a header block in over {HEADER_BLOCK_MAX_FRAMES} frames")
             if flags & _END_HEADERS:
                 self._block_frames = self._block_bytes = 0
@@ -245,19 +229,19 @@ class H2Guard:
                 self.reset_in_read.add(stream_id)
                 self._resets_now += 1
                 if self._resets_now > RESETS_PER_READ:
-                    return Cut("rapid_reset", ErrorCodes.ENHANCE_YOUR_CALM,
+                    return Cut("rapid_reset", ErrorCode.ENHANCE_YOUR_CALM,
                                f"over {RESETS_PER_READ} requests opened and reset in one read")
                 return self.premature_reset(now)
             if self.rst_frames.take(now):
                 return None
-            return Cut("reset_flood", ErrorCodes.ENHANCE_YOUR_CALM,
+            return Cut("reset_flood", ErrorCode.ENHANCE_YOUR_CALM,
                        f"over {RST_FRAME_BURST} RST_STREAM frames at over "
                        f"{RST_FRAME_RATE:g}/s")
         credit = (self.sent - self._credited) / CONTROL_CREDIT_BYTES
         self._credited = self.sent
         if self.control.take(now, credit):
             return None
-        return Cut("control_flood", ErrorCodes.ENHANCE_YOUR_CALM,
+        return Cut("control_flood", ErrorCode.ENHANCE_YOUR_CALM,
                    f"over {CONTROL_BURST} control frames at over {CONTROL_RATE:g}/s "
                    f"(last: type {kind})")
 
@@ -268,7 +252,7 @@ class H2Guard:
         counted: a reading client must never be cut for them."""
         if self.resets.take(now):
             return None
-        return Cut("rapid_reset", ErrorCodes.ENHANCE_YOUR_CALM,
+        return Cut("rapid_reset", ErrorCode.ENHANCE_YOUR_CALM,
                    f"over {RESET_BURST} requests reset by the client at over "
                    f"{RESET_RATE:g}/s")
 
@@ -276,7 +260,7 @@ class H2Guard:
         """A stream past MAX_CONCURRENT_STREAMS was refused (REFUSED_STREAM)."""
         if self.refusals.take(now):
             return None
-        return Cut("max_concurrent_streams", ErrorCodes.PROTOCOL_ERROR,
+        return Cut("max_concurrent_streams", ErrorCode.PROTOCOL_ERROR,
                    f"streams past the advertised {MAX_CONCURRENT_STREAMS}, "
                    f"{REFUSED_BURST} refusals ignored")
 
@@ -287,7 +271,7 @@ class H2Guard:
         self.blocked_bytes += size
         if self.blocked_bytes <= BLOCKED_OUTPUT_MAX:
             return None
-        return Cut("blocked_output", ErrorCodes.ENHANCE_YOUR_CALM,
+        return Cut("blocked_output", ErrorCode.ENHANCE_YOUR_CALM,
                    f"over {BLOCKED_OUTPUT_MAX} bytes queued for a client that does not read",
                    abort=True)
 
@@ -310,33 +294,10 @@ def head_timeout(head_since: float | None, now: float, timeout_read: float) -> C
     """A header block still unfinished ``timeout_read`` after it began (slowloris)."""
     if head_since is None or not timeout_read or now - head_since <= timeout_read:
         return None
-    return Cut("timeout_read", ErrorCodes.ENHANCE_YOUR_CALM,
+    return Cut("timeout_read", ErrorCode.ENHANCE_YOUR_CALM,
                f"a request head unfinished after {timeout_read:g} s")
 
 
 def stall_timeout(timeout_write: float) -> float:
     """How long a stream's (or the socket's) output may wait without progress."""
     return timeout_write or STALL_TIMEOUT
-
-
-def protocol_cut(exc: h2.exceptions.ProtocolError) -> Cut:
-    """The limit behind an error h2 raised (it has already queued the GOAWAY)."""
-    code = ErrorCodes(exc.error_code) if isinstance(exc.error_code, int) else \
-        ErrorCodes.PROTOCOL_ERROR
-    cause = exc.__cause__
-    if isinstance(exc, h2.exceptions.DenialOfServiceError) or \
-            isinstance(cause, hpack.exceptions.OversizedHeaderListError):
-        limit = "max_header_list_size"
-    elif isinstance(cause, hpack.exceptions.InvalidTableSizeError):
-        limit = "header_table_size"
-    elif isinstance(exc, h2.exceptions.TooManyStreamsError):
-        limit = "streams_hard_cap"
-    elif isinstance(exc, h2.exceptions.FlowControlError):
-        limit = "flow_control"
-    elif isinstance(exc, h2.exceptions.FrameTooLargeError):
-        limit = "max_frame_size"
-    elif "continuation" in str(exc).lower():
-        limit = "header_block_frames"
-    else:
-        limit = "protocol_error"
-    return Cut(limit, code, str(exc)[:200])

@@ -1,24 +1,19 @@
-"""The downstream HTTP/2 codec (``h2``), sharing ``Exchange`` with HTTP/1.1.
+"""The downstream HTTP/2 codec, sharing ``Exchange`` with HTTP/1.1.
 
-Each stream is one exchange; upstreams are still spoken to in HTTP/1.1. Flow control
-both ways: request DATA is acknowledged (window reopened) only while the upstream
-accepts it, and response bytes wait for the stream's window, pausing the upstream
-read when more than a bounded amount is waiting.
+The protocol itself (frames, stream states, HPACK, flow-control arithmetic) is
+``h2_engine``; this module ties its events to exchanges. Each stream is one exchange;
+upstreams are still spoken to in HTTP/1.1. Flow control both ways: request DATA is
+acknowledged (window reopened) only while the upstream accepts it, and response bytes
+wait for the stream's window, pausing the upstream read when more than a bounded
+amount is waiting. A small response is framed when the connection flushes, so its
+HEADERS and DATA (with END_STREAM) leave in one write.
 """
 
 from __future__ import annotations
 
-import contextlib
 import re
 from typing import Any
 
-import h2.config
-import h2.connection
-import h2.errors
-import h2.events
-import h2.exceptions
-import h2.settings
-import hpack.hpack
 from twisted.internet.error import ConnectionDone
 from twisted.internet.interfaces import IPushProducer
 from twisted.internet.protocol import Protocol
@@ -26,19 +21,21 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
+from gateway.dataplane.codecs import h2_engine
 from gateway.dataplane.codecs.connection_tls import ConnectionTLS
+from gateway.dataplane.codecs.h2_engine import ErrorCode, H2Engine, H2Error
 from gateway.dataplane.codecs.h2_guard import (
     BUSY_STREAMS,
     MAX_CONCURRENT_STREAMS,
+    MAX_FRAME_SIZE,
     MAX_HEADER_LIST_SIZE,
+    STREAMS_HARD_CAP,
     STREAMS_PER_BUSY_TURN,
     STREAMS_PER_TURN,
     Cut,
     H2Guard,
-    LocalSettings,
     head_timeout,
     next_turn_end,
-    protocol_cut,
     stall_timeout,
 )
 from gateway.dataplane.codecs.normalize import BadTarget, connect_authority, normalise_target
@@ -52,32 +49,24 @@ from gateway.observability.tracing.propagation import CONTEXT_NAMES
 log = Logger()
 
 
-class _Silent:
-    """hpack calls its stdlib logger's ``debug`` for every header it codes (dozens of
-    calls per request, each building arguments even when nothing is logged)."""
-
-    def debug(self, *args: object, **kwargs: object) -> None:
-        pass
-
-
-hpack.hpack.log = _Silent()  # type: ignore[assignment]
 _HIGH_WATER = 256 * 1024
 _CONNECTION_HIGH_WATER = 2 * 1024 * 1024  # all streams' waiting response bytes together
 _FLUSH_EVERY = 64 * 1024
 _CONNECTION_SPECIFIC = frozenset({b"connection", b"keep-alive", b"proxy-connection",
                                   b"transfer-encoding", b"upgrade", b"te"})
-PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
-# RFC 9110 5.6.2 token (lower case: h2 refuses upper case). h2 only refuses controls,
-# spaces, ':' and non-ASCII in names (RFC 9113 8.2.1), so ";x" or "a(b)" reached the
-# HTTP/1.1 upstream as a header line it cannot parse (found by fuzzing).
+PREFACE = h2_engine.PREFACE
+# RFC 9110 5.6.2 token (lower case: the engine refuses upper case). HTTP/2 only refuses
+# controls, spaces, ':' and non-ASCII in names (RFC 9113 8.2.1), so ";x" or "a(b)"
+# reached the HTTP/1.1 upstream as a header line it cannot parse (found by fuzzing).
 _TOKEN = re.compile(rb"[!#$%&'*+\-.^_`|~0-9a-z]+")
+# The method goes into the upstream's request line: a token (RFC 9110 9.1).
+_METHOD = re.compile(rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+# What an authority may hold (RFC 3986 3.2: reg-name, IP literal, port); it becomes the
+# route's host and X-Forwarded-Host.
+_AUTHORITY = re.compile(rb"[A-Za-z0-9\-._~!$&'()*+,;=:\[\]%@]*")
 # Control characters HTTP/1.1 field values may not hold (RFC 9110 5.5); h2 refuses only
 # NUL, CR and LF, so "a\x01b" reached the upstream, which refuses it (found by fuzzing).
 _BAD_VALUE = re.compile(rb"[\x00-\x08\x0a-\x1f\x7f]")
-# The HPACK table our encoder keeps per connection. A client may allow any size up to
-# 4 GiB (SETTINGS_HEADER_TABLE_SIZE) and h2 would use it all; an encoder may use less
-# (RFC 7541 4.2), so the default stays the bound (found by fuzzing).
-_ENCODER_TABLE = 4096
 # Streams of a closed connection whose exchanges are let go (upstream aborted, logged)
 # in one turn of the reactor.
 RELEASES_PER_TURN = 16
@@ -116,10 +105,8 @@ class _Stream:
             low = name.lower()
             if low not in _CONNECTION_SPECIFIC:
                 out.append((low, value))
-        conn = self.owner.h2
-        try:
-            conn.send_headers(self.stream_id, out, end_stream=not body and not first_body)
-        except h2.exceptions.H2Error:
+        if not self.owner.h2.send_headers(self.stream_id, out,
+                                          end_stream=not body and not first_body):
             self.closed = True
             return
         if first_body:
@@ -131,6 +118,10 @@ class _Stream:
         self.pending += data
         owner = self.owner
         owner.buffered += len(data)
+        if len(self.pending) < MAX_FRAME_SIZE and not self.end_pending:
+            # framed at the next flush (or end_body): with its END_STREAM, in one frame
+            owner.dirty.append(self)
+            return
         self._drain()
         if self.producer is not None and not self.producer_paused and self.pending and (
                 len(self.pending) > _HIGH_WATER or owner.buffered > _CONNECTION_HIGH_WATER):
@@ -142,37 +133,47 @@ class _Stream:
         self._drain()
 
     def _drain(self) -> None:
-        conn = self.owner.h2
+        if self.closed:
+            return
+        owner = self.owner
+        conn = owner.h2
         sid = self.stream_id
         sent = 0
-        owner = self.owner
-        try:
-            while self.pending and not owner.send_paused:
-                window = min(conn.local_flow_control_window(sid), conn.max_outbound_frame_size)
-                if window <= 0:
-                    break
-                chunk = bytes(self.pending[:window])
-                del self.pending[:window]
-                conn.send_data(sid, chunk)
-                sent += len(chunk)
-                owner.unflushed += len(chunk)
-                if owner.unflushed >= _FLUSH_EVERY:
-                    # h2 holds frames until flushed: hand them to the transport now, so
-                    # that a full socket can pause the connection before more is queued
-                    # (counted per connection: a WINDOW_UPDATE that reopens many streams
-                    # drains them all in one turn)
-                    owner.flush()
-            if self.end_pending and not self.pending:
-                self.end_pending = False
-                conn.end_stream(sid)
-                self.closed = True
-                if self.exchange is None or self.exchange.finished:
-                    self.owner.forget_stream(self)
-        except (h2.exceptions.StreamClosedError, h2.exceptions.ProtocolError):
+        pending = self.pending
+        ended = False
+        while pending and not owner.send_paused:
+            window = conn.window(sid)
+            if window <= 0:
+                break
+            if window > conn.max_outbound_frame_size:
+                window = conn.max_outbound_frame_size
+            if len(pending) <= window:
+                chunk = bytes(pending)
+                pending.clear()
+                ended = self.end_pending
+            else:
+                chunk = bytes(pending[:window])
+                del pending[:window]
+            if not conn.send_data(sid, chunk, ended):
+                self.closed = True  # the client reset it meanwhile
+                sent += len(chunk) + len(pending)
+                pending.clear()
+                break
+            sent += len(chunk)
+            owner.unflushed += len(chunk)
+            if owner.unflushed >= _FLUSH_EVERY:
+                # hand the frames to the transport now, so that a full socket can pause
+                # the connection before more is queued (counted per connection: a
+                # WINDOW_UPDATE that reopens many streams drains them all in one turn)
+                owner.flush()
+        if self.end_pending and not pending and not self.closed:
+            if not ended:
+                conn.send_data(sid, b"", True)  # END_STREAM alone (nothing was pending)
+            self.end_pending = False
             self.closed = True
-            sent += len(self.pending)
-            self.pending.clear()
-        if self.pending:  # waiting for a window (or the socket): since the last progress
+            if self.exchange is None or self.exchange.finished:
+                owner.forget_stream(self)
+        if pending:  # waiting for a window (or the socket): since the last progress
             if sent or self.blocked_since is None:
                 self.blocked_since = self.owner.core.reactor.seconds()
         else:
@@ -204,7 +205,7 @@ class _Stream:
         it would count against MAX_CONCURRENT_STREAMS for the connection's life)."""
         if not self.closed:
             self.closed = True
-            self.owner.reset(self.stream_id, h2.errors.ErrorCodes.INTERNAL_ERROR)
+            self.owner.reset(self.stream_id, ErrorCode.INTERNAL_ERROR)
         self.owner.forget_stream(self)
 
     def pause_reading(self, reason: str) -> None:
@@ -234,9 +235,7 @@ class _Stream:
         if self.closed:
             upstream.loseConnection()
             return
-        try:
-            self.owner.h2.send_headers(self.stream_id, [(b":status", b"200")])
-        except h2.exceptions.H2Error:
+        if not self.owner.h2.send_headers(self.stream_id, [(b":status", b"200")]):
             self.closed = True
             upstream.loseConnection()
             return
@@ -298,7 +297,7 @@ class _StreamEnd:
         stream = self.stream
         if not stream.closed:
             stream.closed = True
-            stream.owner.reset(stream.stream_id, h2.errors.ErrorCodes.CONNECT_ERROR)
+            stream.owner.reset(stream.stream_id, ErrorCode.CONNECT_ERROR)
         stream.owner.forget_stream(stream)
 
 
@@ -308,22 +307,10 @@ class H2Connection(ConnectionTLS, Protocol):
 
     def __init__(self, core: ProxyCore) -> None:
         self.core = core
-        # Outbound headers are ours (lower-cased, hop-by-hop removed, values parsed by
-        # llhttp), so h2's per-header re-validation is skipped; inbound stays validated.
-        config = h2.config.H2Configuration(
-            client_side=False, header_encoding=None, validate_outbound_headers=False,
-            normalize_outbound_headers=False,
-        )
-        self.h2 = h2.connection.H2Connection(config=config)
-        self.h2.local_settings = LocalSettings(client=False, initial_values={
-            h2.settings.SettingCodes.MAX_CONCURRENT_STREAMS: MAX_CONCURRENT_STREAMS,
-            h2.settings.SettingCodes.MAX_HEADER_LIST_SIZE: MAX_HEADER_LIST_SIZE,
-        })
-        # Pure-Python Huffman coding costs more than the bytes it saves on loopback-fast
-        # links; HPACK indexing still applies.
-        encode = self.h2.encoder.encode
-        self.h2.encoder.encode = (  # type: ignore[method-assign]
-            lambda headers, huffman=False: encode(headers, huffman=False))
+        # Streams between the advertised limit and the hard cap reach the codec, which
+        # refuses them with REFUSED_STREAM; past the cap the engine closes the connection.
+        self.h2 = H2Engine(MAX_CONCURRENT_STREAMS, STREAMS_HARD_CAP, MAX_HEADER_LIST_SIZE,
+                           MAX_FRAME_SIZE)
         self.streams: dict[int, _Stream] = {}
         self.client_ip = ""
         self.last_activity = 0.0
@@ -332,7 +319,8 @@ class H2Connection(ConnectionTLS, Protocol):
         self.send_paused = False  # the client's socket buffer is full
         self.guard = H2Guard(core.reactor.seconds())
         self.buffered = 0  # response bytes waiting in all streams
-        self.unflushed = 0  # DATA handed to h2 since the last flush
+        self.unflushed = 0  # DATA framed since the last flush
+        self.dirty: list[_Stream] = []  # streams with small body bytes not yet framed
         self.squeezed = False  # a stream's upstream was paused on them
         # The rest of a read holding more requests than a turn starts (reading paused
         # until it is handled, a turn at a time) and the call that handles the next turn.
@@ -347,7 +335,7 @@ class H2Connection(ConnectionTLS, Protocol):
             self._write = lambda data: write_now(transport, data)  # type: ignore[method-assign]
         self.last_activity = self.core.reactor.seconds()
         self.core.connections.add(self)
-        self.h2.initiate_connection()  # our SETTINGS: LocalSettings' values
+        self.h2.initiate()  # our SETTINGS
         self.flush()
         # The connection's own producer: when the client stops reading and the socket's
         # buffer fills, streams stop sending DATA and keep it pending, and past their
@@ -400,6 +388,11 @@ class H2Connection(ConnectionTLS, Protocol):
                                         clean)
 
     def flush(self) -> None:
+        if self.dirty:
+            dirty, self.dirty = self.dirty, []
+            for stream in dirty:
+                if stream.pending:
+                    stream._drain()
         self.unflushed = 0
         data = self.h2.data_to_send()
         if data and self.transport is not None:
@@ -416,15 +409,11 @@ class H2Connection(ConnectionTLS, Protocol):
         self.transport.write(data)
 
     def reset(self, stream_id: int, code: int) -> None:
-        with contextlib.suppress(h2.exceptions.H2Error):
-            self.h2.reset_stream(stream_id, code)
+        self.h2.reset_stream(stream_id, code)
         self.flush()
 
     def acknowledge(self, stream_id: int, size: int) -> None:
-        try:
-            self.h2.acknowledge_received_data(size, stream_id)
-        except h2.exceptions.H2Error:
-            return
+        self.h2.acknowledge(stream_id, size)
         self.flush()
 
     def forget_stream(self, stream: _Stream) -> None:
@@ -437,7 +426,7 @@ class H2Connection(ConnectionTLS, Protocol):
             stream.pending.clear()
         if stream.unacked:
             size, stream.unacked = stream.unacked, 0
-            self.acknowledge(stream.stream_id, size)  # h2 credits the connection only
+            self.acknowledge(stream.stream_id, size)  # credits the connection only
 
     def unbuffer(self, size: int) -> None:
         """``size`` waiting bytes were sent or dropped; once the connection is below
@@ -501,17 +490,15 @@ class H2Connection(ConnectionTLS, Protocol):
         self._receive(rest, self.core.reactor.seconds())
 
     def _receive(self, data: bytes, now: float) -> None:
-        """Give ``data`` (a read, or a turn of one) to h2 and act on its events."""
+        """Give ``data`` (a read, or a turn of one) to the engine and act on its events."""
         try:
-            events = self.h2.receive_data(data)
-            if self.h2.encoder.header_table_size > _ENCODER_TABLE:
-                self.h2.encoder.header_table_size = _ENCODER_TABLE
-        except h2.exceptions.ProtocolError as exc:
-            self.cut(protocol_cut(exc))  # h2 has queued its GOAWAY
+            events = self.h2.receive(data)
+        except H2Error as exc:
+            self.cut(Cut(exc.limit, exc.code, exc.detail[:200]))  # GOAWAY is queued
             return
         # A stream opened and reset in the same read (rapid reset) is never started
         # (counted by the guard, which saw the whole read: its reset may be a turn later).
-        reset = {e.stream_id for e in events if isinstance(e, h2.events.StreamReset)}
+        reset = {e[1] for e in events if e[0] == h2_engine.EV_RESET}
         for stream_id in reset:
             stream = self.streams.get(stream_id)
             if stream is not None and not stream.closed:
@@ -519,15 +506,17 @@ class H2Connection(ConnectionTLS, Protocol):
                 if cut is not None:
                     self.cut(cut)
                     return
+        reset_in_read = self.guard.reset_in_read
         for event in events:
-            if isinstance(event, h2.events.RequestReceived):
-                if event.stream_id not in reset and \
-                        event.stream_id not in self.guard.reset_in_read:
-                    self._request(event)
-            elif isinstance(event, h2.events.DataReceived):
-                self._data(event)
-            elif isinstance(event, h2.events.StreamEnded):
-                stream = self.streams.get(event.stream_id)
+            kind = event[0]
+            if kind == h2_engine.EV_REQUEST:
+                stream_id = event[1]
+                if stream_id not in reset and stream_id not in reset_in_read:
+                    self._request(stream_id, event[2], event[3])
+            elif kind == h2_engine.EV_DATA:
+                self._data(event[1], event[2], event[3])
+            elif kind == h2_engine.EV_ENDED:
+                stream = self.streams.get(event[1])
                 if stream is not None and stream.pipe is not None:
                     stream.pipe.eof_from(stream.pipe.a)
                 elif stream is not None and stream.exchange is not None \
@@ -535,13 +524,21 @@ class H2Connection(ConnectionTLS, Protocol):
                     stream.early_end = True
                 elif stream is not None and stream.exchange is not None:
                     stream.exchange.request_complete()
-            elif isinstance(event, h2.events.StreamReset):
-                stream = self.streams.get(event.stream_id)
+            elif kind == h2_engine.EV_RESET:
+                stream = self.streams.get(event[1])
                 if stream is not None:
                     self._drop(stream, "client reset the stream", by_client=True)
-            elif isinstance(event, h2.events.WindowUpdated):
-                self._window(event.stream_id)
-            elif isinstance(event, h2.events.ConnectionTerminated):
+            elif kind == h2_engine.EV_WINDOW:
+                self._window(event[1])
+            elif kind == h2_engine.EV_MALFORMED:
+                stream = self.streams.get(event[1])
+                if stream is not None:
+                    stream.closed = True  # the engine has reset it
+                    self._drop(stream, f"malformed HTTP/2 stream: {event[2]}")
+            elif kind == h2_engine.EV_REFUSED:
+                log.debug("HTTP/2 request from {client} refused: {why}",
+                          client=self.client_ip, why=event[2])
+            elif kind == h2_engine.EV_TERMINATED:
                 self.close_connection()
         self.flush()
 
@@ -552,41 +549,42 @@ class H2Connection(ConnectionTLS, Protocol):
             if stream.pending or stream.end_pending:
                 stream._drain()
 
-    def _data(self, event: h2.events.DataReceived) -> None:
-        stream = self.streams.get(event.stream_id)
+    def _data(self, stream_id: int, data: bytes, flow: int) -> None:
+        stream = self.streams.get(stream_id)
         if stream is None or stream.exchange is None:
-            self.acknowledge(event.stream_id, event.flow_controlled_length)
+            self.acknowledge(stream_id, flow)
             return
         stream.last_read = self.last_activity
         if stream.pipe is not None:
-            stream.pipe.from_a(event.data)
+            stream.pipe.from_a(data)
         elif stream.exchange.connect:
-            stream.early.append(event.data)  # before the 200: kept, and not acknowledged
+            stream.early.append(data)  # before the 200: kept, and not acknowledged
         else:
-            stream.exchange.request_body(event.data)
+            stream.exchange.request_body(data)
         if stream.pauses:
-            stream.unacked += event.flow_controlled_length
+            stream.unacked += flow
         else:
-            self.acknowledge(event.stream_id, event.flow_controlled_length)
+            self.acknowledge(stream_id, flow)
 
-    def _request(self, event: h2.events.RequestReceived) -> None:
+    def _request(self, stream_id: int, fields: list[tuple[bytes, bytes]],
+                 ended: bool) -> None:
         if not self.client_ip:  # after any PROXY header (see Http1Connection)
             self.client_ip = getattr(self.transport.getPeer(), "host", "")
-        if len(self.streams) >= MAX_CONCURRENT_STREAMS:  # h2 allows up to the hard cap
-            self.reset(event.stream_id, h2.errors.ErrorCodes.REFUSED_STREAM)
+        if len(self.streams) >= MAX_CONCURRENT_STREAMS:  # the engine allows up to the cap
+            self.reset(stream_id, ErrorCode.REFUSED_STREAM)
             cut = self.guard.refused(self.core.reactor.seconds())
             if cut is not None:
                 self.cut(cut)
             return
-        stream = _Stream(self, event.stream_id)
-        self.streams[event.stream_id] = stream
+        stream = _Stream(self, stream_id)
+        self.streams[stream_id] = stream
         exchange = Exchange(stream, self.core)
         stream.exchange = exchange
         headers: list[tuple[bytes, bytes]] = []
         cookies: list[bytes] = []
         authority = host = b""
         has_length = False
-        for name, value in event.headers:
+        for name, value in fields:
             if name == b":method":
                 exchange.method = value
             elif name == b":path":
@@ -610,23 +608,31 @@ class H2Connection(ConnectionTLS, Protocol):
         exchange.headers = headers
         exchange.keep_alive = True
         exchange.host = (authority or host).decode("latin-1").lower()
-        ended = event.stream_ended is not None
         exchange.body_kind = 0 if ended else (BODY_LENGTH if has_length else BODY_CHUNKED)
         exchange.request_done = ended
         exchange.ready = True
+        if not _METHOD.fullmatch(exchange.method):
+            exchange.fail(400, "the method is not a token")
+            return
+        if not _AUTHORITY.fullmatch(authority or host):
+            exchange.fail(400, "the authority holds a character a host name cannot")
+            return
         if exchange.method == b"CONNECT":
+            stream.early_end = ended
             self._connect(stream, exchange, authority)
             return
         if not exchange.host:
             exchange.fail(400, "the request has no authority")
             return
-        for name, value in headers:
-            if not _TOKEN.fullmatch(name):
-                exchange.fail(400, "a header name is not a valid token")
-                return
-            if _BAD_VALUE.search(value):
-                exchange.fail(400, "a header value holds a control character")
-                return
+        # each name a token, no control character in a value: one regex call each over
+        # all of them ("!" is a token character, a tab is allowed in values; the engine
+        # has refused empty names)
+        if headers and not _TOKEN.fullmatch(b"!".join([name for name, _ in headers])):
+            exchange.fail(400, "a header name is not a valid token")
+            return
+        if _BAD_VALUE.search(b"\t".join([value for _, value in headers])):
+            exchange.fail(400, "a header value holds a control character")
+            return
         try:
             path, query = normalise_target(exchange.target)
         except BadTarget as exc:
@@ -673,7 +679,7 @@ class H2Connection(ConnectionTLS, Protocol):
         exchange.request_timed_out()
         if stream.pending or stream.end_pending:
             stream.closed = True
-            self.reset(stream.stream_id, h2.errors.ErrorCodes.CANCEL)
+            self.reset(stream.stream_id, ErrorCode.CANCEL)
             self.forget_stream(stream)
 
     def cut(self, cut: Cut) -> None:
@@ -685,8 +691,7 @@ class H2Connection(ConnectionTLS, Protocol):
         client = self.client_ip or getattr(self.transport.getPeer(), "host", "")
         log.info("HTTP/2 connection from {client} cut: {limit} ({detail})",
                  client=client, limit=cut.limit, code=cut.code.name, detail=cut.detail)
-        with contextlib.suppress(h2.exceptions.H2Error):
-            self.h2.close_connection(error_code=cut.code)
+        self.h2.close(cut.code)
         data = self.h2.data_to_send()
         if data:
             self._write(data)
@@ -721,7 +726,7 @@ class H2Connection(ConnectionTLS, Protocol):
             return
         stall = stall_timeout(core.timeout_write)
         if self.write_blocked_since and now - self.write_blocked_since > stall:
-            self.cut(Cut("timeout_write", h2.errors.ErrorCodes.CANCEL,
+            self.cut(Cut("timeout_write", ErrorCode.CANCEL,
                          f"the client read nothing for {stall:g} s", abort=True))
             return
         cut = head_timeout(self.guard.head_since, now, core.timeout_read)
@@ -739,13 +744,13 @@ class H2Connection(ConnectionTLS, Protocol):
             elif stream.blocked_since is not None and now - stream.blocked_since > stall:
                 # its window stayed closed: reset it, drop its bytes, release the upstream
                 stream.closed = True
-                self.reset(stream.stream_id, h2.errors.ErrorCodes.CANCEL)
+                self.reset(stream.stream_id, ErrorCode.CANCEL)
                 self._drop(stream, f"timeout_write: no window for {stall:g} s")
             elif exchange is not None and exchange.deadline and now > exchange.deadline \
                     and not exchange.finished and not stream.producer_paused:
                 exchange.timed_out()
         if not self.streams and core.timeout_idle and \
                 now - self.last_activity > core.timeout_idle:
-            self.h2.close_connection()
+            self.h2.close()
             self.flush()
             self.close_connection()

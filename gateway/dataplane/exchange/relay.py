@@ -214,7 +214,11 @@ class UpstreamRelay(ExchangeBase):
         if self.chunked_out:
             self.upstream_body_end()
         else:
-            self.flush_head()
+            head, self.head_pending = self.head_pending, None
+            if head is not None:
+                self.sink.write_head(*head)
+        # no flush before the end: ``exchange_done`` flushes, so an HTTP/2 response's
+        # HEADERS, DATA and END_STREAM leave in one frame sequence, one write
         self.sink.end_body()
         self._finish()
 

@@ -1,0 +1,240 @@
+"""HPACK (RFC 7541) for the HTTP/2 codec: a decoder with the client's dynamic table and
+our limits, and an encoder that keeps no table.
+
+The decoder is the client's to drive, so every bound is ours: the table never grows
+past the size we advertise (a size update above it is refused), and decoding stops as
+soon as the header list passes ``MAX_HEADER_LIST_SIZE`` (an HPACK "bomb" of one big
+entry referenced a thousand times is refused after the first 64 KiB, not after 4 MiB).
+
+The encoder uses the static table and literals without indexing: nothing is kept per
+connection, so it costs nothing against a client that offers a huge table, and each
+header costs a dictionary lookup. Huffman coding is never used (pure Python, it costs
+more than the bytes it saves). Its first header block starts with a table size update
+to 0, and so does the first block after the client changes SETTINGS_HEADER_TABLE_SIZE:
+a decoder that lowered its table (nghttp2 does) expects that update.
+"""
+
+from __future__ import annotations
+
+from hpack.exceptions import HPACKDecodingError
+from hpack.huffman_table import decode_huffman
+from hpack.table import HeaderTable
+
+Header = tuple[bytes, bytes]
+
+STATIC: tuple[Header, ...] = tuple(HeaderTable.STATIC_TABLE)
+_STATIC_COUNT = len(STATIC)  # 61
+_ENTRY_OVERHEAD = 32  # RFC 7541 4.1
+_MAX_INTEGER_SHIFT = 28  # integers above 2**28 are never legitimate here
+
+
+class HpackError(Exception):
+    """A header block that cannot be decoded: a connection error. ``limit`` names the
+    bound for the log (as ``h2_guard.Cut`` does) and ``code`` is the GOAWAY code."""
+
+    def __init__(self, limit: str, code: int, detail: str) -> None:
+        super().__init__(detail)
+        self.limit = limit
+        self.code = code
+        self.detail = detail
+
+
+# error codes (RFC 9113 7); h2_engine has the full list
+_PROTOCOL_ERROR, _COMPRESSION_ERROR, _ENHANCE_YOUR_CALM = 0x1, 0x9, 0xB
+
+
+def _bad(detail: str) -> HpackError:
+    return HpackError("compression_error", _COMPRESSION_ERROR, detail)
+
+
+def _integer(data: bytes, pos: int, mask: int) -> tuple[int, int]:
+    """The prefix integer (RFC 7541 5.1) at ``data[pos]`` under ``mask``: (value, next)."""
+    value = data[pos] & mask
+    pos += 1
+    if value < mask:
+        return value, pos
+    shift = 0
+    end = len(data)
+    while True:
+        if pos >= end:
+            raise _bad("a header block ends inside an integer")
+        byte = data[pos]
+        pos += 1
+        value += (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return value, pos
+        shift += 7
+        if shift > _MAX_INTEGER_SHIFT:
+            raise _bad("an HPACK integer is too large")
+
+
+def _string(data: bytes, pos: int) -> tuple[bytes, int]:
+    if pos >= len(data):
+        raise _bad("a header block ends before a string")
+    huffman = data[pos] & 0x80
+    length, pos = _integer(data, pos, 0x7F)
+    end = pos + length
+    if end > len(data):
+        raise _bad("a header string runs past the end of its block")
+    raw = data[pos:end]
+    if huffman:
+        try:
+            raw = decode_huffman(raw)
+        except HPACKDecodingError as exc:
+            raise _bad(f"invalid Huffman coding ({exc})") from None
+    return raw, end
+
+
+class Decoder:
+    """Decodes the client's header blocks, one per request (and trailers), in order."""
+
+    __slots__ = ("max_list", "max_size", "settings_size", "size", "table")
+
+    def __init__(self, settings_size: int = 4096, max_list: int = 65536) -> None:
+        self.table: list[Header] = []  # newest last: index 62 is table[-1]
+        self.size = 0
+        self.settings_size = settings_size  # our SETTINGS_HEADER_TABLE_SIZE
+        self.max_size = settings_size  # the current maximum (size updates lower it)
+        self.max_list = max_list
+
+    def decode(self, data: bytes) -> list[Header]:
+        headers: list[Header] = []
+        append = headers.append
+        table = self.table
+        listed = 0
+        pos = 0
+        end = len(data)
+        max_list = self.max_list
+        while pos < end:
+            byte = data[pos]
+            if byte & 0x80:  # indexed field
+                index, pos = _integer(data, pos, 0x7F)
+                header = self._entry(index, table)
+            elif byte & 0x40:  # literal with incremental indexing
+                index, pos = _integer(data, pos, 0x3F)
+                if index:
+                    name = self._entry(index, table)[0]
+                else:
+                    name, pos = _string(data, pos)
+                value, pos = _string(data, pos)
+                header = (name, value)
+                self._add(header)
+            elif byte & 0x20:  # dynamic table size update
+                if headers:
+                    raise _bad("a table size update after a header field")
+                size, pos = _integer(data, pos, 0x1F)
+                if size > self.settings_size:
+                    raise HpackError("header_table_size", _PROTOCOL_ERROR,
+                                     f"a table size update to {size}, "
+                                     f"{self.settings_size} advertised")
+                self.max_size = size
+                self._evict(0)
+                continue
+            else:  # literal without indexing (0000) or never indexed (0001)
+                index, pos = _integer(data, pos, 0x0F)
+                if index:
+                    name = self._entry(index, table)[0]
+                else:
+                    name, pos = _string(data, pos)
+                value, pos = _string(data, pos)
+                header = (name, value)
+            listed += len(header[0]) + len(header[1]) + _ENTRY_OVERHEAD
+            if listed > max_list:
+                raise HpackError("max_header_list_size", _ENHANCE_YOUR_CALM,
+                                 f"a header list over the advertised {max_list} bytes")
+            append(header)
+        return headers
+
+    @staticmethod
+    def _entry(index: int, table: list[Header]) -> Header:
+        if 0 < index <= _STATIC_COUNT:
+            return STATIC[index - 1]
+        dynamic = index - _STATIC_COUNT
+        if index == 0 or dynamic > len(table):
+            raise _bad(f"header index {index} is not in the table")
+        return table[-dynamic]
+
+    def _add(self, header: Header) -> None:
+        size = len(header[0]) + len(header[1]) + _ENTRY_OVERHEAD
+        if size > self.max_size:  # RFC 7541 4.4: the table is emptied, nothing added
+            self.table.clear()
+            self.size = 0
+            return
+        self._evict(size)
+        self.table.append(header)
+        self.size += size
+
+    def _evict(self, room: int) -> None:
+        table = self.table
+        while table and self.size + room > self.max_size:
+            name, value = table.pop(0)
+            self.size -= len(name) + len(value) + _ENTRY_OVERHEAD
+
+
+def _encode_integer(value: int, prefix: int, flags: int) -> bytes:
+    mask = (1 << prefix) - 1
+    if value < mask:
+        return bytes((flags | value,))
+    out = bytearray((flags | mask,))
+    value -= mask
+    while value >= 0x80:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+_FULL_MATCH: dict[Header, bytes] = {}
+_NAME_MATCH: dict[bytes, bytes] = {}
+for _i, (_name, _value) in enumerate(STATIC, 1):
+    _FULL_MATCH.setdefault((_name, _value), _encode_integer(_i, 7, 0x80))
+    _NAME_MATCH.setdefault(_name, _encode_integer(_i, 4, 0x00))
+_LENGTHS = tuple(_encode_integer(n, 7, 0x00) for n in range(127))
+TABLE_SIZE_ZERO = b"\x20"
+# Encoded fields, shared by all connections (they hold no state): most response fields
+# repeat (security headers, content types, lengths); a full cache is emptied, so fields
+# that never repeat (request ids, dates) cost a refill now and then, never memory.
+_FIELD_CACHE_MAX = 2048
+_fields: dict[Header, bytes] = dict(_FULL_MATCH)
+_names: dict[bytes, bytes] = dict(_NAME_MATCH)
+
+
+def _literal(name: bytes, value: bytes) -> bytes:
+    """A literal field without indexing, its name from the static table if it is there."""
+    prefix = _names.get(name)
+    if prefix is None:
+        size = len(name)
+        prefix = b"\x00" + (_LENGTHS[size] if size < 127 else _encode_integer(size, 7, 0)) \
+            + name
+        if len(_names) < _FIELD_CACHE_MAX:
+            _names[name] = prefix
+    size = len(value)
+    return prefix + (_LENGTHS[size] if size < 127 else _encode_integer(size, 7, 0)) + value
+
+
+class Encoder:
+    """Header blocks for our responses; no table, so no state but whether the next
+    block must start with a table size update."""
+
+    __slots__ = ("size_update_due",)
+
+    def __init__(self) -> None:
+        self.size_update_due = True
+
+    def encode(self, headers: list[Header]) -> bytes:
+        parts: list[bytes] = []
+        append = parts.append
+        if self.size_update_due:
+            self.size_update_due = False
+            append(TABLE_SIZE_ZERO)
+        fields = _fields
+        for header in headers:
+            encoded = fields.get(header)
+            if encoded is None:
+                encoded = _literal(*header)
+                if len(fields) >= _FIELD_CACHE_MAX:
+                    fields.clear()
+                    fields.update(_FULL_MATCH)
+                fields[header] = encoded
+            append(encoded)
+        return b"".join(parts)
