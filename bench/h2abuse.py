@@ -352,10 +352,19 @@ class Harness:
                     "--port", str(self.port), "--seconds", f"{duration:g}"]),
                     stdout=subprocess.PIPE, text=True)
                 groups["attacker"] = [attack.pid]
+            spy = None
+            if name is not None and self.args.profile:  # py-spy of the gateway, raw stacks
+                spy = subprocess.Popen(
+                    [str(Path(find_twistd(self.args.twistd)).parent / "py-spy"), "record",
+                     "-r", "500", "-f", "raw", "-o", str(Path(self.args.profile) / f"{name}.txt"),
+                     "-p", str(self.gateway_pid), "-d", f"{duration:g}"],
+                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             with CpuWindow(groups) as window:
                 load = subprocess.run(argv, capture_output=True, text=True,
                                       timeout=duration + 60, check=False)
                 cpu = window.result(None)
+            if spy is not None:
+                spy.wait(timeout=30)
             report: dict[str, Any] = {}
             if attack is not None:
                 out, _ = attack.communicate(timeout=30)
@@ -403,6 +412,8 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     p.add_argument("--twistd", default=None, help="path to twistd (default: the venv's)")
     p.add_argument("--out", default=None, help="write the raw results as JSON here")
     p.add_argument("--keep-tmp", action="store_true", help="keep the temp dir")
+    p.add_argument("--profile", default=None,
+                   help="py-spy record the gateway during each attack: DIR/<attack>.txt")
     p.add_argument("--attacker", help=argparse.SUPPRESS)
     p.add_argument("--port", type=int, help=argparse.SUPPRESS)
     p.add_argument("--seconds", type=float, help=argparse.SUPPRESS)

@@ -93,6 +93,8 @@ Event = tuple[Any, ...]
 _CONNECTION_SPECIFIC = frozenset({b"connection", b"keep-alive", b"proxy-connection",
                                   b"transfer-encoding", b"upgrade"})
 _REQUEST_PSEUDO = frozenset({b":method", b":scheme", b":authority", b":path"})
+_SPECIAL = _CONNECTION_SPECIFIC | {b"te", b"host"}
+_EDGE = (0x20, 0x09)  # white space a field value may not start or end with
 # RFC 9113 8.2.1: field names hold no upper case, controls, space or DEL (nor 0x80+);
 # no field value holds NUL, CR or LF.
 _BAD_NAME = re.compile(rb"[\x00-\x20A-Z\x7f-\xff]")
@@ -111,49 +113,51 @@ def request_problem(headers: list[tuple[bytes, bytes]]) -> str | None:
     Names are checked for what HTTP/2 forbids; the codec then refuses with 400 what is
     legal HTTP/2 but not a token an HTTP/1.1 upstream can read. (One regex over all the
     names, one over all the values: a request has a dozen fields, each check a call.)"""
-    regular = False
-    method = scheme = path = authority = host = None
+    pseudo: dict[bytes, bytes] = {}
+    count = len(headers)
+    index = 0
+    while index < count:  # the pseudo-headers come first (RFC 9113 8.3)
+        name, value = headers[index]
+        if not name or name[0] != 0x3A:
+            break
+        if name not in _REQUEST_PSEUDO:
+            return f"the pseudo-header {name[:40]!r} is not one of a request"
+        if name in pseudo:
+            return f"{name.decode()} appears twice"
+        pseudo[name] = value
+        index += 1
     names: list[bytes] = []
-    for name, value in headers:
-        if name[:1] == b":":
-            if regular:
-                return "a pseudo-header after a regular field"
-            if name == b":method" and method is None:
-                method = value
-            elif name == b":path" and path is None:
-                path = value
-            elif name == b":authority" and authority is None:
-                authority = value
-            elif name == b":scheme" and scheme is None:
-                scheme = value
-            elif name in _REQUEST_PSEUDO:
-                return f"{name.decode()} appears twice"
-            else:
-                return f"the pseudo-header {name[:40]!r} is not one of a request"
-            continue
-        regular = True
+    host = None
+    for name, value in headers[index:]:
         if not name:
             return "an empty field name"
+        if name[0] == 0x3A:
+            return "a pseudo-header after a regular field"
         names.append(name)
-        if name in _CONNECTION_SPECIFIC:
-            return f"the connection-specific field {name.decode()!r}"
-        if name == b"te" and value != b"trailers":
-            return "te other than 'trailers'"
-        if value and (value[0] in (0x20, 0x09) or value[-1] in (0x20, 0x09)):
+        if name in _SPECIAL:
+            if name == b"te":
+                if value != b"trailers":
+                    return "te other than 'trailers'"
+            elif name == b"host":
+                host = value
+            else:
+                return f"the connection-specific field {name.decode()!r}"
+        if value and (value[0] in _EDGE or value[-1] in _EDGE):
             return "a field value starts or ends with white space"
-        if name == b"host":
-            host = value
     if names and _BAD_NAME.search(b",".join(names)):
         return "a field name holds upper case or a character HTTP/2 forbids"
     if _BAD_VALUE.search(b"\t".join([value for _, value in headers])):
         return "a field value holds NUL, CR or LF"
+    method = pseudo.get(b":method")
     if method is None:
         return "no :method"
     if method != b"CONNECT":
-        if scheme is None or path is None:
+        path = pseudo.get(b":path")
+        if path is None or b":scheme" not in pseudo:
             return "no :scheme or no :path"
         if not path:
             return "an empty :path"
+    authority = pseudo.get(b":authority")
     if authority is not None and host is not None and authority != host:
         return "host and :authority differ"
     return None

@@ -105,11 +105,21 @@ class Decoder:
         pos = 0
         end = len(data)
         max_list = self.max_list
+        static = STATIC
         while pos < end:
             byte = data[pos]
             if byte & 0x80:  # indexed field
-                index, pos = _integer(data, pos, 0x7F)
-                header = self._entry(index, table)
+                if 0x80 < byte < 0xFF:  # the common case (a 7-bit index), inline
+                    pos += 1
+                    if byte <= 0x80 + _STATIC_COUNT:
+                        header = static[byte - 0x81]
+                    elif byte - 0x80 - _STATIC_COUNT <= len(table):
+                        header = table[_STATIC_COUNT - (byte - 0x80)]
+                    else:
+                        raise _bad(f"header index {byte - 0x80} is not in the table")
+                else:
+                    index, pos = _integer(data, pos, 0x7F)
+                    header = self._entry(index, table)
             elif byte & 0x40:  # literal with incremental indexing
                 index, pos = _integer(data, pos, 0x3F)
                 if index:

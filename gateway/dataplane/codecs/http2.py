@@ -498,7 +498,8 @@ class H2Connection(ConnectionTLS, Protocol):
             return
         # A stream opened and reset in the same read (rapid reset) is never started
         # (counted by the guard, which saw the whole read: its reset may be a turn later).
-        reset = {e[1] for e in events if e[0] == h2_engine.EV_RESET}
+        reset = () if len(events) == 1 and events[0][0] == h2_engine.EV_REQUEST else \
+            {e[1] for e in events if e[0] == h2_engine.EV_RESET}  # (the common read: none)
         for stream_id in reset:
             stream = self.streams.get(stream_id)
             if stream is not None and not stream.closed:
