@@ -11,7 +11,10 @@ prior knowledge), started as ``bench/run.py`` starts it. The normal client is
 comes from h2load's per-request log. First a run without attack (after a warm-up), then
 one run per attack while a child process (``h2abuse.py --attacker NAME``) attacks from
 raw frames for the same time, reconnecting each time the gateway cuts it, so the
-pressure lasts the whole run. Reported per attack: the normal client's p99 and its
+pressure lasts the whole run. The attacker connects from 127.0.0.2, the normal client
+from 127.0.0.1: the gateway refuses new connections from an address whose connections
+keep being cut (``gateway/dataplane/penalty.py``), which an attacker sharing the normal
+client's address would turn against it. Reported per attack: the normal client's p99 and its
 ratio to the run without attack (target <= 2x), its failed requests, the connections
 the gateway cut and their GOAWAY codes, and the gateway's RSS growth (peak during the
 run minus before it). With 2 or more CPUs the gateway is pinned to the first, the
@@ -58,6 +61,7 @@ from run import (
 
 BIG = 1 << 20
 TARGET_RATIO = 2.0
+ATTACKER_ADDRESS = "127.0.0.2"  # the normal client is 127.0.0.1
 GOAWAY_NAMES = {0x1: "PROTOCOL_ERROR", 0x3: "FLOW_CONTROL_ERROR", 0x6: "FRAME_SIZE_ERROR",
                 0x8: "CANCEL", 0xB: "ENHANCE_YOUR_CALM"}
 
@@ -124,7 +128,10 @@ class Conn:
     """A raw connection that reads (without blocking) only to notice GOAWAY and close."""
 
     def __init__(self, port: int, hello: bytes) -> None:
-        self.sock = socket.create_connection(("127.0.0.1", port), timeout=5)
+        # from another address than the normal client, as an attacker would be: the
+        # gateway refuses an address whose connections keep being cut (penalty.py)
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=5,
+                                             source_address=(ATTACKER_ADDRESS, 0))
         self.sock.setblocking(False)
         self.buffer = bytearray()
         self.goaway: int | None = None

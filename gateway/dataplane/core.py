@@ -18,6 +18,7 @@ from twisted.logger import Logger
 
 from gateway.dataplane.authz import Authorizer, NotYetAuthorizer
 from gateway.dataplane.limit import ConnectionLimit, auto_max_connections
+from gateway.dataplane.penalty import Penalties
 from gateway.dataplane.routing.plan import Plan
 from gateway.dataplane.upstream.pool import Pool, family_resolver
 
@@ -60,6 +61,7 @@ class ProxyCore:
         self.connections: set[Watched] = set()
         self.tunnels: set[Checked] = set()
         self.limit = ConnectionLimit(0, [self.connections])
+        self.penalties = Penalties()  # addresses whose HTTP/2 connections keep being cut
         self._watchdog = LoopingCall(self._check_all)
         self._watchdog.clock = reactor
         self._watchdog_interval = watchdog_interval

@@ -75,7 +75,7 @@ class ProxyService(SnapshotService):
         MultiService.addService(self, self.tracing)
         factory = listener_factory(
             HTTPFactory(self.core, options.codec_type, self.tls is not None), self.tls,
-            options.use_proxy_protocol, reactor, self.core.limit,
+            options.use_proxy_protocol, reactor, self.core.limit, self.core.penalties,
         )
         listener = StreamServerEndpointService(endpoint(self.address), factory)
         listener.name = "listener"

@@ -202,3 +202,31 @@ def test_zero_window_streams_are_reset(stack: Stack) -> None:
     events = stack.gateway.log_events()
     stalled = [e for e in events if "no window" in str(e.get("detail", ""))]
     assert len(stalled) == len(streams), stalled
+
+
+def test_a_client_cut_again_and_again_is_refused_for_a_while(stack: Stack) -> None:
+    """An attacker reconnects after every cut: after three cuts within 30 s its address
+    (127.0.0.2 here) is refused at the accept for PENALTY seconds, with one warning,
+    while a client at another address (127.0.0.1) connects and is served meanwhile."""
+    from gateway.dataplane import penalty
+    frames = f.Frames()
+    pairs = b"".join(frames.headers(2 * i + 1, f.request_headers(b"/rapid", HOST))
+                     + f.rst(2 * i + 1) for i in range(h2_guard.RESETS_PER_READ + 1))
+    for _ in range(penalty.STRIKES):
+        with f.FrameClient(stack.gateway.port, source="127.0.0.2") as client:
+            client.send(f.hello() + pairs)
+            assert client.goaway() is not None and client.wait_closed()
+    refused_at = time.monotonic()
+    warning = stack.gateway.wait_for_event(lambda e: e.get("penalty") is not None,
+                                           what="the penalty warning")
+    assert (warning["client"], warning["penalty"]) == ("127.0.0.2", penalty.PENALTY)
+    with f.FrameClient(stack.gateway.port, source="127.0.0.2") as client:
+        client.send(f.hello())
+        assert client.wait_closed(timeout=5)
+        assert client.frames == []  # closed at the accept: not a byte of HTTP/2
+    with H2Client(stack.gateway.port, timeout=10) as normal:  # a new connection
+        assert normal.request("GET", "/", "app.test").status == 200
+    time.sleep(max(0.0, refused_at + penalty.PENALTY + 0.5 - time.monotonic()))
+    with H2Client(stack.gateway.port, timeout=10, source="127.0.0.2") as client:
+        assert client.request("GET", "/", "app.test").status == 200
+    assert stack.upstream_saw("/rapid") == 0

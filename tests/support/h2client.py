@@ -44,10 +44,11 @@ class H2Client:
 
     def __init__(self, port: int, host: str = "127.0.0.1", timeout: float = 10.0, *,
                  tls: ssl.SSLContext | None = None, server_name: str | None = None,
-                 validate: bool = True) -> None:
-        if not is_loopback(host):
+                 validate: bool = True, source: str = "") -> None:
+        if not is_loopback(host) or (source and not is_loopback(source)):
             raise ValueError("tests only talk to loopback")
-        sock = socket.create_connection((host, port), timeout=timeout)
+        sock = socket.create_connection((host, port), timeout=timeout,
+                                        source_address=(source, 0) if source else None)
         if tls is not None:
             # ALPN is a property of the context: setting it on the caller's would make
             # their later HTTP/1.1 connections negotiate h2 (and then fail). A context of

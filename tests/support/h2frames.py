@@ -151,10 +151,12 @@ class FrameClient:
     ``receive_buffer`` shrinks the socket's receive buffer (a client that reads slowly)."""
 
     def __init__(self, port: int, host: str = "127.0.0.1", timeout: float = 10.0,
-                 receive_buffer: int = 0) -> None:
-        if not is_loopback(host):
+                 receive_buffer: int = 0, source: str = "") -> None:
+        if not is_loopback(host) or (source and not is_loopback(source)):
             raise ValueError("tests only talk to loopback")
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        if source:  # another loopback address: another client, to the gateway
+            self.sock.bind((source, 0))
         if receive_buffer:
             self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, receive_buffer)
         self.sock.settimeout(timeout)

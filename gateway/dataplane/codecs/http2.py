@@ -333,7 +333,17 @@ class H2Connection(ConnectionTLS, Protocol):
             transport.setTcpNoDelay(True)
         if direct_writer(transport):
             self._write = lambda data: write_now(transport, data)  # type: ignore[method-assign]
-        self.last_activity = self.core.reactor.seconds()
+        now = self.last_activity = self.core.reactor.seconds()
+        # the client (after any PROXY header: this codec starts on the first bytes)
+        self.client_ip = getattr(transport.getPeer(), "host", "")
+        if self.core.penalties.refuses(self.client_ip, now):
+            # its connections keep being cut (refused at the accept, unless behind a
+            # PROXY-protocol balancer): told why, and closed without a byte more read
+            self.h2.close(ErrorCode.ENHANCE_YOUR_CALM)
+            self._write(self.h2.data_to_send())
+            self.close_started = now
+            transport.abortConnection()
+            return
         self.core.connections.add(self)
         self.h2.initiate()  # our SETTINGS
         self.flush()
@@ -692,6 +702,11 @@ class H2Connection(ConnectionTLS, Protocol):
         client = self.client_ip or getattr(self.transport.getPeer(), "host", "")
         log.info("HTTP/2 connection from {client} cut: {limit} ({detail})",
                  client=client, limit=cut.limit, code=cut.code.name, detail=cut.detail)
+        penalty = self.core.penalties.strike(client, cut.limit, self.close_started)
+        if penalty is not None:
+            log.warn("HTTP/2 client {client} refused for {seconds:g} s: its connections "
+                     "keep being cut (last: {limit})", client=client, seconds=penalty,
+                     limit=cut.limit, penalty=penalty)
         self.h2.close(cut.code)
         data = self.h2.data_to_send()
         if data:

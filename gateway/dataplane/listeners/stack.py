@@ -5,7 +5,10 @@ HTTP codecs
 
 The PROXY header precedes the TLS handshake on the wire, so it is the outermost wrapper.
 The cap is no wrapper at all: it only decides, per accepted socket, whether a protocol
-is built (no extra layer on the data path).
+is built (no extra layer on the data path). So do the penalties (``penalty``) when the
+peer is the client: an address whose HTTP/2 connections keep being cut is closed at the
+accept, before any TLS work (behind a PROXY-protocol balancer the HTTP/2 codec checks
+the address from the header instead).
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from twisted.internet.protocol import Factory, Protocol
 from gateway.config.values import parse_address
 from gateway.dataplane.limit import ConnectionLimit
 from gateway.dataplane.listeners.proxyproto import ProxyHeaderFactory
+from gateway.dataplane.penalty import Penalties
 from gateway.dataplane.tlsio import FastTLSFactory
 from gateway.tls.server import ServerTLS
 
@@ -32,15 +36,18 @@ def server_endpoint(reactor: Any, address: str) -> IStreamServerEndpoint:
 
 
 class LimitedFactory(Factory):
-    """``inner``'s connections while ``limit`` admits them; past it ``buildProtocol``
-    returns None, and Twisted closes the accepted socket at once."""
+    """``inner``'s connections while ``limit`` admits them and ``penalties`` (if given)
+    do not refuse the peer; otherwise ``buildProtocol`` returns None, and Twisted closes
+    the accepted socket at once."""
 
     noisy = False
 
-    def __init__(self, inner: IProtocolFactory, limit: ConnectionLimit, clock: Any) -> None:
+    def __init__(self, inner: IProtocolFactory, limit: ConnectionLimit, clock: Any,
+                 penalties: Penalties | None = None) -> None:
         self.inner = inner
         self.limit = limit
         self.clock = clock
+        self.penalties = penalties
 
     def logPrefix(self) -> str:
         """The wrapped factory's ("HTTPFactory (TLS) starting on 443"): the cap is not
@@ -55,16 +62,21 @@ class LimitedFactory(Factory):
         self.inner.doStop()
 
     def buildProtocol(self, addr: Any) -> Protocol | None:
-        if not self.limit.admit(self.clock.seconds()):
+        now = self.clock.seconds()
+        if self.penalties is not None and self.penalties.refuses(
+                getattr(addr, "host", ""), now):
+            return None
+        if not self.limit.admit(now):
             return None
         return self.inner.buildProtocol(addr)  # type: ignore[return-value]
 
 
 def listener_factory(http: IProtocolFactory, tls: ServerTLS | None, proxy_protocol: bool,
-                     clock: Any, limit: ConnectionLimit) -> IProtocolFactory:
+                     clock: Any, limit: ConnectionLimit,
+                     penalties: Penalties | None = None) -> IProtocolFactory:
     factory: Any = http
     if tls is not None:
         factory = FastTLSFactory(tls, factory)
     if proxy_protocol:
         factory = ProxyHeaderFactory(factory)
-    return LimitedFactory(factory, limit, clock)
+    return LimitedFactory(factory, limit, clock, None if proxy_protocol else penalties)

@@ -1,0 +1,107 @@
+"""Client addresses whose HTTP/2 connections keep being cut are refused for a while.
+
+Each limit of ``codecs/h2_guard`` bounds what one connection costs, but an attacker
+reconnects after every cut (a rapid-reset script does it thousands of times a second),
+and the bounded costs add up to a busy core. So every cut is a strike against the
+client's address: ``STRIKES`` strikes within ``STRIKE_WINDOW`` seconds and its new
+connections are refused for ``PENALTY`` seconds,
+doubling each time it starts again (up to ``MAX_PENALTY``); connections it already has
+are left alone. Cuts for slowness (``timeout_read``, ``timeout_write``: a bad network)
+are no strike.
+
+An IPv6 client is its /64 (one host commonly holds all of it). Behind a load balancer
+with ``use_proxy_protocol`` the client is the address its PROXY header gives. Clients
+behind one NAT share the penalty of any of them: the price of keying by address, as
+every per-address limit pays. At most ``MAX_CLIENTS`` addresses are remembered; past
+that the calm ones are forgotten first. Plain bookkeeping: no I/O, no clock of its own.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+
+STRIKES = 3
+STRIKE_WINDOW = 30.0
+PENALTY = 10.0
+MAX_PENALTY = 300.0
+MAX_CLIENTS = 10_000
+NOT_STRIKES = frozenset({"timeout_read", "timeout_write"})
+
+
+class _Record:
+    __slots__ = ("penalties", "strikes", "until")
+
+    def __init__(self) -> None:
+        self.strikes: list[float] = []  # when the last (up to STRIKES) cuts were
+        self.until = 0.0  # refused until then
+        self.penalties = 0  # penalties in a row (each one twice as long)
+
+
+def client_key(address: str) -> str:
+    """The address a penalty applies to: IPv4 as it is, IPv6 by its /64."""
+    if ":" not in address:
+        return address
+    try:
+        network = ipaddress.IPv6Network((address.split("%", 1)[0], 64), strict=False)
+    except ValueError:
+        return address
+    mapped = ipaddress.IPv6Address(address.split("%", 1)[0]).ipv4_mapped
+    return str(mapped) if mapped is not None else str(network)
+
+
+class Penalties:
+    """Strikes and refusals per client address."""
+
+    def __init__(self) -> None:
+        self._clients: dict[str, _Record] = {}
+        self.refused = 0  # connections refused, in all
+
+    def __len__(self) -> int:
+        return len(self._clients)
+
+    def strike(self, address: str, limit: str, now: float) -> float | None:
+        """A connection from ``address`` was cut for ``limit``; the length of the
+        penalty this starts, or None."""
+        if limit in NOT_STRIKES or not address:
+            return None
+        key = client_key(address)
+        record = self._clients.get(key)
+        if record is None:
+            if len(self._clients) >= MAX_CLIENTS:
+                self._forget_calm(now)
+            record = self._clients[key] = _Record()
+        strikes = record.strikes
+        strikes.append(now)
+        if len(strikes) > STRIKES:
+            del strikes[0]
+        if len(strikes) < STRIKES or now - strikes[0] > STRIKE_WINDOW or now < record.until:
+            return None
+        if now > record.until + MAX_PENALTY:
+            record.penalties = 0  # calm long enough since the last one: start over
+        record.penalties += 1
+        strikes.clear()
+        seconds: float = min(PENALTY * 2.0 ** (record.penalties - 1), MAX_PENALTY)
+        record.until = now + seconds
+        return seconds
+
+    def refuses(self, address: str, now: float) -> bool:
+        """Whether a new connection from ``address`` is refused now (and count it)."""
+        if not self._clients:
+            return False
+        record = self._clients.get(client_key(address) if ":" in address else address)
+        if record is None or now >= record.until:
+            return False
+        self.refused += 1
+        return True
+
+    def _forget_calm(self, now: float) -> None:
+        """Drop the records that neither refuse nor hold strikes; if every one does,
+        the oldest half (an attacker with many addresses must not grow the table)."""
+        clients = self._clients
+        calm = [key for key, r in clients.items()
+                if now >= r.until and (not r.strikes or now - r.strikes[-1] > STRIKE_WINDOW)]
+        for key in calm:
+            del clients[key]
+        if len(clients) >= MAX_CLIENTS:
+            for key in list(clients)[:MAX_CLIENTS // 2]:
+                del clients[key]
