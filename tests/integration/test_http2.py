@@ -111,3 +111,43 @@ def test_alpn_negotiates_h2_over_tls(tmp_path: Path) -> None:
                 "%{http_version} %{http_code}", f"https://app.test:{gw.port}/"]
         assert curl("--http2", *base).stdout == b"2 200"
         assert curl("--http1.1", *base).stdout == b"1.1 200"
+
+
+def test_chromium_over_h2(tmp_path: Path) -> None:
+    """A real browser (Debian's headless Chromium) over HTTPS with codec auto: ALPN picks
+    h2, and 40 downloads (up to 4 MiB, flow control both ways) and 6 uploads at once on
+    its connection all arrive whole, each request over h2."""
+    import json
+    import subprocess
+
+    from tests.conftest import _require_binary
+    from tests.support.daemon import REPO_ROOT
+    from tests.support.peers import NODE_INSTALL_HINT
+    from tests.support.processes import free_port
+    chromium = _require_binary("chromium", "apt-get install -y chromium")
+    node = _require_binary("node", NODE_INSTALL_HINT)
+    browser_dir = REPO_ROOT / "tests" / "peers" / "browser"
+    ca = trustme.CA()
+    ca.issue_cert("app.test").private_key_and_cert_chain_pem.write_to_path(
+        str(tmp_path / "server.pem"))
+    sizes = [1 + 9973 * i for i in range(36)] + [1 << 20, 3 << 20, 4 << 20, 65535]
+    uploads = [1, 65535, 65536, 300_000, 1 << 20, 2 << 20]
+    port = free_port()
+    with echo_upstream(tmp_path) as up, gateway_daemon(tmp_path, {
+            "policy": [{**route(up), "from": f"https://app.test:{port}"}],
+            "codec_type": "auto", "insecure_server": False,
+            "certificate_file": str(tmp_path / "server.pem"),
+            "certificate_key_file": str(tmp_path / "server.pem")}, port=port) as gw:
+        spec = tmp_path / "spec.json"
+        spec.write_text(json.dumps({"url": f"https://app.test:{gw.port}/page", "host": "app.test",
+                                    "sizes": sizes, "uploads": uploads}))
+        result = subprocess.run([node, "h2fetch.js", str(spec)], cwd=browser_dir,
+                                capture_output=True, text=True, timeout=120,
+                                env={"CHROMIUM": chromium, "PATH": "/usr/bin:/bin"})
+    assert result.returncode == 0, result.stderr[-3000:]
+    out = json.loads(result.stdout.strip().splitlines()[-1])
+    assert out["status"] == 200 and out["page"] == ["h2"]
+    assert out["downloads"] == [[200, n, True] for n in sizes]
+    assert out["uploads"] == [[200, n, "POST"] for n in uploads]
+    assert len(out["protocols"]) >= len(sizes) + len(uploads)  # (and the favicon)
+    assert set(out["protocols"]) == {"h2"}
