@@ -551,16 +551,31 @@ class ZeroWindowTests(ZeroWindowTestCase):
         self.assertFalse(upstream.transport.disconnected)
 
     def test_connection_buffer_is_bounded(self) -> None:
-        """20 streams with closed windows: the bytes waiting in all of them together
-        stay under the connection's high-water mark plus one upstream read per stream
-        (each pauses on its first read past the mark), every upstream paused."""
-        upstreams = [self.respond(2 * i + 1, 4 << 20) for i in range(20)]
+        """Streams with closed windows: the bytes waiting in all of them together stay
+        under the connection's high-water mark plus one upstream read per stream (each
+        pauses on its first read past the mark), every upstream paused."""
+        stalled = h2_guard.STALLED_STREAMS
+        upstreams = [self.respond(2 * i + 1, 4 << 20) for i in range(stalled)]
         waiting = sum(len(s.pending) for s in self.server.streams.values())
         self.assertEqual(waiting, self.server.buffered)
-        self.assertLessEqual(waiting, 2 * 1024 * 1024 + 20 * 65536)
+        self.assertLessEqual(waiting, 2 * 1024 * 1024 + stalled * 65536)
         self.assertTrue(all(u.transport.producerState == "paused" for u in upstreams))
         self.send(f.settings(INITIAL_WINDOW_SIZE=1 << 24) + f.window_update(0, 1 << 30))
         self.assertTrue(all(u.transport.producerState == "producing" for u in upstreams))
+
+    def test_a_client_reading_nothing_gets_no_more_upstream_work(self) -> None:
+        """128 large downloads at once with zero windows (the client reads none of
+        them): once STALLED_STREAMS responses wait for a window, the other requests
+        wait too, not started (no upstream connection); they start as the client opens
+        its windows, and all are answered."""
+        stalled = h2_guard.STALLED_STREAMS
+        for i in range(stalled):
+            self.respond(2 * i + 1, 1 << 20)
+        self.send(b"".join(self.request(2 * (stalled + i) + 1, b"/big") for i in range(40)))
+        self.assertEqual(len(self.reactor.tcpClients), stalled)
+        self.assertEqual(len(self.server.streams), stalled + 40)
+        self.send(f.settings(INITIAL_WINDOW_SIZE=1 << 24) + f.window_update(0, 1 << 30))
+        self.assertEqual(len(self.reactor.tcpClients), stalled + 40)
 
 
 class WriteTimeoutTests(ZeroWindowTestCase):

@@ -68,6 +68,11 @@ STREAMS_PER_BUSY_TURN = 2
 # for sends RST_STREAM later, after a reply or a user's action; a read holding many
 # such pairs is rapid reset, cut before the engine parses any of it.
 RESETS_PER_READ = 16
+# Requests of a connection start only while fewer than this many of its responses wait
+# for a window that stays shut: a client that reads none of what it asked for (zero
+# windows, 128 large downloads at once) gets no more upstream work started until it
+# reads; the rest wait, their frames still read, and start as those drain or end.
+STALLED_STREAMS = 8
 # A stream whose response bytes wait for a window that does not open (and a connection
 # whose socket stays full) for this long is reset, unless ``timeout_write`` is set.
 STALL_TIMEOUT = 60.0

@@ -29,6 +29,7 @@ from gateway.dataplane.codecs.h2_guard import (
     MAX_CONCURRENT_STREAMS,
     MAX_FRAME_SIZE,
     MAX_HEADER_LIST_SIZE,
+    STALLED_STREAMS,
     STREAMS_HARD_CAP,
     STREAMS_PER_BUSY_TURN,
     STREAMS_PER_TURN,
@@ -321,6 +322,9 @@ class H2Connection(ConnectionTLS, Protocol):
         self.buffered = 0  # response bytes waiting in all streams
         self.unflushed = 0  # DATA framed since the last flush
         self.dirty: list[_Stream] = []  # streams with small body bytes not yet framed
+        # Requests not started yet because STALLED_STREAMS of the connection's responses
+        # wait for a window: started as those drain or end (``_start_waiting``).
+        self.waiting: list[_Stream] = []
         self.squeezed = False  # a stream's upstream was paused on them
         # The rest of a read holding more requests than a turn starts (reading paused
         # until it is handled, a turn at a time) and the call that handles the next turn.
@@ -437,6 +441,8 @@ class H2Connection(ConnectionTLS, Protocol):
         if stream.unacked:
             size, stream.unacked = stream.unacked, 0
             self.acknowledge(stream.stream_id, size)  # credits the connection only
+        if self.waiting:
+            self._start_waiting()
 
     def unbuffer(self, size: int) -> None:
         """``size`` waiting bytes were sent or dropped; once the connection is below
@@ -559,6 +565,8 @@ class H2Connection(ConnectionTLS, Protocol):
         for stream in list(targets):
             if stream.pending or stream.end_pending:
                 stream._drain()
+        if self.waiting:
+            self._start_waiting()
 
     def _data(self, stream_id: int, data: bytes, flow: int) -> None:
         stream = self.streams.get(stream_id)
@@ -651,7 +659,24 @@ class H2Connection(ConnectionTLS, Protocol):
             return
         exchange.path = path.decode("latin-1")
         exchange.query = query
+        if self.buffered and self._stalled() >= STALLED_STREAMS:
+            # the client reads none of what it asked for: no more upstream work for it
+            # until it does (its frames are still read: WINDOW_UPDATEs and bodies)
+            self.waiting.append(stream)
+            return
         exchange.begin()
+
+    def _stalled(self) -> int:
+        """Streams whose response bytes wait for a window that stays shut."""
+        return sum(1 for s in self.streams.values() if s.pending and s.blocked_since is not None)
+
+    def _start_waiting(self) -> None:
+        while self.waiting and (not self.buffered or self._stalled() < STALLED_STREAMS):
+            stream = self.waiting.pop(0)
+            exchange = stream.exchange
+            if stream.stream_id in self.streams and exchange is not None \
+                    and not exchange.finished and not stream.closed:
+                exchange.begin()
 
     def _connect(self, stream: _Stream, exchange: Exchange, authority: bytes) -> None:
         """RFC 9113 8.5: ``:method CONNECT`` with ``:authority`` host:port and no
