@@ -274,6 +274,7 @@ def test_http2_connect(env: Env) -> None:
         got: dict[int, bytes] = {1: b"", 3: b""}
         status: dict[int, str] = {}
         ended: set[int] = set()
+        ids: list[str] = []
         import h2.events
 
         deadline = time.monotonic() + 10
@@ -281,6 +282,7 @@ def test_http2_connect(env: Env) -> None:
             for event in conn.receive_data(client.sock.recv(65536)):
                 if isinstance(event, h2.events.ResponseReceived):
                     status[event.stream_id] = str(dict(event.headers)[":status"])
+                    ids.append(dict(event.headers).get("x-request-id", ""))
                 elif isinstance(event, h2.events.DataReceived):
                     got[event.stream_id] += event.data
                     conn.acknowledge_received_data(event.flow_controlled_length,
@@ -289,6 +291,7 @@ def test_http2_connect(env: Env) -> None:
                     ended.add(event.stream_id)
             client.sock.sendall(conn.data_to_send())
         assert status == {1: "200", 3: "200"}
+        assert len(ids) == 2 and all(len(i) == 32 for i in ids), ids  # each its request id
         assert got[3] == b"stream 3\nEOF after 9 bytes\n"
         assert got[1] == b"stream 1\n"
         assert 1 not in ended

@@ -510,7 +510,8 @@ class Http1Connection(ConnectionTLS, Protocol):
         self.queue.clear()
         self.current = None
         self.pauses.clear()
-        self.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
+        self.write(b"HTTP/1.1 200 Connection established\r\nx-request-id: %s\r\n\r\n"
+                   % tunnel.exchange.request_id_bytes())
         early, self._early = self._early, b""
         tunnel.send_early(early)
         plan = tunnel.exchange.plan

@@ -236,7 +236,8 @@ class _Stream:
         if self.closed:
             upstream.loseConnection()
             return
-        if not self.owner.h2.send_headers(self.stream_id, [(b":status", b"200")]):
+        if not self.owner.h2.send_headers(self.stream_id, [
+                (b":status", b"200"), (b"x-request-id", tunnel.exchange.request_id_bytes())]):
             self.closed = True
             upstream.loseConnection()
             return
