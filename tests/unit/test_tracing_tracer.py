@@ -44,6 +44,40 @@ def tracer(rate: float) -> tuple[Tracer, InMemorySpanExporter]:
 
 
 class DecisionTests(SynchronousTestCase):
+    def test_traces_forced_by_callers_are_budgeted(self) -> None:
+        """A caller's "sampled" is honoured up to FORCED_RATE a second (burst
+        FORCED_BURST): a client asking for a trace on every request cannot multiply
+        the gateway's cost; past the budget the sample rate decides, and the trace id
+        is still kept for the logs."""
+        from gateway.observability.tracing import tracer as module
+        clock = Clock()
+        memory = InMemorySpanExporter()
+        provider = TracerProvider(shutdown_on_exit=False)
+        provider.add_span_processor(SimpleSpanProcessor(memory))
+        t = Tracer(provider.get_tracer("test"), 0.0, clock=clock.seconds)
+        forced = [(b"traceparent", b"00-%032x-%016x-01" % (TRACE, SPAN))]
+
+        def burst(count: int) -> int:
+            traced = 0
+            for _ in range(count):
+                e = exchange(forced)
+                t.begin(e)
+                traced += e.trace is not None
+                self.assertEqual(e.trace_id, f"{TRACE:032x}")
+            return traced
+
+        self.assertEqual(burst(1000), module.FORCED_BURST)
+        self.assertEqual(t.forced_refused, 1000 - module.FORCED_BURST)
+        clock.advance(1.0)
+        self.assertEqual(burst(1000), module.FORCED_RATE)
+        clock.advance(1000)
+        self.assertEqual(burst(1), 1)
+        everything = Tracer(provider.get_tracer("test"), 1.0, clock=clock.seconds)
+        for _ in range(1000):  # at rate 1 every request is traced anyway
+            e = exchange(forced)
+            everything.begin(e)
+            self.assertIsNotNone(e.trace)
+
     def test_unsampled_gets_nothing(self) -> None:
         t, memory = tracer(0.0)
         for _ in range(100):

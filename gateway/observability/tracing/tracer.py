@@ -3,8 +3,9 @@
 ``Tracer.begin`` runs first for every request while tracing is on. The decision is made
 before any OpenTelemetry object exists: a caller's context (``traceparent``, ``b3``,
 ``X-B3-*``, searched only when the codec flagged one in ``exchange.trace_context``)
-decides when it says sampled or not (parent-based); otherwise one ``random()`` against
-``tracing_sample_rate`` (a ratio sampler). An unsampled request gets no span, no context
+decides when it says sampled or not (parent-based; "sampled" within a budget of
+``FORCED_RATE`` a second); otherwise one ``random()`` against ``tracing_sample_rate``
+(a ratio sampler). An unsampled request gets no span, no context
 object and no upstream header of ours (the caller's own trace headers pass through
 untouched), so without trace headers it costs one random number and a comparison. A sampled request
 gets a ``RequestTrace``: its spans are OpenTelemetry SDK spans, created with explicit
@@ -18,7 +19,9 @@ lookup, the upstream request (client, carrying ``traceparent``), and whatever ru
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from random import random
+from time import monotonic
 from typing import Any
 
 from opentelemetry.context import Context
@@ -40,6 +43,11 @@ from gateway.observability.tracing.propagation import context_headers, find_pare
 
 Attributes = dict[str, str | int | float | bool]
 _SAMPLED = TraceFlags(TraceFlags.SAMPLED)
+# Traces a caller may force (a sampled parent) beyond the sample rate: each costs about
+# four times an untraced request, so a client sending sampled traceparents on every
+# request must not multiply the gateway's CPU (a token bucket, per process).
+FORCED_RATE = 100.0  # per second
+FORCED_BURST = 200.0
 
 
 class OpenSpan:
@@ -142,10 +150,30 @@ class RequestTrace:
 class Tracer:
     """Decides per request and starts the server span of the sampled ones."""
 
-    def __init__(self, otel: OTelTracer, sample_rate: float, scheme: str = "http") -> None:
+    def __init__(self, otel: OTelTracer, sample_rate: float, scheme: str = "http",
+                 clock: Callable[[], float] = monotonic) -> None:
         self.otel = otel
         self.rate = sample_rate
         self.scheme = scheme
+        # Traces callers ask for (a sampled parent) beyond the sample rate: at most
+        # FORCED_RATE a second (burst FORCED_BURST). Past that the rate decides, as if the
+        # caller had not said; the trace id is still kept for the logs and passed on.
+        self.clock = clock
+        self.forced_tokens = FORCED_BURST
+        self.forced_stamp = clock()
+        self.forced_refused = 0  # caller-forced traces the budget did not allow
+
+    def _forced(self) -> bool:
+        """Whether a caller's "sampled" may be honoured now (a token of the budget)."""
+        now = self.clock()
+        tokens = min(FORCED_BURST, self.forced_tokens + (now - self.forced_stamp) * FORCED_RATE)
+        self.forced_stamp = now
+        if tokens < 1.0:
+            self.forced_tokens = tokens
+            self.forced_refused += 1
+            return False
+        self.forced_tokens = tokens - 1.0
+        return True
 
     def _ratio(self) -> bool:
         rate = self.rate
@@ -162,7 +190,7 @@ class Tracer:
             b3 = False
         else:
             sampled = parent.sampled
-            if sampled is None:
+            if sampled is None or (sampled and self.rate < 1.0 and not self._forced()):
                 sampled = self._ratio()
             if not sampled:
                 if parent.trace:
