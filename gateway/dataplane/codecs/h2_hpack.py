@@ -121,13 +121,7 @@ class Decoder:
                     index, pos = _integer(data, pos, 0x7F)
                     header = self._entry(index, table)
             elif byte & 0x40:  # literal with incremental indexing
-                index, pos = _integer(data, pos, 0x3F)
-                if index:
-                    name = self._entry(index, table)[0]
-                else:
-                    name, pos = _string(data, pos)
-                value, pos = _string(data, pos)
-                header = (name, value)
+                header, pos = self._literal(data, pos, 0x3F, table)
                 self._add(header)
             elif byte & 0x20:  # dynamic table size update
                 if headers:
@@ -141,19 +135,25 @@ class Decoder:
                 self._evict(0)
                 continue
             else:  # literal without indexing (0000) or never indexed (0001)
-                index, pos = _integer(data, pos, 0x0F)
-                if index:
-                    name = self._entry(index, table)[0]
-                else:
-                    name, pos = _string(data, pos)
-                value, pos = _string(data, pos)
-                header = (name, value)
+                header, pos = self._literal(data, pos, 0x0F, table)
             listed += len(header[0]) + len(header[1]) + _ENTRY_OVERHEAD
             if listed > max_list:
                 raise HpackError("max_header_list_size", _ENHANCE_YOUR_CALM,
                                  f"a header list over the advertised {max_list} bytes")
             append(header)
         return headers
+
+    @classmethod
+    def _literal(cls, data: bytes, pos: int, mask: int,
+                 table: list[Header]) -> tuple[Header, int]:
+        """A literal field: its name indexed (``mask`` bits) or a string, then its value."""
+        index, pos = _integer(data, pos, mask)
+        if index:
+            name = cls._entry(index, table)[0]
+        else:
+            name, pos = _string(data, pos)
+        value, pos = _string(data, pos)
+        return (name, value), pos
 
     @staticmethod
     def _entry(index: int, table: list[Header]) -> Header:
