@@ -54,7 +54,7 @@ class FailoverClient:
         self.ca = ca
         self.override_name = override_name
         self.round_robin = round_robin
-        self.process = process  # the metrics' label: this process's services
+        self.process = process  # the metrics' service label (Options.service_label)
         self.clock = clock
         self.preferred = 0
         self._stubs: dict[int, Any] = {}

@@ -87,7 +87,7 @@ class GrpcServerService(Service):
         interceptor = SharedSecretInterceptor(
             m.shared_secret, lambda method, why: self.bridge.report(
                 self._refusals, method, why))
-        metrics = ServerMetricsInterceptor(o.services)  # first: it sees refusals too
+        metrics = ServerMetricsInterceptor(o.service_label)  # first: it sees refusals too
         server = grpc.aio.server(interceptors=[metrics, interceptor], options=server_options(
             o.grpc_server_max_connection_age, o.grpc_server_max_connection_age_grace))
         health = HealthServicer()

@@ -69,7 +69,7 @@ class SplitRpc:
             self.bridge, local, o.authorize_service_urls, m.shared_secret,
             float(o.grpc_client_timeout), ca=m.certificate_authority,
             override_name=o.override_certificate_name,
-            round_robin=o.grpc_client_dns_roundrobin, process=o.services)
+            round_robin=o.grpc_client_dns_roundrobin, process=o.service_label)
 
 
 def split_rpc(snapshot: Snapshot, reactor: Any, root: MultiService) -> SplitRpc | None:
@@ -95,7 +95,7 @@ def remote_store(bridge: AsyncioThread, snapshot: Snapshot) -> RemoteRecordStore
     o, m = snapshot.options, snapshot.material
     return RemoteRecordStore(bridge, o.databroker_service_urls, m.shared_secret,
                              float(o.grpc_client_timeout), ca=m.certificate_authority,
-                             override_name=o.override_certificate_name, service=o.services,
+                             override_name=o.override_certificate_name, service=o.service_label,
                              round_robin=o.grpc_client_dns_roundrobin)
 
 

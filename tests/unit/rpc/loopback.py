@@ -11,6 +11,7 @@ from typing import Any
 
 from twisted.internet.defer import Deferred
 
+from gateway.config.settings import Options
 from gateway.databroker.memory_records import MemoryRecordStore
 from gateway.rpc.bridge import AsyncioThread
 from gateway.rpc.databroker_server import SERVICE_NAME, DatabrokerServicer
@@ -63,10 +64,8 @@ class QueueReactor:
 
 def server_snapshot(secret: bytes = SECRET, port: int = 0,
                     certificates: tuple[tuple[bytes, bytes], ...] = ()) -> Any:
-    options = SimpleNamespace(services="all", grpc_address=f"127.0.0.1:{port}",
-                              grpc_insecure=not certificates,
-                              grpc_server_max_connection_age=300.0,
-                              grpc_server_max_connection_age_grace=300.0)
+    options = Options(services="databroker", grpc_address=f"127.0.0.1:{port}",
+                      grpc_insecure=not certificates)
     return SimpleNamespace(options=options,
                            material=SimpleNamespace(shared_secret=secret,
                                                     certificates=certificates))

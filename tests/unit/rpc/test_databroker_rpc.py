@@ -6,16 +6,19 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 from twisted.logger import globalLogPublisher
 from twisted.python.failure import Failure
 
+from gateway.config.settings import Options
 from gateway.databroker.records import SESSION, StorageUnavailable
 from gateway.observability.metrics import REGISTRY
 from gateway.rpc.bridge import AsyncioThread
 from gateway.rpc.databroker_client import RemoteRecordStore
+from gateway.rpc.split import remote_store
 from tests.support.processes import free_port
 
 from .loopback import SECRET, QueueReactor, start_server
@@ -167,26 +170,32 @@ def _count(name: str, **labels: str) -> float:
 
 def test_grpc_metrics_on_both_sides(rig: Any) -> None:
     """grpc_client_* and grpc_server_* of the reference: counted by method and status,
-    refused calls included."""
+    refused calls included; ``service`` is the process's label as in every other family
+    (gateway-proxy, gateway-databroker), not the raw ``services``."""
     bridge, reactor = rig
     server, _ = start_server(bridge, reactor)
-    client = _client(bridge, server.port)
+    # a split proxy's client, as split.py makes it: its label is gateway-proxy
+    proxy = SimpleNamespace(
+        options=Options(services="proxy", grpc_client_timeout=5.0,
+                        databroker_service_urls=(f"http://127.0.0.1:{server.port}",)),
+        material=SimpleNamespace(shared_secret=SECRET, certificate_authority=None))
+    client = remote_store(bridge, proxy)  # type: ignore[arg-type]
     stranger = _client(bridge, server.port, secret=b"x" * 32)
     ok = {"grpc_service": "gateway.databroker.v1.Databroker", "grpc_method": "Put",
-          "service": "gateway"}
-    before = (_count("grpc_client_requests_total", grpc_client_status="OK", **ok),
-              _count("grpc_server_requests_total", grpc_server_status="OK", service="all",
-                     grpc_service=ok["grpc_service"], grpc_method="Put"),
-              _count("grpc_server_requests_total", grpc_server_status="UNAUTHENTICATED",
-                     service="all", grpc_service=ok["grpc_service"], grpc_method="Get"))
+          "service": "gateway-proxy"}
+    served = {"grpc_service": ok["grpc_service"], "service": "gateway-databroker"}
+
+    def counts() -> tuple[float, float, float]:
+        return (_count("grpc_client_requests_total", grpc_client_status="OK", **ok),
+                _count("grpc_server_requests_total", grpc_server_status="OK",
+                       grpc_method="Put", **served),
+                _count("grpc_server_requests_total", grpc_server_status="UNAUTHENTICATED",
+                       grpc_method="Get", **served))
+    before = counts()
     try:
         reactor.wait(client.put(SESSION, "s1", b"{}"))
         reactor.wait(stranger.get(SESSION, "s1"))
-        after = (_count("grpc_client_requests_total", grpc_client_status="OK", **ok),
-                 _count("grpc_server_requests_total", grpc_server_status="OK", service="all",
-                        grpc_service=ok["grpc_service"], grpc_method="Put"),
-                 _count("grpc_server_requests_total", grpc_server_status="UNAUTHENTICATED",
-                        service="all", grpc_service=ok["grpc_service"], grpc_method="Get"))
+        after = counts()
         assert [a - b for a, b in zip(after, before, strict=True)] == [1, 1, 1]
         assert (REGISTRY.get_sample_value("grpc_client_request_size_bytes_count",
                                           {**ok, "grpc_client_status": "OK"}) or 0) >= 1
