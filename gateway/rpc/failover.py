@@ -60,9 +60,13 @@ class FailoverClient:
         self._stubs: dict[int, Any] = {}
         self._channels: dict[int, Any] = {}
         self._reported: dict[str, float] = {}
+        self._closed = False
 
     def stub(self, index: int) -> Any:
-        """The stub of URL ``index`` (its channel opened on first use)."""
+        """The stub of URL ``index`` (its channel opened on first use; never after
+        ``close``: a call made while the process stops must not open a new one)."""
+        if self._closed:
+            raise Unavailable(f"{self.label} client closed")
         stub = self._stubs.get(index)
         if stub is None:
             channel = open_channel(self.targets[index], self.ca, self.override_name,
@@ -122,6 +126,7 @@ class FailoverClient:
                                label=self.label, url=url, code=code.name, details=details)
 
     async def close(self) -> None:
+        self._closed = True
         channels, self._channels, self._stubs = list(self._channels.values()), {}, {}
         for channel in channels:
             await channel.close()

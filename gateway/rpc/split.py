@@ -13,9 +13,11 @@ kept out of tap.py so that all-in-one never imports grpc nor starts its thread.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
-from twisted.application.service import IService, MultiService
+from twisted.application.service import IService, MultiService, Service
+from twisted.internet.defer import Deferred
 
 from gateway.authenticate.holder import IdentityHolder
 from gateway.config.snapshot import Snapshot
@@ -65,11 +67,26 @@ class SplitRpc:
         if not uses_remote_authorize(self.snapshot):
             return local
         o, m = self.snapshot.options, self.snapshot.material
-        return RemoteAuthorizer.create(
+        remote = RemoteAuthorizer.create(
             self.bridge, local, o.authorize_service_urls, m.shared_secret,
             float(o.grpc_client_timeout), ca=m.certificate_authority,
             override_name=o.override_certificate_name,
             round_robin=o.grpc_client_dns_roundrobin, process=o.service_label)
+        # Its channels close on stop, under the bridge (whose loop must still run then).
+        MultiService.addService(self.service, ClosingService(remote.close))
+        return remote
+
+
+class ClosingService(Service):
+    """Closes a gRPC client (its channels) when the process stops. A child of the
+    BridgeService: the loop thread is stopped only after ``close`` has finished."""
+
+    def __init__(self, close: Callable[[], Deferred[None]]) -> None:
+        self.close = close
+
+    def stopService(self) -> Deferred[None]:
+        Service.stopService(self)
+        return self.close()
 
 
 def split_rpc(snapshot: Snapshot, reactor: Any, root: MultiService) -> SplitRpc | None:
