@@ -138,6 +138,8 @@ def build_service_tree(
         assert broker is not None
         identity = IdentityHolder(reactor, snapshot, broker)
         source.subscribe(identity.apply)
+        if split is not None:
+            split.signing_check(identity)
         if options.services == "authorize":  # decisions over gRPC, no HTTP listener
             assert split is not None
             MultiService.addService(split.service, split.authorize_server(identity, source))

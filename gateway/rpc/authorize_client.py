@@ -11,6 +11,9 @@ authorize service over gRPC (``authorize_service_url(s)``).
   URL tried, client-side failover), a refused token (``shared_secret differs``, logged),
   a broken answer, or a route mismatch (configurations differ; logged with both route
   keys) are each a 503 page with a body that says which.
+- An allow that passes an identity assertion signed with another key than the one this
+  proxy publishes (its ``signing_key``; ``signing_check``) is a 503 too, said in a log
+  line naming ``signing_key`` on both sides.
 - The gateway's own endpoints on route hosts (``/.gateway/*``: the sign-in hand-off,
   sign-out, the account pages) stay in this process (``local``): they set and clear this
   host's cookie, and read sessions from the databroker.
@@ -33,6 +36,12 @@ from gateway.rpc.bridge import AsyncioThread
 from gateway.rpc.failover import FailoverClient
 from gateway.rpc.protos import authorize_pb2 as pb
 from gateway.rpc.protos import authorize_pb2_grpc as pb_grpc
+from gateway.rpc.signing_check import (
+    MISMATCH_BODY,
+    MismatchNotice,
+    carries_assertion,
+    published_kid,
+)
 
 log = Logger(namespace="gateway.rpc")
 
@@ -49,6 +58,7 @@ class RemoteAuthorizer:
         self.local = local
         self.client = client
         self.mismatches = MismatchLog()
+        self.key_mismatch = MismatchNotice(client.process)
 
     @classmethod
     def create(cls, bridge: AsyncioThread, local: IdentityHolder, urls: tuple[str, ...],
@@ -99,6 +109,11 @@ class RemoteAuthorizer:
             return self._error(request, MISMATCH, "authorize-route-mismatch")
         if isinstance(decision, Deny):
             _adopt_request_id(request, decision)
+        elif carries_assertion(decision):
+            ours = published_kid(self.local.signer)
+            if answer.signing_kid != ours:  # upstreams could not verify it: fail closed
+                self.key_mismatch(ours, answer.signing_kid)
+                return self._error(request, MISMATCH_BODY, "signing-key-mismatch")
         return decision
 
     def _failed(self, failure: Failure, request: RequestInfo) -> Decision:

@@ -9,6 +9,8 @@ kept out of tap.py so that all-in-one never imports grpc nor starts its thread.
 - ``services: proxy`` with ``authorize_service_url(s)``: every decision is asked of that
   authorize service (authorize_client); without one, the proxy decides in process as
   before (its policy and sessions in this process, records in the databroker).
+- ``services: proxy`` or ``authenticate`` with ``authorize_service_url(s)``: a check that
+  this process publishes the key authorize signs with (signing_check).
 """
 
 from __future__ import annotations
@@ -31,9 +33,11 @@ from gateway.rpc.bridge import AsyncioThread, BridgeService
 from gateway.rpc.change_signal import ChangeSignal
 from gateway.rpc.databroker_client import RemoteRecordStore
 from gateway.rpc.databroker_server import SERVICE_NAME, DatabrokerServicer
+from gateway.rpc.failover import FailoverClient
 from gateway.rpc.protos import authorize_pb2_grpc as authorize_grpc
 from gateway.rpc.protos import databroker_pb2_grpc as pb_grpc
 from gateway.rpc.server import GrpcServerService
+from gateway.rpc.signing_check import SigningKeyCheck, published_kid
 
 
 class SplitRpc:
@@ -42,7 +46,9 @@ class SplitRpc:
 
     def __init__(self, snapshot: Snapshot, reactor: Any, root: MultiService) -> None:
         self.snapshot = snapshot
+        self.reactor = reactor
         self.bridge = AsyncioThread(reactor)
+        self._authorize: FailoverClient | None = None
         self.service = BridgeService(self.bridge)  # parent of what uses the thread
         root.addService(self.service)
         self.store = remote_store(self.bridge, snapshot) \
@@ -66,15 +72,32 @@ class SplitRpc:
         else ``local`` (in process)."""
         if not uses_remote_authorize(self.snapshot):
             return local
-        o, m = self.snapshot.options, self.snapshot.material
-        remote = RemoteAuthorizer.create(
-            self.bridge, local, o.authorize_service_urls, m.shared_secret,
-            float(o.grpc_client_timeout), ca=m.certificate_authority,
-            override_name=o.override_certificate_name,
-            round_robin=o.grpc_client_dns_roundrobin, process=o.service_label)
-        # Its channels close on stop, under the bridge (whose loop must still run then).
-        MultiService.addService(self.service, ClosingService(remote.close))
-        return remote
+        return RemoteAuthorizer(self.bridge, local, self.authorize_client())
+
+    def authorize_client(self) -> FailoverClient:
+        """The one client of ``authorize_service_url(s)`` in this process; its channels
+        close on stop, under the bridge (whose loop must still run then)."""
+        if self._authorize is None:
+            o, m = self.snapshot.options, self.snapshot.material
+            self._authorize = FailoverClient(
+                self.bridge, "authorize", AUTHORIZE_SERVICE, authorize_grpc.AuthorizeStub,
+                o.authorize_service_urls, m.shared_secret, float(o.grpc_client_timeout),
+                m.certificate_authority, o.override_certificate_name,
+                o.grpc_client_dns_roundrobin, o.service_label)
+            MultiService.addService(self.service, ClosingService(
+                lambda: self.bridge.submit(self._authorize_close)))
+        return self._authorize
+
+    async def _authorize_close(self) -> None:
+        if self._authorize is not None:
+            await self._authorize.close()
+
+    def signing_check(self, holder: IdentityHolder) -> None:
+        """A proxy or authenticate told of authorize: does it publish authorize's key?"""
+        if checks_signing_key(self.snapshot):
+            MultiService.addService(self.service, SigningKeyCheck(
+                self.reactor, self.bridge, self.authorize_client(),
+                lambda: published_kid(holder.signer), self.snapshot.options.service_label))
 
 
 class ClosingService(Service):
@@ -92,7 +115,8 @@ class ClosingService(Service):
 def split_rpc(snapshot: Snapshot, reactor: Any, root: MultiService) -> SplitRpc | None:
     """The gRPC parts this split process needs, or None when it needs none."""
     if snapshot.options.services in ("databroker", "authorize") \
-            or uses_remote_databroker(snapshot) or uses_remote_authorize(snapshot):
+            or uses_remote_databroker(snapshot) or uses_remote_authorize(snapshot) \
+            or checks_signing_key(snapshot):
         return SplitRpc(snapshot, reactor, root)
     return None
 
@@ -104,8 +128,15 @@ def uses_remote_databroker(snapshot: Snapshot) -> bool:
 
 
 def uses_remote_authorize(snapshot: Snapshot) -> bool:
+    return snapshot.options.remote_authorize
+
+
+def checks_signing_key(snapshot: Snapshot) -> bool:
+    """The processes that publish the JWKS but do not sign (authorize does) and know
+    where authorize is: a proxy asking it, an authenticate given its URL(s)."""
     o = snapshot.options
-    return o.services == "proxy" and bool(o.authorize_service_urls)
+    return o.services in ("proxy", "authenticate") and not o.signs_assertions \
+        and bool(o.authorize_service_urls)
 
 
 def remote_store(bridge: AsyncioThread, snapshot: Snapshot) -> RemoteRecordStore:

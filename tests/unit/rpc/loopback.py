@@ -10,6 +10,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from twisted.internet.defer import Deferred
+from twisted.internet.task import Clock
 
 from gateway.config.settings import Options
 from gateway.databroker.memory_records import MemoryRecordStore
@@ -29,6 +30,8 @@ class QueueReactor:
             = queue.Queue()
         self.thread = threading.current_thread()
         self.now = 1_000.0
+        self.clock = Clock()  # callLater: the test advances it
+        self.callLater = self.clock.callLater
 
     def seconds(self) -> float:
         return self.now
