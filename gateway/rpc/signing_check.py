@@ -130,7 +130,7 @@ class SigningKeyCheck(Service):
             self._said = (ours, theirs)
             if self.agreed:
                 log.info("signing_key: this process and authorize use the same key "
-                         "({key})", key=describe(ours))
+                         "({published})", published=describe(ours))
             else:
                 log.error("{message}", message=mismatch_message(self.process, ours, theirs),
                           ours=ours, theirs=theirs)

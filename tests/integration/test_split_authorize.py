@@ -160,3 +160,101 @@ def _scenario(tmp_path: Path, common: dict[str, Any], ports: dict[str, int],
             assert time.monotonic() - back < 10, f"proxy {name} did not recover"
             time.sleep(0.1)
     assert a.process.running and b.process.running
+
+
+def key_file(path: Path) -> str:
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    path.write_bytes(ec.generate_private_key(ec.SECP256R1()).private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption()))
+    return str(path)
+
+
+def test_authorize_over_tls_with_one_signing_key(tmp_path: Path, require_binary: Any) -> None:
+    """Authorize and the databroker serve gRPC over TLS (grpc_insecure: false, their
+    certificates); the others trust them through certificate_authority (inline, base64)
+    or certificate_authority_file, with override_certificate_name (the certificates name
+    a service, the URLs an address). Every process has the same signing_key but proxy C:
+    its assertions could not be verified with its JWKS, so it answers 503 and says
+    "signing_key differs" at start; on A the assertion verifies with the JWKS that
+    authenticate serves."""
+    import base64
+
+    import jwt
+    import trustme
+
+    require_binary("redis-server", "apt-get install -y redis-server")
+    require_binary("node", "apt-get install -y nodejs npm")
+    ca = trustme.CA()
+    (tmp_path / "ca.pem").write_bytes(ca.cert_pem.bytes())
+    for service in ("authorize", "databroker"):
+        issued = ca.issue_cert(f"{service}.internal", "services.internal")
+        (tmp_path / f"{service}.pem").write_bytes(issued.cert_chain_pems[0].bytes())
+        (tmp_path / f"{service}.key").write_bytes(issued.private_key_pem.bytes())
+    shared_key = key_file(tmp_path / "signing.pem")
+    other_key = key_file(tmp_path / "other.pem")
+    names = ("authenticate", "a", "b", "c", "databroker_grpc", "authorize_grpc")
+    ports = {name: free_port() for name in names}  # b: a route no process serves here
+    for d in ("databroker", "authorize", "authenticate", "a", "c"):
+        (tmp_path / d).mkdir()
+    callbacks = [f"http://auth.test:{ports['authenticate']}/oauth2/callback"]
+    with redis_server(tmp_path) as redis, oidc_provider(tmp_path, callbacks) as op, \
+            echo_upstream(tmp_path) as up:
+        common = common_config(op, f"kvstore://127.0.0.1:{redis.port}/0", up.url, ports)
+        common.update(
+            grpc_insecure=False, signing_key_file=shared_key,
+            authorize_service_url=f"https://127.0.0.1:{ports['authorize_grpc']}",
+            databroker_service_url=f"https://127.0.0.1:{ports['databroker_grpc']}",
+            certificate_authority=base64.b64encode(ca.cert_pem.bytes()).decode(),
+            override_certificate_name="services.internal")
+
+        def served(service: str) -> dict[str, Any]:
+            config = process_config(common, service, ports,
+                                    certificate_file=str(tmp_path / f"{service}.pem"),
+                                    certificate_key_file=str(tmp_path / f"{service}.key"))
+            del config["certificate_authority"]  # the file form, on these two
+            config["certificate_authority_file"] = str(tmp_path / "ca.pem")
+            return config
+
+        with gateway_daemon(tmp_path / "databroker", served("databroker"),
+                            ready_port=ports["databroker_grpc"]) as databroker, \
+                gateway_daemon(tmp_path / "authorize", served("authorize"),
+                               ready_port=ports["authorize_grpc"]) as authorize, \
+                gateway_daemon(tmp_path / "authenticate",
+                               process_config(common, "authenticate", ports),
+                               port=ports["authenticate"]) as authenticate, \
+                gateway_daemon(tmp_path / "a", process_config(common, "proxy", ports),
+                               port=ports["a"]) as a, \
+                gateway_daemon(tmp_path / "c", process_config(
+                    common, "proxy", ports, signing_key_file=other_key),
+                    port=ports["c"]) as c:
+            for daemon in (databroker, authorize):
+                assert "(TLS)" in daemon.process.log_text()
+            browser = Browser()
+            reply = browser.sign_in(f"http://app.test:{ports['a']}/", "alice@example.test")
+            assert reply.status == 200, (reply.status, reply.body[:300])
+            headers = {k.lower(): v for k, v in json.loads(reply.body)["headers"]}
+            keys = browser.request(
+                "GET", f"http://auth.test:{ports['authenticate']}/.well-known/gateway/jwks.json")
+            [jwk] = json.loads(keys.body)["keys"]
+            claims = jwt.decode(headers["x-gateway-jwt-assertion"],
+                                jwt.PyJWK(jwk).key, algorithms=["ES256"],
+                                audience=f"app.test:{ports['a']}",
+                                options={"verify_aud": False})
+            assert claims["email"] == "alice@example.test"
+            for daemon in (a, authenticate):
+                wait_until(lambda d=daemon: logged(d, "use the same key (kid "), 10,
+                           what="the signing-key check's agreement")
+
+            # proxy C publishes another key: 503 on the route that passes identity
+            wait_until(lambda: logged(c, "signing_key differs: authorize signs identity "
+                                         "assertions with kid"), 10,
+                       what="C's signing-key line at start")
+            stranger = Browser()
+            stranger.cookies["app.test"] = dict(browser.cookies["app.test"])
+            reply = stranger.request("GET", f"http://app.test:{ports['c']}/")
+            assert reply.status == 503, (reply.status, reply.body[:300])
+            assert b"signing_key" in reply.body
+            assert browser.request("GET", f"http://app.test:{ports['a']}/").status == 200
