@@ -312,7 +312,7 @@ class Endpoints:
                                "session-gone", actions=(Action("Sign in again", uri, "get"),))
         return pages.redirect(uri, ident.session_cookie(session))
 
-    def _sign_out(self, request: RequestInfo, body: bytes) -> Decision:
+    def _sign_out(self, request: RequestInfo, body: bytes) -> Decision | Deferred[Decision]:
         ident = self.identity
         session = ident.session_for(request)
         given = query_params(request) | (form_params(body) if request.method == b"POST" else {})
@@ -324,9 +324,18 @@ class Endpoints:
                 return sign_out_confirmation(
                     ident, session, wanted if safe_target(wanted, ident.allowed_hosts) else "")
             return self._error(400, "CSRF token invalid.", request.headers, "csrf-invalid")
-        ident.store.delete(session.id)
         log.info("signed out {email} ({user}) on {host}", email=session.email,
                  user=session.user_id, host=request.host, client=request.client_ip)
+        if ident.store.needs_fetch:
+            # a shared store: answer once it holds the sign-out, so that a sign-in right
+            # after it (through any process) finds no session to hand back
+            stored = ident.store.delete_confirmed(session.id)
+            return stored.addCallback(lambda _: self._signed_out(session, given))
+        ident.store.delete(session.id)
+        return self._signed_out(session, given)
+
+    def _signed_out(self, session: Session, given: dict[str, str]) -> Decision:
+        ident = self.identity
         clear = tuple((b"set-cookie", c) for c in clear_cookie_headers(
             ident.options.cookie_name, ident.options.cookie_domain, ident.options.cookie_secure))
         target = given.get("gateway_redirect_uri", "")
