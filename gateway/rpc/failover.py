@@ -1,5 +1,7 @@
 """One unary call to a service that has several URLs: client-side failover within one
-deadline, the URL that answered kept first, and each URL's failures said once in a while.
+deadline (``grpc_client_timeout``), rounds over the URLs again while they are only
+unreachable, the URL that answered kept first, and each URL's failures said once in a
+while.
 
 grpc's own reconnect backoff (``channels``) brings a restarted service back without a
 restart here; this module only decides which URL to try and what to log. The caller
@@ -27,6 +29,16 @@ FAILOVER_CODES = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED
                   grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.CANCELLED,
                   grpc.StatusCode.UNKNOWN, grpc.StatusCode.INTERNAL)
 REPORT_SECONDS = 10.0
+RETRY_PAUSE = (0.1, 1.0)  # between rounds while every URL is unreachable
+MAX_ROUNDS = 1_000
+
+
+def is_transient(code: Any, details: str) -> bool:
+    """Worth another round: the service is unreachable (restarting, a connection being
+    re-made), but not because its certificate is refused, which no retry mends."""
+    low = details.lower()
+    return bool(code == grpc.StatusCode.UNAVAILABLE and not any(
+        sign in low for sign in ("handshake", "verification")))
 
 
 class Unavailable(Exception):
@@ -76,16 +88,40 @@ class FailoverClient:
         return stub
 
     async def invoke(self, method: str, request: Any) -> Any:
-        """The call on the preferred URL, then on each other one, within one deadline."""
+        """The call on the preferred URL, then on each other one, within one deadline
+        (``grpc_client_timeout``). While every URL is only unreachable (UNAVAILABLE: a
+        service restarting, a connection being re-made), the round is tried again after
+        a pause until the deadline: the reference's "retries during transient failures
+        for this duration". A refusal or an error answer ends the call at once."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.timeout
-        count = len(self.targets)
+        pause = RETRY_PAUSE[0]
         errors: list[str] = []
+        for _ in range(MAX_ROUNDS):
+            tried: list[str] = []
+            answered, answer, transient = await self._round(method, request, deadline,
+                                                            tried)
+            if answered:
+                return answer
+            errors = tried or errors
+            remaining = deadline - loop.time()
+            if not transient or remaining <= 0:
+                break
+            await asyncio.sleep(min(pause, remaining))
+            pause = min(pause * 2, RETRY_PAUSE[1])
+        raise Unavailable(f"no {self.label} answered: " + "; ".join(errors or ["timed out"]))
+
+    async def _round(self, method: str, request: Any, deadline: float, errors: list[str]
+                     ) -> tuple[bool, Any, bool]:
+        """(answered, answer, every failure transient) after trying each URL once."""
+        loop = asyncio.get_running_loop()
+        count = len(self.targets)
+        transient = True
         for step in range(count):
             index = (self.preferred + step) % count
             remaining = deadline - loop.time()
             if remaining <= 0:
-                break
+                return False, None, False
             started = time.monotonic()
             try:
                 answer = await getattr(self.stub(index), method)(
@@ -96,8 +132,9 @@ class FailoverClient:
                 self.note_failure(index, exc.code(), exc.details() or "")
                 errors.append(f"{self.targets[index].url}: {exc.code().name} "
                               f"{exc.details() or ''}".rstrip())
+                transient = transient and is_transient(exc.code(), exc.details() or "")
                 if exc.code() not in FAILOVER_CODES:
-                    break
+                    return False, None, False
                 continue
             observe_client(f"/{self.service}/{method}", "OK", started, request, answer,
                            self.process)
@@ -105,8 +142,8 @@ class FailoverClient:
                 self.bridge.report(log.info, "{label}: now using {url}", label=self.label,
                                    url=self.targets[index].url)
                 self.preferred = index
-            return answer
-        raise Unavailable(f"no {self.label} answered: " + "; ".join(errors or ["timed out"]))
+            return True, answer, False
+        return False, None, transient
 
     def note_failure(self, index: int, code: Any, details: str) -> None:
         """Say what failed, once per ``REPORT_SECONDS`` per URL and kind."""

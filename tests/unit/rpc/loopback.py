@@ -66,9 +66,10 @@ class QueueReactor:
 
 
 def server_snapshot(secret: bytes = SECRET, port: int = 0,
-                    certificates: tuple[tuple[bytes, bytes], ...] = ()) -> Any:
+                    certificates: tuple[tuple[bytes, bytes], ...] = (),
+                    **settings: Any) -> Any:
     options = Options(services="databroker", grpc_address=f"127.0.0.1:{port}",
-                      grpc_insecure=not certificates)
+                      grpc_insecure=not certificates, **settings)
     return SimpleNamespace(options=options,
                            material=SimpleNamespace(shared_secret=secret,
                                                     certificates=certificates))
@@ -76,10 +77,12 @@ def server_snapshot(secret: bytes = SECRET, port: int = 0,
 
 def start_server(bridge: AsyncioThread, reactor: QueueReactor, secret: bytes = SECRET,
                  port: int = 0, certificates: tuple[tuple[bytes, bytes], ...] = (),
-                 signal: Any = None) -> tuple[GrpcServerService, MemoryRecordStore]:
+                 signal: Any = None, **settings: Any
+                 ) -> tuple[GrpcServerService, MemoryRecordStore]:
     store = MemoryRecordStore(reactor.seconds)
     servicer = DatabrokerServicer(bridge, store, signal=signal)
-    service = GrpcServerService(bridge, server_snapshot(secret, port, certificates), [
+    snapshot = server_snapshot(secret, port, certificates, **settings)
+    service = GrpcServerService(bridge, snapshot, [
         (servicer, pb_grpc.add_DatabrokerServicer_to_server, SERVICE_NAME)])
     service.startService()
     return service, store
