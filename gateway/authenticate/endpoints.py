@@ -9,6 +9,7 @@ import hashlib
 import hmac
 import json
 import secrets
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 from urllib.parse import urlencode, urlsplit
 
@@ -76,9 +77,9 @@ class Endpoints:
         if path == PROGRAMMATIC:
             return self._programmatic(request)
         if path in (SIGN_OUT, SIGN_OUT.rstrip("/")):
-            return self._sign_out(request, body)
+            return self._discovered(lambda: self._sign_out(request, body))
         if path in WHO_AM_I:
-            return who_am_i(ident, request)
+            return self._discovered(lambda: who_am_i(ident, request))
         if own_path(path):
             return self._error(404, "Not found.", request.headers, "not-found")
         return None
@@ -326,13 +327,39 @@ class Endpoints:
             return self._error(400, "CSRF token invalid.", request.headers, "csrf-invalid")
         log.info("signed out {email} ({user}) on {host}", email=session.email,
                  user=session.user_id, host=request.host, client=request.client_ip)
+        stored: Deferred[None] | None = None
         if ident.store.needs_fetch:
             # a shared store: answer once it holds the sign-out, so that a sign-in right
             # after it (through any process) finds no session to hand back
             stored = ident.store.delete_confirmed(session.id)
-            return stored.addCallback(lambda _: self._signed_out(session, given))
-        ident.store.delete(session.id)
-        return self._signed_out(session, given)
+        else:
+            ident.store.delete(session.id)
+        if stored is None:
+            return self._signed_out(session, given)
+        return stored.addCallback(lambda _: self._signed_out(session, given))
+
+    def _discovered(self, render: Callable[[], Decision | Deferred[Decision]]
+                    ) -> Decision | Deferred[Decision]:
+        """Pages with the sign-out form list the provider's end-session origin in their
+        form-action, and the sign-out redirects there; both need the provider's
+        discovery document. A process that has not read it yet (a split proxy:
+        authenticate signed the person in; any process just restarted) reads it first,
+        so that signing out there ends the provider's session too."""
+        provider = self.identity.provider
+        if provider is None or provider.metadata_loaded:
+            return render()
+
+        async def run() -> Decision:
+            assert provider is not None
+            try:
+                await provider.metadata()
+            except Exception as exc:  # the page and the sign-out here stand
+                log.warn("the identity provider's discovery document could not be read "
+                         "({error}): a sign-out here does not end its session",
+                         error=str(exc))
+            result = render()
+            return await result if isinstance(result, Deferred) else result
+        return ensureDeferred(run())
 
     def _signed_out(self, session: Session, given: dict[str, str]) -> Decision:
         ident = self.identity
