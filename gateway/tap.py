@@ -127,7 +127,7 @@ def build_service_tree(
         assert broker is not None
         MultiService.addService(databroker, broker)
         if split is not None:
-            MultiService.addService(split.service, split.server(broker))
+            MultiService.addService(split.service, split.server(broker, source))
     elif broker is not None:
         parent.addService(broker)
     if options.runs("authorize"):

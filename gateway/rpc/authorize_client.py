@@ -42,6 +42,7 @@ from gateway.rpc.signing_check import (
     carries_assertion,
     published_kid,
 )
+from gateway.rpc.trace_context import client_call, end
 
 log = Logger(namespace="gateway.rpc")
 
@@ -76,8 +77,10 @@ class RemoteAuthorizer:
         key = route_key(route.route)
         message = request_to_pb(request, self.local.identity.options.cookie_name, key,
                                 connect=bool(route.route.tcp))
+        span, metadata = client_call(SERVICE_NAME, "Check")  # a traced request: its trace
         d: Deferred[pb.CheckResponse] = self.bridge.submit(
-            lambda: self.client.invoke("Check", message))
+            lambda: self.client.invoke("Check", message, metadata))
+        d.addBoth(end, span)
         return d.addCallbacks(self._answered, self._failed, (request, key),
                               errbackArgs=(request,))
 

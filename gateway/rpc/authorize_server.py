@@ -35,6 +35,7 @@ from gateway.rpc.bridge import AsyncioThread
 from gateway.rpc.protos import authorize_pb2 as pb
 from gateway.rpc.protos import authorize_pb2_grpc as pb_grpc
 from gateway.rpc.signing_check import published_kid
+from gateway.rpc.trace_context import ServerTracing
 
 log = Logger(namespace="gateway.rpc")
 
@@ -101,13 +102,17 @@ class AuthorizeDecider:
 
 
 class AuthorizeServicer(pb_grpc.AuthorizeServicer):
-    def __init__(self, bridge: AsyncioThread, decider: AuthorizeDecider) -> None:
+    def __init__(self, bridge: AsyncioThread, decider: AuthorizeDecider,
+                 tracing: ServerTracing | None = None) -> None:
         self.bridge = bridge
         self.decider = decider
+        self.tracing = tracing or ServerTracing()
 
     async def Check(self, request: pb.CheckRequest, context: Any) -> pb.CheckResponse:
+        metadata = context.invocation_metadata()  # a traced request's traceparent
         answer: pb.CheckResponse = await self.bridge.in_reactor(
-            lambda: self.decider.check(request))
+            lambda: self.tracing.traced(metadata, f"grpc {SERVICE_NAME}/Check",
+                                        lambda: self.decider.check(request)))
         return answer
 
     async def SigningKey(self, request: pb.SigningKeyRequest, context: Any

@@ -87,12 +87,14 @@ class FailoverClient:
             stub = self._stubs[index] = self.make_stub(channel)
         return stub
 
-    async def invoke(self, method: str, request: Any) -> Any:
+    async def invoke(self, method: str, request: Any,
+                     metadata: tuple[tuple[str, str], ...] = ()) -> Any:
         """The call on the preferred URL, then on each other one, within one deadline
         (``grpc_client_timeout``). While every URL is only unreachable (UNAVAILABLE: a
         service restarting, a connection being re-made), the round is tried again after
         a pause until the deadline: the reference's "retries during transient failures
-        for this duration". A refusal or an error answer ends the call at once."""
+        for this duration". A refusal or an error answer ends the call at once.
+        ``metadata`` goes beside the token (a traceparent)."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.timeout
         pause = RETRY_PAUSE[0]
@@ -100,7 +102,7 @@ class FailoverClient:
         for _ in range(MAX_ROUNDS):
             tried: list[str] = []
             answered, answer, transient = await self._round(method, request, deadline,
-                                                            tried)
+                                                            tried, metadata)
             if answered:
                 return answer
             errors = tried or errors
@@ -111,8 +113,8 @@ class FailoverClient:
             pause = min(pause * 2, RETRY_PAUSE[1])
         raise Unavailable(f"no {self.label} answered: " + "; ".join(errors or ["timed out"]))
 
-    async def _round(self, method: str, request: Any, deadline: float, errors: list[str]
-                     ) -> tuple[bool, Any, bool]:
+    async def _round(self, method: str, request: Any, deadline: float, errors: list[str],
+                     metadata: tuple[tuple[str, str], ...] = ()) -> tuple[bool, Any, bool]:
         """(answered, answer, every failure transient) after trying each URL once."""
         loop = asyncio.get_running_loop()
         count = len(self.targets)
@@ -125,7 +127,8 @@ class FailoverClient:
             started = time.monotonic()
             try:
                 answer = await getattr(self.stub(index), method)(
-                    request, timeout=remaining, metadata=self.credentials.metadata())
+                    request, timeout=remaining,
+                    metadata=self.credentials.metadata() + metadata)
             except grpc.aio.AioRpcError as exc:
                 observe_client(f"/{self.service}/{method}", exc.code().name, started,
                                request, None, self.process)

@@ -26,6 +26,7 @@ from gateway.config.snapshot import Snapshot
 from gateway.config.source import ConfigSource
 from gateway.databroker.broker import Databroker
 from gateway.databroker.records import RecordStore
+from gateway.observability.tracing.service import TracingService
 from gateway.rpc.authorize_client import RemoteAuthorizer
 from gateway.rpc.authorize_server import SERVICE_NAME as AUTHORIZE_SERVICE
 from gateway.rpc.authorize_server import AuthorizeDecider, AuthorizeServicer
@@ -38,6 +39,7 @@ from gateway.rpc.protos import authorize_pb2_grpc as authorize_grpc
 from gateway.rpc.protos import databroker_pb2_grpc as pb_grpc
 from gateway.rpc.server import GrpcServerService
 from gateway.rpc.signing_check import SigningKeyCheck, published_kid
+from gateway.rpc.trace_context import ServerTracing
 
 
 class SplitRpc:
@@ -49,14 +51,28 @@ class SplitRpc:
         self.reactor = reactor
         self.bridge = AsyncioThread(reactor)
         self._authorize: FailoverClient | None = None
+        self.tracing = ServerTracing()
+        self._tracing_service: TracingService | None = None
         self.service = BridgeService(self.bridge)  # parent of what uses the thread
         root.addService(self.service)
         self.store = remote_store(self.bridge, snapshot) \
             if uses_remote_databroker(snapshot) else None
 
-    def server(self, broker: Databroker) -> IService:
+    def server(self, broker: Databroker, source: ConfigSource | None = None) -> IService:
         return databroker_server(self.bridge, self.snapshot, broker.store,
-                                 ChangeSignal(broker.follower))
+                                 ChangeSignal(broker.follower), self.server_tracing(source))
+
+    def server_tracing(self, source: ConfigSource | None) -> ServerTracing:
+        """The tracer of this process's gRPC servers (``tracing_*``, following reloads):
+        calls from a traced request continue its trace here."""
+        if self._tracing_service is None:
+            service = TracingService(self.reactor, self.snapshot.options,
+                                     self.tracing.changed)
+            MultiService.addService(self.service, service)
+            if source is not None:
+                source.subscribe(lambda snapshot: service.apply(snapshot.options))
+            self._tracing_service = service
+        return self.tracing
 
     def authorize_server(self, holder: IdentityHolder, source: ConfigSource) -> IService:
         """``services: authorize``: decisions with ``holder`` (subscribed to ``source``
@@ -64,7 +80,7 @@ class SplitRpc:
         decider = AuthorizeDecider(holder, self.snapshot)
         source.subscribe(decider.apply)
         return GrpcServerService(self.bridge, self.snapshot, [
-            (AuthorizeServicer(self.bridge, decider),
+            (AuthorizeServicer(self.bridge, decider, self.server_tracing(source)),
              authorize_grpc.add_AuthorizeServicer_to_server, AUTHORIZE_SERVICE)])
 
     def authorizer(self, local: IdentityHolder) -> IdentityHolder | RemoteAuthorizer:
@@ -148,9 +164,10 @@ def remote_store(bridge: AsyncioThread, snapshot: Snapshot) -> RemoteRecordStore
 
 
 def databroker_server(bridge: AsyncioThread, snapshot: Snapshot, store: RecordStore,
-                      signal: ChangeSignal | None = None) -> GrpcServerService:
+                      signal: ChangeSignal | None = None,
+                      tracing: ServerTracing | None = None) -> GrpcServerService:
     servicer = DatabrokerServicer(bridge, store,
                                   float(snapshot.options.grpc_server_max_connection_age),
-                                  signal)
+                                  signal, tracing)
     return GrpcServerService(bridge, snapshot, [
         (servicer, pb_grpc.add_DatabrokerServicer_to_server, SERVICE_NAME)])

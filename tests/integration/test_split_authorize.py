@@ -262,3 +262,54 @@ def test_authorize_over_tls_with_one_signing_key(tmp_path: Path, require_binary:
             assert reply.status == 503, (reply.status, reply.body[:300])
             assert b"signing_key" in reply.body
             assert browser.request("GET", f"http://app.test:{ports['a']}/").status == 200
+
+
+def test_authorize_spans_join_the_requests_trace(tmp_path: Path, require_binary: Any) -> None:
+    """Tracing on in every process (one collector): a request through proxy A is one
+    trace, authorize's server span a child of the proxy's gRPC client span (the W3C
+    traceparent travels in the call's metadata)."""
+    from tests.support.trace_collectors import HttpCollector, decode_zipkin, wait_for_spans
+
+    require_binary("redis-server", "apt-get install -y redis-server")
+    require_binary("node", "apt-get install -y nodejs npm")
+    names = ("authenticate", "a", "b", "c", "databroker_grpc", "authorize_grpc")
+    ports = {name: free_port() for name in names}
+    for d in ("databroker", "authorize", "authenticate", "a"):
+        (tmp_path / d).mkdir()
+    callbacks = [f"http://auth.test:{ports['authenticate']}/oauth2/callback"]
+    check = "grpc gateway.authorize.v1.Authorize/Check"
+    with redis_server(tmp_path) as redis, oidc_provider(tmp_path, callbacks) as op, \
+            echo_upstream(tmp_path) as up, HttpCollector() as collector:
+        common = common_config(op, f"kvstore://127.0.0.1:{redis.port}/0", up.url, ports)
+        common.update(tracing_provider="httptrace", tracing_sample_rate=1,
+                      tracing_httptrace_endpoint=f"{collector.url}/api/v2/spans")
+        with gateway_daemon(tmp_path / "databroker", process_config(common, "databroker",
+                                                                     ports),
+                            ready_port=ports["databroker_grpc"]), \
+                gateway_daemon(tmp_path / "authorize", process_config(common, "authorize",
+                                                                       ports),
+                               ready_port=ports["authorize_grpc"]), \
+                gateway_daemon(tmp_path / "authenticate",
+                               process_config(common, "authenticate", ports),
+                               port=ports["authenticate"]), \
+                gateway_daemon(tmp_path / "a", process_config(common, "proxy", ports),
+                               port=ports["a"]):
+            browser = Browser()
+            reply = browser.sign_in(f"http://app.test:{ports['a']}/", "alice@example.test")
+            assert reply.status == 200, (reply.status, reply.body[:300])
+            assert browser.request("GET", f"http://app.test:{ports['a']}/traced").status \
+                == 200
+
+            def decode() -> list[Any]:
+                return [s for r in collector.bodies() for s in decode_zipkin(r.body)]
+
+            def joined(spans: list[Any]) -> bool:
+                clients = {s.span_id: s for s in spans if s.name == check
+                           and s.kind == "client"}
+                return any(s.kind == "server" and s.name == check and s.parent_id in clients
+                           and clients[s.parent_id].trace_id == s.trace_id for s in spans)
+            spans = wait_for_spans(decode, joined)
+    client = next(s for s in spans if s.name == check and s.kind == "client")
+    # the client span is under the proxy's authorize span, in the request's trace
+    parents = {s.span_id: s for s in spans}
+    assert parents[client.parent_id].name == "authorize"
