@@ -34,7 +34,7 @@ from gateway.rpc.authorize_wire import decision_to_pb, request_from_pb, route_ke
 from gateway.rpc.bridge import AsyncioThread
 from gateway.rpc.protos import authorize_pb2 as pb
 from gateway.rpc.protos import authorize_pb2_grpc as pb_grpc
-from gateway.rpc.signing_check import published_kid
+from gateway.rpc.signing_check import AskedNotice, published_kid
 from gateway.rpc.trace_context import ServerTracing
 
 log = Logger(namespace="gateway.rpc")
@@ -70,6 +70,7 @@ class AuthorizeDecider:
         self.holder = holder
         self.plan: Plan = build_plan(snapshot)
         self.mismatches = MismatchLog()
+        self.key_mismatches = AskedNotice()
 
     def apply(self, snapshot: Snapshot) -> None:
         if snapshot is not self.plan.snapshot:
@@ -96,9 +97,12 @@ class AuthorizeDecider:
             return decision.addCallback(decision_to_pb, ours, kid)
         return decision_to_pb(decision, ours, kid)
 
-    def signing_key(self) -> pb.SigningKeyResponse:
+    def signing_key(self, asked: pb.SigningKeyRequest) -> pb.SigningKeyResponse:
+        """Our key; a process that publishes another is said here too (AskedNotice)."""
         signer = self.holder.signer
-        return pb.SigningKeyResponse(kid=published_kid(signer), algorithm=signer.algorithm)
+        ours = published_kid(signer)
+        self.key_mismatches(asked.process, asked.kid, ours)
+        return pb.SigningKeyResponse(kid=ours, algorithm=signer.algorithm)
 
 
 class AuthorizeServicer(pb_grpc.AuthorizeServicer):
@@ -118,5 +122,5 @@ class AuthorizeServicer(pb_grpc.AuthorizeServicer):
     async def SigningKey(self, request: pb.SigningKeyRequest, context: Any
                          ) -> pb.SigningKeyResponse:
         answer: pb.SigningKeyResponse = await self.bridge.in_reactor(
-            self.decider.signing_key)
+            lambda: self.decider.signing_key(request))
         return answer

@@ -86,6 +86,36 @@ class MismatchNotice:
                   ours=ours, theirs=theirs)
 
 
+def authorize_mismatch_message(process: str, theirs: str, ours: str) -> str:
+    """Authorize's side of the same line."""
+    return (f"signing_key differs: a {process} process publishes {describe(theirs)} on "
+            f"its JWKS endpoint, this authorize signs identity assertions with "
+            f"{describe(ours)}; upstreams cannot verify them: give authorize and every "
+            f"proxy and authenticate process the same signing_key (or signing_key_file)")
+
+
+class AskedNotice:
+    """Authorize's line for a process whose key differs: once per pair of kids and
+    process per ``LOG_SECONDS`` (every such process asks every ``RECHECK_SECONDS``)."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self.clock = clock
+        self._last: dict[tuple[str, str, str], float] = {}
+
+    def __call__(self, process: str, theirs: str, ours: str) -> None:
+        if theirs == ours:
+            return
+        now, key = self.clock(), (process, theirs, ours)
+        if now - self._last.get(key, float("-inf")) < LOG_SECONDS:
+            return
+        if len(self._last) > 1000:
+            self._last.clear()
+        self._last[key] = now
+        log.error("{message}", message=authorize_mismatch_message(process or "gateway",
+                                                                  theirs, ours),
+                  ours=ours, theirs=theirs)
+
+
 class SigningKeyCheck(Service):
     """Asks authorize for its key at start, retrying with backoff until it answers, then
     every ``RECHECK_SECONDS``; logs the outcome whenever it changes."""
@@ -116,8 +146,9 @@ class SigningKeyCheck(Service):
 
     def _ask(self) -> None:
         self._later = None
+        request = pb.SigningKeyRequest(kid=self.ours(), process=self.process)
         d: Deferred[pb.SigningKeyResponse] = self.bridge.submit(
-            lambda: self.client.invoke("SigningKey", pb.SigningKeyRequest()))
+            lambda: self.client.invoke("SigningKey", request))
         self._call = d
         d.addCallbacks(self._answered, self._failed)
 

@@ -256,6 +256,10 @@ def test_authorize_over_tls_with_one_signing_key(tmp_path: Path, require_binary:
             wait_until(lambda: logged(c, "signing_key differs: authorize signs identity "
                                          "assertions with kid"), 10,
                        what="C's signing-key line at start")
+            wait_until(lambda: logged(authorize, "signing_key differs: a gateway-proxy "
+                                                 "process publishes kid"), 10,
+                       what="authorize's signing-key line")
+            assert "signing_key differs" not in authenticate.process.log_text()
             stranger = Browser()
             stranger.cookies["app.test"] = dict(browser.cookies["app.test"])
             reply = stranger.request("GET", f"http://app.test:{ports['c']}/")

@@ -73,8 +73,12 @@ class CheckResponse(_message.Message):
     def __init__(self, allow: _Optional[_Union[Allowed, _Mapping]] = ..., deny: _Optional[_Union[Denied, _Mapping]] = ..., route_key: _Optional[str] = ..., mismatch: _Optional[bool] = ..., signing_kid: _Optional[str] = ...) -> None: ...
 
 class SigningKeyRequest(_message.Message):
-    __slots__ = ()
-    def __init__(self) -> None: ...
+    __slots__ = ("kid", "process")
+    KID_FIELD_NUMBER: _ClassVar[int]
+    PROCESS_FIELD_NUMBER: _ClassVar[int]
+    kid: str
+    process: str
+    def __init__(self, kid: _Optional[str] = ..., process: _Optional[str] = ...) -> None: ...
 
 class SigningKeyResponse(_message.Message):
     __slots__ = ("kid", "algorithm")

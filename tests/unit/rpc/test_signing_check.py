@@ -142,6 +142,7 @@ def test_the_check_at_start_says_whether_the_keys_agree(rig: Any, events: Any) -
         assert check.agreed
         reactor.drain()
         assert f"use the same key (kid {ours[0]})" in messages(events)
+        assert "this authorize signs" not in messages(events)
         # this process reloads with another key: the next check says so
         ours[0] = ""
         reactor.clock.advance(30)
@@ -152,6 +153,10 @@ def test_the_check_at_start_says_whether_the_keys_agree(rig: Any, events: Any) -
         assert f"signing_key differs: authorize signs identity assertions with kid " \
                f"{holder.signer.kid}, this process (gateway-proxy) publishes none " \
                f"(signing_key not set" in text
+        # and authorize says it too (both sides, as for shared_secret)
+        assert f"signing_key differs: a gateway-proxy process publishes none (signing_key " \
+               f"not set: an ephemeral key) on its JWKS endpoint, this authorize signs " \
+               f"identity assertions with kid {holder.signer.kid}" in text
     finally:
         check.stopService()
         reactor.wait(bridge.submit(client.close))
