@@ -49,10 +49,13 @@ if TYPE_CHECKING:
 
 log = Logger()
 
+DISCOVERY_RETRY = 60.0  # seconds a failed discovery read is not tried again by pages
+
 
 class Endpoints:
     def __init__(self, identity: Identity) -> None:
         self.identity = identity
+        self._discovery_failed = float("-inf")  # when reading it last failed (clock)
 
     def handles(self, host: str, path: str) -> bool:
         ident = self.identity
@@ -345,18 +348,21 @@ class Endpoints:
         discovery document. A process that has not read it yet (a split proxy:
         authenticate signed the person in; any process just restarted) reads it first,
         so that signing out there ends the provider's session too."""
-        provider = self.identity.provider
-        if provider is None or provider.metadata_loaded:
-            return render()
+        ident = self.identity
+        provider = ident.provider
+        if provider is None or provider.metadata_loaded or \
+                ident.clock() - self._discovery_failed < DISCOVERY_RETRY:
+            return render()  # (a provider that just failed is not waited for again)
 
         async def run() -> Decision:
             assert provider is not None
             try:
                 await provider.metadata()
             except Exception as exc:  # the page and the sign-out here stand
+                self._discovery_failed = ident.clock()
                 log.warn("the identity provider's discovery document could not be read "
-                         "({error}): a sign-out here does not end its session",
-                         error=str(exc))
+                         "({error}): a sign-out here does not end its session (tried "
+                         "again in {retry:g}s)", error=str(exc), retry=DISCOVERY_RETRY)
             result = render()
             return await result if isinstance(result, Deferred) else result
         return ensureDeferred(run())

@@ -74,6 +74,14 @@ class Undiscovered(FakeProvider):
             else None
 
 
+class Unreachable(Undiscovered):
+    """A provider whose discovery document cannot be read."""
+
+    async def metadata(self) -> dict[str, Any]:
+        self.discovered += 1
+        raise OSError("connection refused")
+
+
 class PagesCase(IdentityCase):
     def session(self, claims: dict[str, Any] | None = None) -> Session:
         return self.identity.new_session(dict(claims or ALICE), "idtoken-SECRET-1",
@@ -247,6 +255,29 @@ class SignOutPageTests(PagesCase):
         self.assertEqual(provider.discovered, 1)
         self.assertEqual(header(decision, b"location"),
                          f"https://idp.example.com/logout?to={SIGNED_OUT}".encode())
+
+    def test_an_unreachable_provider_is_not_waited_for_on_every_page(self) -> None:
+        """Discovery failed: the page is answered without the provider's end-session,
+        and the next pages within DISCOVERY_RETRY do not wait for the provider again."""
+        from gateway.authenticate import endpoints
+
+        provider = Unreachable()
+        self.identity.provider = provider  # type: ignore[assignment]
+        alice = self.session()
+
+        def confirmation() -> Any:
+            return self.endpoints.internal(
+                request(SIGN_OUT, method=b"GET", headers=[BROWSER, self.cookie(alice)]))
+        first = confirmation()
+        assert isinstance(first, Deferred)
+        self.assertEqual(self.successResultOf(first).status, 200)
+        again = confirmation()
+        self.assertNotIsInstance(again, Deferred)
+        self.assertEqual(again.status, 200)
+        self.assertEqual(provider.discovered, 1)
+        self.clock.now += endpoints.DISCOVERY_RETRY
+        self.assertIsInstance(confirmation(), Deferred)
+        self.assertEqual(provider.discovered, 2)
 
     def test_unsafe_destination_is_not_shown(self) -> None:
         alice = self.session()
