@@ -127,7 +127,7 @@ def build_service_tree(
         assert broker is not None
         MultiService.addService(databroker, broker)
         if split is not None:
-            MultiService.addService(split.service, split.server(broker))
+            MultiService.addService(split.service, split.server(broker, source))
     elif broker is not None:
         parent.addService(broker)
     if options.runs("authorize"):
@@ -138,6 +138,8 @@ def build_service_tree(
         assert broker is not None
         identity = IdentityHolder(reactor, snapshot, broker)
         source.subscribe(identity.apply)
+        if split is not None:
+            split.signing_check(identity)
         if options.services == "authorize":  # decisions over gRPC, no HTTP listener
             assert split is not None
             MultiService.addService(split.service, split.authorize_server(identity, source))

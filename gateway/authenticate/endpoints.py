@@ -9,6 +9,7 @@ import hashlib
 import hmac
 import json
 import secrets
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 from urllib.parse import urlencode, urlsplit
 
@@ -48,10 +49,13 @@ if TYPE_CHECKING:
 
 log = Logger()
 
+DISCOVERY_RETRY = 60.0  # seconds a failed discovery read is not tried again by pages
+
 
 class Endpoints:
     def __init__(self, identity: Identity) -> None:
         self.identity = identity
+        self._discovery_failed = float("-inf")  # when reading it last failed (clock)
 
     def handles(self, host: str, path: str) -> bool:
         ident = self.identity
@@ -76,9 +80,9 @@ class Endpoints:
         if path == PROGRAMMATIC:
             return self._programmatic(request)
         if path in (SIGN_OUT, SIGN_OUT.rstrip("/")):
-            return self._sign_out(request, body)
+            return self._discovered(lambda: self._sign_out(request, body))
         if path in WHO_AM_I:
-            return who_am_i(ident, request)
+            return self._discovered(lambda: who_am_i(ident, request))
         if own_path(path):
             return self._error(404, "Not found.", request.headers, "not-found")
         return None
@@ -312,7 +316,7 @@ class Endpoints:
                                "session-gone", actions=(Action("Sign in again", uri, "get"),))
         return pages.redirect(uri, ident.session_cookie(session))
 
-    def _sign_out(self, request: RequestInfo, body: bytes) -> Decision:
+    def _sign_out(self, request: RequestInfo, body: bytes) -> Decision | Deferred[Decision]:
         ident = self.identity
         session = ident.session_for(request)
         given = query_params(request) | (form_params(body) if request.method == b"POST" else {})
@@ -324,9 +328,47 @@ class Endpoints:
                 return sign_out_confirmation(
                     ident, session, wanted if safe_target(wanted, ident.allowed_hosts) else "")
             return self._error(400, "CSRF token invalid.", request.headers, "csrf-invalid")
-        ident.store.delete(session.id)
         log.info("signed out {email} ({user}) on {host}", email=session.email,
                  user=session.user_id, host=request.host, client=request.client_ip)
+        stored: Deferred[None] | None = None
+        if ident.store.needs_fetch:
+            # a shared store: answer once it holds the sign-out, so that a sign-in right
+            # after it (through any process) finds no session to hand back
+            stored = ident.store.delete_confirmed(session.id)
+        else:
+            ident.store.delete(session.id)
+        if stored is None:
+            return self._signed_out(session, given)
+        return stored.addCallback(lambda _: self._signed_out(session, given))
+
+    def _discovered(self, render: Callable[[], Decision | Deferred[Decision]]
+                    ) -> Decision | Deferred[Decision]:
+        """Pages with the sign-out form list the provider's end-session origin in their
+        form-action, and the sign-out redirects there; both need the provider's
+        discovery document. A process that has not read it yet (a split proxy:
+        authenticate signed the person in; any process just restarted) reads it first,
+        so that signing out there ends the provider's session too."""
+        ident = self.identity
+        provider = ident.provider
+        if provider is None or provider.metadata_loaded or \
+                ident.clock() - self._discovery_failed < DISCOVERY_RETRY:
+            return render()  # (a provider that just failed is not waited for again)
+
+        async def run() -> Decision:
+            assert provider is not None
+            try:
+                await provider.metadata()
+            except Exception as exc:  # the page and the sign-out here stand
+                self._discovery_failed = ident.clock()
+                log.warn("the identity provider's discovery document could not be read "
+                         "({error}): a sign-out here does not end its session (tried "
+                         "again in {retry:g}s)", error=str(exc), retry=DISCOVERY_RETRY)
+            result = render()
+            return await result if isinstance(result, Deferred) else result
+        return ensureDeferred(run())
+
+    def _signed_out(self, session: Session, given: dict[str, str]) -> Decision:
+        ident = self.identity
         clear = tuple((b"set-cookie", c) for c in clear_cookie_headers(
             ident.options.cookie_name, ident.options.cookie_domain, ident.options.cookie_secure))
         target = given.get("gateway_redirect_uri", "")

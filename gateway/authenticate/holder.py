@@ -30,10 +30,14 @@ def _signer(snapshot: Snapshot, previous: AssertionSigner | None) -> AssertionSi
             previous.algorithm == o.signing_key_algorithm and previous.issuer == issuer:
         return previous  # keep the ephemeral key across reloads
     signer = AssertionSigner(key, o.signing_key_algorithm, issuer)
-    if signer.ephemeral:
+    if signer.ephemeral and o.signs_assertions:
         log.warn("signing_key is not set: identity assertions are signed with an ephemeral "
                  "{alg} key (public key {public}); it is not served on the JWKS endpoint",
                  alg=o.signing_key_algorithm, public=signer.public_key_b64())
+    elif signer.ephemeral:  # split: authorize signs; this key would sign nothing
+        log.info("signing_key is not set: this process (services: {services}) signs no "
+                 "identity assertions (the authorize service does) and its JWKS endpoint "
+                 "serves an empty key set", services=o.services)
     return signer
 
 

@@ -131,6 +131,11 @@ class Provider:
         except ValueError:
             raise OIDCError(f"GET {url} did not answer JSON") from None
 
+    @property
+    def metadata_loaded(self) -> bool:
+        """Whether ``end_session_url`` can answer now (discovery has been read)."""
+        return self._metadata is not None
+
     async def metadata(self) -> dict[str, Any]:
         if self._metadata is None:
             data = await self._get_json(f"{self.issuer_url}/.well-known/openid-configuration")

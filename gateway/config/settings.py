@@ -344,6 +344,19 @@ class Options:
         ``gateway-<service>`` otherwise (reference, "Observability outputs")."""
         return "gateway" if self.all_in_one else f"gateway-{self.services}"
 
+    @property
+    def remote_authorize(self) -> bool:
+        """A proxy that asks an authorize service for every decision
+        (``authorize_service_url(s)``) instead of deciding in process."""
+        return self.services == "proxy" and bool(self.authorize_service_urls)
+
+    @property
+    def signs_assertions(self) -> bool:
+        """Whether this process signs identity assertions: it decides requests itself
+        (all-in-one, authorize, a proxy without ``authorize_service_url(s)``)."""
+        return self.services in ("all", "authorize") or (
+            self.services == "proxy" and not self.remote_authorize)
+
     def runs(self, service: str) -> bool:
         """Whether this process runs ``service`` (``all`` runs every one)."""
         return self.services in ("all", service)

@@ -287,11 +287,12 @@ def _split(options: Options, problems: Problems, material: dict[str, Any]) -> No
     if options.all_in_one:
         return
     if options.services in ("databroker", "authorize") and not options.grpc_insecure \
-            and not material.get("certificates"):
+            and not material.get("certificates") and not options.autocert:
         problems.error("grpc_insecure", "is false (the default when services is not all) "
                        "but no certificate is set to serve gRPC with TLS: set "
-                       "certificate_file and certificate_key_file (or certificates), or "
-                       "grpc_insecure: true for plaintext gRPC on a trusted network")
+                       "certificate_file and certificate_key_file (or certificates), "
+                       "autocert: true (the proxies' certificates in a shared autocert_dir), "
+                       "or grpc_insecure: true for plaintext gRPC on a trusted network")
     if options.services == "proxy":
         _service_urls(options.authorize_service_url, options.authorize_service_urls,
                       "authorize", problems)

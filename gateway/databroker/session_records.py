@@ -120,6 +120,19 @@ class RecordSessionStore:
         self._cache.pop(session_id, None)
         self._write(session_id, None)
 
+    def delete_confirmed(self, session_id: str) -> Deferred[None]:
+        """As ``delete``, and say when the store has taken it (or could not: the delete
+        is then retried as ``delete``'s is). A sign-out waits for this before it
+        answers: a browser that signs in again at once must not be handed the session
+        the store still holds."""
+        self._cache.pop(session_id, None)
+        if session_id in self._unsaved:  # an older write waits: the retry deletes it
+            self._unsaved[session_id] = None
+            return defer.succeed(None)
+        d: Deferred[Any] = self.store.delete(SESSION, session_id)
+        self._track(d, session_id, None)  # its callbacks leave None, failure or not
+        return d
+
     def fetch(self, session_id: str) -> Deferred[Session | None]:
         """Read a session this process has no trusted copy of."""
         def found(record: Record | None) -> Session | None:

@@ -11,6 +11,9 @@ authorize service over gRPC (``authorize_service_url(s)``).
   URL tried, client-side failover), a refused token (``shared_secret differs``, logged),
   a broken answer, or a route mismatch (configurations differ; logged with both route
   keys) are each a 503 page with a body that says which.
+- An allow that passes an identity assertion signed with another key than the one this
+  proxy publishes (its ``signing_key``; ``signing_check``) is a 503 too, said in a log
+  line naming ``signing_key`` on both sides.
 - The gateway's own endpoints on route hosts (``/.gateway/*``: the sign-in hand-off,
   sign-out, the account pages) stay in this process (``local``): they set and clear this
   host's cookie, and read sessions from the databroker.
@@ -33,6 +36,13 @@ from gateway.rpc.bridge import AsyncioThread
 from gateway.rpc.failover import FailoverClient
 from gateway.rpc.protos import authorize_pb2 as pb
 from gateway.rpc.protos import authorize_pb2_grpc as pb_grpc
+from gateway.rpc.signing_check import (
+    MISMATCH_BODY,
+    MismatchNotice,
+    carries_assertion,
+    published_kid,
+)
+from gateway.rpc.trace_context import client_call, end
 
 log = Logger(namespace="gateway.rpc")
 
@@ -49,6 +59,7 @@ class RemoteAuthorizer:
         self.local = local
         self.client = client
         self.mismatches = MismatchLog()
+        self.key_mismatch = MismatchNotice(client.process)
 
     @classmethod
     def create(cls, bridge: AsyncioThread, local: IdentityHolder, urls: tuple[str, ...],
@@ -66,8 +77,10 @@ class RemoteAuthorizer:
         key = route_key(route.route)
         message = request_to_pb(request, self.local.identity.options.cookie_name, key,
                                 connect=bool(route.route.tcp))
+        span, metadata = client_call(SERVICE_NAME, "Check")  # a traced request: its trace
         d: Deferred[pb.CheckResponse] = self.bridge.submit(
-            lambda: self.client.invoke("Check", message))
+            lambda: self.client.invoke("Check", message, metadata))
+        d.addBoth(end, span)
         return d.addCallbacks(self._answered, self._failed, (request, key),
                               errbackArgs=(request,))
 
@@ -99,6 +112,11 @@ class RemoteAuthorizer:
             return self._error(request, MISMATCH, "authorize-route-mismatch")
         if isinstance(decision, Deny):
             _adopt_request_id(request, decision)
+        elif carries_assertion(decision):
+            ours = published_kid(self.local.signer)
+            if answer.signing_kid != ours:  # upstreams could not verify it: fail closed
+                self.key_mismatch(ours, answer.signing_kid)
+                return self._error(request, MISMATCH_BODY, "signing-key-mismatch")
         return decision
 
     def _failed(self, failure: Failure, request: RequestInfo) -> Decision:

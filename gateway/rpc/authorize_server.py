@@ -11,6 +11,9 @@ deny page or sign-in redirect). What is new here is only the route:
   the two differ the configurations differ, and the answer is a mismatch, never a
   decision (the proxy answers 503), with a log line on both sides naming the two keys.
 
+Every answer carries the kid of the key authorize signs with (``signing_check``), and
+``SigningKey`` answers it alone, so the proxies can tell that they publish the same key.
+
 Authorize's own decision cache (per session record and route, ``Identity``) serves
 repeated requests; session changes reach it through the databroker's change stream.
 """
@@ -31,6 +34,8 @@ from gateway.rpc.authorize_wire import decision_to_pb, request_from_pb, route_ke
 from gateway.rpc.bridge import AsyncioThread
 from gateway.rpc.protos import authorize_pb2 as pb
 from gateway.rpc.protos import authorize_pb2_grpc as pb_grpc
+from gateway.rpc.signing_check import AskedNotice, published_kid
+from gateway.rpc.trace_context import ServerTracing
 
 log = Logger(namespace="gateway.rpc")
 
@@ -65,6 +70,7 @@ class AuthorizeDecider:
         self.holder = holder
         self.plan: Plan = build_plan(snapshot)
         self.mismatches = MismatchLog()
+        self.key_mismatches = AskedNotice()
 
     def apply(self, snapshot: Snapshot) -> None:
         if snapshot is not self.plan.snapshot:
@@ -86,17 +92,35 @@ class AuthorizeDecider:
                           proxy_route=message.route_key, authorize_route=ours or "none")
             return pb.CheckResponse(route_key=ours, mismatch=True)
         decision = self.holder.authorize(request, plan)
+        kid = published_kid(self.holder.signer)
         if isinstance(decision, Deferred):
-            return decision.addCallback(decision_to_pb, ours)
-        return decision_to_pb(decision, ours)
+            return decision.addCallback(decision_to_pb, ours, kid)
+        return decision_to_pb(decision, ours, kid)
+
+    def signing_key(self, asked: pb.SigningKeyRequest) -> pb.SigningKeyResponse:
+        """Our key; a process that publishes another is said here too (AskedNotice)."""
+        signer = self.holder.signer
+        ours = published_kid(signer)
+        self.key_mismatches(asked.process, asked.kid, ours)
+        return pb.SigningKeyResponse(kid=ours, algorithm=signer.algorithm)
 
 
 class AuthorizeServicer(pb_grpc.AuthorizeServicer):
-    def __init__(self, bridge: AsyncioThread, decider: AuthorizeDecider) -> None:
+    def __init__(self, bridge: AsyncioThread, decider: AuthorizeDecider,
+                 tracing: ServerTracing | None = None) -> None:
         self.bridge = bridge
         self.decider = decider
+        self.tracing = tracing or ServerTracing()
 
     async def Check(self, request: pb.CheckRequest, context: Any) -> pb.CheckResponse:
+        metadata = context.invocation_metadata()  # a traced request's traceparent
         answer: pb.CheckResponse = await self.bridge.in_reactor(
-            lambda: self.decider.check(request))
+            lambda: self.tracing.traced(metadata, f"grpc {SERVICE_NAME}/Check",
+                                        lambda: self.decider.check(request)))
+        return answer
+
+    async def SigningKey(self, request: pb.SigningKeyRequest, context: Any
+                         ) -> pb.SigningKeyResponse:
+        answer: pb.SigningKeyResponse = await self.bridge.in_reactor(
+            lambda: self.decider.signing_key(request))
         return answer

@@ -84,12 +84,13 @@ def _pairs(headers: Iterable[pb.Header]) -> tuple[tuple[bytes, bytes], ...]:
     return tuple((h.name, h.value) for h in headers)
 
 
-def decision_to_pb(decision: Decision, key: str) -> pb.CheckResponse:
+def decision_to_pb(decision: Decision, key: str, kid: str = "") -> pb.CheckResponse:
+    """``kid``: the key id authorize signs with (signing_check), "" for none."""
     if isinstance(decision, Allow):
-        return pb.CheckResponse(route_key=key, allow=pb.Allowed(
+        return pb.CheckResponse(route_key=key, signing_kid=kid, allow=pb.Allowed(
             headers=[pb.Header(name=n, value=v) for n, v in decision.headers],
             remove=sorted(decision.remove), strip_cookie=decision.strip_cookie))
-    return pb.CheckResponse(route_key=key, deny=pb.Denied(
+    return pb.CheckResponse(route_key=key, signing_kid=kid, deny=pb.Denied(
         status=decision.status, body=decision.body, reason=decision.reason,
         headers=[pb.Header(name=n, value=v) for n, v in decision.headers]))
 

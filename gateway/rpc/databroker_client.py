@@ -30,6 +30,7 @@ from gateway.rpc.convert import changes_from_pb, record_from_pb
 from gateway.rpc.failover import FailoverClient, Unavailable
 from gateway.rpc.protos import databroker_pb2 as pb
 from gateway.rpc.protos import databroker_pb2_grpc as pb_grpc
+from gateway.rpc.trace_context import Metadata, client_call, end
 
 log = Logger(namespace="gateway.rpc")
 
@@ -65,55 +66,55 @@ class RemoteRecordStore:
     # -- RecordStore
 
     def get(self, type: str, id: str) -> Deferred[Record | None]:
-        async def call() -> Record | None:
-            answer = await self._invoke("Get", pb.GetRequest(type=type, id=id))
+        async def call(md: Metadata) -> Record | None:
+            answer = await self._invoke(md, "Get", pb.GetRequest(type=type, id=id))
             return record_from_pb(answer.record) if answer.HasField("record") else None
-        return self._submit(call)
+        return self._submit(call, "Get")
 
     def put(self, type: str, id: str, data: bytes, expires_at: float = 0.0,
             revive: bool = True) -> Deferred[Record | None]:
-        async def call() -> Record | None:
-            answer = await self._invoke("Put", pb.PutRequest(
+        async def call(md: Metadata) -> Record | None:
+            answer = await self._invoke(md, "Put", pb.PutRequest(
                 type=type, id=id, data=data, expires_at=expires_at, revive=revive))
             return record_from_pb(answer.record) if answer.HasField("record") else None
-        return self._submit(call)
+        return self._submit(call, "Put")
 
     def delete(self, type: str, id: str) -> Deferred[None]:
-        async def call() -> None:
-            await self._invoke("Delete", pb.DeleteRequest(type=type, id=id))
-        return self._submit(call)
+        async def call(md: Metadata) -> None:
+            await self._invoke(md, "Delete", pb.DeleteRequest(type=type, id=id))
+        return self._submit(call, "Delete")
 
     def query(self, type: str) -> Deferred[list[Record]]:
-        async def call() -> list[Record]:
-            answer = await self._invoke("Query", pb.QueryRequest(type=type))
+        async def call(md: Metadata) -> list[Record]:
+            answer = await self._invoke(md, "Query", pb.QueryRequest(type=type))
             return [record_from_pb(r) for r in answer.records]
-        return self._submit(call)
+        return self._submit(call, "Query")
 
     def sync(self, since: int) -> Deferred[Changes]:
-        async def call() -> Changes:
-            return changes_from_pb(await self._invoke("Sync", pb.SyncRequest(since=since)))
-        return self._submit(call)
+        async def call(md: Metadata) -> Changes:
+            return changes_from_pb(await self._invoke(md, "Sync", pb.SyncRequest(since=since)))
+        return self._submit(call, "Sync")
 
     def sweep(self, now: float) -> Deferred[int]:
-        async def call() -> int:
-            return int((await self._invoke("Sweep", pb.SweepRequest(now=now))).dropped)
-        return self._submit(call)
+        async def call(md: Metadata) -> int:
+            return int((await self._invoke(md, "Sweep", pb.SweepRequest(now=now))).dropped)
+        return self._submit(call, "Sweep")
 
     def lease(self, name: str, holder: str, seconds: float) -> Deferred[bool]:
-        async def call() -> bool:
-            answer = await self._invoke("Lease", pb.LeaseRequest(
+        async def call(md: Metadata) -> bool:
+            answer = await self._invoke(md, "Lease", pb.LeaseRequest(
                 name=name, holder=holder, seconds=seconds))
             return bool(answer.held)
-        return self._submit(call)
+        return self._submit(call, "Lease")
 
     def release(self, name: str, holder: str) -> Deferred[None]:
-        async def call() -> None:
-            await self._invoke("Release", pb.ReleaseRequest(name=name, holder=holder))
-        return self._submit(call)
+        async def call(md: Metadata) -> None:
+            await self._invoke(md, "Release", pb.ReleaseRequest(name=name, holder=holder))
+        return self._submit(call, "Release")
 
     def close(self) -> Deferred[None]:
         self._closed = True
-        return self._submit(self._close)
+        return self.bridge.submit(self._close)
 
     # -- the change stream
 
@@ -150,8 +151,13 @@ class RemoteRecordStore:
 
     # -- calls
 
-    def _submit(self, factory: Callable[[], Coroutine[Any, Any, T]]) -> Deferred[T]:
-        d = self.bridge.submit(factory)
+    def _submit(self, factory: Callable[[Metadata], Coroutine[Any, Any, T]],
+                method: str) -> Deferred[T]:
+        """Run the call on the loop; on the reactor (where a traced request's span is
+        active) first, a client span whose traceparent goes with it (trace_context)."""
+        span, metadata = client_call(SERVICE, method)
+        d = self.bridge.submit(lambda: factory(metadata))
+        d.addBoth(end, span)
 
         def unavailable(failure: Any) -> Any:
             if failure.check(StorageUnavailable):
@@ -159,9 +165,9 @@ class RemoteRecordStore:
             raise StorageUnavailable(f"databroker unreachable: {failure.getErrorMessage()}")
         return d.addErrback(unavailable)
 
-    async def _invoke(self, method: str, request: Any) -> Any:
+    async def _invoke(self, metadata: Metadata, method: str, request: Any) -> Any:
         try:
-            return await self.calls.invoke(method, request)
+            return await self.calls.invoke(method, request, metadata)
         except Unavailable as exc:
             raise StorageUnavailable(str(exc)) from None
 

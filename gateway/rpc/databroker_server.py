@@ -23,6 +23,7 @@ from gateway.rpc.change_signal import ChangeSignal
 from gateway.rpc.convert import changes_to_pb, record_to_pb
 from gateway.rpc.protos import databroker_pb2 as pb
 from gateway.rpc.protos import databroker_pb2_grpc as pb_grpc
+from gateway.rpc.trace_context import ServerTracing
 
 SERVICE_NAME = "gateway.databroker.v1.Databroker"
 WATCH_INTERVAL = 0.25
@@ -32,16 +33,24 @@ MAX_WATCH_ROUNDS = 1_000_000
 
 class DatabrokerServicer(pb_grpc.DatabrokerServicer):
     def __init__(self, bridge: AsyncioThread, store: RecordStore,
-                 watch_seconds: float = 300.0, signal: ChangeSignal | None = None) -> None:
+                 watch_seconds: float = 300.0, signal: ChangeSignal | None = None,
+                 tracing: ServerTracing | None = None) -> None:
         self.bridge = bridge
         self.store = store
+        self.tracing = tracing or ServerTracing()
         # Without a signal (tests), each stream polls the store every WATCH_INTERVAL.
         self.signal = signal
         # A change stream ends after this long (grpc_server_max_connection_age): the
         # client opens another, perhaps to another databroker.
         self.watch_seconds = watch_seconds
 
-    async def _run(self, context: Any, fn: Callable[[], Any]) -> Any:
+    async def _run(self, context: Any, fn: Callable[[], Any], method: str = "") -> Any:
+        """``fn`` on the reactor; with ``method``, under a server span of the caller's
+        trace when it sent one (trace_context)."""
+        if method:
+            metadata, work = context.invocation_metadata(), fn
+            fn = lambda: self.tracing.traced(  # noqa: E731
+                metadata, f"grpc {SERVICE_NAME}/{method}", work)
         try:
             return await self.bridge.in_reactor(fn)
         except StorageUnavailable as exc:
@@ -51,7 +60,8 @@ class DatabrokerServicer(pb_grpc.DatabrokerServicer):
             await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
 
     async def Get(self, request: pb.GetRequest, context: Any) -> pb.GetResponse:
-        record = await self._run(context, lambda: self.store.get(request.type, request.id))
+        record = await self._run(context, lambda: self.store.get(request.type, request.id),
+                                 "Get")
         if record is None:
             return pb.GetResponse()
         return pb.GetResponse(record=record_to_pb(record))
@@ -62,23 +72,23 @@ class DatabrokerServicer(pb_grpc.DatabrokerServicer):
 
     async def Put(self, request: pb.PutRequest, context: Any) -> pb.PutResponse:
         record = await self._run(context, lambda: self.store.put(
-            request.type, request.id, request.data, request.expires_at, request.revive))
+            request.type, request.id, request.data, request.expires_at, request.revive), "Put")
         self._written()
         if record is None:
             return pb.PutResponse()
         return pb.PutResponse(record=record_to_pb(record))
 
     async def Delete(self, request: pb.DeleteRequest, context: Any) -> pb.DeleteResponse:
-        await self._run(context, lambda: self.store.delete(request.type, request.id))
+        await self._run(context, lambda: self.store.delete(request.type, request.id), "Delete")
         self._written()
         return pb.DeleteResponse()
 
     async def Query(self, request: pb.QueryRequest, context: Any) -> pb.QueryResponse:
-        records = await self._run(context, lambda: self.store.query(request.type))
+        records = await self._run(context, lambda: self.store.query(request.type), "Query")
         return pb.QueryResponse(records=[record_to_pb(r) for r in records])
 
     async def Sync(self, request: pb.SyncRequest, context: Any) -> pb.Changes:
-        changes = await self._run(context, lambda: self.store.sync(request.since))
+        changes = await self._run(context, lambda: self.store.sync(request.since), "Sync")
         return changes_to_pb(changes)
 
     async def Watch(self, request: pb.SyncRequest, context: Any) -> AsyncIterator[pb.Changes]:
@@ -111,14 +121,15 @@ class DatabrokerServicer(pb_grpc.DatabrokerServicer):
                 self.signal.discard(woken)
 
     async def Sweep(self, request: pb.SweepRequest, context: Any) -> pb.SweepResponse:
-        dropped = await self._run(context, lambda: self.store.sweep(request.now))
+        dropped = await self._run(context, lambda: self.store.sweep(request.now), "Sweep")
         return pb.SweepResponse(dropped=dropped)
 
     async def Lease(self, request: pb.LeaseRequest, context: Any) -> pb.LeaseResponse:
         held = await self._run(context, lambda: self.store.lease(
-            request.name, request.holder, request.seconds))
+            request.name, request.holder, request.seconds), "Lease")
         return pb.LeaseResponse(held=held)
 
     async def Release(self, request: pb.ReleaseRequest, context: Any) -> pb.ReleaseResponse:
-        await self._run(context, lambda: self.store.release(request.name, request.holder))
+        await self._run(context, lambda: self.store.release(request.name, request.holder),
+                        "Release")
         return pb.ReleaseResponse()

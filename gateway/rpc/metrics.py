@@ -1,7 +1,8 @@
 """The reference's ``grpc_client_*`` and ``grpc_server_*`` metrics, in the process registry.
 
 Observed on the gRPC thread (prometheus-client's metrics take their own locks). Labels:
-the gRPC service and method, the status code's name, and this process's ``services``.
+the gRPC service and method, the status code's name, and ``service``: this process's
+``Options.service_label`` (``gateway-databroker``, ``gateway-proxy``...), as every other family.
 A server-streaming call is one request whose response size is the sum of its messages.
 """
 

@@ -1,5 +1,6 @@
 """The gRPC server of a split process, as a Twisted service: served on ``grpc_address``,
-plaintext with ``grpc_insecure`` or TLS with the process's certificates, every call
+plaintext with ``grpc_insecure`` or TLS with the process's certificates (with
+``autocert`` and none of its own: those in ``autocert_dir``, autocert_tls), every call
 checked against ``shared_secret``, and the standard health service beside ours.
 
 Start-up waits (bounded) for the port to be bound, so a taken ``grpc_address`` stops
@@ -20,8 +21,10 @@ from twisted.internet.defer import Deferred
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
+from gateway.autocert.service import wanted_domains
 from gateway.config.snapshot import Snapshot
 from gateway.rpc.auth import SharedSecretInterceptor
+from gateway.rpc.autocert_tls import AutocertCertificates
 from gateway.rpc.bridge import AsyncioThread
 from gateway.rpc.channels import listen_address, server_credentials, server_options
 from gateway.rpc.metrics import ServerMetricsInterceptor
@@ -77,17 +80,18 @@ class GrpcServerService(Service):
                          address=o.grpc_address, error=str(exc) or repr(exc))
             raise SystemExit(1) from None
         Service.startService(self)
+        security = "insecure" if o.grpc_insecure else "TLS" if self.snapshot.material.certificates \
+            else f"TLS, autocert certificates from {o.autocert_dir}"
         log.info("gRPC: serving {services} on {address} ({security})",
                  services=", ".join(name for _, _, name in self.offers),
-                 address=o.grpc_address, port=self.port,
-                 security="insecure" if o.grpc_insecure else "TLS")
+                 address=o.grpc_address, port=self.port, security=security)
 
     async def _start(self, address: str) -> int:
         o, m = self.snapshot.options, self.snapshot.material
         interceptor = SharedSecretInterceptor(
             m.shared_secret, lambda method, why: self.bridge.report(
                 self._refusals, method, why))
-        metrics = ServerMetricsInterceptor(o.services)  # first: it sees refusals too
+        metrics = ServerMetricsInterceptor(o.service_label)  # first: it sees refusals too
         server = grpc.aio.server(interceptors=[metrics, interceptor], options=server_options(
             o.grpc_server_max_connection_age, o.grpc_server_max_connection_age_grace))
         health = HealthServicer()
@@ -97,9 +101,7 @@ class GrpcServerService(Service):
         if o.grpc_insecure:
             port = server.add_insecure_port(address)
         else:
-            if not m.certificates:
-                raise ValueError("grpc_insecure is false but no certificate is configured")
-            port = server.add_secure_port(address, server_credentials(m.certificates))
+            port = server.add_secure_port(address, self._credentials())
         if not port:
             raise OSError(f"could not bind {address}")
         await server.start()
@@ -109,6 +111,16 @@ class GrpcServerService(Service):
             await health.set(name, serving)
         self._server, self._health = server, health
         return int(port)
+
+    def _credentials(self) -> Any:
+        """This process's certificates, else (``autocert``) those in ``autocert_dir``."""
+        o, m = self.snapshot.options, self.snapshot.material
+        if m.certificates:
+            return server_credentials(m.certificates)
+        if o.autocert:
+            return AutocertCertificates(o.autocert_dir,
+                                        wanted_domains(self.snapshot)).credentials()
+        raise ValueError("grpc_insecure is false but no certificate is configured")
 
     async def _stop(self) -> None:
         if self._health is not None:

@@ -115,13 +115,17 @@ def _scenario(tmp_path: Path, common: dict[str, Any], ports: dict[str, int],
     assert "_gateway" not in headers.get("cookie", "")
     assert browser.request("GET", f"http://app.test:{pb}/").status == 200
 
-    # sign-out through A ends the session on B within a second
+    # sign-out through A ends the session on B within a second (asked with a copy
+    # of the cookie: the browser's own is cleared for every port of app.test)
+    keeper = Browser()
+    keeper.cookies["app.test"] = dict(browser.cookies["app.test"])
+    assert keeper.request("GET", f"http://app.test:{pb}/z").status == 200
     sign_out(browser, pa)
     ended = time.monotonic()
-    while browser.request("GET", f"http://app.test:{pb}/z").status == 200:
+    while keeper.request("GET", f"http://app.test:{pb}/z").status == 200:
         assert time.monotonic() - ended < 1.0, "sign-out not seen on B in 1 s"
         time.sleep(0.05)
-    assert browser.request("GET", f"http://app.test:{pb}/z").status == 302
+    assert keeper.request("GET", f"http://app.test:{pb}/z").status == 302
 
     # a proxy with another shared_secret: refused, said on both sides, 503s
     assert browser.sign_in(f"http://app.test:{pa}/", "alice@example.test").status == 200
@@ -160,3 +164,156 @@ def _scenario(tmp_path: Path, common: dict[str, Any], ports: dict[str, int],
             assert time.monotonic() - back < 10, f"proxy {name} did not recover"
             time.sleep(0.1)
     assert a.process.running and b.process.running
+
+
+def key_file(path: Path) -> str:
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    path.write_bytes(ec.generate_private_key(ec.SECP256R1()).private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption()))
+    return str(path)
+
+
+def test_authorize_over_tls_with_one_signing_key(tmp_path: Path, require_binary: Any) -> None:
+    """Authorize and the databroker serve gRPC over TLS (grpc_insecure: false, their
+    certificates); the others trust them through certificate_authority (inline, base64)
+    or certificate_authority_file, with override_certificate_name (the certificates name
+    a service, the URLs an address). Every process has the same signing_key but proxy C:
+    its assertions could not be verified with its JWKS, so it answers 503 and says
+    "signing_key differs" at start; on A the assertion verifies with the JWKS that
+    authenticate serves."""
+    import base64
+
+    import jwt
+    import trustme
+
+    require_binary("redis-server", "apt-get install -y redis-server")
+    require_binary("node", "apt-get install -y nodejs npm")
+    ca = trustme.CA()
+    (tmp_path / "ca.pem").write_bytes(ca.cert_pem.bytes())
+    for service in ("authorize", "databroker"):
+        issued = ca.issue_cert(f"{service}.internal", "services.internal")
+        (tmp_path / f"{service}.pem").write_bytes(issued.cert_chain_pems[0].bytes())
+        (tmp_path / f"{service}.key").write_bytes(issued.private_key_pem.bytes())
+    shared_key = key_file(tmp_path / "signing.pem")
+    other_key = key_file(tmp_path / "other.pem")
+    names = ("authenticate", "a", "b", "c", "databroker_grpc", "authorize_grpc")
+    ports = {name: free_port() for name in names}  # b: a route no process serves here
+    for d in ("databroker", "authorize", "authenticate", "a", "c"):
+        (tmp_path / d).mkdir()
+    callbacks = [f"http://auth.test:{ports['authenticate']}/oauth2/callback"]
+    with redis_server(tmp_path) as redis, oidc_provider(tmp_path, callbacks) as op, \
+            echo_upstream(tmp_path) as up:
+        common = common_config(op, f"kvstore://127.0.0.1:{redis.port}/0", up.url, ports)
+        common.update(
+            grpc_insecure=False, signing_key_file=shared_key,
+            authorize_service_url=f"https://127.0.0.1:{ports['authorize_grpc']}",
+            databroker_service_url=f"https://127.0.0.1:{ports['databroker_grpc']}",
+            certificate_authority=base64.b64encode(ca.cert_pem.bytes()).decode(),
+            override_certificate_name="services.internal")
+
+        def served(service: str) -> dict[str, Any]:
+            config = process_config(common, service, ports,
+                                    certificate_file=str(tmp_path / f"{service}.pem"),
+                                    certificate_key_file=str(tmp_path / f"{service}.key"))
+            del config["certificate_authority"]  # the file form, on these two
+            config["certificate_authority_file"] = str(tmp_path / "ca.pem")
+            return config
+
+        with gateway_daemon(tmp_path / "databroker", served("databroker"),
+                            ready_port=ports["databroker_grpc"]) as databroker, \
+                gateway_daemon(tmp_path / "authorize", served("authorize"),
+                               ready_port=ports["authorize_grpc"]) as authorize, \
+                gateway_daemon(tmp_path / "authenticate",
+                               process_config(common, "authenticate", ports),
+                               port=ports["authenticate"]) as authenticate, \
+                gateway_daemon(tmp_path / "a", process_config(common, "proxy", ports),
+                               port=ports["a"]) as a, \
+                gateway_daemon(tmp_path / "c", process_config(
+                    common, "proxy", ports, signing_key_file=other_key),
+                    port=ports["c"]) as c:
+            for daemon in (databroker, authorize):
+                assert "(TLS)" in daemon.process.log_text()
+            browser = Browser()
+            reply = browser.sign_in(f"http://app.test:{ports['a']}/", "alice@example.test")
+            assert reply.status == 200, (reply.status, reply.body[:300])
+            headers = {k.lower(): v for k, v in json.loads(reply.body)["headers"]}
+            keys = browser.request(
+                "GET", f"http://auth.test:{ports['authenticate']}/.well-known/gateway/jwks.json")
+            [jwk] = json.loads(keys.body)["keys"]
+            claims = jwt.decode(headers["x-gateway-jwt-assertion"],
+                                jwt.PyJWK(jwk).key, algorithms=["ES256"],
+                                audience=f"app.test:{ports['a']}",
+                                options={"verify_aud": False})
+            assert claims["email"] == "alice@example.test"
+            for daemon in (a, authenticate):
+                wait_until(lambda d=daemon: logged(d, "use the same key (kid "), 10,
+                           what="the signing-key check's agreement")
+
+            # proxy C publishes another key: 503 on the route that passes identity
+            wait_until(lambda: logged(c, "signing_key differs: authorize signs identity "
+                                         "assertions with kid"), 10,
+                       what="C's signing-key line at start")
+            wait_until(lambda: logged(authorize, "signing_key differs: a gateway-proxy "
+                                                 "process publishes kid"), 10,
+                       what="authorize's signing-key line")
+            assert "signing_key differs" not in authenticate.process.log_text()
+            stranger = Browser()
+            stranger.cookies["app.test"] = dict(browser.cookies["app.test"])
+            reply = stranger.request("GET", f"http://app.test:{ports['c']}/")
+            assert reply.status == 503, (reply.status, reply.body[:300])
+            assert b"signing_key" in reply.body
+            assert browser.request("GET", f"http://app.test:{ports['a']}/").status == 200
+
+
+def test_authorize_spans_join_the_requests_trace(tmp_path: Path, require_binary: Any) -> None:
+    """Tracing on in every process (one collector): a request through proxy A is one
+    trace, authorize's server span a child of the proxy's gRPC client span (the W3C
+    traceparent travels in the call's metadata)."""
+    from tests.support.trace_collectors import HttpCollector, decode_zipkin, wait_for_spans
+
+    require_binary("redis-server", "apt-get install -y redis-server")
+    require_binary("node", "apt-get install -y nodejs npm")
+    names = ("authenticate", "a", "b", "c", "databroker_grpc", "authorize_grpc")
+    ports = {name: free_port() for name in names}
+    for d in ("databroker", "authorize", "authenticate", "a"):
+        (tmp_path / d).mkdir()
+    callbacks = [f"http://auth.test:{ports['authenticate']}/oauth2/callback"]
+    check = "grpc gateway.authorize.v1.Authorize/Check"
+    with redis_server(tmp_path) as redis, oidc_provider(tmp_path, callbacks) as op, \
+            echo_upstream(tmp_path) as up, HttpCollector() as collector:
+        common = common_config(op, f"kvstore://127.0.0.1:{redis.port}/0", up.url, ports)
+        common.update(tracing_provider="httptrace", tracing_sample_rate=1,
+                      tracing_httptrace_endpoint=f"{collector.url}/api/v2/spans")
+        with gateway_daemon(tmp_path / "databroker", process_config(common, "databroker",
+                                                                     ports),
+                            ready_port=ports["databroker_grpc"]), \
+                gateway_daemon(tmp_path / "authorize", process_config(common, "authorize",
+                                                                       ports),
+                               ready_port=ports["authorize_grpc"]), \
+                gateway_daemon(tmp_path / "authenticate",
+                               process_config(common, "authenticate", ports),
+                               port=ports["authenticate"]), \
+                gateway_daemon(tmp_path / "a", process_config(common, "proxy", ports),
+                               port=ports["a"]):
+            browser = Browser()
+            reply = browser.sign_in(f"http://app.test:{ports['a']}/", "alice@example.test")
+            assert reply.status == 200, (reply.status, reply.body[:300])
+            assert browser.request("GET", f"http://app.test:{ports['a']}/traced").status \
+                == 200
+
+            def decode() -> list[Any]:
+                return [s for r in collector.bodies() for s in decode_zipkin(r.body)]
+
+            def joined(spans: list[Any]) -> bool:
+                clients = {s.span_id: s for s in spans if s.name == check
+                           and s.kind == "client"}
+                return any(s.kind == "server" and s.name == check and s.parent_id in clients
+                           and clients[s.parent_id].trace_id == s.trace_id for s in spans)
+            spans = wait_for_spans(decode, joined)
+    client = next(s for s in spans if s.name == check and s.kind == "client")
+    # the client span is under the proxy's authorize span, in the request's trace
+    parents = {s.span_id: s for s in spans}
+    assert parents[client.parent_id].name == "authorize"

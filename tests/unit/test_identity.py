@@ -503,6 +503,32 @@ class SharedStoreSignInTests(IdentityCase):
         self.assertIsNone(header(decision, b"location"))
 
 
+    def test_sign_out_answers_once_the_store_has_it(self) -> None:
+        """A sign-out answers only once the shared store holds the deletion: a browser
+        that signs in again at once (through any process, as the split test's did)
+        must not be handed the session the store still had."""
+        alice = self.session()
+        held: list[Deferred[None]] = []
+        delete = self.records.delete
+
+        def slow_delete(type: str, id: str) -> Deferred[None]:
+            d: Deferred[None] = Deferred()
+            held.append(d)
+            d.addCallback(lambda _: delete(type, id))
+            return d
+        self.records.delete = slow_delete  # type: ignore[method-assign]
+        decision = self.endpoints.internal(
+            request(SIGN_OUT, "", method=b"POST", host=AUTH,
+                    headers=[BROWSER, self.cookie(alice)]),
+            urlencode({"csrf": self.identity.csrf_token(alice)}).encode())
+        assert isinstance(decision, Deferred)
+        self.assertNoResult(decision)  # the store has not taken it yet
+        self.assertIsNotNone(self.successResultOf(self.records.get(SESSION, alice.id)))
+        held[0].callback(None)
+        self.assertEqual(self.successResultOf(decision).status, 302)
+        self.assertIsNone(self.successResultOf(self.records.get(SESSION, alice.id)))
+
+
 class SignOutTests(IdentityCase):
     def csrf(self, session: Session) -> str:
         return hmac.new(self.snapshot.material.cookie_secret, session.id.encode(),

@@ -9,7 +9,7 @@ import html
 import json
 import re
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs, urlencode, urlsplit
 
 from twisted.internet.defer import Deferred, succeed
 
@@ -40,6 +40,8 @@ MARKUP = {"sub": f"id-{EVIL}", "email": f"{EVIL}@example.com", "name": EVIL,
 class FakeProvider:
     """The two calls the pages and sign-in start make on ``oidc.Provider``."""
 
+    metadata_loaded = True
+
     def __init__(self) -> None:
         self.started: list[tuple[str, bool]] = []
 
@@ -51,6 +53,33 @@ class FakeProvider:
 
     def end_session_url(self, id_token: str, post_logout: str) -> str | None:
         return f"https://idp.example.com/logout?to={post_logout}"
+
+
+class Undiscovered(FakeProvider):
+    """A provider whose discovery document this process has not read yet."""
+
+    metadata_loaded = False
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.discovered = 0
+
+    async def metadata(self) -> dict[str, Any]:
+        self.discovered += 1
+        self.metadata_loaded = True
+        return {}
+
+    def end_session_url(self, id_token: str, post_logout: str) -> str | None:
+        return super().end_session_url(id_token, post_logout) if self.metadata_loaded \
+            else None
+
+
+class Unreachable(Undiscovered):
+    """A provider whose discovery document cannot be read."""
+
+    async def metadata(self) -> dict[str, Any]:
+        self.discovered += 1
+        raise OSError("connection refused")
 
 
 class PagesCase(IdentityCase):
@@ -201,6 +230,54 @@ class SignOutPageTests(PagesCase):
         self.assertIn("signed out of the identity provider", text)
         self.assertEqual(form_of(decision.body).inputs["gateway_redirect_uri"],
                          "https://app.test/bye")
+
+    def test_a_process_new_to_the_provider_reads_its_discovery_to_end_its_session(
+            self) -> None:
+        """A split proxy never talked to the provider (authenticate signed the person
+        in): its sign-out reads the discovery document first, then sends the browser to
+        the provider's end-session endpoint, not only to the signed-out page."""
+        provider = Undiscovered()
+        self.identity.provider = provider  # type: ignore[assignment]
+        alice = self.session()
+        # the confirmation page: its form may be redirected to the provider
+        page = self.endpoints.internal(
+            request(SIGN_OUT, method=b"GET", headers=[BROWSER, self.cookie(alice)]))
+        assert isinstance(page, Deferred)
+        policy = header(self.successResultOf(page), b"content-security-policy") or b""
+        self.assertIn(b"https://idp.example.com", policy)
+        provider = Undiscovered()  # and the sign-out itself, in a process new to it
+        self.identity.provider = provider  # type: ignore[assignment]
+        d = self.endpoints.internal(
+            request(SIGN_OUT, method=b"POST", headers=[BROWSER, self.cookie(alice)]),
+            urlencode({"csrf": self.identity.csrf_token(alice)}).encode())
+        assert isinstance(d, Deferred)
+        decision = self.successResultOf(d)
+        self.assertEqual(provider.discovered, 1)
+        self.assertEqual(header(decision, b"location"),
+                         f"https://idp.example.com/logout?to={SIGNED_OUT}".encode())
+
+    def test_an_unreachable_provider_is_not_waited_for_on_every_page(self) -> None:
+        """Discovery failed: the page is answered without the provider's end-session,
+        and the next pages within DISCOVERY_RETRY do not wait for the provider again."""
+        from gateway.authenticate import endpoints
+
+        provider = Unreachable()
+        self.identity.provider = provider  # type: ignore[assignment]
+        alice = self.session()
+
+        def confirmation() -> Any:
+            return self.endpoints.internal(
+                request(SIGN_OUT, method=b"GET", headers=[BROWSER, self.cookie(alice)]))
+        first = confirmation()
+        assert isinstance(first, Deferred)
+        self.assertEqual(self.successResultOf(first).status, 200)
+        again = confirmation()
+        self.assertNotIsInstance(again, Deferred)
+        self.assertEqual(again.status, 200)
+        self.assertEqual(provider.discovered, 1)
+        self.clock.now += endpoints.DISCOVERY_RETRY
+        self.assertIsInstance(confirmation(), Deferred)
+        self.assertEqual(provider.discovered, 2)
 
     def test_unsafe_destination_is_not_shown(self) -> None:
         alice = self.session()

@@ -111,14 +111,17 @@ class ServiceTreeTests(SynchronousTestCase):
         for service, names in expected.items():
             root = self.tree(services=service, grpc_insecure=True, **secrets)
             self.assertEqual(self.names(root)[2:], names, service)
-        # the databroker and its gRPC server run under the thread they use
+        # the databroker and its gRPC server (with the tracing that continues callers'
+        # traces) run under the thread they use
         root = self.tree(services="databroker", grpc_insecure=True, **secrets)
         bridge = next(s for s in root if type(s).__name__ == "BridgeService")
-        self.assertEqual(self.names(bridge), ["DataBrokerService", "GrpcServerService"])
+        self.assertEqual(self.names(bridge),
+                         ["DataBrokerService", "TracingService", "GrpcServerService"])
         # authorize: its sessions (own store here) and its gRPC server, no HTTP listener
         root = self.tree(services="authorize", grpc_insecure=True, **secrets)
         bridge = next(s for s in root if type(s).__name__ == "BridgeService")
-        self.assertEqual(self.names(bridge), ["Databroker", "GrpcServerService"])
+        self.assertEqual(self.names(bridge),
+                         ["Databroker", "TracingService", "GrpcServerService"])
 
     def test_split_processes_use_the_databroker_over_grpc(self) -> None:
         """With databroker_service_url(s), the proxy and authenticate services keep their
@@ -155,6 +158,9 @@ class ServiceTreeTests(SynchronousTestCase):
         self.assertIsInstance(authorizer, RemoteAuthorizer)
         self.assertEqual([t.address for t in authorizer.client.targets],
                          ["127.0.0.1:5443", "127.0.0.1:5444"])
+        # under the bridge: the client's channels close on stop, and the signing-key check
+        bridge = next(s for s in root if type(s).__name__ == "BridgeService")
+        self.assertEqual(self.names(bridge), ["Databroker", "ClosingService", "SigningKeyCheck"])
         root = self.tree(services="proxy", **secrets)
         proxy = next(s for s in root if type(s).__name__ == "ProxyService")
         self.assertEqual(type(proxy.core.authorizer).__name__, "IdentityHolder")

@@ -39,7 +39,7 @@ from opentelemetry.trace import (
     Tracer as OTelTracer,
 )
 
-from gateway.observability.tracing.propagation import context_headers, find_parent
+from gateway.observability.tracing.propagation import Parent, context_headers, find_parent
 
 Attributes = dict[str, str | int | float | bool]
 _SAMPLED = TraceFlags(TraceFlags.SAMPLED)
@@ -206,3 +206,14 @@ class Tracer:
         trace = RequestTrace(OpenSpan(self.otel, span), b3)
         exchange.trace = trace
         exchange.trace_id = trace.trace_id
+
+
+def server_span(tracer: Tracer, name: str, parent: Parent,
+                attributes: Attributes | None = None) -> OpenSpan:
+    """A server span continuing a remote caller's sampled trace (a split proxy's gRPC
+    call to authorize or the databroker: ``gateway.rpc.trace_context``)."""
+    context = set_span_in_context(NonRecordingSpan(SpanContext(
+        parent.trace_id, parent.span_id, is_remote=True, trace_flags=_SAMPLED)))
+    span = tracer.otel.start_span(name, context=context, kind=SpanKind.SERVER,
+                                  attributes=attributes or {})
+    return OpenSpan(tracer.otel, span)

@@ -59,13 +59,31 @@ class Denied(_message.Message):
     def __init__(self, status: _Optional[int] = ..., body: _Optional[bytes] = ..., headers: _Optional[_Iterable[_Union[Header, _Mapping]]] = ..., reason: _Optional[str] = ...) -> None: ...
 
 class CheckResponse(_message.Message):
-    __slots__ = ("allow", "deny", "route_key", "mismatch")
+    __slots__ = ("allow", "deny", "route_key", "mismatch", "signing_kid")
     ALLOW_FIELD_NUMBER: _ClassVar[int]
     DENY_FIELD_NUMBER: _ClassVar[int]
     ROUTE_KEY_FIELD_NUMBER: _ClassVar[int]
     MISMATCH_FIELD_NUMBER: _ClassVar[int]
+    SIGNING_KID_FIELD_NUMBER: _ClassVar[int]
     allow: Allowed
     deny: Denied
     route_key: str
     mismatch: bool
-    def __init__(self, allow: _Optional[_Union[Allowed, _Mapping]] = ..., deny: _Optional[_Union[Denied, _Mapping]] = ..., route_key: _Optional[str] = ..., mismatch: _Optional[bool] = ...) -> None: ...
+    signing_kid: str
+    def __init__(self, allow: _Optional[_Union[Allowed, _Mapping]] = ..., deny: _Optional[_Union[Denied, _Mapping]] = ..., route_key: _Optional[str] = ..., mismatch: _Optional[bool] = ..., signing_kid: _Optional[str] = ...) -> None: ...
+
+class SigningKeyRequest(_message.Message):
+    __slots__ = ("kid", "process")
+    KID_FIELD_NUMBER: _ClassVar[int]
+    PROCESS_FIELD_NUMBER: _ClassVar[int]
+    kid: str
+    process: str
+    def __init__(self, kid: _Optional[str] = ..., process: _Optional[str] = ...) -> None: ...
+
+class SigningKeyResponse(_message.Message):
+    __slots__ = ("kid", "algorithm")
+    KID_FIELD_NUMBER: _ClassVar[int]
+    ALGORITHM_FIELD_NUMBER: _ClassVar[int]
+    kid: str
+    algorithm: str
+    def __init__(self, kid: _Optional[str] = ..., algorithm: _Optional[str] = ...) -> None: ...

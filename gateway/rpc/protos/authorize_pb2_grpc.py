@@ -39,6 +39,11 @@ class AuthorizeStub:
                 request_serializer=gateway_dot_rpc_dot_protos_dot_authorize__pb2.CheckRequest.SerializeToString,
                 response_deserializer=gateway_dot_rpc_dot_protos_dot_authorize__pb2.CheckResponse.FromString,
                 _registered_method=True)
+        self.SigningKey = channel.unary_unary(
+                '/gateway.authorize.v1.Authorize/SigningKey',
+                request_serializer=gateway_dot_rpc_dot_protos_dot_authorize__pb2.SigningKeyRequest.SerializeToString,
+                response_deserializer=gateway_dot_rpc_dot_protos_dot_authorize__pb2.SigningKeyResponse.FromString,
+                _registered_method=True)
 
 
 class AuthorizeServicer:
@@ -50,6 +55,14 @@ class AuthorizeServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def SigningKey(self, request, context):
+        """Asked by the other processes at start and every so often: do we publish the key
+        authorize signs with?
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AuthorizeServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -57,6 +70,11 @@ def add_AuthorizeServicer_to_server(servicer, server):
                     servicer.Check,
                     request_deserializer=gateway_dot_rpc_dot_protos_dot_authorize__pb2.CheckRequest.FromString,
                     response_serializer=gateway_dot_rpc_dot_protos_dot_authorize__pb2.CheckResponse.SerializeToString,
+            ),
+            'SigningKey': grpc.unary_unary_rpc_method_handler(
+                    servicer.SigningKey,
+                    request_deserializer=gateway_dot_rpc_dot_protos_dot_authorize__pb2.SigningKeyRequest.FromString,
+                    response_serializer=gateway_dot_rpc_dot_protos_dot_authorize__pb2.SigningKeyResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -86,6 +104,33 @@ class Authorize:
             '/gateway.authorize.v1.Authorize/Check',
             gateway_dot_rpc_dot_protos_dot_authorize__pb2.CheckRequest.SerializeToString,
             gateway_dot_rpc_dot_protos_dot_authorize__pb2.CheckResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SigningKey(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/gateway.authorize.v1.Authorize/SigningKey',
+            gateway_dot_rpc_dot_protos_dot_authorize__pb2.SigningKeyRequest.SerializeToString,
+            gateway_dot_rpc_dot_protos_dot_authorize__pb2.SigningKeyResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -170,8 +170,10 @@ class RuleTests(SynchronousTestCase):
         self.assertEqual(errors_of(base_config(services="databroker", **split)), [
             "grpc_insecure: is false (the default when services is not all) but no "
             "certificate is set to serve gRPC with TLS: set certificate_file and "
-            "certificate_key_file (or certificates), or grpc_insecure: true for plaintext "
+            "certificate_key_file (or certificates), autocert: true (the proxies' "
+            "certificates in a shared autocert_dir), or grpc_insecure: true for plaintext "
             "gRPC on a trusted network"])
+        load(base_config(services="databroker", autocert=True, **split))
         load(base_config(services="databroker", grpc_insecure=True,
                          grpc_address="127.0.0.1:5443", **split))
         self.assertEqual(errors_of(base_config(

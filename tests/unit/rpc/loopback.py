@@ -10,7 +10,9 @@ from types import SimpleNamespace
 from typing import Any
 
 from twisted.internet.defer import Deferred
+from twisted.internet.task import Clock
 
+from gateway.config.settings import Options
 from gateway.databroker.memory_records import MemoryRecordStore
 from gateway.rpc.bridge import AsyncioThread
 from gateway.rpc.databroker_server import SERVICE_NAME, DatabrokerServicer
@@ -28,6 +30,8 @@ class QueueReactor:
             = queue.Queue()
         self.thread = threading.current_thread()
         self.now = 1_000.0
+        self.clock = Clock()  # callLater: the test advances it
+        self.callLater = self.clock.callLater
 
     def seconds(self) -> float:
         return self.now
@@ -62,11 +66,10 @@ class QueueReactor:
 
 
 def server_snapshot(secret: bytes = SECRET, port: int = 0,
-                    certificates: tuple[tuple[bytes, bytes], ...] = ()) -> Any:
-    options = SimpleNamespace(services="all", grpc_address=f"127.0.0.1:{port}",
-                              grpc_insecure=not certificates,
-                              grpc_server_max_connection_age=300.0,
-                              grpc_server_max_connection_age_grace=300.0)
+                    certificates: tuple[tuple[bytes, bytes], ...] = (),
+                    **settings: Any) -> Any:
+    options = Options(services="databroker", grpc_address=f"127.0.0.1:{port}",
+                      grpc_insecure=not certificates, **settings)
     return SimpleNamespace(options=options,
                            material=SimpleNamespace(shared_secret=secret,
                                                     certificates=certificates))
@@ -74,10 +77,12 @@ def server_snapshot(secret: bytes = SECRET, port: int = 0,
 
 def start_server(bridge: AsyncioThread, reactor: QueueReactor, secret: bytes = SECRET,
                  port: int = 0, certificates: tuple[tuple[bytes, bytes], ...] = (),
-                 signal: Any = None) -> tuple[GrpcServerService, MemoryRecordStore]:
+                 signal: Any = None, **settings: Any
+                 ) -> tuple[GrpcServerService, MemoryRecordStore]:
     store = MemoryRecordStore(reactor.seconds)
     servicer = DatabrokerServicer(bridge, store, signal=signal)
-    service = GrpcServerService(bridge, server_snapshot(secret, port, certificates), [
+    snapshot = server_snapshot(secret, port, certificates, **settings)
+    service = GrpcServerService(bridge, snapshot, [
         (servicer, pb_grpc.add_DatabrokerServicer_to_server, SERVICE_NAME)])
     service.startService()
     return service, store

@@ -13,6 +13,7 @@ import pytest
 from twisted.internet.defer import Deferred, succeed
 from twisted.logger import globalLogPublisher
 
+from gateway.authorize.assertion import AssertionSigner
 from gateway.config.snapshot import Snapshot
 from gateway.dataplane.authz import Allow, Decision, Deny, RequestInfo
 from gateway.dataplane.routing.plan import RoutePlan, build_plan
@@ -120,8 +121,9 @@ def test_route_keys_name_from_and_the_path_matcher() -> None:
 class FakeHolder:
     """Allows, and says which route it was asked about."""
 
-    def __init__(self) -> None:
+    def __init__(self, signer: AssertionSigner | None = None) -> None:
         self.asked: list[str] = []
+        self.signer = signer or AssertionSigner(None, "ES256", "")
 
     def authorize(self, request: RequestInfo, route: Any) -> Decision | Deferred[Decision]:
         self.asked.append(route_key(route.route))
@@ -186,9 +188,10 @@ def events() -> Iterator[list[dict[str, Any]]]:
 class LocalIdentity:
     """The proxy's own identity layer, as far as the client uses it."""
 
-    def __init__(self) -> None:
+    def __init__(self, signer: AssertionSigner | None = None) -> None:
         self.identity = SimpleNamespace(options=SimpleNamespace(cookie_name="_gateway"),
                                         error=self.error)
+        self.signer = signer or AssertionSigner(None, "ES256", "")
 
     @staticmethod
     def error(status: int, message: str, headers: Any, reason: str) -> Deny:

@@ -39,3 +39,17 @@ def test_server_options() -> None:
     assert options["grpc.max_connection_age_ms"] == 300_000
     assert options["grpc.max_connection_age_grace_ms"] == 60_000
     assert options["grpc.so_reuseport"] == 0
+
+
+def test_only_an_unreachable_service_is_worth_another_round() -> None:
+    import grpc
+
+    from gateway.rpc.failover import is_transient
+
+    assert is_transient(grpc.StatusCode.UNAVAILABLE, "connections to all backends failing; "
+                        "last error: UNKNOWN: ipv4:127.0.0.1:1: Connection refused")
+    for details in ("...: Tls handshake failed (TSI_PROTOCOL_FAILURE): ...",
+                    "...: Custom verification check failed with error: UNAUTHENTICATED: "
+                    "Hostname Verification Check failed."):
+        assert not is_transient(grpc.StatusCode.UNAVAILABLE, details)
+    assert not is_transient(grpc.StatusCode.UNAUTHENTICATED, "shared_secret differs")

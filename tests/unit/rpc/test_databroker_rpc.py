@@ -6,19 +6,26 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 from twisted.logger import globalLogPublisher
 from twisted.python.failure import Failure
 
+from gateway.config.settings import Options
+from gateway.databroker.memory_records import MemoryRecordStore
 from gateway.databroker.records import SESSION, StorageUnavailable
 from gateway.observability.metrics import REGISTRY
 from gateway.rpc.bridge import AsyncioThread
 from gateway.rpc.databroker_client import RemoteRecordStore
+from gateway.rpc.databroker_server import SERVICE_NAME, DatabrokerServicer
+from gateway.rpc.protos import databroker_pb2_grpc as pb_grpc
+from gateway.rpc.server import GrpcServerService
+from gateway.rpc.split import remote_store
 from tests.support.processes import free_port
 
-from .loopback import SECRET, QueueReactor, start_server
+from .loopback import SECRET, QueueReactor, server_snapshot, start_server
 
 
 @pytest.fixture
@@ -114,27 +121,76 @@ def test_nothing_answering_is_storage_unavailable(rig: Any) -> None:
         reactor.wait(client.close())
 
 
-def test_the_client_recovers_when_the_server_comes_back(rig: Any) -> None:
+def test_a_call_waits_out_a_restart_within_grpc_client_timeout(rig: Any) -> None:
+    """grpc_client_timeout: "the proxy retries during transient failures for this
+    duration". A call made while the databroker is down is answered once it is back
+    (within the timeout); with a shorter timeout it is StorageUnavailable when the
+    timeout ends, not before."""
     bridge, reactor = rig
     server, _ = start_server(bridge, reactor)
     port = server.port
-    client = _client(bridge, port)
+    client = _client(bridge, port, timeout=8.0)
+    short = _client(bridge, port, timeout=1.0)
     try:
         reactor.wait(client.put(SESSION, "s1", b"{}"))
         reactor.wait(server.stopService())
-        assert isinstance(reactor.wait(client.get(SESSION, "s1")), Failure)
+        started = time.monotonic()
+        outcome = reactor.wait(short.get(SESSION, "s1"))
+        assert isinstance(outcome, Failure) and outcome.check(StorageUnavailable)
+        assert 0.8 <= time.monotonic() - started < 3.0
+        pending = client.get(SESSION, "s1")  # the databroker is down now
+        time.sleep(0.5)
         again, _ = start_server(bridge, reactor, port=port)
         try:
-            for _ in range(50):  # grpc's reconnect backoff is at most 2 s
-                outcome = reactor.wait(client.get(SESSION, "s1"))
-                if not isinstance(outcome, Failure):
-                    break
-                time.sleep(0.1)
-            assert outcome is None  # a new, empty memory store answers
+            assert reactor.wait(pending) is None  # a new, empty memory store answers
         finally:
             reactor.wait(again.stopService())
     finally:
         reactor.wait(client.close())
+        reactor.wait(short.close())
+
+
+class PeerRecorder(DatabrokerServicer):
+    """The databroker, noting the client address (its connection) of each Get."""
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        self.peers: list[str] = []
+
+    async def Get(self, request: Any, context: Any) -> Any:
+        self.peers.append(context.peer())
+        return await super().Get(request, context)
+
+
+def test_grpc_server_max_connection_age_sends_clients_away(rig: Any) -> None:
+    """grpc_server_max_connection_age(_grace) reach the wire: past the age the server
+    sends the client away and its next call comes on a new connection (another client
+    port); with the default 5 minutes the connection is kept."""
+    bridge, reactor = rig
+    servers, recorders = [], []
+    for age in (0.5, 300.0):
+        recorder = PeerRecorder(bridge, MemoryRecordStore(reactor.seconds))
+        server = GrpcServerService(bridge, server_snapshot(
+            grpc_server_max_connection_age=age, grpc_server_max_connection_age_grace=age), [
+            (recorder, pb_grpc.add_DatabrokerServicer_to_server, SERVICE_NAME)])
+        server.startService()
+        servers.append(server)
+        recorders.append(recorder)
+    clients = [_client(bridge, server.port) for server in servers]
+    try:
+        for client in clients:
+            reactor.wait(client.get(SESSION, "s1"))
+        time.sleep(1.5)  # past the age and its grace (+10 % jitter)
+        for client in clients:
+            reactor.wait(client.get(SESSION, "s1"))
+        aged, kept = ([p.rsplit(":", 1)[1] for p in r.peers] for r in recorders)
+        assert aged[0] != aged[1], aged
+        assert kept[0] == kept[1], kept
+    finally:
+        for client in clients:
+            reactor.wait(client.close())
+        for server in servers:
+            reactor.wait(server.stopService())
 
 
 def test_watch_calls_back_on_each_change(rig: Any) -> None:
@@ -167,26 +223,32 @@ def _count(name: str, **labels: str) -> float:
 
 def test_grpc_metrics_on_both_sides(rig: Any) -> None:
     """grpc_client_* and grpc_server_* of the reference: counted by method and status,
-    refused calls included."""
+    refused calls included; ``service`` is the process's label as in every other family
+    (gateway-proxy, gateway-databroker), not the raw ``services``."""
     bridge, reactor = rig
     server, _ = start_server(bridge, reactor)
-    client = _client(bridge, server.port)
+    # a split proxy's client, as split.py makes it: its label is gateway-proxy
+    proxy = SimpleNamespace(
+        options=Options(services="proxy", grpc_client_timeout=5.0,
+                        databroker_service_urls=(f"http://127.0.0.1:{server.port}",)),
+        material=SimpleNamespace(shared_secret=SECRET, certificate_authority=None))
+    client = remote_store(bridge, proxy)  # type: ignore[arg-type]
     stranger = _client(bridge, server.port, secret=b"x" * 32)
     ok = {"grpc_service": "gateway.databroker.v1.Databroker", "grpc_method": "Put",
-          "service": "gateway"}
-    before = (_count("grpc_client_requests_total", grpc_client_status="OK", **ok),
-              _count("grpc_server_requests_total", grpc_server_status="OK", service="all",
-                     grpc_service=ok["grpc_service"], grpc_method="Put"),
-              _count("grpc_server_requests_total", grpc_server_status="UNAUTHENTICATED",
-                     service="all", grpc_service=ok["grpc_service"], grpc_method="Get"))
+          "service": "gateway-proxy"}
+    served = {"grpc_service": ok["grpc_service"], "service": "gateway-databroker"}
+
+    def counts() -> tuple[float, float, float]:
+        return (_count("grpc_client_requests_total", grpc_client_status="OK", **ok),
+                _count("grpc_server_requests_total", grpc_server_status="OK",
+                       grpc_method="Put", **served),
+                _count("grpc_server_requests_total", grpc_server_status="UNAUTHENTICATED",
+                       grpc_method="Get", **served))
+    before = counts()
     try:
         reactor.wait(client.put(SESSION, "s1", b"{}"))
         reactor.wait(stranger.get(SESSION, "s1"))
-        after = (_count("grpc_client_requests_total", grpc_client_status="OK", **ok),
-                 _count("grpc_server_requests_total", grpc_server_status="OK", service="all",
-                        grpc_service=ok["grpc_service"], grpc_method="Put"),
-                 _count("grpc_server_requests_total", grpc_server_status="UNAUTHENTICATED",
-                        service="all", grpc_service=ok["grpc_service"], grpc_method="Get"))
+        after = counts()
         assert [a - b for a, b in zip(after, before, strict=True)] == [1, 1, 1]
         assert (REGISTRY.get_sample_value("grpc_client_request_size_bytes_count",
                                           {**ok, "grpc_client_status": "OK"}) or 0) >= 1
