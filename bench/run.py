@@ -363,6 +363,11 @@ def parse_h2load(out: str) -> dict[str, Any]:
     m = re.search(r"finished in [\d.]+\w*, ([\d.]+) req/s", out)
     if not m:
         raise RuntimeError(f"could not parse h2load output:\n{out}")
+    # h2load falls back to HTTP/1.1 when ALPN picks it: an HTTP/2 row must be HTTP/2
+    # (the TLS rows once measured a gateway whose codec_type was http1)
+    m2 = re.search(r"Application protocol: (\S+)", out)
+    if m2 and m2.group(1) not in ("h2", "h2c"):
+        raise RuntimeError(f"h2load spoke {m2.group(1)}, not HTTP/2:\n{out}")
     r["rps"] = float(m.group(1))
     m = re.search(r"requests: (\d+) total, \d+ started, (\d+) done, (\d+) succeeded, "
                   r"(\d+) failed, (\d+) errored", out)

@@ -81,6 +81,7 @@ def gateway_tls_yaml(port: int, upstream: int, cert: Path, key: Path) -> str:
         f"address: 127.0.0.1:{port}",
         f"certificate_file: {cert}",
         f"certificate_key_file: {key}",
+        "codec_type: auto",  # ALPN: h2 or http/1.1 (all-in-one's default is http1)
         "log_level: warn",
         "proxy_log_level: error",
         "policy:",
