@@ -248,7 +248,23 @@ class H2Engine:
         stream = self.streams.get(stream_id)
         if stream is None or stream.local_ended:
             return False
-        block = self.encoder.encode(headers)
+        self._send_block(stream_id, stream, self.encoder.encode(headers), end_stream)
+        return True
+
+    def send_response_head(self, stream_id: int, status: int,
+                           headers: list[tuple[bytes, bytes]], skip: frozenset[bytes],
+                           end_stream: bool) -> bool:
+        """``send_headers`` of ``:status`` and ``headers`` as an HTTP/1.1 upstream gave
+        them (any case; the names in ``skip``, connection-specific, left out)."""
+        stream = self.streams.get(stream_id)
+        if stream is None or stream.local_ended:
+            return False
+        self._send_block(stream_id, stream,
+                         self.encoder.encode_response(status, headers, skip), end_stream)
+        return True
+
+    def _send_block(self, stream_id: int, stream: Stream, block: bytes,
+                    end_stream: bool) -> None:
         flags = FLAG_END_STREAM if end_stream else 0
         size = self.max_outbound_frame_size
         sid = stream_id.to_bytes(4, "big")
@@ -267,7 +283,6 @@ class H2Engine:
                              block[start:start + size])
         if end_stream:
             self._local_end(stream_id, stream)
-        return True
 
     def window(self, stream_id: int) -> int:
         """How many DATA bytes may be sent on the stream now (0 if it is closed)."""

@@ -152,6 +152,10 @@ class H2Guard:
         self._opened_now.clear()
         self._resets_now = 0
         self.turn_end = None
+        if size > 9 and data[3] == _HEADERS and data[4] & _END_HEADERS and not (
+                self._preface or self._skip or self._head or self._block_frames) and \
+                ((data[0] << 16) | (data[1] << 8) | data[2]) + 9 == size <= MAX_FRAME_SIZE + 9:
+            return None  # the common read: one request, one whole HEADERS frame
         started = 0
         if self._preface:
             pos = min(self._preface, size)

@@ -231,6 +231,34 @@ class Encoder:
     def __init__(self) -> None:
         self.size_update_due = True
 
+    def encode_response(self, status: int, headers: list[Header],
+                        skip: frozenset[bytes]) -> bytes:
+        """``:status`` and ``headers`` (names lower-cased, those in ``skip`` left out)
+        in one pass: a response head as the codec has it from the upstream."""
+        parts: list[bytes] = []
+        append = parts.append
+        if self.size_update_due:
+            self.size_update_due = False
+            append(TABLE_SIZE_ZERO)
+        fields = _fields
+        head = (b":status", b"%d" % status)
+        encoded = fields.get(head)
+        append(encoded if encoded is not None else _literal(*head))
+        for name, value in headers:
+            name = name.lower()
+            if name in skip:
+                continue
+            header = (name, value)
+            encoded = fields.get(header)
+            if encoded is None:
+                encoded = _literal(name, value)
+                if len(fields) >= _FIELD_CACHE_MAX:
+                    fields.clear()
+                    fields.update(_FULL_MATCH)
+                fields[header] = encoded
+            append(encoded)
+        return b"".join(parts)
+
     def encode(self, headers: list[Header]) -> bytes:
         parts: list[bytes] = []
         append = parts.append

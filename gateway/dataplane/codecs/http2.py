@@ -101,13 +101,9 @@ class _Stream:
                    body: bool, close: bool, first_body: bytes = b"") -> None:
         if self.closed:
             return
-        out = [(b":status", b"%d" % status)]
-        for name, value in headers:
-            low = name.lower()
-            if low not in _CONNECTION_SPECIFIC:
-                out.append((low, value))
-        if not self.owner.h2.send_headers(self.stream_id, out,
-                                          end_stream=not body and not first_body):
+        if not self.owner.h2.send_response_head(self.stream_id, status, headers,
+                                                _CONNECTION_SPECIFIC,
+                                                end_stream=not body and not first_body):
             self.closed = True
             return
         if first_body:
