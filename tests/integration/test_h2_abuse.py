@@ -206,9 +206,11 @@ def test_zero_window_streams_are_reset(stack: Stack) -> None:
 
 def test_a_client_cut_again_and_again_is_refused_for_a_while(stack: Stack) -> None:
     """An attacker reconnects after every cut: after three cuts within 30 s its address
-    (127.0.0.2 here) is refused at the accept for PENALTY seconds, with one warning,
+    (127.0.0.2 here) is refused at the accept for PENALTY seconds (each connection held
+    unread for a while, then reset), with one warning,
     while a client at another address (127.0.0.1) connects and is served meanwhile."""
     from gateway.dataplane import penalty
+    from gateway.dataplane.listeners import tarpit
     frames = f.Frames()
     pairs = b"".join(frames.headers(2 * i + 1, f.request_headers(b"/rapid", HOST))
                      + f.rst(2 * i + 1) for i in range(h2_guard.RESETS_PER_READ + 1))
@@ -221,9 +223,10 @@ def test_a_client_cut_again_and_again_is_refused_for_a_while(stack: Stack) -> No
                                            what="the penalty warning")
     assert (warning["client"], warning["penalty"]) == ("127.0.0.2", penalty.PENALTY)
     with f.FrameClient(stack.gateway.port, source="127.0.0.2") as client:
-        client.send(f.hello())
-        assert client.wait_closed(timeout=5)
-        assert client.frames == []  # closed at the accept: not a byte of HTTP/2
+        client.send(f.hello())  # held unread at the accept (tarpit), then reset
+        assert not client.wait_closed(timeout=2)
+        assert client.wait_closed(timeout=tarpit.HOLD_SECONDS + 5)
+        assert client.frames == []  # not a byte of HTTP/2
     with H2Client(stack.gateway.port, timeout=10) as normal:  # a new connection
         assert normal.request("GET", "/", "app.test").status == 200
     time.sleep(max(0.0, refused_at + penalty.PENALTY + 0.5 - time.monotonic()))

@@ -7,13 +7,16 @@ from __future__ import annotations
 from typing import Any
 
 from twisted.internet.address import IPv4Address
+from twisted.internet.error import ConnectionDone
 from twisted.internet.testing import MemoryReactorClock, StringTransport
 from twisted.logger import globalLogPublisher
+from twisted.python.failure import Failure
 from twisted.trial.unittest import SynchronousTestCase
 
 from gateway.dataplane import penalty
 from gateway.dataplane.codecs.http2 import H2Connection
 from gateway.dataplane.core import ProxyCore
+from gateway.dataplane.listeners import tarpit
 from gateway.dataplane.listeners.stack import LimitedFactory
 from gateway.dataplane.penalty import Penalties, client_key
 from gateway.dataplane.routing.plan import build_plan
@@ -122,5 +125,30 @@ class CodecTests(SynchronousTestCase):
 
         factory = LimitedFactory(Inner(), self.core.limit, self.reactor,  # type: ignore[arg-type]
                                  self.core.penalties)
-        self.assertIsNone(factory.buildProtocol(IPv4Address("TCP", "192.0.2.7", 1)))
         self.assertEqual(factory.buildProtocol(IPv4Address("TCP", "192.0.2.8", 1)), "built")
+        # the refused are held unread (a reconnect loop waits), a few per address ...
+        held = []
+        for _ in range(tarpit.HOLD_PER_ADDRESS):
+            protocol = factory.buildProtocol(IPv4Address("TCP", "192.0.2.7", 1))
+            self.assertNotIn(protocol, (None, "built"))
+            transport = StringTransport()
+            protocol.makeConnection(transport)
+            self.assertEqual(transport.producerState, "paused")
+            held.append((transport, protocol))
+        # ... then closed at once
+        self.assertIsNone(factory.buildProtocol(IPv4Address("TCP", "192.0.2.7", 1)))
+        self.reactor.advance(tarpit.HOLD_SECONDS)
+        self.assertTrue(all(t.disconnecting for t, _ in held))
+        self.assertEqual(held[0][0].value(), b"")  # not a byte written
+        for _, protocol in held:
+            protocol.connectionLost(Failure(ConnectionDone()))
+        self.assertEqual((factory.tarpit.total, factory.tarpit.held), (0, {}))
+
+    def test_held_connections_are_bounded_in_all(self) -> None:
+        self.patch(tarpit, "HOLD_TOTAL", 5)
+        pit = tarpit.Tarpit(self.reactor)
+        for i in range(5):
+            protocol = pit.protocol(f"192.0.2.{i}")
+            assert protocol is not None
+            protocol.makeConnection(StringTransport())
+        self.assertIsNone(pit.protocol("192.0.2.99"))

@@ -7,8 +7,8 @@ The PROXY header precedes the TLS handshake on the wire, so it is the outermost 
 The cap is no wrapper at all: it only decides, per accepted socket, whether a protocol
 is built (no extra layer on the data path). So do the penalties (``penalty``) when the
 peer is the client: an address whose HTTP/2 connections keep being cut is closed at the
-accept, before any TLS work (behind a PROXY-protocol balancer the HTTP/2 codec checks
-the address from the header instead).
+accept, before any TLS work, and held unread for a while (``tarpit``; behind a
+PROXY-protocol balancer the HTTP/2 codec checks the address from the header instead).
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from twisted.internet.protocol import Factory, Protocol
 from gateway.config.values import parse_address
 from gateway.dataplane.limit import ConnectionLimit
 from gateway.dataplane.listeners.proxyproto import ProxyHeaderFactory
+from gateway.dataplane.listeners.tarpit import Tarpit
 from gateway.dataplane.penalty import Penalties
 from gateway.dataplane.tlsio import FastTLSFactory
 from gateway.tls.server import ServerTLS
@@ -38,7 +39,8 @@ def server_endpoint(reactor: Any, address: str) -> IStreamServerEndpoint:
 class LimitedFactory(Factory):
     """``inner``'s connections while ``limit`` admits them and ``penalties`` (if given)
     do not refuse the peer; otherwise ``buildProtocol`` returns None, and Twisted closes
-    the accepted socket at once."""
+    the accepted socket at once (a refused peer's connection is held unread for a
+    while first: ``tarpit``)."""
 
     noisy = False
 
@@ -48,6 +50,7 @@ class LimitedFactory(Factory):
         self.limit = limit
         self.clock = clock
         self.penalties = penalties
+        self.tarpit = Tarpit(clock)
 
     def logPrefix(self) -> str:
         """The wrapped factory's ("HTTPFactory (TLS) starting on 443"): the cap is not
@@ -63,9 +66,10 @@ class LimitedFactory(Factory):
 
     def buildProtocol(self, addr: Any) -> Protocol | None:
         now = self.clock.seconds()
-        if self.penalties is not None and self.penalties.refuses(
-                getattr(addr, "host", ""), now):
-            return None
+        if self.penalties is not None:
+            host = getattr(addr, "host", "")
+            if self.penalties.refuses(host, now):
+                return self.tarpit.protocol(host)
         if not self.limit.admit(now):
             return None
         return self.inner.buildProtocol(addr)  # type: ignore[return-value]
