@@ -74,6 +74,8 @@ class ProxyCore:
         self.timeout_idle = o.timeout_idle
         self.timeout_handshake = handshake_timeout(o.timeout_read)
         self.limit.maximum = o.max_connections or auto_max_connections()
+        # idle upstream connections hold descriptors too: at most half the cap's worth
+        self.pool.max_idle_total = max(1, self.limit.maximum // 2)
         self.skip_xff_append = o.skip_xff_append
         self.cookie_name = o.cookie_name
         self.underscores_drop = o.headers_with_underscores_action == "drop"
