@@ -222,6 +222,16 @@ def _literal(name: bytes, value: bytes) -> bytes:
     return prefix + (_LENGTHS[size] if size < 127 else _encode_integer(size, 7, 0)) + value
 
 
+def _remember(header: Header) -> bytes:
+    """The encoding of a field not in the cache, added to it (a full cache is emptied)."""
+    encoded = _literal(*header)
+    if len(_fields) >= _FIELD_CACHE_MAX:
+        _fields.clear()
+        _fields.update(_FULL_MATCH)
+    _fields[header] = encoded
+    return encoded
+
+
 class Encoder:
     """Header blocks for our responses; no table, so no state but whether the next
     block must start with a table size update."""
@@ -250,13 +260,7 @@ class Encoder:
                 continue
             header = (name, value)
             encoded = fields.get(header)
-            if encoded is None:
-                encoded = _literal(name, value)
-                if len(fields) >= _FIELD_CACHE_MAX:
-                    fields.clear()
-                    fields.update(_FULL_MATCH)
-                fields[header] = encoded
-            append(encoded)
+            append(encoded if encoded is not None else _remember(header))
         return b"".join(parts)
 
     def encode(self, headers: list[Header]) -> bytes:
@@ -268,11 +272,5 @@ class Encoder:
         fields = _fields
         for header in headers:
             encoded = fields.get(header)
-            if encoded is None:
-                encoded = _literal(*header)
-                if len(fields) >= _FIELD_CACHE_MAX:
-                    fields.clear()
-                    fields.update(_FULL_MATCH)
-                fields[header] = encoded
-            append(encoded)
+            append(encoded if encoded is not None else _remember(header))
         return b"".join(parts)

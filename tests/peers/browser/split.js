@@ -7,26 +7,7 @@
 'use strict';
 const fs = require('fs');
 const { chromium } = require('playwright-core');
-
-async function providerPages(page, login) {
-  // node-oidc-provider's dev login, consent and logout pages, as pages.js fills them
-  for (let step = 0; step < 5; step += 1) {
-    if (await page.$('input[name="logout"], button[name="logout"]')) {
-      const yes = (await page.$('button[name="logout"][value="yes"]'))
-        || (await page.$('button[type="submit"], button'));
-      await Promise.all([page.waitForNavigation({ timeout: 20000 }), yes.click()]);
-      continue;
-    }
-    const prompt = await page.$('input[name="prompt"]');
-    if (!prompt) return;
-    if ((await prompt.getAttribute('value')) === 'login') {
-      await page.fill('input[name="login"]', login);
-      await page.fill('input[name="password"]', 'anything');
-    }
-    await Promise.all([page.waitForNavigation({ timeout: 20000 }),
-                       page.click('button[type="submit"], button')]);
-  }
-}
+const { providerPages } = require('./provider');
 
 async function look(page, response) {
   return { url: page.url(), status: response ? response.status() : 0,
