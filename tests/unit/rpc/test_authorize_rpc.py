@@ -5,13 +5,10 @@ shared_secret, a broken server): each a 503, never an allow. Real gRPC on loopba
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from types import SimpleNamespace
 from typing import Any
 
-import pytest
 from twisted.internet.defer import Deferred, succeed
-from twisted.logger import globalLogPublisher
 
 from gateway.authorize.assertion import AssertionSigner
 from gateway.config.snapshot import Snapshot
@@ -37,7 +34,7 @@ from gateway.rpc.server import GrpcServerService
 from tests.support.processes import free_port
 
 from ..config.helpers import IDENTITY, base_config, load
-from .loopback import SECRET, QueueReactor, server_snapshot
+from .loopback import SECRET, server_snapshot
 
 APP = "app.test"
 
@@ -166,23 +163,6 @@ def test_mismatch_lines_are_rate_limited_per_pair() -> None:
 
 
 # -- the proxy's client against a real server on loopback
-
-
-@pytest.fixture
-def rig() -> Iterator[tuple[AsyncioThread, QueueReactor]]:
-    reactor = QueueReactor()
-    bridge = AsyncioThread(reactor, name="authz-test")
-    bridge.start()
-    yield bridge, reactor
-    bridge.stop()
-
-
-@pytest.fixture
-def events() -> Iterator[list[dict[str, Any]]]:
-    seen: list[dict[str, Any]] = []
-    globalLogPublisher.addObserver(seen.append)
-    yield seen
-    globalLogPublisher.removeObserver(seen.append)
 
 
 class LocalIdentity:

@@ -7,7 +7,6 @@ loopback, real certificate files."""
 from __future__ import annotations
 
 import datetime
-from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -31,15 +30,6 @@ from gateway.rpc.server import GrpcServerService
 from .loopback import SECRET, QueueReactor
 
 HOSTS = ("app.example.test", "db.example.test")
-
-
-@pytest.fixture
-def rig() -> Iterator[tuple[AsyncioThread, QueueReactor]]:
-    reactor = QueueReactor()
-    bridge = AsyncioThread(reactor, name="autocert-tls-test")
-    bridge.start()
-    yield bridge, reactor
-    bridge.stop()
 
 
 def store(directory: Path, ca: trustme.CA, host: str) -> None:

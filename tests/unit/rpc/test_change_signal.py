@@ -4,13 +4,10 @@ polling of the store per stream), and writes over gRPC make that follower poll a
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
-import pytest
-
 from gateway.databroker.records import SESSION
-from gateway.rpc.bridge import AsyncioThread
 from gateway.rpc.change_signal import ChangeSignal
 from gateway.rpc.databroker_client import RemoteRecordStore
 
@@ -35,15 +32,6 @@ class FakeFollower:
         self.version = version
         for callback in self.callbacks:
             callback()
-
-
-@pytest.fixture
-def rig() -> Iterator[tuple[AsyncioThread, QueueReactor]]:
-    reactor = QueueReactor()
-    bridge = AsyncioThread(reactor, name="signal-test")
-    bridge.start()
-    yield bridge, reactor
-    bridge.stop()
 
 
 def _pump_until(reactor: QueueReactor, done: Callable[[], bool], seconds: float) -> float:

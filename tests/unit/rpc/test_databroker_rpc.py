@@ -5,12 +5,10 @@ StorageUnavailable (a 503 upstream) when nothing answers."""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from twisted.logger import globalLogPublisher
 from twisted.python.failure import Failure
 
 from gateway.config.settings import Options
@@ -25,24 +23,7 @@ from gateway.rpc.server import GrpcServerService
 from gateway.rpc.split import remote_store
 from tests.support.processes import free_port
 
-from .loopback import SECRET, QueueReactor, server_snapshot, start_server
-
-
-@pytest.fixture
-def rig() -> Iterator[tuple[AsyncioThread, QueueReactor]]:
-    reactor = QueueReactor()
-    bridge = AsyncioThread(reactor, name="rpc-test")
-    bridge.start()
-    yield bridge, reactor
-    bridge.stop()
-
-
-@pytest.fixture
-def events() -> Iterator[list[dict[str, Any]]]:
-    seen: list[dict[str, Any]] = []
-    globalLogPublisher.addObserver(seen.append)
-    yield seen
-    globalLogPublisher.removeObserver(seen.append)
+from .loopback import SECRET, server_snapshot, start_server
 
 
 def _client(bridge: AsyncioThread, *ports: int, secret: bytes = SECRET,

@@ -4,27 +4,15 @@ host is not in it; an untrusted certificate is refused (StorageUnavailable, a 50
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
-import pytest
 import trustme
 from twisted.python.failure import Failure
 
 from gateway.databroker.records import SESSION, StorageUnavailable
-from gateway.rpc.bridge import AsyncioThread
 from gateway.rpc.databroker_client import RemoteRecordStore
 
-from .loopback import SECRET, QueueReactor, start_server
-
-
-@pytest.fixture
-def rig() -> Iterator[tuple[AsyncioThread, QueueReactor]]:
-    reactor = QueueReactor()
-    bridge = AsyncioThread(reactor, name="rpc-tls-test")
-    bridge.start()
-    yield bridge, reactor
-    bridge.stop()
+from .loopback import SECRET, start_server
 
 
 def _pair(ca: trustme.CA, *names: str) -> tuple[bytes, bytes]:

@@ -6,14 +6,12 @@ and every so often, ``SigningKeyCheck`` asks authorize and logs a mismatch namin
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from twisted.internet.defer import Deferred, succeed
-from twisted.logger import globalLogPublisher
 
 from gateway.authorize.assertion import AssertionSigner
 from gateway.dataplane.authz import Allow, Decision, Deny, RequestInfo
@@ -24,7 +22,7 @@ from gateway.rpc.failover import FailoverClient
 from gateway.rpc.signing_check import SigningKeyCheck, published_kid
 from tests.support.processes import free_port
 
-from .loopback import SECRET, QueueReactor
+from .loopback import SECRET
 from .test_authorize_rpc import (
     APP,
     LocalIdentity,
@@ -56,23 +54,6 @@ class AssertingHolder:
         if request.path == "/plain":
             return succeed(Allow(((b"x-email", b"alice@example.test"),)))
         return succeed(Allow(((b"x-gateway-jwt-assertion", b"a.b.c"),)))
-
-
-@pytest.fixture
-def rig() -> Iterator[tuple[AsyncioThread, QueueReactor]]:
-    reactor = QueueReactor()
-    bridge = AsyncioThread(reactor, name="signing-test")
-    bridge.start()
-    yield bridge, reactor
-    bridge.stop()
-
-
-@pytest.fixture
-def events() -> Iterator[list[dict[str, Any]]]:
-    seen: list[dict[str, Any]] = []
-    globalLogPublisher.addObserver(seen.append)
-    yield seen
-    globalLogPublisher.removeObserver(seen.append)
 
 
 def remote(bridge: AsyncioThread, port: int, published: AssertionSigner

@@ -6,7 +6,6 @@ on loopback, spans in memory."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -50,15 +49,13 @@ class LookingUp:
 
 
 @pytest.fixture
-def rig() -> Iterator[tuple[AsyncioThread, QueueReactor, Tracer, InMemorySpanExporter]]:
-    reactor = QueueReactor()
-    bridge = AsyncioThread(reactor, name="trace-test")
-    bridge.start()
+def traced(rig: tuple[AsyncioThread, QueueReactor]
+           ) -> tuple[AsyncioThread, QueueReactor, Tracer, InMemorySpanExporter]:
+    """The bridge and reactor (``rig``) with a tracer whose spans land in memory."""
     memory = InMemorySpanExporter()
     provider = TracerProvider(shutdown_on_exit=False)
     provider.add_span_processor(SimpleSpanProcessor(memory))
-    yield bridge, reactor, Tracer(provider.get_tracer("test"), 1.0), memory
-    bridge.stop()
+    return (*rig, Tracer(provider.get_tracer("test"), 1.0), memory)
 
 
 def serve(bridge: AsyncioThread, servicer: Any, add: Any, name: str) -> GrpcServerService:
@@ -76,8 +73,8 @@ def by_name(memory: InMemorySpanExporter) -> dict[str, Any]:
     return {span.name: span for span in memory.get_finished_spans()}
 
 
-def test_authorize_continues_the_requests_trace(rig: Any) -> None:
-    bridge, reactor, tracer, memory = rig
+def test_authorize_continues_the_requests_trace(traced: Any) -> None:
+    bridge, reactor, tracer, memory = traced
     tracing = ServerTracing()
     tracing.changed(tracer)
     snapshot = policy_snapshot()
@@ -113,8 +110,8 @@ def test_authorize_continues_the_requests_trace(rig: Any) -> None:
         reactor.wait(server.stopService())
 
 
-def test_databroker_calls_join_the_trace(rig: Any) -> None:
-    bridge, reactor, tracer, memory = rig
+def test_databroker_calls_join_the_trace(traced: Any) -> None:
+    bridge, reactor, tracer, memory = traced
     tracing = ServerTracing()
     tracing.changed(tracer)
     servicer = DatabrokerServicer(bridge, MemoryRecordStore(reactor.seconds), tracing=tracing)
