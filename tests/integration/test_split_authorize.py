@@ -58,18 +58,6 @@ def process_config(common: dict[str, Any], services: str, ports: dict[str, int],
     return config
 
 
-def logged(daemon: Daemon, text: str) -> bool:
-    return text in daemon.process.log_text()
-
-
-def sign_out(browser: Browser, port: int) -> None:
-    confirm = browser.request("GET", f"http://app.test:{port}/.gateway/signout/")
-    token = confirm.body.split(b'name="csrf" value="')[1].split(b'"')[0]
-    out = browser.request("POST", f"http://app.test:{port}/.gateway/signout/",
-                          b"csrf=" + token)
-    assert out.status in (200, 302)
-
-
 def test_proxies_ask_a_separate_authorize(tmp_path: Path, require_binary: Any) -> None:
     require_binary("redis-server", "apt-get install -y redis-server")
     require_binary("node", "apt-get install -y nodejs npm")
@@ -120,7 +108,7 @@ def _scenario(tmp_path: Path, common: dict[str, Any], ports: dict[str, int],
     keeper = Browser()
     keeper.cookies["app.test"] = dict(browser.cookies["app.test"])
     assert keeper.request("GET", f"http://app.test:{pb}/z").status == 200
-    sign_out(browser, pa)
+    browser.sign_out(f"http://app.test:{pa}")
     ended = time.monotonic()
     while keeper.request("GET", f"http://app.test:{pb}/z").status == 200:
         assert time.monotonic() - ended < 1.0, "sign-out not seen on B in 1 s"
@@ -137,9 +125,9 @@ def _scenario(tmp_path: Path, common: dict[str, Any], ports: dict[str, int],
         stranger.cookies["app.test"] = {"_gateway": cookie}
         reply = stranger.request("GET", f"http://app.test:{ports['c']}/")
         assert reply.status == 503, (reply.status, reply.body[:300])
-        wait_until(lambda: logged(c, "authorize at http://127.0.0.1") and
-                   logged(c, "shared_secret differs"), 5, what="the refused proxy's line")
-        wait_until(lambda: logged(authorize, "shared_secret differs"), 5,
+        wait_until(lambda: c.logged("authorize at http://127.0.0.1") and
+                   c.logged("shared_secret differs"), 5, what="the refused proxy's line")
+        wait_until(lambda: authorize.logged("shared_secret differs"), 5,
                    what="authorize's log line")
         assert browser.request("GET", f"http://app.test:{pb}/").status == 200
         assert browser.request("GET", f"http://app.test:{pa}/").status == 200
@@ -249,14 +237,14 @@ def test_authorize_over_tls_with_one_signing_key(tmp_path: Path, require_binary:
                                 options={"verify_aud": False})
             assert claims["email"] == "alice@example.test"
             for daemon in (a, authenticate):
-                wait_until(lambda d=daemon: logged(d, "use the same key (kid "), 10,
+                wait_until(lambda d=daemon: d.logged("use the same key (kid "), 10,
                            what="the signing-key check's agreement")
 
             # proxy C publishes another key: 503 on the route that passes identity
-            wait_until(lambda: logged(c, "signing_key differs: authorize signs identity "
+            wait_until(lambda: c.logged("signing_key differs: authorize signs identity "
                                          "assertions with kid"), 10,
                        what="C's signing-key line at start")
-            wait_until(lambda: logged(authorize, "signing_key differs: a gateway-proxy "
+            wait_until(lambda: authorize.logged("signing_key differs: a gateway-proxy "
                                                  "process publishes kid"), 10,
                        what="authorize's signing-key line")
             assert "signing_key differs" not in authenticate.process.log_text()

@@ -15,7 +15,7 @@ import pytest
 import trustme
 
 from tests.support.browser import Browser
-from tests.support.daemon import Daemon, gateway_daemon
+from tests.support.daemon import gateway_daemon
 from tests.support.kvstore import SECRET, kv_gateway_config
 from tests.support.peers import echo_upstream, oidc_provider, redis_server
 from tests.support.processes import free_port, wait_until
@@ -40,18 +40,6 @@ def proxy_config(op: Any, port: int, upstream: str, grpc_port: int,
     config.update(services="proxy", shared_secret=secret, grpc_client_timeout="3s",
                   databroker_service_url=f"http://127.0.0.1:{grpc_port}")
     return config
-
-
-def logged(daemon: Daemon, text: str) -> bool:
-    return text in daemon.process.log_text()
-
-
-def sign_out(browser: Browser, port: int) -> None:
-    confirm = browser.request("GET", f"http://app.test:{port}/.gateway/signout/")
-    token = confirm.body.split(b'name="csrf" value="')[1].split(b'"')[0]
-    out = browser.request("POST", f"http://app.test:{port}/.gateway/signout/",
-                          b"csrf=" + token)
-    assert out.status in (200, 302)
 
 
 def test_two_proxies_share_sessions_through_a_databroker_process(
@@ -86,7 +74,7 @@ def test_two_proxies_share_sessions_through_a_databroker_process(
                 keeper = Browser()
                 keeper.cookies["app.test"] = dict(browser.cookies["app.test"])
                 assert keeper.request("GET", f"http://app.test:{pb}/z").status == 200
-                sign_out(browser, pa)
+                browser.sign_out(f"http://app.test:{pa}")
                 ended = time.monotonic()
                 while keeper.request("GET", f"http://app.test:{pb}/z").status == 200:
                     assert time.monotonic() - ended < 1.0, "sign-out not seen on B in 1 s"
@@ -104,9 +92,9 @@ def test_two_proxies_share_sessions_through_a_databroker_process(
                     stranger.cookies["app.test"] = {"_gateway": cookie}
                     reply = stranger.request("GET", f"http://app.test:{pc}/")
                     assert reply.status == 503, (reply.status, reply.body[:300])
-                    wait_until(lambda: logged(c, "shared_secret differs"), 5,
+                    wait_until(lambda: c.logged("shared_secret differs"), 5,
                                what="the refused proxy's log line")
-                    wait_until(lambda: logged(broker, "shared_secret differs"), 5,
+                    wait_until(lambda: broker.logged("shared_secret differs"), 5,
                                what="the databroker's log line")
                     # the others are unaffected
                     assert browser.request("GET", f"http://app.test:{pb}/").status == 200
@@ -207,7 +195,7 @@ def test_failover_between_two_databrokers(tmp_path: Path, require_binary: Any) -
                     reply = browser.request("GET", f"http://app.test:{pa}/after/{i}")
                     assert reply.status == 200, (i, reply.status, reply.body[:200])
                     time.sleep(0.1)
-                assert logged(a, f"databroker: now using http://127.0.0.1:{g2}")
+                assert a.logged(f"databroker: now using http://127.0.0.1:{g2}")
         finally:
             if first_running:
                 first.__exit__(None, None, None)

@@ -145,3 +145,12 @@ class Browser:
             reply = self.follow(urljoin(reply.url, str(form["action"])), "POST",
                                 urlencode(data).encode(), stop=stop)
         raise AssertionError("too many provider pages")
+
+    def sign_out(self, origin: str) -> Reply:
+        """Sign out through the gateway at ``origin`` (``http://app.test:PORT``) as a
+        person does: the confirmation page, then its form with the page's CSRF token."""
+        confirm = self.request("GET", f"{origin}/.gateway/signout/")
+        token = confirm.body.split(b'name="csrf" value="')[1].split(b'"')[0]
+        out = self.request("POST", f"{origin}/.gateway/signout/", b"csrf=" + token)
+        assert out.status in (200, 302), out
+        return out

@@ -42,6 +42,10 @@ class Daemon:
         tmp.write_text(yaml.safe_dump(dict(config)))
         os.replace(tmp, self.config_path)
 
+    def logged(self, text: str) -> bool:
+        """Whether ``text`` is anywhere in the daemon's log so far."""
+        return text in self.process.log_text()
+
     def log_events(self) -> list[dict[str, Any]]:
         """Every log line parsed as JSON (fails on a line that is not JSON)."""
         return [json.loads(line) for line in self.process.log_text().splitlines() if line]
