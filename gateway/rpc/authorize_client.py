@@ -30,10 +30,11 @@ from twisted.python.failure import Failure
 from gateway.authenticate.holder import IdentityHolder
 from gateway.dataplane.authz import Decision, Deny, RequestInfo
 from gateway.dataplane.exchange.request_id import HEADER as REQUEST_ID
-from gateway.rpc.authorize_server import SERVICE_NAME, MismatchLog
+from gateway.rpc.authorize_server import SERVICE_NAME
 from gateway.rpc.authorize_wire import decision_from_pb, request_to_pb, route_key
 from gateway.rpc.bridge import AsyncioThread
 from gateway.rpc.failover import FailoverClient
+from gateway.rpc.log_limit import MismatchLog
 from gateway.rpc.protos import authorize_pb2 as pb
 from gateway.rpc.protos import authorize_pb2_grpc as pb_grpc
 from gateway.rpc.signing_check import (

@@ -20,8 +20,6 @@ repeated requests; session changes reach it through the databroker's change stre
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
 from typing import Any
 
 from twisted.internet.defer import Deferred
@@ -32,6 +30,7 @@ from gateway.config.snapshot import Snapshot
 from gateway.dataplane.routing.plan import Plan, build_plan
 from gateway.rpc.authorize_wire import decision_to_pb, request_from_pb, route_key
 from gateway.rpc.bridge import AsyncioThread
+from gateway.rpc.log_limit import MismatchLog
 from gateway.rpc.protos import authorize_pb2 as pb
 from gateway.rpc.protos import authorize_pb2_grpc as pb_grpc
 from gateway.rpc.signing_check import AskedNotice, published_kid
@@ -40,27 +39,6 @@ from gateway.rpc.trace_context import ServerTracing
 log = Logger(namespace="gateway.rpc")
 
 SERVICE_NAME = "gateway.authorize.v1.Authorize"
-MISMATCH_LOG_SECONDS = 10.0
-MISMATCH_KEYS = 1_000
-
-
-class MismatchLog:
-    """One line per pair of route keys per ``MISMATCH_LOG_SECONDS``: a proxy with another
-    policy asks on every request."""
-
-    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
-        self.clock = clock
-        self._last: dict[tuple[str, str], float] = {}
-
-    def due(self, theirs: str, ours: str) -> bool:
-        now = self.clock()
-        key = (theirs, ours)
-        if now - self._last.get(key, float("-inf")) < MISMATCH_LOG_SECONDS:
-            return False
-        if len(self._last) >= MISMATCH_KEYS:
-            self._last.clear()
-        self._last[key] = now
-        return True
 
 
 class AuthorizeDecider:

@@ -33,6 +33,7 @@ from gateway.authorize.assertion import AssertionSigner
 from gateway.dataplane.authz import Allow
 from gateway.rpc.bridge import AsyncioThread
 from gateway.rpc.failover import FailoverClient
+from gateway.rpc.log_limit import MismatchLog
 from gateway.rpc.protos import authorize_pb2 as pb
 
 log = Logger(namespace="gateway.rpc")
@@ -40,7 +41,6 @@ log = Logger(namespace="gateway.rpc")
 ASSERTION = b"x-gateway-jwt-assertion"
 RECHECK_SECONDS = 30.0
 RETRY_SECONDS = (0.5, 10.0)
-LOG_SECONDS = 10.0
 
 MISMATCH_BODY = ("This gateway's proxy and authorize services have different signing keys "
                  "(signing_key), so the identity passed to this application could not be "
@@ -70,20 +70,16 @@ def mismatch_message(process: str, ours: str, theirs: str) -> str:
 
 
 class MismatchNotice:
-    """One error line per pair of kids per ``LOG_SECONDS`` (every request finds it)."""
+    """One error line per pair of kids per ``log_limit.SECONDS`` (every request finds it)."""
 
     def __init__(self, process: str, clock: Callable[[], float] = time.monotonic) -> None:
         self.process = process
-        self.clock = clock
-        self._last: dict[tuple[str, str], float] = {}
+        self.limit = MismatchLog(clock)
 
     def __call__(self, ours: str, theirs: str) -> None:
-        now = self.clock()
-        if now - self._last.get((ours, theirs), float("-inf")) < LOG_SECONDS:
-            return
-        self._last = {(ours, theirs): now}
-        log.error("{message}", message=mismatch_message(self.process, ours, theirs),
-                  ours=ours, theirs=theirs)
+        if self.limit.due(ours, theirs):
+            log.error("{message}", message=mismatch_message(self.process, ours, theirs),
+                      ours=ours, theirs=theirs)
 
 
 def authorize_mismatch_message(process: str, theirs: str, ours: str) -> str:
@@ -96,24 +92,16 @@ def authorize_mismatch_message(process: str, theirs: str, ours: str) -> str:
 
 class AskedNotice:
     """Authorize's line for a process whose key differs: once per pair of kids and
-    process per ``LOG_SECONDS`` (every such process asks every ``RECHECK_SECONDS``)."""
+    process per ``log_limit.SECONDS`` (every such process asks every ``RECHECK_SECONDS``)."""
 
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
-        self.clock = clock
-        self._last: dict[tuple[str, str, str], float] = {}
+        self.limit = MismatchLog(clock)
 
     def __call__(self, process: str, theirs: str, ours: str) -> None:
-        if theirs == ours:
-            return
-        now, key = self.clock(), (process, theirs, ours)
-        if now - self._last.get(key, float("-inf")) < LOG_SECONDS:
-            return
-        if len(self._last) > 1000:
-            self._last.clear()
-        self._last[key] = now
-        log.error("{message}", message=authorize_mismatch_message(process or "gateway",
-                                                                  theirs, ours),
-                  ours=ours, theirs=theirs)
+        if theirs != ours and self.limit.due(process, theirs, ours):
+            log.error("{message}", message=authorize_mismatch_message(process or "gateway",
+                                                                      theirs, ours),
+                      ours=ours, theirs=theirs)
 
 
 class SigningKeyCheck(Service):

@@ -19,7 +19,6 @@ from gateway.rpc.authorize_server import (
     SERVICE_NAME,
     AuthorizeDecider,
     AuthorizeServicer,
-    MismatchLog,
 )
 from gateway.rpc.authorize_wire import (
     decision_from_pb,
@@ -29,6 +28,7 @@ from gateway.rpc.authorize_wire import (
     route_key,
 )
 from gateway.rpc.bridge import AsyncioThread
+from gateway.rpc.log_limit import MismatchLog
 from gateway.rpc.protos import authorize_pb2_grpc as pb_grpc
 from gateway.rpc.server import GrpcServerService
 from tests.support.processes import free_port
