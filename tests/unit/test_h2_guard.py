@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from twisted.trial.unittest import SynchronousTestCase
 
+from gateway.budget import Budget
 from gateway.dataplane.codecs import h2_guard
-from gateway.dataplane.codecs.h2_guard import Budget, H2Guard
+from gateway.dataplane.codecs.h2_guard import H2Guard
 from tests.support import h2frames as f
 
 

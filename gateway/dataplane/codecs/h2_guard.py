@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from gateway.budget import Budget
 from gateway.dataplane.codecs.h2_engine import ErrorCode
 
 # What we advertise (SETTINGS); MAX_FRAME_SIZE is never raised from the RFC default.
@@ -90,29 +91,6 @@ class Cut:
     code: ErrorCode
     detail: str
     abort: bool = False  # the client does not read: no orderly close
-
-
-class Budget:
-    """A token bucket: ``take`` is False once the burst is spent faster than it refills."""
-
-    __slots__ = ("burst", "rate", "stamp", "tokens")
-
-    def __init__(self, burst: float, rate: float, now: float) -> None:
-        self.burst = burst
-        self.rate = rate
-        self.tokens = burst
-        self.stamp = now
-
-    def take(self, now: float, credit: float = 0.0) -> bool:
-        tokens = self.tokens + (now - self.stamp) * self.rate + credit
-        self.stamp = now
-        if tokens > self.burst:
-            tokens = self.burst
-        if tokens < 1.0:
-            self.tokens = tokens
-            return False
-        self.tokens = tokens - 1.0
-        return True
 
 
 class H2Guard:

@@ -39,6 +39,7 @@ from opentelemetry.trace import (
     Tracer as OTelTracer,
 )
 
+from gateway.budget import Budget
 from gateway.observability.tracing.propagation import Parent, context_headers, find_parent
 
 Attributes = dict[str, str | int | float | bool]
@@ -159,21 +160,15 @@ class Tracer:
         # FORCED_RATE a second (burst FORCED_BURST). Past that the rate decides, as if the
         # caller had not said; the trace id is still kept for the logs and passed on.
         self.clock = clock
-        self.forced_tokens = FORCED_BURST
-        self.forced_stamp = clock()
+        self.forced = Budget(FORCED_BURST, FORCED_RATE, clock())
         self.forced_refused = 0  # caller-forced traces the budget did not allow
 
     def _forced(self) -> bool:
         """Whether a caller's "sampled" may be honoured now (a token of the budget)."""
-        now = self.clock()
-        tokens = min(FORCED_BURST, self.forced_tokens + (now - self.forced_stamp) * FORCED_RATE)
-        self.forced_stamp = now
-        if tokens < 1.0:
-            self.forced_tokens = tokens
-            self.forced_refused += 1
-            return False
-        self.forced_tokens = tokens - 1.0
-        return True
+        if self.forced.take(self.clock()):
+            return True
+        self.forced_refused += 1
+        return False
 
     def _ratio(self) -> bool:
         rate = self.rate
