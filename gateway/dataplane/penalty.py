@@ -42,11 +42,12 @@ def client_key(address: str) -> str:
     if ":" not in address:
         return address
     try:
-        network = ipaddress.IPv6Network((address.split("%", 1)[0], 64), strict=False)
+        ip = ipaddress.IPv6Address(address.split("%", 1)[0])
     except ValueError:
         return address
-    mapped = ipaddress.IPv6Address(address.split("%", 1)[0]).ipv4_mapped
-    return str(mapped) if mapped is not None else str(network)
+    if ip.ipv4_mapped is not None:
+        return str(ip.ipv4_mapped)
+    return str(ipaddress.IPv6Network((ip, 64), strict=False))
 
 
 class Penalties:
@@ -88,7 +89,7 @@ class Penalties:
         """Whether a new connection from ``address`` is refused now (and count it)."""
         if not self._clients:
             return False
-        record = self._clients.get(client_key(address) if ":" in address else address)
+        record = self._clients.get(client_key(address))
         if record is None or now >= record.until:
             return False
         self.refused += 1
