@@ -330,16 +330,13 @@ class Endpoints:
             return self._error(400, "CSRF token invalid.", request.headers, "csrf-invalid")
         log.info("signed out {email} ({user}) on {host}", email=session.email,
                  user=session.user_id, host=request.host, client=request.client_ip)
-        stored: Deferred[None] | None = None
-        if ident.store.needs_fetch:
-            # a shared store: answer once it holds the sign-out, so that a sign-in right
-            # after it (through any process) finds no session to hand back
-            stored = ident.store.delete_confirmed(session.id)
-        else:
+        if not ident.store.needs_fetch:
             ident.store.delete(session.id)
-        if stored is None:
             return self._signed_out(session, given)
-        return stored.addCallback(lambda _: self._signed_out(session, given))
+        # a shared store: answer once it holds the sign-out, so that a sign-in right after
+        # it (through any process) finds no session to hand back
+        return ident.store.delete_confirmed(session.id).addCallback(
+            lambda _: self._signed_out(session, given))
 
     def _discovered(self, render: Callable[[], Decision | Deferred[Decision]]
                     ) -> Decision | Deferred[Decision]:
