@@ -53,6 +53,14 @@ MISMATCH = ("This gateway's proxy and authorize services disagree about which ro
             "serves this address (their configurations differ); ask an administrator.")
 
 
+def authorize_failover(bridge: AsyncioThread, urls: tuple[str, ...], secret: bytes,
+                       timeout: float, ca: bytes | None = None, override_name: str = "",
+                       round_robin: bool = True, process: str = "proxy") -> FailoverClient:
+    """A client of the authorize service at ``urls`` (failover between them)."""
+    return FailoverClient(bridge, "authorize", SERVICE_NAME, pb_grpc.AuthorizeStub, urls,
+                          secret, timeout, ca, override_name, round_robin, process)
+
+
 class RemoteAuthorizer:
     def __init__(self, bridge: AsyncioThread, local: IdentityHolder,
                  client: FailoverClient) -> None:
@@ -67,10 +75,8 @@ class RemoteAuthorizer:
                secret: bytes, timeout: float, ca: bytes | None = None,
                override_name: str = "", round_robin: bool = True,
                process: str = "proxy") -> RemoteAuthorizer:
-        client = FailoverClient(bridge, "authorize", SERVICE_NAME, pb_grpc.AuthorizeStub,
-                                urls, secret, timeout, ca, override_name, round_robin,
-                                process)
-        return cls(bridge, local, client)
+        return cls(bridge, local, authorize_failover(
+            bridge, urls, secret, timeout, ca, override_name, round_robin, process))
 
     # -- Authorizer
 

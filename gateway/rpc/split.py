@@ -27,7 +27,7 @@ from gateway.config.source import ConfigSource
 from gateway.databroker.broker import Databroker
 from gateway.databroker.records import RecordStore
 from gateway.observability.tracing.service import TracingService
-from gateway.rpc.authorize_client import RemoteAuthorizer
+from gateway.rpc.authorize_client import RemoteAuthorizer, authorize_failover
 from gateway.rpc.authorize_server import SERVICE_NAME as AUTHORIZE_SERVICE
 from gateway.rpc.authorize_server import AuthorizeDecider, AuthorizeServicer
 from gateway.rpc.bridge import AsyncioThread, BridgeService
@@ -95,11 +95,10 @@ class SplitRpc:
         close on stop, under the bridge (whose loop must still run then)."""
         if self._authorize is None:
             o, m = self.snapshot.options, self.snapshot.material
-            self._authorize = FailoverClient(
-                self.bridge, "authorize", AUTHORIZE_SERVICE, authorize_grpc.AuthorizeStub,
-                o.authorize_service_urls, m.shared_secret, float(o.grpc_client_timeout),
-                m.certificate_authority, o.override_certificate_name,
-                o.grpc_client_dns_roundrobin, o.service_label)
+            self._authorize = authorize_failover(
+                self.bridge, o.authorize_service_urls, m.shared_secret,
+                float(o.grpc_client_timeout), m.certificate_authority,
+                o.override_certificate_name, o.grpc_client_dns_roundrobin, o.service_label)
             MultiService.addService(self.service, ClosingService(
                 lambda: self.bridge.submit(self._authorize_close)))
         return self._authorize
