@@ -390,10 +390,11 @@ class H2Connection(ConnectionTLS, Protocol):
             if stream.pipe is not None:
                 stream.pipe.lost(why or "client connection lost", clean=clean)
             elif stream.exchange is not None:
+                exchange, stream.exchange = stream.exchange, None  # see forget_stream
                 if why:
-                    stream.exchange.abandon(why)
+                    exchange.abandon(why)
                 else:
-                    stream.exchange.downstream_lost()
+                    exchange.downstream_lost()
         if len(streams) > RELEASES_PER_TURN:
             self.core.reactor.callLater(0, self._release, streams[RELEASES_PER_TURN:], why,
                                         clean)
@@ -430,8 +431,12 @@ class H2Connection(ConnectionTLS, Protocol):
     def forget_stream(self, stream: _Stream) -> None:
         """The stream is over: drop it, and give the connection window back the bytes
         it held unacknowledged (a paused upload, DATA before a refused CONNECT), or
-        every other stream's uploads would stall on a window that never reopens."""
+        every other stream's uploads would stall on a window that never reopens.
+
+        The stream lets go of its exchange (whose sink it is): that cycle kept every
+        request, and its connection, until the next full garbage collection."""
         self.streams.pop(stream.stream_id, None)
+        stream.exchange = None
         if stream.pending:
             self.unbuffer(len(stream.pending))
             stream.pending.clear()
@@ -696,14 +701,15 @@ class H2Connection(ConnectionTLS, Protocol):
     def _drop(self, stream: _Stream, why: str, by_client: bool = False) -> None:
         """The stream is over (the client reset it, or we give up on it): drop it and
         its waiting bytes, and release its upstream work."""
+        exchange = stream.exchange
         self.forget_stream(stream)
         stream.closed = True
         if stream.pipe is not None:
             stream.pipe.lost(why, clean=False)
-        elif stream.exchange is not None and by_client:
-            stream.exchange.downstream_lost()
-        elif stream.exchange is not None:
-            stream.exchange.abandon(why)
+        elif exchange is not None and by_client:
+            exchange.downstream_lost()
+        elif exchange is not None:
+            exchange.abandon(why)
 
     def _body_timed_out(self, stream: _Stream, exchange: Exchange) -> None:
         """408 (or the response cut off if it began: the stream is reset and forgotten

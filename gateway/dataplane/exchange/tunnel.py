@@ -15,7 +15,6 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from twisted.internet.defer import Deferred
-from twisted.internet.endpoints import connectProtocol
 from twisted.internet.error import ConnectionDone
 from twisted.internet.interfaces import IHalfCloseableProtocol
 from twisted.internet.protocol import Protocol as TwistedProtocol
@@ -30,7 +29,7 @@ from gateway.dataplane.exchange.recheck import Reauthorized
 from gateway.dataplane.fastio import direct_writer, write_now
 from gateway.dataplane.routing.plan import RoutePlan
 from gateway.dataplane.upstream.hosts import UpstreamHost
-from gateway.dataplane.upstream.pool import client_endpoint, connect_failure
+from gateway.dataplane.upstream.pool import client_endpoint, connect_failure, connect_protocol
 from gateway.tls.client import is_ip_literal
 
 CONNECT_TIMEOUT = 10.0  # when the route has no timeout of its own
@@ -194,10 +193,10 @@ def open_tunnel(exchange: Exchange) -> None:
     resolve = core.pool.resolve
     if resolve is not None and not is_ip_literal(up.host):
         d: Deferred[Any] = resolve(up.host, up.port).addCallback(
-            lambda ip: connectProtocol(client_endpoint(core.reactor, ip, up.port, timeout),
+            lambda ip: connect_protocol(client_endpoint(core.reactor, ip, up.port, timeout),
                                        upstream))
     else:
-        d = connectProtocol(client_endpoint(core.reactor, up.host, up.port, timeout), upstream)
+        d = connect_protocol(client_endpoint(core.reactor, up.host, up.port, timeout), upstream)
     exchange.connecting = d
     d.addCallbacks(lambda _: _connected(exchange, upstream),
                    lambda failure: _connect_failed(exchange, failure))
