@@ -358,7 +358,7 @@ class Pool:
             idle.remove(conn)
 
     def idle_count(self) -> int:
-        return sum(len(v) for v in self._idle.values())
+        return sum(map(len, self._idle.values()))
 
     def _reap(self) -> None:
         limit = self.reactor.seconds() - self.idle_timeout
