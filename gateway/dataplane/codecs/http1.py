@@ -36,7 +36,7 @@ from gateway.dataplane.pipes.pipe import Pipe
 from gateway.dataplane.pipes.splice import SplicePipe, can_splice
 from gateway.dataplane.responses import status_line
 from gateway.dataplane.routing.router import normalise_host
-from gateway.dataplane.upstream.pool import UpstreamConnection
+from gateway.dataplane.upstream.pool import NoCallbacks, UpstreamConnection
 from gateway.observability.tracing.propagation import CONTEXT_NAMES
 from gateway.pages.answer import error_answer
 from gateway.pages.layout import look_of
@@ -48,14 +48,10 @@ _GATEWAY_WAITS = frozenset({"pipeline", "authorize"})  # pauses not counted in t
 log = Logger()
 
 
-class _NoCallbacks:
-    """What a closed connection's parser reports to: nothing."""
-
-
 # llhttp's parser holds the connection's bound callbacks, and the connection holds the
 # parser: a cycle that kept every closed connection, with its TLS state (~20 KiB), until
 # the next full garbage collection. A closed connection swaps its parser for this one.
-_SPENT_PARSER = httptools.HttpRequestParser(_NoCallbacks())
+_SPENT_PARSER = httptools.HttpRequestParser(NoCallbacks())
 
 
 class _Reject(Exception):

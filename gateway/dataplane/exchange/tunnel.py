@@ -194,7 +194,7 @@ def open_tunnel(exchange: Exchange) -> None:
     if resolve is not None and not is_ip_literal(up.host):
         d: Deferred[Any] = resolve(up.host, up.port).addCallback(
             lambda ip: connect_protocol(client_endpoint(core.reactor, ip, up.port, timeout),
-                                       upstream))
+                                        upstream))
     else:
         d = connect_protocol(client_endpoint(core.reactor, up.host, up.port, timeout), upstream)
     exchange.connecting = d

@@ -47,13 +47,14 @@ MAX_RESPONSE_HEAD = 64 * 1024
 MAX_RESPONSE_FIELDS = 200
 
 
-class _NoCallbacks:
-    """What a closed connection's parser reports to: nothing."""
+class NoCallbacks:
+    """What a closed connection's llhttp parser reports to: nothing."""
 
 
 # The parser holds the connection's bound callbacks and the connection the parser: a
 # closed connection swaps its parser for this one, so that reference counting frees it.
-_SPENT_PARSER = httptools.HttpResponseParser(_NoCallbacks())
+_SPENT_PARSER = httptools.HttpResponseParser(NoCallbacks())
+
 
 class UpstreamListener(TypingProtocol):
     """What an upstream connection tells the exchange it is serving."""
