@@ -15,9 +15,11 @@ from twisted.internet.defer import Deferred
 Pairs = tuple[tuple[bytes, bytes], ...]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class RequestInfo:
-    """What a decision may look at; no transport, no parser."""
+    """What a decision may look at; no transport, no parser. Built for every request
+    that is authorized, so not frozen: a frozen dataclass's ``__init__`` sets each field
+    through ``object.__setattr__`` (1.7 us instead of 0.4); nothing changes it."""
 
     method: bytes
     scheme: str
