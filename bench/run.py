@@ -462,34 +462,68 @@ class Bench:
     def series(self, target: Target, run: Callable[[Target, float], dict[str, Any]],
                keys: Sequence[str]) -> dict[str, Any]:
         """1 warm-up + ``repeat`` clean runs (up to 2 x repeat attempts); medians."""
+        return self.interleaved([target], run, keys)[target.name]
+
+    def interleaved(self, targets: Sequence[Target],
+                    run: Callable[[Target, float], dict[str, Any]],
+                    keys: Sequence[str]) -> dict[str, dict[str, Any]]:
+        """``series`` for several targets whose runs alternate (nginx, gateway, nginx,
+        ...): this VM's neighbours move a proxy's req/s by up to 40 % within minutes, and
+        back-to-back runs see the same neighbours, where one target's three runs followed
+        by the other's did not. Each target's result also lists its ``paired`` ratios to
+        the first target (run i of each, back to back)."""
         a = self.args
-        print(f"  {target.name}: warm-up {a.warmup:g} s", flush=True)
-        warm = run(target, a.warmup)
-        attempts: list[dict[str, Any]] = []
-        while len(attempts) < 2 * a.repeat and sum(x["clean"] for x in attempts) < a.repeat:
-            r = run(target, a.duration)
-            attempts.append(r)
-            note = "" if r["clean"] else (
-                f"  (disturbed: other processes {r['cpu%']['other_procs']} %, "
-                f"unaccounted {r['cpu%']['unaccounted']} %, top {r['top_other']})")
-            print(f"  {target.name}: run {len(attempts)}: {r['rps']:,.0f} req/s, "
-                  f"proxy CPU {r['cpu%']['proxy']} %{note}", flush=True)
-        runs = [x for x in attempts if x["clean"]]
-        if len(runs) < a.repeat:  # not enough clean runs: the least disturbed ones
-            runs = sorted(attempts, key=lambda x: x["cpu%"]["other_procs"]
-                          + x["cpu%"]["unaccounted"])[:a.repeat]
-        median = {k: statistics.median(x[k] for x in runs) for k in keys
-                  if all(k in x for x in runs)}
-        median["proxy_cpu%"] = statistics.median(x["cpu%"]["proxy"] for x in runs)
-        median["load_upstream_cpu%"] = statistics.median(
-            x["cpu%"]["load"] + x["cpu%"]["upstream"] for x in runs)
-        return {
-            "median": median,
-            "peak_rss_kib": max(x["peak_rss_kib"] for x in [warm, *attempts]),
-            "clean_runs": sum(x["clean"] for x in runs),
-            "used_runs": len(runs),
-            "runs": runs, "attempts": attempts, "warmup": warm,
-        }
+        warm: dict[str, dict[str, Any]] = {}
+        for target in targets:
+            print(f"  {target.name}: warm-up {a.warmup:g} s", flush=True)
+            warm[target.name] = run(target, a.warmup)
+        attempts: dict[str, list[dict[str, Any]]] = {t.name: [] for t in targets}
+
+        def wanting(target: Target) -> bool:
+            tried = attempts[target.name]
+            return len(tried) < 2 * a.repeat and sum(x["clean"] for x in tried) < a.repeat
+
+        while any(wanting(t) for t in targets):
+            for target in targets:
+                if not wanting(target):
+                    continue
+                r = run(target, a.duration)
+                attempts[target.name].append(r)
+                note = "" if r["clean"] else (
+                    f"  (disturbed: other processes {r['cpu%']['other_procs']} %, "
+                    f"unaccounted {r['cpu%']['unaccounted']} %, top {r['top_other']})")
+                print(f"  {target.name}: run {len(attempts[target.name])}: "
+                      f"{r['rps']:,.0f} req/s, proxy CPU {r['cpu%']['proxy']} %{note}",
+                      flush=True)
+        out = {t.name: _summary(warm[t.name], attempts[t.name], keys, a.repeat)
+               for t in targets}
+        first = attempts[targets[0].name]
+        for target in targets[1:]:
+            pairs = zip(attempts[target.name], first, strict=False)
+            out[target.name]["paired"] = [round(x["rps"] / y["rps"], 4) for x, y in pairs
+                                          if x["clean"] and y["clean"] and y["rps"]]
+        return out
+
+
+def _summary(warm: dict[str, Any], attempts: list[dict[str, Any]], keys: Sequence[str],
+             repeat: int) -> dict[str, Any]:
+    """Medians of a target's clean runs (or of its least disturbed ones)."""
+    runs = [x for x in attempts if x["clean"]]
+    if len(runs) < repeat:  # not enough clean runs: the least disturbed ones
+        runs = sorted(attempts, key=lambda x: x["cpu%"]["other_procs"]
+                      + x["cpu%"]["unaccounted"])[:repeat]
+    median = {k: statistics.median(x[k] for x in runs) for k in keys
+              if all(k in x for x in runs)}
+    median["proxy_cpu%"] = statistics.median(x["cpu%"]["proxy"] for x in runs)
+    median["load_upstream_cpu%"] = statistics.median(
+        x["cpu%"]["load"] + x["cpu%"]["upstream"] for x in runs)
+    return {
+        "median": median,
+        "peak_rss_kib": max(x["peak_rss_kib"] for x in [warm, *attempts]),
+        "clean_runs": sum(x["clean"] for x in runs),
+        "used_runs": len(runs),
+        "runs": runs, "attempts": attempts, "warmup": warm,
+    }
 
 
 # --------------------------------------------------------------------------------------
@@ -952,6 +986,12 @@ def fmt_rss(kib: float | None) -> str:
     return "-" if kib is None else f"{kib / 1024:.1f} MiB"
 
 
+def fmt_paired(result: dict[str, Any]) -> str:
+    """The ratios of back-to-back runs (``Bench.interleaved``), to see the spread."""
+    paired = result.get("paired")
+    return f"; paired runs {', '.join(f'{x:.3f}' for x in paired)}" if paired else ""
+
+
 def fmt(x: float | None, spec: str) -> str:
     return "-" if x is None else format(x, spec)
 
@@ -994,12 +1034,13 @@ def report(results: dict[str, Any], out: TextIO) -> None:
         ratio = gw["rps"] / ng["rps"]
         results["ratio_gateway_nginx"] = ratio
         w(f"gateway/nginx req/s: {ratio:.3f}   (target >= {TARGET_RATIO:.2f}: "
-          f"{verdict(ratio >= TARGET_RATIO)})\n")
+          f"{verdict(ratio >= TARGET_RATIO)}){fmt_paired(http1.get('gateway', {}))}\n")
     if au.get("rps") and ng.get("rps"):
         ratio = au["rps"] / ng["rps"]
         results["ratio_gateway_auth_nginx"] = ratio
         w(f"gateway auth/nginx req/s: {ratio:.3f}   (target >= {TARGET_AUTH_RATIO:.2f}, the "
-          f"public target {TARGET_RATIO:.2f} - 20 %: {verdict(ratio >= TARGET_AUTH_RATIO)})\n")
+          f"public target {TARGET_RATIO:.2f} - 20 %: {verdict(ratio >= TARGET_AUTH_RATIO)})"
+          f"{fmt_paired(http1.get('gateway auth', {}))}\n")
     if au.get("rps") and gw.get("rps"):
         ratio = au["rps"] / gw["rps"]
         results["ratio_gateway_auth_public"] = ratio
@@ -1049,7 +1090,7 @@ def report(results: dict[str, Any], out: TextIO) -> None:
         w(f"  {name:<12} {fmt(m.get('rps'), ',.0f'):>10} req/s, mean {fmt(m.get('mean_ms'), '.2f')}"
           f" ms, max {fmt(m.get('max_ms'), '.2f')} ms, peak RSS {fmt_rss(r.get('peak_rss_kib'))}, "
           f"proxy CPU {fmt(m.get('proxy_cpu%'), '.0f')} %, "
-          f"clean {r.get('clean_runs', 0)}/{r.get('used_runs', 0)}\n")
+          f"clean {r.get('clean_runs', 0)}/{r.get('used_runs', 0)}{fmt_paired(r)}\n")
     if "tls" in results:
         import tls  # bench/tls.py
         tls.report(results, out)
@@ -1263,8 +1304,7 @@ def run_all(args: argparse.Namespace, bench: Bench, procs: Processes, tmp: Path,
 
     keys = ("rps", "p50_ms", "p75_ms", "p90_ms", "p99_ms")
     print("HTTP/1.1 load (wrk)", flush=True)
-    for target in targets:
-        results["http1"][target.name] = bench.series(target, bench.wrk, keys)
+    results["http1"].update(bench.interleaved(targets, bench.wrk, keys))
     if auth_headers:
         try:  # the session still holds after the runs (wrk does not tell 3xx from 2xx)
             check_body(gw_port, auth_headers)
@@ -1301,13 +1341,13 @@ def run_all(args: argparse.Namespace, bench: Bench, procs: Processes, tmp: Path,
         reason = "h2load not installed (apt-get install -y nghttp2-client)"
         results["http2"] = {"nginx": {"skipped": reason}, "gateway": {"skipped": reason}}
         return
+    h2_targets: list[Target] = []
     if px_h2_port is None:
         results["http2"]["nginx"] = {"skipped": "nginx was built without http_v2_module"}
     else:
         ok, why = h2c_probe(px_h2_port)
         if ok:
-            results["http2"]["nginx"] = bench.series(
-                Target("nginx h2c", px_h2_port, nginx.pids), bench.h2load, h2_keys)
+            h2_targets.append(Target("nginx h2c", px_h2_port, nginx.pids))
         else:
             results["http2"]["nginx"] = {"skipped": f"nginx h2c port {why}"}
 
@@ -1320,18 +1360,21 @@ def run_all(args: argparse.Namespace, bench: Bench, procs: Processes, tmp: Path,
         results["http2"]["gateway"] = {
             "skipped": "gateway with codec_type: http2 did not start: "
             + str(exc).replace("\n", " | ")[:400]}
-        procs.stop(gw2)
-        return
-    ok, why = h2c_probe(gw2_port)
-    if ok:
-        results["http2"]["gateway"] = bench.series(
-            Target("gateway h2c", gw2_port, lambda: [gw2.pid]), bench.h2load, h2_keys)
-    else:
-        results["http2"]["gateway"] = {
-            "skipped": f"gateway with codec_type: http2 + insecure_server {why} "
-            "(no h2c on a plain port yet)"}
+        gw2_port = 0
+    if gw2_port:
+        ok, why = h2c_probe(gw2_port)
+        if ok:
+            h2_targets.append(Target("gateway h2c", gw2_port, lambda: [gw2.pid]))
+        else:
+            results["http2"]["gateway"] = {
+                "skipped": f"gateway with codec_type: http2 + insecure_server {why} "
+                "(no h2c on a plain port yet)"}
+    if h2_targets:  # nginx and the gateway alternate (see Bench.interleaved)
+        measured = bench.interleaved(h2_targets, bench.h2load, h2_keys)
+        for target in h2_targets:
+            results["http2"]["nginx" if target.name.startswith("nginx") else "gateway"] = \
+                measured[target.name]
     procs.stop(gw2)
-
 
 if __name__ == "__main__":
     sys.modules.setdefault("run", sys.modules["__main__"])  # bench/tls.py imports run

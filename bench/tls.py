@@ -273,20 +273,21 @@ def run_section(args: Any, bench: Any, procs: Any, tmp: Path, twistd: Path, upst
         keys = ("rps", "p50_ms", "p99_ms")
         rows: dict[str, dict[str, Any]] = {}
         print("TLS (wrk, h2load over TLS 1.3)", flush=True)
-        rows["TLS keep-alive"] = {t.name: bench.series(t, bench.wrk, keys) for t in (ng, gw)}
+        # nginx and the gateway runs alternate (run.Bench.interleaved)
+        keep_alive = bench.interleaved(
+            [ng, gw] + ([auth_target] if auth_target is not None else []), bench.wrk, keys)
+        rows["TLS keep-alive"] = {"nginx": keep_alive["nginx"], "gateway": keep_alive["gateway"]}
         if auth_target is not None:
             rows["TLS keep-alive, signed-in route"] = {
-                "nginx": rows["TLS keep-alive"]["nginx"],
-                "gateway": bench.series(auth_target, bench.wrk, keys)}
+                "nginx": keep_alive["nginx"], "gateway": keep_alive["gateway auth"]}
         close = ("Connection: close",)
-        rows["TLS new connection per request"] = {
-            t.name: bench.series(run.replace(t, headers=close), bench.wrk, keys)
-            for t in (ng, gw)}
+        rows["TLS new connection per request"] = bench.interleaved(
+            [run.replace(t, headers=close) for t in (ng, gw)], bench.wrk, keys)
         if not args.no_h2 and shutil.which("h2load"):
             for m in (1, 10):
-                rows[f"HTTP/2 over TLS -m{m}"] = {
-                    t.name: bench.series(run.replace(t, streams=m), bench.h2load,
-                                         ("rps", "mean_ms", "max_ms")) for t in (ng, gw)}
+                rows[f"HTTP/2 over TLS -m{m}"] = bench.interleaved(
+                    [run.replace(t, streams=m) for t in (ng, gw)], bench.h2load,
+                    ("rps", "mean_ms", "max_ms"))
         out["rows"] = rows
         out["ratios"] = ratios(rows)
         if args.idle_connections:
@@ -328,6 +329,9 @@ def report(results: dict[str, Any], out: TextIO) -> None:
         if row in targets and ratio is not None:
             ok = ratio >= targets[row]
             line += f"   target >= {targets[row]:.2f}: {'met' if ok else 'NOT met'}"
+        paired = r.get("gateway", {}).get("paired")
+        if paired:  # back-to-back runs (run.Bench.interleaved)
+            line += f"\n  {'':<34} paired runs {', '.join(f'{x:.3f}' for x in paired)}"
         w(line + "\n")
     if "auth_error" in tls:
         w(f"  signed-in route over TLS: not run: {tls['auth_error']}\n")
