@@ -459,16 +459,12 @@ class Bench:
             argv, duration, {"proxy": pids, "upstream": self.upstream_pids}, pids)
         return {**parse_h2load(out), **info, "peak_rss_kib": peak, "cmd": " ".join(argv)}
 
-    def series(self, target: Target, run: Callable[[Target, float], dict[str, Any]],
-               keys: Sequence[str]) -> dict[str, Any]:
-        """1 warm-up + ``repeat`` clean runs (up to 2 x repeat attempts); medians."""
-        return self.interleaved([target], run, keys)[target.name]
-
     def interleaved(self, targets: Sequence[Target],
                     run: Callable[[Target, float], dict[str, Any]],
                     keys: Sequence[str]) -> dict[str, dict[str, Any]]:
-        """``series`` for several targets whose runs alternate (nginx, gateway, nginx,
-        ...): this VM's neighbours move a proxy's req/s by up to 40 % within minutes, and
+        """Per target, 1 warm-up + ``repeat`` clean runs (up to 2 x repeat attempts) and
+        their medians, the targets' runs alternating (nginx, gateway, nginx, ...): this
+        VM's neighbours move a proxy's req/s by up to 40 % within minutes, and
         back-to-back runs see the same neighbours, where one target's three runs followed
         by the other's did not. Each target's result also lists its ``paired`` ratios to
         the first target (run i of each, back to back)."""
@@ -1375,6 +1371,7 @@ def run_all(args: argparse.Namespace, bench: Bench, procs: Processes, tmp: Path,
             results["http2"]["nginx" if target.name.startswith("nginx") else "gateway"] = \
                 measured[target.name]
     procs.stop(gw2)
+
 
 if __name__ == "__main__":
     sys.modules.setdefault("run", sys.modules["__main__"])  # bench/tls.py imports run
