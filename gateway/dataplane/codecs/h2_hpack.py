@@ -241,15 +241,19 @@ class Encoder:
     def __init__(self) -> None:
         self.size_update_due = True
 
+    def _opening(self) -> list[bytes]:
+        """A block's first parts: the table size update to 0 in the first block."""
+        if self.size_update_due:
+            self.size_update_due = False
+            return [TABLE_SIZE_ZERO]
+        return []
+
     def encode_response(self, status: int, headers: list[Header],
                         skip: frozenset[bytes]) -> bytes:
         """``:status`` and ``headers`` (names lower-cased, those in ``skip`` left out)
         in one pass: a response head as the codec has it from the upstream."""
-        parts: list[bytes] = []
+        parts = self._opening()
         append = parts.append
-        if self.size_update_due:
-            self.size_update_due = False
-            append(TABLE_SIZE_ZERO)
         fields = _fields
         head = (b":status", b"%d" % status)
         encoded = fields.get(head)
@@ -264,11 +268,8 @@ class Encoder:
         return b"".join(parts)
 
     def encode(self, headers: list[Header]) -> bytes:
-        parts: list[bytes] = []
+        parts = self._opening()
         append = parts.append
-        if self.size_update_due:
-            self.size_update_due = False
-            append(TABLE_SIZE_ZERO)
         fields = _fields
         for header in headers:
             encoded = fields.get(header)
