@@ -181,10 +181,17 @@ class UpstreamRelay(ExchangeBase):
 
     def flush_head(self) -> None:
         """Write a response head still held back (called after each upstream read)."""
+        self._send(b"")
+        self.sink.flush()
+
+    def _send(self, data: bytes) -> None:
+        """``data`` to the client, behind the response head if that is still held back
+        (then both leave in one write)."""
         head, self.head_pending = self.head_pending, None
         if head is not None:
-            self.sink.write_head(*head)
-        self.sink.flush()
+            self.sink.write_head(*head, first_body=data)
+        elif data:
+            self.sink.write_body(data)
 
     def upstream_body(self, data: bytes) -> None:
         if self.finished:
@@ -193,11 +200,7 @@ class UpstreamRelay(ExchangeBase):
         self.sent += len(data)
         if self.chunked_out:
             data = b"%x\r\n%s\r\n" % (len(data), data)
-        head, self.head_pending = self.head_pending, None
-        if head is not None:
-            self.sink.write_head(*head, first_body=data)
-        else:
-            self.sink.write_body(data)
+        self._send(data)
 
     def upstream_complete(self) -> None:
         if self.finished:
@@ -211,23 +214,11 @@ class UpstreamRelay(ExchangeBase):
                 upstream.reusable = False  # answered before the body was sent
             self.core.pool.release(upstream)
         self.release_host(failed=self.status >= 500)
-        if self.chunked_out:
-            self.upstream_body_end()
-        else:
-            head, self.head_pending = self.head_pending, None
-            if head is not None:
-                self.sink.write_head(*head)
+        self._send(b"0\r\n\r\n" if self.chunked_out else b"")
         # no flush before the end: ``exchange_done`` flushes, so an HTTP/2 response's
         # HEADERS, DATA and END_STREAM leave in one frame sequence, one write
         self.sink.end_body()
         self._finish()
-
-    def upstream_body_end(self) -> None:
-        head, self.head_pending = self.head_pending, None
-        if head is not None:
-            self.sink.write_head(*head, first_body=b"0\r\n\r\n")
-        else:
-            self.sink.write_body(b"0\r\n\r\n")
 
     def upstream_upgraded(self, rest: bytes) -> None:
         upstream, self.upstream = self.upstream, None
