@@ -589,8 +589,6 @@ class H2Connection(ConnectionTLS, Protocol):
 
     def _request(self, stream_id: int, fields: list[tuple[bytes, bytes]],
                  ended: bool) -> None:
-        if not self.client_ip:  # after any PROXY header (see Http1Connection)
-            self.client_ip = getattr(self.transport.getPeer(), "host", "")
         if len(self.streams) >= MAX_CONCURRENT_STREAMS:  # the engine allows up to the cap
             self.reset(stream_id, ErrorCode.REFUSED_STREAM)
             cut = self.guard.refused(self.core.reactor.seconds())
@@ -727,7 +725,7 @@ class H2Connection(ConnectionTLS, Protocol):
         if self.close_started is not None:
             return
         self.close_started = self.core.reactor.seconds()
-        client = self.client_ip or getattr(self.transport.getPeer(), "host", "")
+        client = self.client_ip
         log.info("HTTP/2 connection from {client} cut: {limit} ({detail})",
                  client=client, limit=cut.limit, code=cut.code.name, detail=cut.detail)
         penalty = self.core.penalties.strike(client, cut.limit, self.close_started)
