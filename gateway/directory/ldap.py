@@ -23,10 +23,11 @@ from OpenSSL import SSL
 from service_identity import VerificationError
 from twisted.internet import error
 from twisted.internet.defer import CancelledError, Deferred
-from twisted.internet.endpoints import HostnameEndpoint, connectProtocol, wrapClientTLS
+from twisted.internet.endpoints import HostnameEndpoint, wrapClientTLS
 from twisted.internet.interfaces import IHandshakeListener
 from zope.interface import implementer
 
+from gateway.connect import connect_protocol
 from gateway.directory import ldap_wire
 from gateway.directory.filters import parse_filter
 from gateway.directory.membership import GroupEntry, UserEntry, build_directory
@@ -130,7 +131,7 @@ class LDAPProvider:
         if account.tls:
             endpoint = wrapClientTLS(connection_creator(account.tls_config(), account.host),
                                      endpoint)
-        client: _Client = await self._step("connect", connectProtocol(endpoint, _Client()))
+        client: _Client = await self._step("connect", connect_protocol(endpoint, _Client()))
         client.tls_pending = account.tls
         done = False
         try:

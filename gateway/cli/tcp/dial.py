@@ -16,7 +16,6 @@ from OpenSSL import SSL
 from service_identity import VerificationError
 from twisted.internet import defer
 from twisted.internet.defer import CancelledError, Deferred
-from twisted.internet.endpoints import connectProtocol
 from twisted.internet.error import (
     ConnectError,
     ConnectionRefusedError,
@@ -39,6 +38,7 @@ from gateway.cli.tcp.wire import (
     connect_request,
     error_detail,
 )
+from gateway.connect import connect_protocol
 from gateway.dataplane.pipes.pipe import Pipe
 
 ANSWER_TIMEOUT = 30.0  # seconds from connecting to the answer's head (TLS included)
@@ -157,7 +157,7 @@ async def dial(reactor: Any, endpoints: GatewayEndpoints, authority: str,
     gateway = endpoints.gateway
     protocol = GatewayConnection(connect_request(authority, token))
     try:
-        await connectProtocol(endpoints.endpoint(), protocol)
+        await connect_protocol(endpoints.endpoint(), protocol)
     except CancelledError:
         raise
     except Exception as exc:

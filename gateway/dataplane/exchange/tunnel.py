@@ -21,6 +21,7 @@ from twisted.internet.protocol import Protocol as TwistedProtocol
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
+from gateway.connect import connect_protocol
 from gateway.dataplane.authz import RequestInfo
 from gateway.dataplane.core import ProxyCore
 from gateway.dataplane.exchange.access import Logged, log_access
@@ -29,7 +30,7 @@ from gateway.dataplane.exchange.recheck import Reauthorized
 from gateway.dataplane.fastio import direct_writer, write_now
 from gateway.dataplane.routing.plan import RoutePlan
 from gateway.dataplane.upstream.hosts import UpstreamHost
-from gateway.dataplane.upstream.pool import client_endpoint, connect_failure, connect_protocol
+from gateway.dataplane.upstream.pool import client_endpoint, connect_failure
 from gateway.tls.client import is_ip_literal
 
 CONNECT_TIMEOUT = 10.0  # when the route has no timeout of its own

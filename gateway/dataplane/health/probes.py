@@ -28,13 +28,14 @@ from h2.events import (
 from h2.exceptions import H2Error
 from OpenSSL import SSL
 from twisted.internet.defer import Deferred
-from twisted.internet.endpoints import connectProtocol, wrapClientTLS
+from twisted.internet.endpoints import wrapClientTLS
 from twisted.internet.interfaces import IOpenSSLClientConnectionCreator
 from twisted.internet.protocol import Protocol
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
 from gateway.config.upstreams import HealthCheck, Upstream
+from gateway.connect import connect_protocol
 from gateway.dataplane.upstream.hosts import UpstreamHost
 from gateway.dataplane.upstream.pool import client_endpoint
 from gateway.tls.client import TLSClientConfig, connection_creator
@@ -330,7 +331,7 @@ class _Attempt:
         self._protocol = _ProbeProtocol(session, self._finish)
         self._connected = False
         self._timer = reactor.callLater(timeout, self._abort)
-        self._connecting: Deferred[Any] = connectProtocol(endpoint, self._protocol)
+        self._connecting: Deferred[Any] = connect_protocol(endpoint, self._protocol)
         self._connecting.addCallbacks(self._on_connected, lambda _: self._finish(False))
 
     def _on_connected(self, _: object) -> None:

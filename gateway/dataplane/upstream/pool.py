@@ -11,7 +11,7 @@ from __future__ import annotations
 import ipaddress
 import socket
 from collections.abc import Callable
-from typing import Any, TypeVar, cast
+from typing import Any, cast
 from typing import Protocol as TypingProtocol
 
 import httptools
@@ -29,11 +29,12 @@ from twisted.internet.error import (
     TimeoutError,
 )
 from twisted.internet.interfaces import IStreamClientEndpoint
-from twisted.internet.protocol import Factory, Protocol
+from twisted.internet.protocol import Protocol
 from twisted.internet.task import LoopingCall
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
+from gateway.connect import connect_protocol
 from gateway.dataplane.fastio import direct_writer, write_now
 from gateway.dataplane.upstream.hosts import UpstreamHost
 from gateway.tls.client import TLSClientConfig, is_ip_literal
@@ -243,29 +244,6 @@ def client_endpoint(reactor: Any, host: str, port: int, timeout: float) -> IStre
     if address.version == 4:
         return TCP4ClientEndpoint(reactor, host, port, timeout=timeout)
     return TCP6ClientEndpoint(reactor, host, port, timeout=timeout)
-
-
-class _OneProtocol(Factory):
-    """A factory handing out one protocol already built."""
-
-    def __init__(self, protocol: Protocol) -> None:
-        self.protocol_built: Protocol | None = protocol
-
-    def buildProtocol(self, addr: Any) -> Protocol | None:
-        # handed out once, and forgotten: the connector keeps this factory, and the
-        # protocol keeps the connection (its transport) that holds the connector
-        protocol, self.protocol_built = self.protocol_built, None
-        return protocol
-
-
-P = TypeVar("P", bound=Protocol)
-
-
-def connect_protocol(endpoint: IStreamClientEndpoint, protocol: P) -> Deferred[P]:
-    """Twisted's ``connectProtocol`` without its cycles (a class made per call, a
-    factory holding its protocol), which kept each closed connection until the next
-    full garbage collection instead of freeing it when it closed."""
-    return cast(Deferred[P], endpoint.connect(_OneProtocol(protocol)))
 
 
 # Idle connections kept per upstream. A busy HTTP/2 client has up to 128 requests in
