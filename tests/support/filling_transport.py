@@ -22,6 +22,12 @@ class FillingTransport(StringTransport):
 
     def write(self, data: bytes) -> None:
         super().write(data)
+        self._maybePauseProducer()
+
+    def _maybePauseProducer(self) -> None:
+        """As ``twisted.internet.abstract.FileDescriptor``'s: pause a streaming producer
+        when the buffer is past the limit (``write`` calls it; a consumer registering
+        a producer after it filled the buffer may too)."""
         if self.producer is not None and self.streaming and \
                 len(self.io.getvalue()) > self.limit and not self.producer_paused_by_us:
             self.producer_paused_by_us = True

@@ -29,6 +29,7 @@ from gateway.dataplane.codecs.normalize import (
 )
 from gateway.dataplane.core import CLOSE_GRACE, ProxyCore
 from gateway.dataplane.exchange.base import BODY_CHUNKED, BODY_LENGTH, ExchangeBase
+from gateway.dataplane.exchange.headers import named_tokens
 from gateway.dataplane.exchange.recheck import UpgradeWatch
 from gateway.dataplane.exchange.request import Exchange
 from gateway.dataplane.fastio import direct_writer, write_now
@@ -137,6 +138,7 @@ class Http1Connection(ConnectionTLS, Protocol):
         self.close_started: float | None = None
         self._early = b""  # bytes after an upgrade/CONNECT head, for the pipe
         self._flow: _ResponseFlow | None = None
+        self._flow_from: Any = None  # the upstream transport of a flow not registered yet
 
     # -- connection
 
@@ -321,8 +323,7 @@ class Http1Connection(ConnectionTLS, Protocol):
             elif low == b"upgrade":
                 exchange.upgrade = value.strip()
             elif low == b"connection":
-                exchange.connection_tokens = exchange.connection_tokens | {
-                    t.strip().lower() for t in value.split(b",") if t.strip()}
+                exchange.connection_tokens = exchange.connection_tokens | named_tokens(value)
             elif low in CONTEXT_NAMES:
                 exchange.trace_context = True
         if len(lengths) > 1 or (lengths and chunked):
@@ -422,16 +423,32 @@ class Http1Connection(ConnectionTLS, Protocol):
         pass
 
     def flush(self) -> None:
-        pass  # writes leave at once (see ``write``)
+        """The end of an upstream read (writes themselves leave at once, see ``write``):
+        a response still streaming now gets its flow control. Most responses end within
+        the read that began them, and for those registering a producer on the client's
+        transport (on TLS: a membrane object, two calls each way) was wasted."""
+        upstream = self._flow_from
+        if upstream is None:
+            return
+        self._flow_from = None
+        flow = self._flow = _ResponseFlow(self, upstream)
+        transport: Any = self.transport
+        transport.registerProducer(flow, True)
+        # Twisted pauses a producer only on a write past the buffer limit: if the writes
+        # of this read already passed it, pause now, as an early registration would have.
+        wire = getattr(transport, "transport", transport)  # under TLS, the TCP connection
+        maybe_pause = getattr(wire, "_maybePauseProducer", None)
+        if maybe_pause is not None:
+            maybe_pause()
 
     def send_continue(self) -> None:
         self.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
 
     def start_response_flow(self, producer: Any) -> None:
-        self._flow = _ResponseFlow(self, producer)
-        self.transport.registerProducer(self._flow, True)
+        self._flow_from = producer  # registered by ``flush`` if still streaming then
 
     def stop_response_flow(self) -> None:
+        self._flow_from = None
         flow, self._flow = self._flow, None
         if flow is not None:
             flow.detach()

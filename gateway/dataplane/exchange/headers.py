@@ -7,6 +7,7 @@ case; the original spelling is kept when forwarding.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from functools import lru_cache
 
 HeaderList = list[tuple[bytes, bytes]]
 
@@ -27,11 +28,25 @@ GATEWAY_SET = HOP_BY_HOP | frozenset(
 
 def connection_tokens(headers: Iterable[tuple[bytes, bytes]]) -> frozenset[bytes]:
     """Header names listed in ``Connection`` (they are hop-by-hop too, RFC 9110 7.6.1)."""
-    tokens: set[bytes] = set()
+    tokens: frozenset[bytes] = frozenset()
     for name, value in headers:
-        if name.lower() == b"connection":
-            tokens.update(t.strip().lower() for t in value.split(b",") if t.strip())
-    return frozenset(tokens)
+        if len(name) == 10 and name.lower() == b"connection":
+            tokens |= named_tokens(value)
+    return tokens
+
+
+def named_tokens(value: bytes) -> frozenset[bytes]:
+    """The lower-case tokens of one ``Connection`` value. Short values are cached: peers
+    send the same few (``keep-alive``, ``close``, ``upgrade``) on every message, and a
+    long one cannot fill the cache."""
+    return _short_tokens(value) if len(value) <= 64 else _tokens(value)
+
+
+def _tokens(value: bytes) -> frozenset[bytes]:
+    return frozenset(t.strip().lower() for t in value.split(b",") if t.strip())
+
+
+_short_tokens = lru_cache(256)(_tokens)
 
 
 def underscore_twin(low: bytes, removed: frozenset[bytes], extra: frozenset[bytes]) -> bool:
