@@ -372,3 +372,28 @@ class MakeBalancerTests(SynchronousTestCase):
     def test_unknown_policy(self) -> None:
         """An unknown policy name is a ValueError."""
         self.assertRaises(ValueError, make_balancer, "LEAST_CONN", hosts(1, 1), None)
+
+
+class HostHeaderTests(SynchronousTestCase):
+    """``UpstreamHost.host_header``: the Host an upstream request names the host by."""
+
+    def header(self, url: str, scheme: str, host: str, port: int) -> bytes:
+        return UpstreamHost(Upstream(url, scheme, host, port, "", None)).host_header
+
+    def test_default_port_is_left_out(self) -> None:
+        self.assertEqual(self.header("http://app.internal", "http", "app.internal", 80),
+                         b"app.internal")
+        self.assertEqual(self.header("https://app.internal", "https", "app.internal", 443),
+                         b"app.internal")
+
+    def test_other_port_is_named(self) -> None:
+        self.assertEqual(self.header("http://app.internal:8080", "http", "app.internal", 8080),
+                         b"app.internal:8080")
+        self.assertEqual(self.header("https://app.internal:80", "https", "app.internal", 80),
+                         b"app.internal:80")
+
+    def test_ipv6_literal_keeps_its_brackets(self) -> None:
+        """RFC 3986 3.2.2: an IPv6 literal is bracketed in Host, with a port or without
+        (it was sent bare on the scheme's default port)."""
+        self.assertEqual(self.header("http://[::1]", "http", "::1", 80), b"[::1]")
+        self.assertEqual(self.header("http://[::1]:8080", "http", "::1", 8080), b"[::1]:8080")

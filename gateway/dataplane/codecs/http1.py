@@ -10,6 +10,7 @@ error closes the connection after a 400.
 from __future__ import annotations
 
 from collections import deque
+from functools import partial
 from typing import Any
 
 import httptools
@@ -149,7 +150,7 @@ class Http1Connection(ConnectionTLS, Protocol):
         self.last_activity = self.core.reactor.seconds()
         self.core.connections.add(self)
         if direct_writer(transport):
-            self.write = lambda data: write_now(transport, data)  # type: ignore[method-assign]
+            self.write = partial(write_now, transport)  # type: ignore[method-assign]
         else:
             self.write = transport.write  # type: ignore[method-assign]
 

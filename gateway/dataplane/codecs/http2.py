@@ -12,6 +12,7 @@ HEADERS and DATA (with END_STREAM) leave in one write.
 from __future__ import annotations
 
 import re
+from functools import partial
 from typing import Any
 
 from twisted.internet.error import ConnectionDone
@@ -333,7 +334,7 @@ class H2Connection(ConnectionTLS, Protocol):
         if hasattr(transport, "setTcpNoDelay"):
             transport.setTcpNoDelay(True)
         if direct_writer(transport):
-            self._write = lambda data: write_now(transport, data)  # type: ignore[method-assign]
+            self._write = partial(write_now, transport)  # type: ignore[method-assign]
         now = self.last_activity = self.core.reactor.seconds()
         # the client (after any PROXY header: this codec starts on the first bytes)
         self.client_ip = getattr(transport.getPeer(), "host", "")

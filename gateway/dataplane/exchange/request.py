@@ -211,11 +211,11 @@ class Exchange(UpstreamRelay):
             self._authorize_traced(plan)
             return
         decision = self.core.authorizer.authorize(self.request_info(), plan)
-        if isinstance(decision, Deferred):
-            self.sink.pause_reading("authorize")
-            decision.addCallbacks(self._decided, self._decision_failed)
+        if isinstance(decision, (Allow, Deny)):  # (Deferred's isinstance goes through abc)
+            self._apply(decision)
             return
-        self._apply(decision)
+        self.sink.pause_reading("authorize")
+        decision.addCallbacks(self._decided, self._decision_failed)
 
     def _authorize_traced(self, plan: RoutePlan) -> None:
         """``_authorize`` with the decision as a span (the session lookup and any

@@ -16,7 +16,7 @@ from twisted.logger import Logger
 from gateway.dataplane.exchange.base import BODY_CHUNKED
 from gateway.dataplane.exchange.headers import HOP_BY_HOP, IDENTITY_PREFIX, underscore_twin
 from gateway.dataplane.exchange.request_id import checked_request_id
-from gateway.dataplane.routing.router import bracket_host, upstream_path
+from gateway.dataplane.routing.router import upstream_path
 from gateway.observability.tracing.propagation import CONTEXT_HEADERS
 from gateway.sessions.bearer import programmatic_token
 from gateway.sessions.cookie import strip_cookie
@@ -104,9 +104,7 @@ def upstream_request_head(exchange: ExchangeBase) -> bytes:
             route.host_path_regex_rewrite_substitution, exchange.path, count=1
         ).encode("latin-1")
     else:
-        default = 443 if upstream.scheme == "https" else 80
-        host_value = (upstream.host if upstream.port == default
-                      else f"{bracket_host(upstream.host)}:{upstream.port}").encode("latin-1")
+        host_value = host.host_header
     parts += (b"host: ", host_value, b"\r\n")
     trusted = core.xff_trusted_hops
     if not core.skip_xff_append:

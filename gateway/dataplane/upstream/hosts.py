@@ -26,9 +26,15 @@ class UpstreamHost:
     active: int = 0
     labels: dict[str, str] = field(default_factory=dict)
     address: str = field(init=False)  # host:port, for logs and metrics (made once)
+    host_header: bytes = field(init=False)  # the Host an upstream request names it by
 
     def __post_init__(self) -> None:
-        self.address = f"{self.upstream.host}:{self.upstream.port}"
+        upstream = self.upstream
+        self.address = f"{upstream.host}:{upstream.port}"
+        name = f"[{upstream.host}]" if ":" in upstream.host else upstream.host
+        default = 443 if upstream.scheme == "https" else 80
+        self.host_header = (name if upstream.port == default
+                            else f"{name}:{upstream.port}").encode("latin-1")
 
     def available(self, now: float) -> bool:
         """Healthy and not ejected by outlier detection."""

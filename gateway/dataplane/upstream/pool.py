@@ -11,6 +11,7 @@ from __future__ import annotations
 import ipaddress
 import socket
 from collections.abc import Callable
+from functools import partial
 from typing import Any, cast
 from typing import Protocol as TypingProtocol
 
@@ -101,7 +102,12 @@ class UpstreamConnection(Protocol):
         if hasattr(transport, "setTcpNoDelay"):
             transport.setTcpNoDelay(True)
         if direct_writer(transport):
-            self.write = lambda data: write_now(transport, data)  # type: ignore[method-assign]
+            self.write = partial(write_now, transport)  # type: ignore[method-assign]
+        if getattr(getattr(transport, "protocol", None), "_wrappedProtocol", None) is self:
+            # The endpoint's wrapper (Twisted's ``_WrappingProtocol``) only forwards once
+            # the connection is made: the connection calls this protocol directly now,
+            # one call less on every read.
+            transport.protocol = self
 
     def connectionLost(self, reason: Failure = Failure(ConnectionError())) -> None:  # noqa: B008
         self.connected = False
