@@ -30,12 +30,14 @@ def public(**spec: Any) -> dict[str, Any]:
 
 class ConnectionTokensTests(SynchronousTestCase):
     def test_tokens(self) -> None:
-        """Every Connection header counts; tokens are trimmed, lower-cased, empties dropped."""
-        headers = [(b"Connection", b"keep-alive, X-Foo ,, x-bar"), (b"X-Foo", b"1"),
-                   (b"connection", b"Upgrade")]
-        self.assertEqual(connection_tokens(headers),
+        """Every Connection value counts; tokens are trimmed, lower-cased, empties dropped."""
+        self.assertEqual(connection_tokens([b"keep-alive, X-Foo ,, x-bar", b"Upgrade"]),
                          frozenset({b"keep-alive", b"x-foo", b"x-bar", b"upgrade"}))
-        self.assertEqual(connection_tokens([(b"Host", b"a")]), frozenset())
+        self.assertEqual(connection_tokens([b" Close "]), frozenset({b"close"}))
+        self.assertEqual(connection_tokens([]), frozenset())
+        long_value = b"x-" + b"a" * 100 + b", TE"  # past the cached length
+        self.assertEqual(connection_tokens([long_value]),
+                         frozenset({b"x-" + b"a" * 100, b"te"}))
 
 
 class UnderscoreTwinTests(SynchronousTestCase):

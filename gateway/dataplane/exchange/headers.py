@@ -6,7 +6,7 @@ case; the original spelling is kept when forwarding.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Sequence
 from functools import lru_cache
 
 HeaderList = list[tuple[bytes, bytes]]
@@ -26,13 +26,12 @@ GATEWAY_SET = HOP_BY_HOP | frozenset(
 )
 
 
-def connection_tokens(headers: Iterable[tuple[bytes, bytes]]) -> frozenset[bytes]:
-    """Header names listed in ``Connection`` (they are hop-by-hop too, RFC 9110 7.6.1)."""
-    tokens: frozenset[bytes] = frozenset()
-    for name, value in headers:
-        if len(name) == 10 and name.lower() == b"connection":
-            tokens |= named_tokens(value)
-    return tokens
+def connection_tokens(values: Sequence[bytes]) -> frozenset[bytes]:
+    """Header names listed in the ``Connection`` header values ``values`` (they are
+    hop-by-hop too, RFC 9110 7.6.1)."""
+    if len(values) == 1:
+        return named_tokens(values[0])
+    return frozenset().union(*map(named_tokens, values))
 
 
 def named_tokens(value: bytes) -> frozenset[bytes]:

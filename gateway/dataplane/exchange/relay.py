@@ -141,8 +141,8 @@ class UpstreamRelay(ExchangeBase):
         self.status = self.upstream_status = status
         out: list[tuple[bytes, bytes]] = []
         upstream_conn = self.upstream
-        named = connection_tokens(headers) if upstream_conn is not None and \
-            upstream_conn.saw_connection else frozenset()
+        named = connection_tokens(upstream_conn.connection_values) \
+            if upstream_conn is not None else frozenset()
         overridden = plan.response_header_names
         rewrites = plan.response_rewrites
         has_length = False

@@ -121,7 +121,7 @@ class Exchange(UpstreamRelay):
             return
         plan, known = core.plan.lookup(self.host, path)
         sni, certificate, store = self.sink.tls_info()
-        if sni and store is not None:
+        if sni and store is not None and self.host != sni:  # (equal: served, port 443)
             name = _hostname(self.host)
             # the SNI's own name is covered by the certificate chosen for it
             if name != sni and (plan is None or (

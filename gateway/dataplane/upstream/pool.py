@@ -92,7 +92,10 @@ class UpstreamConnection(Protocol):
         self._reset_parser = False
         self._framed = False
         self.raw: Any = None  # a pipes.pipe.Pipe once the connection was upgraded
-        self.saw_connection = False
+        # Read off the head as its fields arrive (one pass): its Connection values, and
+        # whether Content-Length or chunked coding frames the body.
+        self.connection_values: list[bytes] = []
+        self._length_framed = False
 
     # -- lifecycle
 
@@ -131,7 +134,8 @@ class UpstreamConnection(Protocol):
         self.headers = []
         self.head_bytes = 0
         self.reason = b""
-        self.saw_connection = False
+        self.connection_values = []
+        self._length_framed = False
         self._got_head = False
         self._head_request = head_request
         self.write(head)
@@ -191,8 +195,14 @@ class UpstreamConnection(Protocol):
             # Raised through httptools as HttpParserCallbackError: a 502, connection dropped.
             raise ValueError(f"response headers over {MAX_RESPONSE_HEAD // 1024} KiB or "
                              f"{MAX_RESPONSE_FIELDS} fields")
-        if len(name) == 10 and name.lower() == b"connection":
-            self.saw_connection = True
+        size = len(name)
+        if size == 10 or size == 14 or size == 17:  # the only names that matter here
+            low = name.lower()
+            if low == b"connection":
+                self.connection_values.append(value)
+            elif low == b"content-length" or (low == b"transfer-encoding"
+                                              and b"chunked" in value.lower()):
+                self._length_framed = True
 
     def on_headers_complete(self) -> None:
         status = self.parser.get_status_code()
@@ -201,16 +211,12 @@ class UpstreamConnection(Protocol):
             self.headers = []
             self.head_bytes = 0
             self.reason = b""
+            self.connection_values = []
+            self._length_framed = False
             return
         self._got_head = True
         self._upgrading = status == 101
-        framed = False
-        for name, value in self.headers:
-            low = name.lower()
-            if low == b"content-length" or (low == b"transfer-encoding" and b"chunked" in
-                                            value.lower()):
-                framed = True
-        self._framed = framed or self._head_request or status in (204, 304)
+        self._framed = self._length_framed or self._head_request or status in (204, 304)
         keep_alive = self.parser.should_keep_alive()
         if not keep_alive or not self._framed:
             self.reusable = False
