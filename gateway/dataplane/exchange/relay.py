@@ -177,7 +177,7 @@ class UpstreamRelay(ExchangeBase):
             self.flush_head()
         upstream = self.upstream
         if upstream is not None and upstream.transport is not None and not upgrading:
-            self.sink.start_response_flow(upstream.transport)
+            self.sink.start_response_flow(upstream)
 
     def flush_head(self) -> None:
         """Write a response head still held back (called after each upstream read)."""

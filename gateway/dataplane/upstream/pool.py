@@ -92,6 +92,7 @@ class UpstreamConnection(Protocol):
         self._reset_parser = False
         self._framed = False
         self.raw: Any = None  # a pipes.pipe.Pipe once the connection was upgraded
+        self.paused = False  # reading paused by a response's flow control
         # Read off the head as its fields arrive (one pass): its Connection values, and
         # whether Content-Length or chunked coding frames the body.
         self.connection_values: list[bytes] = []
@@ -142,6 +143,20 @@ class UpstreamConnection(Protocol):
 
     def write(self, data: bytes) -> None:
         self.transport.write(data)  # type: ignore[union-attr]
+
+    # -- the producer a response's flow control pauses (``Sink.start_response_flow``);
+    # the flag lets ``Pool.release`` skip resuming a connection nobody paused
+
+    def pauseProducing(self) -> None:
+        self.paused = True
+        self.transport.pauseProducing()  # type: ignore[union-attr]
+
+    def resumeProducing(self) -> None:
+        self.paused = False
+        self.transport.resumeProducing()  # type: ignore[union-attr]
+
+    def stopProducing(self) -> None:
+        self.transport.stopProducing()  # type: ignore[union-attr]
 
     def abort(self) -> None:
         """Drop the connection (the exchange gave up on it)."""
@@ -340,7 +355,8 @@ class Pool:
         # An idle connection always reads: the next exchange needs its response, and a
         # close by the upstream must be noticed. Whatever paused it for the previous
         # exchange (a slow client) is over.
-        conn.transport.resumeProducing()  # type: ignore[union-attr]
+        if conn.paused:
+            conn.resumeProducing()
         idle.append(conn)
 
     def forget(self, conn: UpstreamConnection) -> None:
