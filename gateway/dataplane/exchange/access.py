@@ -20,7 +20,7 @@ from __future__ import annotations
 import re
 from typing import Any, Protocol
 
-from twisted.logger import Logger, LogLevel
+from twisted.logger import Logger
 
 from gateway.dataplane.authz import Allow
 from gateway.dataplane.exchange.measure import Measured, observe_exchange
@@ -42,7 +42,7 @@ def loggable_query(query: bytes) -> str:
 
 
 def access_enabled() -> bool:
-    return bool(LogLevel.info >= LEVELS.proxy_log_level)
+    return LEVELS.access_logged
 
 
 class Logged(Measured, Protocol):
