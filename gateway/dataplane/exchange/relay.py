@@ -53,6 +53,8 @@ class _UploadThrottle:
 class UpstreamRelay(ExchangeBase):
     """The forwarding half of ``Exchange``; also its ``UpstreamListener``."""
 
+    __slots__ = ()
+
     # -- request body (sent on, or held until the upstream connection is there)
 
     def _send_body(self, data: bytes) -> None:

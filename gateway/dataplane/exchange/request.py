@@ -33,6 +33,8 @@ ROBOTS = b"User-agent: *\nDisallow: /"
 class Exchange(UpstreamRelay):
     """Request fields are set by the codec before ``begin``."""
 
+    __slots__ = ()
+
     # -- request side (codec calls)
 
     def request_body(self, data: bytes) -> None:
