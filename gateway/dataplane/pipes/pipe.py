@@ -56,6 +56,17 @@ class PipeBase:
         is buffered), or by a reset (passed on as one: a truncated stream must not look
         complete to the other side)."""
         self._end(reason, abort=not clean)
+        if self._timer is not None and self._both_gone():
+            # nothing left to abort: the grace timer would only keep this pipe, both
+            # connections and their TLS state alive for CLOSE_GRACE
+            if self._timer.active():
+                self._timer.cancel()
+            self._timer = None
+
+    def _both_gone(self) -> bool:
+        """Whether both ends' connections are closed (TCP and TLS transports say so;
+        an end that cannot tell counts as open)."""
+        return all(getattr(end, "disconnected", False) for end in (self.a, self.b))
 
     def close(self, reason: str = "closed") -> None:
         self._end(reason, abort=False)
@@ -76,12 +87,19 @@ class PipeBase:
                 transport.abortConnection()
             else:
                 transport.loseConnection()
-        if not abort:
+        if not abort and not self._both_gone():
             self._timer = self.clock.callLater(CLOSE_GRACE, self._abort_unfinished)
-        if self.on_close is not None:
-            self.on_close(self, reason)
+        else:
+            self._timer = None
+        # Told once, then forgotten: the owner (an upgrade's watch, a tunnel) usually
+        # holds this pipe, and the pair would be a reference cycle that keeps both
+        # connections until a full garbage collection.
+        on_close, self.on_close = self.on_close, None
+        if on_close is not None:
+            on_close(self, reason)
 
     def _abort_unfinished(self) -> None:
+        self._timer = None
         for transport in (self.a, self.b):
             if not getattr(transport, "disconnected", False):
                 transport.abortConnection()
