@@ -84,3 +84,57 @@ class ClientCaTests(SynchronousTestCase):
         self.assertIsNone(two.client_cert.check(chain(route_ca)))
         self.assertIsNotNone(two.client_cert.check(chain(global_ca)))
         self.assertEqual(one.client_cert.check([]), "no client certificate")
+
+
+class _CountingStore:
+    """A certificate store that covers the names it is given, counting the questions."""
+
+    def __init__(self, covered: set[str]) -> None:
+        self.covered = covered
+        self.asked: list[str] = []
+
+    def covers(self, certificate: object, host: str) -> bool:
+        self.asked.append(host)
+        return host in self.covered
+
+
+class MisdirectedTests(SynchronousTestCase):
+    """``ConnectionTLS.misdirected``: the 421 check of a request on a TLS connection."""
+
+    def connection(self, sni: str, store: _CountingStore) -> Any:
+        from gateway.dataplane.codecs.connection_tls import ConnectionTLS
+
+        conn = ConnectionTLS()
+        conn._tls = (sni, object(), store)
+        return conn
+
+    def test_sni_name_is_served_with_or_without_port(self) -> None:
+        store = _CountingStore(set())
+        conn = self.connection("app.test", store)
+        self.assertEqual(conn.misdirected("app.test", False), "")
+        self.assertEqual(conn.misdirected("app.test:8443", False), "")
+        self.assertEqual(store.asked, [])
+
+    def test_other_name_served_only_when_routed_and_covered(self) -> None:
+        store = _CountingStore({"other.test"})
+        conn = self.connection("app.test", store)
+        self.assertEqual(conn.misdirected("other.test:8443", False), "other.test")
+        self.assertEqual(conn.misdirected("third.test", True), "third.test")
+        self.assertEqual(conn.misdirected("third.test", True), "third.test")  # not cached
+        self.assertEqual(conn.misdirected("other.test:8443", True), "")
+
+    def test_served_answer_is_kept_for_the_connection(self) -> None:
+        store = _CountingStore({"other.test"})
+        conn = self.connection("app.test", store)
+        for _ in range(3):
+            self.assertEqual(conn.misdirected("other.test", True), "")
+        self.assertEqual(store.asked, ["other.test"])
+        # an unrouted request for the same host is checked again (and refused)
+        self.assertEqual(conn.misdirected("other.test", False), "other.test")
+
+    def test_plain_connection_is_never_misdirected(self) -> None:
+        from gateway.dataplane.codecs.connection_tls import ConnectionTLS
+
+        conn = ConnectionTLS()
+        conn._tls = ("", None, None)
+        self.assertEqual(conn.misdirected("any.test", False), "")

@@ -15,11 +15,29 @@ class ConnectionTLS:
     transport: Any
     _tls: tuple[str, Any, Any] | None = None
     _verdicts: dict[int, str | None] | None = None
+    _served = ""  # the last routed Host found to be servable on this connection
 
     def tls_info(self) -> tuple[str, Any, Any]:
         if self._tls is None:
             self._tls = connection_tls(self.transport)
         return self._tls
+
+    def misdirected(self, host: str, routed: bool) -> str:
+        """The host name (without port) when this connection may not serve ``host`` (a
+        421), else "". The SNI's own name is served, and, for a routed host, any name
+        the certificate chosen for the SNI would also be chosen for. An answer for a
+        routed host holds for the connection's life: SNI and certificate do not change."""
+        if routed and host == self._served:
+            return ""
+        sni, certificate, store = self.tls_info()
+        if sni and store is not None and host != sni:  # (equal: the usual case, port 443)
+            name = _hostname(host)
+            if name != sni and (not routed or (
+                    certificate is not None and not store.covers(certificate, name))):
+                return name
+        if routed:
+            self._served = host
+        return ""
 
     def client_cert_problem(self, policy: ClientCertPolicy) -> str | None:
         verdicts = self._verdicts
@@ -29,3 +47,10 @@ class ConnectionTLS:
         if key not in verdicts:
             verdicts[key] = policy.check(peer_chain(self.transport))
         return verdicts[key]
+
+
+def _hostname(host: str) -> str:
+    """The Host value without its port (IPv6 literals keep their brackets)."""
+    if host.startswith("["):
+        return host[: host.find("]") + 1]
+    return host.rsplit(":", 1)[0] if host.count(":") == 1 else host

@@ -191,8 +191,8 @@ class _Stream:
         """Send what h2 has queued (after an upstream read, or when a stream ends)."""
         self.owner.flush()
 
-    def tls_info(self) -> tuple[str, Any, Any]:
-        return self.owner.tls_info()
+    def misdirected(self, host: str, routed: bool) -> str:
+        return self.owner.misdirected(host, routed)
 
     def client_cert_problem(self, policy: Any) -> str | None:
         return self.owner.client_cert_problem(policy)

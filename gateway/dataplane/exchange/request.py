@@ -122,15 +122,11 @@ class Exchange(UpstreamRelay):
             serve_forward_auth(self)
             return
         plan, known = core.plan.lookup(self.host, path)
-        sni, certificate, store = self.sink.tls_info()
-        if sni and store is not None and self.host != sni:  # (equal: served, port 443)
-            name = _hostname(self.host)
-            # the SNI's own name is covered by the certificate chosen for it
-            if name != sni and (plan is None or (
-                    certificate is not None and not store.covers(certificate, name))):
-                # An HTTP/2 connection reused for a host it was not set up for.
-                self.fail(421, f"this connection cannot serve {name}")
-                return
+        misdirected = self.sink.misdirected(self.host, plan is not None)
+        if misdirected:
+            # An HTTP/2 connection reused for a host it was not set up for.
+            self.fail(421, f"this connection cannot serve {misdirected}")
+            return
         if path == "/robots.txt" and (plan is None or not plan.public):
             self.local(200, ROBOTS)
             return
@@ -299,10 +295,3 @@ class Exchange(UpstreamRelay):
                            "<token>` with a token from /.gateway/api/v1/login")
             return
         self.local(decision.status, decision.body, decision.headers)
-
-
-def _hostname(host: str) -> str:
-    """The Host value without its port (IPv6 literals keep their brackets)."""
-    if host.startswith("["):
-        return host[: host.find("]") + 1]
-    return host.rsplit(":", 1)[0] if host.count(":") == 1 else host
