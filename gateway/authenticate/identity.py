@@ -149,7 +149,15 @@ class Identity:
         request); the session record is still looked up each time, so a deleted or
         expired session ends at once."""
         now = self.clock()
-        raw = b"; ".join(v for n, v in request.headers if n.lower() == b"cookie")
+        cookies: list[bytes] = []
+        authorization = False  # (one pass over the headers for both)
+        for name, value in request.headers:
+            low = name.lower()
+            if low == b"cookie":
+                cookies.append(value)
+            elif low == b"authorization":
+                authorization = True
+        raw = cookies[0] if len(cookies) == 1 else b"; ".join(cookies)
         token = self._cookie_tokens.get(raw) if raw else None
         if token is None and raw:
             token = read_cookie(parse_cookies(request.headers), self.options.cookie_name) or ""
@@ -157,7 +165,7 @@ class Identity:
                 self._cookie_tokens.pop(next(iter(self._cookie_tokens)))
             self._cookie_tokens[raw] = token
         sid = self._open_cached("session", self.cookies, token, now) if token else None
-        own_token = programmatic_token(request.headers)
+        own_token = programmatic_token(request.headers) if authorization else ""
         if sid is None and own_token:
             sid = self._open_cached("programmatic", self.shared, own_token, now)
         if sid is None:
