@@ -9,6 +9,7 @@ import gc
 import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import TypeVar
 
 import h2.config
 import h2.connection
@@ -20,6 +21,7 @@ from twisted.internet.testing import MemoryReactorClock, StringTransport
 from twisted.python.failure import Failure
 from twisted.trial.unittest import SynchronousTestCase
 
+from gateway.config.snapshot import Snapshot
 from gateway.connect import connect_protocol
 from gateway.dataplane.codecs.http1 import Http1Connection
 from gateway.dataplane.codecs.http2 import H2Connection
@@ -42,6 +44,7 @@ WEBSOCKET_SNAPSHOT = load(base_config(policy=[{
     "allow_websockets": True,
 }]))
 CLIENT = IPv4Address("TCP", "192.0.2.7", 50000)
+P = TypeVar("P", bound=Protocol)
 RESPONSE = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nhi"
 
 
@@ -55,17 +58,24 @@ def collector_off() -> Iterator[None]:
         gc.enable()
 
 
+def client_connection(snapshot: Snapshot, codec: Callable[[ProxyCore], P]
+                      ) -> tuple[MemoryReactorClock, ProxyCore, P, StringTransport]:
+    """A started proxy core and one client connection of ``codec`` to it."""
+    reactor = MemoryReactorClock()
+    core = ProxyCore(reactor, build_plan(snapshot), tls=False)
+    core.start()
+    conn = codec(core)
+    transport = StringTransport(peerAddress=CLIENT)
+    conn.makeConnection(transport)
+    return reactor, core, conn, transport
+
+
 def proxied_then_closed(codec: Callable[[ProxyCore], Protocol],
                         send: Callable[[Protocol, MemoryReactorClock], None]
                         ) -> list[weakref.ref[object]]:
     """One request relayed to an upstream and answered, then the client and the upstream
     connection closed; weak references to what should be gone."""
-    reactor = MemoryReactorClock()
-    core = ProxyCore(reactor, build_plan(SNAPSHOT), tls=False)
-    core.start()
-    conn = codec(core)
-    transport = StringTransport(peerAddress=CLIENT)
-    conn.makeConnection(transport)
+    reactor, core, conn, transport = client_connection(SNAPSHOT, codec)
     send(conn, reactor)
     upstream = MemoryUpstream(reactor)
     upstream.respond(RESPONSE)
@@ -116,12 +126,8 @@ class FreedOnCloseTests(SynchronousTestCase):
         other, and the close's grace timer kept them all for 10 s after both were gone
         (with TLS, ~47 KiB a websocket: the soak's TLS gateway grew 35 MiB in 40 s)."""
         with collector_off():
-            reactor = MemoryReactorClock()
-            core = ProxyCore(reactor, build_plan(WEBSOCKET_SNAPSHOT), tls=False)
-            core.start()
-            conn = Http1Connection(core)
-            transport = StringTransport(peerAddress=CLIENT)
-            conn.makeConnection(transport)
+            reactor, core, conn, transport = client_connection(WEBSOCKET_SNAPSHOT,
+                                                               Http1Connection)
             conn.dataReceived(b"GET /chat HTTP/1.1\r\nHost: app.example.com\r\n"
                               b"Connection: Upgrade\r\nUpgrade: websocket\r\n\r\n")
             upstream = MemoryUpstream(reactor)
