@@ -82,9 +82,9 @@ class _ResponseFlow:
     ignores whatever the client transport says afterwards, since by then the upstream
     connection may be serving another client."""
 
-    def __init__(self, conn: Http1Connection, upstream_transport: Any) -> None:
+    def __init__(self, conn: Http1Connection, upstream: Any) -> None:
         self.conn = conn
-        self.upstream: Any = upstream_transport
+        self.upstream: Any = upstream  # what it pauses: the UpstreamConnection
         self.paused = False
 
     def pauseProducing(self) -> None:
@@ -139,7 +139,7 @@ class Http1Connection(ConnectionTLS, Protocol):
         self.close_started: float | None = None
         self._early = b""  # bytes after an upgrade/CONNECT head, for the pipe
         self._flow: _ResponseFlow | None = None
-        self._flow_from: Any = None  # the upstream transport of a flow not registered yet
+        self._flow_from: Any = None  # the upstream connection of a flow not registered yet
 
     # -- connection
 
