@@ -306,6 +306,7 @@ def run_section(args: Any, bench: Any, procs: Any, tmp: Path, twistd: Path, upst
 
 
 def report(results: dict[str, Any], out: TextIO) -> None:
+    import run
     tls = results.get("tls")
     if not tls:
         return
@@ -329,9 +330,7 @@ def report(results: dict[str, Any], out: TextIO) -> None:
         if row in targets and ratio is not None:
             ok = ratio >= targets[row]
             line += f"   target >= {targets[row]:.2f}: {'met' if ok else 'NOT met'}"
-        paired = r.get("gateway", {}).get("paired")
-        if paired:  # back-to-back runs (run.Bench.interleaved)
-            line += f"\n  {'':<34} paired runs {', '.join(f'{x:.3f}' for x in paired)}"
+        line += run.fmt_paired(r.get("gateway", {}), f"\n  {'':<34} ")
         w(line + "\n")
     if "auth_error" in tls:
         w(f"  signed-in route over TLS: not run: {tls['auth_error']}\n")
