@@ -33,4 +33,16 @@ P = TypeVar("P", bound=Protocol)
 
 def connect_protocol(endpoint: IStreamClientEndpoint, protocol: P) -> Deferred[P]:
     """Connect ``protocol`` through ``endpoint``, as ``connectProtocol`` does."""
-    return cast(Deferred[P], endpoint.connect(_OneProtocol(protocol)))
+    connected = cast(Deferred[P], endpoint.connect(_OneProtocol(protocol)))
+    return connected.addCallback(_called_directly)
+
+
+def _called_directly(protocol: P) -> P:
+    """Once connected, the endpoint's wrapper (Twisted's ``_WrappingProtocol``) only
+    forwards each event: the TCP connection calls the protocol itself from then on, one
+    call less on every read. (Under TLS the wrapper holds the TLS layer, not this
+    protocol, and stays.)"""
+    transport: Any = protocol.transport
+    if getattr(getattr(transport, "protocol", None), "_wrappedProtocol", None) is protocol:
+        transport.protocol = protocol
+    return protocol

@@ -159,3 +159,16 @@ class FreedOnCloseTests(SynchronousTestCase):
         built = factory.buildProtocol(IPv4Address("TCP", "127.0.0.1", 9))
         self.assertIsNotNone(built)
         self.assertNotIn(protocol, gc.get_referents(factory._wrappedFactory))
+
+    def test_connect_protocol_called_directly_once_connected(self) -> None:
+        """Once connected, the TCP connection calls the protocol itself, not through the
+        endpoint's forwarding wrapper (one call less on every read)."""
+        reactor = MemoryReactorClock()
+        protocol = Protocol()
+        connected = connect_protocol(TCP4ClientEndpoint(reactor, "127.0.0.1", 9), protocol)
+        wrapper = reactor.tcpClients[0][2].buildProtocol(IPv4Address("TCP", "127.0.0.1", 9))
+        transport = StringTransport()
+        transport.protocol = wrapper  # type: ignore[attr-defined]  # as tcp.Client has it
+        wrapper.makeConnection(transport)
+        self.assertIs(self.successResultOf(connected), protocol)
+        self.assertIs(transport.protocol, protocol)  # type: ignore[attr-defined]

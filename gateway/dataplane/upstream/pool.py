@@ -107,11 +107,6 @@ class UpstreamConnection(Protocol):
             transport.setTcpNoDelay(True)
         if direct_writer(transport):
             self.write = partial(write_now, transport)  # type: ignore[method-assign]
-        if getattr(getattr(transport, "protocol", None), "_wrappedProtocol", None) is self:
-            # The endpoint's wrapper (Twisted's ``_WrappingProtocol``) only forwards once
-            # the connection is made: the connection calls this protocol directly now,
-            # one call less on every read.
-            transport.protocol = self
 
     def connectionLost(self, reason: Failure = Failure(ConnectionError())) -> None:  # noqa: B008
         self.connected = False
