@@ -40,6 +40,12 @@ class Allow:
     reason: str = ""  # why it was allowed (a stable code, for the access log)
     user_id: str = ""  # who was allowed, when signed in (for the access log)
     email: str = ""
+    # ``headers`` as they are written in the upstream request head (made once: a
+    # decision is cached and reused for many requests)
+    head: bytes = field(init=False, repr=False, compare=False, default=b"")
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "head", b"".join(b"%s: %s\r\n" % h for h in self.headers))
 
 
 @dataclass(frozen=True, slots=True)

@@ -343,3 +343,74 @@ class LookupTests(SynchronousTestCase):
         found, _ = plan.lookup("app.example.com", "/exact")
         assert found is not None
         self.assertEqual(found.route.index, 1)
+
+
+def request_head(route: dict[str, Any], headers: list[tuple[bytes, bytes]], *,
+                 underscores_drop: bool = False) -> list[bytes]:
+    """The upstream request head's lines for a GET with ``headers`` on ``route``."""
+    from types import SimpleNamespace
+
+    from gateway.dataplane.exchange.headers import connection_tokens
+    from gateway.dataplane.exchange.request_head import upstream_request_head
+    plan = build_plan(snapshot(route)).routes[0]
+    core = SimpleNamespace(cookie_name="_gateway", underscores_drop=underscores_drop,
+                           xff_trusted_hops=0, skip_xff_append=False, scheme_bytes=b"https")
+    exchange = SimpleNamespace(
+        plan=plan, host_state=plan.hosts[0], core=core, path="/", query=b"", method=b"GET",
+        connection_tokens=connection_tokens([v for n, v in headers
+                                             if n.lower() == b"connection"]),
+        allow=None, trace=None, headers=headers, host="from.example.com",
+        sink=SimpleNamespace(client_ip="127.0.0.9"), rid=b"rid", body_kind=0, upgrade=b"")
+    return upstream_request_head(exchange).split(b"\r\n")  # type: ignore[arg-type]
+
+
+class RequestHeadTableTests(SynchronousTestCase):
+    """The upstream request head looks each header name up in one table per route; the
+    table keeps the precedence the checks had when they were written out in turn."""
+
+    def test_generic_and_special_headers(self) -> None:
+        lines = request_head(public(), [
+            (b"Host", b"from.example.com"), (b"Accept", b"*/*"), (b"TE", b"trailers"),
+            (b"Cookie", b"a=1; _gateway=secret"), (b"X-Gateway-Jwt-Assertion", b"forged"),
+            (b"Authorization", b"Gateway token"), (b"X-Request-Id", b"theirs"),
+            (b"X-Forwarded-Proto", b"http")])
+        self.assertEqual(lines[0], b"GET / HTTP/1.1")
+        self.assertIn(b"Accept: */*", lines)
+        self.assertIn(b"Cookie: a=1", lines)
+        self.assertIn(b"x-forwarded-proto: https", lines)
+        self.assertIn(b"host: 127.0.0.1:9000", [line.lower() for line in lines])
+        for gone in (b"TE", b"X-Gateway", b"Authorization", b"theirs", b"secret"):
+            self.assertFalse([line for line in lines if gone in line], gone)
+
+    def test_host_source_loses_to_removal_and_to_forwarded_host(self) -> None:
+        """``host_rewrite_header`` naming a removed header or X-Forwarded-Host does not
+        set Host (the removal, and X-Forwarded-Host's own rule, come first)."""
+        removed = request_head(public(host_rewrite_header="X-Target",
+                                      remove_request_headers=["X-Target"]),
+                               [(b"X-Target", b"t.example.com")])
+        self.assertIn(b"host: 127.0.0.1:9000", removed)
+        self.assertNotIn(b"X-Target: t.example.com", removed)
+        forwarded = request_head(public(host_rewrite_header="X-Forwarded-Host"),
+                                 [(b"X-Forwarded-Host", b"t.example.com")])
+        self.assertIn(b"host: 127.0.0.1:9000", forwarded)
+        plain = request_head(public(host_rewrite_header="X-Target"),
+                             [(b"X-Target", b"t.example.com")])
+        self.assertIn(b"host: t.example.com", plain)
+        self.assertIn(b"X-Target: t.example.com", plain)
+
+    def test_host_source_with_underscore_follows_the_underscore_rules(self) -> None:
+        route = public(host_rewrite_header="X_Target")
+        kept = request_head(route, [(b"X_Target", b"t.example.com")])
+        self.assertIn(b"host: t.example.com", kept)
+        dropped = request_head(route, [(b"X_Target", b"t.example.com")],
+                               underscores_drop=True)
+        self.assertIn(b"host: 127.0.0.1:9000", dropped)
+        self.assertNotIn(b"X_Target: t.example.com", dropped)
+
+    def test_connection_names_any_header(self) -> None:
+        """A header the client names in Connection is hop-by-hop, also a special one."""
+        lines = request_head(public(), [(b"Connection", b"cookie, x-forwarded-for, x-a"),
+                                        (b"Cookie", b"a=1"), (b"X-A", b"1"),
+                                        (b"X-Forwarded-For", b"10.0.0.1")])
+        self.assertFalse([line for line in lines if line.startswith((b"Cookie", b"X-A"))])
+        self.assertIn(b"x-forwarded-for: 127.0.0.9", lines)

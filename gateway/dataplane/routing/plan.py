@@ -54,6 +54,11 @@ class RoutePlan:
     metric_labels: tuple[str, str] = (UNKNOWN_HOST, NO_ROUTE)  # request metrics: host, route
     # rows of the request metrics this route counted into (exchange/measure.py)
     metric_rows: dict[tuple[Any, ...], list[float]] = field(default_factory=dict)
+    # what the upstream request head does with each header name this route treats
+    # specially, and the route's own request headers as ready bytes: made at first use
+    # (exchange/request_head.py)
+    request_actions: dict[bytes, int] | None = None
+    request_headers_block: bytes | None = None
 
     def matches(self, path: str) -> bool:
         return path_matches(self.route, path)
