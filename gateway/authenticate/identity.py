@@ -62,6 +62,9 @@ REFRESH_GRACE = 60.0
 TOKEN_CACHE = 20_000
 DECISION_CACHE = 20_000
 DECISION_TTL = 30.0  # well inside the assertion's reuse window
+# A Cookie header longer than this is read each time, never cached: a client could
+# otherwise fill the caches keyed by the whole header (up to 64 KiB each) with junk.
+CACHED_COOKIE_MAX = 4096
 
 
 async def _share(deferred: Deferred[Any]) -> Any:
@@ -117,6 +120,10 @@ class Identity:
         self._tokens: dict[tuple[str, str], tuple[str, float]] = {}
         self._cookie_tokens: dict[bytes, str] = {}  # Cookie header -> our cookie's value
         self._decisions: dict[tuple[Any, ...], tuple[Session, float, Allow]] = {}
+        # (Cookie header, route index) -> (session id, the session record, valid until,
+        # the decision, directory version): a browser's next request to a route it was
+        # allowed on, answered without opening its cookie or deciding again
+        self._allowed: dict[tuple[bytes, int], tuple[str, Session, float, Allow, int]] = {}
         self.provider: Provider | None = None
         if o.idp_provider_url and o.idp_client_id:
             self.provider = Provider(
@@ -161,9 +168,10 @@ class Identity:
         token = self._cookie_tokens.get(raw) if raw else None
         if token is None and raw:
             token = read_cookie(parse_cookies(request.headers), self.options.cookie_name) or ""
-            if len(self._cookie_tokens) >= TOKEN_CACHE:
-                self._cookie_tokens.pop(next(iter(self._cookie_tokens)))
-            self._cookie_tokens[raw] = token
+            if len(raw) <= CACHED_COOKIE_MAX:
+                if len(self._cookie_tokens) >= TOKEN_CACHE:
+                    self._cookie_tokens.pop(next(iter(self._cookie_tokens)))
+                self._cookie_tokens[raw] = token
         sid = self._open_cached("session", self.cookies, token, now) if token else None
         own_token = programmatic_token(request.headers) if authorization else ""
         if sid is None and own_token:
@@ -197,6 +205,10 @@ class Identity:
 
     def authorize(self, request: RequestInfo, route: Any) -> Decision | Deferred[Decision]:
         span = start_child("session lookup", client=False)  # None unless traced
+        if span is None:
+            allowed = self._allowed_again(request, route)
+            if allowed is not None:
+                return allowed
         session, sid, token = self._lookup(request)
         if span is not None:
             span.set("gateway.session.found", session is not None)
@@ -211,7 +223,60 @@ class Identity:
         if session is not None and self._needs_refresh(session):
             return ensureDeferred(self._refresh_then_decide(request, route, session,
                                                             own_token))
-        return self._decide(request, route, session, own_token)
+        decision = self._decide(request, route, session, own_token)
+        if session is not None and sid and not own_token and isinstance(decision, Allow):
+            self._remember_allowed(request, route, sid, session, decision)
+        return decision
+
+    def _allowed_again(self, request: RequestInfo, route: Any) -> Allow | None:
+        """The decision remembered for this exact Cookie header on this route, while
+        nothing it rests on has changed: the session record is the same object (not
+        ended, refreshed or replaced), and neither the cookie, the session, the tokens
+        (refresh) nor the decision cache has expired. Requests with an Authorization
+        header take the full path (it may be a programmatic token)."""
+        if request.method == b"OPTIONS":
+            return None
+        cookies: list[bytes] = []
+        for name, value in request.headers:
+            low = name.lower()
+            if low == b"cookie":
+                cookies.append(value)
+            elif low == b"authorization":
+                return None
+        if not cookies:
+            return None
+        raw = cookies[0] if len(cookies) == 1 else b"; ".join(cookies)
+        hit = self._allowed.get((raw, route.route.index))
+        if hit is None:
+            return None
+        sid, session, until, allow, version = hit
+        if self.clock() < until and self.store.get(sid) is session and (
+                self.directory is None or self.directory.version == version):
+            return allow
+        return None
+
+    def _remember_allowed(self, request: RequestInfo, route: Any, sid: str,
+                          session: Session, allow: Allow) -> None:
+        """Keep ``allow`` for ``_allowed_again``, valid as long as each thing that made
+        the full path answer it is: the cookie's seal, the session, the tokens before
+        their refresh, the decision cache's entry."""
+        if request.method == b"OPTIONS":
+            return
+        cookies = [v for n, v in request.headers if n.lower() == b"cookie"]
+        raw = cookies[0] if len(cookies) == 1 else b"; ".join(cookies)
+        # (a header too long to cache has no remembered token: nothing is kept for it)
+        token = self._cookie_tokens.get(raw)
+        sealed = self._tokens.get(("session", token)) if token else None
+        decided = self._decisions.get((session.id, route.route.index, False))
+        if sealed is None or sealed[0] != sid or decided is None or decided[2] is not allow:
+            return
+        until = min(sealed[1], decided[1], session.expires_at)
+        if session.refresh_token and self.provider is not None:
+            until = min(until, session.token_expires_at - REFRESH_GRACE)
+        if len(self._allowed) >= DECISION_CACHE:
+            self._allowed.pop(next(iter(self._allowed)))
+        version = self.directory.version if self.directory is not None else 0
+        self._allowed[(raw, route.route.index)] = (sid, session, until, allow, version)
 
     async def _fetch_then_decide(self, request: RequestInfo, route: Any, sid: str,
                                  own_token: bool,

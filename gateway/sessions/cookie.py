@@ -80,12 +80,18 @@ def clear_cookie_headers(name: str, domain: str, secure: bool) -> list[bytes]:
             [name, *(f"{name}_{i}" for i in range(1, MAX_CHUNKS + 1))]]
 
 
-@lru_cache(maxsize=256)
 def strip_cookie(value: bytes, name: str) -> bytes:
     """A ``Cookie`` header without the gateway's own cookie (and its chunks).
 
-    Remembered for the last 256 values: a browser sends the same header on every
-    request of a session (1.6 us to split and rejoin a typical one)."""
+    Remembered for the last 256 values up to 4 KiB: a browser sends the same header on
+    every request of a session (1.6 us to split and rejoin a typical one); a longer one
+    is not kept, so junk headers cannot hold 256 x 64 KiB."""
+    if len(value) <= 4096:
+        return _strip_cookie_cached(value, name)
+    return _strip_cookie(value, name)
+
+
+def _strip_cookie(value: bytes, name: str) -> bytes:
     kept = []
     prefix = f"{name}_"
     for part in value.split(b";"):
@@ -97,3 +103,4 @@ def strip_cookie(value: bytes, name: str) -> bytes:
     return b"; ".join(kept)
 
 
+_strip_cookie_cached = lru_cache(maxsize=256)(_strip_cookie)

@@ -772,3 +772,118 @@ class TokenPurposeTests(IdentityCase):
             request(headers=[(b"Authorization", b"Gateway " + own)])), alice)
         self.assertIsNone(self.identity.session_for(
             request(headers=[(b"Cookie", b"_gateway=" + own)])))
+
+
+class Directory:
+    """A directory that answers one group per user and counts its changes."""
+
+    def __init__(self) -> None:
+        self.version = 1
+        self.groups = ("staff",)
+
+    def groups_for(self, user_id: str, email: str) -> tuple[str, ...]:
+        return self.groups
+
+
+class AllowedAgainTests(IdentityCase):
+    """A browser's next request to a route it was allowed on is answered from the
+    decision remembered for its exact Cookie header, and only while nothing that decision
+    rests on has changed."""
+
+    def allowed(self, headers: Headers) -> Allow:
+        decision = self.authorize(headers=headers)
+        self.assertIsInstance(decision, Allow)
+        assert isinstance(decision, Allow)
+        return decision
+
+    def test_next_request_is_not_decided_again(self) -> None:
+        """The second request with the same cookie gets the same decision without the
+        cookie being opened or the policy evaluated again."""
+        cookie = self.cookie(self.session())
+        first = self.allowed([BROWSER, cookie])
+
+        def refuse(*args: Any) -> Any:
+            raise AssertionError("decided again")
+        self.patch(self.identity, "_decide", refuse)
+        self.patch(self.identity.cookies, "open", refuse)
+        self.assertIs(self.allowed([BROWSER, cookie]), first)
+
+    def test_authorization_header_takes_the_full_path(self) -> None:
+        """With an ``Authorization: Gateway`` token beside the remembered cookie, the
+        decision still removes the token from the upstream request."""
+        alice = self.session()
+        cookie = self.cookie(alice)
+        self.assertEqual(self.allowed([BROWSER, cookie]).remove, frozenset())
+        token = self.identity.shared.seal("programmatic", {"sid": alice.id}, NOW + 60)
+        with_token = self.allowed([BROWSER, cookie,
+                                   (b"Authorization", b"Gateway " + token.encode())])
+        self.assertEqual(with_token.remove, frozenset({b"authorization"}))
+
+    def test_ended_or_changed_session(self) -> None:
+        """Sign-out (the record deleted) and a changed record (here: another user's
+        email) take effect on the next request."""
+        alice = self.session()
+        cookie = self.cookie(alice)
+        self.allowed([BROWSER, cookie])
+        self.store.put(replace(alice, email="bob@example.com"))
+        self.assertEqual(self.authorize(headers=[BROWSER, cookie]).status, 403)
+        self.store.delete(alice.id)
+        self.assertEqual(self.authorize(headers=[BROWSER, cookie]).status, 302)
+
+    def test_decided_again_after_the_decision_lifetime(self) -> None:
+        """After the decision cache's lifetime (30 s) the request is decided again (and
+        the signer is asked for the assertion again)."""
+        cookie = self.cookie(self.session())
+        first = self.allowed([BROWSER, cookie])
+        self.clock.now = NOW + 29
+        self.assertIs(self.allowed([BROWSER, cookie]), first)
+        self.clock.now = NOW + 31
+        self.assertIsNot(self.allowed([BROWSER, cookie]), first)
+
+    def test_tokens_due_for_refresh(self) -> None:
+        """A remembered decision ends when the session's tokens are due for refresh."""
+        alice = replace(self.session(), refresh_token="refresh", token_expires_at=NOW + 100)
+        self.store.put(alice)
+        cookie = self.cookie(alice)
+        self.identity.provider = SimpleNamespace()  # type: ignore[assignment]
+        refreshed: list[Session] = []
+
+        async def refresh(session: Session) -> Session:
+            refreshed.append(session)
+            return session
+        self.patch(self.identity, "refresh", refresh)
+        self.allowed([BROWSER, cookie])
+        self.clock.now = NOW + 39
+        self.allowed([BROWSER, cookie])
+        self.assertEqual(refreshed, [])
+        self.clock.now = NOW + 41  # 60 s before the tokens expire
+        decision = self.identity.authorize(request(headers=[BROWSER, cookie]), self.route)
+        self.assertIsInstance(self.successResultOf(decision), Allow)  # type: ignore[arg-type]
+        self.assertEqual(refreshed, [alice])
+
+    def test_directory_change(self) -> None:
+        """New directory data (groups) is seen on the next request."""
+        directory = Directory()
+        identity = Identity(None, self.snapshot, self.store, self.signer, self.clock,
+                            directory=directory)
+        cookie = self.cookie(self.session())
+        first = identity.authorize(request(headers=[BROWSER, cookie]), self.route)
+        self.assertIs(identity.authorize(request(headers=[BROWSER, cookie]), self.route),
+                      first)
+        directory.version, directory.groups = 2, ("admins",)
+        self.assertIsNot(identity.authorize(request(headers=[BROWSER, cookie]), self.route),
+                         first)
+
+    def test_long_cookie_headers_are_not_kept(self) -> None:
+        """Cookie headers over 4 KiB are read each time and kept in no cache: a client
+        cannot fill memory with junk headers of up to 64 KiB."""
+        alice = self.session()
+        name, value = self.cookie(alice)
+        for i in range(5):
+            padded = value + b"; junk=" + b"%d" % i * 5000
+            self.allowed([BROWSER, (name, padded)])
+        self.assertEqual(len(self.identity._cookie_tokens), 0)
+        self.assertEqual(len(self.identity._allowed), 0)
+        self.allowed([BROWSER, (name, value)])
+        self.assertEqual(len(self.identity._cookie_tokens), 1)
+        self.assertEqual(len(self.identity._allowed), 1)

@@ -303,6 +303,17 @@ class StripCookieTests(SynchronousTestCase):
         self.assertEqual(strip_cookie(b"ref=_gateway=1;_gateway=2", "_gateway"),
                          b"ref=_gateway=1")
 
+    def test_long_headers_are_not_kept(self) -> None:
+        """Headers up to 4 KiB are remembered (a browser repeats its header); longer ones
+        are stripped alike but not kept, so junk cannot hold 256 x 64 KiB."""
+        from gateway.sessions.cookie import _strip_cookie_cached
+        _strip_cookie_cached.cache_clear()
+        short = b"a=1; _gateway=x"
+        long = b"a=" + b"1" * 5000 + b"; _gateway=x"
+        self.assertEqual(strip_cookie(short, "_gateway"), b"a=1")
+        self.assertEqual(strip_cookie(long, "_gateway"), long[:-len(b"; _gateway=x")])
+        self.assertEqual(_strip_cookie_cached.cache_info().currsize, 1)
+
     def test_reads_names_as_the_jar_does(self) -> None:
         """Found by fuzzing: a name behind whitespace only ``str.strip`` removes
         (``\\x1f``, ``\\xa0``) was the gateway's cookie to ``parse_cookies`` but kept
