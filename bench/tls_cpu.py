@@ -32,6 +32,26 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import run
 import tls
 
+# What a browser sends with a page request besides Host and Cookie (Chromium 130).
+BROWSER_HEADERS = (
+    "Accept: text/html,application/xhtml+xml,application/xml;q=0.9,image/avif,image/webp,"
+    "*/*;q=0.8",
+    "Accept-Encoding: gzip, deflate, br, zstd",
+    "Accept-Language: en-GB,en;q=0.9",
+    "Cache-Control: max-age=0",
+    'Sec-Ch-Ua: "Chromium";v="130", "Not?A_Brand";v="99"',
+    "Sec-Ch-Ua-Mobile: ?0",
+    'Sec-Ch-Ua-Platform: "Linux"',
+    "Sec-Fetch-Dest: document",
+    "Sec-Fetch-Mode: navigate",
+    "Sec-Fetch-Site: same-origin",
+    "Sec-Fetch-User: ?1",
+    "Upgrade-Insecure-Requests: 1",
+    "User-Agent: Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) "
+    "Chrome/130.0.0.0 Safari/537.36",
+    "Referer: https://app.test/index.html",
+)
+
 
 def cpu_ticks(pid: int) -> int:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
@@ -58,6 +78,9 @@ def main(argv: list[str]) -> int:
                    help="with --auth: alternate each run on the signed-in route with one on "
                         "the same gateway's public route (what the signed-in route adds, "
                         "free of the machine's drift between runs)")
+    p.add_argument("--browser", action="store_true",
+                   help="send the headers of a browser's page request (14 more) with each "
+                        "request, as real traffic does (wrk sends Host only)")
     p.add_argument("--idle", type=int, default=0,
                    help="first measure RSS per idle keep-alive connection (N of them)")
     p.add_argument("--native", action="store_true", help="with --profile: C frames too")
@@ -108,6 +131,8 @@ def main(argv: list[str]) -> int:
                 session = run.sign_in(port, tls=None if plain else tls.client_context())
                 headers[name] = ["-H", f"Host: {session['host']}", "-H",
                                  f"Cookie: {session['cookie']}"]
+            if args.browser:
+                headers[name] += [arg for h in BROWSER_HEADERS for arg in ("-H", h)]
             results[name] = []
             if args.public_too and provider is not None:
                 results[f"{name}/public"] = []
@@ -118,8 +143,9 @@ def main(argv: list[str]) -> int:
                                 opener=None if scheme == "http" else tls.open_idle_tls)
         runs = [(name, name, headers[name]) for name in gateways]
         if args.public_too and provider is not None:
-            runs = [r for name in gateways
-                    for r in ((name, name, headers[name]), (name, f"{name}/public", []))]
+            # the public route: the same request without the signed-in Host and Cookie
+            runs = [r for name in gateways for r in (
+                (name, name, headers[name]), (name, f"{name}/public", headers[name][4:]))]
         for rnd in range(args.rounds + 1):  # round 0 warms up
             for gw_name, name, extra in runs:
                 proc, port, scheme = gateways[gw_name]

@@ -159,10 +159,11 @@ class Identity:
         cookies: list[bytes] = []
         authorization = False  # (one pass over the headers for both)
         for name, value in request.headers:
-            low = name.lower()
-            if low == b"cookie":
-                cookies.append(value)
-            elif low == b"authorization":
+            size = len(name)  # (cheaper than lower-casing every name)
+            if size == 6:
+                if name.lower() == b"cookie":
+                    cookies.append(value)
+            elif size == 13 and name.lower() == b"authorization":
                 authorization = True
         raw = cookies[0] if len(cookies) == 1 else b"; ".join(cookies)
         token = self._cookie_tokens.get(raw) if raw else None
@@ -238,10 +239,11 @@ class Identity:
             return None
         cookies: list[bytes] = []
         for name, value in request.headers:
-            low = name.lower()
-            if low == b"cookie":
-                cookies.append(value)
-            elif low == b"authorization":
+            size = len(name)  # (cheaper than lower-casing every name)
+            if size == 6:
+                if name.lower() == b"cookie":
+                    cookies.append(value)
+            elif size == 13 and name.lower() == b"authorization":
                 return None
         if not cookies:
             return None

@@ -414,3 +414,20 @@ class RequestHeadTableTests(SynchronousTestCase):
                                         (b"X-Forwarded-For", b"10.0.0.1")])
         self.assertFalse([line for line in lines if line.startswith((b"Cookie", b"X-A"))])
         self.assertIn(b"x-forwarded-for: 127.0.0.9", lines)
+
+
+class NameInfoTests(SynchronousTestCase):
+    def test_names_are_learnt_within_bounds(self) -> None:
+        """A header name's lower case and verdict are kept for the next request, but
+        only short names and only up to a count: junk names cannot grow memory."""
+        from gateway.dataplane.exchange import headers
+        self.patch(headers, "NAME_INFO", {})
+        self.assertEqual(headers.learn_name(b"X-Gateway-Jwt"), (b"x-gateway-jwt", False))
+        self.assertEqual(headers.learn_name(b"X_Thing"), (b"x_thing", False))
+        self.assertEqual(headers.learn_name(b"Accept"), (b"accept", True))
+        self.assertEqual(set(headers.NAME_INFO), {b"X-Gateway-Jwt", b"X_Thing", b"Accept"})
+        headers.learn_name(b"X-" + b"a" * 100)
+        self.assertEqual(len(headers.NAME_INFO), 3)
+        for i in range(3000):
+            headers.learn_name(b"x-%d" % i)
+        self.assertEqual(len(headers.NAME_INFO), 2048)

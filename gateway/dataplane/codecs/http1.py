@@ -30,7 +30,7 @@ from gateway.dataplane.codecs.normalize import (
 )
 from gateway.dataplane.core import CLOSE_GRACE, ProxyCore
 from gateway.dataplane.exchange.base import BODY_CHUNKED, BODY_LENGTH, ExchangeBase
-from gateway.dataplane.exchange.headers import named_tokens
+from gateway.dataplane.exchange.headers import NAME_INFO, learn_name, named_tokens
 from gateway.dataplane.exchange.recheck import UpgradeWatch
 from gateway.dataplane.exchange.request import Exchange
 from gateway.dataplane.fastio import direct_writer, write_now
@@ -44,6 +44,15 @@ from gateway.pages.answer import error_answer
 from gateway.pages.layout import look_of
 
 MAX_TARGET = 8 * 1024
+# The request fields the codec reads itself, by lower-case name (one lookup per field
+# instead of a chain of comparisons; most names are none of these).
+_HOST, _CONTENT_LENGTH, _TRANSFER_ENCODING, _EXPECT, _UPGRADE, _CONNECTION, _CONTEXT = range(7)
+_FRAMING_FIELDS = {
+    **dict.fromkeys(CONTEXT_NAMES, _CONTEXT),
+    b"host": _HOST, b"content-length": _CONTENT_LENGTH,
+    b"transfer-encoding": _TRANSFER_ENCODING, b"expect": _EXPECT, b"upgrade": _UPGRADE,
+    b"connection": _CONNECTION,
+}
 MAX_HEADER_BYTES = 64 * 1024
 MAX_HEADERS = 100
 _GATEWAY_WAITS = frozenset({"pipeline", "authorize"})  # pauses not counted in timeout_read
@@ -308,24 +317,31 @@ class Http1Connection(ConnectionTLS, Protocol):
         hosts = 0
         lengths: set[bytes] = set()
         chunked = False
+        names = NAME_INFO
         for name, value in exchange.headers:
-            low = name.lower()
-            if low == b"host":
+            info = names.get(name)
+            if info is None:
+                info = learn_name(name)
+            field = _FRAMING_FIELDS.get(info[0])
+            if field is None:
+                continue
+            if field == _HOST:
                 hosts += 1
                 host = value
-            elif low == b"content-length":
+            elif field == _CONTENT_LENGTH:
                 lengths.add(value.strip())
-            elif low == b"transfer-encoding":
+            elif field == _TRANSFER_ENCODING:
                 chunked = True
                 if value.strip().lower() != b"chunked":
                     raise _Reject(400, "only 'Transfer-Encoding: chunked' is accepted")
-            elif low == b"expect" and value.strip().lower() == b"100-continue":
-                exchange.expect_continue = True
-            elif low == b"upgrade":
+            elif field == _EXPECT:
+                if value.strip().lower() == b"100-continue":
+                    exchange.expect_continue = True
+            elif field == _UPGRADE:
                 exchange.upgrade = value.strip()
-            elif low == b"connection":
+            elif field == _CONNECTION:
                 exchange.connection_tokens = exchange.connection_tokens | named_tokens(value)
-            elif low in CONTEXT_NAMES:
+            else:
                 exchange.trace_context = True
         if len(lengths) > 1 or (lengths and chunked):
             raise _Reject(400, "ambiguous message framing")

@@ -26,6 +26,24 @@ GATEWAY_SET = HOP_BY_HOP | frozenset(
 )
 
 
+# A header name as clients send it -> (its lower case, whether it is forwarded as it is
+# unless a route names it: no identity prefix, no "_"). Clients send the same few dozen
+# names in the same spelling on every request; looking one up costs a third of lower-
+# casing and testing it. Bounded in count and length: junk names are worked out each time.
+NAME_INFO: dict[bytes, tuple[bytes, bool]] = {}
+_NAME_INFO_MAX = 2048
+_NAME_INFO_LONGEST = 64
+
+
+def learn_name(name: bytes) -> tuple[bytes, bool]:
+    """``NAME_INFO[name]``, worked out (and kept, within the bounds) on a miss."""
+    low = name.lower()
+    info = (low, not (low.startswith(IDENTITY_PREFIX) or b"_" in low))
+    if len(NAME_INFO) < _NAME_INFO_MAX and len(name) <= _NAME_INFO_LONGEST:
+        NAME_INFO[name] = info
+    return info
+
+
 def connection_tokens(values: Sequence[bytes]) -> frozenset[bytes]:
     """Header names listed in the ``Connection`` header values ``values`` (they are
     hop-by-hop too, RFC 9110 7.6.1)."""

@@ -14,7 +14,13 @@ from typing import TYPE_CHECKING
 from twisted.logger import Logger
 
 from gateway.dataplane.exchange.base import BODY_CHUNKED
-from gateway.dataplane.exchange.headers import HOP_BY_HOP, IDENTITY_PREFIX, underscore_twin
+from gateway.dataplane.exchange.headers import (
+    HOP_BY_HOP,
+    IDENTITY_PREFIX,
+    NAME_INFO,
+    learn_name,
+    underscore_twin,
+)
 from gateway.dataplane.exchange.request_id import checked_request_id
 from gateway.dataplane.routing.router import upstream_path
 from gateway.observability.tracing.propagation import CONTEXT_HEADERS
@@ -87,8 +93,12 @@ def upstream_request_head(exchange: ExchangeBase) -> bytes:
     # names them; a public route has no decision, so the cookie name and the token
     # format are applied here (an upstream could otherwise replay them to the gateway).
     own_cookie = allow.strip_cookie if allow is not None else core.cookie_name
+    names = NAME_INFO
     for name, value in exchange.headers:
-        low = name.lower()
+        info = names.get(name)
+        if info is None:
+            info = learn_name(name)
+        low, plain = info
         action = actions.get(low)
         if action == _HOST:
             incoming_host = value
@@ -96,6 +106,10 @@ def upstream_request_head(exchange: ExchangeBase) -> bytes:
         if named and low in named:
             continue  # Upgrade and Connection of an upgrade are added again below
         if action is None:  # a name the route does not treat specially
+            if plain:  # (no identity prefix, no "_")
+                if not extra_remove or low not in extra_remove:
+                    parts += (name, b": ", value, b"\r\n")
+                continue
             if low.startswith(IDENTITY_PREFIX) or low in extra_remove:
                 continue
             if b"_" in low:
