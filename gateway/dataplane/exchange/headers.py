@@ -26,10 +26,11 @@ GATEWAY_SET = HOP_BY_HOP | frozenset(
 )
 
 
-# A header name as clients send it -> (its lower case, whether it is forwarded as it is
-# unless a route names it: no identity prefix, no "_"). Clients send the same few dozen
-# names in the same spelling on every request; looking one up costs a third of lower-
-# casing and testing it. Bounded in count and length: junk names are worked out each time.
+# A header name as peers send it -> (its lower case, whether a request header is
+# forwarded as it is unless a route names it: no identity prefix, no "_"). Clients and
+# upstreams send the same few dozen names in the same spelling on every message; looking
+# one up costs a third of lower-casing and testing it. Bounded in count and length: junk
+# names are worked out each time.
 NAME_INFO: dict[bytes, tuple[bytes, bool]] = {}
 _NAME_INFO_MAX = 2048
 _NAME_INFO_LONGEST = 64
@@ -44,11 +45,16 @@ def learn_name(name: bytes) -> tuple[bytes, bool]:
     return info
 
 
+_NO_TOKENS: frozenset[bytes] = frozenset()
+
+
 def connection_tokens(values: Sequence[bytes]) -> frozenset[bytes]:
     """Header names listed in the ``Connection`` header values ``values`` (they are
     hop-by-hop too, RFC 9110 7.6.1)."""
     if len(values) == 1:
         return named_tokens(values[0])
+    if not values:
+        return _NO_TOKENS
     return frozenset().union(*map(named_tokens, values))
 
 

@@ -19,7 +19,13 @@ from zope.interface import implementer
 
 from gateway.dataplane.exchange.access import log_access
 from gateway.dataplane.exchange.base import ExchangeBase, Sink
-from gateway.dataplane.exchange.headers import HOP_BY_HOP, connection_tokens, rewrite_prefix
+from gateway.dataplane.exchange.headers import (
+    HOP_BY_HOP,
+    NAME_INFO,
+    connection_tokens,
+    learn_name,
+    rewrite_prefix,
+)
 from gateway.dataplane.exchange.measure import observe_upstream
 from gateway.dataplane.exchange.request_head import upstream_request_head
 from gateway.dataplane.upstream.hosts import UpstreamHost
@@ -149,8 +155,10 @@ class UpstreamRelay(ExchangeBase):
         rewrites = plan.response_rewrites
         has_length = False
         upgrading = status == 101
+        names = NAME_INFO
         for name, value in headers:
-            low = name.lower()
+            info = names.get(name)
+            low = info[0] if info is not None else learn_name(name)[0]
             if low in HOP_BY_HOP or low in named:
                 if upgrading and low in (b"upgrade", b"connection"):
                     out.append((name, value))
