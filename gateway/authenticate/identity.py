@@ -62,9 +62,11 @@ REFRESH_GRACE = 60.0
 TOKEN_CACHE = 20_000
 DECISION_CACHE = 20_000
 DECISION_TTL = 30.0  # well inside the assertion's reuse window
-# A Cookie header longer than this is read each time, never cached: a client could
-# otherwise fill the caches keyed by the whole header (up to 64 KiB each) with junk.
+# The caches keyed by a whole Cookie header keep only headers whose session cookie
+# opened, up to 4 KiB, and at most 4,096 of them (16 MiB at worst, for a client with a
+# valid cookie varying its other cookies): a header can be 64 KiB, and junk is free.
 CACHED_COOKIE_MAX = 4096
+COOKIE_CACHE = 4096
 
 
 async def _share(deferred: Deferred[Any]) -> Any:
@@ -167,13 +169,14 @@ class Identity:
                 authorization = True
         raw = cookies[0] if len(cookies) == 1 else b"; ".join(cookies)
         token = self._cookie_tokens.get(raw) if raw else None
-        if token is None and raw:
+        read = token is None and bool(raw)
+        if read:
             token = read_cookie(parse_cookies(request.headers), self.options.cookie_name) or ""
-            if len(raw) <= CACHED_COOKIE_MAX:
-                if len(self._cookie_tokens) >= TOKEN_CACHE:
-                    self._cookie_tokens.pop(next(iter(self._cookie_tokens)))
-                self._cookie_tokens[raw] = token
         sid = self._open_cached("session", self.cookies, token, now) if token else None
+        if read and sid is not None and token and len(raw) <= CACHED_COOKIE_MAX:
+            if len(self._cookie_tokens) >= COOKIE_CACHE:
+                self._cookie_tokens.pop(next(iter(self._cookie_tokens)))
+            self._cookie_tokens[raw] = token
         own_token = programmatic_token(request.headers) if authorization else ""
         if sid is None and own_token:
             sid = self._open_cached("programmatic", self.shared, own_token, now)
@@ -275,7 +278,7 @@ class Identity:
         until = min(sealed[1], decided[1], session.expires_at)
         if session.refresh_token and self.provider is not None:
             until = min(until, session.token_expires_at - REFRESH_GRACE)
-        if len(self._allowed) >= DECISION_CACHE:
+        if len(self._allowed) >= COOKIE_CACHE:
             self._allowed.pop(next(iter(self._allowed)))
         version = self.directory.version if self.directory is not None else 0
         self._allowed[(raw, route.route.index)] = (sid, session, until, allow, version)

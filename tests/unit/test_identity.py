@@ -887,3 +887,18 @@ class AllowedAgainTests(IdentityCase):
         self.allowed([BROWSER, (name, value)])
         self.assertEqual(len(self.identity._cookie_tokens), 1)
         self.assertEqual(len(self.identity._allowed), 1)
+
+    def test_only_opened_cookies_are_kept_and_only_so_many(self) -> None:
+        """Cookie headers whose session cookie does not open (none, forged, junk) are
+        kept in no cache, and valid ones only up to a count: keeping junk is free for a
+        client and was ~1.3 GB at worst."""
+        from gateway.authenticate import identity as module
+        name, value = self.cookie(self.session())
+        for junk in (b"other=1", b"_gateway=forged", b"_gateway=" + value[-40:]):
+            self.assertEqual(self.authorize(headers=[BROWSER, (name, junk)]).status, 302)
+        self.assertEqual(len(self.identity._cookie_tokens), 0)
+        self.patch(module, "COOKIE_CACHE", 3)
+        for i in range(5):
+            self.allowed([BROWSER, (name, value + b"; n=%d" % i)])
+        self.assertEqual(len(self.identity._cookie_tokens), 3)
+        self.assertEqual(len(self.identity._allowed), 3)
