@@ -46,15 +46,18 @@ def form_params(body: bytes) -> dict[str, str]:
 
 
 def safe_target(uri: str, allowed_hosts: set[str]) -> bool:
-    """No open redirects: http(s), no credentials, no backslashes or controls, and a host
-    the gateway serves. ``//evil``, ``/\\evil``, ``https://app.example.evil``,
-    ``https://app.example@evil`` and ``javascript:`` are all refused."""
+    """No open redirects: http(s), no user info (not even an empty one), no backslashes
+    or controls, and a host the gateway serves. ``//evil``, ``/\\evil``,
+    ``https://app.example.evil``, ``https://app.example@evil`` and ``javascript:`` are
+    all refused."""
     if not uri or "\\" in uri or any(ord(c) < 0x21 or ord(c) == 0x7F for c in uri):
         return False
     parts = _split(uri)
     if parts is None:
         return False
-    if parts.scheme not in ("http", "https") or parts.username or parts.password:
+    # any "@": an empty user info ("http://@host/") has no username or password
+    # (found by fuzzing)
+    if parts.scheme not in ("http", "https") or "@" in parts.netloc:
         return False
     host = (parts.hostname or "").lower()
     netloc = parts.netloc.lower()
@@ -70,7 +73,7 @@ def allowed_programmatic_target(uri: str, domains: tuple[str, ...]) -> bool:
     if parts is None:
         return False
     host = (parts.hostname or "").lower()
-    if parts.scheme not in ("http", "https") or parts.username or parts.password or not host:
+    if parts.scheme not in ("http", "https") or "@" in parts.netloc or not host:
         return False
     if "\\" in uri or any(ord(c) < 0x21 or ord(c) == 0x7F for c in uri):
         return False

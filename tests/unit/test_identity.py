@@ -171,6 +171,14 @@ class SafeTargetTests(SynchronousTestCase):
         self.assertFalse(safe_target("https://app.test]/", self.allowed))
         self.assertTrue(allowed_programmatic_target("http://[::1]:9/x", ("localhost",)))
 
+    def test_empty_user_info(self) -> None:
+        """Found by fuzzing: ``http://@cli.test/`` has user info, an empty one, which has
+        no username or password; both checks let it through."""
+        self.assertFalse(safe_target("https://@app.test/", self.allowed))
+        self.assertFalse(safe_target("https://:@app.test/", self.allowed))
+        self.assertFalse(allowed_programmatic_target("http://@cli.test/", ("cli.test",)))
+        self.assertFalse(allowed_programmatic_target("http://@localhost:8/", ("localhost",)))
+
     def test_nothing_allowed(self) -> None:
         """With no served hosts nothing is a safe target."""
         self.assertFalse(safe_target("https://app.test/", set()))

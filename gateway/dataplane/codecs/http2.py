@@ -315,6 +315,7 @@ class H2Connection(ConnectionTLS, Protocol):
         self.last_activity = 0.0
         self.write_blocked_since = 0.0
         self.close_started: float | None = None
+        self.producing = False  # registered as the transport's producer (connectionMade)
         self.send_paused = False  # the client's socket buffer is full
         self.guard = H2Guard(core.reactor.seconds())
         self.buffered = 0  # response bytes waiting in all streams
@@ -354,6 +355,7 @@ class H2Connection(ConnectionTLS, Protocol):
         # high-water mark they pause their upstreams (a client advertising a huge window
         # cannot make the gateway buffer without bound).
         transport.registerProducer(self, True)
+        self.producing = True
 
     def pauseProducing(self) -> None:
         self.send_paused = True
@@ -749,8 +751,12 @@ class H2Connection(ConnectionTLS, Protocol):
     def _lose(self) -> None:
         """Twisted's TLS transport starts its shutdown only once no producer is
         registered: this connection is its own (see ``connectionMade``), so it steps
-        down first, or the close would wait for ``CLOSE_GRACE`` every time."""
-        self.transport.unregisterProducer()
+        down first, or the close would wait for ``CLOSE_GRACE`` every time. Once: a
+        connection may be closed again (a GOAWAY after a GOAWAY), and a transport need
+        not accept a second step-down (found by fuzzing, ``corpus/h2_frames/goaway-twice``)."""
+        if self.producing:
+            self.producing = False
+            self.transport.unregisterProducer()
         self.transport.loseConnection()
 
     # watchdog
