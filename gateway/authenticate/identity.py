@@ -69,6 +69,21 @@ CACHED_COOKIE_MAX = 4096
 COOKIE_CACHE = 4096
 
 
+def cookie_and_authorization(headers: list[tuple[bytes, bytes]]) -> tuple[bytes, bool]:
+    """The request's Cookie header (several joined as one), and whether it has an
+    Authorization header; one pass over the headers for both."""
+    cookies: list[bytes] = []
+    authorization = False
+    for name, value in headers:
+        size = len(name)  # (cheaper than lower-casing every name)
+        if size == 6:
+            if name.lower() == b"cookie":
+                cookies.append(value)
+        elif size == 13 and name.lower() == b"authorization":
+            authorization = True
+    return (cookies[0] if len(cookies) == 1 else b"; ".join(cookies)), authorization
+
+
 async def _share(deferred: Deferred[Any]) -> Any:
     """Await a Deferred that others await too (without consuming its result)."""
     waiter: Deferred[Any] = Deferred()
@@ -158,16 +173,7 @@ class Identity:
         request); the session record is still looked up each time, so a deleted or
         expired session ends at once."""
         now = self.clock()
-        cookies: list[bytes] = []
-        authorization = False  # (one pass over the headers for both)
-        for name, value in request.headers:
-            size = len(name)  # (cheaper than lower-casing every name)
-            if size == 6:
-                if name.lower() == b"cookie":
-                    cookies.append(value)
-            elif size == 13 and name.lower() == b"authorization":
-                authorization = True
-        raw = cookies[0] if len(cookies) == 1 else b"; ".join(cookies)
+        raw, authorization = cookie_and_authorization(request.headers)
         token = self._cookie_tokens.get(raw) if raw else None
         read = token is None and bool(raw)
         if read:
@@ -240,17 +246,9 @@ class Identity:
         header take the full path (it may be a programmatic token)."""
         if request.method == b"OPTIONS":
             return None
-        cookies: list[bytes] = []
-        for name, value in request.headers:
-            size = len(name)  # (cheaper than lower-casing every name)
-            if size == 6:
-                if name.lower() == b"cookie":
-                    cookies.append(value)
-            elif size == 13 and name.lower() == b"authorization":
-                return None
-        if not cookies:
+        raw, authorization = cookie_and_authorization(request.headers)
+        if authorization or not raw:
             return None
-        raw = cookies[0] if len(cookies) == 1 else b"; ".join(cookies)
         hit = self._allowed.get((raw, route.route.index))
         if hit is None:
             return None
@@ -267,8 +265,7 @@ class Identity:
         their refresh, the decision cache's entry."""
         if request.method == b"OPTIONS":
             return
-        cookies = [v for n, v in request.headers if n.lower() == b"cookie"]
-        raw = cookies[0] if len(cookies) == 1 else b"; ".join(cookies)
+        raw = cookie_and_authorization(request.headers)[0]
         # (a header too long to cache has no remembered token: nothing is kept for it)
         token = self._cookie_tokens.get(raw)
         sealed = self._tokens.get(("session", token)) if token else None
