@@ -160,20 +160,21 @@ class Identity:
 
     def session_for(self, request: RequestInfo) -> Session | None:
         """The request's session: cookie on this host, or ``Authorization: Gateway``."""
-        return self._lookup(request)[0]
+        return self._lookup(request, *cookie_and_authorization(request.headers))[0]
 
     def lookup(self, request: RequestInfo) -> tuple[Session | None, str | None, str]:
         """``_lookup`` for the account pages (``account``)."""
-        return self._lookup(request)
+        return self._lookup(request, *cookie_and_authorization(request.headers))
 
-    def _lookup(self, request: RequestInfo) -> tuple[Session | None, str | None, str]:
-        """(session, the session id the request names, its programmatic token).
+    def _lookup(self, request: RequestInfo, raw: bytes, authorization: bool
+                ) -> tuple[Session | None, str | None, str]:
+        """(session, the session id the request names, its programmatic token);
+        ``raw`` and ``authorization`` are ``cookie_and_authorization`` of its headers.
 
         Opened tokens are cached by their exact text (a cookie is sent unchanged on every
         request); the session record is still looked up each time, so a deleted or
         expired session ends at once."""
         now = self.clock()
-        raw, authorization = cookie_and_authorization(request.headers)
         token = self._cookie_tokens.get(raw) if raw else None
         read = token is None and bool(raw)
         if read:
@@ -215,11 +216,12 @@ class Identity:
 
     def authorize(self, request: RequestInfo, route: Any) -> Decision | Deferred[Decision]:
         span = start_child("session lookup", client=False)  # None unless traced
-        if span is None:
-            allowed = self._allowed_again(request, route)
+        raw, authorization = cookie_and_authorization(request.headers)
+        if span is None and raw and not authorization:
+            allowed = self._allowed_again(request, route, raw)
             if allowed is not None:
                 return allowed
-        session, sid, token = self._lookup(request)
+        session, sid, token = self._lookup(request, raw, authorization)
         if span is not None:
             span.set("gateway.session.found", session is not None)
             span.set("gateway.session.fetch", session is None and bool(sid)
@@ -235,19 +237,16 @@ class Identity:
                                                             own_token))
         decision = self._decide(request, route, session, own_token)
         if session is not None and sid and not own_token and isinstance(decision, Allow):
-            self._remember_allowed(request, route, sid, session, decision)
+            self._remember_allowed(request, route, raw, sid, session, decision)
         return decision
 
-    def _allowed_again(self, request: RequestInfo, route: Any) -> Allow | None:
-        """The decision remembered for this exact Cookie header on this route, while
-        nothing it rests on has changed: the session record is the same object (not
+    def _allowed_again(self, request: RequestInfo, route: Any, raw: bytes) -> Allow | None:
+        """The decision remembered for this exact Cookie header ``raw`` on this route,
+        while nothing it rests on has changed: the session record is the same object (not
         ended, refreshed or replaced), and neither the cookie, the session, the tokens
-        (refresh) nor the decision cache has expired. Requests with an Authorization
-        header take the full path (it may be a programmatic token)."""
+        (refresh) nor the decision cache has expired. (Requests with an Authorization
+        header take the full path: it may be a programmatic token.)"""
         if request.method == b"OPTIONS":
-            return None
-        raw, authorization = cookie_and_authorization(request.headers)
-        if authorization or not raw:
             return None
         hit = self._allowed.get((raw, route.route.index))
         if hit is None:
@@ -258,14 +257,13 @@ class Identity:
             return allow
         return None
 
-    def _remember_allowed(self, request: RequestInfo, route: Any, sid: str,
+    def _remember_allowed(self, request: RequestInfo, route: Any, raw: bytes, sid: str,
                           session: Session, allow: Allow) -> None:
         """Keep ``allow`` for ``_allowed_again``, valid as long as each thing that made
         the full path answer it is: the cookie's seal, the session, the tokens before
         their refresh, the decision cache's entry."""
         if request.method == b"OPTIONS":
             return
-        raw = cookie_and_authorization(request.headers)[0]
         # (a header too long to cache has no remembered token: nothing is kept for it)
         token = self._cookie_tokens.get(raw)
         sealed = self._tokens.get(("session", token)) if token else None
