@@ -112,12 +112,8 @@ def upstream_request_head(exchange: ExchangeBase) -> bytes:
                 continue
             if low.startswith(IDENTITY_PREFIX) or low in extra_remove:
                 continue
-            if b"_" in low:
-                if underscore_twin(low, plan.request_drop, extra_remove):
-                    _log_twin(exchange, name)
-                    continue
-                if core.underscores_drop:
-                    continue
+            if b"_" in low and _underscore_dropped(exchange, name, low, extra_remove):
+                continue
             parts += (name, b": ", value, b"\r\n")
             continue
         if action == _SKIP:
@@ -141,15 +137,11 @@ def upstream_request_head(exchange: ExchangeBase) -> bytes:
             value = strip_cookie(value, own_cookie)
             if not value:
                 continue
-        elif action == _AUTHORIZATION and allow is None and \
-                programmatic_token([(name, value)]):
-            continue
-        elif action == _HOST_SOURCE and b"_" in low:
-            if underscore_twin(low, plan.request_drop, extra_remove):
-                _log_twin(exchange, name)
-                continue
-            if core.underscores_drop:
-                continue
+        elif (action == _AUTHORIZATION and allow is None
+              and programmatic_token([(name, value)])) or (
+                action == _HOST_SOURCE and b"_" in low
+                and _underscore_dropped(exchange, name, low, extra_remove)):
+            continue  # the gateway's own token on a public route; a dropped "_" name
         if low == plan.host_header_name:
             rewrite_from = value
         parts += (name, b": ", value, b"\r\n")
@@ -206,11 +198,19 @@ def upstream_request_head(exchange: ExchangeBase) -> bytes:
     return b"".join(parts)
 
 
-def _log_twin(exchange: ExchangeBase, name: bytes) -> None:
-    log.warn(
-        "dropped the client header {header} on {host}{path} from {client}: with '_' read "
-        "as '-' it names a header the gateway sets",
-        header=name.decode("latin-1"), host=exchange.host, path=exchange.path,
-        client=exchange.sink.client_ip,
-    )
+def _underscore_dropped(exchange: ExchangeBase, name: bytes, low: bytes,
+                        extra_remove: frozenset[bytes]) -> bool:
+    """Whether a header whose name has a ``_`` is dropped: always (with a warning) when
+    it reads as a header the gateway sets or removes, else by
+    ``headers_with_underscores_action: drop``."""
+    assert exchange.plan is not None
+    if underscore_twin(low, exchange.plan.request_drop, extra_remove):
+        log.warn(
+            "dropped the client header {header} on {host}{path} from {client}: with '_' "
+            "read as '-' it names a header the gateway sets",
+            header=name.decode("latin-1"), host=exchange.host, path=exchange.path,
+            client=exchange.sink.client_ip,
+        )
+        return True
+    return bool(exchange.core.underscores_drop)
 
