@@ -10,6 +10,7 @@ from twisted.internet.defer import Deferred, ensureDeferred
 
 from gateway.authenticate import pages
 from gateway.authenticate.targets import SIGN_OUT
+from gateway.authorize.email import REFUSAL_TEXT
 from gateway.dataplane.authz import Decision, RequestInfo
 from gateway.pages.layout import Action, Look, origin
 from gateway.pages.signout import confirm_sign_out, signed_out
@@ -48,11 +49,13 @@ def _answer(ident: Identity, request: RequestInfo, session: Session | None) -> D
             return ident.sign_in(request)
         return ident.error(401, "Sign in to see who you are signed in as.",
                             request.headers, "user-unauthenticated")
+    view, refusal = ident.decision_session(session)  # what routes see of the session
     profile = Profile(
-        email=session.email, user_id=session.user_id, name=session.name,
-        groups=_groups(ident, session), claims=session.claims, started=session.issued_at,
-        expires=session.expires_at, identity_provider=ident.options.idp_provider_url,
-        host=request.host)
+        email=view.email, user_id=view.user_id, name=view.name,
+        groups=_groups(ident, view), claims=view.claims, started=view.issued_at,
+        expires=view.expires_at, identity_provider=ident.options.idp_provider_url,
+        host=request.host, email_claimed=session.email if refusal else "",
+        email_refused=refusal, email_refused_text=REFUSAL_TEXT.get(refusal, ""))
     actions = [Action("Sign out", SIGN_OUT, "post", (("csrf", ident.csrf_token(session)),))]
     switch = ident.switch_action(request, f"{request.scheme}://{request.host}/.gateway/")
     if switch is not None:

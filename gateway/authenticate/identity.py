@@ -39,6 +39,7 @@ from gateway.authenticate.oidc import Provider
 from gateway.authenticate.targets import SIGN_IN, STATE_TTL
 from gateway.authorize.assertion import AssertionSigner, claim_headers
 from gateway.authorize.claims import claim_groups, flatten_claims
+from gateway.authorize.email import REFUSAL_TEXT, decision_view
 from gateway.authorize.evaluate import evaluate
 from gateway.config.snapshot import Snapshot
 from gateway.dataplane.authz import Allow, Decision, Deny, RequestInfo
@@ -108,7 +109,10 @@ class Identity:
         self.spent = spent if spent is not None else SpentTokens()  # used hand-offs
         self.store = store
         self.directory = directory
-        self._with_groups: dict[str, tuple[Session, int, Session]] = {}
+        # session id -> (the session record, directory version, the record as decisions
+        # see it, why its e-mail was refused): ``decision_session``
+        self._views: dict[str, tuple[Session, int, Session, str]] = {}
+        self._refusals_logged: set[str] = set()
         self.signer = signer
         self.clock = clock
         o = snapshot.options
@@ -128,6 +132,7 @@ class Identity:
             if route.port:
                 self.allowed_hosts.add(f"{route.host}:{route.port}")
         self.groups_available = bool(o.idp_service_account)
+        self.allow_unverified_email = o.idp_allow_unverified_email
         self.programmatic_domains = tuple(d.lower() for d in
                                           o.programmatic_redirect_domain_whitelist)
         self._refreshing: dict[str, Deferred[Session | None]] = {}
@@ -338,29 +343,46 @@ class Identity:
         log.info("refreshed the tokens of {email}", email=session.email)
         return updated
 
-    def _directory_session(self, session: Session) -> Session:
-        """The session with its directory groups (``idp_service_account`` describes a
-        directory): one object per session record and directory version, so decision
-        caches keyed on the object see a change of either."""
-        assert self.directory is not None
-        version = self.directory.version
-        hit = self._with_groups.get(session.id)
+    def decision_session(self, session: Session) -> tuple[Session, str]:
+        """The session as every decision and what it hands on see it, and why its e-mail
+        was refused (``""``: it was not): without an e-mail the provider did not vouch
+        for (``gateway.authorize.email``), and with its directory groups when
+        ``idp_service_account`` describes a directory (matched by that e-mail too).
+
+        One object per session record and directory version, so decision caches keyed
+        on the object see a change of either; the same object as the record when there
+        is nothing to change."""
+        version = self.directory.version if self.directory is not None else 0
+        hit = self._views.get(session.id)
         if hit is not None and hit[0] is session and hit[1] == version:
-            return hit[2]
-        derived = replace(session, groups=self.directory.groups_for(session.user_id,
-                                                                    session.email))
-        if len(self._with_groups) >= DECISION_CACHE:
-            self._with_groups.pop(next(iter(self._with_groups)))
-        self._with_groups[session.id] = (session, version, derived)
-        return derived
+            return hit[2], hit[3]
+        view, refusal = decision_view(session, self.allow_unverified_email)
+        if refusal and session.id not in self._refusals_logged:
+            if len(self._refusals_logged) >= DECISION_CACHE:
+                self._refusals_logged.clear()
+            self._refusals_logged.add(session.id)
+            log.warn("the e-mail {claimed!r} of user {user_id} is not used for access "
+                     "decisions: {why} ({reason}); rules that need an e-mail address do "
+                     "not match", claimed=session.email, user_id=session.user_id,
+                     why=REFUSAL_TEXT[refusal], reason=refusal)
+        if self.directory is not None:
+            view = replace(view, groups=self.directory.groups_for(view.user_id, view.email))
+        elif not refusal:
+            return session, ""
+        if len(self._views) >= DECISION_CACHE:
+            self._views.pop(next(iter(self._views)))
+        self._views[session.id] = (session, version, view, refusal)
+        return view, refusal
 
     def _decide(self, request: RequestInfo, route: Any, session: Session | None,
                 own_token: bool) -> Decision:
         """``own_token``: the request carries a programmatic token (``Authorization:
         Gateway``), which the upstream must not see."""
         now = self.clock()
-        if session is not None and self.directory is not None:
-            session = self._directory_session(session)
+        refusal = claimed = ""
+        if session is not None:
+            claimed = session.email
+            session, refusal = self.decision_session(session)
         key: tuple[Any, ...] | None = None
         if session is not None and request.method != b"OPTIONS":
             # Decision and identity headers per (session record, route) for a short
@@ -370,7 +392,7 @@ class Identity:
             if hit is not None and hit[0] is session and now < hit[1]:
                 return hit[2]
         decision = evaluate(route.route, request.method, request.headers, session,
-                            now, self.groups_available)
+                            now, self.groups_available, refusal)
         if decision.allowed:
             allow = self._allow(route.route, session, own_token, decision.reason)
             if key is not None and session is not None:
@@ -382,12 +404,16 @@ class Identity:
             return self._sign_in(request)
         reasons = ", ".join(decision.reasons)
         log.info("access denied to {host}{path} for {user}: {reasons}", host=request.host,
-                 path=request.path, user=session.email if session else "-", reasons=reasons,
+                 path=request.path, user=(session.email or session.user_id) if session else "-",
+                 reasons=reasons,
                  user_id=session.user_id if session else None,
                  route=route_label(route.route), client=request.client_ip)
         who = (session.email or session.user_id) if session else ""
         message = (f"You are signed in as {who}, but this route does not allow you in."
                    if who else "You are signed in, but this route does not allow you in.")
+        if refusal and refusal in decision.reasons:  # (a sentence of its own: see errors)
+            message = (f"This route needs your e-mail address, and {REFUSAL_TEXT[refusal]}"
+                       f" ({claimed}).")
         if "groups-need-service-account" in decision.reasons:
             message += (" Group rules need idp_service_account, which is not configured.")
         actions = tuple(a for a in (self.switch_action(request),

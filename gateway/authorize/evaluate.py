@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gateway.authorize.claims import claims_allowed
+from gateway.authorize.email import email_domain
 from gateway.config.routes import Route
 from gateway.sessions.model import Session
 
@@ -58,12 +59,6 @@ def is_cors_preflight(method: bytes, headers: list[tuple[bytes, bytes]]) -> bool
     return b"origin" in present and b"access-control-request-method" in present
 
 
-def email_domain(email: str) -> str:
-    """The part after the last ``@``, lower-cased; ``""`` without one."""
-    _, at, domain = email.rpartition("@")
-    return domain.lower() if at else ""
-
-
 def evaluate(
     route: Route,
     method: bytes,
@@ -71,11 +66,15 @@ def evaluate(
     session: Session | None,
     now: float,
     groups_available: bool,
+    email_refused: str = "",
 ) -> Decision:
     """Decide whether ``session`` may make this request on ``route`` at time ``now``.
 
     ``groups_available`` says whether group data exists (``idp_service_account`` is
-    configured); without it ``allowed_groups`` never matches.
+    configured); without it ``allowed_groups`` never matches. ``session.email`` is the
+    address usable for decisions (``gateway.authorize.email``); ``email_refused`` is the
+    reason code of the one the provider sent when it was refused, added to the reasons
+    of a rule that needed it.
     """
     if route.allow_public_unauthenticated_access:
         return _allow(PUBLIC)
@@ -100,12 +99,16 @@ def evaluate(
             allowed.append(USER_ID_OK)
         else:
             denied.append(EMAIL_UNAUTHORIZED)
+            if email_refused:
+                denied.append(email_refused)
     if route.allowed_domains:
         domain = email_domain(session.email)
         if domain and any(d.lower() == domain for d in route.allowed_domains):
             allowed.append(DOMAIN_OK)
         else:
             denied.append(DOMAIN_UNAUTHORIZED)
+            if email_refused and email_refused not in denied:
+                denied.append(email_refused)
     if route.allowed_groups:
         if not groups_available:
             denied.append(GROUPS_NEED_SERVICE_ACCOUNT)
@@ -118,6 +121,9 @@ def evaluate(
             allowed.append(CLAIM_OK)
         else:
             denied.append(CLAIMS_UNAUTHORIZED)
+            if email_refused and "email" in route.allowed_idp_claims \
+                    and email_refused not in denied:
+                denied.append(email_refused)
 
     if allowed:
         return _allow(*allowed)

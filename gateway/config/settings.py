@@ -240,6 +240,11 @@ class Options:
     authenticate_service_url: str = _s(
         "", Kind.URL, "External URL of the authenticate service."
     )
+    idp_allow_unverified_email: bool = _s(
+        False, Kind.BOOL,
+        "Use e-mail addresses the provider marks email_verified: false in decisions "
+        "(insecure; beyond the reference).", extension=True
+    )
     idp_client_id: str = _s("", Kind.STR, "OAuth 2.0 client identifier.")
     idp_client_secret: str = _s("", Kind.STR, "OAuth 2.0 client secret.", secret=True)
     idp_client_secret_file: str = _s(

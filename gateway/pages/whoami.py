@@ -47,6 +47,11 @@ class Profile:
     expires: float = 0.0
     identity_provider: str = ""
     host: str = ""
+    # The address the provider sent when routes may not use it (``email`` is then
+    # empty), with the reason code and its sentence (``gateway.authorize.email``).
+    email_claimed: str = ""
+    email_refused: str = ""
+    email_refused_text: str = ""
 
 
 def person_claims(claims: Mapping[str, tuple[str, ...]]) -> dict[str, list[str]]:
@@ -65,6 +70,10 @@ def profile_json(profile: Profile) -> bytes:
                     "expires_unix": int(profile.expires)},
         "identity_provider": profile.identity_provider,
     }
+    if profile.email_refused:
+        doc["email_not_used"] = {"claimed": profile.email_claimed,
+                                 "reason": profile.email_refused,
+                                 "why": profile.email_refused_text}
     return json.dumps(doc, indent=1).encode() + b"\n"
 
 
@@ -89,7 +98,11 @@ def _claims_html(claims: Mapping[str, tuple[str, ...]]) -> str:
 
 def profile_html(profile: Profile, look: Look, actions: tuple[Action, ...]) -> bytes:
     who = profile.email or profile.user_id
-    rows = [("E-mail", profile.email or "—"), ("User id", profile.user_id or "—")]
+    email = profile.email or "—"
+    if profile.email_refused:
+        email = (f"— (routes do not use {profile.email_claimed}: "
+                 f"{profile.email_refused_text})")
+    rows = [("E-mail", email), ("User id", profile.user_id or "—")]
     if profile.name:
         rows.append(("Name", profile.name))
     rows += [("Signed in", utc(profile.started)), ("Session ends", utc(profile.expires)),

@@ -18,6 +18,7 @@
 //   email  = login if it contains '@', else `${login}@example.test`
 //   groups = from the GROUPS table below, else ['users'];
 //            a login of the form "name@dom#g1,g2" yields groups ['g1', 'g2'].
+//   email_verified = true; a login ending "!unverified" gives false, "!noverified" none
 'use strict';
 
 function csv(value, fallback) {
@@ -46,12 +47,18 @@ const GROUPS = {
 };
 
 function accountClaims(id) {
-  const [base, groupSpec] = id.split('#', 2);
+  // "!unverified" / "!noverified" at the end: email_verified false / left out (the
+  // e-mail claim cases of issue 28); the sub stays the whole login.
+  const marker = id.match(/!(unverified|noverified)$/);
+  const login = marker ? id.slice(0, -marker[0].length) : id;
+  const [base, groupSpec] = login.split('#', 2);
   const email = base.includes('@') ? base : `${base}@example.test`;
   const groups = groupSpec !== undefined
     ? groupSpec.split(',').filter(Boolean)
     : (GROUPS[email] || ['users']);
-  return { sub: id, email, email_verified: true, groups };
+  const claims = { sub: id, email, email_verified: !marker, groups };
+  if (marker && marker[1] === 'noverified') delete claims.email_verified;
+  return claims;
 }
 
 (async () => {

@@ -1,0 +1,218 @@
+"""E-mail claims that prove nothing (issue 28): an address that is not one addr-spec, and
+one the provider marks ``email_verified: false``, are not used for decisions.
+
+``mallory@evil.example@example.test`` used to pass ``allowed_domains: [example.test]``
+(the part after the last ``@``; oauth2-proxy GHSA-c5c4-8r6x-56w3), and an address the
+provider said it had not verified passed ``allowed_users`` and ``allowed_domains``."""
+
+from __future__ import annotations
+
+import json
+from types import MappingProxyType, SimpleNamespace
+from typing import Any
+
+import jwt
+from twisted.logger import globalLogPublisher
+from twisted.trial.unittest import SynchronousTestCase
+
+from gateway.authorize.email import (
+    EMAIL_INVALID,
+    EMAIL_UNVERIFIED,
+    decision_view,
+    email_domain,
+    email_refusal,
+    is_mailbox,
+)
+from gateway.authorize.evaluate import evaluate
+from gateway.authenticate.account import who_am_i
+from gateway.authenticate.identity import Identity
+from gateway.dataplane.authz import Allow, Deny
+
+from .test_authorize import NOW, route, session
+from .test_identity import APP, BROWSER, JSON, IdentityCase, header, request, snapshot
+
+VALID = [
+    "alice@example.com", "Alice.Smith+tag@Example.COM", "a@localhost", "o'brien@x.io",
+    "x!#$%&'*+/=?^_`{|}~-@example.test", "jörg@bücher.example", "a@xn--bcher-kva.example",
+    "user@sub-domain.example.co.uk", "1@2.3",
+]
+INVALID = [
+    "", "mallory@evil.example@example.test", "@example.test", "alice@", "alice",
+    "alice@example.test.", "alice@.example.test", "alice@example..test",
+    "alice@-example.test", "alice@example-.test", "alice@exa mple.test",
+    "al ice@example.test", '"mallory@evil"@example.test', "alice.@example.test",
+    ".alice@example.test", "a..b@example.test", "alice@[192.0.2.1]",
+    "alice@example_test.com", "alice@example.test\r\nX: y", "alice\x00@example.test",
+    "<alice@example.test>", "alice@example.test,bob@example.test",
+    "a" * 65 + "@example.test", "a@" + ".".join(["b" * 63] * 4) + ".test",
+    "alice@" + "x" * 64 + ".test", "alice@exam\\ple.test",
+]
+
+
+class MailboxTests(SynchronousTestCase):
+    def test_valid(self) -> None:
+        for address in VALID:
+            self.assertTrue(is_mailbox(address), address)
+
+    def test_invalid(self) -> None:
+        for address in INVALID:
+            self.assertFalse(is_mailbox(address), address)
+
+    def test_domain_of_a_mailbox_only(self) -> None:
+        """The domain is the one after the only ``@``, lower-cased; none when the text is
+        not one mailbox (the last ``@``'s part was what let the two-``@`` case in)."""
+        self.assertEqual(email_domain("Alice@Example.TEST"), "example.test")
+        self.assertEqual(email_domain("mallory@evil.example@example.test"), "")
+        self.assertEqual(email_domain("nobody"), "")
+
+    def test_refusal_codes(self) -> None:
+        unverified = {"email_verified": ("false",)}
+        self.assertEqual(email_refusal("a@b.test", {}, False), "")
+        self.assertEqual(email_refusal("a@b.test", {"email_verified": ("true",)}, False), "")
+        self.assertEqual(email_refusal("a@b.test", unverified, False), EMAIL_UNVERIFIED)
+        # providers that send the boolean as a string (flattened alike, any case)
+        self.assertEqual(email_refusal("a@b.test", {"email_verified": ("False",)}, False),
+                         EMAIL_UNVERIFIED)
+        self.assertEqual(email_refusal("a@b.test", unverified, True), "")
+        self.assertEqual(email_refusal("a@b@c.test", {}, True), EMAIL_INVALID)
+        self.assertEqual(email_refusal("", unverified, False), "")
+
+    def test_view_drops_the_address_and_its_claim(self) -> None:
+        """With the address refused, neither the field nor the ``email`` claim remains
+        (claim headers fall back to the claim); the rest is kept. Nothing refused: the
+        very same object."""
+        claims = MappingProxyType({"email": ("a@b.test",), "email_verified": ("false",),
+                                   "team": ("x",)})
+        record = session(email="a@b.test", claims=claims)
+        view, refusal = decision_view(record, False)
+        self.assertEqual(refusal, EMAIL_UNVERIFIED)
+        self.assertEqual(view.email, "")
+        self.assertEqual(dict(view.claims), {"email_verified": ("false",), "team": ("x",)})
+        self.assertEqual((view.id, view.user_id), (record.id, record.user_id))
+        self.assertIs(decision_view(record, True)[0], record)
+
+
+class EvaluateTests(SynchronousTestCase):
+    def test_two_ats_do_not_pass_allowed_domains(self) -> None:
+        """Even handed the raw session, the domain rule sees no domain in the text."""
+        r = route(allowed_domains=["example.test"])
+        raw = session(email="mallory@evil.example@example.test")
+        decision = evaluate(r, b"GET", [], raw, NOW, False)
+        self.assertEqual((decision.allowed, decision.status), (False, 403))
+        self.assertEqual(decision.reasons, ("domain-unauthorized",))
+
+    def test_refusal_is_a_reason_of_the_rules_that_needed_it(self) -> None:
+        r = route(allowed_users=["a@example.test"], allowed_domains=["example.test"],
+                  allowed_idp_claims={"email": ["a@example.test"]})
+        view = session(email="")
+        decision = evaluate(r, b"GET", [], view, NOW, False, EMAIL_UNVERIFIED)
+        self.assertEqual(decision.reasons, ("email-unauthorized", EMAIL_UNVERIFIED,
+                                            "domain-unauthorized", "claims-unauthorized"))
+
+    def test_other_rules_still_apply(self) -> None:
+        """A refused address is no address; the user id, groups and claims still count."""
+        r = route(allowed_users=["mallory-id"], allowed_domains=["example.test"])
+        view = session(user_id="mallory-id", email="")
+        decision = evaluate(r, b"GET", [], view, NOW, False, EMAIL_INVALID)
+        self.assertTrue(decision.allowed)
+        self.assertEqual(decision.reasons, ("user-id-ok",))
+
+
+UNVERIFIED = {"sub": "eve-id", "email": "alice@example.com", "email_verified": False,
+              "name": "Eve"}
+TWO_ATS = {"sub": "mallory-id", "email": "mallory@evil.example@example.com"}
+
+
+class IdentityEmailTests(IdentityCase):
+    """Through the identity layer: the route of ``test_identity.snapshot`` allows
+    ``alice@example.com`` and passes identity headers (``x-email`` is the e-mail)."""
+
+    def use(self, **extra: Any) -> None:
+        self.snapshot = snapshot(**extra)
+        self.identity = Identity(None, self.snapshot, self.store, self.signer, self.clock)
+        self.identity.provider = None
+        self.route = SimpleNamespace(route=self.snapshot.routes[0])
+
+    def test_unverified_address_is_refused_with_a_reason(self) -> None:
+        eve = self.session(UNVERIFIED)
+        decision = self.authorize(headers=[BROWSER, self.cookie(eve)])
+        self.assertIsInstance(decision, Deny)
+        self.assertEqual(decision.status, 403)
+        self.assertIn(b"your provider has not verified this address", decision.body)
+        self.assertIn(b"Signed in as <strong>eve-id</strong>", decision.body)
+        self.assertEqual(decision.email, "")
+        self.assertIn("email-unverified", decision.reason)
+
+    def test_invalid_address_is_refused(self) -> None:
+        self.use(policy=[{"from": f"https://{APP}", "to": "http://127.0.0.1:9",
+                          "allowed_domains": ["example.com"]}])
+        mallory = self.session(TWO_ATS)
+        decision = self.authorize(headers=[JSON, self.cookie(mallory)])
+        self.assertEqual(decision.status, 403)
+        self.assertIn("email-invalid", decision.reason)
+        self.assertIn("not one valid address",
+                      json.loads(decision.body).get("message", "") + decision.body.decode())
+
+    def test_setting_lets_unverified_addresses_count(self) -> None:
+        """``idp_allow_unverified_email: true`` (insecure) restores the old behaviour for
+        unverified addresses, never for invalid ones."""
+        self.use(idp_allow_unverified_email=True)
+        eve = self.session(UNVERIFIED)
+        decision = self.authorize(headers=[BROWSER, self.cookie(eve)])
+        self.assertIsInstance(decision, Allow)
+        self.assertEqual(header(decision, b"x-email"), b"alice@example.com")
+
+    def test_absent_claim_is_the_provider_saying_nothing(self) -> None:
+        alice = self.session({"sub": "alice-id", "email": "alice@example.com"})
+        self.assertIsInstance(self.authorize(headers=[BROWSER, self.cookie(alice)]), Allow)
+
+    def test_nothing_handed_on_carries_a_refused_address(self) -> None:
+        """On a route Eve may use by her user id: no e-mail in the assertion, no claim
+        header (not even from the ``email`` claim), none in the access log's decision."""
+        self.use(policy=[{"from": f"https://{APP}", "to": "http://127.0.0.1:9",
+                          "allowed_users": ["eve-id"], "pass_identity_headers": True}])
+        eve = self.session(UNVERIFIED)
+        decision = self.authorize(headers=[BROWSER, self.cookie(eve)])
+        self.assertIsInstance(decision, Allow)
+        self.assertIsNone(header(decision, b"x-email"))
+        token = header(decision, b"x-gateway-jwt-assertion")
+        assert token is not None
+        claims = jwt.decode(token, jwt.PyJWK(self.signer.public_jwk()).key,
+                            algorithms=["ES256"], audience=APP, options={"verify_exp": False})
+        self.assertEqual((claims["sub"], claims["email"]), ("eve-id", ""))
+        self.assertEqual(decision.email, "")
+
+    def test_programmatic_token_follows_the_same_rule(self) -> None:
+        eve = self.session(UNVERIFIED)
+        token = self.identity.shared.seal("programmatic", {"sid": eve.id}, NOW + 60)
+        decision = self.authorize(headers=[JSON, (b"Authorization",
+                                                  b"Gateway " + token.encode())])
+        self.assertEqual(decision.status, 403)
+        self.assertIn("email-unverified", decision.reason)
+
+    def test_who_am_i_says_why_the_address_is_not_used(self) -> None:
+        eve = self.session(UNVERIFIED)
+        page = who_am_i(self.identity, request("/.gateway/", headers=[JSON, self.cookie(eve)]))
+        assert isinstance(page, Deny)
+        doc = json.loads(page.body)
+        self.assertEqual(doc["email"], "")
+        self.assertNotIn("email", doc["claims"])
+        self.assertEqual(doc["email_not_used"]["reason"], "email-unverified")
+        self.assertEqual(doc["email_not_used"]["claimed"], "alice@example.com")
+        html = who_am_i(self.identity, request("/.gateway/",
+                                                headers=[BROWSER, self.cookie(eve)]))
+        assert isinstance(html, Deny)
+        self.assertIn(b"your provider has not verified this address", html.body)
+
+    def test_refusal_logged_once_per_session(self) -> None:
+        eve = self.session(UNVERIFIED)
+        events: list[dict[str, Any]] = []
+        globalLogPublisher.addObserver(events.append)
+        self.addCleanup(globalLogPublisher.removeObserver, events.append)
+        for _ in range(3):
+            self.authorize(headers=[JSON, self.cookie(eve)])
+            self.clock.now += 60  # past the decision cache
+        refusals = [e for e in events if e.get("reason") == "email-unverified"
+                    and "claimed" in e]
+        self.assertEqual(len(refusals), 1)
+        self.assertEqual(refusals[0]["user_id"], "eve-id")
