@@ -63,6 +63,8 @@ ROUTE_FIELDS: dict[str, str] = {
                "a tcp+https route, the tunnel's idle timeout (default: none).",
     "set_request_headers": "Headers set on requests sent upstream.",
     "remove_request_headers": "Headers removed from requests sent upstream.",
+    "preserve_request_headers": "Path- and method-override headers passed from clients "
+                                "(removed by default; beyond the reference).",
     "set_response_headers": "Response headers; win over the global set_response_headers.",
     "rewrite_response_headers": "List of {header, prefix, value} response header rewrites.",
     "pass_identity_headers": "Send X-Gateway-Jwt-Assertion and claim headers upstream.",
@@ -88,6 +90,14 @@ ROUTE_FIELDS: dict[str, str] = {
     "orchestrator_service_account_token": "Bearer token toward a cluster orchestrator API.",
     "orchestrator_service_account_token_file": "File form of the orchestrator token.",
 }
+# Request headers that make an upstream framework serve another path or method than the
+# one the gateway authorized: Symfony, Laminas/Zend and IIS URL Rewrite serve the path
+# of the first three, many frameworks execute the method of the others. Removed before
+# forwarding (their "_" twins too: ``underscore_twin``) unless a route preserves one.
+OVERRIDE_HEADERS = (
+    "x-original-url", "x-rewrite-url", "x-original-uri",
+    "x-http-method-override", "x-http-method", "x-method-override",
+)
 _ALLOW_LISTS = ("allowed_domains", "allowed_groups", "allowed_users", "allowed_idp_claims")
 _BOOLS = (
     "preserve_host_header", "allow_public_unauthenticated_access", "allow_any_authenticated_user",
@@ -130,6 +140,7 @@ class Route:
     timeout: float = 30.0
     set_request_headers: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     remove_request_headers: tuple[str, ...] = ()
+    preserve_request_headers: tuple[str, ...] = ()  # lower case, of OVERRIDE_HEADERS
     set_response_headers: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     rewrite_response_headers: tuple[HeaderRewrite, ...] = ()
     pass_identity_headers: bool = False
@@ -317,6 +328,10 @@ def _parse_route(
                 values[key] = parse_list(item[key])
             except ValueError as exc:
                 problems.error(f"{base}.{key}", str(exc))
+    if item.get("preserve_request_headers") is not None:
+        values["preserve_request_headers"] = _preserved_headers(
+            item["preserve_request_headers"], values.get("remove_request_headers", ()),
+            f"{base}.preserve_request_headers", problems)
     if "allowed_idp_claims" in item and item["allowed_idp_claims"] is not None:
         values["allowed_idp_claims"] = parse_claims(
             item["allowed_idp_claims"], f"{base}.allowed_idp_claims", problems
@@ -386,3 +401,26 @@ def _parse_route(
                  **values)
 
 
+
+
+def _preserved_headers(value: object, removed: tuple[str, ...], where: str,
+                       problems: Problems) -> tuple[str, ...]:
+    """``preserve_request_headers``: names of ``OVERRIDE_HEADERS`` only (any other header
+    is forwarded anyway, or removed for a reason no route may lift), in lower case."""
+    try:
+        names = parse_list(value)
+    except ValueError as exc:
+        problems.error(where, str(exc))
+        return ()
+    kept: list[str] = []
+    gone = {name.lower() for name in removed}
+    for name in names:
+        low = name.lower()
+        if low not in OVERRIDE_HEADERS:
+            problems.error(where, f"{name!r} is not a path- or method-override header; only "
+                                  f"these can be preserved: {', '.join(OVERRIDE_HEADERS)}")
+        elif low in gone:
+            problems.error(where, f"{name!r} is also in remove_request_headers; choose one")
+        elif low not in kept:
+            kept.append(low)
+    return tuple(kept)

@@ -182,6 +182,10 @@ class RedirectLocationTests(SynchronousTestCase):
             )
 
 
+OVERRIDES = frozenset({b"x-original-url", b"x-rewrite-url", b"x-original-uri",
+                       b"x-http-method-override", b"x-http-method", b"x-method-override"})
+
+
 class BuildPlanTests(SynchronousTestCase):
     def test_host_keys(self) -> None:
         """Routes are indexed by each Host value they answer (default port with or without)."""
@@ -253,8 +257,20 @@ class BuildPlanTests(SynchronousTestCase):
         route = plan.routes[0]
         self.assertEqual(route.request_drop,
                          frozenset({b"x-secret", b"cookie", b"x-extra", b"x-two",
-                                    b"x-request-id"}))
+                                    b"x-request-id"}) | OVERRIDES)
         self.assertEqual(route.request_headers, ((b"X-Extra", b"1"), (b"X-Two", b"2")))
+
+    def test_override_headers_dropped_unless_preserved(self) -> None:
+        """Path- and method-override headers are dropped on every route (issue 28); a
+        route keeps the ones it names, in any spelling."""
+        plan = build_plan(snapshot(
+            public(),
+            public(**{"from": "https://legacy.example.com",
+                      "preserve_request_headers": ["X-HTTP-Method-Override"]})))
+        plain, legacy = plan.routes
+        self.assertLessEqual(OVERRIDES, plain.request_drop)
+        self.assertNotIn(b"x-http-method-override", legacy.request_drop)
+        self.assertLessEqual(OVERRIDES - {b"x-http-method-override"}, legacy.request_drop)
 
     def test_tls_only_for_https_upstreams(self) -> None:
         """A TLS client config exists only when a route has an https upstream."""

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
-from gateway.config.routes import Route
+from gateway.config.routes import OVERRIDE_HEADERS, Route
 from gateway.config.snapshot import Snapshot
 from gateway.dataplane.routing.router import normalise_host, path_matches, route_host_keys
 from gateway.dataplane.upstream.balancer import Balancer, make_balancer
@@ -173,6 +173,10 @@ def build_plan(snapshot: Snapshot, previous: Plan | None = None) -> Plan:
                 # Claim headers are the gateway's, whatever their configured names:
                 # a client's copy never reaches an upstream, on any route.
                 + [h.lower().encode("latin-1") for h in options.jwt_claims_headers]
+                # Path- and method-override headers would have the upstream serve what
+                # was never authorized, unless the route trusts its clients with one.
+                + [h.encode("latin-1") for h in OVERRIDE_HEADERS
+                   if h not in route.preserve_request_headers]
             ) | _REQUEST_ID,  # the upstream gets the request's id, checked (request_id.py)
             response_rewrites=tuple(
                 (r.header.lower().encode("latin-1"), r.prefix.encode("latin-1"),

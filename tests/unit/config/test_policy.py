@@ -287,3 +287,42 @@ class TlsMaterialTests(SynchronousTestCase):
         self.assertEqual(errors, ["policy[0]: config: specified both "
                                   "`orchestrator_service_account_token_file` and "
                                   "`orchestrator_service_account_token`"])
+
+
+class PreserveRequestHeadersTests(SynchronousTestCase):
+    """``preserve_request_headers`` (issue 28, beyond the reference) lifts the removal of
+    path- and method-override headers, and nothing else."""
+
+    def test_names_kept_in_lower_case_once(self) -> None:
+        route = one_route(**{"from": "https://a.example", "to": TO,
+                             "allow_public_unauthenticated_access": True,
+                             "preserve_request_headers": ["X-HTTP-Method-Override",
+                                                          "x-http-method-override",
+                                                          "X-Original-URL"]})
+        self.assertEqual(route.preserve_request_headers,
+                         ("x-http-method-override", "x-original-url"))
+
+    def test_other_headers_refused_with_the_list(self) -> None:
+        errors = route_errors(**{"from": "https://a.example", "to": TO,
+                                 "allow_public_unauthenticated_access": True,
+                                 "preserve_request_headers": ["X-Gateway-Jwt-Assertion"]})
+        self.assertEqual(errors, [
+            "policy[0].preserve_request_headers: 'X-Gateway-Jwt-Assertion' is not a path- "
+            "or method-override header; only these can be preserved: x-original-url, "
+            "x-rewrite-url, x-original-uri, x-http-method-override, x-http-method, "
+            "x-method-override"])
+
+    def test_preserved_and_removed_is_a_contradiction(self) -> None:
+        errors = route_errors(**{"from": "https://a.example", "to": TO,
+                                 "allow_public_unauthenticated_access": True,
+                                 "remove_request_headers": ["X-HTTP-Method"],
+                                 "preserve_request_headers": ["x-http-method"]})
+        self.assertEqual(errors, ["policy[0].preserve_request_headers: 'x-http-method' is "
+                                  "also in remove_request_headers; choose one"])
+
+    def test_not_a_list(self) -> None:
+        errors = route_errors(**{"from": "https://a.example", "to": TO,
+                                 "allow_public_unauthenticated_access": True,
+                                 "preserve_request_headers": {"a": 1}})
+        self.assertEqual(len(errors), 1)
+        self.assertTrue(errors[0].startswith("policy[0].preserve_request_headers: "), errors)
