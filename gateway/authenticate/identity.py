@@ -411,9 +411,12 @@ class Identity:
         who = (session.email or session.user_id) if session else ""
         message = (f"You are signed in as {who}, but this route does not allow you in."
                    if who else "You are signed in, but this route does not allow you in.")
-        if refusal and refusal in decision.reasons:  # (a sentence of its own: see errors)
+        if refusal and refusal in decision.reasons:
+            # A sentence of its own, without the name shown beside it (the error page
+            # leaves out a sentence that repeats who is signed in).
+            address = f" ({claimed})" if claimed != who else ""
             message = (f"This route needs your e-mail address, and {REFUSAL_TEXT[refusal]}"
-                       f" ({claimed}).")
+                       f"{address}.")
         if "groups-need-service-account" in decision.reasons:
             message += (" Group rules need idp_service_account, which is not configured.")
         actions = tuple(a for a in (self.switch_action(request),
