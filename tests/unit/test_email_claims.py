@@ -15,6 +15,8 @@ import jwt
 from twisted.logger import globalLogPublisher
 from twisted.trial.unittest import SynchronousTestCase
 
+from gateway.authenticate.account import who_am_i
+from gateway.authenticate.identity import Identity
 from gateway.authorize.email import (
     EMAIL_INVALID,
     EMAIL_UNVERIFIED,
@@ -24,8 +26,6 @@ from gateway.authorize.email import (
     is_mailbox,
 )
 from gateway.authorize.evaluate import evaluate
-from gateway.authenticate.account import who_am_i
-from gateway.authenticate.identity import Identity
 from gateway.dataplane.authz import Allow, Deny
 
 from .test_authorize import NOW, route, session
