@@ -253,6 +253,37 @@ def test_denied_user_gets_403_and_the_app_is_untouched(env: Env) -> None:
     assert env.upstream_requests() == before
 
 
+OVERRIDES = {"X-Original-URL": "/admin", "X-Rewrite-URL": "/admin",
+             "X-Original-URI": "/admin", "X-HTTP-Method-Override": "DELETE",
+             "X-HTTP-Method": "DELETE", "X-Method-Override": "DELETE",
+             "X_Original_URL": "/admin", "X_HTTP_Method_Override": "DELETE"}
+
+
+def test_override_headers_never_reach_the_app(env: Env) -> None:
+    """Issue 28: behind the proxy it is the proxy that forwards; the shipped examples
+    remove the path- and method-override headers (and their "_" twins) a client sends,
+    so the app serves the path and method the gateway allowed."""
+    browser = env.browser()
+    assert browser.sign_in(env.app("/"), "alice@example.com").status == 200
+    reply = browser.request("GET", env.app("/docs"), headers=OVERRIDES)
+    assert reply.status == 200
+    seen = json.loads(reply.body)
+    assert (seen["method"], seen["path"]) == ("GET", "/docs")
+    names = {k.lower() for k, _ in seen["headers"]}
+    assert not names & {k.lower() for k in OVERRIDES}, names
+
+
+def test_unverified_email_is_refused(env: Env) -> None:
+    """Issue 28: the forward-auth question is decided like any other, so an address the
+    provider marks unverified does not pass ``allowed_domains``; the app sees nothing."""
+    before = env.upstream_requests()
+    reply = env.browser().sign_in(env.app("/docs"), "eve@example.com!unverified")
+    assert reply.status == 403  # (nginx shows its own page for a 403 of auth_request)
+    assert env.upstream_requests() == before
+    assert any("email-unverified" in e.get("reasons", "") for e in env.gw.log_events()
+               if e.get("user_id") == "eve@example.com!unverified")
+
+
 def test_only_signed_in_requests_reach_the_app(env: Env) -> None:
     """Without a session, browsers and API clients alike get the sign-in redirect (the
     proxies turn the gateway's answer into one) and the app sees nothing."""
