@@ -103,6 +103,14 @@ def _scenario(tmp_path: Path, common: dict[str, Any], ports: dict[str, int],
     assert "_gateway" not in headers.get("cookie", "")
     assert browser.request("GET", f"http://app.test:{pb}/").status == 200
 
+    # issue 28: authorize applies the e-mail rules too; an address the provider marks
+    # unverified does not pass allowed_users, and the 403 (rendered by authorize) says why
+    denied = Browser().sign_in(f"http://app.test:{pa}/", "alice@example.test!unverified")
+    assert denied.status == 403, (denied.status, denied.body[:300])
+    assert b"your provider has not verified this address" in denied.body
+    wait_until(lambda: authorize.logged("email-unverified"), 5,
+               what="authorize's refusal line")
+
     # sign-out through A ends the session on B within a second (asked with a copy
     # of the cookie: the browser's own is cleared for every port of app.test)
     keeper = Browser()

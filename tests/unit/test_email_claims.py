@@ -118,6 +118,19 @@ class EvaluateTests(SynchronousTestCase):
         self.assertEqual(decision.reasons, ("user-id-ok",))
 
 
+class Directory:
+    """A directory (``DirectoryGroups``) where alice@example.com is an admin."""
+
+    version = 1
+
+    def __init__(self) -> None:
+        self.asked: list[tuple[str, str]] = []
+
+    def groups_for(self, user_id: str, email: str) -> tuple[str, ...]:
+        self.asked.append((user_id, email))
+        return ("admins",) if email == "alice@example.com" else ()
+
+
 UNVERIFIED = {"sub": "eve-id", "email": "alice@example.com", "email_verified": False,
               "name": "Eve"}
 TWO_ATS = {"sub": "mallory-id", "email": "mallory@evil.example@example.com"}
@@ -203,6 +216,21 @@ class IdentityEmailTests(IdentityCase):
                                                 headers=[BROWSER, self.cookie(eve)]))
         assert isinstance(html, Deny)
         self.assertIn(b"your provider has not verified this address", html.body)
+
+    def test_directory_does_not_match_a_refused_address(self) -> None:
+        """A directory matches users by id, else e-mail: a refused address finds no one's
+        groups (the directory's own user with that address is someone else)."""
+        directory = Directory()
+        self.use(idp_service_account="groups-from-claims",
+                 policy=[{"from": f"https://{APP}", "to": "http://127.0.0.1:9",
+                          "allowed_groups": ["admins"]}])
+        self.identity.directory = directory
+        eve = self.session(UNVERIFIED)
+        self.assertEqual(self.authorize(headers=[JSON, self.cookie(eve)]).status, 403)
+        self.assertEqual(directory.asked, [("eve-id", "")])
+        alice = self.session({"sub": "alice-id", "email": "alice@example.com"})
+        self.assertIsInstance(self.authorize(headers=[JSON, self.cookie(alice)]), Allow)
+        self.assertEqual(directory.asked[-1], ("alice-id", "alice@example.com"))
 
     def test_refusal_logged_once_per_session(self) -> None:
         eve = self.session(UNVERIFIED)
