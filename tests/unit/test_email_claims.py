@@ -28,6 +28,7 @@ from gateway.authorize.email import (
 from gateway.authorize.evaluate import evaluate
 from gateway.dataplane.authz import Allow, Deny
 
+from .config.helpers import SECRET
 from .test_authorize import NOW, route, session
 from .test_identity import APP, BROWSER, JSON, IdentityCase, header, request, snapshot
 
@@ -174,6 +175,17 @@ class IdentityEmailTests(IdentityCase):
         decision = self.authorize(headers=[BROWSER, self.cookie(eve)])
         self.assertIsInstance(decision, Allow)
         self.assertEqual(header(decision, b"x-email"), b"alice@example.com")
+
+    def test_turning_the_setting_off_applies_to_existing_sessions(self) -> None:
+        """A reload builds a new ``Identity``: a session let in while the setting was on
+        is refused at its next request once it is off (nothing is decided at sign-in)."""
+        keys = {"shared_secret": SECRET, "cookie_secret": SECRET}
+        self.use(idp_allow_unverified_email=True, **keys)
+        eve = self.session(UNVERIFIED)
+        cookie = self.cookie(eve)
+        self.assertIsInstance(self.authorize(headers=[JSON, cookie]), Allow)
+        self.use(**keys)
+        self.assertEqual(self.authorize(headers=[JSON, cookie]).status, 403)
 
     def test_absent_claim_is_the_provider_saying_nothing(self) -> None:
         alice = self.session({"sub": "alice-id", "email": "alice@example.com"})
