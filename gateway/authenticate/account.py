@@ -11,7 +11,7 @@ from twisted.internet.defer import Deferred, ensureDeferred
 from gateway.authenticate import pages
 from gateway.authenticate.targets import SIGN_OUT
 from gateway.authorize.email import REFUSAL_TEXT
-from gateway.dataplane.authz import Decision, RequestInfo
+from gateway.authorize.hook import Decision, RequestInfo
 from gateway.pages.layout import Action, Look, origin
 from gateway.pages.signout import confirm_sign_out, signed_out
 from gateway.pages.whoami import Group, Profile, render_profile

@@ -38,7 +38,7 @@ from gateway.authenticate.targets import (
     query_params,
     safe_target,
 )
-from gateway.dataplane.authz import Decision, Deny, RequestInfo
+from gateway.authorize.hook import Decision, Deny, RequestInfo
 from gateway.dataplane.routing.router import own_path
 from gateway.pages.layout import Action
 from gateway.sessions.cookie import clear_cookie_headers, parse_cookies, set_cookie_headers

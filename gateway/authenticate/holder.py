@@ -13,9 +13,9 @@ from twisted.logger import Logger
 from gateway.authenticate.endpoints import Endpoints
 from gateway.authenticate.identity import Identity
 from gateway.authorize.assertion import AssertionSigner
+from gateway.authorize.hook import Decision, RequestInfo
 from gateway.config.snapshot import Snapshot
 from gateway.databroker.broker import Databroker
-from gateway.dataplane.authz import Decision, RequestInfo
 from gateway.sessions.spent import SpentTokens
 from gateway.sessions.store import SessionStore
 

@@ -41,8 +41,8 @@ from gateway.authorize.assertion import AssertionSigner, claim_headers
 from gateway.authorize.claims import claim_groups, flatten_claims
 from gateway.authorize.email import REFUSAL_TEXT, decision_view
 from gateway.authorize.evaluate import evaluate
+from gateway.authorize.hook import Allow, Decision, Deny, RequestInfo
 from gateway.config.snapshot import Snapshot
-from gateway.dataplane.authz import Allow, Decision, Deny, RequestInfo
 from gateway.observability.request_metrics import route_label
 from gateway.observability.tracing.active import start_child
 from gateway.pages.layout import Action, look_of

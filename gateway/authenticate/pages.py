@@ -4,7 +4,7 @@ everything else. Nothing internal is ever shown."""
 
 from __future__ import annotations
 
-from gateway.dataplane.authz import Deny
+from gateway.authorize.hook import Deny
 from gateway.dataplane.responses import wants_html, wants_json
 from gateway.pages.answer import error_answer
 from gateway.pages.layout import Action, Look, Pairs

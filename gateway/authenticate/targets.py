@@ -8,7 +8,7 @@ import ipaddress
 import re
 from urllib.parse import SplitResult, parse_qs, urlsplit
 
-from gateway.dataplane.authz import RequestInfo
+from gateway.authorize.hook import RequestInfo
 
 # The gateway's own paths and how long sign-in state lives.
 SIGN_IN = "/.gateway/sign_in"

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from twisted.internet.task import LoopingCall
 from twisted.logger import Logger
 
-from gateway.dataplane.authz import Authorizer, NotYetAuthorizer
+from gateway.authorize.hook import Authorizer, NotYetAuthorizer
 from gateway.dataplane.limit import ConnectionLimit, auto_max_connections
 from gateway.dataplane.penalty import Penalties
 from gateway.dataplane.routing.plan import Plan

@@ -28,7 +28,7 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from gateway.authenticate.holder import IdentityHolder
-from gateway.dataplane.authz import Decision, Deny, RequestInfo
+from gateway.authorize.hook import Decision, Deny, RequestInfo
 from gateway.dataplane.exchange.request_id import HEADER as REQUEST_ID
 from gateway.rpc.authorize_server import SERVICE_NAME
 from gateway.rpc.authorize_wire import decision_from_pb, request_to_pb, route_key

@@ -18,8 +18,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from gateway.authorize.hook import Allow, Decision, Deny, RequestInfo
 from gateway.config.routes import Route
-from gateway.dataplane.authz import Allow, Decision, Deny, RequestInfo
 from gateway.rpc.protos import authorize_pb2 as pb
 from gateway.sessions.bearer import programmatic_token
 from gateway.sessions.cookie import MAX_CHUNKS, parse_cookies

@@ -30,7 +30,7 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from gateway.authorize.assertion import AssertionSigner
-from gateway.dataplane.authz import Allow
+from gateway.authorize.hook import Allow
 from gateway.rpc.bridge import AsyncioThread
 from gateway.rpc.failover import FailoverClient
 from gateway.rpc.log_limit import MismatchLog

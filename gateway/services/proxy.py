@@ -10,11 +10,11 @@ from twisted.application.service import MultiService
 from twisted.internet.defer import Deferred
 from twisted.internet.error import CannotListenError
 
+from gateway.authorize.hook import Authorizer
 from gateway.autocert.challenge import PendingChallenges
 from gateway.autocert.service import AutocertService
 from gateway.config.snapshot import Snapshot
 from gateway.config.source import ConfigSource
-from gateway.dataplane.authz import Authorizer
 from gateway.dataplane.codecs.switch import HTTPFactory
 from gateway.dataplane.core import ProxyCore
 from gateway.dataplane.dispatch import lean_dispatch

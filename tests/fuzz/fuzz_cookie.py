@@ -25,7 +25,7 @@ with instrumented("gateway"):
     from cryptography.hazmat.primitives.ciphers.aead import ChaCha20Poly1305
 
     from gateway.authenticate.targets import query_params
-    from gateway.dataplane.authz import RequestInfo
+    from gateway.authorize.hook import RequestInfo
     from gateway.sessions.cookie import parse_cookies, read_cookie, strip_cookie
     from gateway.sessions.sealed import Sealer, _unb64, b64url
 

@@ -26,7 +26,7 @@ with instrumented("gateway"):
         query_params,
         safe_target,
     )
-    from gateway.dataplane.authz import RequestInfo
+    from gateway.authorize.hook import RequestInfo
 
 ALLOWED_HOSTS = {"app.test", "auth.test", "auth.test:8443"}
 DOMAINS = ("localhost", "cli.test")

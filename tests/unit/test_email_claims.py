@@ -26,7 +26,7 @@ from gateway.authorize.email import (
     is_mailbox,
 )
 from gateway.authorize.evaluate import evaluate
-from gateway.dataplane.authz import Allow, Deny
+from gateway.authorize.hook import Allow, Deny
 
 from .config.helpers import SECRET
 from .test_authorize import NOW, route, session

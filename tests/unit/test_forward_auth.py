@@ -21,10 +21,10 @@ from twisted.trial.unittest import SynchronousTestCase
 
 from gateway.authenticate.holder import IdentityHolder
 from gateway.authenticate.targets import SIGN_IN
+from gateway.authorize.hook import Allow, Decision, Deny, RequestInfo
 from gateway.databroker.follower import ChangeFollower
 from gateway.databroker.memory_records import MemoryRecordStore
 from gateway.databroker.session_records import RecordSessionStore
-from gateway.dataplane.authz import Allow, Decision, Deny, RequestInfo
 from gateway.dataplane.codecs.http1 import Http1Connection
 from gateway.dataplane.core import ProxyCore
 from gateway.dataplane.exchange.access import loggable_query

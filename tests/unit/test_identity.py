@@ -34,12 +34,12 @@ from gateway.authenticate.targets import (
     safe_target,
 )
 from gateway.authorize.assertion import AssertionSigner
+from gateway.authorize.hook import Allow, Deny, RequestInfo
 from gateway.config.snapshot import Snapshot
 from gateway.databroker.follower import ChangeFollower
 from gateway.databroker.memory_records import MemoryRecordStore
 from gateway.databroker.records import SESSION
 from gateway.databroker.session_records import RecordSessionStore
-from gateway.dataplane.authz import Allow, Deny, RequestInfo
 from gateway.sessions.cookie import MAX_CHUNKS
 from gateway.sessions.model import Session
 

@@ -14,7 +14,7 @@ from urllib.parse import parse_qs, urlencode, urlsplit
 from twisted.internet.defer import Deferred, succeed
 
 from gateway.authenticate.targets import SIGN_IN, SIGN_OUT
-from gateway.dataplane.authz import Deny
+from gateway.authorize.hook import Deny
 from gateway.sessions.model import Session
 
 from .test_identity import (

@@ -14,7 +14,7 @@ from twisted.internet.testing import MemoryReactorClock, StringTransport
 from twisted.python.failure import Failure
 from twisted.trial.unittest import SynchronousTestCase
 
-from gateway.dataplane.authz import Allow, Decision, Deny, RequestInfo
+from gateway.authorize.hook import Allow, Decision, Deny, RequestInfo
 from gateway.dataplane.codecs.http1 import Http1Connection
 from gateway.dataplane.codecs.normalize import BadTarget, connect_authority
 from gateway.dataplane.core import ProxyCore

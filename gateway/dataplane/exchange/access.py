@@ -22,7 +22,7 @@ from typing import Any, Protocol
 
 from twisted.logger import Logger
 
-from gateway.dataplane.authz import Allow
+from gateway.authorize.hook import Allow
 from gateway.dataplane.exchange.measure import Measured, observe_exchange
 from gateway.observability.logging import LEVELS
 from gateway.observability.request_metrics import REQUESTS

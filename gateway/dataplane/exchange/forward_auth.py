@@ -14,7 +14,7 @@ from typing import Any, Protocol
 from twisted.internet.defer import Deferred
 from twisted.python.failure import Failure
 
-from gateway.dataplane.authz import Allow, Authorizer, Decision, Deny, RequestInfo
+from gateway.authorize.hook import Allow, Authorizer, Decision, Deny, RequestInfo
 from gateway.dataplane.core import ProxyCore
 from gateway.dataplane.exchange.access import access_log
 from gateway.dataplane.exchange.base import Sink

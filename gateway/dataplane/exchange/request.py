@@ -15,7 +15,7 @@ from typing import Any
 from twisted.internet.defer import Deferred
 from twisted.python.failure import Failure
 
-from gateway.dataplane.authz import Allow, Deny, RequestInfo
+from gateway.authorize.hook import Allow, Deny, RequestInfo
 from gateway.dataplane.exchange.access import access_log, log_access
 from gateway.dataplane.exchange.base import BODY_CHUNKED
 from gateway.dataplane.exchange.forward_auth import serve_forward_auth

@@ -6,7 +6,7 @@ from typing import TypeVar
 
 from twisted.python.failure import Failure
 
-from gateway.dataplane.authz import Allow, Deny
+from gateway.authorize.hook import Allow, Deny
 from gateway.observability.tracing.active import ChildSpan
 
 T = TypeVar("T")

@@ -21,8 +21,8 @@ from twisted.internet.protocol import Protocol as TwistedProtocol
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
+from gateway.authorize.hook import RequestInfo
 from gateway.connect import connect_protocol
-from gateway.dataplane.authz import RequestInfo
 from gateway.dataplane.core import ProxyCore
 from gateway.dataplane.exchange.access import Logged, log_access
 from gateway.dataplane.exchange.base import Sink

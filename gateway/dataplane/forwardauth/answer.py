@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from enum import Enum
 
-from gateway.dataplane.authz import Allow, Decision, Deny
+from gateway.authorize.hook import Allow, Decision, Deny
 from gateway.dataplane.forwardauth.target import uri_param
 from gateway.pages.answer import error_answer
 from gateway.pages.layout import Look

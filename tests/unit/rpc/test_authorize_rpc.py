@@ -11,8 +11,8 @@ from typing import Any
 from twisted.internet.defer import Deferred, succeed
 
 from gateway.authorize.assertion import AssertionSigner
+from gateway.authorize.hook import Allow, Decision, Deny, RequestInfo
 from gateway.config.snapshot import Snapshot
-from gateway.dataplane.authz import Allow, Decision, Deny, RequestInfo
 from gateway.dataplane.routing.plan import RoutePlan, build_plan
 from gateway.rpc.authorize_client import RemoteAuthorizer
 from gateway.rpc.authorize_server import (

@@ -14,7 +14,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from twisted.internet.defer import Deferred, succeed
 
 from gateway.authorize.assertion import AssertionSigner
-from gateway.dataplane.authz import Allow, Decision, Deny, RequestInfo
+from gateway.authorize.hook import Allow, Decision, Deny, RequestInfo
 from gateway.rpc.authorize_client import RemoteAuthorizer
 from gateway.rpc.authorize_server import AuthorizeDecider
 from gateway.rpc.bridge import AsyncioThread

@@ -14,8 +14,8 @@ import grpc
 import pytest
 from twisted.application.service import MultiService
 
+from gateway.authorize.hook import Allow, Deny
 from gateway.config.settings import Options
-from gateway.dataplane.authz import Allow, Deny
 from gateway.rpc.authorize_client import RemoteAuthorizer
 from gateway.rpc.authorize_server import AuthorizeDecider
 from gateway.rpc.bridge import AsyncioThread

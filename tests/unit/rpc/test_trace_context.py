@@ -15,9 +15,9 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind
 from twisted.internet.defer import Deferred, succeed
 
+from gateway.authorize.hook import Allow, Decision, RequestInfo
 from gateway.databroker.memory_records import MemoryRecordStore
 from gateway.databroker.records import SESSION
-from gateway.dataplane.authz import Allow, Decision, RequestInfo
 from gateway.observability.tracing.active import active, start_child
 from gateway.observability.tracing.tracer import OpenSpan, Tracer
 from gateway.rpc.authorize_client import RemoteAuthorizer

@@ -1,8 +1,10 @@
-"""The authorization hook between routing and forwarding.
+"""The authorization hook between routing and forwarding: its request facts, its two
+answers and the ``Authorizer`` protocol.
 
 The data plane asks an ``Authorizer`` about every request to a route that is not public
-(public routes skip the call). The identity issue supplies the real one; until then
-``NotYetAuthorizer`` answers 401 for every such route.
+(public routes skip the call): the identity layer's (``gateway.authenticate.holder``), or
+a split proxy's remote one (``gateway.rpc.authorize_client``). ``NotYetAuthorizer``, the
+data plane's default where neither is given, answers 401 for every such route.
 """
 
 from __future__ import annotations
