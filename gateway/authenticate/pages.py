@@ -5,9 +5,9 @@ everything else. Nothing internal is ever shown."""
 from __future__ import annotations
 
 from gateway.authorize.hook import Deny
-from gateway.dataplane.responses import wants_html, wants_json
 from gateway.pages.answer import error_answer
 from gateway.pages.layout import Action, Look, Pairs
+from gateway.wire.responses import wants_html, wants_json
 
 __all__ = ["answer", "error", "redirect", "wants_html", "wants_json"]
 

@@ -4,7 +4,8 @@ Arrows point down this list (a package imports only from those below it):
 
 - ``listeners``: the main listener's stack (TCP, PROXY protocol, TLS, codec switch) and
   the http->https redirector.
-- ``codecs``: HTTP/1.1 (llhttp) and HTTP/2 (h2) toward clients, the choice between them,
+- ``codecs``: HTTP/1.1 (llhttp) and HTTP/2 (its own frame layer and HPACK) toward
+  clients, the choice between them,
   the request-target normaliser, what a connection knows of its TLS.
 - ``exchange``: one request/response, shared by both codecs: routing, the gateway's own
   endpoints, the authorization hook, the upstream relay, the request head an upstream
@@ -15,6 +16,8 @@ Arrows point down this list (a package imports only from those below it):
 - ``routing``: the plan compiled per configuration snapshot, host/path matching,
   redirect routes.
 - ``upstream``: upstream hosts and their live state, load balancers, the connection pool.
-- ``authz``, ``responses``, ``fastio``, ``tlsio``: the authorization hook's types, the
-  gateway's own response bytes, direct socket writes, the listener's TLS transport.
+- ``fastio``, ``tlsio``: direct socket writes, the listener's TLS transport.
+
+Below the whole data plane: the authorization hook's types (``gateway.authorize.hook``)
+and the wire layer (``gateway.wire``: the gateway's own response bytes, request ids).
 """

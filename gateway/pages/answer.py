@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import time
 
-from gateway.dataplane.responses import wants_html, wants_json
 from gateway.pages.errors import ErrorView, render_error
 from gateway.pages.layout import Action, Look, Pairs
 from gateway.pages.request_id import request_id
+from gateway.wire.responses import wants_html, wants_json
 
 
 def error_answer(status: int, message: str, headers: list[tuple[bytes, bytes]], look: Look,

@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from gateway.dataplane.responses import reason
 from gateway.pages.layout import (
     HTML,
     JSON,
@@ -28,6 +27,7 @@ from gateway.pages.layout import (
     page_headers,
     utc,
 )
+from gateway.wire.responses import reason
 
 # status -> (title, what happened, what you can do)
 _TEXTS: dict[int, tuple[str, str, str]] = {

@@ -1,12 +1,12 @@
 """The request id a person quotes to an administrator, for code that has only the
 request's headers (the identity layer's pages): the data plane's rule
-(``gateway.dataplane.exchange.request_id``) applied to them, and a new id added to them,
+(``gateway.wire.request_id``) applied to them, and a new id added to them,
 so that everything reading them later (the exchange, its access log) sees the same id.
 """
 
 from __future__ import annotations
 
-from gateway.dataplane.exchange.request_id import HEADER, checked_request_id, new_request_id
+from gateway.wire.request_id import HEADER, checked_request_id, new_request_id
 
 
 def request_id(headers: list[tuple[bytes, bytes]]) -> str:

@@ -29,7 +29,6 @@ from twisted.python.failure import Failure
 
 from gateway.authenticate.holder import IdentityHolder
 from gateway.authorize.hook import Decision, Deny, RequestInfo
-from gateway.dataplane.exchange.request_id import HEADER as REQUEST_ID
 from gateway.rpc.authorize_server import SERVICE_NAME
 from gateway.rpc.authorize_wire import decision_from_pb, request_to_pb, route_key
 from gateway.rpc.bridge import AsyncioThread
@@ -44,6 +43,7 @@ from gateway.rpc.signing_check import (
     published_kid,
 )
 from gateway.rpc.trace_context import client_call, end
+from gateway.wire.request_id import HEADER as REQUEST_ID
 
 log = Logger(namespace="gateway.rpc")
 

@@ -12,7 +12,6 @@ from twisted.logger import globalLogPublisher
 from twisted.python.failure import Failure
 from twisted.trial.unittest import SynchronousTestCase
 
-from gateway.dataplane.exchange import request_id as rid
 from gateway.observability import request_metrics as rm
 from gateway.observability.request_metrics import (
     REQUESTS,
@@ -20,6 +19,7 @@ from gateway.observability.request_metrics import (
     RequestMetrics,
     requests_in,
 )
+from gateway.wire import request_id as rid
 
 from .test_http1 import Http1TestCase, get
 from .test_http2_codec import H2TestCase

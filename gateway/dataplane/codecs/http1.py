@@ -36,12 +36,12 @@ from gateway.dataplane.exchange.request import Exchange
 from gateway.dataplane.fastio import direct_writer, write_now
 from gateway.dataplane.pipes.pipe import Pipe
 from gateway.dataplane.pipes.splice import SplicePipe, can_splice
-from gateway.dataplane.responses import status_line
 from gateway.dataplane.routing.router import normalise_host
 from gateway.dataplane.upstream.pool import NoCallbacks, UpstreamConnection
 from gateway.observability.tracing.propagation import CONTEXT_NAMES
 from gateway.pages.answer import error_answer
 from gateway.pages.layout import look_of
+from gateway.wire.responses import status_line
 
 MAX_TARGET = 8 * 1024
 # The request fields the codec reads itself, by lower-case name (one lookup per field

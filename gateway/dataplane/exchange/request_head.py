@@ -21,11 +21,11 @@ from gateway.dataplane.exchange.headers import (
     learn_name,
     underscore_twin,
 )
-from gateway.dataplane.exchange.request_id import checked_request_id
 from gateway.dataplane.routing.router import upstream_path
 from gateway.observability.tracing.propagation import CONTEXT_HEADERS
 from gateway.sessions.bearer import programmatic_token
 from gateway.sessions.cookie import strip_cookie
+from gateway.wire.request_id import checked_request_id
 
 if TYPE_CHECKING:
     from gateway.dataplane.exchange.base import ExchangeBase

@@ -15,7 +15,7 @@ from twisted.internet.interfaces import IDelayedCall
 from twisted.internet.protocol import Factory, Protocol, connectionDone
 from twisted.python.failure import Failure
 
-from gateway.dataplane.responses import error_body, status_line
+from gateway.wire.responses import error_body, status_line
 
 Pairs = tuple[tuple[bytes, bytes], ...]
 _MAX_HEAD = 16 * 1024

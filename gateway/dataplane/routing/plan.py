@@ -177,7 +177,7 @@ def build_plan(snapshot: Snapshot, previous: Plan | None = None) -> Plan:
                 # was never authorized, unless the route trusts its clients with one.
                 + [h.encode("latin-1") for h in OVERRIDE_HEADERS
                    if h not in route.preserve_request_headers]
-            ) | _REQUEST_ID,  # the upstream gets the request's id, checked (request_id.py)
+            ) | _REQUEST_ID,  # the upstream gets the request's id, checked (wire/request_id.py)
             response_rewrites=tuple(
                 (r.header.lower().encode("latin-1"), r.prefix.encode("latin-1"),
                  r.value.encode("latin-1"))
