@@ -366,7 +366,7 @@ def _directory(options: Options, reader: Reader, problems: Problems) -> None:
     other providers' accounts are not checked here."""
     if not options.idp_service_account:
         return
-    from gateway.directory.service_account import (  # ldaptor only when the setting is used
+    from gateway.config.service_account import (  # ldaptor only when the setting is used
         ServiceAccountError,
         parse_service_account,
     )

@@ -27,17 +27,24 @@ from twisted.internet.endpoints import HostnameEndpoint, wrapClientTLS
 from twisted.internet.interfaces import IHandshakeListener
 from zope.interface import implementer
 
+from gateway.config.ldap_filter import parse_filter
+from gateway.config.service_account import LDAPAccount
 from gateway.connect import connect_protocol
 from gateway.directory import ldap_wire
-from gateway.directory.filters import parse_filter
 from gateway.directory.membership import GroupEntry, UserEntry, build_directory
 from gateway.directory.model import Directory, DirectoryError
-from gateway.directory.service_account import LDAPAccount
-from gateway.tls.client import connection_creator
+from gateway.tls.client import TLSClientConfig, connection_creator
 
 #: Connection attempts give up after this long (the whole run is bounded by the caller).
 CONNECT_TIMEOUT = 30.0
 
+
+
+def tls_config(account: LDAPAccount) -> TLSClientConfig:
+    """The client TLS settings of ``account`` (shared with upstreams and the kvstore),
+    no ALPN."""
+    return TLSClientConfig(account.tls_server_name, account.tls_skip_verify, account.ca,
+                           None, None, alpn=())
 
 
 def _tls_reason(exc: BaseException) -> str | None:
@@ -129,7 +136,7 @@ class LDAPProvider:
         endpoint: Any = HostnameEndpoint(self.reactor, account.host, account.port,
                                          timeout=CONNECT_TIMEOUT)
         if account.tls:
-            endpoint = wrapClientTLS(connection_creator(account.tls_config(), account.host),
+            endpoint = wrapClientTLS(connection_creator(tls_config(account), account.host),
                                      endpoint)
         client: _Client = await self._step("connect", connect_protocol(endpoint, _Client()))
         client.tls_pending = account.tls
@@ -160,7 +167,7 @@ class LDAPProvider:
                              f"{': ' + message if message else ''}); is TLS configured "
                              "on the server?")
         client.tls_pending = True
-        client.transport.startTLS(connection_creator(self.account.tls_config(),
+        client.transport.startTLS(connection_creator(tls_config(self.account),
                                                      self.account.host))
 
     async def _bind(self, client: _Client) -> None:

@@ -6,8 +6,8 @@ from typing import Any, Protocol
 
 from twisted.internet.defer import Deferred
 
+from gateway.config.service_account import Read, parse_service_account
 from gateway.directory.model import Directory
-from gateway.directory.service_account import Read, parse_service_account
 
 
 class DirectoryProvider(Protocol):

@@ -11,15 +11,16 @@ import yaml
 from twisted.internet.testing import MemoryReactorClock
 from twisted.trial.unittest import SynchronousTestCase
 
-from gateway.directory import DirectoryError, provider_for
-from gateway.directory.membership import GroupEntry, UserEntry, build_directory, normalize_dn
-from gateway.directory.model import DirectoryGroup
-from gateway.directory.service_account import (
+from gateway.config.service_account import (
     DEFAULT_GROUP_FILTER,
     LDAPAccount,
     ServiceAccountError,
     parse_service_account,
 )
+from gateway.directory import DirectoryError, provider_for
+from gateway.directory.ldap import tls_config
+from gateway.directory.membership import GroupEntry, UserEntry, build_directory, normalize_dn
+from gateway.directory.model import DirectoryGroup
 
 BASE = {"url": "ldap://ldap.example.test", "bind_dn": "cn=gateway,dc=example,dc=test",
         "password": "s3cret-pw", "base_dn": "dc=example,dc=test"}
@@ -78,7 +79,7 @@ class ServiceAccountTests(SynchronousTestCase):
         self.assertEqual(account.user_filter, "(objectClass=person)")  # parentheses added
         self.assertEqual(account.user_name_attributes, ("displayName",))
         self.assertEqual(account.ca, ca.strip().encode())
-        tls = account.tls_config()
+        tls = tls_config(account)
         self.assertEqual((tls.server_name, tls.skip_verify, tls.custom_ca, tls.alpn),
                          ("dir.internal", False, ca.strip().encode(), ()))
 

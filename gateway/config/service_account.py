@@ -49,10 +49,9 @@ from urllib.parse import urlsplit
 
 import yaml
 
+from gateway.config.ldap_filter import parse_filter
 from gateway.config.material import Pem, check_pem
 from gateway.config.values import decode_base64
-from gateway.directory.filters import parse_filter
-from gateway.tls.client import TLSClientConfig
 
 SETTING = "idp_service_account"
 DEFAULT_USER_FILTER = "(objectClass=inetOrgPerson)"
@@ -107,11 +106,6 @@ class LDAPAccount:
     ca: bytes | None = None
     tls_server_name: str = ""
     tls_skip_verify: bool = False
-
-    def tls_config(self) -> TLSClientConfig:
-        """The client TLS settings (shared with upstreams and the kvstore), no ALPN."""
-        return TLSClientConfig(self.tls_server_name, self.tls_skip_verify, self.ca, None,
-                               None, alpn=())
 
 
 _FIELDS = frozenset({
