@@ -2,7 +2,7 @@
 
 A reload happens when the config file or any file it references changes (polled by
 stat, which also catches atomic renames and symlink swaps) or when ``reload()`` is
-called (SIGHUP, wired in ``gateway.tap``). A snapshot that fails validation is logged
+called (SIGHUP, wired in ``gateway.tree``). A snapshot that fails validation is logged
 with every problem and the running one stays. Bootstrap-only settings keep their
 first value. Subscribers are called with each new snapshot, in order.
 """

@@ -1,5 +1,5 @@
 """What a split process (``services`` other than ``all``) adds to its service tree for gRPC,
-kept out of tap.py so that all-in-one never imports grpc nor starts its thread.
+kept out of gateway.tree so that all-in-one never imports grpc nor starts its thread.
 
 - ``services: databroker``: the databroker gRPC service (and health) on ``grpc_address``.
 - ``services: authorize``: the authorize gRPC service (and health) on ``grpc_address``,

@@ -1,7 +1,8 @@
-"""A worker process: ``python -m gateway.workers.child --index N [--config FILE]
---listen ADDRESS=FD ...``, started by the supervisor (never by hand).
+"""A worker process's end of the supervisor's control pipe, its log observer and its
+arguments (the process itself is ``gateway.worker``).
 
-It is a whole gateway (the tree ``tap.build_service_tree`` builds) except that it
+A worker is a whole gateway (the tree ``gateway.tree.build_service_tree`` builds) except
+that it
 adopts the supervisor's listening sockets, reloads when the supervisor says so, with
 the file bytes the supervisor validated, and answers the supervisor's requests for its
 metrics. Its log lines carry ``worker: N``. When the supervisor goes away (the control
@@ -13,23 +14,17 @@ from __future__ import annotations
 import argparse
 import base64
 import os
-import signal
-import sys
 from collections.abc import Sequence
 from typing import Any
 
 from prometheus_client import generate_latest
-from twisted.internet._posixstdio import StandardIO
-from twisted.logger import ILogObserver, LogEvent, Logger, globalLogBeginner
+from twisted.logger import ILogObserver, LogEvent, Logger
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
-from gateway.config import ConfigErrors, load_snapshot
 from gateway.config.source import ConfigSource
-from gateway.observability import logging as gateway_logging
 from gateway.observability.metrics import REGISTRY
-from gateway.workers.control import MAX_MESSAGE, REPLY_FD, ControlReceiver, Message, decode
-from gateway.workers.role import WorkerRole
+from gateway.workers.control import MAX_MESSAGE, ControlReceiver, Message, decode
 
 log = Logger(namespace="gateway.workers")
 
@@ -107,7 +102,7 @@ def read_first_message(fd: int) -> Message:
 
 
 def parse_arguments(argv: Sequence[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="gateway.workers.child")
+    parser = argparse.ArgumentParser(prog="gateway.worker")
     parser.add_argument("--index", type=int, required=True)
     parser.add_argument("--config")
     parser.add_argument("--listen", action="append", default=[],
@@ -119,44 +114,3 @@ def parse_arguments(argv: Sequence[str]) -> argparse.Namespace:
         inherited[address] = int(fd)
     args.inherited = inherited
     return args
-
-
-def main(argv: Sequence[str] | None = None) -> None:
-    args = parse_arguments(sys.argv[1:] if argv is None else argv)
-    signal.signal(signal.SIGHUP, signal.SIG_IGN)  # reloads come from the supervisor
-    observer = WorkerLog(gateway_logging.observer(), args.index)
-    globalLogBeginner.beginLoggingTo([observer], redirectStandardIO=False)
-    try:
-        start = read_first_message(0)
-        config = base64.b64decode(start.get("config") or "", validate=True) \
-            if args.config else None
-        snapshot = load_snapshot(args.config, file_bytes=config)
-    except (OSError, ValueError) as exc:
-        sys.stderr.write(f"gateway worker {args.index}: no start message from the "
-                         f"supervisor: {exc}\n")
-        raise SystemExit(1) from None
-    except ConfigErrors as exc:
-        sys.stderr.write(f"gateway worker {args.index}: {exc.render()}\n")
-        raise SystemExit(1) from None
-
-    from twisted.internet import reactor
-
-    from gateway.tap import apply_logging, build_service_tree
-
-    apply_logging(snapshot)
-    link = SupervisorLink(reactor)
-    root = build_service_tree(snapshot, args.config, reactor,
-                              worker=WorkerRole(args.index, args.inherited, link.ready))
-    source = root.getServiceNamed("config")
-    assert isinstance(source, ConfigSource)
-    link.source = source
-    StandardIO(link, stdin=0, stdout=REPLY_FD, reactor=reactor)
-    root.privilegedStartService()
-    reactor.callWhenRunning(root.startService)
-    reactor.addSystemEventTrigger("before", "shutdown", setattr, link, "stopping", True)
-    reactor.addSystemEventTrigger("before", "shutdown", root.stopService)
-    reactor.run()
-
-
-if __name__ == "__main__":
-    main()

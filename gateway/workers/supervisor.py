@@ -152,7 +152,7 @@ class WorkerSupervisor(Service):
         self.reactor = reactor
         self.count = count
         self.listeners = listeners
-        self.argv = argv or [sys.executable, "-m", "gateway.workers.child"]
+        self.argv = argv or [sys.executable, "-m", "gateway.worker"]
         env = dict(os.environ if environ is None else environ)
         env.pop("NOTIFY_SOCKET", None)  # systemd hears from the supervisor only
         self.environ = env

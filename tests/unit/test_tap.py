@@ -16,9 +16,10 @@ from twisted.logger import LogLevel, globalLogPublisher
 from twisted.python import usage
 from twisted.trial.unittest import SynchronousTestCase
 
-from gateway import tap
+from gateway import tap, tree
 from gateway.cli import main as cli_main
 from gateway.config import load_snapshot
+from gateway.config.source import ConfigSource
 
 from .config.helpers import IDENTITY, SECRET, base_config, write
 
@@ -74,7 +75,7 @@ class OptionsTests(SynchronousTestCase):
 class ServiceTreeTests(SynchronousTestCase):
     def tree(self, **extra: Any) -> Any:
         path = config_file(**extra)
-        return tap.build_service_tree(load_snapshot(path, {}), path, MemoryReactorClock())
+        return tree.build_service_tree(load_snapshot(path, {}), path, MemoryReactorClock())
 
     def names(self, root: Any) -> list[str]:
         return [type(s).__name__ for s in root]
@@ -173,9 +174,9 @@ class ServiceTreeTests(SynchronousTestCase):
         path = config_file()
         code = ("import sys, threading\n"
                 "from twisted.internet.testing import MemoryReactorClock\n"
-                "from gateway import tap\n"
+                "from gateway import tree\n"
                 "from gateway.config import load_snapshot\n"
-                f"root = tap.build_service_tree(load_snapshot({path!r}, {{}}), {path!r}, "
+                f"root = tree.build_service_tree(load_snapshot({path!r}, {{}}), {path!r}, "
                 "MemoryReactorClock())\n"
                 "assert 'grpc' not in sys.modules, 'grpc imported'\n"
                 "assert threading.active_count() == 1, threading.enumerate()\n")
@@ -192,7 +193,7 @@ class ServiceTreeTests(SynchronousTestCase):
 
         path = config_file(**IDENTITY, shared_secret=SECRET, cookie_secret=SECRET)
         reactor = MemoryReactorClock()
-        root = tap.build_service_tree(load_snapshot(path, {}), path, reactor)
+        root = tree.build_service_tree(load_snapshot(path, {}), path, reactor)
         root.startService()
         self.addCleanup(root.stopService)
         proxy = next(s for s in root if type(s).__name__ == "ProxyService")
@@ -223,7 +224,7 @@ class ServiceTreeTests(SynchronousTestCase):
         """Starting the tree binds `address` through an endpoint service."""
         path = config_file(address="127.0.0.1:18443")
         reactor = MemoryReactorClock()
-        root = tap.build_service_tree(load_snapshot(path, {}), path, reactor)
+        root = tree.build_service_tree(load_snapshot(path, {}), path, reactor)
         root.privilegedStartService()
         root.startService()
         self.addCleanup(root.stopService)
@@ -245,8 +246,8 @@ class SighupTests(SynchronousTestCase):
         """SIGHUP schedules a reload on the reactor thread; stop restores the handler."""
         path = config_file()
         reactor = FakeThreadReactor()
-        source = tap.ConfigSource(path, load_snapshot(path, {}), reactor, environ={})
-        service = tap.SighupService(source, reactor)
+        source = ConfigSource(path, load_snapshot(path, {}), reactor, environ={})
+        service = tree.SighupService(source, reactor)
         before = signal.getsignal(signal.SIGHUP)
         service.startService()
         try:
