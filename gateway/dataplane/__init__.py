@@ -5,11 +5,11 @@ Arrows point down this list (a package imports only from those below it):
 - ``listeners``: the main listener's stack (TCP, PROXY protocol, TLS, codec switch) and
   the http->https redirector.
 - ``codecs``: HTTP/1.1 (llhttp) and HTTP/2 (its own frame layer and HPACK) toward
-  clients, the choice between them,
-  the request-target normaliser, what a connection knows of its TLS.
+  clients, the choice between them, what a connection knows of its TLS.
 - ``exchange``: one request/response, shared by both codecs: routing, the gateway's own
   endpoints, the authorization hook, the upstream relay, the request head an upstream
-  receives, header rules, the access log.
+  receives, the access log.
+- ``forwardauth``: the URL a third-party proxy asks about, and the answer it gets.
 - ``pipes``: raw byte pipes once a connection stops being HTTP (websocket/SPDY upgrades).
 - ``health``: active health checks and the manager running them for the current plan.
 - ``core``: per-listener state (plan, pool, authorizer, timeouts watchdog).
@@ -19,5 +19,6 @@ Arrows point down this list (a package imports only from those below it):
 - ``fastio``, ``tlsio``: direct socket writes, the listener's TLS transport.
 
 Below the whole data plane: the authorization hook's types (``gateway.authorize.hook``)
-and the wire layer (``gateway.wire``: the gateway's own response bytes, request ids).
+and the wire layer (``gateway.wire``: the request-target normaliser, header rules, the
+PROXY header, request ids, the gateway's own response bytes).
 """

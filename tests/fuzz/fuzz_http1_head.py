@@ -39,9 +39,9 @@ with instrumented("gateway", "httptools"):
 
     from gateway.config import load_snapshot
     from gateway.dataplane.codecs.http1 import Http1Connection
-    from gateway.dataplane.codecs.normalize import BadTarget, normalise_target
     from gateway.dataplane.core import ProxyCore
     from gateway.dataplane.routing.plan import Plan, build_plan
+    from gateway.wire.normalize import BadTarget, normalise_target
     from tests.fuzz.fuzz_normalise import parameter_dropping_server
     from tests.support.memory_upstream import MemoryUpstream
 

@@ -1,4 +1,4 @@
-"""Fuzz target: the request-target normaliser (``gateway.dataplane.codecs.normalize``).
+"""Fuzz target: the request-target normaliser (``gateway.wire.normalize``).
 
 Input: a request target (raw bytes), also tried behind a matched ``/public/`` prefix.
 
@@ -24,7 +24,7 @@ import re
 from tests.fuzz.harness import fuzz, instrumented
 
 with instrumented("gateway"):
-    from gateway.dataplane.codecs.normalize import (
+    from gateway.wire.normalize import (
         BadTarget,
         _normalise_path,
         connect_authority,

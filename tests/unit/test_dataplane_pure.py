@@ -7,15 +7,15 @@ from typing import Any
 from twisted.trial.unittest import SynchronousTestCase
 
 from gateway.config.snapshot import Snapshot
-from gateway.dataplane.exchange.headers import (
+from gateway.dataplane.routing.plan import Plan, build_plan
+from gateway.dataplane.routing.redirect import redirect_location
+from gateway.tls.client import TLSClientConfig
+from gateway.wire.headers import (
     connection_tokens,
     forwarded_for,
     rewrite_prefix,
     underscore_twin,
 )
-from gateway.dataplane.routing.plan import Plan, build_plan
-from gateway.dataplane.routing.redirect import redirect_location
-from gateway.tls.client import TLSClientConfig
 
 from .config.helpers import IDENTITY, PUBLIC_ROUTE, base_config, load
 
@@ -366,8 +366,8 @@ def request_head(route: dict[str, Any], headers: list[tuple[bytes, bytes]], *,
     """The upstream request head's lines for a GET with ``headers`` on ``route``."""
     from types import SimpleNamespace
 
-    from gateway.dataplane.exchange.headers import connection_tokens
     from gateway.dataplane.exchange.request_head import upstream_request_head
+    from gateway.wire.headers import connection_tokens
     plan = build_plan(snapshot(route)).routes[0]
     core = SimpleNamespace(cookie_name="_gateway", underscores_drop=underscores_drop,
                            xff_trusted_hops=0, skip_xff_append=False, scheme_bytes=b"https")
@@ -436,7 +436,7 @@ class NameInfoTests(SynchronousTestCase):
     def test_names_are_learnt_within_bounds(self) -> None:
         """A header name's lower case and verdict are kept for the next request, but
         only short names and only up to a count: junk names cannot grow memory."""
-        from gateway.dataplane.exchange import headers
+        from gateway.wire import headers
         self.patch(headers, "NAME_INFO", {})
         self.assertEqual(headers.learn_name(b"X-Gateway-Jwt"), (b"x-gateway-jwt", False))
         self.assertEqual(headers.learn_name(b"X_Thing"), (b"x_thing", False))

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from twisted.trial.unittest import SynchronousTestCase
 
-from gateway.dataplane.codecs.normalize import (
+from gateway.wire.normalize import (
     _FAST_PATH,
     BadTarget,
     _normalise_path,

@@ -9,14 +9,14 @@ from twisted.internet.protocol import Factory, Protocol
 from twisted.internet.testing import StringTransport
 from twisted.trial.unittest import SynchronousTestCase
 
-from gateway.dataplane.listeners.proxyheader import (
+from gateway.dataplane.listeners.proxyproto import ProxyHeaderFactory
+from gateway.wire.proxyheader import (
     MAX_V2_BLOCK,
     V2_SIGNATURE,
     BadProxyHeader,
     ProxyHeader,
     read_header,
 )
-from gateway.dataplane.listeners.proxyproto import ProxyHeaderFactory
 
 V1 = b"PROXY TCP4 203.0.113.9 192.0.2.1 5555 443\r\n"
 

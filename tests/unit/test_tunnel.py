@@ -16,10 +16,10 @@ from twisted.trial.unittest import SynchronousTestCase
 
 from gateway.authorize.hook import Allow, Decision, Deny, RequestInfo
 from gateway.dataplane.codecs.http1 import Http1Connection
-from gateway.dataplane.codecs.normalize import BadTarget, connect_authority
 from gateway.dataplane.core import ProxyCore
 from gateway.dataplane.pipes.pipe import Pipe
 from gateway.dataplane.routing.plan import build_plan
+from gateway.wire.normalize import BadTarget, connect_authority
 from tests.support.memory_upstream import MemoryUpstream
 
 from .config.helpers import IDENTITY, base_config, errors_of, load

@@ -22,15 +22,8 @@ from twisted.python.failure import Failure
 from zope.interface import implementer
 
 from gateway.dataplane.codecs.connection_tls import ConnectionTLS
-from gateway.dataplane.codecs.normalize import (
-    BadTarget,
-    connect_authority,
-    normalise_target,
-    split_absolute,
-)
 from gateway.dataplane.core import CLOSE_GRACE, ProxyCore
 from gateway.dataplane.exchange.base import BODY_CHUNKED, BODY_LENGTH, ExchangeBase
-from gateway.dataplane.exchange.headers import NAME_INFO, learn_name, named_tokens
 from gateway.dataplane.exchange.recheck import UpgradeWatch
 from gateway.dataplane.exchange.request import Exchange
 from gateway.dataplane.fastio import direct_writer, write_now
@@ -41,6 +34,13 @@ from gateway.dataplane.upstream.pool import NoCallbacks, UpstreamConnection
 from gateway.observability.tracing.propagation import CONTEXT_NAMES
 from gateway.pages.answer import error_answer
 from gateway.pages.layout import look_of
+from gateway.wire.headers import NAME_INFO, learn_name, named_tokens
+from gateway.wire.normalize import (
+    BadTarget,
+    connect_authority,
+    normalise_target,
+    split_absolute,
+)
 from gateway.wire.responses import status_line
 
 MAX_TARGET = 8 * 1024

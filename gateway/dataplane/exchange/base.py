@@ -16,12 +16,12 @@ from typing import TYPE_CHECKING, Any, Protocol
 from gateway.authorize.hook import Allow
 from gateway.dataplane.core import ProxyCore
 from gateway.dataplane.exchange.access import log_access
-from gateway.dataplane.exchange.headers import forwarded_for
 from gateway.dataplane.routing.plan import RoutePlan
 from gateway.dataplane.upstream.hosts import UpstreamHost
 from gateway.dataplane.upstream.pool import UpstreamConnection
 from gateway.pages.answer import error_answer
 from gateway.pages.layout import look_of
+from gateway.wire.headers import forwarded_for
 from gateway.wire.request_id import request_id_for
 
 if TYPE_CHECKING:

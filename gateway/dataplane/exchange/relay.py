@@ -19,17 +19,17 @@ from zope.interface import implementer
 
 from gateway.dataplane.exchange.access import log_access
 from gateway.dataplane.exchange.base import ExchangeBase, Sink
-from gateway.dataplane.exchange.headers import (
+from gateway.dataplane.exchange.measure import observe_upstream
+from gateway.dataplane.exchange.request_head import upstream_request_head
+from gateway.dataplane.upstream.hosts import UpstreamHost
+from gateway.dataplane.upstream.pool import Pool, UpstreamConnection, connect_failure
+from gateway.wire.headers import (
     HOP_BY_HOP,
     NAME_INFO,
     connection_tokens,
     learn_name,
     rewrite_prefix,
 )
-from gateway.dataplane.exchange.measure import observe_upstream
-from gateway.dataplane.exchange.request_head import upstream_request_head
-from gateway.dataplane.upstream.hosts import UpstreamHost
-from gateway.dataplane.upstream.pool import Pool, UpstreamConnection, connect_failure
 
 _IDEMPOTENT = frozenset({b"GET", b"HEAD", b"OPTIONS", b"TRACE", b"PUT", b"DELETE"})
 _PENDING_LIMIT = 256 * 1024

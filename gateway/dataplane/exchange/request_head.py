@@ -14,17 +14,17 @@ from typing import TYPE_CHECKING
 from twisted.logger import Logger
 
 from gateway.dataplane.exchange.base import BODY_CHUNKED
-from gateway.dataplane.exchange.headers import (
+from gateway.dataplane.routing.router import upstream_path
+from gateway.observability.tracing.propagation import CONTEXT_HEADERS
+from gateway.sessions.bearer import programmatic_token
+from gateway.sessions.cookie import strip_cookie
+from gateway.wire.headers import (
     HOP_BY_HOP,
     IDENTITY_PREFIX,
     NAME_INFO,
     learn_name,
     underscore_twin,
 )
-from gateway.dataplane.routing.router import upstream_path
-from gateway.observability.tracing.propagation import CONTEXT_HEADERS
-from gateway.sessions.bearer import programmatic_token
-from gateway.sessions.cookie import strip_cookie
 from gateway.wire.request_id import checked_request_id
 
 if TYPE_CHECKING:

@@ -29,9 +29,9 @@ import re
 from dataclasses import dataclass
 from urllib.parse import unquote
 
-from gateway.dataplane.codecs.normalize import BadTarget, normalise_target
 from gateway.dataplane.routing.plan import Plan, RoutePlan
 from gateway.dataplane.routing.router import normalise_host
+from gateway.wire.normalize import BadTarget, normalise_target
 
 Headers = list[tuple[bytes, bytes]]
 

@@ -17,7 +17,7 @@ from twisted.internet.address import IPv4Address, IPv6Address
 from twisted.internet.interfaces import IAddress
 from twisted.protocols.policies import ProtocolWrapper, WrappingFactory
 
-from gateway.dataplane.listeners.proxyheader import BadProxyHeader, read_header
+from gateway.wire.proxyheader import BadProxyHeader, read_header
 
 
 def _address(pair: tuple[str, int] | None) -> IAddress | None:
