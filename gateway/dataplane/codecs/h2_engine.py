@@ -5,12 +5,13 @@ Why our own and not ``h2``: the codec used ``h2``, whose per-frame state machine
 event objects and header re-validation cost about 150 µs of the ~290 µs a proxied
 request took (measured with py-spy, h2load -m1); the HTTP/1.1 path takes ~60 µs for
 the same work. This engine does what a proxy's server side needs and no more: no
-push, no priority tree (PRIORITY is parsed and ignored, as RFC 9113 allows), no
-client side. What it does, it checks as strictly as ``h2`` did: the preface and first
-SETTINGS, frame sizes per type, stream-id rules and states, header-block sequencing,
-flow control both ways (windows never below zero or above 2**31-1), SETTINGS values,
-HPACK (``h2_hpack``), and requests malformed per RFC 9113 8.1.1 / 8.2 / 8.3 (refused
-with RST_STREAM PROTOCOL_ERROR, never handed to the codec).
+push, no priority tree (PRIORITY is parsed and ignored, as RFC 9113 allows, but for
+the self-dependency that 5.3.1 makes a stream error), no client side. What it does,
+it checks as strictly as ``h2`` did: the preface and first SETTINGS, frame sizes per
+type, stream-id rules and states, header-block sequencing, flow control both ways
+(windows never below zero or above 2**31-1), SETTINGS values, HPACK (``h2_hpack``), and
+requests malformed per RFC 9113 8.1.1 / 8.2 / 8.3 (refused with RST_STREAM
+PROTOCOL_ERROR, never handed to the codec).
 
 Connection errors raise ``H2Error`` with a limit name (the codec's ``Cut``) after
 queueing GOAWAY. The per-connection abuse budgets stay in ``h2_guard``, which reads the
@@ -434,6 +435,8 @@ class H2Engine:
                 raise _frame_size("PRIORITY")
             if not stream_id:
                 raise _protocol("PRIORITY on stream 0")
+            if int.from_bytes(payload[:4], "big") & 0x7FFFFFFF == stream_id:
+                self._depends_on_itself(stream_id, events)
         elif kind == GOAWAY:
             if stream_id:
                 raise _protocol("GOAWAY on a stream")
@@ -635,6 +638,20 @@ class H2Engine:
             return
         raise H2Error("protocol_error", ErrorCode.STREAM_CLOSED,
                       f"HEADERS on closed stream {stream_id}")
+
+    def _depends_on_itself(self, stream_id: int, events: list[Event]) -> None:
+        """A PRIORITY frame that makes its stream depend on itself: a stream error
+        PROTOCOL_ERROR (RFC 9113 5.3.1), though the priority is otherwise ignored.
+        PRIORITY may name a stream in any state (6.3): an open one is reset as a
+        malformed one is; an idle one gets its RST_STREAM all the same (as Go's server
+        does), not remembered among ours since nothing of it exists; a closed one has
+        nothing left to end and gets nothing (5.1: no frame but PRIORITY is sent on a
+        closed stream)."""
+        if stream_id in self.streams:
+            self._malformed(stream_id, "a stream depending on itself", events)
+        elif stream_id > self.highest_inbound_stream_id:
+            self.out += frame(RST_STREAM, 0, stream_id,
+                              ErrorCode.PROTOCOL_ERROR.to_bytes(4, "big"))
 
     def _remote_end(self, stream_id: int, stream: Stream, events: list[Event]) -> None:
         stream.remote_ended = True
