@@ -1,0 +1,145 @@
+"""The gateway under test: its YAML configs (public route, signed-in route, TLS) and its
+process (``twistd -n --pidfile= gateway --config FILE`` from the repository root)."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from .paths import REPO_ROOT
+from .procs import Proc, Processes, free_port
+
+# the authenticated route: its host, and the user who signs in (allowed by the route)
+AUTH_HOST = "app.test"
+AUTH_USER = "alice@example.test"
+
+
+@dataclass(frozen=True)
+class AuthProvider:
+    """The OIDC provider the gateway signs users in with (tests/support/peers.py), and
+    where sessions live (``kvstore``: a Redis URL; empty: memory)."""
+
+    issuer: str
+    client_id: str
+    client_secret: str
+    kvstore: str = ""
+
+
+def gateway_yaml(port: int, upstream: int, codec: str | None,
+                 auth: AuthProvider | None = None, metrics_port: int = 0) -> str:
+    q = json.dumps  # a JSON string is a YAML scalar
+    lines = [
+        "# written by bench/run.py",
+        "insecure_server: true",
+        f"address: 127.0.0.1:{port}",
+        "log_level: warn",
+        "proxy_log_level: error",
+    ]
+    if metrics_port:  # --metrics: request metrics are counted (and could be scraped)
+        lines.append(f"metrics_address: 127.0.0.1:{metrics_port}")
+    if codec:
+        lines.append(f"codec_type: {codec}")
+    if auth is not None:
+        lines += [
+            f"authenticate_service_url: http://auth.test:{port}",
+            "idp_provider: oidc",
+            f"idp_provider_url: {q(auth.issuer)}",
+            f"idp_client_id: {q(auth.client_id)}",
+            f"idp_client_secret: {q(auth.client_secret)}",
+            "idp_scopes: [openid, email, groups, offline_access]",
+            "cookie_secure: false",
+        ]
+        if auth.kvstore:
+            secret = q(base64.b64encode(os.urandom(32)).decode())
+            lines += [
+                "databroker_storage_type: kvstore",
+                f"databroker_storage_connection_string: {q(auth.kvstore)}",
+                f"shared_secret: {secret}",
+                f"cookie_secret: {secret}",
+            ]
+    lines += [
+        "policy:",
+        f"  - from: http://127.0.0.1:{port}",
+        f"    to: http://127.0.0.1:{upstream}",
+        "    allow_public_unauthenticated_access: true",
+    ]
+    if auth is not None:
+        lines += [
+            f"  - from: http://{AUTH_HOST}:{port}",
+            f"    to: http://127.0.0.1:{upstream}",
+            f"    allowed_users: [{q(AUTH_USER)}]",
+            "    pass_identity_headers: true",
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def gateway_tls_yaml(port: int, upstream: int, cert: Path, key: Path) -> str:
+    return "\n".join([
+        "# written by bench/run.py (TLS section)",
+        f"address: 127.0.0.1:{port}",
+        f"certificate_file: {cert}",
+        f"certificate_key_file: {key}",
+        "codec_type: auto",  # ALPN: h2 or http/1.1 (all-in-one's default is http1)
+        "log_level: warn",
+        "proxy_log_level: error",
+        "policy:",
+        f"  - from: https://127.0.0.1:{port}",
+        f"    to: http://127.0.0.1:{upstream}",
+        "    allow_public_unauthenticated_access: true",
+    ]) + "\n"
+
+
+def gateway_tls_auth_yaml(port: int, upstream: int, cert: Path, key: Path,
+                          auth: AuthProvider) -> str:
+    """``gateway_tls_yaml`` plus sign-in at https://auth.test and the signed-in route
+    https://app.test (the same names as the plain section's)."""
+    q = json.dumps
+    return gateway_tls_yaml(port, upstream, cert, key) + "\n".join([
+        f"  - from: https://{AUTH_HOST}:{port}",
+        f"    to: http://127.0.0.1:{upstream}",
+        f"    allowed_users: [{q(AUTH_USER)}]",
+        "    pass_identity_headers: true",
+        f"authenticate_service_url: https://auth.test:{port}",
+        "idp_provider: oidc",
+        f"idp_provider_url: {q(auth.issuer)}",
+        f"idp_client_id: {q(auth.client_id)}",
+        f"idp_client_secret: {q(auth.client_secret)}",
+        "idp_scopes: [openid, email, groups, offline_access]",
+    ]) + "\n"
+
+
+def gateway_env() -> dict[str, str]:
+    """A small, fixed environment: settings in the environment win over the file. The
+    ``TRACING_*`` settings pass through, to measure with tracing on (``TRACING_PROVIDER``
+    and its endpoint; the sample rate's default is the reference's 0.0001)."""
+    env = {k: v for k, v in os.environ.items()
+           if k in ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR") or k.startswith("TRACING_")}
+    env["PYTHONPATH"] = str(REPO_ROOT)
+    return env
+
+
+def find_twistd(explicit: str | None) -> Path:
+    candidates = [Path(explicit)] if explicit else [
+        REPO_ROOT / ".venv" / "bin" / "twistd", Path(sys.prefix) / "bin" / "twistd"]
+    for c in candidates:
+        if c.exists():
+            return c
+    raise SystemExit(f"twistd not found (tried {', '.join(map(str, candidates))}); "
+                     "use --twistd")
+
+
+def start_gateway(procs: Processes, tmp: Path, twistd: Path, name: str, upstream: int,
+                  codec: str | None, cpus: str | None, port: int | None = None,
+                  auth: AuthProvider | None = None, metrics: bool = False
+                  ) -> tuple[Proc, int]:
+    port = port or free_port()
+    config = tmp / f"{name}.yaml"
+    config.write_text(gateway_yaml(port, upstream, codec, auth,
+                                   free_port() if metrics else 0))
+    proc = procs.start(name, [str(twistd), "-n", "--pidfile=", "gateway", "--config", str(config)],
+                       cpus, cwd=REPO_ROOT, env=gateway_env())
+    return proc, port

@@ -1,0 +1,158 @@
+"""HTTP/1.1 (wrk): nginx, the gateway's public route and its signed-in route, alternating;
+then the memory of idle keep-alive connections to nginx and the gateway."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any, TextIO
+
+from ..fmt import fmt, fmt_paired, fmt_rss, verdict
+from ..gateway import AUTH_USER, AuthProvider, start_gateway
+from ..idle import idle_memory
+from ..load import CONNECTIONS, Bench, Target
+from ..nginx import BODY_LEN
+from ..probes import check_body
+from ..procs import Processes, wait_port
+from ..sample import status_kib
+from ..signin import sign_in
+
+# The issue's targets, printed beside the figures (never used to fail the run).
+TARGET_RATIO = 0.20
+# authenticated route: the public route's target ratio minus at most 20 %
+TARGET_AUTH_RATIO = round(TARGET_RATIO * 0.8, 4)
+TARGET_P99_MS = 15.0
+TARGET_IDLE_KIB = 30.0
+
+
+def run_section(args: argparse.Namespace, bench: Bench, procs: Processes, tmp: Path,
+                twistd: Path, up_port: int, gw_port: int, nginx: Target,
+                provider: AuthProvider | None, results: dict[str, Any]) -> None:
+    """The gateway (with the signed-in route when ``provider`` runs) on ``gw_port``, its
+    rows and nginx's in ``results["http1"]``, the idle connections in ``results["idle"]``;
+    the gateway is stopped at the end."""
+    gateway, gw_port = start_gateway(procs, tmp, twistd, "gateway", up_port, None,
+                                     bench.proxy_cpu, port=gw_port, auth=provider,
+                                     metrics=args.metrics)
+    wait_port(gw_port, gateway)
+    gw = Target("gateway", gw_port, lambda: [gateway.pid])
+    results["gateway_check"] = check_body(gw_port)
+
+    targets = [nginx, gw]
+    auth_headers: dict[str, str] = {}
+    if provider is not None:
+        try:
+            session = sign_in(gw_port)
+            headers = {"Host": session["host"], "Cookie": session["cookie"]}
+            results["auth"]["check"] = check_body(gw_port, headers)
+            auth_headers = headers
+            results["auth"].update({k: v for k, v in session.items() if k != "cookie"})
+            print(f"authenticated route: signed in as {AUTH_USER} in "
+                  f"{session['sign_in_seconds']:.1f} s, cookie {session['cookie_names']} "
+                  f"({session['cookie_bytes']} bytes); GET http://{session['host']}/ -> 200",
+                  flush=True)
+            targets.append(Target("gateway auth", gw_port, gw.pids,
+                                  tuple(f"{k}: {v}" for k, v in headers.items())))
+        except Exception as exc:
+            results["auth"]["error"] = f"{type(exc).__name__}: {exc}"
+            print(f"authenticated route: ERROR, section aborted: {results['auth']['error']}",
+                  flush=True)
+
+    keys = ("rps", "p50_ms", "p75_ms", "p90_ms", "p99_ms")
+    print("HTTP/1.1 load (wrk)", flush=True)
+    results["http1"].update(bench.interleaved(targets, bench.wrk, keys))
+    if auth_headers:
+        try:  # the session still holds after the runs (wrk does not tell 3xx from 2xx)
+            check_body(gw_port, auth_headers)
+            results["auth"]["check_after"] = "200"
+        except RuntimeError as exc:
+            results["auth"]["error"] = f"after the runs: {exc}"
+    results["gateway_vmhwm_kib"] = status_kib(gateway.pid, "VmHWM")
+
+    if args.idle_connections:
+        print(f"Idle keep-alive connections ({args.idle_connections})", flush=True)
+        for target in (nginx, gw):
+            try:
+                results["idle"][target.name] = idle_memory(
+                    target.name, target.port, target.pids, args.idle_connections,
+                    args.idle_timeout, args.idle_path)
+            except OSError as exc:
+                results["idle"][target.name] = {"error": str(exc)}
+    procs.stop(gateway)
+
+
+def report(results: dict[str, Any], out: TextIO) -> None:
+    http1 = results.get("http1", {})
+    w = out.write
+    w("\n")
+    w(f"HTTP/1.1, wrk -t1 -c{CONNECTIONS}, {results['config']['duration']:g} s runs, median of "
+      f"{results['config']['repeat']}; {results['config']['pinning']}\n")
+    header = f"{'target':<12} {'req/s':>9} {'p50 ms':>8} {'p99 ms':>8} {'peak RSS':>10} " \
+             f"{'proxy CPU':>10} {'wrk+up CPU':>11} {'clean':>6}\n"
+    w(header)
+    w("-" * (len(header) - 1) + "\n")
+    for name, r in http1.items():
+        m = r.get("median", {})
+        clean = f"{r.get('clean_runs', 0)}/{r.get('used_runs', 0)}"
+        w(f"{name:<12} {fmt(m.get('rps'), ',.0f'):>9} {fmt(m.get('p50_ms'), '.2f'):>8} "
+          f"{fmt(m.get('p99_ms'), '.2f'):>8} {fmt_rss(r.get('peak_rss_kib')):>10} "
+          f"{fmt(m.get('proxy_cpu%'), '.0f') + ' %':>10} "
+          f"{fmt(m.get('load_upstream_cpu%'), '.0f') + ' %':>11} {clean:>6}\n")
+    for name, r in http1.items():
+        runs = r.get("attempts", [])
+        bad = sum(x.get("non_2xx_3xx", 0) for x in runs)
+        small = [x["bytes_per_response"] for x in runs
+                 if x.get("bytes_per_response", BODY_LEN) < BODY_LEN]
+        errors = [x["socket_errors"] for x in runs if x.get("socket_errors")]
+        if bad or small or errors:
+            w(f"  warning: {name}: {bad} non-2xx/3xx responses"
+              + (f", runs averaging {small} bytes per response (< the {BODY_LEN}-byte body: "
+                 "redirects or error pages, not the upstream)" if small else "")
+              + (f", socket errors {errors}" if errors else "") + "\n")
+    gw, ng = http1.get("gateway", {}).get("median", {}), http1.get("nginx", {}).get("median", {})
+    au = http1.get("gateway auth", {}).get("median", {})
+    if gw.get("rps") and ng.get("rps"):
+        ratio = gw["rps"] / ng["rps"]
+        results["ratio_gateway_nginx"] = ratio
+        w(f"gateway/nginx req/s: {ratio:.3f}   (target >= {TARGET_RATIO:.2f}: "
+          f"{verdict(ratio >= TARGET_RATIO)}){fmt_paired(http1.get('gateway', {}))}\n")
+    if au.get("rps") and ng.get("rps"):
+        ratio = au["rps"] / ng["rps"]
+        results["ratio_gateway_auth_nginx"] = ratio
+        w(f"gateway auth/nginx req/s: {ratio:.3f}   (target >= {TARGET_AUTH_RATIO:.2f}, the "
+          f"public target {TARGET_RATIO:.2f} - 20 %: {verdict(ratio >= TARGET_AUTH_RATIO)})"
+          f"{fmt_paired(http1.get('gateway auth', {}))}\n")
+    if au.get("rps") and gw.get("rps"):
+        ratio = au["rps"] / gw["rps"]
+        results["ratio_gateway_auth_public"] = ratio
+        w(f"gateway auth/gateway req/s: {ratio:.3f}   (authenticated vs. public route, same "
+          "process)\n")
+    auth = results.get("auth", {})
+    if "skipped" in auth:
+        w(f"gateway auth: skipped: {auth['skipped']}\n")
+    elif "error" in auth:
+        w(f"gateway auth: ERROR: {auth['error']}\n")
+    if gw.get("p99_ms") is not None:
+        w(f"gateway p99 at c={CONNECTIONS}: {gw['p99_ms']:.2f} ms   (target <= "
+          f"{TARGET_P99_MS:g} ms: {verdict(gw['p99_ms'] <= TARGET_P99_MS)})\n")
+    w(f"\nIdle HTTP/1.1 keep-alive connections (one GET {results['config']['idle_path']} each), "
+      "(RSS after - before) / n:\n")
+    for name, r in results.get("idle", {}).items():
+        per = r.get("kib_per_connection")
+        extra = f", {r['still_open_at_measurement']} still open" if "opened" in r else ""
+        line = f"  {name:<12} {fmt(per, '.2f'):>7} KiB/conn  ({r.get('opened', 0)}/" \
+               f"{r.get('requested', 0)} opened{extra}"
+        if r.get("failures"):
+            line += f", failures {r['failures']}"
+        line += ")"
+        if "invalid" in r:
+            line += f"   n/a: {r['invalid']}"
+            if name == "gateway":
+                line += f" (target <= {TARGET_IDLE_KIB:g} KiB: not measured)"
+        elif name == "gateway" and per is not None:
+            line += f"   (target <= {TARGET_IDLE_KIB:g} KiB: {verdict(per <= TARGET_IDLE_KIB)})"
+        elif name == "nginx":
+            line += "   (reference)"
+        if "error" in r:
+            line += f"   error: {r['error']}"
+        w(line + "\n")
