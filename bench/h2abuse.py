@@ -42,22 +42,10 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from run import (
-    CpuWindow,
-    Interrupted,
-    PeakRss,
-    Processes,
-    find_twistd,
-    free_port,
-    nginx_common,
-    nginx_http_common,
-    signals_raise,
-    start_gateway,
-    start_nginx,
-    total_rss_kib,
-    tree,
-    wait_port,
-)
+from harness.gateway import find_twistd, start_gateway
+from harness.nginx import nginx_common, nginx_http_common, start_nginx
+from harness.procs import Interrupted, Processes, free_port, signals_raise, tree, wait_port
+from harness.sample import CpuWindow, PeakRss, total_rss_kib
 
 BIG = 1 << 20
 TARGET_RATIO = 2.0

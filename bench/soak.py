@@ -30,7 +30,7 @@ import traceback
 from collections.abc import Sequence
 from pathlib import Path
 
-from run import Interrupted, signals_raise  # the benchmark harness's own
+from harness.procs import Interrupted, signals_raise  # the benchmark harness's own
 from soak_env import FILES, Env, FdSnapshot, SetupError, environment, fd_snapshot
 from soak_faults import GRACE, Injector, Reloader, Sampler, make_schedule
 from soak_http import H1, ConnectFailed, Exact

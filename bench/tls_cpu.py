@@ -29,8 +29,21 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import run
-import tls
+from harness.certs import client_context, make_certificate
+from harness.gateway import (
+    AuthProvider,
+    gateway_env,
+    gateway_tls_auth_yaml,
+    gateway_tls_yaml,
+    gateway_yaml,
+)
+from harness.idle import idle_memory, open_idle_tls
+from harness.load import parse_h2load, parse_wrk
+from harness.nginx import start_nginx, upstream_conf
+from harness.paths import REPO_ROOT
+from harness.procs import Proc, Processes, free_port, raise_nofile, wait_port
+from harness.sample import TCK
+from harness.signin import import_peers, sign_in
 
 # What a browser sends with a page request besides Host and Cookie (Chromium 130).
 BROWSER_HEADERS = (
@@ -84,28 +97,28 @@ def main(argv: list[str]) -> int:
     p.add_argument("--idle", type=int, default=0,
                    help="first measure RSS per idle keep-alive connection (N of them)")
     p.add_argument("--native", action="store_true", help="with --profile: C frames too")
-    p.add_argument("--twistd", default=str(run.REPO_ROOT / ".venv" / "bin" / "twistd"))
+    p.add_argument("--twistd", default=str(REPO_ROOT / ".venv" / "bin" / "twistd"))
     args = p.parse_args(argv)
     tmp = Path(tempfile.mkdtemp(prefix="gateway-tlscpu-"))
-    procs = run.Processes(tmp)
+    procs = Processes(tmp)
     cpus = sorted(os.sched_getaffinity(0))
     proxy_cpu, load_cpu = (str(cpus[0]), str(cpus[1])) if len(cpus) >= 2 else (None, None)
-    cert, key = tls.make_certificate(tmp)
+    cert, key = make_certificate(tmp)
     results: dict[str, list[tuple[float, float]]] = {}
     stack = contextlib.ExitStack()
     try:
-        up = run.free_port()
-        upstream = run.start_nginx(procs, tmp, "upstream", run.upstream_conf(tmp, up), load_cpu)
-        run.wait_port(up, upstream)
-        gateways: dict[str, tuple[run.Proc, int, str]] = {}
-        ports = {spec: run.free_port() for spec in args.tree}
+        up = free_port()
+        upstream = start_nginx(procs, tmp, "upstream", upstream_conf(tmp, up), load_cpu)
+        wait_port(up, upstream)
+        gateways: dict[str, tuple[Proc, int, str]] = {}
+        ports = {spec: free_port() for spec in args.tree}
         provider = None
         if args.auth:  # one provider that every tree's gateway signs in with
-            peers, _ = run.import_peers()
+            peers, _ = import_peers()
             op = stack.enter_context(peers.oidc_provider(tmp, redirect_uris=[
                 f"{'http' if spec.endswith(':plain') or args.plain else 'https'}://auth.test:"
                 f"{port}/oauth2/callback" for spec, port in ports.items()]))
-            provider = run.AuthProvider(op.issuer, op.client_id, op.client_secret)
+            provider = AuthProvider(op.issuer, op.client_id, op.client_secret)
         headers: dict[str, list[str]] = {}
         for spec in args.tree:
             name, path = spec.split("=", 1)
@@ -114,21 +127,21 @@ def main(argv: list[str]) -> int:
             port = ports[spec]
             conf = tmp / f"{name}.yaml"
             if plain:
-                conf.write_text(run.gateway_yaml(port, up, "http2" if args.h2c else None,
-                                                 provider))
+                conf.write_text(gateway_yaml(port, up, "http2" if args.h2c else None,
+                                             provider))
             elif provider is not None:
-                conf.write_text(tls.gateway_tls_auth_yaml(port, up, cert, key, provider))
+                conf.write_text(gateway_tls_auth_yaml(port, up, cert, key, provider))
             else:
-                conf.write_text(tls.gateway_tls_yaml(port, up, cert, key))
-            env = run.gateway_env()
+                conf.write_text(gateway_tls_yaml(port, up, cert, key))
+            env = gateway_env()
             env["PYTHONPATH"] = str(Path(path).resolve())
             proc = procs.start(name, [args.twistd, "-n", "--pidfile=", "gateway", "--config",
                                       str(conf)], proxy_cpu, cwd=Path(path), env=env)
-            run.wait_port(port, proc)
+            wait_port(port, proc)
             gateways[name] = (proc, port, "http" if plain else "https")
             headers[name] = []
             if provider is not None:
-                session = run.sign_in(port, tls=None if plain else tls.client_context())
+                session = sign_in(port, tls=None if plain else client_context())
                 headers[name] = ["-H", f"Host: {session['host']}", "-H",
                                  f"Cookie: {session['cookie']}"]
             if args.browser:
@@ -137,10 +150,10 @@ def main(argv: list[str]) -> int:
             if args.public_too and provider is not None:
                 results[f"{name}/public"] = []
         if args.idle:
-            run.raise_nofile(2 * args.idle + 1000)
+            raise_nofile(2 * args.idle + 1000)
             for name, (proc, port, scheme) in gateways.items():
-                run.idle_memory(name, port, lambda p=proc: [p.pid], args.idle, 120.0, "/ping",
-                                opener=None if scheme == "http" else tls.open_idle_tls)
+                idle_memory(name, port, lambda p=proc: [p.pid], args.idle, 120.0, "/ping",
+                            opener=None if scheme == "http" else open_idle_tls)
         runs = [(name, name, headers[name]) for name in gateways]
         if args.public_too and provider is not None:
             # the public route: the same request without the signed-in Host and Cookie
@@ -182,21 +195,21 @@ def main(argv: list[str]) -> int:
                     spy.wait()
                 after, t1 = cpu_ticks(pid), time.monotonic()
                 if args.h2:
-                    parsed = run.parse_h2load(out)
+                    parsed = parse_h2load(out)
                     requests = parsed.get("succeeded") or parsed["rps"] * args.duration
                 else:
-                    parsed = run.parse_wrk(out)
+                    parsed = parse_wrk(out)
                     requests = parsed["requests"]
                     if parsed["non_2xx_3xx"] or parsed.get("bytes_per_response", 2048) < 2048:
                         print(f"  {name}: {parsed['non_2xx_3xx']} non-2xx/3xx, "
                               f"{parsed.get('bytes_per_response')} bytes per response")
-                us = (after - before) / run.TCK * 1e6 / max(requests, 1)
+                us = (after - before) / TCK * 1e6 / max(requests, 1)
                 rps = requests / (t1 - t0)
                 if args.strace and rnd == 1:
                     print(f"  {name}: strace -c of {requests} requests in {args.strace}")
                 label = "warm-up" if rnd == 0 else f"round {rnd}"
                 print(f"{label:8} {name:8} {requests:8d} req {rps:9,.0f} req/s "
-                      f"{us:7.1f} us/req  cpu {100 * (after - before) / run.TCK / (t1 - t0):.0f} %",
+                      f"{us:7.1f} us/req  cpu {100 * (after - before) / TCK / (t1 - t0):.0f} %",
                       flush=True)
                 if rnd:
                     results[name].append((us, rps))

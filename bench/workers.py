@@ -35,20 +35,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from run import (
-    BODY,
-    CONNECTIONS,
-    CpuWindow,
-    Processes,
-    find_twistd,
-    free_port,
-    gateway_env,
-    parse_wrk,
-    start_nginx,
-    tree,
-    upstream_conf,
-    wait_port,
-)
+from harness.gateway import find_twistd, gateway_env
+from harness.load import CONNECTIONS, parse_wrk
+from harness.nginx import BODY, start_nginx, upstream_conf
+from harness.procs import Processes, free_port, tree, wait_port
+from harness.sample import CpuWindow
 
 REPO = Path(__file__).resolve().parents[1]
 
