@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING, Any
 
 from twisted.internet.defer import Deferred, ensureDeferred
 
-from gateway.authenticate import pages
 from gateway.authenticate.targets import SIGN_OUT
+from gateway.authorize import answers
 from gateway.authorize.email import REFUSAL_TEXT
 from gateway.authorize.hook import Decision, RequestInfo
 from gateway.pages.layout import Action, Look, origin
@@ -45,11 +45,11 @@ async def _fetched(ident: Identity, request: RequestInfo, sid: str) -> Decision:
 
 def _answer(ident: Identity, request: RequestInfo, session: Session | None) -> Decision:
     if session is None:
-        if pages.wants_html(request.headers):
+        if answers.wants_html(request.headers):
             return ident.sign_in(request)
         return ident.error(401, "Sign in to see who you are signed in as.",
                             request.headers, "user-unauthenticated")
-    view, refusal = ident.decision_session(session)  # what routes see of the session
+    view, refusal = ident.decider.decision_session(session)  # what routes see of it
     profile = Profile(
         email=view.email, user_id=view.user_id, name=view.name,
         groups=_groups(ident, view), claims=view.claims, started=view.issued_at,
@@ -62,9 +62,9 @@ def _answer(ident: Identity, request: RequestInfo, session: Session | None) -> D
         actions.append(switch)
     look = _with_targets(ident, session, ident.options.signout_redirect_url)
     body, page = render_profile(profile, look, tuple(actions),
-                                as_json=pages.wants_json(request.headers)
-                                and not pages.wants_html(request.headers))
-    return pages.answer(200, body, page, "who-am-i")
+                                as_json=answers.wants_json(request.headers)
+                                and not answers.wants_html(request.headers))
+    return answers.answer(200, body, page, "who-am-i")
 
 
 def _with_targets(ident: Identity, session: Session, destination: str) -> Look:
@@ -98,10 +98,10 @@ def sign_out_confirmation(ident: Identity, session: Session, target: str) -> Dec
     body, page = confirm_sign_out(session.email or session.user_id, destination, provider_too,
                                   Action("Sign out", SIGN_OUT, "post", tuple(fields)),
                                   _with_targets(ident, session, destination))
-    return pages.answer(200, body, page, "page")
+    return answers.answer(200, body, page, "page")
 
 
 def signed_out_page(ident: Identity, session: Session,
                     extra: tuple[tuple[bytes, bytes], ...]) -> Decision:
     body, page = signed_out(session.email or session.user_id, ident.look)
-    return pages.answer(200, body, page, "page", extra)
+    return answers.answer(200, body, page, "page", extra)

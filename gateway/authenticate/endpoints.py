@@ -16,7 +16,6 @@ from urllib.parse import urlencode, urlsplit
 from twisted.internet.defer import Deferred, ensureDeferred
 from twisted.logger import Logger
 
-from gateway.authenticate import pages
 from gateway.authenticate.account import (
     WHO_AM_I,
     sign_out_confirmation,
@@ -38,6 +37,7 @@ from gateway.authenticate.targets import (
     query_params,
     safe_target,
 )
+from gateway.authorize import answers
 from gateway.authorize.hook import Decision, Deny, RequestInfo
 from gateway.dataplane.routing.router import own_path
 from gateway.pages.layout import Action
@@ -90,7 +90,7 @@ class Endpoints:
     def _error(self, status: int, message: str, headers: list[tuple[bytes, bytes]],
                reason: str, extra: tuple[tuple[bytes, bytes], ...] = (),
                actions: tuple[Action, ...] = ()) -> Deny:
-        return pages.error(status, message, headers, reason, extra, look=self.identity.look,
+        return answers.error(status, message, headers, reason, extra, look=self.identity.look,
                            actions=actions)
 
     def _start(self, request: RequestInfo) -> Decision | Deferred[Decision]:
@@ -157,7 +157,7 @@ class Endpoints:
                                                      fresh_login=fresh_login)
             except Exception as exc:  # the provider is down or misconfigured
                 return self._provider_down(exc, request)
-            return pages.redirect(url, extra)
+            return answers.redirect(url, extra)
 
         return ensureDeferred(go())
 
@@ -252,7 +252,7 @@ class Endpoints:
                    extra: tuple[tuple[bytes, bytes], ...] = ()) -> Deny:
         token = self.identity.shared.seal("programmatic", {"sid": session.id}, session.expires_at)
         sep = "&" if "?" in target else "?"
-        return pages.redirect(f"{target}{sep}{urlencode({'gateway_jwt': token})}", extra)
+        return answers.redirect(f"{target}{sep}{urlencode({'gateway_jwt': token})}", extra)
 
     def _to_route(self, session: Session, uri: str,
                   extra: tuple[tuple[bytes, bytes], ...] = ()) -> Deny:
@@ -262,7 +262,7 @@ class Endpoints:
                                   ident.clock() + HANDOFF_TTL)
         location = f"{parts.scheme}://{parts.netloc}{HANDOFF}?" + \
             urlencode({"gateway_session": sealed})
-        return pages.redirect(location, extra)
+        return answers.redirect(location, extra)
 
     def _handoff(self, request: RequestInfo) -> Decision | Deferred[Decision]:
         """Sets this host's cookie: the sealed value is bound to the host, expires in
@@ -314,7 +314,7 @@ class Endpoints:
         if session is None or not session.valid(ident.clock()):
             return self._error(401, "Your session has ended; sign in again.", request.headers,
                                "session-gone", actions=(Action("Sign in again", uri, "get"),))
-        return pages.redirect(uri, ident.session_cookie(session))
+        return answers.redirect(uri, ident.session_cookie(session))
 
     def _sign_out(self, request: RequestInfo, body: bytes) -> Decision | Deferred[Decision]:
         ident = self.identity
@@ -374,7 +374,7 @@ class Endpoints:
         if ident.provider is not None and session.id_token:
             end = ident.provider.end_session_url(session.id_token, target)
             if end:
-                return pages.redirect(end, clear)
+                return answers.redirect(end, clear)
         if target:
-            return pages.redirect(target, clear)
+            return answers.redirect(target, clear)
         return signed_out_page(ident, session, clear)

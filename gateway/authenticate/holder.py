@@ -14,6 +14,7 @@ from gateway.authenticate.endpoints import Endpoints
 from gateway.authenticate.identity import Identity
 from gateway.authorize.assertion import AssertionSigner
 from gateway.authorize.hook import Decision, RequestInfo
+from gateway.config.routes import Route
 from gateway.config.snapshot import Snapshot
 from gateway.databroker.broker import Databroker
 from gateway.sessions.spent import SpentTokens
@@ -59,8 +60,8 @@ class IdentityHolder:
                                  directory=self.broker.directory, spent=self.spent)
         self.endpoints = Endpoints(self.identity)
 
-    def authorize(self, request: RequestInfo, route: object) -> Decision | Deferred[Decision]:
-        return self.identity.authorize(request, route)
+    def authorize(self, request: RequestInfo, route: Route) -> Decision | Deferred[Decision]:
+        return self.identity.decider.authorize(request, route)
 
     def handles(self, host: str, path: str) -> bool:
         return self.endpoints.handles(host, path)

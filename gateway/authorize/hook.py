@@ -14,6 +14,8 @@ from typing import Protocol
 
 from twisted.internet.defer import Deferred
 
+from gateway.config.routes import Route
+
 Pairs = tuple[tuple[bytes, bytes], ...]
 
 
@@ -66,7 +68,7 @@ Decision = Allow | Deny
 
 
 class Authorizer(Protocol):
-    def authorize(self, request: RequestInfo, route: object) -> Decision | Deferred[Decision]:
+    def authorize(self, request: RequestInfo, route: Route) -> Decision | Deferred[Decision]:
         ...
 
     def handles(self, host: str, path: str) -> bool:
@@ -86,7 +88,7 @@ class Authorizer(Protocol):
 class NotYetAuthorizer:
     """Every non-public route is refused until sign-in exists."""
 
-    def authorize(self, request: RequestInfo, route: object) -> Decision:
+    def authorize(self, request: RequestInfo, route: Route | None) -> Decision:
         return Deny(401, b"401 Unauthorized: this route requires sign-in\n",
                     reason="authentication-unavailable")
 

@@ -21,14 +21,13 @@ authorize service over gRPC (``authorize_service_url(s)``).
 
 from __future__ import annotations
 
-from typing import Any
-
 from twisted.internet.defer import Deferred
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from gateway.authenticate.holder import IdentityHolder
 from gateway.authorize.hook import Decision, Deny, RequestInfo
+from gateway.config.routes import Route
 from gateway.rpc.authorize_server import SERVICE_NAME
 from gateway.rpc.authorize_wire import decision_from_pb, request_to_pb, route_key
 from gateway.rpc.bridge import AsyncioThread
@@ -80,10 +79,10 @@ class RemoteAuthorizer:
 
     # -- Authorizer
 
-    def authorize(self, request: RequestInfo, route: Any) -> Deferred[Decision]:
-        key = route_key(route.route)
+    def authorize(self, request: RequestInfo, route: Route) -> Deferred[Decision]:
+        key = route_key(route)
         message = request_to_pb(request, self.local.identity.options.cookie_name, key,
-                                connect=bool(route.route.tcp))
+                                connect=bool(route.tcp))
         span, metadata = client_call(SERVICE_NAME, "Check")  # a traced request: its trace
         d: Deferred[pb.CheckResponse] = self.bridge.submit(
             lambda: self.client.invoke("Check", message, metadata))

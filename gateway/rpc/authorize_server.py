@@ -69,7 +69,7 @@ class AuthorizeDecider:
                           "answered 503", host=request.host, path=request.path,
                           proxy_route=message.route_key, authorize_route=ours or "none")
             return pb.CheckResponse(route_key=ours, mismatch=True)
-        decision = self.holder.authorize(request, plan)
+        decision = self.holder.authorize(request, plan.route)
         kid = published_kid(self.holder.signer)
         if isinstance(decision, Deferred):
             return decision.addCallback(decision_to_pb, ours, kid)

@@ -8,7 +8,7 @@ provider said it had not verified passed ``allowed_users`` and ``allowed_domains
 from __future__ import annotations
 
 import json
-from types import MappingProxyType, SimpleNamespace
+from types import MappingProxyType
 from typing import Any
 
 import jwt
@@ -145,7 +145,7 @@ class IdentityEmailTests(IdentityCase):
         self.snapshot = snapshot(**extra)
         self.identity = Identity(None, self.snapshot, self.store, self.signer, self.clock)
         self.identity.provider = None
-        self.route = SimpleNamespace(route=self.snapshot.routes[0])
+        self.route = self.snapshot.routes[0]
 
     def test_unverified_address_is_refused_with_a_reason(self) -> None:
         eve = self.session(UNVERIFIED)
@@ -236,7 +236,7 @@ class IdentityEmailTests(IdentityCase):
         self.use(idp_service_account="groups-from-claims",
                  policy=[{"from": f"https://{APP}", "to": "http://127.0.0.1:9",
                           "allowed_groups": ["admins"]}])
-        self.identity.directory = directory
+        self.identity.decider.directory = directory
         eve = self.session(UNVERIFIED)
         self.assertEqual(self.authorize(headers=[JSON, self.cookie(eve)]).status, 403)
         self.assertEqual(directory.asked, [("eve-id", "")])

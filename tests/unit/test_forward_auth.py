@@ -494,7 +494,7 @@ class WireTests(SynchronousTestCase):
         self.assertEqual(transport.value(), b"")
         info = RequestInfo(b"GET", "https", "app.example.com", "/x", b"", [cookie], "")
         route = route_for(self.core.plan, parse_url("https://app.example.com/x", "uri", b"GET"))
-        pending[0].callback(real(info, route))
+        pending[0].callback(real(info, route.route))
         self.assertTrue(transport.value().startswith(b"HTTP/1.1 200 "))
         transport.clear()
         conn.dataReceived(b"GET / HTTP/1.1\r\nHost: " + FWD.encode() + b"\r\n"

@@ -194,7 +194,7 @@ class IdentityCase(SynchronousTestCase):
         self.identity = Identity(None, self.snapshot, self.store, self.signer, self.clock)
         self.identity.provider = None
         self.endpoints = Endpoints(self.identity)
-        self.route = SimpleNamespace(route=self.snapshot.routes[0])
+        self.route = self.snapshot.routes[0]
 
     def session(self, claims: dict[str, Any] | None = None) -> Session:
         return self.identity.new_session(dict(claims or ALICE), "idtoken", "access", "",
@@ -205,7 +205,8 @@ class IdentityCase(SynchronousTestCase):
 
     def authorize(self, path: str = "/", query: str | bytes = b"",
                   headers: Headers | None = None) -> Any:
-        decision = self.identity.authorize(request(path, query, headers=headers), self.route)
+        decision = self.identity.decider.authorize(request(path, query, headers=headers),
+                                                   self.route)
         self.assertNotIsInstance(decision, Deferred)
         return decision
 
@@ -812,7 +813,7 @@ class AllowedAgainTests(IdentityCase):
 
         def refuse(*args: Any) -> Any:
             raise AssertionError("decided again")
-        self.patch(self.identity, "_decide", refuse)
+        self.patch(self.identity.decider, "_decide", refuse)
         self.patch(self.identity.cookies, "open", refuse)
         self.assertIs(self.allowed([BROWSER, cookie]), first)
 
@@ -865,7 +866,8 @@ class AllowedAgainTests(IdentityCase):
         self.allowed([BROWSER, cookie])
         self.assertEqual(refreshed, [])
         self.clock.now = NOW + 41  # 60 s before the tokens expire
-        decision = self.identity.authorize(request(headers=[BROWSER, cookie]), self.route)
+        decision = self.identity.decider.authorize(request(headers=[BROWSER, cookie]),
+                                                   self.route)
         self.assertIsInstance(self.successResultOf(decision), Allow)  # type: ignore[arg-type]
         self.assertEqual(refreshed, [alice])
 
@@ -875,12 +877,11 @@ class AllowedAgainTests(IdentityCase):
         identity = Identity(None, self.snapshot, self.store, self.signer, self.clock,
                             directory=directory)
         cookie = self.cookie(self.session())
-        first = identity.authorize(request(headers=[BROWSER, cookie]), self.route)
-        self.assertIs(identity.authorize(request(headers=[BROWSER, cookie]), self.route),
-                      first)
+        first = identity.decider.authorize(request(headers=[BROWSER, cookie]), self.route)
+        again = request(headers=[BROWSER, cookie])
+        self.assertIs(identity.decider.authorize(again, self.route), first)
         directory.version, directory.groups = 2, ("admins",)
-        self.assertIsNot(identity.authorize(request(headers=[BROWSER, cookie]), self.route),
-                         first)
+        self.assertIsNot(identity.decider.authorize(again, self.route), first)
 
     def test_long_cookie_headers_are_not_kept(self) -> None:
         """Cookie headers over 4 KiB are read each time and kept in no cache: a client
@@ -890,23 +891,23 @@ class AllowedAgainTests(IdentityCase):
         for i in range(5):
             padded = value + b"; junk=" + b"%d" % i * 5000
             self.allowed([BROWSER, (name, padded)])
-        self.assertEqual(len(self.identity._cookie_tokens), 0)
-        self.assertEqual(len(self.identity._allowed), 0)
+        self.assertEqual(len(self.identity.sessions._cookie_tokens), 0)
+        self.assertEqual(len(self.identity.decider._allowed), 0)
         self.allowed([BROWSER, (name, value)])
-        self.assertEqual(len(self.identity._cookie_tokens), 1)
-        self.assertEqual(len(self.identity._allowed), 1)
+        self.assertEqual(len(self.identity.sessions._cookie_tokens), 1)
+        self.assertEqual(len(self.identity.decider._allowed), 1)
 
     def test_only_opened_cookies_are_kept_and_only_so_many(self) -> None:
         """Cookie headers whose session cookie does not open (none, forged, junk) are
         kept in no cache, and valid ones only up to a count: keeping junk is free for a
         client and was ~1.3 GB at worst."""
-        from gateway.authenticate import identity as module
         name, value = self.cookie(self.session())
         for junk in (b"other=1", b"_gateway=forged", b"_gateway=" + value[-40:]):
             self.assertEqual(self.authorize(headers=[BROWSER, (name, junk)]).status, 302)
-        self.assertEqual(len(self.identity._cookie_tokens), 0)
-        self.patch(module, "COOKIE_CACHE", 3)
+        self.assertEqual(len(self.identity.sessions._cookie_tokens), 0)
+        self.identity.sessions._cookie_tokens.limit = 3
+        self.identity.decider._allowed.limit = 3
         for i in range(5):
             self.allowed([BROWSER, (name, value + b"; n=%d" % i)])
-        self.assertEqual(len(self.identity._cookie_tokens), 3)
-        self.assertEqual(len(self.identity._allowed), 3)
+        self.assertEqual(len(self.identity.sessions._cookie_tokens), 3)
+        self.assertEqual(len(self.identity.decider._allowed), 3)

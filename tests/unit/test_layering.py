@@ -28,7 +28,7 @@ TIERS: tuple[tuple[str, ...], ...] = (
     ("directory", "authorize"),
     ("tls", "observability", "pages"),
     ("autocert", "sessions"),
-    ("config", "connect", "budget", "wire", "__init__"),
+    ("config", "connect", "budget", "caches", "wire", "__init__"),
 )
 DATAPLANE: tuple[tuple[str, ...], ...] = (
     ("listeners",),

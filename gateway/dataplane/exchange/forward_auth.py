@@ -87,7 +87,7 @@ def serve_forward_auth(exchange: Exchange) -> None:
     if plan.public:
         _answer(exchange, mode, target, allowed(Allow()))
         return
-    decision = authorizer.authorize(info, plan)
+    decision = authorizer.authorize(info, plan.route)
     if isinstance(decision, Deferred):
         exchange.sink.pause_reading("authorize")
         decision.addCallbacks(_later, _failed, (exchange, mode, target, authorizer, info),

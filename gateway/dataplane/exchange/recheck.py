@@ -83,7 +83,7 @@ class Reauthorized:
             return
         if plan.public:
             return
-        decision = exchange.core.authorizer.authorize(exchange.request_info(), plan)
+        decision = exchange.core.authorizer.authorize(exchange.request_info(), plan.route)
         if isinstance(decision, Deferred):
             self.checking = True
             decision.addCallbacks(self._decided, self._failed)

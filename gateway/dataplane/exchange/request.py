@@ -208,7 +208,7 @@ class Exchange(UpstreamRelay):
         if self.trace is not None:
             self._authorize_traced(plan)
             return
-        decision = self.core.authorizer.authorize(self.request_info(), plan)
+        decision = self.core.authorizer.authorize(self.request_info(), plan.route)
         if isinstance(decision, (Allow, Deny)):  # (Deferred's isinstance goes through abc)
             self._apply(decision)
             return
@@ -221,7 +221,7 @@ class Exchange(UpstreamRelay):
         assert self.trace is not None
         span = self.trace.authorize_span()
         with active(span):
-            decision = self.core.authorizer.authorize(self.request_info(), plan)
+            decision = self.core.authorizer.authorize(self.request_info(), plan.route)
         if isinstance(decision, Deferred):
             self.sink.pause_reading("authorize")
             decision.addBoth(end_decision_span, span)

@@ -12,6 +12,7 @@ from twisted.internet.defer import Deferred, succeed
 
 from gateway.authorize.assertion import AssertionSigner
 from gateway.authorize.hook import Allow, Decision, Deny, RequestInfo
+from gateway.config.routes import Route
 from gateway.config.snapshot import Snapshot
 from gateway.dataplane.routing.plan import RoutePlan, build_plan
 from gateway.rpc.authorize_client import RemoteAuthorizer
@@ -122,9 +123,9 @@ class FakeHolder:
         self.asked: list[str] = []
         self.signer = signer or AssertionSigner(None, "ES256", "")
 
-    def authorize(self, request: RequestInfo, route: Any) -> Decision | Deferred[Decision]:
-        self.asked.append(route_key(route.route))
-        return succeed(Allow(((b"x-route", route_key(route.route).encode()),)))
+    def authorize(self, request: RequestInfo, route: Route) -> Decision | Deferred[Decision]:
+        self.asked.append(route_key(route))
+        return succeed(Allow(((b"x-route", route_key(route).encode()),)))
 
 
 def test_the_route_authorize_matches_must_be_the_proxys() -> None:
@@ -206,11 +207,11 @@ def test_decision_and_mismatch_through_a_server(rig: Any, events: Any) -> None:
     remote = client(bridge, server.port)
     try:
         plan = plan_for(snapshot, APP, "/admin/1")
-        decision = reactor.wait(remote.authorize(info("/admin/1"), plan))
+        decision = reactor.wait(remote.authorize(info("/admin/1"), plan.route))
         assert decision == Allow(((b"x-route", f"https://{APP} prefix=/admin".encode()),))
         # the proxy's policy differs: its /admin route is another one
         other = plan_for(policy_snapshot(prefix="/adm"), APP, "/admin/1")
-        refused = reactor.wait(remote.authorize(info("/admin/1"), other))
+        refused = reactor.wait(remote.authorize(info("/admin/1"), other.route))
         assert isinstance(refused, Deny) and refused.status == 503
         assert refused.reason == "authorize-route-mismatch"
         reactor.drain()
@@ -228,7 +229,7 @@ def test_nothing_answering_is_a_503_never_an_allow(rig: Any) -> None:
     snapshot = policy_snapshot()
     remote = client(bridge, free_port(), free_port(), timeout=1.0)
     try:
-        decision = reactor.wait(remote.authorize(info("/x"), plan_for(snapshot, APP, "/x")))
+        decision = reactor.wait(remote.authorize(info("/x"), plan_for(snapshot, APP, "/x").route))
         assert isinstance(decision, Deny) and decision.status == 503
         assert decision.reason == "authorize-unavailable"
         assert b"unavailable" in decision.body
@@ -242,7 +243,7 @@ def test_a_wrong_shared_secret_is_said_and_refused(rig: Any, events: Any) -> Non
     server = start_authorize(bridge, AuthorizeDecider(FakeHolder(), snapshot))
     remote = client(bridge, server.port, secret=b"x" * 32)
     try:
-        decision = reactor.wait(remote.authorize(info("/x"), plan_for(snapshot, APP, "/x")))
+        decision = reactor.wait(remote.authorize(info("/x"), plan_for(snapshot, APP, "/x").route))
         assert isinstance(decision, Deny) and decision.status == 503
         reactor.drain()
         text = messages(events)
@@ -268,9 +269,9 @@ def test_a_failing_decision_is_a_503_and_failover_finds_the_other_url(rig: Any,
     alone = client(bridge, broken.port)
     both = client(bridge, broken.port, good.port)
     try:
-        decision = reactor.wait(alone.authorize(info("/x"), plan))
+        decision = reactor.wait(alone.authorize(info("/x"), plan.route))
         assert isinstance(decision, Deny) and decision.status == 503
-        assert isinstance(reactor.wait(both.authorize(info("/x"), plan)), Allow)
+        assert isinstance(reactor.wait(both.authorize(info("/x"), plan.route)), Allow)
         assert both.client.preferred == 1
         reactor.drain()
         assert f"authorize: now using http://127.0.0.1:{good.port}" in messages(events)

@@ -87,7 +87,7 @@ def test_an_assertion_signed_with_an_unpublished_key_is_a_503(
     client = remote(bridge, server.port, signer(pems[proxy_key]))
     plan = plan_for(snapshot, APP, "/x")
     try:
-        decision = reactor.wait(client.authorize(info("/x"), plan))
+        decision = reactor.wait(client.authorize(info("/x"), plan.route))
         if allowed:
             assert isinstance(decision, Allow)
         else:
@@ -99,7 +99,7 @@ def test_an_assertion_signed_with_an_unpublished_key_is_a_503(
             assert "signing_key differs: authorize signs identity assertions with" in text
             assert "this process (gateway-proxy) publishes" in text
             # a route that passes no assertion is not affected
-            assert isinstance(reactor.wait(client.authorize(info("/plain"), plan)), Allow)
+            assert isinstance(reactor.wait(client.authorize(info("/plain"), plan.route)), Allow)
     finally:
         reactor.wait(client.close())
         reactor.wait(server.stopService())

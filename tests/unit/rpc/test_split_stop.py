@@ -62,7 +62,7 @@ def test_stopping_a_split_proxy_closes_its_channels_and_thread(services: Any) ->
     root.startService()
     try:
         plan = plan_for(policy, APP, "/x")
-        assert isinstance(reactor.wait(remote.authorize(info("/x"), plan)), Allow)
+        assert isinstance(reactor.wait(remote.authorize(info("/x"), plan.route)), Allow)
         [channel] = remote.client._channels.values()
         assert "grpc-aio" in {t.name for t in threading.enumerate()}
     finally:
@@ -71,7 +71,7 @@ def test_stopping_a_split_proxy_closes_its_channels_and_thread(services: Any) ->
     assert not remote.client._channels
     assert {t.name for t in threading.enumerate()} - before == set()
     # a request during the stop gets a 503, and opens no channel again
-    after = reactor.wait(remote.authorize(info("/x"), plan))
+    after = reactor.wait(remote.authorize(info("/x"), plan.route))
     assert isinstance(after, Deny) and after.status == 503
     assert not remote.client._channels
     reactor.wait(authorize.stopService())
@@ -85,6 +85,6 @@ def test_a_closed_client_opens_no_channel_again(services: Any) -> None:
                                      ("http://127.0.0.1:9",), SECRET, 1.0)
     reactor.wait(remote.close())
     decision = reactor.wait(remote.authorize(info("/x"), plan_for(policy_snapshot(), APP,
-                                                                   "/x")))
+                                                                   "/x").route))
     assert isinstance(decision, Deny) and decision.status == 503
     assert not remote.client._channels

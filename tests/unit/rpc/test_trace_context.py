@@ -87,7 +87,7 @@ def test_authorize_continues_the_requests_trace(traced: Any) -> None:
     try:
         parent = request_span(tracer)
         with active(parent):
-            d = remote.authorize(info("/x"), plan)
+            d = remote.authorize(info("/x"), plan.route)
         assert isinstance(reactor.wait(d), Allow)
         parent.end()
         spans = by_name(memory)
@@ -103,7 +103,7 @@ def test_authorize_continues_the_requests_trace(traced: Any) -> None:
 
         # a request that is not traced: no traceparent, no span on either side
         memory.clear()
-        assert isinstance(reactor.wait(remote.authorize(info("/x"), plan)), Allow)
+        assert isinstance(reactor.wait(remote.authorize(info("/x"), plan.route)), Allow)
         assert memory.get_finished_spans() == ()
     finally:
         reactor.wait(remote.close())

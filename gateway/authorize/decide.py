@@ -1,0 +1,290 @@
+"""Every request to a route that is not public, decided: the data plane's ``Authorizer``
+call, per configuration snapshot.
+
+The decision itself is ``evaluate`` (pure: route policy, the session as decisions see
+it, request facts); around it are the session's lookup, its fetch from another process
+or its token refresh when needed, and caches that keep the answer while nothing it
+rests on changes:
+
+- the decision per (session record, route, programmatic token or not), for
+  ``DECISION_TTL`` (the record object changes when the session is refreshed or ended);
+- a browser's next request to a route it was allowed on, per exact Cookie header and
+  route (``_allowed_again``), answered without opening its cookie or deciding again;
+- the session as decisions see it (``decision_session``: no e-mail the provider did not
+  vouch for, the directory's groups), per record and directory version.
+
+Sign-in is not decided here: a request without a session gets what ``SignIn`` answers
+(the authenticate layer's redirect or 401), and tokens are refreshed through it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import replace
+from typing import Any, NamedTuple, Protocol
+
+from twisted.internet.defer import Deferred, ensureDeferred
+from twisted.logger import Logger
+
+from gateway.authorize import answers
+from gateway.authorize.assertion import AssertionSigner, claim_headers
+from gateway.authorize.email import REFUSAL_TEXT, decision_view
+from gateway.authorize.evaluate import evaluate
+from gateway.authorize.hook import Allow, Decision, Deny, RequestInfo
+from gateway.caches import FifoCache
+from gateway.config.routes import Route
+from gateway.config.snapshot import Snapshot
+from gateway.observability.request_metrics import route_label
+from gateway.observability.tracing.active import start_child
+from gateway.pages.layout import Action, look_of
+from gateway.pages.rules import admits
+from gateway.sessions.lookup import COOKIE_CACHE, SessionLookup, cookie_and_authorization
+from gateway.sessions.model import Session
+from gateway.sessions.store import DirectoryGroups, SessionStore
+
+log = Logger()
+DECISION_CACHE = 20_000
+DECISION_TTL = 30.0  # well inside the assertion's reuse window
+
+
+class SignIn(Protocol):
+    """What deciding needs from sign-in (``gateway.authenticate.identity.Identity``)."""
+
+    def sign_in_answer(self, request: RequestInfo) -> Deny:
+        """No session: a redirect to sign in (browsers) or 401."""
+        ...
+
+    def switch_action(self, request: RequestInfo, uri: str = "") -> Action | None: ...
+
+    def refresh_due(self, session: Session) -> float:
+        """When the session's tokens must be refreshed (infinity: never)."""
+        ...
+
+    def refresh(self, session: Session) -> Awaitable[Session | None]: ...
+
+
+class Decided(NamedTuple):
+    session: Session  # the record as decisions saw it
+    until: float
+    allow: Allow
+
+
+class Remembered(NamedTuple):
+    sid: str
+    session: Session  # the record (not the view): ``store.get`` returns this object
+    until: float
+    allow: Allow
+    directory_version: int
+
+
+class View(NamedTuple):
+    record: Session
+    directory_version: int
+    session: Session  # as decisions see it
+    refusal: str  # why its e-mail was refused ("" when it was not)
+
+
+class Decider:
+    """The per-snapshot ``Authorizer.authorize``; one per ``Identity``."""
+
+    def __init__(self, snapshot: Snapshot, sessions: SessionLookup, store: SessionStore,
+                 signer: AssertionSigner, sign_in: SignIn, clock: Callable[[], float],
+                 directory: DirectoryGroups | None = None) -> None:
+        o = snapshot.options
+        self.options = o
+        self.look = look_of(o)
+        self.sessions = sessions
+        self.store = store
+        self.signer = signer
+        self.sign_in = sign_in
+        self.clock = clock
+        self.directory = directory
+        self.groups_available = bool(o.idp_service_account)
+        self.allow_unverified_email = o.idp_allow_unverified_email
+        # (session id, route index, programmatic token): ``_decide``
+        self._decisions: FifoCache[tuple[str, int, bool], Decided] = \
+            FifoCache(DECISION_CACHE)
+        # (Cookie header, route index): ``_allowed_again``
+        self._allowed: FifoCache[tuple[bytes, int], Remembered] = FifoCache(COOKIE_CACHE)
+        self._views: FifoCache[str, View] = FifoCache(DECISION_CACHE)
+        self._refusals_logged: set[str] = set()
+
+    def authorize(self, request: RequestInfo, route: Route) -> Decision | Deferred[Decision]:
+        span = start_child("session lookup", client=False)  # None unless traced
+        raw, authorization = cookie_and_authorization(request.headers)
+        if span is None and raw and not authorization:
+            allowed = self._allowed_again(request, route, raw)
+            if allowed is not None:
+                return allowed
+        session, sid, token = self.sessions.find(request.headers, raw, authorization)
+        if span is not None:
+            span.set("gateway.session.found", session is not None)
+            span.set("gateway.session.fetch", session is None and bool(sid)
+                     and self.store.needs_fetch)
+            span.end()
+        own_token = bool(token)
+        if session is None and sid and self.store.needs_fetch:
+            # A session another process created, or this one has not read yet.
+            return ensureDeferred(self._fetch_then_decide(request, route, sid, own_token))
+        if session is not None and self.sign_in.refresh_due(session) <= self.clock():
+            return ensureDeferred(self._refresh_then_decide(request, route, session,
+                                                            own_token))
+        decision = self._decide(request, route, session, own_token)
+        if session is not None and sid and not own_token and isinstance(decision, Allow):
+            self._remember_allowed(request, route, raw, sid, session, decision)
+        return decision
+
+    def _allowed_again(self, request: RequestInfo, route: Route, raw: bytes) -> Allow | None:
+        """The decision remembered for this exact Cookie header ``raw`` on this route,
+        while nothing it rests on has changed: the session record is the same object (not
+        ended, refreshed or replaced), and neither the cookie, the session, the tokens
+        (refresh) nor the decision cache has expired. (Requests with an Authorization
+        header take the full path: it may be a programmatic token.)"""
+        if request.method == b"OPTIONS":
+            return None
+        hit = self._allowed.get((raw, route.index))
+        if hit is None:
+            return None
+        if self.clock() < hit.until and self.store.get(hit.sid) is hit.session and (
+                self.directory is None or self.directory.version == hit.directory_version):
+            return hit.allow
+        return None
+
+    def _remember_allowed(self, request: RequestInfo, route: Route, raw: bytes, sid: str,
+                          session: Session, allow: Allow) -> None:
+        """Keep ``allow`` for ``_allowed_again``, valid as long as each thing that made
+        the full path answer it is: the cookie's seal, the session, the tokens before
+        their refresh, the decision cache's entry."""
+        if request.method == b"OPTIONS":
+            return
+        # (a header too long to cache has no remembered token: nothing is kept for it)
+        sealed_until = self.sessions.cookie_sealed_until(raw, sid)
+        decided = self._decisions.get((session.id, route.index, False))
+        if sealed_until is None or decided is None or decided.allow is not allow:
+            return
+        until = min(sealed_until, decided.until, session.expires_at,
+                    self.sign_in.refresh_due(session))
+        version = self.directory.version if self.directory is not None else 0
+        self._allowed.put((raw, route.index), Remembered(sid, session, until, allow, version))
+
+    async def _fetch_then_decide(self, request: RequestInfo, route: Route, sid: str,
+                                 own_token: bool) -> Decision:
+        try:
+            session = await self.store.fetch(sid)
+        except Exception as exc:  # storage down or unreadable: never a false "allowed"
+            log.error("session storage unavailable: {error}", error=str(exc))
+            return self.error(503, "Sessions cannot be read right now; try again shortly.",
+                              request.headers, "session-storage-unavailable")
+        if session is not None and not session.valid(self.clock()):
+            session = None
+        if session is not None and self.sign_in.refresh_due(session) <= self.clock():
+            return await self._refresh_then_decide(request, route, session, own_token)
+        return self._decide(request, route, session, own_token)
+
+    async def _refresh_then_decide(self, request: RequestInfo, route: Route,
+                                   session: Session, own_token: bool) -> Decision:
+        refreshed = await self.sign_in.refresh(session)
+        return self._decide(request, route, refreshed, own_token)
+
+    def decision_session(self, session: Session) -> tuple[Session, str]:
+        """The session as every decision and what it hands on see it, and why its e-mail
+        was refused (``""``: it was not): without an e-mail the provider did not vouch
+        for (``gateway.authorize.email``), and with its directory groups when
+        ``idp_service_account`` describes a directory (matched by that e-mail too).
+
+        One object per session record and directory version, so decision caches keyed
+        on the object see a change of either; the same object as the record when there
+        is nothing to change."""
+        version = self.directory.version if self.directory is not None else 0
+        hit = self._views.get(session.id)
+        if hit is not None and hit.record is session and hit.directory_version == version:
+            return hit.session, hit.refusal
+        view, refusal = decision_view(session, self.allow_unverified_email)
+        if refusal and session.id not in self._refusals_logged:
+            if len(self._refusals_logged) >= DECISION_CACHE:
+                self._refusals_logged.clear()
+            self._refusals_logged.add(session.id)
+            log.warn("the e-mail {claimed!r} of user {user_id} is not used for access "
+                     "decisions: {why} ({reason}); rules that need an e-mail address do "
+                     "not match", claimed=session.email, user_id=session.user_id,
+                     why=REFUSAL_TEXT[refusal], reason=refusal)
+        if self.directory is not None:
+            view = replace(view, groups=self.directory.groups_for(view.user_id, view.email))
+        elif not refusal:
+            return session, ""
+        self._views.put(session.id, View(session, version, view, refusal))
+        return view, refusal
+
+    def _decide(self, request: RequestInfo, route: Route, session: Session | None,
+                own_token: bool) -> Decision:
+        """``own_token``: the request carries a programmatic token (``Authorization:
+        Gateway``), which the upstream must not see."""
+        now = self.clock()
+        refusal = claimed = ""
+        if session is not None:
+            claimed = session.email
+            session, refusal = self.decision_session(session)
+        key: tuple[str, int, bool] | None = None
+        if session is not None and request.method != b"OPTIONS":
+            # Decision and identity headers per (session record, route) for a short
+            # while: the record object changes when the session is refreshed or ended.
+            key = (session.id, route.index, own_token)
+            hit = self._decisions.get(key)
+            if hit is not None and hit.session is session and now < hit.until:
+                return hit.allow
+        decision = evaluate(route, request.method, request.headers, session, now,
+                            self.groups_available, refusal)
+        if decision.allowed:
+            allow = self._allow(route, session, own_token, decision.reason)
+            if key is not None and session is not None:
+                self._decisions.put(key, Decided(session, now + DECISION_TTL, allow))
+            return allow
+        if decision.status == 401:
+            return self.sign_in.sign_in_answer(request)
+        return self._denied(request, route, session, decision.reasons, refusal, claimed)
+
+    def _denied(self, request: RequestInfo, route: Route, session: Session | None,
+                reasons: tuple[str, ...], refusal: str, claimed: str) -> Deny:
+        text = ", ".join(reasons)
+        log.info("access denied to {host}{path} for {user}: {reasons}", host=request.host,
+                 path=request.path, user=(session.email or session.user_id) if session else "-",
+                 reasons=text, user_id=session.user_id if session else None,
+                 route=route_label(route), client=request.client_ip)
+        who = (session.email or session.user_id) if session else ""
+        message = (f"You are signed in as {who}, but this route does not allow you in."
+                   if who else "You are signed in, but this route does not allow you in.")
+        if refusal and refusal in reasons:
+            # A sentence of its own, without the name shown beside it (the error page
+            # leaves out a sentence that repeats who is signed in).
+            address = f" ({claimed})" if claimed != who else ""
+            message = (f"This route needs your e-mail address, and {REFUSAL_TEXT[refusal]}"
+                       f"{address}.")
+        if "groups-need-service-account" in reasons:
+            message += (" Group rules need idp_service_account, which is not configured.")
+        actions = tuple(a for a in (self.sign_in.switch_action(request),
+                                    Action("Who am I?", "/.gateway/", "get", primary=False))
+                        if a is not None)
+        denied = self.error(403, message, request.headers, f"denied: {text}", who=who,
+                            admits=admits(route, self.groups_available),
+                            actions=actions, host=request.host)
+        if session is None:
+            return denied
+        return replace(denied, user_id=session.user_id, email=session.email)
+
+    def error(self, status: int, message: str, headers: list[tuple[bytes, bytes]],
+              reason: str, extra: tuple[tuple[bytes, bytes], ...] = (), **more: Any) -> Deny:
+        """An error page of the family with this snapshot's look."""
+        return answers.error(status, message, headers, reason, extra, look=self.look,
+                             **more)
+
+    def _allow(self, route: Route, session: Session | None, own_token: bool,
+               reason: str = "") -> Allow:
+        headers: list[tuple[bytes, bytes]] = []
+        if route.pass_identity_headers and session is not None:
+            headers.append((b"x-gateway-jwt-assertion",
+                            self.signer.sign(session, route.host).encode()))
+            headers.extend(claim_headers(self.options.jwt_claims_headers, session))
+        return Allow(tuple(headers), frozenset({b"authorization"}) if own_token
+                     else frozenset(), strip_cookie=self.options.cookie_name, reason=reason,
+                     user_id=session.user_id if session else "",
+                     email=session.email if session else "")
