@@ -1,4 +1,4 @@
-"""Sign-in, sessions and authorization on top of the data plane's hook.
+"""Sign-in: the per-snapshot state behind the gateway's own endpoints and sign-in answers.
 
 Browser flow (route host ``app``, authenticate host ``auth``, no shared cookie domain):
 

@@ -1,1 +1,2 @@
-"""The databroker: where sessions (and later users and groups) are kept."""
+"""The databroker: where sessions and directory users and groups are kept (memory or
+Redis), and the change stream every process sharing them follows."""

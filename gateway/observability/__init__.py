@@ -1,1 +1,1 @@
-"""Observability for the gateway: structured logging (and, later, metrics and tracing)."""
+"""Observability for the gateway: structured logging, Prometheus metrics, tracing."""

@@ -1,7 +1,7 @@
 """The one bridge between the reactor and gRPC: an asyncio loop in one dedicated thread.
 
-The data plane stays on Twisted's epoll reactor (ARCHITECTURE.md: an asyncio reactor costs
-a third of the throughput), so ``grpc.aio`` gets a loop of its own in a thread named
+The data plane stays on Twisted's epoll reactor (an asyncio reactor costs a third of
+its throughput), so ``grpc.aio`` gets a loop of its own in a thread named
 ``grpc-aio``. Crossing goes through here only, both ways:
 
 - reactor → loop: ``submit(factory)`` runs ``factory()`` (a coroutine) on the loop and

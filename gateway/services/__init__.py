@@ -1,1 +1,2 @@
-"""The four logical services and the base class they share."""
+"""The services of the tree: the proxy (listeners and data plane), the metrics endpoint,
+readiness, and the logical services a split deployment names."""

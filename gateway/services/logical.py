@@ -1,7 +1,9 @@
-"""The authenticate, authorize and databroker services (filled in by their own issues).
+"""The authenticate, authorize and databroker services as named nodes of the tree.
 
-Each already follows configuration snapshots, so the service tree, start-up, reload
-and shutdown are exercised end to end before their features land.
+Their work is done by what ``gateway.tree`` hangs under or beside them (the databroker
+under ``DataBrokerService``; the identity holder, the gRPC servers and the proxy's
+listeners beside the others); each follows configuration snapshots, and its name is
+what ``services`` selected, shown in the tree and its start-up and stop lines.
 """
 
 from __future__ import annotations

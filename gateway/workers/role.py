@@ -1,4 +1,4 @@
-"""What makes a process a worker rather than a whole gateway (``tap`` reads it)."""
+"""What makes a process a worker rather than a whole gateway (``gateway.tree`` reads it)."""
 
 from __future__ import annotations
 
