@@ -10,12 +10,14 @@ Arrows point down this list (a package imports only from those below it):
   endpoints, the authorization hook, the upstream relay, the request head an upstream
   receives, the access log.
 - ``forwardauth``: the URL a third-party proxy asks about, and the answer it gets.
-- ``pipes``: raw byte pipes once a connection stops being HTTP (websocket/SPDY upgrades).
+- ``pipes``: kernel-side relaying of the byte pipes (``gateway.net.pipe``) once a
+  connection stops being HTTP (websocket/SPDY upgrades, CONNECT tunnels).
 - ``health``: active health checks and the manager running them for the current plan.
 - ``core``: per-listener state (plan, pool, authorizer, timeouts watchdog).
 - ``routing``: the plan compiled per configuration snapshot, host/path matching,
   redirect routes.
-- ``upstream``: upstream hosts and their live state, load balancers, the connection pool.
+- ``upstream``: upstream hosts and their live state, load balancers, the HTTP/1.1
+  client connection and its pool (endpoints come from ``gateway.net``).
 - ``fastio``, ``tlsio``: direct socket writes, the listener's TLS transport.
 
 Below the whole data plane: the authorization hook's types (``gateway.authorize.hook``)

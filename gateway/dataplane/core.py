@@ -20,13 +20,13 @@ from gateway.authorize.hook import Authorizer, NotYetAuthorizer
 from gateway.dataplane.limit import ConnectionLimit, auto_max_connections
 from gateway.dataplane.penalty import Penalties
 from gateway.dataplane.routing.plan import Plan
-from gateway.dataplane.upstream.pool import Pool, family_resolver
+from gateway.dataplane.upstream.pool import Pool
+from gateway.net.endpoints import family_resolver
 
 if TYPE_CHECKING:
     from gateway.observability.tracing.tracer import Tracer
 
 log = Logger()
-CLOSE_GRACE = 10.0  # seconds an orderly close may take before the connection is aborted
 HANDSHAKE_LIMIT = 10.0  # seconds, at most, for the PROXY header and the TLS handshake
 
 

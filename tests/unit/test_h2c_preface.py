@@ -20,8 +20,9 @@ from gateway.dataplane.codecs.h2_engine import ErrorCode
 from gateway.dataplane.codecs.http1 import MAX_TARGET, Http1Connection
 from gateway.dataplane.codecs.http2 import PREFACE, H2Connection
 from gateway.dataplane.codecs.switch import HTTP1, NOT_HTTP1, ProtocolSwitch, first_line
-from gateway.dataplane.core import CLOSE_GRACE, ProxyCore
+from gateway.dataplane.core import ProxyCore
 from gateway.dataplane.routing.plan import build_plan
+from gateway.net.pipe import CLOSE_GRACE
 from tests.support import h2frames as f
 
 from .test_connection_setup import CLIENT, TICK

@@ -801,7 +801,7 @@ class CloseTests(Http1TestCase):
 
     def test_close_that_never_completes_is_aborted(self) -> None:
         """An orderly close still going after CLOSE_GRACE is aborted by the watchdog."""
-        from gateway.dataplane.core import CLOSE_GRACE
+        from gateway.net.pipe import CLOSE_GRACE
 
         self.send(get(b"/ping", extra=b"Connection: close\r\n"))
         self.assertTrue(self.client.disconnecting)

@@ -367,7 +367,7 @@ class CloseGraceTests(SynchronousTestCase):
     def test_close_that_never_completes_is_aborted(self) -> None:
         """An idle connection closed in order (GOAWAY) whose close never completes (a TLS
         peer that never answers close_notify) is aborted after CLOSE_GRACE."""
-        from gateway.dataplane.core import CLOSE_GRACE
+        from gateway.net.pipe import CLOSE_GRACE
 
         reactor = MemoryReactorClock()
         core = ProxyCore(reactor, build_plan(SNAPSHOT), tls=False)

@@ -27,7 +27,7 @@ TIERS: tuple[tuple[str, ...], ...] = (
     ("dataplane", "databroker"),
     ("directory", "authorize"),
     ("tls", "observability", "pages"),
-    ("autocert", "sessions"),
+    ("autocert", "sessions", "net"),
     ("config", "connect", "budget", "caches", "wire", "__init__"),
 )
 DATAPLANE: tuple[tuple[str, ...], ...] = (

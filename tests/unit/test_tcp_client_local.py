@@ -17,7 +17,7 @@ from gateway.cli.tcp.dial import GatewayConnection
 from gateway.cli.tcp.local import LINGER, LocalSide, Outcome
 from gateway.cli.tcp.messages import TunnelError
 from gateway.cli.tcp.stdio import StdioEnds
-from gateway.dataplane.core import CLOSE_GRACE
+from gateway.net.pipe import CLOSE_GRACE
 
 OK = b"HTTP/1.1 200 Connection established\r\n\r\n"
 

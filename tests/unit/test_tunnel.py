@@ -17,8 +17,8 @@ from twisted.trial.unittest import SynchronousTestCase
 from gateway.authorize.hook import Allow, Decision, Deny, RequestInfo
 from gateway.dataplane.codecs.http1 import Http1Connection
 from gateway.dataplane.core import ProxyCore
-from gateway.dataplane.pipes.pipe import Pipe
 from gateway.dataplane.routing.plan import build_plan
+from gateway.net.pipe import Pipe
 from gateway.wire.normalize import BadTarget, connect_authority
 from tests.support.memory_upstream import MemoryUpstream
 
@@ -168,7 +168,7 @@ class PipeTests(SynchronousTestCase):
     def test_close_that_cannot_finish_is_aborted(self) -> None:
         """Closing toward a peer that stopped reading (data still buffered) or never
         answers close_notify: aborted after CLOSE_GRACE."""
-        from gateway.dataplane.core import CLOSE_GRACE
+        from gateway.net.pipe import CLOSE_GRACE
 
         self.pipe.from_b(b"unread by a stuck client")
         self.pipe.close("idle timeout")

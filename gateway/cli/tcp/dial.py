@@ -39,7 +39,7 @@ from gateway.cli.tcp.wire import (
     error_detail,
 )
 from gateway.connect import connect_protocol
-from gateway.dataplane.pipes.pipe import Pipe
+from gateway.net.pipe import Pipe
 
 ANSWER_TIMEOUT = 30.0  # seconds from connecting to the answer's head (TLS included)
 

@@ -18,7 +18,7 @@ from twisted.web.iweb import IAgentEndpointFactory
 from zope.interface import implementer
 
 from gateway.cli.tcp.options import GatewayURL
-from gateway.dataplane.upstream.pool import client_endpoint
+from gateway.net.endpoints import client_endpoint
 from gateway.tls.client import TLSClientConfig, connection_creator
 
 CONNECT_TIMEOUT = 10.0  # seconds to establish the TCP connection to the gateway

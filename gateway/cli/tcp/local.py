@@ -25,7 +25,7 @@ from zope.interface import implementer
 
 from gateway.cli.tcp.dial import GatewayConnection
 from gateway.cli.tcp.messages import TunnelError
-from gateway.dataplane.pipes.pipe import Pipe
+from gateway.net.pipe import Pipe
 
 LINGER = 2.0  # seconds of quiet after the local side's end, over TLS
 

@@ -22,15 +22,15 @@ from twisted.python.failure import Failure
 from zope.interface import implementer
 
 from gateway.dataplane.codecs.connection_tls import ConnectionTLS
-from gateway.dataplane.core import CLOSE_GRACE, ProxyCore
+from gateway.dataplane.core import ProxyCore
 from gateway.dataplane.exchange.base import BODY_CHUNKED, BODY_LENGTH, ExchangeBase
 from gateway.dataplane.exchange.recheck import UpgradeWatch
 from gateway.dataplane.exchange.request import Exchange
 from gateway.dataplane.fastio import direct_writer, write_now
-from gateway.dataplane.pipes.pipe import Pipe
 from gateway.dataplane.pipes.splice import SplicePipe, can_splice
 from gateway.dataplane.routing.router import normalise_host
-from gateway.dataplane.upstream.pool import NoCallbacks, UpstreamConnection
+from gateway.dataplane.upstream.http1_client import NoCallbacks, UpstreamConnection
+from gateway.net.pipe import CLOSE_GRACE, Pipe
 from gateway.observability.tracing.propagation import CONTEXT_NAMES
 from gateway.pages.answer import error_answer
 from gateway.pages.layout import look_of

@@ -40,11 +40,11 @@ from gateway.dataplane.codecs.h2_guard import (
     next_turn_end,
     stall_timeout,
 )
-from gateway.dataplane.core import CLOSE_GRACE, ProxyCore
+from gateway.dataplane.core import ProxyCore
 from gateway.dataplane.exchange.base import BODY_CHUNKED, BODY_LENGTH, ExchangeBase
 from gateway.dataplane.exchange.request import Exchange
 from gateway.dataplane.fastio import direct_writer, write_now
-from gateway.dataplane.pipes.pipe import Pipe
+from gateway.net.pipe import CLOSE_GRACE, Pipe
 from gateway.observability.tracing.propagation import CONTEXT_NAMES
 from gateway.wire.normalize import BadTarget, connect_authority, normalise_target
 

@@ -27,7 +27,8 @@ from zope.interface import implementer
 from gateway.dataplane.codecs.h2_engine import GOAWAY, SETTINGS, ErrorCode, frame
 from gateway.dataplane.codecs.http1 import MAX_TARGET, Http1Connection
 from gateway.dataplane.codecs.http2 import PREFACE, H2Connection
-from gateway.dataplane.core import CLOSE_GRACE, ProxyCore
+from gateway.dataplane.core import ProxyCore
+from gateway.net.pipe import CLOSE_GRACE
 
 SETUP_EXPIRED = "setup"  # PROXY header or TLS handshake not done in time
 IDLE_EXPIRED = "idle"  # set up, but no request byte within timeout_idle

@@ -18,7 +18,7 @@ from gateway.dataplane.core import ProxyCore
 from gateway.dataplane.exchange.access import log_access
 from gateway.dataplane.routing.plan import RoutePlan
 from gateway.dataplane.upstream.hosts import UpstreamHost
-from gateway.dataplane.upstream.pool import UpstreamConnection
+from gateway.dataplane.upstream.http1_client import UpstreamConnection
 from gateway.pages.answer import error_answer
 from gateway.pages.layout import look_of
 from gateway.wire.headers import forwarded_for

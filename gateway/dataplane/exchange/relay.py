@@ -22,7 +22,9 @@ from gateway.dataplane.exchange.base import ExchangeBase, Sink
 from gateway.dataplane.exchange.measure import observe_upstream
 from gateway.dataplane.exchange.request_head import upstream_request_head
 from gateway.dataplane.upstream.hosts import UpstreamHost
-from gateway.dataplane.upstream.pool import Pool, UpstreamConnection, connect_failure
+from gateway.dataplane.upstream.http1_client import UpstreamConnection
+from gateway.dataplane.upstream.pool import Pool
+from gateway.net.endpoints import connect_failure
 from gateway.wire.headers import (
     HOP_BY_HOP,
     NAME_INFO,

@@ -30,7 +30,7 @@ from gateway.dataplane.exchange.recheck import Reauthorized
 from gateway.dataplane.fastio import direct_writer, write_now
 from gateway.dataplane.routing.plan import RoutePlan
 from gateway.dataplane.upstream.hosts import UpstreamHost
-from gateway.dataplane.upstream.pool import client_endpoint, connect_failure
+from gateway.net.endpoints import client_endpoint, connect_failure
 from gateway.tls.client import is_ip_literal
 
 CONNECT_TIMEOUT = 10.0  # when the route has no timeout of its own

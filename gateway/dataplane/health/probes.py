@@ -37,7 +37,7 @@ from zope.interface import implementer
 from gateway.config.upstreams import HealthCheck, Upstream
 from gateway.connect import connect_protocol
 from gateway.dataplane.upstream.hosts import UpstreamHost
-from gateway.dataplane.upstream.pool import client_endpoint
+from gateway.net.endpoints import client_endpoint
 from gateway.tls.client import TLSClientConfig, connection_creator
 
 #: ``probe(reactor, host, check, tls)``: fires True (healthy) or False, never fails.

@@ -1,3 +1,3 @@
-"""Byte pipes between a client and an upstream: websocket/SPDY upgrades (and CONNECT
-tunnels).
+"""Kernel-side relaying (``splice``) for the byte pipes of websocket/SPDY upgrades and
+CONNECT tunnels (the pipe itself is ``gateway.net.pipe``, shared with ``gateway tcp``).
 """

@@ -28,7 +28,7 @@ from twisted.internet.error import ConnectionDone
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
-from gateway.dataplane.pipes.pipe import PipeBase
+from gateway.net.pipe import PipeBase
 
 log = Logger()
 

@@ -16,7 +16,8 @@ from typing import Any
 from twisted.protocols.policies import ProtocolWrapper
 from twisted.protocols.tls import TLSMemoryBIOProtocol
 
-from gateway.dataplane.core import CLOSE_GRACE
+CLOSE_GRACE = 10.0  # seconds an orderly close may take before the connection is aborted
+
 
 
 def half_closeable(transport: Any) -> bool:
