@@ -16,6 +16,7 @@ from twisted.python import usage
 
 from gateway.config import ConfigErrors, load_snapshot
 from gateway.tree import apply_logging, build_service_tree
+from gateway.twisted_ext.dispatch import lean_dispatch
 
 
 class Options(usage.Options):
@@ -54,6 +55,8 @@ class Options(usage.Options):
 
 def makeService(options: Options) -> IService:
     from twisted.internet import reactor
+
+    lean_dispatch(reactor)
 
     return build_service_tree(
         options["snapshot"], options["config"], reactor, options["poll-interval"]

@@ -18,6 +18,7 @@ from gateway.config import ConfigErrors, load_snapshot
 from gateway.config.source import ConfigSource
 from gateway.observability import logging as gateway_logging
 from gateway.tree import apply_logging, build_service_tree
+from gateway.twisted_ext.dispatch import lean_dispatch
 from gateway.workers.child import (
     SupervisorLink,
     WorkerLog,
@@ -48,6 +49,7 @@ def main(argv: Sequence[str] | None = None) -> None:
 
     from twisted.internet import reactor
 
+    lean_dispatch(reactor)
     apply_logging(snapshot)
     link = SupervisorLink(reactor)
     root = build_service_tree(snapshot, args.config, reactor,

@@ -18,7 +18,6 @@ Arrows point down this list (a package imports only from those below it):
   redirect routes.
 - ``upstream``: upstream hosts and their live state, load balancers, the HTTP/1.1
   client connection and its pool (endpoints come from ``gateway.net``).
-- ``fastio``, ``tlsio``: direct socket writes, the listener's TLS transport.
 
 Below the whole data plane: the authorization hook's types (``gateway.authorize.hook``)
 and the wire layer (``gateway.wire``: the request-target normaliser, header rules, the

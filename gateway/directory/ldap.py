@@ -29,11 +29,11 @@ from zope.interface import implementer
 
 from gateway.config.ldap_filter import parse_filter
 from gateway.config.service_account import LDAPAccount
-from gateway.connect import connect_protocol
 from gateway.directory import ldap_wire
 from gateway.directory.membership import GroupEntry, UserEntry, build_directory
 from gateway.directory.model import Directory, DirectoryError
 from gateway.tls.client import TLSClientConfig, connection_creator
+from gateway.twisted_ext.connect import connect_protocol
 
 #: Connection attempts give up after this long (the whole run is bounded by the caller).
 CONNECT_TIMEOUT = 30.0

@@ -17,7 +17,6 @@ from gateway.config.snapshot import Snapshot
 from gateway.config.source import ConfigSource
 from gateway.dataplane.codecs.switch import HTTPFactory
 from gateway.dataplane.core import ProxyCore
-from gateway.dataplane.dispatch import lean_dispatch
 from gateway.dataplane.health.manager import HealthManager
 from gateway.dataplane.listeners.http_redirect import RedirectFactory
 from gateway.dataplane.listeners.shared import AdoptedEndpoint
@@ -143,7 +142,6 @@ class ProxyService(SnapshotService):
     def startService(self) -> None:
         super().startService()
         if self.core is not None:
-            lean_dispatch(self.core.reactor)
             self.health.update(self.core.plan)
 
     def stopService(self) -> Deferred[None] | None:

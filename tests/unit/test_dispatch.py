@@ -9,7 +9,7 @@ from twisted.internet.epollreactor import EPollReactor
 from twisted.internet.testing import MemoryReactorClock
 from twisted.trial.unittest import SynchronousTestCase
 
-from gateway.dataplane.dispatch import lean_dispatch
+from gateway.twisted_ext.dispatch import lean_dispatch
 
 
 class _Reader:

@@ -28,7 +28,7 @@ TIERS: tuple[tuple[str, ...], ...] = (
     ("directory", "authorize"),
     ("tls", "observability", "pages"),
     ("autocert", "sessions", "net"),
-    ("config", "connect", "budget", "caches", "wire", "__init__"),
+    ("config", "twisted_ext", "budget", "caches", "wire", "__init__"),
 )
 DATAPLANE: tuple[tuple[str, ...], ...] = (
     ("listeners",),
@@ -38,9 +38,7 @@ DATAPLANE: tuple[tuple[str, ...], ...] = (
     ("pipes", "health"),
     ("core",),
     ("routing",),
-    ("upstream", "limit", "penalty", "dispatch"),
-    ("tlsio",),
-    ("fastio",),
+    ("upstream", "limit", "penalty"),
     ("__init__",),
 )
 

@@ -1,4 +1,4 @@
-"""The listener's TLS transport (``gateway.dataplane.tlsio``): ciphertext leaves at once
+"""The listener's TLS transport (``gateway.twisted_ext.tlsio``): ciphertext leaves at once
 on an idle socket, a full socket falls back to Twisted's buffer and flow control, and
 reads deliver every record, close_notify included. A real TCP transport over a
 socketpair on a ``MemoryReactorClock`` (no reactor runs); the client is pyOpenSSL on
@@ -21,7 +21,7 @@ from twisted.trial.unittest import SynchronousTestCase
 from zope.interface import implementer
 
 from gateway.dataplane.listeners.proxyproto import ProxyHeaderFactory
-from gateway.dataplane.tlsio import FastTLSFactory, FastTLSProtocol
+from gateway.twisted_ext.tlsio import FastTLSFactory, FastTLSProtocol
 
 _CA = trustme.CA()
 _LEAF = _CA.issue_cert("gateway.test")

@@ -38,8 +38,8 @@ from gateway.cli.tcp.wire import (
     connect_request,
     error_detail,
 )
-from gateway.connect import connect_protocol
 from gateway.net.pipe import Pipe
+from gateway.twisted_ext.connect import connect_protocol
 
 ANSWER_TIMEOUT = 30.0  # seconds from connecting to the answer's head (TLS included)
 

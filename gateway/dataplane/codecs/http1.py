@@ -26,7 +26,6 @@ from gateway.dataplane.core import ProxyCore
 from gateway.dataplane.exchange.base import BODY_CHUNKED, BODY_LENGTH, ExchangeBase
 from gateway.dataplane.exchange.recheck import UpgradeWatch
 from gateway.dataplane.exchange.request import Exchange
-from gateway.dataplane.fastio import direct_writer, write_now
 from gateway.dataplane.pipes.splice import SplicePipe, can_splice
 from gateway.dataplane.routing.router import normalise_host
 from gateway.dataplane.upstream.http1_client import NoCallbacks, UpstreamConnection
@@ -34,6 +33,7 @@ from gateway.net.pipe import CLOSE_GRACE, Pipe
 from gateway.observability.tracing.propagation import CONTEXT_NAMES
 from gateway.pages.answer import error_answer
 from gateway.pages.layout import look_of
+from gateway.twisted_ext.fastio import direct_writer, write_now
 from gateway.wire.headers import NAME_INFO, learn_name, named_tokens
 from gateway.wire.normalize import (
     BadTarget,

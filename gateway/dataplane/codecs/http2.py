@@ -43,9 +43,9 @@ from gateway.dataplane.codecs.h2_guard import (
 from gateway.dataplane.core import ProxyCore
 from gateway.dataplane.exchange.base import BODY_CHUNKED, BODY_LENGTH, ExchangeBase
 from gateway.dataplane.exchange.request import Exchange
-from gateway.dataplane.fastio import direct_writer, write_now
 from gateway.net.pipe import CLOSE_GRACE, Pipe
 from gateway.observability.tracing.propagation import CONTEXT_NAMES
+from gateway.twisted_ext.fastio import direct_writer, write_now
 from gateway.wire.normalize import BadTarget, connect_authority, normalise_target
 
 log = Logger()

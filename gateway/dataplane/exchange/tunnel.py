@@ -22,16 +22,16 @@ from twisted.python.failure import Failure
 from zope.interface import implementer
 
 from gateway.authorize.hook import RequestInfo
-from gateway.connect import connect_protocol
 from gateway.dataplane.core import ProxyCore
 from gateway.dataplane.exchange.access import Logged, log_access
 from gateway.dataplane.exchange.base import Sink
 from gateway.dataplane.exchange.recheck import Reauthorized
-from gateway.dataplane.fastio import direct_writer, write_now
 from gateway.dataplane.routing.plan import RoutePlan
 from gateway.dataplane.upstream.hosts import UpstreamHost
 from gateway.net.endpoints import client_endpoint, connect_failure
 from gateway.tls.client import is_ip_literal
+from gateway.twisted_ext.connect import connect_protocol
+from gateway.twisted_ext.fastio import direct_writer, write_now
 
 CONNECT_TIMEOUT = 10.0  # when the route has no timeout of its own
 _CONNECT_MESSAGES = {

@@ -35,10 +35,10 @@ from twisted.python.failure import Failure
 from zope.interface import implementer
 
 from gateway.config.upstreams import HealthCheck, Upstream
-from gateway.connect import connect_protocol
 from gateway.dataplane.upstream.hosts import UpstreamHost
 from gateway.net.endpoints import client_endpoint
 from gateway.tls.client import TLSClientConfig, connection_creator
+from gateway.twisted_ext.connect import connect_protocol
 
 #: ``probe(reactor, host, check, tls)``: fires True (healthy) or False, never fails.
 Probe = Callable[[Any, UpstreamHost, HealthCheck, "TLSClientConfig | None"], "Deferred[bool]"]

@@ -24,8 +24,8 @@ from gateway.dataplane.limit import ConnectionLimit
 from gateway.dataplane.listeners.proxyproto import ProxyHeaderFactory
 from gateway.dataplane.listeners.tarpit import Tarpit
 from gateway.dataplane.penalty import Penalties
-from gateway.dataplane.tlsio import FastTLSFactory
 from gateway.tls.server import ServerTLS
+from gateway.twisted_ext.tlsio import FastTLSFactory
 
 
 def server_endpoint(reactor: Any, address: str) -> IStreamServerEndpoint:

@@ -16,8 +16,8 @@ import httptools
 from twisted.internet.protocol import Protocol
 from twisted.python.failure import Failure
 
-from gateway.dataplane.fastio import direct_writer, write_now
 from gateway.tls.client import TLSClientConfig
+from gateway.twisted_ext.fastio import direct_writer, write_now
 
 PoolKey = tuple[str, str, int, TLSClientConfig | None]
 

@@ -11,11 +11,11 @@ from twisted.internet.endpoints import wrapClientTLS
 from twisted.internet.interfaces import IStreamClientEndpoint
 from twisted.internet.task import LoopingCall
 
-from gateway.connect import connect_protocol
 from gateway.dataplane.upstream.hosts import UpstreamHost
 from gateway.dataplane.upstream.http1_client import PoolKey, UpstreamConnection
 from gateway.net.endpoints import client_endpoint
 from gateway.tls.client import TLSClientConfig, is_ip_literal
+from gateway.twisted_ext.connect import connect_protocol
 
 # Idle connections kept per upstream. A busy HTTP/2 client has up to 128 requests in
 # flight per connection: with 128 kept (the old bound), h2load -c50 -m10 (500 at once)

@@ -43,7 +43,7 @@ from twisted.protocols.policies import ProtocolWrapper
 from twisted.protocols.tls import TLSMemoryBIOFactory, TLSMemoryBIOProtocol
 from twisted.python.failure import Failure
 
-from gateway.dataplane.fastio import direct_writer, write_now
+from gateway.twisted_ext.fastio import direct_writer, write_now
 
 READ_SIZE = 1 << 16  # > one TLS record (16 KiB + overhead): one SSL_read per record
 OUT_SIZE = 1 << 16

@@ -7,8 +7,9 @@ proxied request has two events (the client's read and the upstream's): 4-7 % of 
 CPU. The context only labels legacy ``log.msg``/``log.err`` events with a ``system``;
 the gateway logs through ``twisted.logger``, labelled by namespace.
 
-``lean_dispatch`` gives the running reactor (an ``EPollReactor`` only; any other is
-left alone) the same poll loop calling ``_doReadOrWrite`` directly. What
+``lean_dispatch`` gives the reactor (an ``EPollReactor`` only; any other is left
+alone) the same poll loop calling ``_doReadOrWrite`` directly; the process entry points
+(``gateway.tap``, ``gateway.worker``) apply it to the global reactor before it runs. What
 ``callWithLogger`` added besides the label is kept: an exception that escapes an event
 is logged and the loop goes on.
 """
