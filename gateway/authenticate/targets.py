@@ -24,7 +24,7 @@ _AUTHORITY = re.compile(r"(?:[^@]*@)?(?:\[[^\[\]]*\]|[^\[\]:]*)(?::[0-9]*)?")
 
 
 def _split(uri: str) -> SplitResult | None:
-    """``urlsplit``, or None for a URI no browser reads as one (found by fuzzing: a port
+    """``urlsplit``, or None for a URI no browser reads as one (such as a port
     that is no number, ``[::1][9``)."""
     try:
         parts = urlsplit(uri)
@@ -56,7 +56,6 @@ def safe_target(uri: str, allowed_hosts: set[str]) -> bool:
     if parts is None:
         return False
     # any "@": an empty user info ("http://@host/") has no username or password
-    # (found by fuzzing)
     if parts.scheme not in ("http", "https") or "@" in parts.netloc:
         return False
     host = (parts.hostname or "").lower()

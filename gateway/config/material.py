@@ -41,7 +41,7 @@ class Reader:
         return path if os.path.isabs(path) else os.path.normpath(os.path.join(self.base_dir, path))
 
     def read(self, location: str) -> bytes:
-        if "\0" in location:  # found by fuzzing: open() raised ValueError, a traceback
+        if "\0" in location:  # open() would raise ValueError, not the OSError expected
             raise OSError(f"{location!r}: a file name cannot hold a NUL character")
         path = self.resolve(location)
         self.files.add(path)

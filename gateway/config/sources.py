@@ -66,7 +66,7 @@ def parse_file_bytes(data: bytes, path: str, problems: Problems) -> dict[str, An
     except (yaml.YAMLError, json.JSONDecodeError, tomllib.TOMLDecodeError, ValueError) as exc:
         problems.error("", f"config: cannot parse {path} as {fmt}: {_one_line(exc)}")
         return {}
-    except RecursionError:  # found by fuzzing: [[[[... thousands deep
+    except RecursionError:  # "[[[[..." thousands deep
         problems.error("", f"config: cannot parse {path} as {fmt}: {NESTED_TOO_DEEPLY}")
         return {}
     if loaded is None:

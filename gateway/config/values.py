@@ -35,13 +35,13 @@ NESTED_TOO_DEEPLY = "values are nested too deeply"
 
 
 # libyaml's scanner when PyYAML has it: the pure-Python one takes time quadratic in the
-# nesting depth (found by fuzzing: 2 s for a 2 KB file of "[[[[...", hours for 64 KB,
-# all of it in the reactor thread on a reload); libyaml stops at depth 1000.
+# nesting depth (a small file of "[[[[..." holds the reactor thread for seconds on a
+# reload); libyaml stops at depth 1000.
 _SAFE_LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 def yaml_load(text: str) -> Any:
-    """``yaml.safe_load``; nesting deeper than Python's recursion limit (found by fuzzing:
+    """``yaml.safe_load``; nesting deeper than Python's recursion limit (such as
     ``[[[[...``) is a ``yaml.YAMLError`` like any other unreadable text, not a crash."""
     try:
         return yaml.load(text, Loader=_SAFE_LOADER)

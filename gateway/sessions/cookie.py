@@ -26,8 +26,8 @@ def parse_cookies(headers: Iterable[tuple[bytes, bytes]]) -> dict[str, str]:
 
 def _name_and_value(part: str) -> tuple[str, str, str]:
     """One ``name=value`` of a Cookie header, read the same way by ``parse_cookies`` and
-    ``strip_cookie`` (found by fuzzing: the two stripped different whitespace, so
-    ``\x1f_gateway_1=...`` was the gateway's cookie to one and forwarded by the other)."""
+    ``strip_cookie``: if the two stripped different whitespace, a name such as
+    ``\x1f_gateway_1`` would be the gateway's cookie to one and forwarded by the other."""
     return part.strip().partition("=")
 
 

@@ -76,9 +76,8 @@ class _Reject(Exception):
 
 class _Closing(Exception):
     """Raised from a parser callback to stop reading requests: the connection is closing
-    (a response said ``connection: close``), so what follows in the same read is not
-    served (found by fuzzing: a pipelined request after a 404 with ``connection: close``
-    was forwarded and answered after it)."""
+    (a response said ``connection: close``), so what follows in the same read (a
+    pipelined request) is neither forwarded nor answered."""
 
 
 @implementer(IPushProducer)
@@ -222,8 +221,8 @@ class Http1Connection(ConnectionTLS, Protocol):
         """Answer a request we could not parse or accept, then close the connection.
 
         Whatever was dispatched for it upstream is aborted first. Nothing is written
-        when a response already said ``connection: close`` (found by fuzzing: a body
-        still arriving after a 404 with close, malformed, added a 400 after the 404)."""
+        when a response already said ``connection: close`` (a malformed body still
+        arriving after it must not add a second answer)."""
         answered = self.closing
         current = self.current
         if current is not None and not current.finished:
@@ -234,7 +233,7 @@ class Http1Connection(ConnectionTLS, Protocol):
         for earlier in list(self.queue):
             # Pipelined requests before it still waiting for their answer are aborted
             # too: written after the refusal, their responses would answer the wrong
-            # requests (found by fuzzing: "GET /a + Connection: close", then "GET /b").
+            # requests.
             if not earlier.response_started and not earlier.finished:
                 earlier.detail = "aborted: a later pipelined request was refused"
                 earlier.downstream_lost(status)
@@ -351,7 +350,7 @@ class Http1Connection(ConnectionTLS, Protocol):
         target = exchange.target
         try:
             absolute = split_absolute(target) if not target.startswith(b"/") else None
-        except BadTarget as exc:  # found by fuzzing: was a 500 with a logged traceback
+        except BadTarget as exc:  # a client's bad target, not a server error
             raise _Reject(400, str(exc)) from None
         if absolute is not None:
             # RFC 9112 3.2.2: the target's authority replaces the Host header, for the

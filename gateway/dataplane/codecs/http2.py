@@ -58,8 +58,8 @@ _CONNECTION_SPECIFIC = frozenset({b"connection", b"keep-alive", b"proxy-connecti
                                   b"transfer-encoding", b"upgrade", b"te"})
 PREFACE = h2_engine.PREFACE
 # RFC 9110 5.6.2 token (lower case: the engine refuses upper case). HTTP/2 only refuses
-# controls, spaces, ':' and non-ASCII in names (RFC 9113 8.2.1), so ";x" or "a(b)"
-# reached the HTTP/1.1 upstream as a header line it cannot parse (found by fuzzing).
+# controls, spaces, ':' and non-ASCII in names (RFC 9113 8.2.1): ";x" or "a(b)" would
+# reach the HTTP/1.1 upstream as a header line it cannot parse.
 _TOKEN = re.compile(rb"[!#$%&'*+\-.^_`|~0-9a-z]+")
 # The method goes into the upstream's request line: a token (RFC 9110 9.1).
 _METHOD = re.compile(rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
@@ -67,7 +67,7 @@ _METHOD = re.compile(rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 # route's host and X-Forwarded-Host.
 _AUTHORITY = re.compile(rb"[A-Za-z0-9\-._~!$&'()*+,;=:\[\]%@]*")
 # Control characters HTTP/1.1 field values may not hold (RFC 9110 5.5); h2 refuses only
-# NUL, CR and LF, so "a\x01b" reached the upstream, which refuses it (found by fuzzing).
+# NUL, CR and LF, and "a\x01b" would reach an upstream that refuses it.
 _BAD_VALUE = re.compile(rb"[\x00-\x08\x0a-\x1f\x7f]")
 # Streams of a closed connection whose exchanges are let go (upstream aborted, logged)
 # in one turn of the reactor.
@@ -753,7 +753,7 @@ class H2Connection(ConnectionTLS, Protocol):
         registered: this connection is its own (see ``connectionMade``), so it steps
         down first, or the close would wait for ``CLOSE_GRACE`` every time. Once: a
         connection may be closed again (a GOAWAY after a GOAWAY), and a transport need
-        not accept a second step-down (found by fuzzing, ``corpus/h2_frames/goaway-twice``)."""
+        not accept a second step-down."""
         if self.producing:
             self.producing = False
             self.transport.unregisterProducer()
