@@ -339,25 +339,3 @@ CASES: dict[str, tuple[object, Build]] = {
         lambda fr: _raw_headers(1, fr.block([*REQUEST, (b"x-big", b"v" * 4000)])),
         _raw_headers(3, b"\xbe" * 20))),
 }
-
-
-
-
-# The engine's deviations from RFC 9113 that the differential found: each case above
-# expects what the RFC asks; while the engine differs, ``tests/support/h2_differential_
-# rules.py`` has a KNOWN BUG rule predicting its answer (so the rest of each sequence is
-# still compared), and the case is an xfail regression test.
-KNOWN_BUGS: dict[str, str] = {
-    "colon-in-name": "a ':' inside a field name (RFC 9113 8.2.1) is handed up",
-    "connect-with-path": "CONNECT with :path (RFC 9113 8.5) is handed up",
-    "connect-with-scheme": "CONNECT with :scheme (RFC 9113 8.5) is handed up",
-    "trailers-upper-case": "trailer field names are not checked (RFC 9113 8.2.1)",
-    "trailers-connection": "connection-specific trailers are not refused (RFC 9113 8.2.2)",
-    "host-first-differs": "only the last Host is compared with :authority (RFC 9113 8.3.1)",
-    "even-stream-below-highest": "HEADERS on an even id below the highest: STREAM_CLOSED, "
-                                 "not PROTOCOL_ERROR (RFC 9113 5.1.1)",
-    "even-stream-data-below-highest": "DATA on an even id below the highest: a stream "
-                                      "error, not PROTOCOL_ERROR (RFC 9113 5.1, 5.1.1)",
-    "even-stream-window-below-highest": "WINDOW_UPDATE on an even id below the highest: "
-                                        "ignored, not PROTOCOL_ERROR (RFC 9113 5.1)",
-}

@@ -201,12 +201,11 @@ def h2_connection() -> h2.connection.H2Connection:
     return conn
 
 
-def run_h2(steps: Sequence[bytes | Respond], known_bugs: bool = True) -> Outcome:
-    """``steps`` through ``h2``, normalised by ``rules`` to what the engine should do
-    (``known_bugs=False``: what it should do once the known bugs are fixed)."""
+def run_h2(steps: Sequence[bytes | Respond]) -> Outcome:
+    """``steps`` through ``h2``, normalised by ``rules`` to what the engine should do."""
     conn = h2_connection()
     out = Outcome()
-    state = rules.State(known_bugs=known_bugs)
+    state = rules.State()
     for index, step in enumerate(steps):
         if isinstance(step, Respond):
             known = state.streams.get(step.stream_id)

@@ -69,13 +69,11 @@ def _request_fields(headers: list[Header], state: State) -> str | None:
     # it contains a Host header field that identifies an entity that differs from the
     # entity in the ':authority' pseudo-header field." Host repeated is not malformed
     # HTTP/2 (the codec routes by :authority, else the last Host, and replaces Host
-    # upstream); h2 refuses it. KNOWN BUG: the engine compares only the last Host with
-    # :authority (test_known_bug[host-first-differs]).
+    # upstream); h2 refuses it. The engine compares every Host with :authority.
     if "has multiple Host headers" in h2_why:
         authority = next((value for name, value in headers if name == b":authority"), None)
         hosts = [value for name, value in headers if name == b"host"]
-        judged = hosts[-1:] if state.known_bugs else hosts
-        if authority is not None and any(host != authority for host in judged):
+        if authority is not None and any(host != authority for host in hosts):
             return "host and :authority differ"
         # asked again with the other Host fields renamed (not removed: what follows
         # them keeps its place, and h2 checks the order of pseudo-header fields)
@@ -83,20 +81,6 @@ def _request_fields(headers: list[Header], state: State) -> str | None:
         return _request_fields([(b"x-host", value) if name == b"host" and index != last
                                 else (name, value)
                                 for index, (name, value) in enumerate(headers)], state)
-    if "Ordinary CONNECT MUST NOT include :scheme or :path" in h2_why and state.known_bugs:
-        # RFC 9113 8.5: "The ':scheme' and ':path' pseudo-header fields MUST be omitted."
-        # KNOWN BUG: the engine hands such a CONNECT up (the codec answers 400 for
-        # :path, and ignores :scheme) (test_known_bug[connect-with-path]). (h2 says so
-        # once every field has passed its own checks and the pseudo-header fields their
-        # order: removing these two hides nothing else.)
-        return _request_fields([field for field in headers
-                                if field[0] not in (b":scheme", b":path")], state)
-    if h2_why.startswith("Illegal character ':' in header name") and state.known_bugs:
-        # RFC 9113 8.2.1: "field names MUST NOT include a colon (ASCII COLON, 0x3a)".
-        # KNOWN BUG: the engine hands the request up; the codec answers 400 (not a
-        # token) (test_known_bug[colon-in-name]).
-        return _request_fields([(name[:1] + name[1:].replace(b":", b"-"), value)
-                                for name, value in headers], state)
     return h2_why
 
 
@@ -113,12 +97,4 @@ def trailers_verdict(headers: list[Header], stream: Stream, state: State,
     # trailers come; the engine checks the body against it.
     if length is not None and length.isdigit() and int(length) != stream.body:
         return "a body that does not match its content-length"
-    if h2_why is not None and state.known_bugs \
-            and not any(name.startswith(b":") for name, _ in headers):
-        # RFC 9113 8.2.1/8.2.2 apply to every field section, trailers too ("A request or
-        # response that contains a field that violates any of these conditions MUST be
-        # treated as malformed"). KNOWN BUG: the engine checks trailers for pseudo-header
-        # fields only, and ends the request (the codec drops trailers)
-        # (test_known_bug[trailers-upper-case]).
-        return None
     return h2_why

@@ -10,11 +10,6 @@ exception type) and says exactly what the engine does instead. Three kinds:
 - ``after_error``: an ``h2`` exception mapped to the engine's error;
 - ``h2_reset``: an RST_STREAM of ``h2``'s, kept, dropped or made a connection error;
 - in ``h2_differential_fields``: a request's or trailer block's fields judged again.
-
-``KNOWN_BUGS`` are the engine's deviations the differential found (each has an xfail
-regression test in ``tests/unit/test_h2_differential.py``): while they stand, the rule
-predicts the engine's current answer so the rest of a sequence is still compared.
-Delete the rule when the engine is fixed (its xfail test then passes and fails CI).
 """
 
 from __future__ import annotations
@@ -58,7 +53,6 @@ class State:
     highest: int = 0  # the highest stream id the client opened
     in_block: bool = False  # a header block has begun and not ended
     extra_resets: list[tuple[int, int]] = field(default_factory=list)  # the engine's alone
-    known_bugs: bool = True  # see KNOWN_BUGS in the module docstring
 
 
 @dataclass(frozen=True)
@@ -122,11 +116,10 @@ def before(frame: bytes, state: State) -> bytes | Verdict:
         # PRIORITY on a stream in this state MUST be treated as a connection error". h2
         # ignores both once any stream is open.
         return Verdict(code=ErrorCode.PROTOCOL_ERROR)
-    if not state.known_bugs and stream_id % 2 == 0 and 0 < stream_id < state.highest \
+    if stream_id % 2 == 0 and 0 < stream_id < state.highest \
             and kind in (DATA, HEADERS, RST_STREAM, WINDOW_UPDATE):
-        # An even stream id is the server's, and idle (5.1.1, as above). KNOWN BUG: below
-        # the client's highest, the engine takes it for a closed stream of the client's
-        # (test_known_bug[even-stream-below-highest]; see after_error).
+        # An even stream id is the server's, and idle (5.1.1, as above), also below the
+        # client's highest; h2 takes it for a closed stream of the client's.
         return Verdict(code=ErrorCode.PROTOCOL_ERROR)
     if kind == HEADERS:
         return _headers(flags, stream_id, payload, state)
@@ -281,18 +274,7 @@ def after_error(exc: h2.exceptions.ProtocolError, frame: bytes, state: State) ->
     # RFC 9113 5.1.1: "Streams initiated by a client MUST use odd-numbered stream
     # identifiers" ... "An endpoint that receives an unexpected stream identifier MUST
     # respond with a connection error (Section 5.4.1) of type PROTOCOL_ERROR", as h2 and
-    # the engine do for an even id above the highest. KNOWN BUG: below it, the engine
-    # takes the even id for a closed stream of the client's: HEADERS is a connection
-    # error STREAM_CLOSED, DATA a stream error STREAM_CLOSED, WINDOW_UPDATE (and
-    # RST_STREAM, which h2 ignores too) ignored (test_known_bug[even-stream-below-highest]).
-    if state.known_bugs and len(frame) >= 9 and stream_id % 2 == 0 \
-            and 0 < stream_id < state.highest:
-        if frame[3] in (HEADERS, CONTINUATION) and str(exc) == "Invalid stream ID for peer.":
-            return Verdict(code=ErrorCode.STREAM_CLOSED)
-        if frame[3] == DATA and isinstance(exc, h2.exceptions.NoSuchStreamError):
-            return Verdict(stream_error=(stream_id, ErrorCode.STREAM_CLOSED))
-        if frame[3] == WINDOW_UPDATE and isinstance(exc, h2.exceptions.NoSuchStreamError):
-            return Verdict(accepted=True)  # ignored by the engine; h2 cannot go on
+    # the engine do for an even id above the highest (below it: ``before``).
     return Verdict(code=int(exc.error_code))
 
 

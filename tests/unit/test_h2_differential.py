@@ -16,7 +16,7 @@ from hypothesis import given, settings
 
 from gateway.dataplane.codecs import h2_engine
 from tests.support import h2frames as f
-from tests.support.h2_corpus import CASES, KNOWN_BUGS, OK, RESET
+from tests.support.h2_corpus import CASES, OK, RESET
 from tests.support.h2_differential import Outcome, Step, chunks, run_engine, run_h2
 from tests.support.h2_sequences import sequences
 
@@ -24,10 +24,10 @@ from tests.support.h2_sequences import sequences
 GENERATED = settings(max_examples=400, derandomize=True, database=None, deadline=None)
 
 
-def compare(steps: list[Step], known_bugs: bool = True) -> Outcome:
+def compare(steps: list[Step]) -> Outcome:
     """The engine's outcome, asserted equal to h2's normalised one."""
     cut = chunks(steps)
-    expected = run_h2(cut, known_bugs=known_bugs)
+    expected = run_h2(cut)
     actual = run_engine(cut, stop=expected.stopped)
     assert actual.summary() == expected.summary(), (
         f"engine:          {actual}\nh2 (normalised): {expected}")
@@ -48,19 +48,7 @@ def assert_expected(name: str, outcome: Outcome) -> None:
 
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_corpus(name: str) -> None:
-    outcome = compare(CASES[name][1](f.Frames()))
-    if name not in KNOWN_BUGS:
-        assert_expected(name, outcome)
-
-
-@pytest.mark.parametrize("name", [
-    pytest.param(name, marks=pytest.mark.xfail(strict=True, reason=why))
-    for name, why in sorted(KNOWN_BUGS.items())])
-def test_known_bug(name: str) -> None:
-    """The engine as RFC 9113 wants it (the known-bug rules off): fails until the bug is
-    fixed; then (strict) the marker, the KNOWN_BUGS entry and its rule must go."""
-    outcome = compare(CASES[name][1](f.Frames()), known_bugs=False)
-    assert_expected(name, outcome)
+    assert_expected(name, compare(CASES[name][1](f.Frames())))
 
 
 def test_generated_sequences() -> None:

@@ -96,9 +96,9 @@ _CONNECTION_SPECIFIC = frozenset({b"connection", b"keep-alive", b"proxy-connecti
 _REQUEST_PSEUDO = frozenset({b":method", b":scheme", b":authority", b":path"})
 _SPECIAL = _CONNECTION_SPECIFIC | {b"te", b"host"}
 _EDGE = (0x20, 0x09)  # white space a field value may not start or end with
-# RFC 9113 8.2.1: field names hold no upper case, controls, space or DEL (nor 0x80+);
-# no field value holds NUL, CR or LF.
-_BAD_NAME = re.compile(rb"[\x00-\x20A-Z\x7f-\xff]")
+# RFC 9113 8.2.1: field names hold no upper case, controls, space or DEL (nor 0x80+),
+# and but for pseudo-headers no colon; no field value holds NUL, CR or LF.
+_BAD_NAME = re.compile(rb"[\x00-\x20:A-Z\x7f-\xff]")
 _BAD_VALUE = re.compile(rb"[\x00\r\n]")
 
 
@@ -127,9 +127,34 @@ def request_problem(headers: list[tuple[bytes, bytes]]) -> str | None:
             return f"{name.decode()} appears twice"
         pseudo[name] = value
         index += 1
+    hosts: list[bytes] = []
+    problem = fields_problem(headers, index, hosts)
+    if problem is not None:
+        return problem
+    method = pseudo.get(b":method")
+    if method is None:
+        return "no :method"
+    if method == b"CONNECT":
+        if b":scheme" in pseudo or b":path" in pseudo:  # RFC 9113 8.5
+            return "CONNECT with :scheme or :path"
+    else:
+        path = pseudo.get(b":path")
+        if path is None or b":scheme" not in pseudo:
+            return "no :scheme or no :path"
+        if not path:
+            return "an empty :path"
+    authority = pseudo.get(b":authority")
+    if authority is not None and any(host != authority for host in hosts):
+        return "host and :authority differ"
+    return None
+
+
+def fields_problem(headers: list[tuple[bytes, bytes]], start: int = 0,
+                   hosts: list[bytes] | None = None) -> str | None:
+    """Why the regular fields ``headers[start:]`` (of a request, or its trailers) are
+    malformed (RFC 9113 8.2), or None; every Host value is added to ``hosts``."""
     names: list[bytes] = []
-    host = None
-    for name, value in headers[index:]:
+    for name, value in headers[start:]:
         if not name:
             return "an empty field name"
         if name[0] == 0x3A:
@@ -140,7 +165,8 @@ def request_problem(headers: list[tuple[bytes, bytes]]) -> str | None:
                 if value != b"trailers":
                     return "te other than 'trailers'"
             elif name == b"host":
-                host = value
+                if hosts is not None:
+                    hosts.append(value)
             else:
                 return f"the connection-specific field {name.decode()!r}"
         if value and (value[0] in _EDGE or value[-1] in _EDGE):
@@ -149,18 +175,6 @@ def request_problem(headers: list[tuple[bytes, bytes]]) -> str | None:
         return "a field name holds upper case or a character HTTP/2 forbids"
     if _BAD_VALUE.search(b"\t".join([value for _, value in headers])):
         return "a field value holds NUL, CR or LF"
-    method = pseudo.get(b":method")
-    if method is None:
-        return "no :method"
-    if method != b"CONNECT":
-        path = pseudo.get(b":path")
-        if path is None or b":scheme" not in pseudo:
-            return "no :scheme or no :path"
-        if not path:
-            return "an empty :path"
-    authority = pseudo.get(b":authority")
-    if authority is not None and host is not None and authority != host:
-        return "host and :authority differ"
     return None
 
 
@@ -417,7 +431,7 @@ class H2Engine:
         elif kind == RST_STREAM:
             if len(payload) != 4:
                 raise _frame_size("RST_STREAM")
-            if not stream_id or stream_id > self.highest_inbound_stream_id:
+            if not stream_id or self._idle(stream_id):
                 raise _protocol("RST_STREAM on an idle stream")
             if self.streams.pop(stream_id, None) is not None:
                 events.append((EV_RESET, stream_id, int.from_bytes(payload, "big")))
@@ -500,7 +514,7 @@ class H2Engine:
                               "the connection window past 2**31-1")
             events.append((EV_WINDOW, 0))
             return
-        if stream_id > self.highest_inbound_stream_id:
+        if self._idle(stream_id):
             raise _protocol("WINDOW_UPDATE on an idle stream")
         stream = self.streams.get(stream_id)
         if stream is None:
@@ -530,7 +544,7 @@ class H2Engine:
         stream = self.streams.get(stream_id)
         if stream is None or stream.remote_ended:
             self.acknowledge(0, flow)  # nobody consumes these: the window comes back
-            if stream_id > self.highest_inbound_stream_id:
+            if self._idle(stream_id):
                 raise _protocol("DATA on an idle stream")
             if stream is None and stream_id in self.reset_by_us:
                 return
@@ -597,9 +611,9 @@ class H2Engine:
     def _header_block(self, stream_id: int, block: bytes, end_stream: bool,
                       self_dependent: bool, events: list[Event]) -> None:
         headers = self.decoder.decode(block)  # always: the table must stay in step
+        if not stream_id & 1:  # RFC 9113 5.1.1
+            raise _protocol("a client-initiated stream with an even id")
         if stream_id > self.highest_inbound_stream_id:
-            if not stream_id & 1:
-                raise _protocol("a client-initiated stream with an even id")
             self.highest_inbound_stream_id = stream_id
             if len(self.streams) >= self.streams_hard_cap:
                 raise H2Error("streams_hard_cap", ErrorCode.PROTOCOL_ERROR,
@@ -625,9 +639,10 @@ class H2Engine:
             return
         stream = self.streams.get(stream_id)
         if stream is not None and not stream.remote_ended:  # trailers
-            if not end_stream or self_dependent or any(n[:1] == b":" for n, _ in headers):
-                self._malformed(stream_id, "trailers without END_STREAM or with "
-                                "pseudo-headers", events)
+            if not end_stream or self_dependent:
+                self._malformed(stream_id, "trailers without END_STREAM", events)
+            elif (problem := fields_problem(headers)) is not None:
+                self._malformed(stream_id, f"trailers: {problem}", events)
             elif stream.expected is not None and stream.received != stream.expected:
                 self._malformed(stream_id, "a body that does not match its content-length",
                                 events)
@@ -649,9 +664,15 @@ class H2Engine:
         closed stream)."""
         if stream_id in self.streams:
             self._malformed(stream_id, "a stream depending on itself", events)
-        elif stream_id > self.highest_inbound_stream_id:
+        elif self._idle(stream_id):
             self.out += frame(RST_STREAM, 0, stream_id,
                               ErrorCode.PROTOCOL_ERROR.to_bytes(4, "big"))
+
+    def _idle(self, stream_id: int) -> bool:
+        """A stream the client has not opened: above the highest one it opened, or an
+        even id (the server's, and this server pushes nothing). RFC 9113 5.1: any frame
+        but HEADERS and PRIORITY on an idle stream is a connection error."""
+        return stream_id > self.highest_inbound_stream_id or not stream_id & 1
 
     def _remote_end(self, stream_id: int, stream: Stream, events: list[Event]) -> None:
         stream.remote_ended = True
