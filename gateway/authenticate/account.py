@@ -95,7 +95,7 @@ def sign_out_confirmation(ident: Identity, session: Session, target: str) -> Dec
     fields = [("csrf", ident.csrf_token(session))]
     if target:
         fields.append(("gateway_redirect_uri", target))
-    body, page = confirm_sign_out(session.email or session.user_id, destination, provider_too,
+    body, page = confirm_sign_out(_who(ident, session), destination, provider_too,
                                   Action("Sign out", SIGN_OUT, "post", tuple(fields)),
                                   _with_targets(ident, session, destination))
     return answers.answer(200, body, page, "page")
@@ -103,5 +103,10 @@ def sign_out_confirmation(ident: Identity, session: Session, target: str) -> Dec
 
 def signed_out_page(ident: Identity, session: Session,
                     extra: tuple[tuple[bytes, bytes], ...]) -> Decision:
-    body, page = signed_out(session.email or session.user_id, ident.look)
+    body, page = signed_out(_who(ident, session), ident.look)
     return answers.answer(200, body, page, "page", extra)
+
+
+def _who(ident: Identity, session: Session) -> str:
+    """Who a page says is signed in: the e-mail routes may use, else the user id."""
+    return ident.decider.decision_session(session)[0].email or session.user_id

@@ -17,6 +17,7 @@ no I/O.
 from __future__ import annotations
 
 import re
+import unicodedata
 from collections.abc import Mapping
 from dataclasses import replace
 from types import MappingProxyType
@@ -33,6 +34,9 @@ EMAIL_UNVERIFIED = "email-unverified"
 # ``@`` hides in a local part, and no provider issues one to a person).
 _LOCAL = re.compile(r"[^\x00-\x20\x7f\"(),:;<>@\[\\\].]+(?:\.[^\x00-\x20\x7f\"(),:;<>@\[\\\]."
                     r"]+)*")
+# Characters no mailbox shows a person: controls, format characters (zero-width, bidi
+# overrides), separators. An address holding one reads as another in a log or page.
+_INVISIBLE = frozenset({"Cc", "Cf", "Zs", "Zl", "Zp"})
 # A host-name label once IDNA-encoded: letters, digits, inner hyphens, at most 63.
 _LABEL = re.compile(r"(?!-)[a-z0-9-]{1,63}(?<!-)")
 MAX_ADDRESS = 254  # RFC 5321's path limit less its angle brackets
@@ -48,6 +52,8 @@ def is_mailbox(address: str) -> bool:
     local, _, domain = address.partition("@")
     if len(local) > MAX_LOCAL or _LOCAL.fullmatch(local) is None:
         return False
+    if not local.isascii() and any(unicodedata.category(c) in _INVISIBLE for c in local):
+        return False
     return is_host_name(domain)
 
 
@@ -58,7 +64,13 @@ def is_host_name(domain: str) -> bool:
         return False
     try:
         ascii_name = domain.encode("idna").decode("ascii").lower()
+        unicode_name = ascii_name.encode("ascii").decode("idna")
     except UnicodeError:  # an empty or over-long label, or not encodable at all
+        return False
+    # IDNA maps some characters away (a soft hyphen, a fullwidth dot): the name as sent
+    # must be the name it encodes, in its ASCII or its Unicode form, or an app that
+    # normalises it would read another domain than the one that was checked.
+    if domain.lower() not in (ascii_name, unicode_name):
         return False
     if len(ascii_name) > 253:
         return False

@@ -47,6 +47,10 @@ INVALID = [
     "<alice@example.test>", "alice@example.test,bob@example.test",
     "a" * 65 + "@example.test", "a@" + ".".join(["b" * 63] * 4) + ".test",
     "alice@" + "x" * 64 + ".test", "alice@exam\\ple.test",
+    # IDNA would map these away, and an app that normalises reads example.test
+    "a@example\uff0etest", "a@ex\u00adample.test", "a@exam\u200bple.test",
+    # invisible or direction-changing characters in the local part
+    "a\u202e@example.test", "a\u200b@example.test", "a\u00a0b@example.test",
 ]
 
 
@@ -243,6 +247,15 @@ class IdentityEmailTests(IdentityCase):
         alice = self.session({"sub": "alice-id", "email": "alice@example.com"})
         self.assertIsInstance(self.authorize(headers=[JSON, self.cookie(alice)]), Allow)
         self.assertEqual(directory.asked[-1], ("alice-id", "alice@example.com"))
+
+    def test_sign_out_pages_name_the_user_id(self) -> None:
+        """The sign-out confirmation names the person as routes see them: not by a
+        refused address."""
+        eve = self.session(UNVERIFIED)
+        page = self.internal("/.gateway/signout/", headers=[BROWSER, self.cookie(eve)])
+        self.assertEqual(page.status, 200)
+        self.assertIn(b"eve-id", page.body)
+        self.assertNotIn(b"alice@example.com", page.body)
 
     def test_refusal_logged_once_per_session(self) -> None:
         eve = self.session(UNVERIFIED)
