@@ -2,9 +2,9 @@
 
 ``Options.postOptions`` loads and validates the configuration; a bad one prints every
 problem to stderr and exits 1 before any port is bound, with no traceback.
-``makeService`` hands the snapshot to ``gateway.tree``, which wires the services. This
-module and ``gateway.worker`` (a worker process's entry) are the only ones that touch the
-global reactor.
+``makeService`` hands the snapshot to ``gateway.tree``, which wires the services, and
+gives the global reactor the lean event loop (``twisted_ext.dispatch``), as
+``gateway.worker`` does for a worker process.
 """
 
 from __future__ import annotations

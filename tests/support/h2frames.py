@@ -14,7 +14,6 @@ import hpack
 from hyperframe.frame import (
     ContinuationFrame,
     DataFrame,
-    ExtensionFrame,
     Frame,
     GoAwayFrame,
     HeadersFrame,
@@ -121,7 +120,9 @@ def priority(stream_id: int) -> bytes:
 
 
 def extension(kind: int = 0xF0, stream_id: int = 0, body: bytes = b"") -> bytes:
-    return bytes(ExtensionFrame(kind, stream_id, flag_byte=0, body=body).serialize())
+    """A frame of a type nobody defines, with ``body`` (hyperframe's ExtensionFrame
+    serialises a length of 0 whatever its body)."""
+    return frame_header(len(body), kind, 0, stream_id) + body
 
 
 def frame_header(length: int, kind: int, flags: int = 0, stream_id: int = 0) -> bytes:
