@@ -154,6 +154,31 @@ class RapidResetTests(AbuseTestCase):
         self.assertEqual(self.server.h2.highest_inbound_stream_id, 0)
         self.assertEqual(self.reactor.tcpClients, [])
 
+    def test_resets_the_client_provokes_count_as_its_own(self) -> None:
+        """MadeYouReset (CVE-2025-8671): a request, then a frame that makes the server
+        reset it (here DATA past the request's content-length, which no control-frame
+        budget counts), in a loop. Each reset cancels upstream work as a client
+        RST_STREAM would, so it is charged to the same budget: cut once it is spent, no
+        more upstream connections than the burst."""
+        for i in range(4 * h2_guard.RESET_BURST):
+            if self.transport.disconnecting:
+                break
+            sid = 2 * i + 1
+            self.send(self.frames.headers(
+                sid, [*f.request_headers(b"/x", HOST), (b"content-length", b"1")],
+                end_stream=False))
+            self.send(f.data(sid, b"ab"))
+        self.assert_cut("rapid_reset", ErrorCodes.ENHANCE_YOUR_CALM)
+        self.assertLessEqual(len(self.reactor.tcpClients), h2_guard.RESET_BURST + 1)
+
+    def test_a_request_made_malformed_in_its_own_read_is_never_started(self) -> None:
+        """A request and the frame that makes the server reset it, in one read: no
+        exchange, no upstream connection (and the reset is charged)."""
+        self.send(self.request(1) + f.frame_header(5, 0x2, 0, 1) + (1).to_bytes(4, "big")
+                  + b"\x10")
+        self.assertEqual((self.reactor.tcpClients, self.server.streams), ([], {}))
+        self.assertEqual(self.server.guard.resets.tokens, h2_guard.RESET_BURST - 1)
+
     def test_slow_resets_are_allowed(self) -> None:
         """A browser cancelling streams now and then is never cut."""
         for i in range(200):

@@ -12,6 +12,7 @@ HEADERS and DATA (with END_STREAM) leave in one write.
 from __future__ import annotations
 
 import re
+from collections.abc import Collection
 from functools import partial
 from typing import Any
 
@@ -519,8 +520,15 @@ class H2Connection(ConnectionTLS, Protocol):
             return
         # A stream opened and reset in the same read (rapid reset) is never started
         # (counted by the guard, which saw the whole read: its reset may be a turn later).
-        reset = () if len(events) == 1 and events[0][0] == h2_engine.EV_REQUEST else \
-            {e[1] for e in events if e[0] == h2_engine.EV_RESET}  # (the common read: none)
+        # A stream the client made the engine reset (malformed: a bad body, trailers, a
+        # self-dependency) counts as a reset by the client: otherwise a cheap frame after
+        # each request would cancel upstream work past the rapid-reset budget
+        # (MadeYouReset, CVE-2025-8671).
+        reset: Collection[int] = ()
+        malformed: Collection[int] = ()
+        if len(events) != 1 or events[0][0] != h2_engine.EV_REQUEST:  # (the common read)
+            reset = {e[1] for e in events if e[0] == h2_engine.EV_RESET}
+            malformed = {e[1] for e in events if e[0] == h2_engine.EV_MALFORMED}
         for stream_id in reset:
             stream = self.streams.get(stream_id)
             if stream is not None and not stream.closed:
@@ -528,12 +536,18 @@ class H2Connection(ConnectionTLS, Protocol):
                 if cut is not None:
                     self.cut(cut)
                     return
+        for _ in malformed:
+            cut = self.guard.premature_reset(now)
+            if cut is not None:
+                self.cut(cut)
+                return
         reset_in_read = self.guard.reset_in_read
         for event in events:
             kind = event[0]
             if kind == h2_engine.EV_REQUEST:
                 stream_id = event[1]
-                if stream_id not in reset and stream_id not in reset_in_read:
+                if stream_id not in reset and stream_id not in reset_in_read \
+                        and stream_id not in malformed:
                     self._request(stream_id, event[2], event[3])
             elif kind == h2_engine.EV_DATA:
                 self._data(event[1], event[2], event[3])
