@@ -126,13 +126,16 @@ class Decider:
         if session is None and sid and self.store.needs_fetch:
             # A session another process created, or this one has not read yet.
             return ensureDeferred(self._fetch_then_decide(request, route, sid, own_token))
-        if session is not None and self.sign_in.refresh_due(session) <= self.clock():
+        if session is not None and self._due_for_refresh(session):
             return ensureDeferred(self._refresh_then_decide(request, route, session,
                                                             own_token))
         decision = self._decide(request, route, session, own_token)
         if session is not None and sid and not own_token and isinstance(decision, Allow):
             self._remember_allowed(request, route, raw, sid, session, decision)
         return decision
+
+    def _due_for_refresh(self, session: Session) -> bool:
+        return self.sign_in.refresh_due(session) <= self.clock()
 
     def _allowed_again(self, request: RequestInfo, route: Route, raw: bytes) -> Allow | None:
         """The decision remembered for this exact Cookie header ``raw`` on this route,
@@ -177,7 +180,7 @@ class Decider:
                               request.headers, "session-storage-unavailable")
         if session is not None and not session.valid(self.clock()):
             session = None
-        if session is not None and self.sign_in.refresh_due(session) <= self.clock():
+        if session is not None and self._due_for_refresh(session):
             return await self._refresh_then_decide(request, route, session, own_token)
         return self._decide(request, route, session, own_token)
 

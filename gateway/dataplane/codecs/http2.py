@@ -529,14 +529,10 @@ class H2Connection(ConnectionTLS, Protocol):
         if len(events) != 1 or events[0][0] != h2_engine.EV_REQUEST:  # (the common read)
             reset = {e[1] for e in events if e[0] == h2_engine.EV_RESET}
             malformed = {e[1] for e in events if e[0] == h2_engine.EV_MALFORMED}
-        for stream_id in reset:
-            stream = self.streams.get(stream_id)
-            if stream is not None and not stream.closed:
-                cut = self.guard.premature_reset(now)
-                if cut is not None:
-                    self.cut(cut)
-                    return
-        for _ in malformed:
+        served = sum(1 for stream_id in reset
+                     if (stream := self.streams.get(stream_id)) is not None
+                     and not stream.closed)
+        for _ in range(served + len(malformed)):
             cut = self.guard.premature_reset(now)
             if cut is not None:
                 self.cut(cut)
