@@ -1,5 +1,5 @@
 """A token bucket, for limits that allow a burst and then a rate: a client's HTTP/2
-control frames (``dataplane/codecs/h2_guard``), the traces callers may force
+control frames (``dataplane/http2/guard``), the traces callers may force
 (``observability/tracing/tracer``). Plain arithmetic on a clock the caller reads."""
 
 from __future__ import annotations

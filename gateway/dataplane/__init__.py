@@ -4,8 +4,9 @@ Arrows point down this list (a package imports only from those below it):
 
 - ``listeners``: the main listener's stack (TCP, PROXY protocol, TLS, codec switch) and
   the http->https redirector.
-- ``codecs``: HTTP/1.1 (llhttp) and HTTP/2 (its own frame layer and HPACK) toward
-  clients, the choice between them, what a connection knows of its TLS.
+- ``codecs``: HTTP/1.1 (llhttp) toward clients, and the choice between it and HTTP/2.
+- ``http2``: HTTP/2 toward clients: its own frame layer and HPACK, the abuse guard, the
+  codec.
 - ``exchange``: one request/response, shared by both codecs: routing, the gateway's own
   endpoints, the authorization hook, the upstream relay, the request head an upstream
   receives, the access log.

@@ -1,6 +1,6 @@
 """Client addresses whose HTTP/2 connections keep being cut are refused for a while.
 
-Each limit of ``codecs/h2_guard`` bounds what one connection costs, but an attacker
+Each limit of ``http2/guard`` bounds what one connection costs, but an attacker
 reconnects after every cut (a rapid-reset script does it thousands of times a second),
 and the bounded costs add up to a busy core. So every cut is a strike against the
 client's address: ``STRIKES`` strikes within ``STRIKE_WINDOW`` seconds and its new

@@ -1,5 +1,5 @@
 """Fuzz target: the HTTP/2 frame layer and HPACK decoder on their own
-(``gateway.dataplane.codecs.h2_engine``, ``h2_hpack``), without ``h2_guard`` in front
+(``gateway.dataplane.http2.engine``, ``http2.hpack``), without ``http2.guard`` in front
 (``fuzz_h2_frames`` goes through the codec, whose guard stops many inputs first).
 
 Input: chunk sizes, then the bytes a client sends after its preface, SETTINGS and the
@@ -30,15 +30,16 @@ reach every state; what it writes must decode (``hpack``) to the response heads 
 from __future__ import annotations
 
 import re
-from typing import Any
 
 from tests.fuzz.harness import chunks, describe, fuzz, instrumented, split_input
 
 with instrumented("gateway"):
     import hpack
 
-    from gateway.dataplane.codecs import h2_engine as e
-    from gateway.dataplane.codecs.h2_engine import H2Engine, H2Error
+    from gateway.dataplane.http2 import protocol as e
+    from gateway.dataplane.http2.engine import RESET_MEMORY, H2Engine
+    from gateway.dataplane.http2.events import DataReceived, Event, RequestReceived, StreamEnded
+    from gateway.dataplane.http2.protocol import H2Error
 
 MAX_CONCURRENT, HARD_CAP, MAX_LIST, MAX_FRAME = 128, 256, 65536, 16384
 HELLO = (e.PREFACE + e.frame(e.SETTINGS, 0, 0, b"\0\x04\0\0\xff\xff")
@@ -79,7 +80,7 @@ class Session:
     def __init__(self, answer: bool) -> None:
         self.engine = engine()
         self.answer = answer
-        self.events: list[Any] = []
+        self.events: list[Event] = []
         self.written = bytearray()
         self.error: int | None = None
         self.bodies: dict[int, int] = {}  # stream -> DATA bytes handed up
@@ -102,27 +103,27 @@ class Session:
         self.written += self.engine.data_to_send()
         self.check_state()
 
-    def event(self, event: Any) -> None:
+    def event(self, event: Event) -> None:
         self.events.append(event)
-        kind, stream_id = event[0], event[1]
-        if kind == e.EV_REQUEST:
-            check_request(event[2])
+        stream_id = getattr(event, "stream_id", 0)
+        if isinstance(event, RequestReceived):
+            check_request(event.headers)
             assert stream_id % 2 and stream_id not in self.limits, describe(event)
-            lengths = [int(v) for n, v in event[2] if n == b"content-length"]
+            lengths = [int(v) for n, v in event.headers if n == b"content-length"]
             self.limits[stream_id] = lengths[0] if lengths else None
             self.bodies[stream_id] = 0
-            if event[3]:
+            if event.ended:
                 self.ended.add(stream_id)
                 assert not lengths or lengths[0] == 0, describe(event)
-        elif kind == e.EV_DATA:
+        elif isinstance(event, DataReceived):
             assert stream_id in self.bodies and stream_id not in self.ended, describe(event)
-            self.bodies[stream_id] += len(event[2])
+            self.bodies[stream_id] += len(event.data)
             limit = self.limits[stream_id]
             assert limit is None or self.bodies[stream_id] <= limit, describe(event)
-            assert 0 <= len(event[2]) <= event[3], describe(event)
+            assert 0 <= len(event.data) <= event.flow, describe(event)
             if self.answer:
-                self.engine.acknowledge(stream_id, event[3])
-        elif kind == e.EV_ENDED:
+                self.engine.acknowledge(stream_id, event.flow)
+        elif isinstance(event, StreamEnded):
             assert stream_id in self.bodies and stream_id not in self.ended, describe(event)
             limit = self.limits[stream_id]
             assert limit is None or self.bodies[stream_id] == limit, describe(event)
@@ -130,8 +131,8 @@ class Session:
         # Answers, as the codec's could come: most once the request has ended, some at
         # once (the client's END_STREAM then closes the stream), some reset instead.
         early = stream_id % 4 == 1
-        if self.answer and (kind == e.EV_ENDED or (kind == e.EV_REQUEST and (
-                early or stream_id in self.ended))):
+        if self.answer and (isinstance(event, StreamEnded) or (
+                isinstance(event, RequestReceived) and (early or stream_id in self.ended))):
             self.respond(stream_id)
 
     def respond(self, stream_id: int) -> None:
@@ -163,7 +164,7 @@ class Session:
         decoder = engine.decoder
         assert 0 <= decoder.size <= decoder.max_size <= decoder.settings_size
         assert decoder.size == sum(len(n) + len(v) + 32 for n, v in decoder.table)
-        assert len(engine.reset_by_us) <= e.RESET_MEMORY
+        assert len(engine.reset_by_us) <= RESET_MEMORY
 
     def check_written(self) -> None:
         """Everything written parses, header blocks decode (``hpack``, an independent

@@ -1,4 +1,4 @@
-"""Fuzz target: the downstream HTTP/2 codec (``gateway.dataplane.codecs.http2`` on
+"""Fuzz target: the downstream HTTP/2 codec (``gateway.dataplane.http2`` on
 ``h2``), driven through ``StringTransport`` with in-memory HTTP/1.1 upstreams that answer
 every request they receive (the route and upstream checks of ``fuzz_http1_head``).
 
@@ -32,7 +32,8 @@ with instrumented("gateway", "hpack", "hyperframe"):
     from twisted.internet.error import ConnectionDone
     from twisted.python.failure import Failure
 
-    from gateway.dataplane.codecs.http2 import PREFACE, H2Connection
+    from gateway.dataplane.http2.connection import H2Connection
+    from gateway.dataplane.http2.protocol import PREFACE
     from tests.fuzz.fuzz_http1_head import Session, check_request, logged_failures
 
 MAX_FRAME = 2**24 - 1

@@ -1,4 +1,4 @@
-"""Fuzz target: the HPACK decoder (``gateway.dataplane.codecs.h2_hpack``) against
+"""Fuzz target: the HPACK decoder (``gateway.dataplane.http2.hpack``) against
 ``hpack.Decoder`` (``h2``'s), differential.
 
 Input: one settings byte (its low bits choose our advertised table size, 4096, 256, 64

@@ -18,7 +18,7 @@ import pytest
 from h2.errors import ErrorCodes
 from hyperframe.frame import RstStreamFrame
 
-from gateway.dataplane.codecs import h2_guard
+from gateway.dataplane.http2 import guard as h2_guard
 from tests.support import h2frames as f
 from tests.support.daemon import Daemon, gateway_daemon
 from tests.support.h2client import H2Client

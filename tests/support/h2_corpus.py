@@ -23,7 +23,7 @@ from hyperframe.frame import (
     SettingsFrame,
 )
 
-from gateway.dataplane.codecs.h2_engine import ErrorCode
+from gateway.dataplane.http2.protocol import ErrorCode
 from tests.support import h2frames as f
 from tests.support.h2_differential import Respond, Step
 

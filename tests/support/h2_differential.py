@@ -1,4 +1,4 @@
-"""The same client bytes through ``h2_engine`` and through ``h2`` (server side), each
+"""The same client bytes through ``http2.engine`` and through ``h2`` (server side), each
 turned into one comparable ``Outcome``: the requests handed up (stream id, headers, body,
 whether the client ended it), the RST_STREAMs the server sent (stream id, code), the
 client's resets and GOAWAY as reported up, whether the server could answer a stream, and
@@ -31,19 +31,26 @@ import h2.exceptions
 import h2.settings
 from hyperframe.frame import Frame, GoAwayFrame, RstStreamFrame
 
-from gateway.dataplane.codecs import h2_engine
-from gateway.dataplane.codecs.h2_engine import ErrorCode
-from gateway.dataplane.codecs.h2_guard import (
-    MAX_CONCURRENT_STREAMS,
+from gateway.dataplane.http2.engine import H2Engine
+from gateway.dataplane.http2.events import (
+    ConnectionTerminated,
+    DataReceived,
+    RequestReceived,
+    StreamEnded,
+    StreamReset,
+)
+from gateway.dataplane.http2.protocol import (
     MAX_FRAME_SIZE,
     MAX_HEADER_LIST_SIZE,
+    PREFACE,
     STREAMS_HARD_CAP,
+    ErrorCode,
+    H2Error,
 )
 from tests.support import h2_differential_fields as fields
 from tests.support import h2_differential_rules as rules
 
 Header = tuple[bytes, bytes]
-PREFACE = h2_engine.PREFACE
 RESPONSE = [(b":status", b"204")]
 
 
@@ -131,8 +138,7 @@ def _sent_frames(data: bytes) -> list[Frame]:
 def run_engine(steps: Sequence[bytes | Respond], stop: int | None = None) -> Outcome:
     """``steps`` through ``H2Engine`` configured as the codec configures it; steps after
     ``stop`` (h2 could not read them) are not fed."""
-    engine = h2_engine.H2Engine(MAX_CONCURRENT_STREAMS, STREAMS_HARD_CAP,
-                                MAX_HEADER_LIST_SIZE, MAX_FRAME_SIZE)
+    engine = H2Engine()
     engine.initiate()
     engine.data_to_send()
     out = Outcome()
@@ -146,22 +152,22 @@ def run_engine(steps: Sequence[bytes | Respond], stop: int | None = None) -> Out
             continue
         try:
             events = engine.receive(step)
-        except h2_engine.H2Error as exc:
+        except H2Error as exc:
             _record_sent(out, engine.data_to_send())
             assert out.goaway == exc.code, f"H2Error {exc.code!r}, GOAWAY {out.goaway!r}"
             return out
         for event in events:
-            kind = event[0]
-            if kind == h2_engine.EV_REQUEST:
-                out.requests[event[1]] = Request(event[1], tuple(event[2]), ended=event[3])
-            elif kind == h2_engine.EV_DATA:
-                out.requests[event[1]].body += event[2]
-            elif kind == h2_engine.EV_ENDED:
-                out.requests[event[1]].ended = True
-            elif kind == h2_engine.EV_RESET:
-                out.client_resets.append((event[1], event[2]))
-            elif kind == h2_engine.EV_TERMINATED:
-                out.client_goaway = True
+            match event:
+                case RequestReceived(stream_id, headers, ended):
+                    out.requests[stream_id] = Request(stream_id, tuple(headers), ended=ended)
+                case DataReceived(stream_id, data):
+                    out.requests[stream_id].body += data
+                case StreamEnded(stream_id):
+                    out.requests[stream_id].ended = True
+                case StreamReset(stream_id, code):
+                    out.client_resets.append((stream_id, code))
+                case ConnectionTerminated():
+                    out.client_goaway = True
         _record_sent(out, engine.data_to_send())
         assert out.goaway is None, "GOAWAY queued without an H2Error"
     return out

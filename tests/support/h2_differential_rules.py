@@ -1,4 +1,4 @@
-"""Where ``h2_engine`` and ``h2`` legitimately differ, one rule each: what ``h2`` did
+"""Where ``http2.engine`` and ``h2`` legitimately differ, one rule each: what ``h2`` did
 turned into what the engine must do, with the RFC sentence that allows the difference.
 
 No rule is a blanket ignore: each matches one cause (a frame, a header field, an ``h2``
@@ -19,8 +19,7 @@ from dataclasses import dataclass, field
 import h2.exceptions
 import hpack.exceptions
 
-from gateway.dataplane.codecs.h2_engine import ErrorCode
-from gateway.dataplane.codecs.h2_guard import MAX_FRAME_SIZE
+from gateway.dataplane.http2.protocol import MAX_FRAME_SIZE, ErrorCode
 
 Header = tuple[bytes, bytes]
 DATA, HEADERS, PRIORITY, RST_STREAM, SETTINGS, PUSH_PROMISE = 0x0, 0x1, 0x2, 0x3, 0x4, 0x5

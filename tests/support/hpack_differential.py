@@ -1,4 +1,4 @@
-"""The gateway's HPACK decoder (``h2_hpack.Decoder``) against ``hpack.Decoder``, the
+"""The gateway's HPACK decoder (``http2.hpack.Decoder``) against ``hpack.Decoder``, the
 decoder ``h2`` uses, on the same header blocks with the same limits (the table size we
 advertise, the header list size). Both must decode each block to the same header list,
 or both refuse it with the same class of error; the first error ends the sequence (a
@@ -22,7 +22,7 @@ from collections.abc import Iterable
 import hpack
 import hpack.exceptions
 
-from gateway.dataplane.codecs.h2_hpack import Decoder, HpackError
+from gateway.dataplane.http2.hpack import Decoder, HpackError
 
 Header = tuple[bytes, bytes]
 Result = list[Header] | str  # a header list, or an error class

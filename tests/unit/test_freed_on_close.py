@@ -23,8 +23,8 @@ from twisted.trial.unittest import SynchronousTestCase
 
 from gateway.config.snapshot import Snapshot
 from gateway.dataplane.codecs.http1 import Http1Connection
-from gateway.dataplane.codecs.http2 import H2Connection
 from gateway.dataplane.core import ProxyCore
+from gateway.dataplane.http2.connection import H2Connection
 from gateway.dataplane.routing.plan import build_plan
 from gateway.twisted_ext.connect import connect_protocol
 from tests.support import h2frames as f

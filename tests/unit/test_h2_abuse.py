@@ -15,9 +15,10 @@ from twisted.internet.testing import MemoryReactorClock, StringTransport
 from twisted.logger import globalLogPublisher
 from twisted.trial.unittest import SynchronousTestCase
 
-from gateway.dataplane.codecs import h2_guard
-from gateway.dataplane.codecs.http2 import H2Connection
 from gateway.dataplane.core import ProxyCore
+from gateway.dataplane.http2 import guard as h2_guard
+from gateway.dataplane.http2 import protocol
+from gateway.dataplane.http2.connection import H2Connection
 from gateway.dataplane.routing.plan import build_plan
 from tests.support import h2frames as f
 from tests.support.memory_upstream import MemoryUpstream
@@ -258,7 +259,7 @@ class HeaderBlockTests(AbuseTestCase):
     def test_single_huge_header_value(self) -> None:
         """One 100 KiB header value (in CONTINUATIONs): refused while decoding."""
         block = self.frames.block([*f.request_headers(b"/x", HOST), (b"x-huge", b"h" * 100000)])
-        self.assertLess(len(block), h2_guard.HEADER_BLOCK_MAX_BYTES)
+        self.assertLess(len(block), protocol.HEADER_BLOCK_MAX_BYTES)
         self.send(self.frames.headers_block(1, block[:16000], end_headers=False)
                   + b"".join(f.continuation(1, block[i:i + 16000],
                                             end_headers=i + 16000 >= len(block))
@@ -442,7 +443,7 @@ class ConcurrencyTests(AbuseTestCase):
     def test_hard_cap_counts_streams_the_client_keeps_open(self) -> None:
         """Answered streams the client never ends stay open in h2 (not in the codec):
         past STREAMS_HARD_CAP of those, h2 itself closes the connection."""
-        cap = h2_guard.STREAMS_HARD_CAP
+        cap = protocol.STREAMS_HARD_CAP
         self.send(b"".join(self.request(2 * i + 1, b"/ping", end_stream=False)
                            for i in range(cap)))
         self.assertIsNone(self.goaway())
@@ -515,13 +516,13 @@ class TurnTests(AbuseTestCase):
         from twisted.internet.error import ConnectionLost
         from twisted.python.failure import Failure
 
-        from gateway.dataplane.codecs import http2
+        from gateway.dataplane.http2 import connection
         f.deliver(self.server, self.reactor, b"".join(
             self.request(2 * i + 1, end_stream=False) for i in range(40)))
         exchanges = [s.exchange for s in self.server.streams.values() if s.exchange]
         self.assertEqual(len(exchanges), 40)
         self.server.connectionLost(Failure(ConnectionLost()))
-        self.assertEqual(sum(e.finished for e in exchanges), http2.RELEASES_PER_TURN)
+        self.assertEqual(sum(e.finished for e in exchanges), connection.RELEASES_PER_TURN)
         self.reactor.advance(0)
         self.assertTrue(all(e.finished for e in exchanges))
 

@@ -1,4 +1,4 @@
-"""``h2_engine`` against ``h2`` (the library it replaced) on the same client bytes: the
+"""``http2.engine`` against ``h2`` (the library it replaced) on the same client bytes: the
 hand-written corpus (``tests/support/h2_corpus.py``) and hypothesis-generated sequences
 (``tests/support/h2_sequences.py``). Both must hand up the same requests (stream id,
 headers, body, end of stream), send the same RST_STREAMs (stream id, code), report the
@@ -14,7 +14,7 @@ from collections import Counter
 import pytest
 from hypothesis import given, settings
 
-from gateway.dataplane.codecs import h2_engine
+from gateway.dataplane.http2 import fields
 from tests.support import h2frames as f
 from tests.support.h2_corpus import CASES, OK, RESET
 from tests.support.h2_differential import Outcome, Step, chunks, run_engine, run_h2
@@ -78,6 +78,6 @@ def test_generated_sequences() -> None:
 def test_a_planted_difference_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
     """The differential can fail: an engine that let upper-case field names through
     differs from h2 on the corpus case that sends one."""
-    monkeypatch.setattr(h2_engine, "_BAD_NAME", re.compile(rb"[\x00-\x20\x7f-\xff]"))
+    monkeypatch.setattr(fields, "_H2_BAD_NAME", re.compile(rb"[\x00-\x20\x7f-\xff]"))
     with pytest.raises(AssertionError, match="engine:"):
         compare(CASES["upper-case-name"][1](f.Frames()))

@@ -1,4 +1,4 @@
-"""The HTTP/2 engine (``h2_engine``, ``h2_hpack``) on its own, with frames built by
+"""The HTTP/2 engine (``http2.engine``, ``http2.hpack``) on its own, with frames built by
 ``hyperframe``/``hpack`` (independent implementations): what RFC 9113 / 7541 require of a
 server, connection errors with their codes, malformed requests refused per stream."""
 
@@ -17,10 +17,28 @@ from hyperframe.frame import (
 )
 from twisted.trial.unittest import SynchronousTestCase
 
-from gateway.dataplane.codecs import h2_engine as e
-from gateway.dataplane.codecs.h2_engine import ErrorCode, H2Engine, H2Error
-from gateway.dataplane.codecs.h2_hpack import Decoder, Encoder, HpackError
+from gateway.dataplane.http2 import protocol as e
+from gateway.dataplane.http2.engine import H2Engine
+from gateway.dataplane.http2.events import (
+    ConnectionTerminated,
+    DataReceived,
+    Event,
+    RequestReceived,
+    RequestRefused,
+    StreamEnded,
+    StreamMalformed,
+    StreamReset,
+    WindowOpened,
+)
+from gateway.dataplane.http2.hpack import Decoder, Encoder, HpackError
+from gateway.dataplane.http2.protocol import ErrorCode, H2Error
 from tests.support import h2frames as f
+
+
+def kinds(events: list[Event]) -> list[tuple[type, int]]:
+    """Each event's kind and stream, without what else it carries."""
+    return [(type(ev), getattr(ev, "stream_id", 0)) for ev in events]
+
 
 REQUEST = [(b":method", b"GET"), (b":scheme", b"https"), (b":authority", b"a.test"),
            (b":path", b"/x")]
@@ -34,7 +52,7 @@ class EngineTestCase(SynchronousTestCase):
         self.inbox = bytearray()
         self.events = self.feed(f.hello())
 
-    def feed(self, data: bytes) -> list[tuple[object, ...]]:
+    def feed(self, data: bytes) -> list[Event]:
         return self.engine.receive(data)
 
     def sent(self) -> list[object]:
@@ -42,7 +60,7 @@ class EngineTestCase(SynchronousTestCase):
         return f.parse(self.inbox)
 
     def request(self, stream_id: int, headers: list[tuple[bytes, bytes]] | None = None,
-                end_stream: bool = True) -> list[tuple[object, ...]]:
+                end_stream: bool = True) -> list[Event]:
         return self.feed(self.frames.headers(stream_id, headers or REQUEST,
                                              end_stream=end_stream))
 
@@ -58,8 +76,9 @@ class EngineTestCase(SynchronousTestCase):
     def assert_refused(self, headers: list[tuple[bytes, bytes]], why: str,
                        stream_id: int = 1) -> None:
         events = self.request(stream_id, headers)
-        self.assertEqual([(ev[0], ev[1]) for ev in events], [(e.EV_REFUSED, stream_id)])
-        self.assertIn(why, str(events[0][2]))
+        self.assertEqual(kinds(events), [(RequestRefused, stream_id)])
+        assert isinstance(events[0], RequestRefused)
+        self.assertIn(why, events[0].why)
         resets = [x for x in self.sent() if isinstance(x, RstStreamFrame)]
         self.assertEqual([(x.stream_id, x.error_code) for x in resets],
                          [(stream_id, ErrorCode.PROTOCOL_ERROR)])
@@ -87,7 +106,7 @@ class ConnectionTests(EngineTestCase):
         events = []
         for i in range(len(data)):
             events += engine.receive(data[i:i + 1])
-        self.assertEqual([(ev[0], ev[1]) for ev in events], [(e.EV_REQUEST, 1)])
+        self.assertEqual(kinds(events), [(RequestReceived, 1)])
 
     def test_first_frame_must_be_settings(self) -> None:
         engine = H2Engine(128, 256, 65536)
@@ -151,7 +170,7 @@ class ConnectionTests(EngineTestCase):
 
     def test_goaway_from_the_client(self) -> None:
         events = self.feed(bytes(GoAwayFrame(0, last_stream_id=0).serialize()))
-        self.assertEqual(events, [(e.EV_TERMINATED, 0)])
+        self.assertEqual(events, [ConnectionTerminated()])
 
     def test_settings_values(self) -> None:
         for values, code in (({"ENABLE_PUSH": 2}, ErrorCode.PROTOCOL_ERROR),
@@ -179,7 +198,7 @@ class FlowControlTests(EngineTestCase):
     def test_consumed_bytes_reopen_both_windows(self) -> None:
         self.request(1, end_stream=False)
         events = self.feed(f.data(1, b"x" * 10000))
-        self.assertEqual(events, [(e.EV_DATA, 1, b"x" * 10000, 10000)])
+        self.assertEqual(events, [DataReceived(1, b"x" * 10000, 10000)])
         self.sent()
         self.engine.acknowledge(1, 10000)
         self.assertEqual(self.sent(), [])  # below the threshold: batched
@@ -193,7 +212,7 @@ class FlowControlTests(EngineTestCase):
         self.request(1, end_stream=False)
         frame = DataFrame(1, data=b"abc", pad_length=10, flags=["PADDED"])
         events = self.feed(bytes(frame.serialize()))
-        self.assertEqual(events, [(e.EV_DATA, 1, b"abc", 14)])
+        self.assertEqual(events, [DataReceived(1, b"abc", 14)])
 
     def test_send_window(self) -> None:
         self.request(1)
@@ -201,7 +220,7 @@ class FlowControlTests(EngineTestCase):
         self.feed(f.settings(INITIAL_WINDOW_SIZE=100))
         self.assertEqual(self.engine.window(1), 100)
         events = self.feed(f.settings(INITIAL_WINDOW_SIZE=70000))
-        self.assertIn((e.EV_WINDOW, 0), events)
+        self.assertIn(WindowOpened(0), events)
         self.assertEqual(self.engine.window(1), 65535)  # the connection's is the limit
         self.engine.send_data(1, b"x" * 1000)
         self.assertEqual(self.engine.window(1), 64535)
@@ -214,7 +233,7 @@ class FlowControlTests(EngineTestCase):
         self.setUp()
         self.request(1)
         events = self.feed(f.window_update(1, 2**31 - 1))
-        self.assertEqual([ev[0] for ev in events], [e.EV_MALFORMED])
+        self.assertEqual([type(ev) for ev in events], [StreamMalformed])
         self.assertEqual(self.engine.window(1), 0)
         self.setUp()
         self.assert_connection_error(f.frame_header(4, e.WINDOW_UPDATE) + b"\0\0\0\0",
@@ -235,11 +254,11 @@ class FlowControlTests(EngineTestCase):
 class RequestTests(EngineTestCase):
     def test_request_and_body(self) -> None:
         events = self.request(1, [*REQUEST, (b"content-length", b"5")], end_stream=False)
-        self.assertEqual(events, [(e.EV_REQUEST, 1, [*REQUEST, (b"content-length", b"5")],
+        self.assertEqual(events, [RequestReceived(1, [*REQUEST, (b"content-length", b"5")],
                                    False)])
         events = self.feed(f.data(1, b"hel") + f.data(1, b"lo", end_stream=True))
-        self.assertEqual(events, [(e.EV_DATA, 1, b"hel", 3), (e.EV_DATA, 1, b"lo", 2),
-                                  (e.EV_ENDED, 1)])
+        self.assertEqual(events, [DataReceived(1, b"hel", 3), DataReceived(1, b"lo", 2),
+                                  StreamEnded(1)])
 
     def test_malformed_requests_are_refused_per_stream(self) -> None:
         cases = [
@@ -268,7 +287,7 @@ class RequestTests(EngineTestCase):
         sid = 1
         for headers, why in cases:
             if why is None:  # valid: no :authority is fine (host may carry it)
-                self.assertEqual(self.request(sid, headers)[0][0], e.EV_REQUEST)
+                self.assertEqual(kinds(self.request(sid, headers)), [(RequestReceived, sid)])
             else:
                 with self.subTest(why):
                     self.assert_refused(headers, why, sid)
@@ -278,10 +297,10 @@ class RequestTests(EngineTestCase):
     def test_body_longer_or_shorter_than_content_length(self) -> None:
         self.request(1, [*REQUEST, (b"content-length", b"3")], end_stream=False)
         events = self.feed(f.data(1, b"abcd"))
-        self.assertEqual([ev[:2] for ev in events], [(e.EV_MALFORMED, 1)])
+        self.assertEqual(kinds(events), [(StreamMalformed, 1)])
         self.request(3, [*REQUEST, (b"content-length", b"3")], end_stream=False)
         events = self.feed(f.data(3, b"ab", end_stream=True))
-        self.assertEqual([ev[:2] for ev in events], [(e.EV_MALFORMED, 3)])
+        self.assertEqual(kinds(events), [(StreamMalformed, 3)])
         resets = [(x.stream_id, x.error_code) for x in self.sent()
                   if isinstance(x, RstStreamFrame)]
         self.assertEqual(resets, [(1, ErrorCode.PROTOCOL_ERROR), (3, ErrorCode.PROTOCOL_ERROR)])
@@ -290,14 +309,14 @@ class RequestTests(EngineTestCase):
         self.request(1, end_stream=False)
         self.feed(f.data(1, b"abc"))
         events = self.feed(self.frames.headers(1, [(b"x-checksum", b"1")], end_stream=True))
-        self.assertEqual(events, [(e.EV_ENDED, 1)])
+        self.assertEqual(events, [StreamEnded(1)])
         self.request(3, end_stream=False)
         events = self.feed(self.frames.headers(3, [(b"x-checksum", b"1")], end_stream=False))
-        self.assertEqual([ev[:2] for ev in events], [(e.EV_MALFORMED, 3)])
+        self.assertEqual(kinds(events), [(StreamMalformed, 3)])
 
     def test_client_reset(self) -> None:
         self.request(1, end_stream=False)
-        self.assertEqual(self.feed(f.rst(1)), [(e.EV_RESET, 1, 8)])
+        self.assertEqual(self.feed(f.rst(1)), [StreamReset(1, 8, answered=False)])
         self.assertEqual(self.engine.streams, {})
         self.assertEqual(self.feed(f.rst(1)), [])  # closed: ignored
 
@@ -322,9 +341,9 @@ class RequestTests(EngineTestCase):
         frame = HeadersFrame(1, data=self.frames.block(REQUEST), depends_on=1,
                              stream_weight=16, flags=["END_HEADERS", "END_STREAM", "PRIORITY"])
         events = self.feed(bytes(frame.serialize()))
-        self.assertEqual([ev[:2] for ev in events], [(e.EV_REFUSED, 1)])
+        self.assertEqual(kinds(events), [(RequestRefused, 1)])
         # the block was decoded all the same: the next request still decodes
-        self.assertEqual(self.request(3)[0][:2], (e.EV_REQUEST, 3))
+        self.assertEqual(kinds(self.request(3)), [(RequestReceived, 3)])
 
     def test_refused_stream_frames_afterwards_are_ignored(self) -> None:
         self.assert_refused([*REQUEST, (b"te", b"x")], "te")

@@ -6,8 +6,8 @@ from __future__ import annotations
 from twisted.trial.unittest import SynchronousTestCase
 
 from gateway.budget import Budget
-from gateway.dataplane.codecs import h2_guard
-from gateway.dataplane.codecs.h2_guard import H2Guard
+from gateway.dataplane.http2 import guard as h2_guard
+from gateway.dataplane.http2.guard import H2Guard
 from tests.support import h2frames as f
 
 

@@ -11,8 +11,9 @@ from __future__ import annotations
 from hyperframe.frame import GoAwayFrame, PriorityFrame, RstStreamFrame
 from twisted.trial.unittest import SynchronousTestCase
 
-from gateway.dataplane.codecs import h2_engine as e
-from gateway.dataplane.codecs.h2_engine import ErrorCode, H2Engine
+from gateway.dataplane.http2.engine import H2Engine
+from gateway.dataplane.http2.events import RequestReceived, StreamMalformed
+from gateway.dataplane.http2.protocol import ErrorCode
 from tests.support import h2frames as f
 
 REQUEST = [(b":method", b"POST"), (b":scheme", b"https"), (b":authority", b"a.test"),
@@ -49,7 +50,7 @@ class SelfDependencyTests(SynchronousTestCase):
         self.assertEqual(self.resets(self.sent()), [(1, ErrorCode.PROTOCOL_ERROR)])
         # a stream error only: the connection goes on
         events = self.engine.receive(self.frames.headers(3, REQUEST, end_stream=True))
-        self.assertEqual([ev[:2] for ev in events], [(e.EV_REQUEST, 3)])
+        self.assertEqual([(type(ev), ev.stream_id) for ev in events], [(RequestReceived, 3)])
 
     def test_exclusive_flag_does_not_hide_it(self) -> None:
         self.engine.receive(priority(5, 5, exclusive=True))
@@ -61,7 +62,8 @@ class SelfDependencyTests(SynchronousTestCase):
         self.engine.receive(self.frames.headers(1, REQUEST, end_stream=False))
         self.sent()
         events = self.engine.receive(priority(1, 1))
-        self.assertEqual([ev[:2] for ev in events], [(e.EV_MALFORMED, 1)])
+        self.assertEqual([(type(ev), getattr(ev, "stream_id", 0)) for ev in events],
+                         [(StreamMalformed, 1)])
         self.assertEqual(self.resets(self.sent()), [(1, ErrorCode.PROTOCOL_ERROR)])
         self.assertNotIn(1, self.engine.streams)
         self.assertEqual(self.engine.receive(f.data(1, b"late", end_stream=True)), [])

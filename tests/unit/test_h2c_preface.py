@@ -16,11 +16,11 @@ from hyperframe.frame import GoAwayFrame, SettingsFrame
 from twisted.internet.testing import MemoryReactorClock, StringTransport
 from twisted.trial.unittest import SynchronousTestCase
 
-from gateway.dataplane.codecs.h2_engine import ErrorCode
 from gateway.dataplane.codecs.http1 import MAX_TARGET, Http1Connection
-from gateway.dataplane.codecs.http2 import PREFACE, H2Connection
 from gateway.dataplane.codecs.switch import HTTP1, NOT_HTTP1, ProtocolSwitch, first_line
 from gateway.dataplane.core import ProxyCore
+from gateway.dataplane.http2.connection import H2Connection
+from gateway.dataplane.http2.protocol import PREFACE, ErrorCode
 from gateway.dataplane.routing.plan import build_plan
 from gateway.net.pipe import CLOSE_GRACE
 from tests.support import h2frames as f

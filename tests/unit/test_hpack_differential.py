@@ -1,4 +1,4 @@
-"""The gateway's HPACK decoder (``h2_hpack``) against ``hpack.Decoder`` on header lists
+"""The gateway's HPACK decoder (``http2.hpack``) against ``hpack.Decoder`` on header lists
 ``hpack.Encoder`` makes: random names and values, Huffman on and off, sensitive fields
 (never indexed), dynamic table size updates (one past our limit among them), several
 blocks through one decoder so the dynamic table fills and evicts. Both must decode what
@@ -15,8 +15,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gateway.dataplane.codecs import h2_hpack
-from gateway.dataplane.codecs.h2_hpack import STATIC
+from gateway.dataplane.http2 import hpack as h2_hpack
+from gateway.dataplane.http2.hpack import STATIC
 from tests.support.hpack_differential import compare
 
 # Bounded and deterministic (the same examples on every run): about 2 s each.

@@ -15,8 +15,8 @@ from twisted.internet.testing import MemoryReactorClock, StringTransport
 from twisted.python.failure import Failure
 from twisted.trial.unittest import SynchronousTestCase
 
-from gateway.dataplane.codecs.http2 import H2Connection
 from gateway.dataplane.core import ProxyCore
+from gateway.dataplane.http2.connection import H2Connection
 from gateway.dataplane.routing.plan import build_plan
 from tests.support import h2frames as f
 from tests.support.filling_transport import FillingTransport

@@ -33,6 +33,7 @@ TIERS: tuple[tuple[str, ...], ...] = (
 DATAPLANE: tuple[tuple[str, ...], ...] = (
     ("listeners",),
     ("codecs",),
+    ("http2",),
     ("exchange",),
     ("forwardauth",),
     ("pipes", "health"),

@@ -14,8 +14,8 @@ from twisted.python.failure import Failure
 from twisted.trial.unittest import SynchronousTestCase
 
 from gateway.dataplane import penalty
-from gateway.dataplane.codecs.http2 import H2Connection
 from gateway.dataplane.core import ProxyCore
+from gateway.dataplane.http2.connection import H2Connection
 from gateway.dataplane.listeners import tarpit
 from gateway.dataplane.listeners.stack import LimitedFactory
 from gateway.dataplane.penalty import Penalties, client_key

@@ -102,7 +102,7 @@ class MisdirectedTests(SynchronousTestCase):
     """``ConnectionTLS.misdirected``: the 421 check of a request on a TLS connection."""
 
     def connection(self, sni: str, store: _CountingStore) -> Any:
-        from gateway.dataplane.codecs.connection_tls import ConnectionTLS
+        from gateway.tls.connection import ConnectionTLS
 
         conn = ConnectionTLS()
         conn._tls = (sni, object(), store)
@@ -133,7 +133,7 @@ class MisdirectedTests(SynchronousTestCase):
         self.assertEqual(conn.misdirected("other.test", False), "other.test")
 
     def test_plain_connection_is_never_misdirected(self) -> None:
-        from gateway.dataplane.codecs.connection_tls import ConnectionTLS
+        from gateway.tls.connection import ConnectionTLS
 
         conn = ConnectionTLS()
         conn._tls = ("", None, None)

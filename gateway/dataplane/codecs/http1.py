@@ -21,7 +21,6 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
-from gateway.dataplane.codecs.connection_tls import ConnectionTLS
 from gateway.dataplane.core import ProxyCore
 from gateway.dataplane.exchange.base import BODY_CHUNKED, BODY_LENGTH, ExchangeBase
 from gateway.dataplane.exchange.recheck import UpgradeWatch
@@ -33,6 +32,7 @@ from gateway.net.pipe import CLOSE_GRACE, Pipe
 from gateway.observability.tracing.propagation import CONTEXT_NAMES
 from gateway.pages.answer import error_answer
 from gateway.pages.layout import look_of
+from gateway.tls.connection import ConnectionTLS
 from gateway.twisted_ext.fastio import direct_writer, write_now
 from gateway.wire.headers import NAME_INFO, learn_name, named_tokens
 from gateway.wire.normalize import (

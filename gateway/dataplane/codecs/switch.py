@@ -24,10 +24,10 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
-from gateway.dataplane.codecs.h2_engine import GOAWAY, SETTINGS, ErrorCode, frame
 from gateway.dataplane.codecs.http1 import MAX_TARGET, Http1Connection
-from gateway.dataplane.codecs.http2 import PREFACE, H2Connection
 from gateway.dataplane.core import ProxyCore
+from gateway.dataplane.http2.connection import H2Connection
+from gateway.dataplane.http2.protocol import GOAWAY, PREFACE, SETTINGS, ErrorCode, frame
 from gateway.net.pipe import CLOSE_GRACE
 
 SETUP_EXPIRED = "setup"  # PROXY header or TLS handshake not done in time

@@ -1,17 +1,16 @@
 """The downstream HTTP/2 codec, sharing ``Exchange`` with HTTP/1.1.
 
 The protocol itself (frames, stream states, HPACK, flow-control arithmetic) is
-``h2_engine``; this module ties its events to exchanges. Each stream is one exchange;
-upstreams are still spoken to in HTTP/1.1. Flow control both ways: request DATA is
-acknowledged (window reopened) only while the upstream accepts it, and response bytes
-wait for the stream's window, pausing the upstream read when more than a bounded
-amount is waiting. A small response is framed when the connection flushes, so its
-HEADERS and DATA (with END_STREAM) leave in one write.
+``engine``; this module ties its events to exchanges, one per stream, each writing
+through its ``stream.StreamSink``. Upstreams are still spoken to in HTTP/1.1. Flow
+control both ways: request DATA is acknowledged (window reopened) only while the
+upstream accepts it, and response bytes wait for the stream's window
+(``StreamSink``), pausing the upstream read when more than a bounded amount is
+waiting. The connection's own limits are ``guard``'s.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Collection
 from functools import partial
 from typing import Any
@@ -23,16 +22,24 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
-from gateway.dataplane.codecs import h2_engine
-from gateway.dataplane.codecs.connection_tls import ConnectionTLS
-from gateway.dataplane.codecs.h2_engine import ErrorCode, H2Engine, H2Error
-from gateway.dataplane.codecs.h2_guard import (
+from gateway.dataplane.core import ProxyCore
+from gateway.dataplane.exchange.base import BODY_CHUNKED, BODY_LENGTH
+from gateway.dataplane.exchange.request import Exchange
+from gateway.dataplane.http2.engine import H2Engine
+from gateway.dataplane.http2.events import (
+    ConnectionTerminated,
+    DataReceived,
+    RequestReceived,
+    RequestRefused,
+    StreamEnded,
+    StreamMalformed,
+    StreamReset,
+    WindowOpened,
+)
+from gateway.dataplane.http2.fields import start_problem, upstream_fields_problem
+from gateway.dataplane.http2.guard import (
     BUSY_STREAMS,
-    MAX_CONCURRENT_STREAMS,
-    MAX_FRAME_SIZE,
-    MAX_HEADER_LIST_SIZE,
     STALLED_STREAMS,
-    STREAMS_HARD_CAP,
     STREAMS_PER_BUSY_TURN,
     STREAMS_PER_TURN,
     Cut,
@@ -41,264 +48,19 @@ from gateway.dataplane.codecs.h2_guard import (
     next_turn_end,
     stall_timeout,
 )
-from gateway.dataplane.core import ProxyCore
-from gateway.dataplane.exchange.base import BODY_CHUNKED, BODY_LENGTH, ExchangeBase
-from gateway.dataplane.exchange.request import Exchange
-from gateway.net.pipe import CLOSE_GRACE, Pipe
+from gateway.dataplane.http2.protocol import MAX_CONCURRENT_STREAMS, ErrorCode, H2Error
+from gateway.dataplane.http2.stream import CONNECTION_HIGH_WATER, HIGH_WATER, StreamSink
+from gateway.net.pipe import CLOSE_GRACE
 from gateway.observability.tracing.propagation import CONTEXT_NAMES
+from gateway.tls.connection import ConnectionTLS
 from gateway.twisted_ext.fastio import direct_writer, write_now
 from gateway.wire.normalize import BadTarget, connect_authority, normalise_target
 
 log = Logger()
 
-
-_HIGH_WATER = 256 * 1024
-_CONNECTION_HIGH_WATER = 2 * 1024 * 1024  # all streams' waiting response bytes together
-_FLUSH_EVERY = 64 * 1024
-_CONNECTION_SPECIFIC = frozenset({b"connection", b"keep-alive", b"proxy-connection",
-                                  b"transfer-encoding", b"upgrade", b"te"})
-PREFACE = h2_engine.PREFACE
-# RFC 9110 5.6.2 token (lower case: the engine refuses upper case). HTTP/2 only refuses
-# controls, spaces, ':' and non-ASCII in names (RFC 9113 8.2.1): ";x" or "a(b)" would
-# reach the HTTP/1.1 upstream as a header line it cannot parse.
-_TOKEN = re.compile(rb"[!#$%&'*+\-.^_`|~0-9a-z]+")
-# The method goes into the upstream's request line: a token (RFC 9110 9.1).
-_METHOD = re.compile(rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
-# What an authority may hold (RFC 3986 3.2: reg-name, IP literal, port); it becomes the
-# route's host and X-Forwarded-Host.
-_AUTHORITY = re.compile(rb"[A-Za-z0-9\-._~!$&'()*+,;=:\[\]%@]*")
-# Control characters HTTP/1.1 field values may not hold (RFC 9110 5.5); h2 refuses only
-# NUL, CR and LF, and "a\x01b" would reach an upstream that refuses it.
-_BAD_VALUE = re.compile(rb"[\x00-\x08\x0a-\x1f\x7f]")
 # Streams of a closed connection whose exchanges are let go (upstream aborted, logged)
 # in one turn of the reactor.
 RELEASES_PER_TURN = 16
-
-
-class _Stream:
-    """The ``Sink`` of one HTTP/2 stream."""
-
-    chunked_framing = False
-
-    def __init__(self, owner: H2Connection, stream_id: int) -> None:
-        self.owner = owner
-        self.stream_id = stream_id
-        self.client_ip = owner.client_ip
-        self.exchange: Exchange | None = None
-        self.pending = bytearray()
-        self.end_pending = False
-        self.producer: Any = None
-        self.producer_paused = False
-        self.unacked = 0
-        self.pauses: set[str] = set()
-        self.closed = False
-        self.pipe: Pipe | None = None  # a CONNECT tunnel once it is established
-        self.early: list[bytes] = []  # tunnel DATA that came before the 200
-        self.early_end = False  # ... and END_STREAM
-        self.blocked_since: float | None = None  # response bytes wait for a window since
-        self.last_read = owner.core.reactor.seconds()  # request HEADERS or DATA, last
-
-    # Sink
-    def write_head(self, status: int, reason: bytes, headers: list[tuple[bytes, bytes]],
-                   body: bool, close: bool, first_body: bytes = b"") -> None:
-        if self.closed:
-            return
-        if not self.owner.h2.send_response_head(self.stream_id, status, headers,
-                                                _CONNECTION_SPECIFIC,
-                                                end_stream=not body and not first_body):
-            self.closed = True
-            return
-        if first_body:
-            self.write_body(first_body)
-
-    def write_body(self, data: bytes) -> None:
-        if self.closed:
-            return
-        self.pending += data
-        owner = self.owner
-        owner.buffered += len(data)
-        if len(self.pending) < MAX_FRAME_SIZE and not self.end_pending:
-            # framed at the next flush (or end_body): with its END_STREAM, in one frame
-            owner.dirty.append(self)
-            return
-        self._drain()
-        if self.producer is not None and not self.producer_paused and self.pending and (
-                len(self.pending) > _HIGH_WATER or owner.buffered > _CONNECTION_HIGH_WATER):
-            self.producer_paused = owner.squeezed = True
-            self.producer.pauseProducing()
-
-    def end_body(self) -> None:
-        self.end_pending = True
-        self._drain()
-
-    def _drain(self) -> None:
-        if self.closed:
-            return
-        owner = self.owner
-        conn = owner.h2
-        sid = self.stream_id
-        sent = 0
-        pending = self.pending
-        ended = False
-        while pending and not owner.send_paused:
-            window = conn.window(sid)
-            if window <= 0:
-                break
-            if window > conn.max_outbound_frame_size:
-                window = conn.max_outbound_frame_size
-            if len(pending) <= window:
-                chunk = bytes(pending)
-                pending.clear()
-                ended = self.end_pending
-            else:
-                chunk = bytes(pending[:window])
-                del pending[:window]
-            if not conn.send_data(sid, chunk, ended):
-                self.closed = True  # the client reset it meanwhile
-                sent += len(chunk) + len(pending)
-                pending.clear()
-                break
-            sent += len(chunk)
-            owner.unflushed += len(chunk)
-            if owner.unflushed >= _FLUSH_EVERY:
-                # hand the frames to the transport now, so that a full socket can pause
-                # the connection before more is queued (counted per connection: a
-                # WINDOW_UPDATE that reopens many streams drains them all in one turn)
-                owner.flush()
-        if self.end_pending and not pending and not self.closed:
-            if not ended:
-                conn.send_data(sid, b"", True)  # END_STREAM alone (nothing was pending)
-            self.end_pending = False
-            self.closed = True
-            if self.exchange is None or self.exchange.finished:
-                owner.forget_stream(self)
-        if pending:  # waiting for a window (or the socket): since the last progress
-            if sent or self.blocked_since is None:
-                self.blocked_since = self.owner.core.reactor.seconds()
-        else:
-            self.blocked_since = None
-        if sent:
-            self.owner.unbuffer(sent)
-        if self.producer is not None and self.producer_paused and \
-                len(self.pending) < _HIGH_WATER // 2 and \
-                self.owner.buffered < _CONNECTION_HIGH_WATER // 2:
-            self.producer_paused = False
-            self.producer.resumeProducing()
-
-    def exchange_done(self, exchange: ExchangeBase) -> None:
-        self.owner.stream_done(self)
-
-    def flush(self) -> None:
-        """Send what h2 has queued (after an upstream read, or when a stream ends)."""
-        self.owner.flush()
-
-    def misdirected(self, host: str, routed: bool) -> str:
-        return self.owner.misdirected(host, routed)
-
-    def client_cert_problem(self, policy: Any) -> str | None:
-        return self.owner.client_cert_problem(policy)
-
-    def abort(self) -> None:
-        """The response cannot be finished (its upstream failed mid-body): reset the
-        stream and forget it (an aborted exchange never calls ``exchange_done``: kept,
-        it would count against MAX_CONCURRENT_STREAMS for the connection's life)."""
-        if not self.closed:
-            self.closed = True
-            self.owner.reset(self.stream_id, ErrorCode.INTERNAL_ERROR)
-        self.owner.forget_stream(self)
-
-    def pause_reading(self, reason: str) -> None:
-        self.pauses.add(reason)
-
-    def resume_reading(self, reason: str) -> None:
-        self.pauses.discard(reason)
-        if not self.pauses and self.unacked:
-            size, self.unacked = self.unacked, 0
-            self.owner.acknowledge(self.stream_id, size)
-
-    def send_continue(self) -> None:
-        if not self.closed:
-            self.owner.h2.send_headers(self.stream_id, [(b":status", b"100")])
-            self.owner.flush()
-
-    def start_response_flow(self, producer: Any) -> None:
-        self.producer = producer
-
-    def stop_response_flow(self) -> None:
-        if self.producer is not None and self.producer_paused:
-            self.producer.resumeProducing()
-        self.producer = None
-        self.producer_paused = False
-
-    def start_connect(self, tunnel: Any, upstream: Any) -> None:
-        if self.closed:
-            upstream.loseConnection()
-            return
-        if not self.owner.h2.send_headers(self.stream_id, [
-                (b":status", b"200"), (b"x-request-id", tunnel.exchange.request_id_bytes())]):
-            self.closed = True
-            upstream.loseConnection()
-            return
-        plan = tunnel.exchange.plan
-        self.pipe = Pipe(self.owner.core.reactor, _StreamEnd(self), upstream,
-                         plan.timeout if plan is not None else 0.0, on_close=tunnel.closed)
-        tunnel.join(self.pipe)
-        early, self.early = self.early, []
-        for data in early:
-            self.pipe.from_a(data)
-        if self.early_end:
-            self.pipe.eof_from(self.pipe.a)
-        self.resume_reading("connect")
-        self.owner.flush()
-
-    def start_tunnel(self, exchange: ExchangeBase, upstream: Any, rest: bytes,
-                     idle_timeout: float) -> None:
-        upstream.abort()  # upgrades do not exist in HTTP/2 (no extended CONNECT here)
-        self.abort()
-
-
-class _StreamEnd:
-    """A CONNECT stream as one end of a ``Pipe``, with the transport methods it calls:
-    writes wait for the stream's window (pausing the upstream above a bound), a
-    half-close is END_STREAM, a pause withholds WINDOW_UPDATEs from the client."""
-
-    def __init__(self, stream: _Stream) -> None:
-        self.stream = stream
-
-    def write(self, data: bytes) -> None:
-        self.stream.write_body(data)
-        self.stream.owner.flush()
-
-    def registerProducer(self, producer: Any, streaming: bool) -> None:
-        self.stream.start_response_flow(producer)
-
-    def unregisterProducer(self) -> None:
-        self.stream.stop_response_flow()
-
-    def pauseProducing(self) -> None:
-        self.stream.pause_reading("upstream")
-
-    def resumeProducing(self) -> None:
-        self.stream.resume_reading("upstream")
-
-    def stopProducing(self) -> None:
-        self.abortConnection()
-
-    def loseWriteConnection(self) -> None:
-        if not self.stream.closed and not self.stream.end_pending:
-            self.stream.end_body()
-            self.stream.owner.flush()
-
-    def loseConnection(self) -> None:
-        self.loseWriteConnection()  # END_STREAM once what is pending has its window
-        self.stream.owner.stream_done(self.stream)
-
-    def abortConnection(self) -> None:
-        stream = self.stream
-        if not stream.closed:
-            stream.closed = True
-            stream.owner.reset(stream.stream_id, ErrorCode.CONNECT_ERROR)
-        stream.owner.forget_stream(stream)
 
 
 @implementer(IPushProducer)
@@ -309,9 +71,8 @@ class H2Connection(ConnectionTLS, Protocol):
         self.core = core
         # Streams between the advertised limit and the hard cap reach the codec, which
         # refuses them with REFUSED_STREAM; past the cap the engine closes the connection.
-        self.h2 = H2Engine(MAX_CONCURRENT_STREAMS, STREAMS_HARD_CAP, MAX_HEADER_LIST_SIZE,
-                           MAX_FRAME_SIZE)
-        self.streams: dict[int, _Stream] = {}
+        self.h2 = H2Engine()
+        self.streams: dict[int, StreamSink] = {}
         self.client_ip = ""
         self.last_activity = 0.0
         self.write_blocked_since = 0.0
@@ -321,10 +82,10 @@ class H2Connection(ConnectionTLS, Protocol):
         self.guard = H2Guard(core.reactor.seconds())
         self.buffered = 0  # response bytes waiting in all streams
         self.unflushed = 0  # DATA framed since the last flush
-        self.dirty: list[_Stream] = []  # streams with small body bytes not yet framed
+        self.dirty: list[StreamSink] = []  # streams with small body bytes not yet framed
         # Requests not started yet because STALLED_STREAMS of the connection's responses
         # wait for a window: started as those drain or end (``_start_waiting``).
-        self.waiting: list[_Stream] = []
+        self.waiting: list[StreamSink] = []
         self.squeezed = False  # a stream's upstream was paused on them
         # The rest of a read holding more requests than a turn starts (reading paused
         # until it is handled, a turn at a time) and the call that handles the next turn.
@@ -384,12 +145,11 @@ class H2Connection(ConnectionTLS, Protocol):
         self.streams.clear()
         self._release(streams, "", reason.check(ConnectionDone) is not None)
 
-    def _release(self, streams: list[_Stream], why: str, clean: bool) -> None:
+    def _release(self, streams: list[StreamSink], why: str, clean: bool) -> None:
         """Let go of the streams of a connection that is gone (or cut, ``why``): each
         exchange's upstream request aborted and the exchange logged, a turn's worth at
         a time (128 at once held the reactor for over 10 ms)."""
-        for stream in streams:
-            stream.closed = True  # nothing more is written for them
+        self.h2.drop_all()  # nothing more is written for them
         for stream in streams[:RELEASES_PER_TURN]:
             if stream.pipe is not None:
                 stream.pipe.lost(why or "client connection lost", clean=clean)
@@ -432,7 +192,7 @@ class H2Connection(ConnectionTLS, Protocol):
         self.h2.acknowledge(stream_id, size)
         self.flush()
 
-    def forget_stream(self, stream: _Stream) -> None:
+    def forget_stream(self, stream: StreamSink) -> None:
         """The stream is over: drop it, and give the connection window back the bytes
         it held unacknowledged (a paused upload, DATA before a refused CONNECT), or
         every other stream's uploads would stall on a window that never reopens.
@@ -454,14 +214,14 @@ class H2Connection(ConnectionTLS, Protocol):
         """``size`` waiting bytes were sent or dropped; once the connection is below
         half its high-water mark, streams paused on it read their upstreams again."""
         self.buffered -= size
-        if self.squeezed and self.buffered < _CONNECTION_HIGH_WATER // 2:
+        if self.squeezed and self.buffered < CONNECTION_HIGH_WATER // 2:
             self.squeezed = False
             for stream in list(self.streams.values()):
-                if stream.producer_paused and len(stream.pending) < _HIGH_WATER // 2:
+                if stream.producer_paused and len(stream.pending) < HIGH_WATER // 2:
                     stream.producer_paused = False
                     stream.producer.resumeProducing()
 
-    def stream_done(self, stream: _Stream) -> None:
+    def stream_done(self, stream: StreamSink) -> None:
         if stream.closed or not (stream.pending or stream.end_pending):
             self.forget_stream(stream)
         # else: the body still waits for the client's window; _drain removes the
@@ -526,12 +286,12 @@ class H2Connection(ConnectionTLS, Protocol):
         # (MadeYouReset, CVE-2025-8671).
         reset: Collection[int] = ()
         malformed: Collection[int] = ()
-        if len(events) != 1 or events[0][0] != h2_engine.EV_REQUEST:  # (the common read)
-            reset = {e[1] for e in events if e[0] == h2_engine.EV_RESET}
-            malformed = {e[1] for e in events if e[0] == h2_engine.EV_MALFORMED}
-        served = sum(1 for stream_id in reset
-                     if (stream := self.streams.get(stream_id)) is not None
-                     and not stream.closed)
+        served = 0
+        if len(events) != 1 or type(events[0]) is not RequestReceived:  # (the common read)
+            reset = {e.stream_id for e in events if isinstance(e, StreamReset)}
+            malformed = {e.stream_id for e in events if isinstance(e, StreamMalformed)}
+            served = sum(1 for e in events if isinstance(e, StreamReset)
+                         and not e.answered and e.stream_id in self.streams)
         for _ in range(served + len(malformed)):
             cut = self.guard.premature_reset(now)
             if cut is not None:
@@ -539,40 +299,43 @@ class H2Connection(ConnectionTLS, Protocol):
                 return
         reset_in_read = self.guard.reset_in_read
         for event in events:
-            kind = event[0]
-            if kind == h2_engine.EV_REQUEST:
-                stream_id = event[1]
-                if stream_id not in reset and stream_id not in reset_in_read \
-                        and stream_id not in malformed:
-                    self._request(stream_id, event[2], event[3])
-            elif kind == h2_engine.EV_DATA:
-                self._data(event[1], event[2], event[3])
-            elif kind == h2_engine.EV_ENDED:
-                stream = self.streams.get(event[1])
-                if stream is not None and stream.pipe is not None:
-                    stream.pipe.eof_from(stream.pipe.a)
-                elif stream is not None and stream.exchange is not None \
-                        and stream.exchange.connect:
-                    stream.early_end = True
-                elif stream is not None and stream.exchange is not None:
-                    stream.exchange.request_complete()
-            elif kind == h2_engine.EV_RESET:
-                stream = self.streams.get(event[1])
-                if stream is not None:
-                    self._drop(stream, "client reset the stream", by_client=True)
-            elif kind == h2_engine.EV_WINDOW:
-                self._window(event[1])
-            elif kind == h2_engine.EV_MALFORMED:
-                stream = self.streams.get(event[1])
-                if stream is not None:
-                    stream.closed = True  # the engine has reset it
-                    self._drop(stream, f"malformed HTTP/2 stream: {event[2]}")
-            elif kind == h2_engine.EV_REFUSED:
-                log.debug("HTTP/2 request from {client} refused: {why}",
-                          client=self.client_ip, why=event[2])
-            elif kind == h2_engine.EV_TERMINATED:
-                self.close_connection()
+            match event:
+                case RequestReceived(stream_id, headers, ended):
+                    if stream_id not in reset and stream_id not in reset_in_read \
+                            and stream_id not in malformed:
+                        self._request(stream_id, headers, ended)
+                case DataReceived(stream_id, data, flow):
+                    self._data(stream_id, data, flow)
+                case StreamEnded(stream_id):
+                    self._ended(stream_id)
+                case StreamReset(stream_id):
+                    if (stream := self.streams.get(stream_id)) is not None:
+                        self._drop(stream, "client reset the stream", by_client=True)
+                case WindowOpened(stream_id):
+                    self._window(stream_id)
+                case StreamMalformed(stream_id, why):  # the engine has reset it
+                    if (stream := self.streams.get(stream_id)) is not None:
+                        self._drop(stream, f"malformed HTTP/2 stream: {why}")
+                case RequestRefused(stream_id, why):
+                    log.debug("HTTP/2 request from {client} refused: {why}",
+                              client=self.client_ip, why=why)
+                case ConnectionTerminated():
+                    self.close_connection()
         self.flush()
+
+    def _ended(self, stream_id: int) -> None:
+        """The request body is complete: the exchange's, or the tunnel's half-close."""
+        stream = self.streams.get(stream_id)
+        if stream is None:
+            return
+        if stream.pipe is not None:
+            stream.pipe.eof_from(stream.pipe.a)
+        elif stream.exchange is None:
+            return
+        elif stream.exchange.connect:
+            stream.early_end = True  # before the 200: handed on when the tunnel opens
+        else:
+            stream.exchange.request_complete()
 
     def _window(self, stream_id: int) -> None:
         targets = self.streams.values() if stream_id == 0 else (
@@ -608,7 +371,7 @@ class H2Connection(ConnectionTLS, Protocol):
             if cut is not None:
                 self.cut(cut)
             return
-        stream = _Stream(self, stream_id)
+        stream = StreamSink(self, stream_id)
         self.streams[stream_id] = stream
         exchange = Exchange(stream, self.core)
         stream.exchange = exchange
@@ -643,11 +406,9 @@ class H2Connection(ConnectionTLS, Protocol):
         exchange.body_kind = 0 if ended else (BODY_LENGTH if has_length else BODY_CHUNKED)
         exchange.request_done = ended
         exchange.ready = True
-        if not _METHOD.fullmatch(exchange.method):
-            exchange.fail(400, "the method is not a token")
-            return
-        if not _AUTHORITY.fullmatch(authority or host):
-            exchange.fail(400, "the authority holds a character a host name cannot")
+        problem = start_problem(exchange.method, authority or host)
+        if problem is not None:
+            exchange.fail(400, problem)
             return
         if exchange.method == b"CONNECT":
             stream.early_end = ended
@@ -656,14 +417,9 @@ class H2Connection(ConnectionTLS, Protocol):
         if not exchange.host:
             exchange.fail(400, "the request has no authority")
             return
-        # each name a token, no control character in a value: one regex call each over
-        # all of them ("!" is a token character, a tab is allowed in values; the engine
-        # has refused empty names)
-        if headers and not _TOKEN.fullmatch(b"!".join([name for name, _ in headers])):
-            exchange.fail(400, "a header name is not a valid token")
-            return
-        if _BAD_VALUE.search(b"\t".join([value for _, value in headers])):
-            exchange.fail(400, "a header value holds a control character")
+        problem = upstream_fields_problem(headers)
+        if problem is not None:
+            exchange.fail(400, problem)
             return
         try:
             path, query = normalise_target(exchange.target)
@@ -691,7 +447,7 @@ class H2Connection(ConnectionTLS, Protocol):
                     and not exchange.finished and not stream.closed:
                 exchange.begin()
 
-    def _connect(self, stream: _Stream, exchange: Exchange, authority: bytes) -> None:
+    def _connect(self, stream: StreamSink, exchange: Exchange, authority: bytes) -> None:
         """RFC 9113 8.5: ``:method CONNECT`` with ``:authority`` host:port and no
         ``:scheme``/``:path``; the stream's DATA frames are the tunnel's bytes."""
         if exchange.target:
@@ -709,12 +465,11 @@ class H2Connection(ConnectionTLS, Protocol):
         stream.pause_reading("connect")  # DATA waits (unacknowledged) for the tunnel
         exchange.begin()
 
-    def _drop(self, stream: _Stream, why: str, by_client: bool = False) -> None:
+    def _drop(self, stream: StreamSink, why: str, by_client: bool = False) -> None:
         """The stream is over (the client reset it, or we give up on it): drop it and
         its waiting bytes, and release its upstream work."""
         exchange = stream.exchange
         self.forget_stream(stream)
-        stream.closed = True
         if stream.pipe is not None:
             stream.pipe.lost(why, clean=False)
         elif exchange is not None and by_client:
@@ -722,13 +477,12 @@ class H2Connection(ConnectionTLS, Protocol):
         elif exchange is not None:
             exchange.abandon(why)
 
-    def _body_timed_out(self, stream: _Stream, exchange: Exchange) -> None:
+    def _body_timed_out(self, stream: StreamSink, exchange: Exchange) -> None:
         """408 (or the response cut off if it began: the stream is reset and forgotten
         then), the upstream request dropped. A 408 that waits for a window the client
         does not open is given up at once: the stream is reset and forgotten too."""
         exchange.request_timed_out()
         if stream.pending or stream.end_pending:
-            stream.closed = True
             self.reset(stream.stream_id, ErrorCode.CANCEL)
             self.forget_stream(stream)
 
@@ -802,7 +556,6 @@ class H2Connection(ConnectionTLS, Protocol):
                 self._body_timed_out(stream, exchange)
             elif stream.blocked_since is not None and now - stream.blocked_since > stall:
                 # its window stayed closed: reset it, drop its bytes, release the upstream
-                stream.closed = True
                 self.reset(stream.stream_id, ErrorCode.CANCEL)
                 self._drop(stream, f"timeout_write: no window for {stall:g} s")
             elif exchange is not None and exchange.deadline and now > exchange.deadline \

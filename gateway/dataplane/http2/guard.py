@@ -6,7 +6,7 @@ costs the gateway work without being a request: client RST_STREAMs (rapid reset,
 CVE-2023-44487), control frames (SETTINGS, PING, WINDOW_UPDATE, PRIORITY, empty DATA,
 unknown types: the 2019 flood family), header blocks split over endless CONTINUATIONs,
 frames longer than the size we advertise. A spent limit is a ``Cut``: the codec sends
-GOAWAY with its code, logs its name and closes. What the engine (``h2_engine``) enforces
+GOAWAY with its code, logs its name and closes. What the engine enforces
 itself (header lists past ``MAX_HEADER_LIST_SIZE``, HPACK table size updates past ours,
 flow control, streams past ``STREAMS_HARD_CAP``) arrives as its ``H2Error``, which names
 the limit the same way.
@@ -21,19 +21,22 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gateway.budget import Budget
-from gateway.dataplane.codecs.h2_engine import ErrorCode
+from gateway.dataplane.http2.protocol import (
+    CONTINUATION,
+    DATA,
+    FLAG_END_HEADERS,
+    FLAG_END_STREAM,
+    HEADER_BLOCK_MAX_BYTES,
+    HEADER_BLOCK_MAX_FRAMES,
+    HEADERS,
+    MAX_CONCURRENT_STREAMS,
+    MAX_FRAME_SIZE,
+    PREFACE,
+    PUSH_PROMISE,
+    RST_STREAM,
+    ErrorCode,
+)
 
-# What we advertise (SETTINGS); MAX_FRAME_SIZE is never raised from the RFC default.
-MAX_CONCURRENT_STREAMS = 128
-MAX_HEADER_LIST_SIZE = 64 * 1024
-MAX_FRAME_SIZE = 16384
-# The engine closes the connection (PROTOCOL_ERROR) past this many open streams; below
-# it and above MAX_CONCURRENT_STREAMS the codec refuses streams with REFUSED_STREAM.
-STREAMS_HARD_CAP = 2 * MAX_CONCURRENT_STREAMS
-# One header block (HEADERS + CONTINUATIONs): encoded bytes and frames. HPACK does not
-# make a legitimate block much longer than its decoded list (MAX_HEADER_LIST_SIZE).
-HEADER_BLOCK_MAX_BYTES = 2 * MAX_HEADER_LIST_SIZE
-HEADER_BLOCK_MAX_FRAMES = 32
 # The bursts are what one connection may cost before it is cut (tens of us of parsing
 # per reset stream, a few us per control frame): a client that reconnects after
 # each cut keeps the gateway busy, so each read of an abusive connection must stay short.
@@ -78,9 +81,6 @@ STALLED_STREAMS = 8
 # whose socket stays full) for this long is reset, unless ``timeout_write`` is set.
 STALL_TIMEOUT = 60.0
 
-PREFACE_LENGTH = 24
-_DATA, _HEADERS, _RST_STREAM, _PUSH_PROMISE, _CONTINUATION = 0x0, 0x1, 0x3, 0x5, 0x9
-_END_STREAM, _END_HEADERS = 0x1, 0x4
 
 
 @dataclass(frozen=True)
@@ -97,7 +97,7 @@ class H2Guard:
     """The limits of one connection. ``feed`` before the engine parses; ``wrote`` after writes."""
 
     def __init__(self, now: float) -> None:
-        self._preface = PREFACE_LENGTH
+        self._preface = len(PREFACE)
         self._head = b""  # a frame header split across reads
         self._head_at = 0.0  # ... and when its first byte came
         self._skip = 0  # payload bytes of the current frame still to pass
@@ -130,7 +130,7 @@ class H2Guard:
         self._opened_now.clear()
         self._resets_now = 0
         self.turn_end = None
-        if size > 9 and data[3] == _HEADERS and data[4] & _END_HEADERS and not (
+        if size > 9 and data[3] == HEADERS and data[4] & FLAG_END_HEADERS and not (
                 self._preface or self._skip or self._head or self._block_frames) and \
                 ((data[0] << 16) | (data[1] << 8) | data[2]) + 9 == size <= MAX_FRAME_SIZE + 9:
             return None  # the common read: one request, one whole HEADERS frame
@@ -159,7 +159,7 @@ class H2Guard:
                 return None
             else:
                 head = data[pos:pos + 9]
-                if head[3] == _HEADERS:
+                if head[3] == HEADERS:
                     started += 1
                     if started > turn and self.turn_end is None:
                         self.turn_end = pos
@@ -179,19 +179,19 @@ class H2Guard:
         if length > MAX_FRAME_SIZE:
             return Cut("max_frame_size", ErrorCode.FRAME_SIZE_ERROR,
                        f"a {length}-byte frame (type {kind}), {MAX_FRAME_SIZE} advertised")
-        if kind == _DATA:
-            if length or flags & _END_STREAM:
+        if kind == DATA:
+            if length or flags & FLAG_END_STREAM:
                 return None
-        elif kind in (_HEADERS, _PUSH_PROMISE):
+        elif kind in (HEADERS, PUSH_PROMISE):
             self._opened_now.add(stream_id)
             if self.head_since is None:
                 self.head_since = began  # a header trickled in counts from its first byte
-            if not flags & _END_HEADERS:
+            if not flags & FLAG_END_HEADERS:
                 self._block_frames, self._block_bytes = 1, length
             else:
                 self._ends_block = True
             return None
-        elif kind == _CONTINUATION:
+        elif kind == CONTINUATION:
             if not self._block_frames:
                 return None  # a naked CONTINUATION: the engine refuses it
             self._block_frames += 1
@@ -202,11 +202,11 @@ class H2Guard:
             if self._block_frames > HEADER_BLOCK_MAX_FRAMES:
                 return Cut("header_block_frames", ErrorCode.ENHANCE_YOUR_CALM,
                            f"a header block in over {HEADER_BLOCK_MAX_FRAMES} frames")
-            if flags & _END_HEADERS:
+            if flags & FLAG_END_HEADERS:
                 self._block_frames = self._block_bytes = 0
                 self._ends_block = True
             return None
-        elif kind == _RST_STREAM:
+        elif kind == RST_STREAM:
             # A request opened and reset in the same read is the rapid-reset pattern;
             # resets of requests opened earlier are counted by the codec when the stream
             # is still being served (``premature_reset``). Any other RST_STREAM (an h2
@@ -269,7 +269,7 @@ def next_turn_end(data: bytes, streams: int = STREAMS_PER_TURN) -> int | None:
     pos = started = 0
     size = len(data)
     while pos + 9 <= size:
-        if data[pos + 3] == _HEADERS:
+        if data[pos + 3] == HEADERS:
             started += 1
             if started > streams:
                 return pos

@@ -20,6 +20,13 @@ from hpack.exceptions import HPACKDecodingError
 from hpack.huffman_table import decode_huffman
 from hpack.table import HeaderTable
 
+from gateway.dataplane.http2.protocol import (
+    HEADER_TABLE_SIZE,
+    MAX_HEADER_LIST_SIZE,
+    ErrorCode,
+    H2Error,
+)
+
 Header = tuple[bytes, bytes]
 
 STATIC: tuple[Header, ...] = tuple(HeaderTable.STATIC_TABLE)
@@ -28,23 +35,12 @@ _ENTRY_OVERHEAD = 32  # RFC 7541 4.1
 _MAX_INTEGER_SHIFT = 28  # integers above 2**28 are never legitimate here
 
 
-class HpackError(Exception):
-    """A header block that cannot be decoded: a connection error. ``limit`` names the
-    bound for the log (as ``h2_guard.Cut`` does) and ``code`` is the GOAWAY code."""
-
-    def __init__(self, limit: str, code: int, detail: str) -> None:
-        super().__init__(detail)
-        self.limit = limit
-        self.code = code
-        self.detail = detail
-
-
-# error codes (RFC 9113 7); h2_engine has the full list
-_PROTOCOL_ERROR, _COMPRESSION_ERROR, _ENHANCE_YOUR_CALM = 0x1, 0x9, 0xB
+class HpackError(H2Error):
+    """A header block that cannot be decoded: a connection error like any other."""
 
 
 def _bad(detail: str) -> HpackError:
-    return HpackError("compression_error", _COMPRESSION_ERROR, detail)
+    return HpackError("compression_error", ErrorCode.COMPRESSION_ERROR, detail)
 
 
 def _integer(data: bytes, pos: int, mask: int) -> tuple[int, int]:
@@ -90,7 +86,8 @@ class Decoder:
 
     __slots__ = ("max_list", "max_size", "settings_size", "size", "table")
 
-    def __init__(self, settings_size: int = 4096, max_list: int = 65536) -> None:
+    def __init__(self, settings_size: int = HEADER_TABLE_SIZE,
+                 max_list: int = MAX_HEADER_LIST_SIZE) -> None:
         self.table: list[Header] = []  # newest last: index 62 is table[-1]
         self.size = 0
         self.settings_size = settings_size  # our SETTINGS_HEADER_TABLE_SIZE
@@ -128,7 +125,7 @@ class Decoder:
                     raise _bad("a table size update after a header field")
                 size, pos = _integer(data, pos, 0x1F)
                 if size > self.settings_size:
-                    raise HpackError("header_table_size", _PROTOCOL_ERROR,
+                    raise HpackError("header_table_size", ErrorCode.PROTOCOL_ERROR,
                                      f"a table size update to {size}, "
                                      f"{self.settings_size} advertised")
                 self.max_size = size
@@ -138,7 +135,7 @@ class Decoder:
                 header, pos = self._literal(data, pos, 0x0F, table)
             listed += len(header[0]) + len(header[1]) + _ENTRY_OVERHEAD
             if listed > max_list:
-                raise HpackError("max_header_list_size", _ENHANCE_YOUR_CALM,
+                raise HpackError("max_header_list_size", ErrorCode.ENHANCE_YOUR_CALM,
                                  f"a header list over the advertised {max_list} bytes")
             append(header)
         return headers

@@ -9,188 +9,77 @@ push, no priority tree (PRIORITY is parsed and ignored, as RFC 9113 allows, but 
 the self-dependency that 5.3.1 makes a stream error), no client side. What it does,
 it checks as strictly as ``h2`` did: the preface and first SETTINGS, frame sizes per
 type, stream-id rules and states, header-block sequencing, flow control both ways
-(windows never below zero or above 2**31-1), SETTINGS values, HPACK (``h2_hpack``), and
-requests malformed per RFC 9113 8.1.1 / 8.2 / 8.3 (refused with RST_STREAM
+(windows never below zero or above 2**31-1), SETTINGS values, HPACK (``hpack``), and
+requests malformed per RFC 9113 8.1.1 / 8.2 / 8.3 (``fields``: refused with RST_STREAM
 PROTOCOL_ERROR, never handed to the codec).
 
-Connection errors raise ``H2Error`` with a limit name (the codec's ``Cut``) after
-queueing GOAWAY. The per-connection abuse budgets stay in ``h2_guard``, which reads the
-frame headers before this engine parses them.
+The state of every stream is here and only here: the codec asks (``sending_closed``)
+rather than keeping its own flags. Connection errors raise ``H2Error`` with a limit
+name (the codec's ``Cut``) after queueing GOAWAY. The per-connection abuse budgets stay
+in ``guard``, which reads the frame headers before this engine parses them.
 """
 
 from __future__ import annotations
 
-import re
-from enum import IntEnum
-from typing import Any
+from gateway.dataplane.http2.events import (
+    ConnectionTerminated,
+    DataReceived,
+    Event,
+    RequestReceived,
+    RequestRefused,
+    StreamEnded,
+    StreamMalformed,
+    StreamReset,
+    WindowOpened,
+)
+from gateway.dataplane.http2.fields import fields_problem, request_problem
+from gateway.dataplane.http2.hpack import Decoder, Encoder
+from gateway.dataplane.http2.protocol import (
+    CONTINUATION,
+    DATA,
+    DEFAULT_FRAME_SIZE,
+    DEFAULT_WINDOW,
+    FLAG_ACK,
+    FLAG_END_HEADERS,
+    FLAG_END_STREAM,
+    FLAG_PADDED,
+    FLAG_PRIORITY,
+    GOAWAY,
+    HEADER_BLOCK_MAX_BYTES,
+    HEADER_TABLE_SIZE,
+    HEADERS,
+    LARGEST_FRAME_SIZE,
+    MAX_CONCURRENT_STREAMS,
+    MAX_FRAME_SIZE,
+    MAX_HEADER_LIST_SIZE,
+    MAX_WINDOW,
+    PING,
+    PREFACE,
+    PRIORITY,
+    PUSH_PROMISE,
+    RST_STREAM,
+    SETTING_ENABLE_CONNECT_PROTOCOL,
+    SETTING_ENABLE_PUSH,
+    SETTING_HEADER_TABLE_SIZE,
+    SETTING_INITIAL_WINDOW_SIZE,
+    SETTING_MAX_CONCURRENT_STREAMS,
+    SETTING_MAX_FRAME_SIZE,
+    SETTING_MAX_HEADER_LIST_SIZE,
+    SETTINGS,
+    STREAMS_HARD_CAP,
+    WINDOW_UPDATE,
+    ErrorCode,
+    H2Error,
+    frame,
+    settings_payload,
+)
 
-from gateway.dataplane.codecs.h2_hpack import Decoder, Encoder, HpackError
-
-
-class ErrorCode(IntEnum):
-    NO_ERROR = 0x0
-    PROTOCOL_ERROR = 0x1
-    INTERNAL_ERROR = 0x2
-    FLOW_CONTROL_ERROR = 0x3
-    SETTINGS_TIMEOUT = 0x4
-    STREAM_CLOSED = 0x5
-    FRAME_SIZE_ERROR = 0x6
-    REFUSED_STREAM = 0x7
-    CANCEL = 0x8
-    COMPRESSION_ERROR = 0x9
-    CONNECT_ERROR = 0xA
-    ENHANCE_YOUR_CALM = 0xB
-    INADEQUATE_SECURITY = 0xC
-    HTTP_1_1_REQUIRED = 0xD
-
-
-class H2Error(Exception):
-    """A connection error: GOAWAY with ``code`` is queued; ``limit`` names it for the log."""
-
-    def __init__(self, limit: str, code: ErrorCode, detail: str) -> None:
-        super().__init__(detail)
-        self.limit = limit
-        self.code = code
-        self.detail = detail
-
-
-PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
-DATA, HEADERS, PRIORITY, RST_STREAM, SETTINGS, PUSH_PROMISE, PING, GOAWAY, \
-    WINDOW_UPDATE, CONTINUATION = range(10)
-FLAG_END_STREAM = FLAG_ACK = 0x1
-FLAG_END_HEADERS = 0x4
-FLAG_PADDED = 0x8
-FLAG_PRIORITY = 0x20
-SETTING_HEADER_TABLE_SIZE = 0x1
-SETTING_ENABLE_PUSH = 0x2
-SETTING_MAX_CONCURRENT_STREAMS = 0x3
-SETTING_INITIAL_WINDOW_SIZE = 0x4
-SETTING_MAX_FRAME_SIZE = 0x5
-SETTING_MAX_HEADER_LIST_SIZE = 0x6
-SETTING_ENABLE_CONNECT_PROTOCOL = 0x8
-MAX_WINDOW = 2**31 - 1
-DEFAULT_WINDOW = 65535
-DEFAULT_FRAME_SIZE = 16384
-OUR_TABLE_SIZE = 4096
 # Received bytes are given back (WINDOW_UPDATE) once this many are consumed: a quarter of
 # the window, so a client uploading never waits for one.
 ACK_THRESHOLD = 16384
 # Streams we reset whose late frames are ignored (RFC 9113 5.1 "closed"); older ones
 # are treated as closed normally.
 RESET_MEMORY = 1024
-
-# Events, as tuples (kind first): the codec handles them in order after each read.
-EV_REQUEST = 0  # (kind, stream_id, headers, ended)
-EV_DATA = 1  # (kind, stream_id, data, flow_controlled_length)
-EV_ENDED = 2  # (kind, stream_id): the request body is complete (END_STREAM)
-EV_RESET = 3  # (kind, stream_id, code): the client reset the stream
-EV_WINDOW = 4  # (kind, stream_id): the window grew (0: the connection's, or all streams')
-EV_TERMINATED = 5  # (kind, 0): the client sent GOAWAY
-EV_MALFORMED = 6  # (kind, stream_id, why): we reset a started stream (its body was wrong)
-EV_REFUSED = 7  # (kind, stream_id, why): a malformed request, reset before it started
-
-Event = tuple[Any, ...]
-
-_CONNECTION_SPECIFIC = frozenset({b"connection", b"keep-alive", b"proxy-connection",
-                                  b"transfer-encoding", b"upgrade"})
-_REQUEST_PSEUDO = frozenset({b":method", b":scheme", b":authority", b":path"})
-_SPECIAL = _CONNECTION_SPECIFIC | {b"te", b"host"}
-_EDGE = (0x20, 0x09)  # white space a field value may not start or end with
-# RFC 9113 8.2.1: field names hold no upper case, controls, space or DEL (nor 0x80+),
-# and but for pseudo-headers no colon; no field value holds NUL, CR or LF.
-_BAD_NAME = re.compile(rb"[\x00-\x20:A-Z\x7f-\xff]")
-_BAD_VALUE = re.compile(rb"[\x00\r\n]")
-
-
-def frame(kind: int, flags: int, stream_id: int, payload: bytes = b"") -> bytes:
-    length = len(payload)
-    return bytes((length >> 16, (length >> 8) & 0xFF, length & 0xFF, kind, flags)) \
-        + stream_id.to_bytes(4, "big") + payload
-
-
-def request_problem(headers: list[tuple[bytes, bytes]]) -> str | None:
-    """Why a request's header list is malformed (RFC 9113 8.2, 8.3.1), or None.
-
-    Names are checked for what HTTP/2 forbids; the codec then refuses with 400 what is
-    legal HTTP/2 but not a token an HTTP/1.1 upstream can read. (One regex over all the
-    names, one over all the values: a request has a dozen fields, each check a call.)"""
-    pseudo: dict[bytes, bytes] = {}
-    count = len(headers)
-    index = 0
-    while index < count:  # the pseudo-headers come first (RFC 9113 8.3)
-        name, value = headers[index]
-        if not name or name[0] != 0x3A:
-            break
-        if name not in _REQUEST_PSEUDO:
-            return f"the pseudo-header {name[:40]!r} is not one of a request"
-        if name in pseudo:
-            return f"{name.decode()} appears twice"
-        pseudo[name] = value
-        index += 1
-    hosts: list[bytes] = []
-    problem = fields_problem(headers, index, hosts)
-    if problem is not None:
-        return problem
-    method = pseudo.get(b":method")
-    if method is None:
-        return "no :method"
-    if method == b"CONNECT":
-        if b":scheme" in pseudo or b":path" in pseudo:  # RFC 9113 8.5
-            return "CONNECT with :scheme or :path"
-    else:
-        path = pseudo.get(b":path")
-        if path is None or b":scheme" not in pseudo:
-            return "no :scheme or no :path"
-        if not path:
-            return "an empty :path"
-    if hosts:  # (rare: no generator to make for the common request)
-        authority = pseudo.get(b":authority")
-        if authority is not None and any(host != authority for host in hosts):
-            return "host and :authority differ"
-    return None
-
-
-def fields_problem(headers: list[tuple[bytes, bytes]], start: int = 0,
-                   hosts: list[bytes] | None = None) -> str | None:
-    """Why the regular fields ``headers[start:]`` (of a request, or its trailers) are
-    malformed (RFC 9113 8.2), or None; every Host value is added to ``hosts``."""
-    names: list[bytes] = []
-    for name, value in headers[start:]:
-        if not name:
-            return "an empty field name"
-        if name[0] == 0x3A:
-            return "a pseudo-header after a regular field"
-        names.append(name)
-        if name in _SPECIAL:
-            if name == b"te":
-                if value != b"trailers":
-                    return "te other than 'trailers'"
-            elif name == b"host":
-                if hosts is not None:
-                    hosts.append(value)
-            else:
-                return f"the connection-specific field {name.decode()!r}"
-        if value and (value[0] in _EDGE or value[-1] in _EDGE):
-            return "a field value starts or ends with white space"
-    if names and _BAD_NAME.search(b",".join(names)):
-        return "a field name holds upper case or a character HTTP/2 forbids"
-    if _BAD_VALUE.search(b"\t".join([value for _, value in headers])):
-        return "a field value holds NUL, CR or LF"
-    return None
-
-
-def content_length(headers: list[tuple[bytes, bytes]]) -> int | None:
-    """The declared body length, None if absent; -1 if invalid or contradictory."""
-    found: int | None = None
-    for name, value in headers:
-        if name == b"content-length":
-            if not value.isdigit() or len(value) > 18:
-                return -1
-            length = int(value)
-            if found is not None and found != length:
-                return -1
-            found = length
-    return found
 
 
 class Stream:
@@ -213,10 +102,12 @@ class H2Engine:
     """One server connection. ``receive(data)`` returns events; ``send_*`` queue frames
     in ``out``; ``data_to_send()`` takes them."""
 
-    def __init__(self, max_concurrent_streams: int, streams_hard_cap: int,
-                 max_header_list_size: int, max_frame_size: int = DEFAULT_FRAME_SIZE) -> None:
+    def __init__(self, max_concurrent_streams: int = MAX_CONCURRENT_STREAMS,
+                 streams_hard_cap: int = STREAMS_HARD_CAP,
+                 max_header_list_size: int = MAX_HEADER_LIST_SIZE,
+                 max_frame_size: int = MAX_FRAME_SIZE) -> None:
         self.out = bytearray()
-        self.decoder = Decoder(OUR_TABLE_SIZE, max_header_list_size)
+        self.decoder = Decoder(HEADER_TABLE_SIZE, max_header_list_size)
         self.encoder = Encoder()
         self.streams: dict[int, Stream] = {}
         self.highest_inbound_stream_id = 0
@@ -243,12 +134,11 @@ class H2Engine:
     # -- sending
     def initiate(self) -> None:
         """Our SETTINGS (the server preface)."""
-        payload = b"".join(ident.to_bytes(2, "big") + value.to_bytes(4, "big") for ident, value in (
+        self.out += frame(SETTINGS, 0, 0, settings_payload((
             (SETTING_MAX_CONCURRENT_STREAMS, self.max_concurrent_streams),
             (SETTING_INITIAL_WINDOW_SIZE, DEFAULT_WINDOW),
             (SETTING_MAX_HEADER_LIST_SIZE, self.max_header_list_size),
-        ))
-        self.out += frame(SETTINGS, 0, 0, payload)
+        )))
 
     def data_to_send(self) -> bytes:
         out = self.out
@@ -299,6 +189,16 @@ class H2Engine:
                              block[start:start + size])
         if end_stream:
             self._local_end(stream_id, stream)
+
+    def sending_closed(self, stream_id: int) -> bool:
+        """Nothing more may be sent on the stream: our END_STREAM is out, or it was
+        reset (by either side), or the connection is gone (``drop_all``)."""
+        stream = self.streams.get(stream_id)
+        return stream is None or stream.local_ended
+
+    def drop_all(self) -> None:
+        """The connection is gone or cut: no stream is open any more."""
+        self.streams.clear()
 
     def window(self, stream_id: int) -> int:
         """How many DATA bytes may be sent on the stream now (0 if it is closed)."""
@@ -376,12 +276,9 @@ class H2Engine:
             return []
         try:
             return self._receive(data)
-        except H2Error as exc:
+        except H2Error as exc:  # (HPACK's errors among them)
             self.close(exc.code)
             raise
-        except HpackError as exc:
-            self.close(exc.code)
-            raise H2Error(exc.limit, ErrorCode(exc.code), exc.detail) from None
 
     def _receive(self, data: bytes) -> list[Event]:
         events: list[Event] = []
@@ -434,8 +331,10 @@ class H2Engine:
                 raise _frame_size("RST_STREAM")
             if not stream_id or self._idle(stream_id):
                 raise _protocol("RST_STREAM on an idle stream")
-            if self.streams.pop(stream_id, None) is not None:
-                events.append((EV_RESET, stream_id, int.from_bytes(payload, "big")))
+            reset = self.streams.pop(stream_id, None)
+            if reset is not None:
+                events.append(StreamReset(stream_id, int.from_bytes(payload, "big"),
+                                          reset.local_ended))
         elif kind == SETTINGS:
             self._settings(flags, stream_id, payload, events)
         elif kind == PING:
@@ -457,7 +356,7 @@ class H2Engine:
                 raise _protocol("GOAWAY on a stream")
             if len(payload) < 8:
                 raise _frame_size("GOAWAY")
-            events.append((EV_TERMINATED, 0))
+            events.append(ConnectionTerminated())
         elif kind == PUSH_PROMISE:
             raise _protocol("a client sent PUSH_PROMISE")
         # other types are extensions: ignored (RFC 9113 5.5)
@@ -495,12 +394,12 @@ class H2Engine:
                                       "a stream window past 2**31-1")
                 grown = grown or delta > 0
             elif ident == SETTING_MAX_FRAME_SIZE:
-                if not DEFAULT_FRAME_SIZE <= value <= 2**24 - 1:
+                if not DEFAULT_FRAME_SIZE <= value <= LARGEST_FRAME_SIZE:
                     raise _protocol(f"SETTINGS_MAX_FRAME_SIZE {value}")
                 self.max_outbound_frame_size = value
         self.out += frame(SETTINGS, FLAG_ACK, 0)
         if grown:
-            events.append((EV_WINDOW, 0))
+            events.append(WindowOpened(0))
 
     def _window_update(self, stream_id: int, payload: bytes, events: list[Event]) -> None:
         if len(payload) != 4:
@@ -513,7 +412,7 @@ class H2Engine:
             if self.out_window > MAX_WINDOW:
                 raise H2Error("flow_control", ErrorCode.FLOW_CONTROL_ERROR,
                               "the connection window past 2**31-1")
-            events.append((EV_WINDOW, 0))
+            events.append(WindowOpened(0))
             return
         if self._idle(stream_id):
             raise _protocol("WINDOW_UPDATE on an idle stream")
@@ -526,7 +425,7 @@ class H2Engine:
                             else ErrorCode.PROTOCOL_ERROR)
             return
         stream.out_window += increment
-        events.append((EV_WINDOW, stream_id))
+        events.append(WindowOpened(stream_id))
 
     def _data(self, flags: int, stream_id: int, payload: bytes, events: list[Event]) -> None:
         if not stream_id:
@@ -564,7 +463,7 @@ class H2Engine:
                 self._malformed(stream_id, "a body that does not match its content-length",
                                 events)
                 return
-        events.append((EV_DATA, stream_id, data, flow))
+        events.append(DataReceived(stream_id, data, flow))
         if ended:
             self._remote_end(stream_id, stream, events)
 
@@ -601,9 +500,9 @@ class H2Engine:
         if block is None:
             raise _protocol("CONTINUATION without a header block")
         block += payload
-        if len(block) > 2 * self.max_header_list_size:
+        if len(block) > HEADER_BLOCK_MAX_BYTES:  # (the guard has cut at it already)
             raise H2Error("header_block_bytes", ErrorCode.ENHANCE_YOUR_CALM,
-                          "a header block past twice the header list size")
+                          f"a header block over {HEADER_BLOCK_MAX_BYTES} bytes")
         if flags & FLAG_END_HEADERS:
             self._block = None
             self._header_block(stream_id, bytes(block), self._block_end_stream,
@@ -619,24 +518,22 @@ class H2Engine:
             if len(self.streams) >= self.streams_hard_cap:
                 raise H2Error("streams_hard_cap", ErrorCode.PROTOCOL_ERROR,
                               f"over {self.streams_hard_cap} streams open")
-            problem = "a stream depending on itself" if self_dependent else \
-                request_problem(headers)
-            expected = None
-            if problem is None:
-                expected = content_length(headers)
-                if expected == -1:
-                    problem = "an invalid content-length"
-                elif expected is not None and end_stream and expected:
+            if self_dependent:
+                problem: str | None = "a stream depending on itself"
+                expected = None
+            else:
+                problem, expected = request_problem(headers)
+                if problem is None and expected and end_stream:
                     problem = "a content-length with no body"
             if problem is not None:
                 self._rst(stream_id, ErrorCode.PROTOCOL_ERROR)
-                events.append((EV_REFUSED, stream_id, problem))
+                events.append(RequestRefused(stream_id, problem))
                 return
             opened = Stream(self.peer_initial_window)
             opened.expected = expected
             opened.remote_ended = end_stream
             self.streams[stream_id] = opened
-            events.append((EV_REQUEST, stream_id, headers, end_stream))
+            events.append(RequestReceived(stream_id, headers, end_stream))
             return
         stream = self.streams.get(stream_id)
         if stream is not None and not stream.remote_ended:  # trailers
@@ -677,7 +574,7 @@ class H2Engine:
 
     def _remote_end(self, stream_id: int, stream: Stream, events: list[Event]) -> None:
         stream.remote_ended = True
-        events.append((EV_ENDED, stream_id))
+        events.append(StreamEnded(stream_id))
         if stream.local_ended:
             del self.streams[stream_id]
 
@@ -687,7 +584,7 @@ class H2Engine:
         known = self.streams.pop(stream_id, None) is not None
         self._rst(stream_id, code)
         if known:
-            events.append((EV_MALFORMED, stream_id, why))
+            events.append(StreamMalformed(stream_id, why))
 
 
 def _protocol(detail: str) -> H2Error:
