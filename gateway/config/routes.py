@@ -16,6 +16,7 @@ import re2
 
 from gateway.config.errors import Problems, did_you_mean
 from gateway.config.material import Reader
+from gateway.config.ppl import Document, Policy, route_policy
 from gateway.config.route_parts import (
     HeaderRewrite,
     Redirect,
@@ -26,6 +27,7 @@ from gateway.config.route_parts import (
     parse_route_lb,
     parse_route_tls,
 )
+from gateway.config.route_policy import parse_route_policy
 from gateway.config.upstreams import (
     HealthCheck,
     LeastRequestConfig,
@@ -59,6 +61,8 @@ ROUTE_FIELDS: dict[str, str] = {
     "allow_public_unauthenticated_access": "Let everyone in, unauthenticated.",
     "allow_any_authenticated_user": "Let in anyone who signs in.",
     "cors_allow_preflight": "Let CORS preflight OPTIONS requests in unauthenticated.",
+    "policy": "Allow and deny rules in Pomerium's policy language (PPL); the allow fields "
+              "are allow rules beside them.",
     "timeout": "Upstream timeout of this route (default: default_upstream_timeout); for "
                "a tcp+https route, the tunnel's idle timeout (default: none).",
     "set_request_headers": "Headers set on requests sent upstream.",
@@ -163,6 +167,12 @@ class Route:
     path_regex: Any = field(default=None, compare=False, repr=False)
     rewrite_regex: Any = field(default=None, compare=False, repr=False)
     host_path_regex: Any = field(default=None, compare=False, repr=False)
+    policy_document: Document | None = None  # the ``policy`` field, parsed
+    # who may pass: ``policy_document`` and the allow fields, compiled (``route_policy``)
+    policy: Policy = field(init=False, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "policy", route_policy(self.policy_document, self))
 
     @property
     def tcp(self) -> bool:
@@ -353,6 +363,8 @@ def _parse_route(
             "allow_public_unauthenticated_access and allow_any_authenticated_user are both set; "
             "a public route needs no authentication, choose one",
         )
+
+    parse_route_policy(item, base, values, problems)
 
     # headers
     for key in ("set_request_headers", "set_response_headers"):

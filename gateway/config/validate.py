@@ -17,6 +17,7 @@ from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 from gateway.config.errors import Problems
 from gateway.config.kvstore_dsn import BadConnectionString, parse_dsn
 from gateway.config.material import Pem, Reader, key_matches_certificate, load_key, load_material
+from gateway.config.ppl.nodes import criteria_of
 from gateway.config.routes import Route
 from gateway.config.settings import Options, default_autocert_dir
 from gateway.config.values import decode_base64, decode_secret
@@ -358,6 +359,12 @@ def _identity(options: Options, routes: tuple[Route, ...], reader: Reader, probl
         problems.warn("idp_service_account", "unset, but allowed_groups is used by "
                       + ", ".join(f"policy[{i}]" for i in grouped)
                       + ": group-based rules never match without it")
+    in_policy = [r.index for r in routes if r.policy_document is not None and any(
+        c.name == "groups" for c in criteria_of(r.policy_document))]
+    if in_policy and not options.idp_service_account:
+        problems.warn("idp_service_account", "unset, but the groups criterion is used by "
+                      + ", ".join(f"policy[{i}].policy" for i in in_policy)
+                      + ": it never matches without it")
     _directory(options, reader, problems)
 
 

@@ -1,0 +1,53 @@
+"""The policy language of routes: Pomerium's PPL, parsed at load, compiled to functions.
+
+Pure: no Twisted, no I/O once parsed (time zones are read when the policy is). It sits
+under ``config`` because a route's policy is compiled with the route, so that
+``gateway check`` and a reload refuse a bad one; ``gateway.authorize.policy`` is its
+public face for deciding, with the builders of ``Facts`` from sessions and requests.
+
+- ``grammar.parse_document``: a ``policy`` value -> ``Document`` (problems at key paths)
+- ``compile.Policy``: ``evaluate(facts) -> Verdict``, ``explain(facts) -> Trace``, ``reads``
+- ``legacy.legacy_rules``: the allow fields as rules
+"""
+
+from __future__ import annotations
+
+from gateway.config.ppl.compile import Policy
+from gateway.config.ppl.criteria import (
+    CLIENT_CERT,
+    CLIENT_IP,
+    CLOCK,
+    CORS,
+    CRITERIA,
+    METHOD,
+    PATH,
+    SSH_USERNAME,
+)
+from gateway.config.ppl.facts import CertFacts, Facts
+from gateway.config.ppl.grammar import parse_document
+from gateway.config.ppl.legacy import LegacyFields, legacy_ppl, legacy_rules
+from gateway.config.ppl.nodes import Document
+from gateway.config.ppl.verdict import (
+    ALLOW_MATCHED,
+    DENY_MATCHED,
+    KIND_TEXT,
+    NO_ALLOW_MATCHED,
+    Trace,
+    TraceNode,
+    Verdict,
+)
+
+
+def route_policy(document: Document | None, legacy: LegacyFields) -> Policy:
+    """A route's policy: its ``policy`` rules, and each allow field as one more allow
+    rule beside them (so the ``policy``'s deny rules hold for those too)."""
+    rules = (document.rules if document is not None else ()) + legacy_rules(legacy)
+    return Policy(Document(rules))
+
+
+__all__ = [
+    "ALLOW_MATCHED", "CLIENT_CERT", "CLIENT_IP", "CLOCK", "CORS", "CRITERIA", "DENY_MATCHED",
+    "KIND_TEXT", "METHOD", "NO_ALLOW_MATCHED", "PATH", "SSH_USERNAME", "CertFacts",
+    "Document", "Facts", "LegacyFields", "Policy", "Trace", "TraceNode", "Verdict",
+    "legacy_ppl", "legacy_rules", "parse_document", "route_policy",
+]

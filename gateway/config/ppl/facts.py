@@ -1,0 +1,74 @@
+"""What a policy decision may look at: who (as decisions see them), which request, when.
+
+Built once per decision by the caller (``gateway.authorize.policy.facts_for`` builds it
+from a session and a request), so its constructor does the little normalising there is:
+the e-mail lower-cased and its domain taken once, instead of in every criterion.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+
+NO_CLAIMS: Mapping[str, tuple[str, ...]] = MappingProxyType({})
+
+
+@dataclass(frozen=True, slots=True)
+class CertFacts:
+    """The client certificate the connection presented (verified against the route's or
+    the listener's CA by the TLS layer)."""
+
+    fingerprint: str  # SHA-256 of the DER, lower-case hex
+    spki_hash: str  # SHA-256 of the SubjectPublicKeyInfo, base64
+    san_email: tuple[str, ...] = ()
+    san_dns: tuple[str, ...] = ()
+    san_uri: tuple[str, ...] = ()
+
+
+class Facts:
+    """One decision's inputs.
+
+    Identity (all empty unless ``authenticated``): ``user_id``; ``email``, the address
+    usable for decisions (``Decider.decision_session``; ``""`` when there is none or it
+    was refused), lower-cased here, and its ``domain``; ``groups`` and whether group data
+    exists at all (``groups_available``); ``claims`` flattened as
+    ``gateway.authorize.claims.flatten_claims`` gives them.
+
+    Request: ``method`` (upper case; ``CONNECT`` for tunnels), ``path`` (normalised, as
+    routing sees it; empty for CONNECT), ``client_ip`` (as the gateway determined it;
+    text that is no address matches no ``source_ip``), ``client_cert``, whether it is a
+    CORS preflight, whether it is for the gateway's own endpoints (``internal``), the
+    SSH user name asked for (``None`` on HTTP). ``now``: epoch seconds.
+    """
+
+    __slots__ = ("authenticated", "claims", "client_cert", "client_ip", "cors_preflight",
+                 "domain", "email", "groups", "groups_available", "internal", "method",
+                 "now", "path", "ssh_username", "user_id")
+
+    def __init__(self, *, authenticated: bool = False, user_id: str = "", email: str = "",
+                 groups: Collection[str] = (), groups_available: bool = False,
+                 claims: Mapping[str, tuple[str, ...]] = NO_CLAIMS, method: str = "GET",
+                 path: str = "/", client_ip: str = "", client_cert: CertFacts | None = None,
+                 cors_preflight: bool = False, internal: bool = False,
+                 ssh_username: str | None = None, now: float = 0.0) -> None:
+        self.authenticated = authenticated
+        self.user_id = user_id
+        self.email = email.lower()
+        local, at, domain = self.email.rpartition("@")
+        self.domain = domain if at and local and "@" not in local else ""
+        self.groups = groups
+        self.groups_available = groups_available
+        self.claims = claims
+        self.method = method
+        self.path = path
+        self.client_ip = client_ip
+        self.client_cert = client_cert
+        self.cors_preflight = cors_preflight
+        self.internal = internal
+        self.ssh_username = ssh_username
+        self.now = now
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{name}={getattr(self, name)!r}" for name in self.__slots__)
+        return f"Facts({fields})"

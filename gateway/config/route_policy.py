@@ -1,0 +1,42 @@
+"""A route's ``policy`` field: PPL rules, parsed (and so checked) with the route.
+
+Problems carry the route's key path (``policy[3].policy[1].deny.or[2].source_ip``), so
+``gateway check`` and a reload name them exactly and a reload keeps the running
+configuration. The route compiles the rules with its allow fields (``Route.policy``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from gateway.config.errors import Problems
+from gateway.config.ppl import parse_document
+from gateway.config.ppl.nodes import ALLOW
+
+LEGACY_ALLOW = ("allow_public_unauthenticated_access", "allow_any_authenticated_user",
+                "cors_allow_preflight", "allowed_users", "allowed_domains", "allowed_groups",
+                "allowed_idp_claims")
+
+
+def parse_route_policy(item: Mapping[str, Any], base: str, values: dict[str, Any],
+                       problems: Problems) -> None:
+    """Read ``item["policy"]`` into ``values["policy_document"]``; ``values`` already holds
+    the route's other allow fields."""
+    raw = item.get("policy")
+    if raw is None:
+        return
+    document = parse_document(raw, f"{base}.policy", problems)
+    if document is None:
+        return
+    values["policy_document"] = document
+    if values.get("allow_public_unauthenticated_access"):
+        problems.error(base, "allow_public_unauthenticated_access and policy are both set: "
+                             "a public route is never authorized, so its policy would not "
+                             "apply; remove one of them (accept: true in the policy lets "
+                             "everyone in while its deny rules still hold)")
+    if not any(rule.action == ALLOW for rule in document.rules) and not any(
+            values.get(key) for key in LEGACY_ALLOW):
+        problems.warn(f"{base}.policy", "has no allow rule and the route no allow field: "
+                                        "access needs a matching allow rule, so nobody is "
+                                        "let in")
