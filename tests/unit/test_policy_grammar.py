@@ -185,6 +185,8 @@ class ErrorPathTests(SynchronousTestCase):
                       errors("allow: {and: [{time_of_day: {after: 22:00}}]}")[0])
         self.assertIn("the window is empty", errors(
             "allow: {and: [{time_of_day: {after: '9:00', before: '09:00:00'}}]}")[0])
+        self.assertIn("before midnight, with no after: the window is empty",
+                      errors("allow: {and: [{time_of_day: {before: '12 AM'}}]}")[0])
         self.assertIn("give after, before or both",
                       errors("allow: {and: [{time_of_day: {timezone: UTC}}]}")[0])
 

@@ -201,6 +201,6 @@ def _clock(operand: DateRange | TimeWindow | Weekdays) -> Predicate:
         return lambda f: weekday(clock.local(f.now)) in days
     start = operand.after if operand.after is not None else 0.0
     end = operand.before if operand.before is not None else DAY
-    if start < end:
+    if start < end or operand.after is None or operand.before is None:
         return lambda f: start <= clock.local(f.now) % DAY < end
     return lambda f: not end <= clock.local(f.now) % DAY < start

@@ -120,6 +120,9 @@ def parse_time_of_day(value: Any, where: str, problems: Problems) -> TimeWindow 
     if after is not None and after == before:
         problems.error(where, "after and before are the same time: the window is empty")
         return None
+    if after is None and before == 0:
+        problems.error(where, "before midnight, with no after: the window is empty")
+        return None
     return TimeWindow(after, before, zone)
 
 

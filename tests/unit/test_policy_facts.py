@@ -1,0 +1,125 @@
+"""``Facts`` from the gateway's own objects: a session as decisions see it, a request,
+a client certificate."""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import hashlib
+from types import MappingProxyType
+
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+from cryptography.x509.oid import NameOID
+from twisted.trial.unittest import SynchronousTestCase
+
+from gateway.authorize.hook import RequestInfo
+from gateway.authorize.policy import Facts, cert_facts, facts_for, method_text
+from gateway.config.errors import Problems
+from gateway.config.ppl import Policy, parse_document
+from gateway.sessions.model import Session
+
+NOW = 1_800_000_000.0
+SESSION = Session("sid", "u-1", "Ada@Example.com", NOW - 60, NOW + 3600,
+                  claims=MappingProxyType({"dept": ("ops",)}), groups=("eng",))
+
+
+def request(method: bytes = b"GET", headers: list[tuple[bytes, bytes]] | None = None,
+            path: str = "/docs") -> RequestInfo:
+    return RequestInfo(method, "https", "app.example.com", path, b"", headers or [],
+                       "192.0.2.1")
+
+
+def certificate() -> tuple[bytes, bytes]:
+    """A self-signed certificate with three kinds of SAN: (DER, its SPKI DER)."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "ada")])
+    start = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name)
+            .public_key(key.public_key()).serial_number(7).not_valid_before(start)
+            .not_valid_after(start + dt.timedelta(days=1))
+            .add_extension(x509.SubjectAlternativeName([
+                x509.RFC822Name("ada@example.com"), x509.DNSName("ada.example.com"),
+                x509.UniformResourceIdentifier("spiffe://example.com/ada")]), critical=False)
+            .sign(key, hashes.SHA256()))
+    spki = key.public_key().public_bytes(Encoding.DER, PublicFormat.SubjectPublicKeyInfo)
+    return cert.public_bytes(Encoding.DER), spki
+
+
+class FactsForTests(SynchronousTestCase):
+    def test_signed_in(self) -> None:
+        facts = facts_for(request(), SESSION, NOW, groups_available=True)
+        self.assertEqual((facts.authenticated, facts.user_id, facts.email, facts.domain),
+                         (True, "u-1", "ada@example.com", "example.com"))
+        self.assertEqual((facts.groups, facts.groups_available, dict(facts.claims)),
+                         (("eng",), True, {"dept": ("ops",)}))
+        self.assertEqual((facts.method, facts.path, facts.client_ip, facts.now),
+                         ("GET", "/docs", "192.0.2.1", NOW))
+
+    def test_no_session_expired_or_without_user(self) -> None:
+        """Someone not signed in, whatever the session object still holds."""
+        for session in (None, Session("sid", "u-1", "a@b.test", NOW - 60, NOW),
+                        Session("sid", "", "a@b.test", NOW - 60, NOW + 60)):
+            facts = facts_for(request(), session, NOW, groups_available=True)
+            self.assertEqual((facts.authenticated, facts.user_id, facts.email, facts.groups,
+                              dict(facts.claims)), (False, "", "", (), {}))
+            self.assertEqual(facts.path, "/docs")
+
+    def test_method_and_path(self) -> None:
+        self.assertEqual(facts_for(request(b"delete"), None, NOW,
+                                   groups_available=False).method, "DELETE")
+        self.assertEqual(facts_for(request(b"CONNECT"), None, NOW, groups_available=False,
+                                   path="").path, "")
+        self.assertIs(method_text(b"GET"), method_text(b"GET"))
+        self.assertEqual(method_text(b"PROPFIND"), "PROPFIND")
+
+    def test_cors_preflight(self) -> None:
+        headers = [(b"origin", b"https://x.test"), (b"access-control-request-method", b"PUT")]
+        self.assertTrue(facts_for(request(b"OPTIONS", headers), None, NOW,
+                                  groups_available=False).cors_preflight)
+        self.assertFalse(facts_for(request(b"GET", headers), None, NOW,
+                                   groups_available=False).cors_preflight)
+        self.assertFalse(facts_for(request(b"OPTIONS", headers[:1]), None, NOW,
+                                   groups_available=False).cors_preflight)
+
+    def test_internal_and_certificate(self) -> None:
+        der, _ = certificate()
+        facts = facts_for(request(), SESSION, NOW, groups_available=False, internal=True,
+                          client_cert=cert_facts(der))
+        self.assertTrue(facts.internal)
+        self.assertIsNotNone(facts.client_cert)
+
+    def test_domain_of_no_mailbox(self) -> None:
+        self.assertEqual(Facts(email="a@b@c.test").domain, "")
+        self.assertEqual(Facts(email="@c.test").domain, "")
+        self.assertEqual(Facts(email="").domain, "")
+
+
+class CertFactsTests(SynchronousTestCase):
+    def test_hashes_and_names(self) -> None:
+        der, spki = certificate()
+        facts = cert_facts(der)
+        self.assertEqual(facts.fingerprint, hashlib.sha256(der).hexdigest())
+        self.assertEqual(facts.spki_hash,
+                         base64.b64encode(hashlib.sha256(spki).digest()).decode())
+        self.assertEqual((facts.san_email, facts.san_dns, facts.san_uri),
+                         (("ada@example.com",), ("ada.example.com",),
+                          ("spiffe://example.com/ada",)))
+        self.assertIs(cert_facts(der), facts)
+
+    def test_matches_as_configured(self) -> None:
+        """The fingerprint and SPKI hash as ``openssl`` prints them match the policy."""
+        der, spki = certificate()
+        long_form = ":".join(f"{b:02X}" for b in hashlib.sha256(der).digest())
+        spki_hash = base64.b64encode(hashlib.sha256(spki).digest()).decode()
+        problems = Problems()
+        document = parse_document({"allow": {"and": [
+            {"client_certificate": {"fingerprint": long_form, "spki_hash": spki_hash,
+                                    "san_uri": {"ends_with": "/ada"}}}]}}, "policy", problems)
+        assert document is not None, problems.errors
+        self.assertTrue(Policy(document).evaluate(Facts(client_cert=cert_facts(der))).allowed)
+
+    def test_not_a_certificate(self) -> None:
+        self.assertRaises(ValueError, cert_facts, b"\x30\x03junk")
