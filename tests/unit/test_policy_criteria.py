@@ -105,8 +105,10 @@ class StringMatcherTests(SynchronousTestCase):
         """A refused or missing address: no e-mail or domain matcher holds, ``not_in``
         included."""
         for criterion in ("{email: {not_in: [x@y.z]}}", "{email: {contains: ''}}",
-                          "{domain: {not_in: [y.z]}}", "{email: {starts_with: ''}}"):
+                          "{domain: {not_in: [y.z]}}", "{email: {starts_with: ''}}",
+                          "{email: ''}", "{email: {in: ['', x@y.z]}}", "{domain: ''}"):
             self.assertFalse(allows(criterion, email=""), criterion)
+        self.assertFalse(allows("{user: {in: ['', x]}}", user_id=""))
 
     def test_domain(self) -> None:
         self.assertTrue(allows("{domain: EXAMPLE.com}"))

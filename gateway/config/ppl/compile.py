@@ -11,6 +11,7 @@ a matching ``allow`` and no matching ``deny``.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from gateway.config.ppl.criteria import CRITERIA, POLICY, common_kind
 from gateway.config.ppl.explain import refusal, trace
@@ -27,7 +28,7 @@ from gateway.config.ppl.nodes import (
     Operator,
     Rule,
 )
-from gateway.config.ppl.predicates import predicate
+from gateway.config.ppl.predicates import Predicate, predicate
 from gateway.config.ppl.verdict import (
     ALLOW_MATCHED,
     DENY_MATCHED,
@@ -44,11 +45,13 @@ _MISS_OUTCOME = {AND: "not all matched", NOT: "one matched", OR: "none matched",
 
 
 class Node:
-    """One compiled rule, operator or criterion: its ``test`` and what the trace and the
+    """One compiled rule, operator or criterion: its ``test`` (the verdict of a match, or
+    ``None``), its ``pred`` (only whether it matched: what ``and``, ``not`` and ``nor``
+    need of their entries, one call fewer for a criterion), and what the trace and the
     explanation of a refusal need (``path``, ``text``, ``kind``, ``children``)."""
 
-    __slots__ = ("allowed", "children", "hit", "kind", "miss", "op", "path", "reads", "test",
-                 "text")
+    __slots__ = ("allowed", "children", "hit", "kind", "miss", "op", "path", "pred", "reads",
+                 "test", "text")
 
     def __init__(self, path: str, text: str, op: str, kind: str, allowed: bool,
                  children: tuple[Node, ...], reads: frozenset[str]) -> None:
@@ -64,16 +67,22 @@ class Node:
         self.miss = Verdict(allowed, path, text, _MISS_OUTCOME.get(op, "not matched"), kind,
                             code)
         self.test: Test = _never
+        self.pred: Predicate = _false
 
 
 def _never(facts: Facts) -> Verdict | None:
     return None
 
 
+def _false(facts: Facts) -> bool:
+    return False
+
+
 def compile_criterion(criterion: Criterion, path: str, allowed: bool) -> Node:
     spec = CRITERIA[criterion.name]
     node = Node(path, criterion.text, "", spec.kind, allowed, (), spec.reads)
     test, hit = predicate(criterion), node.hit
+    node.pred = test
     node.test = lambda f: hit if test(f) else None
     return node
 
@@ -85,44 +94,58 @@ def compile_operator(operator: Operator, path: str, allowed: bool) -> Node:
         for i, entry in enumerate(operator.entries))
     node = Node(path, "", operator.op, _common_kind(children), allowed, children,
                 frozenset().union(*(c.reads for c in children)))
-    node.test = _operator_test(operator.op, node)
+    _set_tests(operator.op, node)
     return node
 
 
+def _set_tests(op: str, node: Node) -> None:
+    """``node.test`` and ``node.pred`` for an operator (or a rule: alternatives)."""
+    test = _operator_test(op, node)
+    node.test = test
+    node.pred = lambda f: test(f) is not None
+
+
 def _operator_test(op: str, node: Node) -> Test:
-    tests = tuple(child.test for child in node.children)
+    preds = tuple(child.pred for child in node.children)
     hit = node.hit
     if op in (OR, RULE):
-        if len(tests) == 1:
-            return tests[0]
+        if len(node.children) == 1:
+            return node.children[0].test
+        # a criterion: its predicate, then its verdict; an operator: its own test
+        entries: tuple[tuple[Callable[[Facts], Any], Verdict | None], ...] = tuple(
+            (child.pred, child.hit) if not child.op else (child.test, None)
+            for child in node.children)
 
         def any_of(f: Facts) -> Verdict | None:
-            for test in tests:
-                verdict = test(f)
-                if verdict is not None:
+            for call, verdict in entries:
+                if verdict is None:
+                    found: Verdict | None = call(f)
+                    if found is not None:
+                        return found
+                elif call(f):
                     return verdict
             return None
         return any_of
     if op == AND:
         def all_of(f: Facts) -> Verdict | None:
-            for test in tests:
-                if test(f) is None:
+            for pred in preds:
+                if not pred(f):
                     return None
             return hit
         return all_of
     if op == NOT:
         def none_of(f: Facts) -> Verdict | None:
-            for test in tests:
-                if test(f) is not None:
+            for pred in preds:
+                if pred(f):
                     return None
             return hit
         return none_of
     if op == NOR:
-        pairs = tuple((child.test, child.miss) for child in node.children)
+        pairs = tuple((child.pred, child.miss) for child in node.children)
 
         def not_all_of(f: Facts) -> Verdict | None:
-            for test, miss in pairs:
-                if test(f) is None:
+            for pred, miss in pairs:
+                if not pred(f):
                     return miss
             return None
         return not_all_of
@@ -134,7 +157,7 @@ def compile_rule(rule: Rule, label: str) -> Node:
     children = tuple(compile_operator(op, f"{label}.{op.op}", allowed) for op in rule.body)
     node = Node(label, "", RULE, _common_kind(children), allowed, children,
                 frozenset().union(*(c.reads for c in children)))
-    node.test = _operator_test(RULE, node)
+    _set_tests(RULE, node)
     return node
 
 
