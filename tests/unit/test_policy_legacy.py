@@ -16,7 +16,7 @@ from gateway.authorize.evaluate import evaluate
 from gateway.authorize.hook import RequestInfo
 from gateway.authorize.policy import facts_for, legacy_ppl, legacy_rules
 from gateway.config.errors import Problems
-from gateway.config.ppl import Facts, parse_document
+from gateway.config.ppl import Document, Facts, Policy, parse_document
 from gateway.config.routes import Route
 from gateway.sessions.model import Session
 
@@ -67,6 +67,19 @@ class TranslationTests(SynchronousTestCase):
         self.assertEqual(str(verdict), "allowed_groups.or[0] groups has eng: matched")
         verdict = policy.evaluate(Facts(authenticated=True, user_id="u", email="ADA@example.com"))
         self.assertEqual(str(verdict), "allowed_users.or[0] email in [ada@example.com]: matched")
+
+    def test_labelled_rules_keep_the_numbering(self) -> None:
+        """``allow[i]`` counts the ``policy``'s own allow rules only."""
+        labelled = legacy_rules(route(allow_any_authenticated_user=True))
+        problems = Problems()
+        document = parse_document({"allow": {"or": [{"email": "a@b.test"}]}}, "policy",
+                                  problems)
+        assert document is not None
+        policy = Policy(Document(labelled + document.rules))
+        verdict = policy.evaluate(Facts(authenticated=False, email="a@b.test"))
+        self.assertEqual([rule.path for rule in policy.rules],
+                         ["allow_any_authenticated_user", "allow[0]"])
+        self.assertFalse(verdict.allowed)
 
     def test_policy_rules_come_first_and_deny_covers_the_fields(self) -> None:
         problems = Problems()

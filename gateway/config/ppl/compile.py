@@ -169,7 +169,8 @@ class Policy:
     """A compiled policy. ``evaluate(facts)`` decides; ``explain(facts)`` decides and
     traces every rule; ``reads`` names the request facts any criterion reads
     (``method``, ``path``, ``client_ip``, ``client_cert``, ``clock``, ``cors``,
-    ``ssh_username``): a decision may be reused only for requests alike in those."""
+    ``ssh_username``): a decision may be reused only for requests alike in those
+    (``cors`` is true for ``OPTIONS`` requests only)."""
 
     __slots__ = ("_allow", "_deny", "_none", "allow_rules", "deny_rules", "document", "reads",
                  "rules")
@@ -179,8 +180,10 @@ class Policy:
         counts = {ALLOW: 0, "deny": 0}
         rules: list[Node] = []
         for rule in document.rules:
-            label = rule.label or f"{rule.action}[{counts[rule.action]}]"
-            counts[rule.action] += 1
+            label = rule.label
+            if not label:  # allow[i] / deny[j]: the i-th allow (j-th deny) of ``policy``
+                label = f"{rule.action}[{counts[rule.action]}]"
+                counts[rule.action] += 1
             rules.append(compile_rule(rule, label))
         self.rules = tuple(rules)
         self.allow_rules = tuple(r for r in rules if r.allowed)
