@@ -17,11 +17,12 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections.abc import Iterable, Iterator
-from typing import Any
 
 from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
+
+from gateway.config.routes import Route
 
 # Milliseconds: a loopback answer takes a fraction of one, a slow upstream tens of seconds.
 # (floats: bisecting a float among ints is slower)
@@ -65,7 +66,7 @@ def method_label(method: bytes) -> str:
     return METHODS.get(method, OTHER_METHOD)
 
 
-def route_label(route: Any) -> str:
+def route_label(route: Route) -> str:
     """A route's label: its ``name``, else ``from`` and its path matcher, e.g.
     ``https://app.example.com prefix=/api/``."""
     if route.name:
@@ -77,7 +78,7 @@ def route_label(route: Any) -> str:
     return str(route.from_url)
 
 
-def route_host_label(route: Any) -> str:
+def route_host_label(route: Route) -> str:
     """The host label of requests a route serves: its ``from`` authority (a wildcard route
     is one value, whatever names its requests carry)."""
     from_url = str(route.from_url)

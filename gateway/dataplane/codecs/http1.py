@@ -21,38 +21,22 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
+from gateway.dataplane.codecs.http1_head import Refused, connect_target, origin, read_framing
 from gateway.dataplane.core import ProxyCore
 from gateway.dataplane.exchange.base import BODY_CHUNKED, BODY_LENGTH, ExchangeBase
 from gateway.dataplane.exchange.recheck import UpgradeWatch
 from gateway.dataplane.exchange.request import Exchange
+from gateway.dataplane.exchange.tunnel import Tunnel
 from gateway.dataplane.pipes.splice import SplicePipe, can_splice
-from gateway.dataplane.routing.router import normalise_host
 from gateway.dataplane.upstream.http1_client import NoCallbacks, UpstreamConnection
 from gateway.net.pipe import CLOSE_GRACE, Pipe
-from gateway.observability.tracing.propagation import CONTEXT_NAMES
 from gateway.pages.answer import error_answer
 from gateway.pages.layout import look_of
 from gateway.tls.connection import ConnectionTLS
 from gateway.twisted_ext.fastio import direct_writer, write_now
-from gateway.wire.headers import NAME_INFO, learn_name, named_tokens
-from gateway.wire.normalize import (
-    BadTarget,
-    connect_authority,
-    normalise_target,
-    split_absolute,
-)
 from gateway.wire.responses import status_line
 
 MAX_TARGET = 8 * 1024
-# The request fields the codec reads itself, by lower-case name (one lookup per field
-# instead of a chain of comparisons; most names are none of these).
-_HOST, _CONTENT_LENGTH, _TRANSFER_ENCODING, _EXPECT, _UPGRADE, _CONNECTION, _CONTEXT = range(7)
-_FRAMING_FIELDS = {
-    **dict.fromkeys(CONTEXT_NAMES, _CONTEXT),
-    b"host": _HOST, b"content-length": _CONTENT_LENGTH,
-    b"transfer-encoding": _TRANSFER_ENCODING, b"expect": _EXPECT, b"upgrade": _UPGRADE,
-    b"connection": _CONNECTION,
-}
 MAX_HEADER_BYTES = 64 * 1024
 MAX_HEADERS = 100
 _GATEWAY_WAITS = frozenset({"pipeline", "authorize"})  # pauses not counted in timeout_read
@@ -63,15 +47,6 @@ log = Logger()
 # parser: a cycle that kept every closed connection, with its TLS state (~20 KiB), until
 # the next full garbage collection. A closed connection swaps its parser for this one.
 _SPENT_PARSER = httptools.HttpRequestParser(NoCallbacks())
-
-
-class _Reject(Exception):
-    def __init__(self, status: int, detail: str, headers: tuple[tuple[bytes, bytes], ...] = ()
-                 ) -> None:
-        super().__init__(detail)
-        self.status = status
-        self.detail = detail
-        self.headers = headers
 
 
 class _Closing(Exception):
@@ -208,7 +183,7 @@ class Http1Connection(ConnectionTLS, Protocol):
             cause = exc.__context__
             if isinstance(cause, _Closing):
                 return
-            if isinstance(cause, _Reject):
+            if isinstance(cause, Refused):
                 self._refuse(cause.status, cause.detail, cause.headers)
             else:
                 log.failure("request handling failed", Failure(cause or exc))
@@ -291,7 +266,7 @@ class Http1Connection(ConnectionTLS, Protocol):
         assert exchange is not None
         exchange.target += url
         if len(exchange.target) > MAX_TARGET:
-            raise _Reject(414, f"the request target is longer than {MAX_TARGET} bytes")
+            raise Refused(414, f"the request target is longer than {MAX_TARGET} bytes")
 
     def on_header(self, name: bytes, value: bytes) -> None:
         exchange = self.current
@@ -300,7 +275,7 @@ class Http1Connection(ConnectionTLS, Protocol):
         headers = exchange.headers
         headers.append((name, value))
         if self.header_bytes > MAX_HEADER_BYTES or len(headers) > MAX_HEADERS:
-            raise _Reject(431, f"request headers exceed {MAX_HEADER_BYTES // 1024} KiB or "
+            raise Refused(431, f"request headers exceed {MAX_HEADER_BYTES // 1024} KiB or "
                                f"{MAX_HEADERS} fields")
 
     def on_headers_complete(self) -> None:
@@ -309,100 +284,39 @@ class Http1Connection(ConnectionTLS, Protocol):
         parser = self.parser
         version = parser.get_http_version()
         if version != "1.1":
-            raise _Reject(426, f"HTTP/{version} is not supported; use HTTP/1.1 or HTTP/2",
+            raise Refused(426, f"HTTP/{version} is not supported; use HTTP/1.1 or HTTP/2",
                           ((b"upgrade", b"HTTP/1.1"),))
         exchange.method = parser.get_method()
-        host = b""
-        hosts = 0
-        lengths: set[bytes] = set()
-        chunked = False
-        names = NAME_INFO
-        for name, value in exchange.headers:
-            info = names.get(name)
-            if info is None:
-                info = learn_name(name)
-            field = _FRAMING_FIELDS.get(info[0])
-            if field is None:
-                continue
-            if field == _HOST:
-                hosts += 1
-                host = value
-            elif field == _CONTENT_LENGTH:
-                lengths.add(value.strip())
-            elif field == _TRANSFER_ENCODING:
-                chunked = True
-                if value.strip().lower() != b"chunked":
-                    raise _Reject(400, "only 'Transfer-Encoding: chunked' is accepted")
-            elif field == _EXPECT:
-                if value.strip().lower() == b"100-continue":
-                    exchange.expect_continue = True
-            elif field == _UPGRADE:
-                exchange.upgrade = value.strip()
-            elif field == _CONNECTION:
-                exchange.connection_tokens = exchange.connection_tokens | named_tokens(value)
-            else:
-                exchange.trace_context = True
-        if len(lengths) > 1 or (lengths and chunked):
-            raise _Reject(400, "ambiguous message framing")
+        framing = read_framing(exchange.headers)
+        exchange.expect_continue = framing.expect_continue
+        exchange.upgrade = framing.upgrade
+        exchange.connection_tokens = framing.connection_tokens
+        exchange.trace_context = framing.trace_context
         if exchange.method == b"CONNECT":
-            self._connect_head(exchange, host, hosts, bool(lengths - {b"0"}) or chunked)
-            return
-        target = exchange.target
-        try:
-            absolute = split_absolute(target) if not target.startswith(b"/") else None
-        except BadTarget as exc:  # a client's bad target, not a server error
-            raise _Reject(400, str(exc)) from None
-        if absolute is not None:
-            # RFC 9112 3.2.2: the target's authority replaces the Host header, for the
-            # upstream as much as for routing.
-            host, target = absolute
-            exchange.headers = [(n, v) for n, v in exchange.headers if n.lower() != b"host"]
-            exchange.headers.append((b"Host", host))
-        elif hosts != 1:
-            raise _Reject(400, "exactly one Host header is required")
-        if not host:
-            raise _Reject(400, "the Host header is empty")
-        try:
-            path, query = normalise_target(target)
-        except BadTarget as exc:
-            raise _Reject(400, str(exc)) from None
-        exchange.path = path.decode("latin-1")
-        exchange.query = query
-        exchange.host = host.decode("latin-1").lower()
-        exchange.keep_alive = parser.should_keep_alive()
-        if parser.should_upgrade():
-            exchange.keep_alive = False  # after an upgrade attempt the parser is spent
+            exchange.host = connect_target(exchange.target, framing)
+            exchange.path = ""
+            exchange.connect = True
+            exchange.tunnel_sink = self
+            exchange.keep_alive = False
         else:
-            # Upgrade without "Connection: upgrade" is ignored (h2c included: not offered
-            # here, the request is answered in HTTP/1.1)
-            exchange.upgrade = b""
-        exchange.body_kind = BODY_CHUNKED if chunked else (
-            BODY_LENGTH if lengths and lengths != {b"0"} else 0)
-        if not exchange.body_kind and not exchange.upgrade:
-            exchange.request_done = True  # nothing more to read for this request
-        exchange.ready = True
-        if self.queue and self.queue[0] is exchange:
-            exchange.begin()
-
-    def _connect_head(self, exchange: Exchange, host: bytes, hosts: int, body: bool) -> None:
-        """``CONNECT host:port``: a tunnel request to a tcp+https route. The target must
-        be an authority and Host must name the same one; what follows the head belongs
-        to the tunnel (llhttp stops there)."""
-        try:
-            authority = connect_authority(exchange.target)
-        except BadTarget as exc:
-            raise _Reject(400, str(exc)) from None
-        if hosts != 1:
-            raise _Reject(400, "exactly one Host header is required")
-        if normalise_host(host.decode("latin-1")) != authority:
-            raise _Reject(400, "the Host header must name the CONNECT authority")
-        if body:
-            raise _Reject(400, "a CONNECT request has no body")
-        exchange.host = authority
-        exchange.path = ""
-        exchange.connect = True
-        exchange.keep_alive = False
-        exchange.ready = True
+            host, path, query, exchange.headers = origin(exchange.target, framing,
+                                                         exchange.headers)
+            exchange.path = path.decode("latin-1")
+            exchange.query = query
+            exchange.host = host.decode("latin-1").lower()
+            exchange.keep_alive = parser.should_keep_alive()
+            if parser.should_upgrade():
+                exchange.keep_alive = False  # after an upgrade attempt the parser is spent
+                exchange.upgrade_sink = self
+            else:
+                # Upgrade without "Connection: upgrade" is ignored (h2c included: not
+                # offered here, the request is answered in HTTP/1.1)
+                exchange.upgrade = b""
+            exchange.body_kind = BODY_CHUNKED if framing.chunked else (
+                BODY_LENGTH if framing.has_body else 0)
+            if not exchange.body_kind and not exchange.upgrade:
+                exchange.request_done = True  # nothing more to read for this request
+        exchange.head_complete()
         if self.queue and self.queue[0] is exchange:
             exchange.begin()
 
@@ -540,7 +454,7 @@ class Http1Connection(ConnectionTLS, Protocol):
         self.pauses.clear()
         self.transport.resumeProducing()
 
-    def start_connect(self, tunnel: Any, upstream: Any) -> None:
+    def start_connect(self, tunnel: Tunnel, upstream: Any) -> None:
         """200, then the pipe. The 200 and the bytes either side sent early are written
         first; if both sockets then have nothing buffered, the kernel relays the rest
         (``SplicePipe``), otherwise an ordinary ``Pipe`` does."""

@@ -1,9 +1,11 @@
 """What every part of an exchange shares: its state, its downstream side, its own answers.
 
-``ExchangeBase`` holds the request fields the codec fills in and the progress of the
-response; ``relay.UpstreamRelay`` adds the upstream side and ``request.Exchange`` the
-request side and routing. ``Sink`` is what each codec implements for the response.
-``local`` and ``fail`` answer without an upstream (every error, redirects, denials).
+``ExchangeBase`` holds the request fields the codec fills in and the exchange's
+``stage`` (``stage.Stage``; ``enter`` is the one place it changes);
+``relay.UpstreamRelay`` adds the upstream side and ``request.Exchange`` the request side
+and routing. ``Sink`` is what each codec implements for the response, ``TunnelSink``
+what it implements to turn its connection (or stream) into a tunnel. ``local`` and
+``fail`` answer without an upstream (every error, redirects, denials).
 
 The parts are classes of one object, not objects of their own: a request allocates one
 ``Exchange`` and its calls go straight to the method that does the work.
@@ -13,9 +15,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Protocol
 
+from twisted.logger import Logger
+
 from gateway.authorize.hook import Allow
 from gateway.dataplane.core import ProxyCore
 from gateway.dataplane.exchange.access import log_access
+from gateway.dataplane.exchange.stage import DONE, FINAL, HEAD, NEXT, RESPONDING, Stage
 from gateway.dataplane.routing.plan import RoutePlan
 from gateway.dataplane.upstream.hosts import UpstreamHost
 from gateway.dataplane.upstream.http1_client import UpstreamConnection
@@ -26,16 +31,19 @@ from gateway.wire.request_id import request_id_for
 
 if TYPE_CHECKING:
     from twisted.internet.defer import Deferred
+    from twisted.internet.interfaces import ITransport
 
+    from gateway.dataplane.exchange.tunnel import Tunnel
     from gateway.dataplane.routing.plan import Pairs
     from gateway.observability.tracing.tracer import RequestTrace
 
+log = Logger()
 BODY_NONE, BODY_LENGTH, BODY_CHUNKED = 0, 1, 2
 _PLAIN = ((b"content-type", b"text/plain; charset=utf-8"),)
 
 
 class Sink(Protocol):
-    """The downstream side of one exchange (implemented by each codec)."""
+    """The downstream side of one exchange's response (implemented by each codec)."""
 
     client_ip: str
     chunked_framing: bool  # HTTP/1.1 frames unknown-length bodies itself; HTTP/2 does not
@@ -53,13 +61,28 @@ class Sink(Protocol):
     def send_continue(self) -> None: ...
     def start_response_flow(self, producer: Any) -> None: ...
     def stop_response_flow(self) -> None: ...
-    def start_connect(self, tunnel: Any, upstream: Any) -> None:
-        """Answer 200 to a CONNECT and join ``upstream`` (a transport) through a pipe
-        whose idle timeout is the route's; ``tunnel.join(pipe)`` hands the pipe over,
+
+
+class TunnelSink(Protocol):
+    """A codec's side of a CONNECT tunnel (both codecs; given to the exchange of a
+    CONNECT request as ``tunnel_sink``)."""
+
+    def start_connect(self, tunnel: Tunnel, upstream: ITransport) -> None:
+        """Answer 200 to a CONNECT and join ``upstream`` through a pipe whose idle
+        timeout is the route's; ``tunnel.join(pipe)`` hands the pipe over,
         ``tunnel.closed`` is its ``on_close``."""
         ...
+
+
+class UpgradeSink(Protocol):
+    """A codec's side of an upgrade (websocket, SPDY): HTTP/1.1 only, given to the
+    exchange of a request that asks for one as ``upgrade_sink``."""
+
     def start_tunnel(self, exchange: ExchangeBase, upstream: UpstreamConnection,
-                     rest: bytes, idle_timeout: float) -> None: ...
+                     rest: bytes, idle_timeout: float) -> None:
+        """The upstream answered 101: join the client's connection to ``upstream``
+        (``rest``: what it sent after the 101's head)."""
+        ...
 
 
 class ExchangeBase:
@@ -72,12 +95,12 @@ class ExchangeBase:
     __slots__ = (
         "allow", "body_kind", "body_sent", "chunked_out", "connect", "connecting",
         "connection_tokens", "core", "deadline", "decision_reason", "detail", "email",
-        "expect_continue", "finished", "head_pending", "headers", "host", "host_state",
+        "expect_continue", "head_pending", "headers", "host", "host_state",
         "internal_body", "keep_alive", "method", "path", "pending", "pending_size", "plan",
-        "query", "ready", "received", "request_done", "response_started", "retried",
-        "reused", "rid", "sent", "sink", "started", "status", "target", "trace",
-        "trace_context", "trace_id", "upgrade", "upstream", "upstream_host",
-        "upstream_started", "upstream_status", "user_id", "waiting_upstream",
+        "query", "received", "request_done", "response_started", "retried", "reused",
+        "rid", "sent", "sink", "stage", "started", "status", "target", "trace",
+        "trace_context", "trace_id", "tunnel_sink", "upgrade", "upgrade_sink", "upstream",
+        "upstream_host", "upstream_started", "upstream_status", "user_id",
     )
 
     def __init__(self, sink: Sink, core: ProxyCore) -> None:
@@ -98,7 +121,10 @@ class ExchangeBase:
         self.trace: RequestTrace | None = None
         self.trace_id = ""
         self.sink = sink
+        self.tunnel_sink: TunnelSink | None = None  # set by the codec for a CONNECT
+        self.upgrade_sink: UpgradeSink | None = None  # ... for an upgrade request
         self.core = core
+        self.stage = HEAD
         self.started = core.reactor.seconds()
         self.method = b""
         self.target = b""
@@ -112,9 +138,7 @@ class ExchangeBase:
         self.connection_tokens: frozenset[bytes] = frozenset()
         self.expect_continue = False
         self.body_kind = BODY_NONE
-        self.ready = False
-        self.request_done = False
-        self.finished = False
+        self.request_done = False  # the request side: the whole body has arrived
         self.plan: RoutePlan | None = None
         self.host_state: UpstreamHost | None = None
         self.upstream: UpstreamConnection | None = None
@@ -123,7 +147,8 @@ class ExchangeBase:
         self.pending_size = 0
         self.allow: Allow | None = None
         self.deadline = 0.0
-        self.waiting_upstream = False
+        # a response head was made for the client (kept once DONE: the codec asks
+        # whether anything was answered)
         self.response_started = False
         self.head_pending: tuple[int, bytes, list[tuple[bytes, bytes]], bool, bool] | None = None
         self.chunked_out = False
@@ -134,6 +159,25 @@ class ExchangeBase:
         self.body_sent = False
         self.detail = ""
         self.internal_body: bytearray | None = None
+
+    def enter(self, stage: Stage) -> None:
+        """Move to ``stage``: the one place an exchange's stage changes. A move
+        ``stage.NEXT`` does not list is a bug: logged, and made all the same (the
+        exchange must still end)."""
+        if stage not in NEXT[self.stage]:
+            log.error("exchange {rid}: stage {old} to {new} is not a move it may make",
+                      rid=self.request_id, old=self.stage.name, new=stage.name)
+        self.stage = stage
+
+    @property
+    def finished(self) -> bool:
+        """Over: answered, cut off, left by the client, or turned into a tunnel."""
+        return self.stage >= FINAL
+
+    @property
+    def ready(self) -> bool:
+        """The request head is complete (the codec has said so)."""
+        return self.stage != HEAD
 
     @property
     def request_id(self) -> str:
@@ -173,7 +217,7 @@ class ExchangeBase:
         # An upstream response may have begun (its head held back) and registered its
         # flow on the client transport: this answer replaces it, so that flow ends here.
         self.sink.stop_response_flow()
-        self.waiting_upstream = False
+        self.enter(RESPONDING)
         self.status = status
         self.response_started = True
         out = list((self.plan if self.plan is not None else self.core.plan).response_headers)
@@ -202,6 +246,6 @@ class ExchangeBase:
         self._finish()
 
     def _finish(self) -> None:
-        self.finished = True
+        self.enter(DONE)
         log_access(self, self.status)
         self.sink.exchange_done(self)

@@ -18,6 +18,7 @@ from gateway.authorize.hook import Allow, Authorizer, Decision, Deny, RequestInf
 from gateway.dataplane.core import ProxyCore
 from gateway.dataplane.exchange.access import access_log
 from gateway.dataplane.exchange.base import Sink
+from gateway.dataplane.exchange.stage import AUTHORIZING, Stage
 from gateway.dataplane.forwardauth.answer import Mode, allowed, mode_of, outcome
 from gateway.dataplane.forwardauth.target import Target, TargetError, find_target, route_for
 from gateway.dataplane.routing.plan import RoutePlan
@@ -35,10 +36,12 @@ class Exchange(Protocol):
     path: str
     query: bytes
     headers: list[tuple[bytes, bytes]]
-    finished: bool
+    @property
+    def finished(self) -> bool: ...
     detail: str
     plan: RoutePlan | None
 
+    def enter(self, stage: Stage) -> None: ...
     def client_address(self) -> str: ...
     def fail(self, status: int, detail: str, headers: Pairs = ()) -> None: ...
     def local(self, status: int, body: bytes, headers: Pairs = ()) -> None: ...
@@ -89,6 +92,7 @@ def serve_forward_auth(exchange: Exchange) -> None:
         return
     decision = authorizer.authorize(info, plan.route)
     if isinstance(decision, Deferred):
+        exchange.enter(AUTHORIZING)
         exchange.sink.pause_reading("authorize")
         decision.addCallbacks(_later, _failed, (exchange, mode, target, authorizer, info),
                               errbackArgs=(exchange,))

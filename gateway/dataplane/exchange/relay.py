@@ -21,6 +21,7 @@ from gateway.dataplane.exchange.access import log_access
 from gateway.dataplane.exchange.base import ExchangeBase, Sink
 from gateway.dataplane.exchange.measure import observe_upstream
 from gateway.dataplane.exchange.request_head import upstream_request_head
+from gateway.dataplane.exchange.stage import CONNECTING, DONE, RESPONDING, TUNNEL, WAITING
 from gateway.dataplane.upstream.hosts import UpstreamHost
 from gateway.dataplane.upstream.http1_client import UpstreamConnection
 from gateway.dataplane.upstream.pool import Pool
@@ -94,7 +95,7 @@ class UpstreamRelay(ExchangeBase):
             self.trace.start_upstream(self)
         # The route timeout runs from the end of the request (as Envoy's does).
         self.deadline = now + plan.timeout if self.request_done else 0.0
-        self.waiting_upstream = True
+        self.enter(CONNECTING)
         if self.expect_continue:
             self.expect_continue = False
             self.sink.send_continue()
@@ -115,6 +116,7 @@ class UpstreamRelay(ExchangeBase):
             self.core.pool.release(conn)
             return
         self.upstream = conn
+        self.enter(WAITING)
         conn.send(self, upstream_request_head(self), self.method == b"HEAD")
         if self.pending:
             for chunk in self.pending:
@@ -129,7 +131,6 @@ class UpstreamRelay(ExchangeBase):
         self.connecting = None
         if self.finished:
             return
-        self.waiting_upstream = False
         self.release_host(failed=True)
         status, kind = connect_failure(failure)
         self.fail(status, _CONNECT_MESSAGES[kind])
@@ -143,10 +144,10 @@ class UpstreamRelay(ExchangeBase):
             return
         plan = self.plan
         assert plan is not None
-        self.waiting_upstream = False
         if status == 101 and not self.upgrade:
             self._unrequested_switch()
             return
+        self.enter(RESPONDING)
         self.deadline = self.core.reactor.seconds() + plan.timeout
         self.status = self.upstream_status = status
         out: list[tuple[bytes, bytes]] = []
@@ -237,17 +238,18 @@ class UpstreamRelay(ExchangeBase):
         if self.finished or upstream is None or self.plan is None:
             return
         self.release_host(failed=False)
-        self.finished = True
+        self.enter(TUNNEL)
         if self.trace is not None:
             self.trace.upstream_done(101, self.reused)
         log_access(self, 101)
-        self.sink.start_tunnel(self, upstream, rest, self.plan.timeout)
+        upgrades = self.upgrade_sink
+        assert upgrades is not None  # a 101 without an upgrade request was refused
+        upgrades.start_tunnel(self, upstream, rest, self.plan.timeout)
 
     def upstream_failed(self, reason: str, before_response: bool) -> None:
         if self.finished:
             return
         upstream, self.upstream = self.upstream, None
-        self.waiting_upstream = False
         if upstream is not None:
             upstream.abort()
         if before_response and self.reused and not self.retried and not self.body_sent \
@@ -312,7 +314,7 @@ class UpstreamRelay(ExchangeBase):
         if answerable and not self.response_started:
             self.fail(status, message)
         else:
-            self.finished = True
+            self.enter(DONE)
             self.sink.stop_response_flow()
             self.sink.abort()
             log_access(self, self.status or status)

@@ -10,16 +10,16 @@ routes, and asks the authorization hook; an allowed request goes to the upstream
 
 from __future__ import annotations
 
-from typing import Any
-
 from twisted.internet.defer import Deferred
 from twisted.python.failure import Failure
 
 from gateway.authorize.hook import Allow, Deny, RequestInfo
+from gateway.config.routes import Route
 from gateway.dataplane.exchange.access import access_log, log_access
 from gateway.dataplane.exchange.base import BODY_CHUNKED
 from gateway.dataplane.exchange.forward_auth import serve_forward_auth
 from gateway.dataplane.exchange.relay import UpstreamRelay
+from gateway.dataplane.exchange.stage import AUTHORIZING, CONNECTING, DONE, READY, ROUTING, WAITING
 from gateway.dataplane.exchange.traced import end_decision_span
 from gateway.dataplane.exchange.tunnel import open_tunnel
 from gateway.dataplane.routing.plan import RoutePlan
@@ -62,7 +62,7 @@ class Exchange(UpstreamRelay):
             if not self._internal(body):
                 self.fail(404, "not found")
             return
-        if self.waiting_upstream and self.plan is not None:
+        if self.stage in (CONNECTING, WAITING) and self.plan is not None and not self.connect:
             self.deadline = self.core.reactor.seconds() + self.plan.timeout
         if self.body_kind == BODY_CHUNKED:
             self._send_body(b"0\r\n\r\n")
@@ -83,7 +83,7 @@ class Exchange(UpstreamRelay):
         """The client went away: abort whatever is in flight upstream."""
         if self.finished:
             return
-        self.finished = True
+        self.enter(DONE)
         if self.connecting is not None:
             self.connecting.cancel()
         if self.upstream is not None:
@@ -94,7 +94,12 @@ class Exchange(UpstreamRelay):
 
     # -- routing
 
+    def head_complete(self) -> None:
+        """The codec has filled in the request; ``begin`` may come now or later."""
+        self.enter(READY)
+
     def begin(self) -> None:
+        self.enter(ROUTING)
         tracer = self.core.tracer
         if tracer is not None:
             tracer.begin(self)
@@ -212,6 +217,7 @@ class Exchange(UpstreamRelay):
         if isinstance(decision, (Allow, Deny)):  # (Deferred's isinstance goes through abc)
             self._apply(decision)
             return
+        self.enter(AUTHORIZING)
         self.sink.pause_reading("authorize")
         decision.addCallbacks(self._decided, self._decision_failed)
 
@@ -223,6 +229,7 @@ class Exchange(UpstreamRelay):
         with active(span):
             decision = self.core.authorizer.authorize(self.request_info(), plan.route)
         if isinstance(decision, Deferred):
+            self.enter(AUTHORIZING)
             self.sink.pause_reading("authorize")
             decision.addBoth(end_decision_span, span)
             decision.addCallbacks(self._decided, self._decision_failed)
@@ -240,6 +247,7 @@ class Exchange(UpstreamRelay):
         if result is None:
             return False
         if isinstance(result, Deferred):
+            self.enter(AUTHORIZING)
             self.sink.pause_reading("authorize")
             result.addCallbacks(self._decided_local, self._decision_failed)
         else:
@@ -251,7 +259,7 @@ class Exchange(UpstreamRelay):
         if not self.finished:
             self._apply(decision)
 
-    def _upgrade_allowed(self, route: Any) -> bool:
+    def _upgrade_allowed(self, route: Route) -> bool:
         token = self.upgrade.lower()
         if token == b"websocket":
             return bool(route.allow_websockets)

@@ -24,8 +24,9 @@ from zope.interface import implementer
 from gateway.authorize.hook import RequestInfo
 from gateway.dataplane.core import ProxyCore
 from gateway.dataplane.exchange.access import Logged, log_access
-from gateway.dataplane.exchange.base import Sink
+from gateway.dataplane.exchange.base import Sink, TunnelSink
 from gateway.dataplane.exchange.recheck import Reauthorized
+from gateway.dataplane.exchange.stage import CONNECTING, TUNNEL, Stage
 from gateway.dataplane.routing.plan import RoutePlan
 from gateway.dataplane.upstream.hosts import UpstreamHost
 from gateway.net.endpoints import client_endpoint, connect_failure
@@ -46,6 +47,7 @@ class Exchange(Logged, Protocol):
     """What a tunnel uses of its exchange (``request.Exchange``)."""
 
     sink: Sink
+    tunnel_sink: TunnelSink | None
     core: ProxyCore
     plan: RoutePlan | None
     host_state: UpstreamHost | None
@@ -55,14 +57,17 @@ class Exchange(Logged, Protocol):
     path: str
     query: bytes
     started: float
-    finished: bool
     keep_alive: bool
     status: int
     sent: int
     detail: str
     trace: Any  # tracer.RequestTrace | None
 
+    @property
+    def finished(self) -> bool: ...
+    def enter(self, stage: Stage) -> None: ...
     def client_address(self) -> str: ...
+    def request_id_bytes(self) -> bytes: ...
     def fail(self, status: int, detail: str) -> None: ...
     def request_info(self) -> RequestInfo: ...
     def release_host(self, failed: bool) -> None: ...
@@ -188,6 +193,7 @@ def open_tunnel(exchange: Exchange) -> None:
         return
     exchange.host_state = exchange.upstream_host = host
     host.active += 1
+    exchange.enter(CONNECTING)
     up = host.upstream
     timeout = plan.timeout or CONNECT_TIMEOUT
     upstream = TunnelUpstream()
@@ -213,9 +219,11 @@ def _connected(exchange: Exchange, upstream: TunnelUpstream) -> None:
     if hasattr(transport, "setTcpNoDelay"):
         transport.setTcpNoDelay(True)
     tunnel = Tunnel(exchange, upstream)
-    exchange.finished = True  # from here on the pipe owns both connections
+    exchange.enter(TUNNEL)  # from here on the pipe owns both connections
     exchange.status = 200
-    exchange.sink.start_connect(tunnel, transport)
+    sink = exchange.tunnel_sink
+    assert sink is not None  # the codec gives a CONNECT's exchange its tunnel side
+    sink.start_connect(tunnel, transport)
     if tunnel.pipe is None:  # the client's side went away meanwhile: no tunnel
         transport.loseConnection()
         exchange.release_host(failed=False)

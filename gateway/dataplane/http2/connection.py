@@ -405,7 +405,7 @@ class H2Connection(ConnectionTLS, Protocol):
         exchange.host = (authority or host).decode("latin-1").lower()
         exchange.body_kind = 0 if ended else (BODY_LENGTH if has_length else BODY_CHUNKED)
         exchange.request_done = ended
-        exchange.ready = True
+        exchange.head_complete()
         problem = start_problem(exchange.method, authority or host)
         if problem is not None:
             exchange.fail(400, problem)
@@ -460,6 +460,7 @@ class H2Connection(ConnectionTLS, Protocol):
             return
         exchange.path = ""
         exchange.connect = True
+        exchange.tunnel_sink = stream
         exchange.body_kind = 0
         exchange.request_done = True
         stream.pause_reading("connect")  # DATA waits (unacknowledged) for the tunnel

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from gateway.dataplane.exchange.base import ExchangeBase
 from gateway.dataplane.exchange.request import Exchange
+from gateway.dataplane.exchange.tunnel import Tunnel
 from gateway.dataplane.http2.fields import NOT_FORWARDED
 from gateway.dataplane.http2.protocol import MAX_FRAME_SIZE, ErrorCode
 from gateway.net.pipe import Pipe
@@ -179,7 +180,7 @@ class StreamSink:
         self.producer = None
         self.producer_paused = False
 
-    def start_connect(self, tunnel: Any, upstream: Any) -> None:
+    def start_connect(self, tunnel: Tunnel, upstream: Any) -> None:
         if self.closed:
             upstream.loseConnection()
             return
@@ -198,11 +199,6 @@ class StreamSink:
             self.pipe.eof_from(self.pipe.a)
         self.resume_reading("connect")
         self.owner.flush()
-
-    def start_tunnel(self, exchange: ExchangeBase, upstream: Any, rest: bytes,
-                     idle_timeout: float) -> None:
-        upstream.abort()  # upgrades do not exist in HTTP/2 (no extended CONNECT here)
-        self.abort()
 
 
 class TunnelEnd:

@@ -1,0 +1,54 @@
+"""Where an exchange is in its life: one value, changed only by ``ExchangeBase.enter``.
+
+The response side of an exchange moves through these stages; the request side (has
+the whole body arrived) is the separate ``request_done`` flag, since a body may still
+be arriving while the response is sent (an early answer, a denial) or after it ended.
+
+::
+
+    HEAD ─► READY ─► ROUTING ─┬─► AUTHORIZING ─┐
+                              ├────────────────┴─► CONNECTING ─► WAITING ─► RESPONDING ─► DONE
+                              │                       │   ▲          │           │
+                              │                       │   └─ retry ──┘           └─► TUNNEL
+                              │                       └─► TUNNEL (CONNECT)           (101)
+                              └─► RESPONDING (an answer of the gateway's own) ─► DONE
+
+Any stage before TUNNEL may end in DONE at once (the client left, the gateway gave
+up), and any before RESPONDING may answer locally (RESPONDING, then DONE).
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+
+class Stage(IntEnum):
+    HEAD = 0  # the codec is filling in the request
+    READY = 1  # the request head is complete; not begun (pipelined, or held back)
+    ROUTING = 2  # begun: routing, the gateway's own endpoints, the route's checks
+    AUTHORIZING = 3  # waiting for an authorization decision
+    CONNECTING = 4  # waiting for an upstream connection (pooled, new, or a tunnel's)
+    WAITING = 5  # the request is upstream; no response head yet
+    RESPONDING = 6  # a response head was made for the client (it may be held back)
+    TUNNEL = 7  # over: the connection became a byte pipe (upgrade or CONNECT)
+    DONE = 8  # over: answered, cut off, or the client left
+
+
+HEAD, READY, ROUTING, AUTHORIZING, CONNECTING, WAITING, RESPONDING, TUNNEL, DONE = Stage
+# the stages after which nothing more happens to the exchange itself
+FINAL = TUNNEL
+
+_BEFORE_RESPONSE = frozenset({HEAD, READY, ROUTING, AUTHORIZING, CONNECTING, WAITING})
+NEXT: dict[Stage, frozenset[Stage]] = {
+    HEAD: frozenset({READY, RESPONDING, DONE}),
+    READY: frozenset({ROUTING, RESPONDING, DONE}),
+    ROUTING: frozenset({AUTHORIZING, CONNECTING, RESPONDING, DONE}),
+    AUTHORIZING: frozenset({CONNECTING, RESPONDING, DONE}),
+    CONNECTING: frozenset({WAITING, TUNNEL, RESPONDING, DONE}),
+    WAITING: frozenset({CONNECTING, RESPONDING, DONE}),
+    # RESPONDING again: a held-back head is dropped and the gateway answers instead
+    RESPONDING: frozenset({RESPONDING, TUNNEL, DONE}),
+    TUNNEL: frozenset(),
+    DONE: frozenset(),
+}
+assert all(RESPONDING in NEXT[stage] and DONE in NEXT[stage] for stage in _BEFORE_RESPONSE)
