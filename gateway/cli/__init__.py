@@ -1,5 +1,5 @@
-"""The ``gateway`` command: ``check`` a configuration, open ``tcp`` tunnels, print the
-``version``."""
+"""The ``gateway`` command: ``check`` a configuration, ``policy check`` what a route
+decides, open ``tcp`` tunnels, print the ``version``."""
 
 from __future__ import annotations
 
@@ -10,6 +10,8 @@ from collections.abc import Sequence
 
 from gateway import __version__
 from gateway.cli.check import run_check
+from gateway.cli.policy_inputs import EPILOG as POLICY_CHECK_EPILOG
+from gateway.cli.policy_inputs import add_arguments as add_policy_check_arguments
 from gateway.cli.tcp.options import EPILOG as TCP_EPILOG
 from gateway.cli.tcp.options import add_arguments as add_tcp_arguments
 
@@ -27,6 +29,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         "daemon would. Prints every problem (exit 1) or a one-line summary (exit 0).",
     )
     check.add_argument("--config", "-c", metavar="FILE", help="configuration file")
+    policy = commands.add_parser(
+        "policy", help="ask what route policies decide",
+        description="Ask what the route policies of a configuration decide.",
+    )
+    policy_commands = policy.add_subparsers(dest="policy_command", metavar="COMMAND")
+    policy_check = policy_commands.add_parser(
+        "check", help="the route, decision and rule-by-rule trace for a URL and a person",
+        description="Print the route that serves a URL, what its policy decides for a "
+        "person, request and instant, and the evaluation of every rule (hit, miss, not "
+        "evaluated), with the daemon's own route lookup and evaluator.",
+        epilog=POLICY_CHECK_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_policy_check_arguments(policy_check)
     tcp = commands.add_parser(
         "tcp", help="tunnel a local port or stdin/stdout to a TCP service through the gateway",
         description="Open tunnels to a TCP service behind the gateway (a route from: "
@@ -39,6 +54,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command == "check":
         return run_check(args.config, sys.stdout, sys.stderr)
+    if args.command == "policy":
+        if args.policy_command == "check":
+            # the data plane's route lookup and the evaluator: only when needed
+            from gateway.cli.policy_check import run_policy_check
+
+            return run_policy_check(args, sys.stdout, sys.stderr)
+        policy.print_help(sys.stderr)
+        return 2
     if args.command == "tcp":
         from gateway.cli.tcp.run import run_tcp  # imports the reactor: only when needed
 

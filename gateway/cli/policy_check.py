@@ -1,0 +1,231 @@
+"""``gateway policy check``: the route that serves a URL, what its policy decides for
+someone at some instant, and the evaluation of every rule (hit, miss, not evaluated).
+
+Nothing here decides: the route is found as the data plane finds it (``Plan.lookup`` on
+the normalised path, ``Plan.lookup_tcp`` for ``tcp+https``), the person is the session
+sign-in would build, seen as decisions see it (``decision_view``), and the verdict and
+trace are the route's compiled policy (``route.policy.explain``) on ``facts_for``'s
+facts: the daemon's own evaluator, so the two never disagree.
+
+Exit status: 0 allowed (or no decision: a public or redirect route), 1 denied, 2 no route,
+a bad configuration or a bad argument.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import json
+import os
+import time
+from functools import partial
+from typing import Any, TextIO
+
+from cryptography import x509
+
+from gateway.authorize.email import REFUSAL_TEXT, decision_view
+from gateway.authorize.evaluate import evaluate
+from gateway.authorize.hook import RequestInfo
+from gateway.authorize.policy import CLIENT_IP, Verdict, cert_facts, facts_for
+from gateway.cli.policy_inputs import (
+    InputError,
+    Target,
+    build_session,
+    der,
+    parse_claims,
+    parse_groups,
+    parse_instant,
+    parse_target,
+    read_chain,
+)
+from gateway.cli.policy_report import SIGN_IN_REQUIRED, Certificate, Report, as_json, as_lines
+from gateway.config import ConfigErrors, Snapshot, load_snapshot
+from gateway.config.routes import Route
+from gateway.dataplane.routing.plan import RoutePlan, build_plan
+from gateway.dataplane.routing.router import own_path
+from gateway.sessions.model import Session
+
+NOT_CHECKED = 2  # no route, a bad configuration or argument
+
+
+class NotRouted(Exception):
+    """No route decides this URL; the message says what the gateway does instead."""
+
+
+def run_policy_check(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    if not os.path.exists(args.config):
+        err.write(f"gateway policy check: {args.config}: no such file\n")
+        return NOT_CHECKED
+    try:
+        snapshot = load_snapshot(args.config)
+    except ConfigErrors as exc:
+        err.write(exc.render() + "\n")
+        for warning in exc.warnings:
+            err.write(f"warning: {warning}\n")
+        return NOT_CHECKED
+    try:
+        report = check(snapshot, args)
+    except (InputError, NotRouted) as exc:
+        err.write(f"gateway policy check: {exc}\n")
+        return NOT_CHECKED
+    if args.json:
+        out.write(json.dumps(as_json(report), indent=2) + "\n")
+    else:
+        out.write("\n".join(as_lines(report)) + "\n")
+    return report.status
+
+
+def check(snapshot: Snapshot, args: argparse.Namespace) -> Report:
+    """The report for these arguments (``InputError``, ``NotRouted``)."""
+    target = parse_target(args.url, args.method)
+    now = float(int(time.time())) if args.at is None else parse_instant(args.at)
+    groups = parse_groups(args.groups)
+    claims = parse_claims(args.claim)
+    chain = read_chain(args.client_cert) if args.client_cert else None
+    plan = route_plan(snapshot, target)
+    route = plan.route
+    notes: list[str] = []
+    session, refusal = _person(snapshot, args, groups, claims, now, notes)
+    groups_available = bool(snapshot.options.idp_service_account)
+    if groups and session is not None and not groups_available:
+        notes.append("groups are not used: idp_service_account is not configured, so the "
+                     "gateway has no group data and no groups criterion matches")
+    if not args.ip:
+        if CLIENT_IP in route.policy.reads:
+            notes.append("no --ip: the client address is unknown and matches no source_ip")
+    elif not _is_address(args.ip):
+        notes.append(f"--ip {args.ip} is not an IP address: it matches no source_ip")
+    certificate = _certificate(plan, chain, notes)
+    found = partial(Report, target, route, now, args.ip, session, args.email or "", refusal,
+                    groups_available, certificate)
+    if route.redirect is not None:  # answered before authorization, as public routes are
+        return found("redirect", None, "", tuple(notes))
+    if plan.public:
+        return found("public", None, "", tuple(notes))
+    request = RequestInfo(target.method, target.scheme, target.host, target.path,
+                          target.query, [(b"host", target.host.encode("latin-1"))], args.ip)
+    used = certificate.facts if certificate is not None and certificate.used else None
+    facts = facts_for(request, session, now, groups_available=groups_available,
+                      client_cert=used)
+    trace = route.policy.explain(facts)
+    sentence = "" if trace.verdict.allowed else refusal_sentence(
+        route, trace.verdict, request, session, now, groups_available, refusal,
+        args.email or "")
+    return found("decided", trace, sentence, tuple(notes))
+
+
+def _person(snapshot: Snapshot, args: argparse.Namespace, groups: list[str] | None,
+            claims: dict[str, Any], now: float, notes: list[str]
+            ) -> tuple[Session | None, str]:
+    """The session sign-in would make, as decisions see it (``decision_view``: no e-mail
+    the provider did not vouch for), and why its e-mail is not used (``""``: it is)."""
+    o = snapshot.options
+    session = build_session(args.user, args.email, groups, claims, now, o.cookie_expire)
+    if session is None:
+        if groups is not None or claims:
+            notes.append("--groups and --claim describe someone signed in: give --user or "
+                         "--email too (without them nobody is signed in)")
+        return None, ""
+    if not args.user:
+        notes.append(f"no --user: criteria on the user id see the placeholder "
+                     f"{session.user_id!r}")
+    return decision_view(session, o.idp_allow_unverified_email)
+
+
+def route_plan(snapshot: Snapshot, target: Target) -> RoutePlan:
+    """The route the data plane gives this request to (``Exchange.begin``'s order), or
+    ``NotRouted`` saying what answers instead."""
+    plan = build_plan(snapshot)
+    if target.tcp:
+        found, known = plan.lookup_tcp(target.host)
+        if found is None:
+            raise NotRouted(f"no route serves {target.url}: {target.host} is "
+                            + ("not a TCP route; CONNECT is only for tcp+https routes"
+                               if known else "no tcp+https route's host:port"))
+        return found
+    path = target.path
+    if path in ("/ping", "/healthz"):
+        raise NotRouted(f"{target.url}: the gateway answers {path} itself (health check), "
+                        "on every host: no route decides it")
+    if own_path(path):
+        raise NotRouted(f"{target.url}: /.gateway/ is the gateway's own (sign-in, who am I, "
+                        "sign-out): no route decides it")
+    if plan.is_forward_auth(target.host):
+        raise NotRouted(f"{target.url}: {target.host} is the forward-auth endpoint "
+                        "(forward_auth_url): check the URL it is asked about instead")
+    found, known = plan.lookup(target.host, path)
+    if path == "/robots.txt" and (found is None or not found.public):
+        raise NotRouted(f"{target.url}: the gateway answers /robots.txt itself (disallow "
+                        "all) where no public route serves it")
+    if found is None:
+        raise NotRouted(f"no route serves {target.url}: " + (
+            f"the routes of {target.host} match no path {path}" if known
+            else f"no route has the host {target.host}"))
+    if found.tcp:
+        raise NotRouted(f"{target.url}: {target.host} is a TCP route, reached with CONNECT "
+                        f"only: check --url {found.route.from_url}")
+    return found
+
+
+def _certificate(plan: RoutePlan, chain: list[x509.Certificate] | None,
+                 notes: list[str]) -> Certificate | None:
+    """The certificate as the daemon treats it: used by the policy only when the route
+    has a client CA (``tls_downstream_client_ca``, else ``client_ca``) that verifies it;
+    any other is refused with 495 before a decision, or never asked for."""
+    if chain is None:
+        if plan.client_cert is not None:
+            notes.append("this route requires a client certificate verified against its CA:"
+                         " without one the daemon answers 495 before any decision")
+        return None
+    facts = cert_facts(der(chain[0]))
+    if plan.client_cert is None:
+        notes.append("the client certificate is not considered: this route has no client "
+                      "CA (tls_downstream_client_ca or client_ca), and the daemon uses only "
+                      "a certificate the route verifies; decided without one")
+        return Certificate(facts, False, None)
+    problem = plan.client_cert.check(chain)
+    if problem is None:
+        notes.append("the client certificate is verified against the route's client CA: "
+                     "the daemon uses it")
+    else:
+        notes.append(f"the route's client CA refuses the client certificate ({problem}): "
+                     "the daemon answers 495 before any decision; decided as if it had "
+                     "been accepted")
+    return Certificate(facts, True, problem)
+
+
+def refusal_sentence(route: Route, verdict: Verdict, request: RequestInfo,
+                     session: Session | None, now: float, groups_available: bool,
+                     refusal: str, claimed: str) -> str:
+    """What the refused person is told: sign in, or ``Decider._denied``'s sentence (a
+    route without ``policy`` is refused by ``evaluate``, whose reasons pick the words)."""
+    if session is None or not session.user_id or not session.valid(now):
+        return SIGN_IN_REQUIRED
+    kind: str | None = verdict.kind
+    if route.policy_document is not None:
+        reasons: tuple[str, ...] = (f"{verdict.code} {verdict}",)
+        why = verdict.text
+    else:
+        decision = evaluate(route, request.method, request.headers, session, now,
+                            groups_available, refusal)
+        if decision.status == 401:
+            return SIGN_IN_REQUIRED
+        reasons, why, kind = decision.reasons, "this route does not allow you in", None
+    who = session.email or session.user_id
+    message = (f"You are signed in as {who}, but {why}." if who
+               else f"You are signed in, but {why}.")
+    if refusal and (refusal in reasons or kind in ("user", "domain")):
+        address = f" ({claimed})" if claimed != who else ""
+        message = (f"This route needs your e-mail address, and {REFUSAL_TEXT[refusal]}"
+                   f"{address}.")
+    if "groups-need-service-account" in reasons:
+        message += " Group rules need idp_service_account, which is not configured."
+    return message
+
+
+def _is_address(text: str) -> bool:
+    try:
+        ipaddress.ip_address(text)
+    except ValueError:
+        return False
+    return True
