@@ -1,18 +1,24 @@
-"""The signed-in person's own pages: ``/.gateway/`` (who am I) and the sign-out
-confirmation. The identity layer finds the session; ``gateway.pages`` renders."""
+"""The signed-in person's own pages: ``/.gateway/`` (who am I), ``/.gateway/routes`` (the
+routes they may open now) and the sign-out confirmation. The identity layer finds the
+session and decides; ``gateway.pages`` renders."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 from twisted.internet.defer import Deferred, ensureDeferred
 
-from gateway.authenticate.targets import SIGN_OUT
+from gateway.authenticate.targets import ROUTES, SIGN_OUT, query_params
 from gateway.authorize import answers
 from gateway.authorize.email import REFUSAL_TEXT
 from gateway.authorize.hook import Decision, RequestInfo
+from gateway.authorize.policy import CertFacts, cert_facts, facts_for
+from gateway.config.routes import Route
 from gateway.pages.layout import Action, Look, origin
+from gateway.pages.routes import Portal, PortalRoute, entry_path, portal_route, render_portal
 from gateway.pages.signout import confirm_sign_out, signed_out
 from gateway.pages.whoami import Group, Profile, render_profile
 from gateway.sessions.model import Session
@@ -21,18 +27,45 @@ if TYPE_CHECKING:
     from gateway.authenticate.identity import Identity
 
 WHO_AM_I = ("/.gateway/", "/.gateway")
+PORTAL = (ROUTES, ROUTES + "/")
+# A page for a signed-in person, given the session (``_signed_in``).
+Page = Callable[[Session], Decision]
 
 
 def who_am_i(ident: Identity, request: RequestInfo) -> Decision | Deferred[Decision]:
     """The page, its JSON, or (not signed in) the sign-in redirect for browsers and 401
     for everything else."""
+    return _signed_in(ident, request, lambda s: _profile(ident, request, s),
+                      "Sign in to see who you are signed in as.")
+
+
+def routes_portal(ident: Identity, routes: tuple[Route, ...], request: RequestInfo
+                  ) -> Decision | Deferred[Decision]:
+    """The routes of ``routes`` this person may open now, as the daemon decides them;
+    not signed in: as ``who_am_i``."""
+    return _signed_in(ident, request, lambda s: _portal(ident, routes, request, s),
+                      "Sign in to see the routes you can open.")
+
+
+def wants_json(request: RequestInfo) -> bool:
+    """JSON for ``?format=json``, or an Accept that asks for JSON and not HTML."""
+    if query_params(request).get("format") == "json":
+        return True
+    return answers.wants_json(request.headers) and not answers.wants_html(request.headers)
+
+
+def _signed_in(ident: Identity, request: RequestInfo, page: Page, stranger: str
+               ) -> Decision | Deferred[Decision]:
+    """``page`` for the request's session; without one, the sign-in redirect (browsers)
+    or 401 saying ``stranger``."""
     session, sid, _ = ident.lookup(request)
     if session is None and sid and ident.store.needs_fetch:
-        return ensureDeferred(_fetched(ident, request, sid))
-    return _answer(ident, request, session)
+        return ensureDeferred(_fetched(ident, request, sid, page, stranger))
+    return _answer(ident, request, session, page, stranger)
 
 
-async def _fetched(ident: Identity, request: RequestInfo, sid: str) -> Decision:
+async def _fetched(ident: Identity, request: RequestInfo, sid: str, page: Page,
+                   stranger: str) -> Decision:
     try:
         session = await ident.store.fetch(sid)
     except Exception:  # storage down: the same answer as a route's
@@ -40,15 +73,19 @@ async def _fetched(ident: Identity, request: RequestInfo, sid: str) -> Decision:
                             request.headers, "session-storage-unavailable")
     if session is not None and not session.valid(ident.clock()):
         session = None
-    return _answer(ident, request, session)
+    return _answer(ident, request, session, page, stranger)
 
 
-def _answer(ident: Identity, request: RequestInfo, session: Session | None) -> Decision:
+def _answer(ident: Identity, request: RequestInfo, session: Session | None, page: Page,
+            stranger: str) -> Decision:
     if session is None:
         if answers.wants_html(request.headers):
             return ident.sign_in(request)
-        return ident.error(401, "Sign in to see who you are signed in as.",
-                            request.headers, "user-unauthenticated")
+        return ident.error(401, stranger, request.headers, "user-unauthenticated")
+    return page(session)
+
+
+def _profile(ident: Identity, request: RequestInfo, session: Session) -> Decision:
     view, refusal = ident.decider.decision_session(session)  # what routes see of it
     profile = Profile(
         email=view.email, user_id=view.user_id, name=view.name,
@@ -60,11 +97,70 @@ def _answer(ident: Identity, request: RequestInfo, session: Session | None) -> D
     switch = ident.switch_action(request, f"{request.scheme}://{request.host}/.gateway/")
     if switch is not None:
         actions.append(switch)
+    actions.append(Action("Your routes", ROUTES, "get", primary=False))
     look = _with_targets(ident, session, ident.options.signout_redirect_url)
     body, page = render_profile(profile, look, tuple(actions),
-                                as_json=answers.wants_json(request.headers)
-                                and not answers.wants_html(request.headers))
+                                as_json=wants_json(request))
     return answers.answer(200, body, page, "who-am-i")
+
+
+def _portal(ident: Identity, routes: tuple[Route, ...], request: RequestInfo,
+            session: Session) -> Decision:
+    """Each route decided as the daemon decides it: the route's policy, for the session
+    as decisions see it, now, on a GET of the route's entry path (a CONNECT with no
+    path for a TCP route) from this client's address (and certificate, if it sent
+    one). Listed only if allowed; public routes are, marked; redirects are no place
+    to open; a route that an earlier one with the same address hides is left out."""
+    view, _ = ident.decider.decision_session(session)
+    now = ident.clock()
+    cert = _client_cert(request)
+    gateway_url = _gateway_url(request)
+    seen: set[tuple[str, str, int | None, str]] = set()
+    shown: list[PortalRoute] = []
+    for route in routes:
+        if route.redirect is not None:
+            continue
+        method, path = ("CONNECT", "") if route.tcp else ("GET", entry_path(route))
+        where = (route.scheme, route.host, route.port, path)
+        if where in seen:
+            continue  # routing gives this address to the earlier route
+        seen.add(where)
+        if route.allow_public_unauthenticated_access:
+            shown.append(portal_route(route, public=True, gateway_url=gateway_url))
+            continue
+        probe = RequestInfo(method.encode(), request.scheme, route.host, path, b"", [],
+                            request.client_ip, request.client_cert)
+        facts = facts_for(probe, view, now, groups_available=ident.decider.groups_available,
+                          client_cert=cert)
+        if route.policy.evaluate(facts).allowed:
+            shown.append(portal_route(route, method=method, path=path,
+                                      gateway_url=gateway_url))
+    portal = Portal(view.email or session.user_id, now, tuple(shown), request.host)
+    actions = (Action("Who am I?", "/.gateway/", "get", primary=False),)
+    body, page = render_portal(portal, ident.look, actions, as_json=wants_json(request))
+    return answers.answer(200, body, page, "routes-portal")
+
+
+def _client_cert(request: RequestInfo) -> CertFacts | None:
+    if not request.client_cert:
+        return None
+    try:
+        return cert_facts(request.client_cert)
+    except ValueError:  # not a certificate: matches no certificate criterion
+        return None
+
+
+def _gateway_url(request: RequestInfo) -> str:
+    """The ``--gateway-url`` of TCP commands: this page's origin, unless it is https on
+    the default port, where a TCP route's own name is expected to lead to the gateway
+    (``gateway tcp``'s default)."""
+    try:
+        port = urlsplit(f"//{request.host}").port
+    except ValueError:  # no port number: an https default it is not
+        port = -1
+    if request.scheme == "https" and port in (None, 443):
+        return ""
+    return f"{request.scheme}://{request.host}"
 
 
 def _with_targets(ident: Identity, session: Session, destination: str) -> Look:

@@ -1,7 +1,8 @@
 """The gateway's own endpoints: sign-in start, the provider's callback, the hand-off to
-route hosts, programmatic login, sign-out and the JWKS document (the browser flow is
-described in ``identity``). State shared with authorization (sealers, the session store,
-the provider, options) is the ``Identity``'s."""
+route hosts, programmatic login, sign-out, the account pages (who am I, the routes
+portal) and the JWKS document (the browser flow is described in ``identity``). State
+shared with authorization (sealers, the session store, the provider, options) is the
+``Identity``'s; the routes portal lists the snapshot's ``routes``."""
 
 from __future__ import annotations
 
@@ -17,7 +18,9 @@ from twisted.internet.defer import Deferred, ensureDeferred
 from twisted.logger import Logger
 
 from gateway.authenticate.account import (
+    PORTAL,
     WHO_AM_I,
+    routes_portal,
     sign_out_confirmation,
     signed_out_page,
     who_am_i,
@@ -39,6 +42,7 @@ from gateway.authenticate.targets import (
 )
 from gateway.authorize import answers
 from gateway.authorize.hook import Decision, Deny, RequestInfo
+from gateway.config.routes import Route
 from gateway.dataplane.routing.router import own_path
 from gateway.pages.layout import Action
 from gateway.sessions.cookie import clear_cookie_headers, parse_cookies, set_cookie_headers
@@ -53,8 +57,9 @@ DISCOVERY_RETRY = 60.0  # seconds a failed discovery read is not tried again by 
 
 
 class Endpoints:
-    def __init__(self, identity: Identity) -> None:
+    def __init__(self, identity: Identity, routes: tuple[Route, ...] = ()) -> None:
         self.identity = identity
+        self.routes = routes  # the snapshot's, for the routes portal
         self._discovery_failed = float("-inf")  # when reading it last failed (clock)
 
     def handles(self, host: str, path: str) -> bool:
@@ -83,6 +88,8 @@ class Endpoints:
             return self._discovered(lambda: self._sign_out(request, body))
         if path in WHO_AM_I:
             return self._discovered(lambda: who_am_i(ident, request))
+        if path in PORTAL:
+            return routes_portal(ident, self.routes, request)
         if own_path(path):
             return self._error(404, "Not found.", request.headers, "not-found")
         return None

@@ -16,6 +16,7 @@ HANDOFF = "/.gateway/callback"
 SIGN_OUT = "/.gateway/signout/"
 JWKS = "/.well-known/gateway/jwks.json"
 PROGRAMMATIC = "/.gateway/api/v1/login"
+ROUTES = "/.gateway/routes"  # the routes portal (``account.routes_portal``)
 STATE_TTL = 600.0
 HANDOFF_TTL = 60.0
 CSRF_COOKIE = "_gateway_csrf"
