@@ -38,7 +38,7 @@ _CSS = (
     "ul{margin:.25rem 0;padding-left:1.25rem}li{overflow-wrap:anywhere}"
     "ul.routes{list-style:none;padding:0}"
     "ul.routes li{padding:.6rem 0;border-top:1px solid var(--line)}"
-    "ul.routes li:first-child{border-top:0}"
+    "ul.routes li:first-child{border-top:0}ul.routes a{color:var(--accent)}"
     ".tag{font-size:.75rem;color:var(--muted);border:1px solid var(--line);"
     "border-radius:.3rem;padding:0 .35rem;white-space:nowrap}"
     ".note{color:var(--muted);font-size:.9rem;margin:.2rem 0 0}"
