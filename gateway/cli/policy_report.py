@@ -82,9 +82,9 @@ def as_lines(report: Report) -> list[str]:
     route, target = report.route, report.target
     lines = [f"route: {route_text(route)}"]
     if route.policy_document is None:
-        fields = [rule.label for rule in legacy_rules(route)]
-        for label, rule in zip(fields, legacy_ppl(route), strict=True):
-            lines.append(f"  {label} is the rule {json.dumps(rule)}")
+        labels = [rule.label for rule in legacy_rules(route)]
+        for label, written in zip(labels, legacy_ppl(route), strict=True):
+            lines.append(f"  {label} is the rule {json.dumps(written)}")
     path = f" (path {target.path})" if target.path else ""
     lines.append(f"request: {target.method.decode('latin-1')} {target.url}{path} from "
                  f"{report.client_ip or 'an unknown address'} at {instant_text(report.now)}")
@@ -96,8 +96,8 @@ def as_lines(report: Report) -> list[str]:
     lines.extend(f"note: {note}" for note in report.notes)
     if report.trace is not None:
         lines.append("trace:")
-        for rule in report.trace.rules:
-            lines.extend(rule.lines(1))
+        for node in report.trace.rules:
+            lines.extend(node.lines(1))
     return lines
 
 
