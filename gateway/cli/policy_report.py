@@ -81,10 +81,10 @@ def who_text(report: Report) -> str:
 def as_lines(report: Report) -> list[str]:
     route, target = report.route, report.target
     lines = [f"route: {route_text(route)}"]
-    if route.policy_document is None:
-        labels = [rule.label for rule in legacy_rules(route)]
-        for label, written in zip(labels, legacy_ppl(route), strict=True):
-            lines.append(f"  {label} is the rule {json.dumps(written)}")
+    # the allow fields, beside a policy or not, are allow rules: say which
+    labels = [rule.label for rule in legacy_rules(route)]
+    for label, written in zip(labels, legacy_ppl(route), strict=True):
+        lines.append(f"  {label} is the rule {json.dumps(written)}")
     path = f" (path {target.path})" if target.path else ""
     lines.append(f"request: {target.method.decode('latin-1')} {target.url}{path} from "
                  f"{report.client_ip or 'an unknown address'} at {instant_text(report.now)}")

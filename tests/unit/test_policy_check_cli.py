@@ -79,6 +79,7 @@ CRITERIA_ROUTES = [
     {"from": "tcp+https://db.test:5432", "to": "tcp://127.0.0.1:5432",
      "policy": [allow({"email": {"ends_with": "@example.com"}},
                       {"http_method": "CONNECT"}, op="and")]},
+    route("mixed.test", [deny({"http_method": "POST"})], allowed_domains=["example.com"]),
 ]
 
 
@@ -372,6 +373,21 @@ class RoutesTests(CliCase):
         code, out, _ = self.check(self.path, "https://legacy.test/")
         self.assertEqual(code, 1)
         self.assertIn("the person sees: sign-in required", out)
+
+    def test_allow_fields_beside_a_policy(self) -> None:
+        """The field is one more allow rule; the policy's deny rules hold for it too."""
+        code, out, _ = self.check(self.path, "https://mixed.test/", "--user", "u", "--email",
+                                  "u@example.com")
+        self.assertEqual(code, 0)
+        self.assertIn('  allowed_domains is the rule {"allow": {"or": [{"domain": {"in": '
+                      '["example.com"]}}]}}', out)
+        self.assertIn("decision: allowed by allowed_domains.or[0] domain in [example.com]: "
+                      "matched", out)
+        code, out, _ = self.check(self.path, "https://mixed.test/", "--user", "u", "--email",
+                                  "u@example.com", "--method", "POST")
+        self.assertEqual(code, 1)
+        self.assertIn("decision: denied by deny[0].or[0] http_method is POST: matched", out)
+        self.assertIn("  allowed_domains: hit", out)
 
     def test_refused_addresses_are_not_used(self) -> None:
         code, out, _ = self.check(self.path, "https://legacy.test/", "--user", "m",
