@@ -36,9 +36,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     policy_commands = policy.add_subparsers(dest="policy_command", metavar="COMMAND")
     policy_check = policy_commands.add_parser(
         "check", help="the route, decision and rule-by-rule trace for a URL and a person",
-        description="Print the route that serves a URL, what its policy decides for a "
-        "person, request and instant, and the evaluation of every rule (hit, miss, not "
-        "evaluated), with the daemon's own route lookup and evaluator.",
+        description="Print the route that serves a URL, what its policy decides for a\n"
+        "person, request and instant, and the evaluation of every rule (hit, miss,\n"
+        "not evaluated), with the daemon's own route lookup and evaluator.",
         epilog=POLICY_CHECK_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_policy_check_arguments(policy_check)
