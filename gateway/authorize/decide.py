@@ -31,6 +31,16 @@ from gateway.authorize.assertion import AssertionSigner, claim_headers
 from gateway.authorize.email import REFUSAL_TEXT, decision_view
 from gateway.authorize.evaluate import evaluate
 from gateway.authorize.hook import Allow, Decision, Deny, RequestInfo
+from gateway.authorize.policy import (
+    CLIENT_CERT,
+    CLIENT_IP,
+    CLOCK,
+    METHOD,
+    PATH,
+    Verdict,
+    cert_facts,
+    facts_for,
+)
 from gateway.caches import FifoCache
 from gateway.config.routes import Route
 from gateway.config.snapshot import Snapshot
@@ -43,6 +53,10 @@ from gateway.sessions.model import Session
 from gateway.sessions.store import DirectoryGroups, SessionStore
 
 log = Logger()
+# What a policy may read of a request besides the identity: a decision that read one of
+# these holds for that request only (``Decided`` keeps the identity headers, not the
+# verdict).
+REQUEST_FACTS = frozenset({METHOD, PATH, CLIENT_IP, CLIENT_CERT, CLOCK})
 DECISION_CACHE = 20_000
 DECISION_TTL = 30.0  # well inside the assertion's reuse window
 
@@ -75,6 +89,7 @@ class Remembered(NamedTuple):
     until: float
     allow: Allow
     directory_version: int
+    view: Session  # the session as the decision saw it (a policy decides again with it)
 
 
 class View(NamedTuple):
@@ -148,9 +163,15 @@ class Decider:
         hit = self._allowed.get((raw, route.index))
         if hit is None:
             return None
-        if self.clock() < hit.until and self.store.get(hit.sid) is hit.session and (
+        now = self.clock()
+        if now < hit.until and self.store.get(hit.sid) is hit.session and (
                 self.directory is None or self.directory.version == hit.directory_version):
-            return hit.allow
+            if route.policy_document is None or not route.policy.reads & REQUEST_FACTS:
+                return hit.allow
+            # the identity is the same; the request is another: its policy decides again
+            verdict = self._verdict(request, route, hit.view, now)
+            if verdict.allowed:
+                return self._with_reason(hit.allow, verdict)
         return None
 
     def _remember_allowed(self, request: RequestInfo, route: Route, raw: bytes, sid: str,
@@ -168,7 +189,8 @@ class Decider:
         until = min(sealed_until, decided.until, session.expires_at,
                     self.sign_in.refresh_due(session))
         version = self.directory.version if self.directory is not None else 0
-        self._allowed.put((raw, route.index), Remembered(sid, session, until, allow, version))
+        self._allowed.put((raw, route.index),
+                          Remembered(sid, session, until, allow, version, decided.session))
 
     async def _fetch_then_decide(self, request: RequestInfo, route: Route, sid: str,
                                  own_token: bool) -> Decision:
@@ -227,6 +249,9 @@ class Decider:
         if session is not None:
             claimed = session.email
             session, refusal = self.decision_session(session)
+        if route.policy_document is not None:
+            return self._decide_policy(request, route, session, own_token, now, refusal,
+                                       claimed)
         key: tuple[str, int, bool] | None = None
         if session is not None and request.method != b"OPTIONS":
             # Decision and identity headers per (session record, route) for a short
@@ -246,17 +271,68 @@ class Decider:
             return self.sign_in.sign_in_answer(request)
         return self._denied(request, route, session, decision.reasons, refusal, claimed)
 
+    def _decide_policy(self, request: RequestInfo, route: Route, session: Session | None,
+                       own_token: bool, now: float, refusal: str, claimed: str) -> Decision:
+        """``_decide`` for a route with a ``policy``: its rules and allow fields, compiled
+        (``route.policy``). The identity headers are kept per (session record, route)
+        as for any route; the verdict too unless the policy reads the request (method,
+        path, address, certificate, clock), when it is made again for each request."""
+        key: tuple[str, int, bool] | None = None
+        hit: Decided | None = None
+        if session is not None and request.method != b"OPTIONS":
+            key = (session.id, route.index, own_token)
+            hit = self._decisions.get(key)
+            if hit is not None and (hit.session is not session or now >= hit.until):
+                hit = None
+            if hit is not None and not route.policy.reads & REQUEST_FACTS:
+                return hit.allow
+        verdict = self._verdict(request, route, session, now)
+        if verdict.allowed:
+            if hit is not None:
+                return self._with_reason(hit.allow, verdict)
+            allow = self._allow(route, session, own_token, _reason(verdict))
+            if key is not None and session is not None:
+                self._decisions.put(key, Decided(session, now + DECISION_TTL, allow))
+            return allow
+        if session is None or not session.user_id or not session.valid(now):
+            return self.sign_in.sign_in_answer(request)
+        return self._denied(request, route, session, (_reason(verdict),), refusal, claimed,
+                            verdict)
+
+    def _verdict(self, request: RequestInfo, route: Route, session: Session | None,
+                 now: float) -> Verdict:
+        """The route's policy on this request, for ``session`` as decisions see it."""
+        cert = None
+        if request.client_cert:
+            try:
+                cert = cert_facts(request.client_cert)
+            except ValueError:  # not a certificate: matches no certificate criterion
+                cert = None
+        facts = facts_for(request, session, now, groups_available=self.groups_available,
+                          client_cert=cert)
+        return route.policy.evaluate(facts)
+
+    @staticmethod
+    def _with_reason(allow: Allow, verdict: Verdict) -> Allow:
+        """``allow`` (its identity headers made once) naming the rule that let this
+        request in (a policy reading the request may match another rule each time)."""
+        reason = _reason(verdict)
+        return allow if allow.reason == reason else replace(allow, reason=reason)
+
     def _denied(self, request: RequestInfo, route: Route, session: Session | None,
-                reasons: tuple[str, ...], refusal: str, claimed: str) -> Deny:
+                reasons: tuple[str, ...], refusal: str, claimed: str,
+                verdict: Verdict | None = None) -> Deny:
         text = ", ".join(reasons)
         log.info("access denied to {host}{path} for {user}: {reasons}", host=request.host,
                  path=request.path, user=(session.email or session.user_id) if session else "-",
                  reasons=text, user_id=session.user_id if session else None,
                  route=route_label(route), client=request.client_ip)
         who = (session.email or session.user_id) if session else ""
-        message = (f"You are signed in as {who}, but this route does not allow you in."
-                   if who else "You are signed in, but this route does not allow you in.")
-        if refusal and refusal in reasons:
+        why = verdict.text if verdict is not None else "this route does not allow you in"
+        message = (f"You are signed in as {who}, but {why}." if who
+                   else f"You are signed in, but {why}.")
+        if refusal and (refusal in reasons or (verdict is not None
+                                               and verdict.kind in ("user", "domain"))):
             # A sentence of its own, without the name shown beside it (the error page
             # leaves out a sentence that repeats who is signed in).
             address = f" ({claimed})" if claimed != who else ""
@@ -291,3 +367,10 @@ class Decider:
                      else frozenset(), strip_cookie=self.options.cookie_name, reason=reason,
                      user_id=session.user_id if session else "",
                      email=session.email if session else "")
+
+
+def _reason(verdict: Verdict) -> str:
+    """A policy's decision for the log: its code and the rule and criterion that decided
+    (``policy-deny-matched deny[0].or[1] source_ip: matched``)."""
+    return f"{verdict.code} {verdict}"
+

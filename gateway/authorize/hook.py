@@ -32,6 +32,9 @@ class RequestInfo:
     query: bytes
     headers: list[tuple[bytes, bytes]]
     client_ip: str
+    # The client certificate (DER), verified against the route's CA, when the route's
+    # policy reads it (``client_certificate``); empty otherwise.
+    client_cert: bytes = b""
 
 
 @dataclass(frozen=True, slots=True)

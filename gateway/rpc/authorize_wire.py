@@ -71,13 +71,13 @@ def request_to_pb(request: RequestInfo, cookie_name: str, key: str,
     return pb.CheckRequest(method=request.method, scheme=request.scheme, host=request.host,
                            path=request.path, query=request.query,
                            client_ip=request.client_ip, headers=headers, route_key=key,
-                           connect=connect)
+                           connect=connect, client_cert=request.client_cert)
 
 
 def request_from_pb(message: pb.CheckRequest) -> RequestInfo:
     return RequestInfo(message.method, message.scheme, message.host, message.path,
                        message.query, [(h.name, h.value) for h in message.headers],
-                       message.client_ip)
+                       message.client_ip, message.client_cert)
 
 
 def _pairs(headers: Iterable[pb.Header]) -> tuple[tuple[bytes, bytes], ...]:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from cryptography.hazmat.primitives.serialization import Encoding
+
 from gateway.tls.client_certs import ClientCertPolicy
 from gateway.tls.server import connection_tls, peer_chain
 
@@ -38,6 +40,12 @@ class ConnectionTLS:
         if routed:
             self._served = host
         return ""
+
+    def client_certificate(self) -> bytes:
+        """The client's certificate (DER), empty when it sent none; checked only by a
+        route's ``client_cert_problem``."""
+        chain = peer_chain(self.transport)
+        return chain[0].public_bytes(Encoding.DER) if chain else b""
 
     def client_cert_problem(self, policy: ClientCertPolicy) -> str | None:
         verdicts = self._verdicts

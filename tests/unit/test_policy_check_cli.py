@@ -10,8 +10,9 @@ from __future__ import annotations
 import datetime as dt
 import io
 import json
-import os
+import shutil
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -85,8 +86,8 @@ CRITERIA_ROUTES = [
 
 class CliCase(SynchronousTestCase):
     def config(self, routes: list[dict[str, Any]], **extra: Any) -> str:
-        directory = os.path.abspath(self.mktemp())
-        os.makedirs(directory)
+        directory = tempfile.mkdtemp(prefix="gw-policy-check-")
+        self.addCleanup(shutil.rmtree, directory, True)
         settings = base_config(**{**IDENTITY, "policy": routes, **extra})
         return write(directory, "config.yaml", yaml.safe_dump(settings))
 
@@ -543,8 +544,8 @@ class ClientCertificateTests(CliCase):
         _, self.client = certificate("alice", ca, ("alice@example.com",))
         _, self.stranger = certificate("mallory", certificate("other CA"),
                                        ("alice@example.com",))
-        directory = os.path.abspath(self.mktemp())
-        os.makedirs(directory)
+        directory = tempfile.mkdtemp(prefix="gw-policy-check-")
+        self.addCleanup(shutil.rmtree, directory, True)
         ca_file = write(directory, "ca.pem", pem(ca[1]))
         self.cert_file = write(directory, "alice.pem", pem(self.client))
         self.stranger_file = write(directory, "mallory.pem", pem(self.stranger))

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from twisted.logger import Logger
 
 from gateway.authorize.hook import Allow
+from gateway.config.ppl import CLIENT_CERT
 from gateway.dataplane.core import ProxyCore
 from gateway.dataplane.exchange.access import log_access
 from gateway.dataplane.exchange.stage import DONE, FINAL, HEAD, NEXT, RESPONDING, Stage
@@ -54,6 +55,7 @@ class Sink(Protocol):
     def flush(self) -> None: ...
     def misdirected(self, host: str, routed: bool) -> str: ...
     def client_cert_problem(self, policy: Any) -> str | None: ...
+    def client_certificate(self) -> bytes: ...
     def exchange_done(self, exchange: ExchangeBase) -> None: ...
     def abort(self) -> None: ...
     def pause_reading(self, reason: str) -> None: ...
@@ -85,6 +87,15 @@ class UpgradeSink(Protocol):
         ...
 
 
+def policy_certificate(sink: Sink, plan: RoutePlan | None) -> bytes:
+    """The client certificate a route's policy may read: only one the route checks
+    against its CA (``client_cert``, a 495 otherwise). A certificate nobody checked
+    proves only that its sender holds the key, not what its names say."""
+    if plan is None or plan.client_cert is None or CLIENT_CERT not in plan.route.policy.reads:
+        return b""
+    return sink.client_certificate()
+
+
 class ExchangeBase:
     """The state all parts of an exchange share (only ``Exchange`` is instantiated).
 
@@ -95,7 +106,7 @@ class ExchangeBase:
     __slots__ = (
         "allow", "body_kind", "body_sent", "chunked_out", "connect", "connecting",
         "connection_tokens", "core", "deadline", "decision_reason", "detail", "email",
-        "expect_continue", "head_pending", "headers", "host", "host_state",
+        "expect_continue", "finished", "head_pending", "headers", "host", "host_state",
         "internal_body", "keep_alive", "method", "path", "pending", "pending_size", "plan",
         "query", "received", "request_done", "response_started", "retried", "reused",
         "rid", "sent", "sink", "stage", "started", "status", "target", "trace",
@@ -125,6 +136,9 @@ class ExchangeBase:
         self.upgrade_sink: UpgradeSink | None = None  # ... for an upgrade request
         self.core = core
         self.stage = HEAD
+        # over (answered, cut off, left by the client, or a tunnel): read often, so kept
+        # beside the stage, and set only with it (``enter``)
+        self.finished = False
         self.started = core.reactor.seconds()
         self.method = b""
         self.target = b""
@@ -168,11 +182,7 @@ class ExchangeBase:
             log.error("exchange {rid}: stage {old} to {new} is not a move it may make",
                       rid=self.request_id, old=self.stage.name, new=stage.name)
         self.stage = stage
-
-    @property
-    def finished(self) -> bool:
-        """Over: answered, cut off, left by the client, or turned into a tunnel."""
-        return self.stage >= FINAL
+        self.finished = stage >= FINAL
 
     @property
     def ready(self) -> bool:

@@ -17,7 +17,7 @@ from twisted.python.failure import Failure
 from gateway.authorize.hook import Allow, Authorizer, Decision, Deny, RequestInfo
 from gateway.dataplane.core import ProxyCore
 from gateway.dataplane.exchange.access import access_log
-from gateway.dataplane.exchange.base import Sink
+from gateway.dataplane.exchange.base import Sink, policy_certificate
 from gateway.dataplane.exchange.stage import AUTHORIZING, Stage
 from gateway.dataplane.forwardauth.answer import Mode, allowed, mode_of, outcome
 from gateway.dataplane.forwardauth.target import Target, TargetError, find_target, route_for
@@ -77,7 +77,8 @@ def serve_forward_auth(exchange: Exchange) -> None:
         return
     authorizer: Authorizer = exchange.core.authorizer
     info = RequestInfo(target.method, target.scheme, target.host, target.path, target.query,
-                       exchange.headers, exchange.client_address())
+                       exchange.headers, exchange.client_address(),
+                       policy_certificate(exchange.sink, plan))
     if mode is Mode.SIGN_IN:
         _answer(exchange, mode, target, authorizer.sign_in(info))
         return

@@ -16,7 +16,7 @@ from twisted.python.failure import Failure
 from gateway.authorize.hook import Allow, Deny, RequestInfo
 from gateway.config.routes import Route
 from gateway.dataplane.exchange.access import access_log, log_access
-from gateway.dataplane.exchange.base import BODY_CHUNKED
+from gateway.dataplane.exchange.base import BODY_CHUNKED, policy_certificate
 from gateway.dataplane.exchange.forward_auth import serve_forward_auth
 from gateway.dataplane.exchange.relay import UpstreamRelay
 from gateway.dataplane.exchange.stage import AUTHORIZING, CONNECTING, DONE, READY, ROUTING, WAITING
@@ -269,7 +269,8 @@ class Exchange(UpstreamRelay):
 
     def request_info(self) -> RequestInfo:
         return RequestInfo(self.method, self.core.scheme, self.host, self.path, self.query,
-                           self.headers, self.client_address())
+                           self.headers, self.client_address(), policy_certificate(
+                               self.sink, self.plan))
 
     def _decided(self, decision: Allow | Deny) -> None:
         self.sink.resume_reading("authorize")

@@ -149,6 +149,9 @@ class StreamSink:
     def client_cert_problem(self, policy: Any) -> str | None:
         return self.owner.client_cert_problem(policy)
 
+    def client_certificate(self) -> bytes:
+        return self.owner.client_certificate()
+
     def abort(self) -> None:
         """The response cannot be finished (its upstream failed mid-body): reset the
         stream and forget it (an aborted exchange never calls ``exchange_done``: kept,

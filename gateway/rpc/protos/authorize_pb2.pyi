@@ -15,7 +15,7 @@ class Header(_message.Message):
     def __init__(self, name: _Optional[bytes] = ..., value: _Optional[bytes] = ...) -> None: ...
 
 class CheckRequest(_message.Message):
-    __slots__ = ("method", "scheme", "host", "path", "query", "client_ip", "headers", "route_key", "connect")
+    __slots__ = ("method", "scheme", "host", "path", "query", "client_ip", "headers", "route_key", "connect", "client_cert")
     METHOD_FIELD_NUMBER: _ClassVar[int]
     SCHEME_FIELD_NUMBER: _ClassVar[int]
     HOST_FIELD_NUMBER: _ClassVar[int]
@@ -25,6 +25,7 @@ class CheckRequest(_message.Message):
     HEADERS_FIELD_NUMBER: _ClassVar[int]
     ROUTE_KEY_FIELD_NUMBER: _ClassVar[int]
     CONNECT_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_CERT_FIELD_NUMBER: _ClassVar[int]
     method: bytes
     scheme: str
     host: str
@@ -34,7 +35,8 @@ class CheckRequest(_message.Message):
     headers: _containers.RepeatedCompositeFieldContainer[Header]
     route_key: str
     connect: bool
-    def __init__(self, method: _Optional[bytes] = ..., scheme: _Optional[str] = ..., host: _Optional[str] = ..., path: _Optional[str] = ..., query: _Optional[bytes] = ..., client_ip: _Optional[str] = ..., headers: _Optional[_Iterable[_Union[Header, _Mapping]]] = ..., route_key: _Optional[str] = ..., connect: _Optional[bool] = ...) -> None: ...
+    client_cert: bytes
+    def __init__(self, method: _Optional[bytes] = ..., scheme: _Optional[str] = ..., host: _Optional[str] = ..., path: _Optional[str] = ..., query: _Optional[bytes] = ..., client_ip: _Optional[str] = ..., headers: _Optional[_Iterable[_Union[Header, _Mapping]]] = ..., route_key: _Optional[str] = ..., connect: _Optional[bool] = ..., client_cert: _Optional[bytes] = ...) -> None: ...
 
 class Allowed(_message.Message):
     __slots__ = ("headers", "remove", "strip_cookie")

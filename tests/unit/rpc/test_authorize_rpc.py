@@ -86,6 +86,16 @@ def test_request_carries_only_what_a_decision_reads() -> None:
     assert b"x-app-secret" not in sent
 
 
+def test_the_checked_client_certificate_goes_with_the_request() -> None:
+    """A policy with ``client_certificate`` decides on the authorize service too: the
+    certificate the proxy checked against the route's CA travels with the request."""
+    request = info()
+    request.client_cert = b"0\x82\x01\x0a-der-bytes"
+    assert request_from_pb(request_to_pb(request, "_gateway", "k")).client_cert == \
+        b"0\x82\x01\x0a-der-bytes"
+    assert request_from_pb(request_to_pb(info(), "_gateway", "k")).client_cert == b""
+
+
 def test_an_ordinary_authorization_header_is_not_sent() -> None:
     message = request_to_pb(info(headers=[(b"Authorization", b"Bearer app-token")]),
                             "_gateway", "k")

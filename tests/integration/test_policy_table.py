@@ -1,0 +1,339 @@
+"""The policy language through the daemon: one table of cases, each sent as HTTP/1.1,
+HTTP/2 (h2c) and, for TCP routes, CONNECT, and through forward authentication, by
+people signed in at the real OIDC provider. Every criterion family, ``and``/``or``/
+``not``/``nor`` with PPL's meaning, deny over allow, the allow fields beside ``policy``,
+``source_ip`` with trusted hops (an X-Forwarded-For that is no address never widens
+access), and time windows built around the current time (one holding now, one not).
+
+The same table goes through ``gateway policy check``'s evaluator
+(``test_policy_check_agrees``): its verdict and live traffic must not disagree.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import socket
+from collections.abc import Iterator
+from contextlib import ExitStack
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from tests.conftest import _require_binary
+from tests.support.browser import Browser
+from tests.support.daemon import Daemon, gateway_daemon
+from tests.support.h2client import H2Client
+from tests.support.peers import (
+    NODE_INSTALL_HINT,
+    TcpService,
+    Upstream,
+    echo_upstream,
+    oidc_provider,
+    tcp_service,
+)
+from tests.support.processes import free_port
+
+pytestmark = pytest.mark.integration
+
+NOW = datetime.datetime.now(datetime.UTC)
+DAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
+TODAY = DAYS[NOW.weekday()]
+OTHER_DAY = DAYS[(NOW.weekday() + 3) % 7]
+
+
+def clock(delta_hours: float) -> str:
+    return (NOW + datetime.timedelta(hours=delta_hours)).strftime("%H:%M")
+
+
+def day(delta_days: int) -> str:
+    return (NOW + datetime.timedelta(days=delta_days)).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+AUTHENTICATED = {"authenticated_user": True}
+# host -> the route's policy (and any other route fields)
+ROUTES: dict[str, dict[str, Any]] = {
+    "groups.test": {"policy": [{"allow": {"or": [{"groups": {"has": "admins"}}]}}]},
+    "email.test": {"policy": [{"allow": {"or": [{"email": {"is": "BOB@example.test"}}]}}]},
+    "domain.test": {"policy": [{"allow": {"or": [{"domain": {"is": "example.test"}}]}}]},
+    "user.test": {"policy": [{"allow": {"or": [{"user": {"starts_with": "bob"}}]}}]},
+    "claim.test": {"policy": [{"allow": {"or": [{"claim/groups": "engineering"}]}}]},
+    "in.test": {"policy": [{"allow": {"or": [
+        {"email": {"in": ["alice@example.test", "carol@other.test"]}}]}}]},
+    "notin.test": {"policy": [{"allow": {"and": [
+        AUTHENTICATED, {"email": {"not_in": ["alice@example.test"]}}]}}]},
+    "contains.test": {"policy": [{"allow": {"or": [{"email": {"contains": "ali"}}]}}]},
+    "ends.test": {"policy": [{"allow": {"or": [{"email": {"ends_with": "@other.test"}}]}}]},
+    "method.test": {"policy": [{"allow": {"or": [AUTHENTICATED]}},
+                               {"deny": {"or": [{"http_method": {"in": ["DELETE", "PUT"]}}]}}]},
+    "path.test": {"policy": [{"allow": {"and": [
+        AUTHENTICATED, {"http_path": {"starts_with": "/public/"}}]}}]},
+    "and.test": {"policy": [{"allow": {"and": [{"groups": {"has": "engineering"}},
+                                               {"domain": {"is": "example.test"}}]}}]},
+    # not: none of its criteria matches
+    "not.test": {"policy": [{"allow": {"and": [AUTHENTICATED]}},
+                            {"deny": {"not": [{"groups": {"has": "engineering"}},
+                                              {"groups": {"has": "ops"}}]}}]},
+    # nor: not all of them match
+    "nor.test": {"policy": [{"allow": {"nor": [{"groups": {"has": "admins"}},
+                                               {"groups": {"has": "engineering"}}]}},
+                            {"deny": {"not": [AUTHENTICATED]}}]},
+    # several operators in one rule are alternatives; an operator nested in a list
+    "nested.test": {"policy": [{"allow": {
+        "and": [{"email": {"is": "carol@other.test"}}],
+        "or": [{"and": [{"groups": {"has": "admins"}}, {"http_method": {"is": "GET"}}]}]}}]},
+    "deny-wins.test": {"policy": [{"allow": {"or": [AUTHENTICATED]}},
+                                  {"deny": {"or": [{"email": {"is": "alice@example.test"}}]}}]},
+    "legacy.test": {"allowed_users": ["carol@other.test"],
+                    "policy": [{"allow": {"or": [{"groups": {"has": "admins"}}]}}]},
+    "legacy-deny.test": {"allow_any_authenticated_user": True,
+                         "policy": [{"deny": {"or": [{"groups": {"has": "admins"}}]}}]},
+    "net.test": {"policy": [{"allow": {"and": [AUTHENTICATED,
+                                               {"source_ip": ["203.0.113.0/24"]}]}}]},
+    "net-deny.test": {"policy": [{"allow": {"or": [AUTHENTICATED]}},
+                                 {"deny": {"or": [{"source_ip": "198.51.100.0/24"}]}}]},
+    "hours.test": {"policy": [{"allow": {"and": [AUTHENTICATED, {"time_of_day": {
+        "after": clock(-1), "before": clock(1), "timezone": "UTC"}}]}}]},
+    "closed-hours.test": {"policy": [{"allow": {"and": [AUTHENTICATED, {"time_of_day": {
+        "after": clock(2), "before": clock(3), "timezone": "UTC"}}]}}]},
+    "days.test": {"policy": [{"allow": {"and": [AUTHENTICATED,
+                                                {"day_of_week": TODAY}]}}]},
+    "closed-days.test": {"policy": [{"allow": {"and": [AUTHENTICATED,
+                                                       {"day_of_week": OTHER_DAY}]}}]},
+    "date.test": {"policy": [{"allow": {"and": [AUTHENTICATED, {"date": {
+        "after": day(-1), "before": day(1)}}]}}]},
+    "closed-date.test": {"policy": [{"allow": {"and": [AUTHENTICATED, {"date": {
+        "after": day(1)}}]}}]},
+    "accept.test": {"policy": [{"allow": {"or": [{"accept": True}]}},
+                               {"deny": {"or": [{"http_path": {"starts_with": "/admin"}}]}}]},
+    "reject.test": {"policy": [{"allow": {"or": [{"reject": True}]}}]},
+}
+TCP_ROUTES: dict[str, dict[str, Any]] = {
+    "db.test:5432": {"policy": [{"allow": {"or": [{"groups": {"has": "admins"}}]}},
+                                {"deny": {"or": [{"http_method": {"is": "GET"}}]}}]},
+    "cache.test:6379": {"policy": [{"allow": {"and": [AUTHENTICATED,
+                                                      {"http_path": {"is": ""}}]}}]},
+}
+
+ALICE = "alice@example.test"  # admins, engineering
+BOB = "bob@example.test"  # engineering
+CAROL = "carol@other.test"  # users
+DAVE = "dave@example.test#ops"  # ops
+EVE = "eve@example.test!unverified"  # e-mail not verified by the provider
+NOBODY = ""  # not signed in
+
+
+@dataclass(frozen=True)
+class Case:
+    who: str
+    host: str
+    allowed: bool
+    method: str = "GET"
+    path: str = "/"
+    xff: str = ""  # an X-Forwarded-For the client sends (one trusted hop)
+
+    def __str__(self) -> str:
+        who = self.who.split("@")[0] or "nobody"
+        extra = f" xff={self.xff}" if self.xff else ""
+        return f"{who}-{self.method}-{self.host}{self.path}{extra}"
+
+
+CASES = [
+    Case(ALICE, "groups.test", True), Case(BOB, "groups.test", False),
+    Case(NOBODY, "groups.test", False),
+    Case(BOB, "email.test", True), Case(ALICE, "email.test", False),
+    Case(ALICE, "domain.test", True), Case(CAROL, "domain.test", False),
+    Case(EVE, "domain.test", False),  # an address the provider did not verify
+    Case(BOB, "user.test", True), Case(ALICE, "user.test", False),
+    Case(BOB, "claim.test", True), Case(CAROL, "claim.test", False),
+    Case(CAROL, "in.test", True), Case(BOB, "in.test", False),
+    Case(BOB, "notin.test", True), Case(ALICE, "notin.test", False),
+    Case(ALICE, "contains.test", True), Case(BOB, "contains.test", False),
+    Case(CAROL, "ends.test", True), Case(ALICE, "ends.test", False),
+    Case(BOB, "method.test", True), Case(BOB, "method.test", False, "DELETE"),
+    Case(BOB, "method.test", False, "PUT"), Case(BOB, "method.test", True, "POST"),
+    Case(BOB, "path.test", True, path="/public/page"), Case(BOB, "path.test", False),
+    Case(BOB, "path.test", False, path="/public/../private"),
+    Case(BOB, "and.test", True), Case(CAROL, "and.test", False),
+    Case(DAVE, "and.test", False),
+    Case(BOB, "not.test", True), Case(DAVE, "not.test", True), Case(CAROL, "not.test", False),
+    Case(CAROL, "nor.test", True), Case(BOB, "nor.test", True),
+    Case(ALICE, "nor.test", False), Case(NOBODY, "nor.test", False),
+    Case(CAROL, "nested.test", True), Case(ALICE, "nested.test", True),
+    Case(ALICE, "nested.test", False, "POST"), Case(BOB, "nested.test", False),
+    Case(BOB, "deny-wins.test", True), Case(ALICE, "deny-wins.test", False),
+    Case(CAROL, "legacy.test", True), Case(ALICE, "legacy.test", True),
+    Case(BOB, "legacy.test", False),
+    Case(BOB, "legacy-deny.test", True), Case(ALICE, "legacy-deny.test", False),
+    Case(BOB, "net.test", False), Case(BOB, "net.test", True, xff="203.0.113.9"),
+    Case(BOB, "net.test", False, xff="203.0.113.9x"),
+    Case(BOB, "net.test", False, xff="garbage"),
+    Case(BOB, "net-deny.test", True), Case(BOB, "net-deny.test", False, xff="198.51.100.7"),
+    Case(BOB, "hours.test", True), Case(BOB, "closed-hours.test", False),
+    Case(BOB, "days.test", True), Case(BOB, "closed-days.test", False),
+    Case(BOB, "date.test", True), Case(BOB, "closed-date.test", False),
+    Case(NOBODY, "accept.test", True), Case(NOBODY, "accept.test", False, path="/admin/x"),
+    Case(ALICE, "reject.test", False),
+]
+TCP_CASES = [
+    Case(ALICE, "db.test:5432", True, "CONNECT", ""),  # a deny on GET does not touch it
+    Case(BOB, "db.test:5432", False, "CONNECT", ""),
+    Case(BOB, "cache.test:6379", True, "CONNECT", ""),  # a CONNECT's path is empty
+    Case(NOBODY, "cache.test:6379", False, "CONNECT", ""),
+]
+USERS = (ALICE, BOB, CAROL, DAVE, EVE)
+
+
+class Env:
+    gw: Daemon
+    up: Upstream
+    tcp: TcpService
+    port: int
+    cookies: dict[tuple[str, str], str]  # (login, host) -> Cookie header
+
+    def cookie(self, who: str, host: str) -> str:
+        if not who:
+            return ""
+        key = (who, host)
+        if key not in self.cookies:
+            browser = Browser()
+            target = f"http://{host}:{self.port}/" if ":" not in host else \
+                f"http://{host.split(':')[0]}:{self.port}/"
+            browser.sign_in(target, who)
+            jar = browser.cookies.get(host.split(":")[0], {})
+            self.cookies[key] = "; ".join(f"{k}={v}" for k, v in jar.items())
+        return self.cookies[key]
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
+    _require_binary("node", NODE_INSTALL_HINT)
+    tmp = tmp_path_factory.mktemp("policy-table")
+    port = free_port()
+    with ExitStack() as stack:
+        op = stack.enter_context(oidc_provider(
+            tmp, redirect_uris=[f"http://auth.test:{port}/oauth2/callback"]))
+        up = stack.enter_context(echo_upstream(tmp, name="app"))
+        tcp = stack.enter_context(tcp_service(tmp))
+        routes: list[dict[str, Any]] = [
+            {"from": f"http://{host}:{port}", "to": up.url, **fields}
+            for host, fields in ROUTES.items()]
+        routes += [{"from": f"tcp+https://{host}", "to": f"tcp://127.0.0.1:{tcp.port}",
+                    **fields} for host, fields in TCP_ROUTES.items()]
+        # the TCP routes' hosts also get an HTTP route, where their people sign in
+        routes += [{"from": f"http://{host.split(':')[0]}:{port}", "to": up.url,
+                    "allow_any_authenticated_user": True} for host in TCP_ROUTES]
+        config = {
+            "insecure_server": True, "address": f"127.0.0.1:{port}",
+            "authenticate_service_url": f"http://auth.test:{port}",
+            "idp_provider": "oidc", "idp_provider_url": op.issuer,
+            "idp_client_id": op.client_id, "idp_client_secret": op.client_secret,
+            "idp_scopes": ["openid", "email", "groups", "offline_access"],
+            "idp_service_account": "groups-from-claims",
+            "cookie_secure": False,
+            "xff_num_trusted_hops": 1,
+            "codec_type": "auto",  # HTTP/2 by prior knowledge beside HTTP/1.1
+            "forward_auth_url": f"http://fa.test:{port}",
+            "policy": routes,
+        }
+        gw = stack.enter_context(gateway_daemon(tmp, config, port=port))
+        e = Env()
+        e.gw, e.up, e.tcp, e.port, e.cookies = gw, up, tcp, port, {}
+        yield e
+
+
+def _headers(env: Env, case: Case) -> dict[str, str]:
+    out = {"Accept": "application/json"}
+    cookie = env.cookie(case.who, case.host)
+    if cookie:
+        out["Cookie"] = cookie
+    if case.xff:
+        out["X-Forwarded-For"] = case.xff
+    return out
+
+
+def _outcome(status: int, body: bytes) -> bool:
+    """Allowed: the upstream answered (the echo upstream's JSON). Refused: 401 or 403,
+    and the body is the gateway's."""
+    if status == 200:
+        return "path" in json.loads(body)
+    assert status in (401, 403), (status, body[:200])
+    return False
+
+
+def http1(env: Env, case: Case) -> bool:
+    reply = Browser().request(case.method, f"http://{case.host}:{env.port}{case.path}",
+                              headers=_headers(env, case))
+    return _outcome(reply.status, reply.body)
+
+
+def http2(env: Env, case: Case) -> bool:
+    headers = [(k.lower(), v) for k, v in _headers(env, case).items()]
+    with H2Client(env.port) as client:
+        reply = client.request(case.method, case.path, f"{case.host}:{env.port}", headers)
+    return _outcome(reply.status, reply.body)
+
+
+def forward_auth(env: Env, case: Case) -> bool:
+    """The same request as a third-party proxy asks about it (caddy's headers)."""
+    headers = {**_headers(env, case), "X-Forwarded-Proto": "http",
+               "X-Forwarded-Host": f"{case.host}:{env.port}",
+               "X-Forwarded-Uri": case.path, "X-Forwarded-Method": case.method}
+    reply = Browser().request("GET", f"http://fa.test:{env.port}/check", headers=headers)
+    if reply.status == 302:  # not signed in: caddy would send the browser to sign in
+        return False
+    assert reply.status in (200, 401, 403), (reply.status, reply.body[:200])
+    return reply.status == 200
+
+
+def connect(env: Env, case: Case) -> bool:
+    with socket.create_connection(("127.0.0.1", env.port), timeout=10) as sock:
+        head = f"CONNECT {case.host} HTTP/1.1\r\nHost: {case.host}\r\n"
+        cookie = env.cookie(case.who, case.host)
+        if cookie:
+            head += f"Cookie: {cookie}\r\n"
+        sock.sendall(head.encode() + b"\r\n")
+        reply = b""
+        while b"\r\n\r\n" not in reply:
+            chunk = sock.recv(4096)
+            if not chunk:
+                break
+            reply += chunk
+    status = int(reply.split(b" ", 2)[1])
+    assert status in (200, 401, 403), reply[:200]
+    return status == 200
+
+
+@pytest.mark.parametrize("case", CASES, ids=str)
+def test_http1(env: Env, case: Case) -> None:
+    assert http1(env, case) is case.allowed
+
+
+@pytest.mark.parametrize("case", CASES, ids=str)
+def test_http2(env: Env, case: Case) -> None:
+    assert http2(env, case) is case.allowed
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if not c.xff], ids=str)
+def test_forward_auth(env: Env, case: Case) -> None:
+    assert forward_auth(env, case) is case.allowed
+
+
+@pytest.mark.parametrize("case", TCP_CASES, ids=str)
+def test_connect(env: Env, case: Case) -> None:
+    assert connect(env, case) is case.allowed
+
+
+def test_a_denial_is_logged_with_its_rule_and_request_id(env: Env) -> None:
+    """The access log line of a refused request names the route, the rule and the
+    criterion that decided, the user and the request id."""
+    case = Case(BOB, "method.test", False, "DELETE", "/logged")
+    reply = Browser().request("DELETE", f"http://method.test:{env.port}/logged",
+                              headers={**_headers(env, case), "X-Request-Id": "policy-row-1"})
+    assert reply.status == 403
+    assert b"this kind of request is not allowed" in reply.body
+    line = env.gw.wait_for_event(lambda e: e.get("request_id") == "policy-row-1"
+                                 and e.get("status") == 403, what="the access log line")
+    assert "deny[0].or[0] http_method in [DELETE, PUT]: matched" in str(line.get("reason")), line
+    assert line.get("user_id"), line

@@ -1,0 +1,154 @@
+"""A route's ``policy`` through the Decider: the verdict decides, the 403 says what kind
+of condition refused the person (never the policy's values), the log and the access
+reason name the rule, and a remembered decision is reused only while the request facts
+the policy read are the same (a policy reading the method, path, address or clock is
+decided again for every request; its identity headers are still made once)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from twisted.logger import globalLogPublisher
+
+from gateway.authorize.hook import Allow, Deny, RequestInfo
+
+from .config.helpers import base_config, load
+from .test_identity import APP, AUTH, BROWSER, IDENTITY, JSON, SIGNED_OUT, Headers, IdentityCase
+
+GROUPS_AND_METHOD = [
+    {"allow": {"or": [{"email": {"is": "alice@example.com"}}, {"groups": {"has": "staff"}}]}},
+    {"deny": {"or": [{"http_method": {"in": ["DELETE"]}},
+                     {"source_ip": ["198.51.100.0/24"]}]}},
+]
+
+
+def policy_snapshot(policy: Any, **route: Any) -> Any:
+    routes = [{"from": f"https://{APP}", "to": "http://127.0.0.1:9", "policy": policy,
+               "pass_identity_headers": True, **route}]
+    return load(base_config(**{**IDENTITY, "authenticate_service_url": f"https://{AUTH}",
+                               "policy": routes, "signout_redirect_url": SIGNED_OUT}))
+
+
+def request(method: bytes = b"GET", path: str = "/", client_ip: str = "192.0.2.1",
+            headers: Headers | None = None) -> RequestInfo:
+    return RequestInfo(method, "https", APP, path, b"", list(headers or [BROWSER]), client_ip)
+
+
+class PolicyDecideCase(IdentityCase):
+    policy: Any = GROUPS_AND_METHOD
+
+    def setUp(self) -> None:
+        super().setUp()
+        self.snapshot = policy_snapshot(self.policy)
+        self.rebuild()
+
+    def rebuild(self) -> None:
+        from gateway.authenticate.identity import Identity
+
+        self.identity = Identity(None, self.snapshot, self.store, self.signer, self.clock)
+        self.identity.provider = None
+        self.route = self.snapshot.routes[0]
+        self.logged: list[dict[str, Any]] = []
+        globalLogPublisher.addObserver(self.logged.append)
+        self.addCleanup(globalLogPublisher.removeObserver, self.logged.append)
+
+    def decide(self, info: RequestInfo) -> Allow | Deny:
+        decision = self.identity.decider.authorize(info, self.route)
+        assert isinstance(decision, (Allow, Deny)), decision
+        return decision
+
+
+class PolicyDecisionTests(PolicyDecideCase):
+    def test_an_allow_rule_lets_in_and_names_itself(self) -> None:
+        cookie = self.cookie(self.session())
+        decision = self.decide(request(headers=[BROWSER, cookie]))
+        assert isinstance(decision, Allow)
+        self.assertEqual(decision.reason,
+                         "policy-allow-matched allow[0].or[0] email is alice@example.com: "
+                         "matched")
+        self.assertEqual(decision.email, "alice@example.com")
+        self.assertTrue(any(name == b"x-gateway-jwt-assertion" for name, _ in decision.headers))
+
+    def test_a_deny_rule_wins_and_the_page_says_what_kind(self) -> None:
+        cookie = self.cookie(self.session())
+        decision = self.decide(request(b"DELETE", headers=[JSON, cookie]))
+        assert isinstance(decision, Deny)
+        self.assertEqual(decision.status, 403)
+        self.assertIn("deny[0].or[0] http_method", decision.reason)
+        message = json.dumps(json.loads(decision.body))
+        self.assertIn("this kind of request is not allowed on this route", message)
+        self.assertNotIn("DELETE", message)
+        [denied] = [e for e in self.logged if "access denied" in str(e.get("log_format"))]
+        self.assertIn("deny[0].or[0] http_method in [DELETE]: matched", denied["reasons"])
+
+    def test_the_network_rule_reads_the_client_address(self) -> None:
+        cookie = self.cookie(self.session())
+        decision = self.decide(request(client_ip="198.51.100.9", headers=[JSON, cookie]))
+        assert isinstance(decision, Deny)
+        self.assertIn("your network is not allowed", decision.body.decode())
+        self.assertNotIn("198.51.100", decision.body.decode())
+
+    def test_someone_no_rule_allows_is_refused_in_words(self) -> None:
+        cookie = self.cookie(self.session({"sub": "bob-id", "email": "bob@example.com"}))
+        decision = self.decide(request(headers=[JSON, cookie]))
+        assert isinstance(decision, Deny)
+        self.assertEqual(decision.status, 403)
+        self.assertNotIn("alice@example.com", decision.body.decode())
+        self.assertNotIn("staff", decision.body.decode())
+
+    def test_nobody_signed_in_is_sent_to_sign_in(self) -> None:
+        decision = self.decide(request())
+        assert isinstance(decision, Deny)
+        self.assertEqual(decision.status, 302)
+
+    def test_a_remembered_decision_is_not_reused_for_another_method(self) -> None:
+        """The policy reads the method and the address: the browser's next request with
+        the same cookie is decided again, and a DELETE is refused although a GET with
+        the same cookie was just let in."""
+        cookie = self.cookie(self.session())
+        first = self.decide(request(headers=[BROWSER, cookie]))
+        self.assertIsInstance(first, Allow)
+        again = self.decide(request(headers=[BROWSER, cookie]))
+        assert isinstance(again, Allow)
+        self.assertEqual(again.headers, first.headers)  # identity headers made once
+        self.assertIsInstance(self.decide(request(b"DELETE", headers=[BROWSER, cookie])),
+                              Deny)
+        self.assertIsInstance(self.decide(request(client_ip="198.51.100.1",
+                                                  headers=[BROWSER, cookie])), Deny)
+        self.assertIsInstance(self.decide(request(headers=[BROWSER, cookie])), Allow)
+
+
+class TimeOfDayTests(PolicyDecideCase):
+    """A policy reading the clock: the same cookie is let in, then refused once the
+    window closes (within the decision cache's 30 s, which must not keep it open)."""
+
+    policy = [{"allow": {"and": [{"authenticated_user": True},
+                                 {"time_of_day": {"after": "21:00", "before": "22:14:00",
+                                                  "timezone": "UTC"}}]}}]
+
+    def test_the_window_closing_closes_the_route(self) -> None:
+        # NOW is 2023-11-14 22:13:20 UTC
+        cookie = self.cookie(self.session())
+        self.assertIsInstance(self.decide(request(headers=[BROWSER, cookie])), Allow)
+        self.clock.now += 50  # 22:14:10
+        decision = self.decide(request(headers=[JSON, cookie]))
+        assert isinstance(decision, Deny)
+        self.assertIn("closed at this time of day", decision.body.decode())
+
+
+class IdentityOnlyPolicyTests(PolicyDecideCase):
+    """A policy that reads nothing of the request keeps the remembered decision."""
+
+    policy = [{"allow": {"or": [{"domain": {"is": "example.com"}}]}}]
+
+    def test_the_next_request_is_not_decided_again(self) -> None:
+        cookie = self.cookie(self.session())
+        first = self.decide(request(headers=[BROWSER, cookie]))
+        self.assertIsInstance(first, Allow)
+
+        def refuse(*args: Any) -> Any:
+            raise AssertionError("decided again")
+        self.patch(self.identity.decider, "_verdict", refuse)
+        self.assertIs(self.decide(request(b"POST", "/other", headers=[BROWSER, cookie])),
+                      first)
