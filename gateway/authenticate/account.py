@@ -15,7 +15,7 @@ from gateway.authenticate.targets import ROUTES, SIGN_OUT, query_params
 from gateway.authorize import answers
 from gateway.authorize.email import REFUSAL_TEXT
 from gateway.authorize.hook import Decision, RequestInfo
-from gateway.authorize.policy import CertFacts, cert_facts, facts_for
+from gateway.authorize.policy import facts_for
 from gateway.config.routes import Route
 from gateway.pages.layout import Action, Look, origin
 from gateway.pages.routes import Portal, PortalRoute, entry_path, portal_route, render_portal
@@ -108,12 +108,14 @@ def _portal(ident: Identity, routes: tuple[Route, ...], request: RequestInfo,
             session: Session) -> Decision:
     """Each route decided as the daemon decides it: the route's policy, for the session
     as decisions see it, now, on a GET of the route's entry path (a CONNECT with no
-    path for a TCP route) from this client's address (and certificate, if it sent
-    one). Listed only if allowed; public routes are, marked; redirects are no place
-    to open; a route that an earlier one with the same address hides is left out."""
+    path for a TCP route) from this client's address. No client certificate: the
+    gateway's own endpoints belong to no route, so none checked one against a CA (and a
+    certificate nobody checked is not one a policy may read); a route whose policy reads
+    one is listed only if it allows without. Listed only if allowed; public routes are,
+    marked; redirects are no place to open; a route that an earlier one with the same
+    address hides is left out."""
     view, _ = ident.decider.decision_session(session)
     now = ident.clock()
-    cert = _client_cert(request)
     gateway_url = _gateway_url(request)
     seen: set[tuple[str, str, int | None, str]] = set()
     shown: list[PortalRoute] = []
@@ -129,9 +131,8 @@ def _portal(ident: Identity, routes: tuple[Route, ...], request: RequestInfo,
             shown.append(portal_route(route, public=True, gateway_url=gateway_url))
             continue
         probe = RequestInfo(method.encode(), request.scheme, route.host, path, b"", [],
-                            request.client_ip, request.client_cert)
-        facts = facts_for(probe, view, now, groups_available=ident.decider.groups_available,
-                          client_cert=cert)
+                            request.client_ip)
+        facts = facts_for(probe, view, now, groups_available=ident.decider.groups_available)
         if route.policy.evaluate(facts).allowed:
             shown.append(portal_route(route, method=method, path=path,
                                       gateway_url=gateway_url))
@@ -139,15 +140,6 @@ def _portal(ident: Identity, routes: tuple[Route, ...], request: RequestInfo,
     actions = (Action("Who am I?", "/.gateway/", "get", primary=False),)
     body, page = render_portal(portal, ident.look, actions, as_json=wants_json(request))
     return answers.answer(200, body, page, "routes-portal")
-
-
-def _client_cert(request: RequestInfo) -> CertFacts | None:
-    if not request.client_cert:
-        return None
-    try:
-        return cert_facts(request.client_cert)
-    except ValueError:  # not a certificate: matches no certificate criterion
-        return None
 
 
 def _gateway_url(request: RequestInfo) -> str:

@@ -1,10 +1,12 @@
 """Every request to a route that is not public, decided: the data plane's ``Authorizer``
 call, per configuration snapshot.
 
-The decision itself is ``evaluate`` (pure: route policy, the session as decisions see
-it, request facts); around it are the session's lookup, its fetch from another process
-or its token refresh when needed, and caches that keep the answer while nothing it
-rests on changes:
+The decision itself is pure: the route's compiled policy (``route.policy``, for a route
+with a ``policy``) or ``evaluate`` (a route with only the allow fields; the two agree),
+over the session as decisions see it and the request's facts. Around it are the
+session's lookup, its fetch from another process or its token refresh when needed, and
+caches that keep the answer while nothing it rests on changes (a policy that reads the
+request, ``REQUEST_FACTS``, is asked again for every request):
 
 - the decision per (session record, route, programmatic token or not), for
   ``DECISION_TTL`` (the record object changes when the session is refreshed or ended);
@@ -32,11 +34,7 @@ from gateway.authorize.email import REFUSAL_TEXT, decision_view
 from gateway.authorize.evaluate import evaluate
 from gateway.authorize.hook import Allow, Decision, Deny, RequestInfo
 from gateway.authorize.policy import (
-    CLIENT_CERT,
-    CLIENT_IP,
-    CLOCK,
-    METHOD,
-    PATH,
+    REQUEST_FACTS,
     Verdict,
     cert_facts,
     facts_for,
@@ -53,10 +51,6 @@ from gateway.sessions.model import Session
 from gateway.sessions.store import DirectoryGroups, SessionStore
 
 log = Logger()
-# What a policy may read of a request besides the identity: a decision that read one of
-# these holds for that request only (``Decided`` keeps the identity headers, not the
-# verdict).
-REQUEST_FACTS = frozenset({METHOD, PATH, CLIENT_IP, CLIENT_CERT, CLOCK})
 DECISION_CACHE = 20_000
 DECISION_TTL = 30.0  # well inside the assertion's reuse window
 

@@ -52,8 +52,12 @@ def _allow(*reasons: str) -> Decision:
 
 
 def is_cors_preflight(method: bytes, headers: list[tuple[bytes, bytes]]) -> bool:
-    """``OPTIONS`` with non-empty ``Origin`` and ``Access-Control-Request-Method``."""
-    if method.upper() != b"OPTIONS":
+    """``OPTIONS`` with non-empty ``Origin`` and ``Access-Control-Request-Method``.
+
+    Exactly ``OPTIONS``: methods are case-sensitive (RFC 9110 9.1), and the decision
+    caches skip exactly ``OPTIONS``; an ``options`` request (HTTP/2 lets one through)
+    taken for a preflight would leave an allow for the session's next requests."""
+    if method != b"OPTIONS":
         return False
     present = {name.lower() for name, value in headers if value.strip()}
     return b"origin" in present and b"access-control-request-method" in present

@@ -35,8 +35,22 @@ def parse_route_policy(item: Mapping[str, Any], base: str, values: dict[str, Any
                              "a public route is never authorized, so its policy would not "
                              "apply; remove one of them (accept: true in the policy lets "
                              "everyone in while its deny rules still hold)")
+    if _names(raw, "gateway_routes"):
+        problems.warn(f"{base}.policy", "gateway_routes never matches in a route's policy: the "
+                                        "gateway's own /.gateway/ endpoints (sign-in, "
+                                        "sign-out, who am I, your routes) are answered "
+                                        "before any route policy is asked")
     if not any(rule.action == ALLOW for rule in document.rules) and not any(
             values.get(key) for key in LEGACY_ALLOW):
         problems.warn(f"{base}.policy", "has no allow rule and the route no allow field: "
                                         "access needs a matching allow rule, so nobody is "
                                         "let in")
+
+
+def _names(raw: Any, key: str) -> bool:
+    """Whether ``key`` is a key anywhere in the nested mappings and lists ``raw``."""
+    if isinstance(raw, Mapping):
+        return key in raw or any(_names(value, key) for value in raw.values())
+    if isinstance(raw, list):
+        return any(_names(item, key) for item in raw)
+    return False

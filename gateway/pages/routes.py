@@ -16,7 +16,7 @@ import shlex
 from dataclasses import dataclass
 from typing import Any
 
-from gateway.config.ppl import CLIENT_CERT, CLIENT_IP, CLOCK, METHOD, PATH
+from gateway.config.ppl import REQUEST_FACTS
 from gateway.config.ppl.nodes import criteria_of
 from gateway.config.routes import Route
 from gateway.pages.layout import (
@@ -35,7 +35,6 @@ from gateway.pages.layout import (
 
 # The request facts that make a decision hold for one request only (``Policy.reads``;
 # ``cors`` is left out: it is true for CORS preflights, which nobody opens).
-REQUEST_FACTS = frozenset({METHOD, PATH, CLIENT_IP, CLIENT_CERT, CLOCK})
 # What a route's access may depend on, as the portal names it (JSON) and says it.
 DEPENDS_TEXT = {
     "method": "the kind of request (its method)",

@@ -152,3 +152,49 @@ class IdentityOnlyPolicyTests(PolicyDecideCase):
         self.patch(self.identity.decider, "_verdict", refuse)
         self.assertIs(self.decide(request(b"POST", "/other", headers=[BROWSER, cookie])),
                       first)
+
+
+class LowerCaseOptionsTests(PolicyDecideCase):
+    """A lower-case ``options`` request with preflight headers is no CORS preflight
+    (methods are case-sensitive): taken for one, it was let in by the preflight rule and
+    the allow was kept for the session's next requests of any method. (Found in review:
+    HTTP/2 accepts lower-case methods; the caches skip exactly ``OPTIONS``.)"""
+
+    policy = [{"allow": {"or": [{"groups": {"has": "admins"}}]}}]
+    PREFLIGHT = [(b"Origin", b"https://x.test"), (b"Access-Control-Request-Method", b"PUT")]
+
+    def setUp(self) -> None:
+        super().setUp()
+        self.snapshot = policy_snapshot(self.policy, cors_allow_preflight=True)
+        self.rebuild()
+
+    def test_options_in_lower_case_is_decided_by_the_policy(self) -> None:
+        cookie = self.cookie(self.session({"sub": "bob-id", "email": "bob@example.com"}))
+        self.assertIsInstance(self.decide(request(b"OPTIONS", headers=[JSON, cookie,
+                                                                      *self.PREFLIGHT])),
+                              Allow)
+        self.assertIsInstance(self.decide(request(b"options", headers=[JSON, cookie,
+                                                                      *self.PREFLIGHT])),
+                              Deny)
+        self.assertIsInstance(self.decide(request(headers=[JSON, cookie])), Deny)
+
+    def test_the_allow_fields_alone_too(self) -> None:
+        snapshot = load(base_config(**{**IDENTITY, "authenticate_service_url": f"https://{AUTH}",
+                                       "policy": [{"from": f"https://{APP}",
+                                                   "to": "http://127.0.0.1:9",
+                                                   "allowed_users": ["alice@example.com"],
+                                                   "cors_allow_preflight": True}]}))
+        self.snapshot = snapshot
+        self.rebuild()
+        cookie = self.cookie(self.session({"sub": "bob-id", "email": "bob@example.com"}))
+        self.assertIsInstance(self.decide(request(b"options", headers=[JSON, cookie,
+                                                                      *self.PREFLIGHT])),
+                              Deny)
+        self.assertIsInstance(self.decide(request(headers=[JSON, cookie])), Deny)
+
+
+class GatewayRoutesWarningTests(PolicyDecideCase):
+    def test_gateway_routes_in_a_route_policy_is_a_warning(self) -> None:
+        snapshot = policy_snapshot([{"allow": {"or": [{"gateway_routes": True}]}}])
+        self.assertTrue(any("gateway_routes never matches" in str(w)
+                            for w in snapshot.warnings), snapshot.warnings)

@@ -25,6 +25,7 @@ from gateway.config.ppl import (
     METHOD,
     NO_ALLOW_MATCHED,
     PATH,
+    REQUEST_FACTS,
     SSH_USERNAME,
     CertFacts,
     Document,
@@ -41,7 +42,7 @@ from gateway.config.ppl import (
 
 __all__ = [
     "ALLOW_MATCHED", "CLIENT_CERT", "CLIENT_IP", "CLOCK", "CORS", "DENY_MATCHED", "KIND_TEXT",
-    "METHOD", "NO_ALLOW_MATCHED", "PATH", "SSH_USERNAME", "CertFacts", "Document", "Facts",
-    "Policy", "RequestFacts", "Trace", "TraceNode", "Verdict", "cert_facts", "facts_for",
-    "legacy_ppl", "legacy_rules", "method_text", "parse_document", "route_policy",
+    "METHOD", "NO_ALLOW_MATCHED", "PATH", "REQUEST_FACTS", "SSH_USERNAME", "CertFacts",
+    "Document", "Facts", "Policy", "RequestFacts", "Trace", "TraceNode", "Verdict", "cert_facts",
+    "facts_for", "legacy_ppl", "legacy_rules", "method_text", "parse_document", "route_policy",
 ]

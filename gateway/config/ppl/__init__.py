@@ -21,6 +21,7 @@ from gateway.config.ppl.criteria import (
     CRITERIA,
     METHOD,
     PATH,
+    REQUEST_FACTS,
     SSH_USERNAME,
 )
 from gateway.config.ppl.facts import CertFacts, Facts
@@ -47,7 +48,7 @@ def route_policy(document: Document | None, legacy: LegacyFields) -> Policy:
 
 __all__ = [
     "ALLOW_MATCHED", "CLIENT_CERT", "CLIENT_IP", "CLOCK", "CORS", "CRITERIA", "DENY_MATCHED",
-    "KIND_TEXT", "METHOD", "NO_ALLOW_MATCHED", "PATH", "SSH_USERNAME", "CertFacts",
+    "KIND_TEXT", "METHOD", "NO_ALLOW_MATCHED", "PATH", "REQUEST_FACTS", "SSH_USERNAME", "CertFacts",
     "Document", "Facts", "LegacyFields", "Policy", "Trace", "TraceNode", "Verdict",
     "legacy_ppl", "legacy_rules", "parse_document", "route_policy",
 ]

@@ -169,8 +169,8 @@ class Policy:
     """A compiled policy. ``evaluate(facts)`` decides; ``explain(facts)`` decides and
     traces every rule; ``reads`` names the request facts any criterion reads
     (``method``, ``path``, ``client_ip``, ``client_cert``, ``clock``, ``cors``,
-    ``ssh_username``): a decision may be reused only for requests alike in those
-    (``cors`` is true for ``OPTIONS`` requests only)."""
+    ``ssh_username``): a decision that read one of them (``REQUEST_FACTS``) is made
+    again for every request."""
 
     __slots__ = ("_allow", "_deny", "_none", "allow_rules", "deny_rules", "document", "reads",
                  "rules")

@@ -38,6 +38,9 @@ from gateway.config.ppl.times import (
 # The request facts a criterion reads (``Policy.reads``).
 METHOD, PATH, CLIENT_IP, CLIENT_CERT, CLOCK, CORS, SSH_USERNAME = (
     "method", "path", "client_ip", "client_cert", "clock", "cors", "ssh_username")
+# What a policy may read of a request besides the identity: a decision that read one of
+# these holds for that request only, and is not remembered for the next.
+REQUEST_FACTS = frozenset({METHOD, PATH, CLIENT_IP, CLIENT_CERT, CLOCK, CORS, SSH_USERNAME})
 # Kinds of condition (``Verdict.kind``).
 CLOSED, USER, DOMAIN, GROUP, CLAIM, METHOD_KIND, PATH_KIND, NETWORK, CERTIFICATE = (
     "closed", "user", "domain", "group", "claim", "method", "path", "network", "certificate")
@@ -111,7 +114,9 @@ CRITERIA: dict[str, Spec] = {
     "date": Spec(parse_date, OUTSIDE_DATES, frozenset({CLOCK})),
     "day_of_week": Spec(parse_weekdays, OUTSIDE_DAYS, frozenset({CLOCK})),
     "time_of_day": Spec(parse_time_of_day, OUTSIDE_HOURS, frozenset({CLOCK})),
-    "gateway_routes": Spec(_flag, PATH_KIND, frozenset({PATH})),
+    # the gateway's own /.gateway/ endpoints are answered before any route's policy is
+    # asked, so in a route's policy this never matches (a warning at load says so)
+    "gateway_routes": Spec(_flag, PATH_KIND),
     "ssh_username": Spec(_exact, SSH_USER, frozenset({SSH_USERNAME})),
     "ssh_username_matches_email": Spec(_flag, SSH_USER, frozenset({SSH_USERNAME})),
     "ssh_username_matches_claim": Spec(_claim_name, SSH_USER, frozenset({SSH_USERNAME})),

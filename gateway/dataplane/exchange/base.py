@@ -210,6 +210,21 @@ class ExchangeBase:
         incoming = b", ".join(v for n, v in self.headers if n.lower() == b"x-forwarded-for")
         return forwarded_for(incoming or None, self.sink.client_ip, hops, True)[1]
 
+    def decision_address(self) -> str:
+        """The client address decisions read (``source_ip``): ``client_address``, but
+        "" when ``xff_num_trusted_hops`` is N and X-Forwarded-For holds fewer than N
+        addresses. The peer is then one of the trusted proxies (or someone who reached
+        an inner one directly), not the client: an address it matched would be theirs."""
+        hops = self.core.xff_trusted_hops
+        if not hops:
+            return self.sink.client_ip
+        chain = [part for value in (v for n, v in self.headers
+                                    if n.lower() == b"x-forwarded-for")
+                 for part in value.split(b",") if part.strip()]
+        if len(chain) < hops:
+            return ""
+        return chain[-hops].strip().decode("latin-1")
+
     # -- answers of our own
 
     def fail(self, status: int, detail: str, headers: Pairs = ()) -> None:

@@ -15,6 +15,7 @@ from twisted.internet.defer import Deferred
 from twisted.python.failure import Failure
 
 from gateway.authorize.hook import Allow, Authorizer, Decision, Deny, RequestInfo
+from gateway.config.ppl import METHOD
 from gateway.dataplane.core import ProxyCore
 from gateway.dataplane.exchange.access import access_log
 from gateway.dataplane.exchange.base import Sink, policy_certificate
@@ -43,6 +44,7 @@ class Exchange(Protocol):
 
     def enter(self, stage: Stage) -> None: ...
     def client_address(self) -> str: ...
+    def decision_address(self) -> str: ...
     def fail(self, status: int, detail: str, headers: Pairs = ()) -> None: ...
     def local(self, status: int, body: bytes, headers: Pairs = ()) -> None: ...
 
@@ -77,7 +79,7 @@ def serve_forward_auth(exchange: Exchange) -> None:
         return
     authorizer: Authorizer = exchange.core.authorizer
     info = RequestInfo(target.method, target.scheme, target.host, target.path, target.query,
-                       exchange.headers, exchange.client_address(),
+                       exchange.headers, exchange.decision_address(),
                        policy_certificate(exchange.sink, plan))
     if mode is Mode.SIGN_IN:
         _answer(exchange, mode, target, authorizer.sign_in(info))
@@ -90,6 +92,15 @@ def serve_forward_auth(exchange: Exchange) -> None:
             return
     if plan.public:
         _answer(exchange, mode, target, allowed(Allow()))
+        return
+    if METHOD in plan.route.policy.reads and not any(
+            name.lower() == b"x-forwarded-method" for name, _ in exchange.headers):
+        # The proxy asks with GET whatever the request was: without the header, a rule
+        # about DELETE would be decided for a GET, and let the DELETE through.
+        exchange.detail = f"forward-auth {mode.value}: no X-Forwarded-Method"
+        exchange.fail(400, "this route's policy reads the request method: the proxy must "
+                           "send X-Forwarded-Method (nginx: proxy_set_header "
+                           "X-Forwarded-Method $request_method;)")
         return
     decision = authorizer.authorize(info, plan.route)
     if isinstance(decision, Deferred):

@@ -31,7 +31,7 @@ class Watched(Protocol):
     detail: str
     sink: Any
 
-    def request_info(self) -> RequestInfo: ...
+    def request_info(self, plan: RoutePlan | None = None) -> RequestInfo: ...
 
 
 class Ending(Protocol):
@@ -83,7 +83,7 @@ class Reauthorized:
             return
         if plan.public:
             return
-        decision = exchange.core.authorizer.authorize(exchange.request_info(), plan.route)
+        decision = exchange.core.authorizer.authorize(exchange.request_info(plan), plan.route)
         if isinstance(decision, Deferred):
             self.checking = True
             decision.addCallbacks(self._decided, self._failed)

@@ -267,10 +267,12 @@ class Exchange(UpstreamRelay):
             return bool(route.allow_spdy)
         return False
 
-    def request_info(self) -> RequestInfo:
+    def request_info(self, plan: RoutePlan | None = None) -> RequestInfo:
+        """The request as decisions see it, for ``plan`` (default: the exchange's; a
+        tunnel checked again passes the route as the configuration now has it)."""
         return RequestInfo(self.method, self.core.scheme, self.host, self.path, self.query,
-                           self.headers, self.client_address(), policy_certificate(
-                               self.sink, self.plan))
+                           self.headers, self.decision_address(), policy_certificate(
+                               self.sink, plan if plan is not None else self.plan))
 
     def _decided(self, decision: Allow | Deny) -> None:
         self.sink.resume_reading("authorize")
