@@ -11,16 +11,21 @@ The same table goes through ``gateway policy check``'s evaluator
 
 from __future__ import annotations
 
+import contextlib
 import datetime
+import io
 import json
 import socket
 from collections.abc import Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
+from gateway.cli import main
 from tests.conftest import _require_binary
 from tests.support.browser import Browser
 from tests.support.daemon import Daemon, gateway_daemon
@@ -211,6 +216,31 @@ class Env:
         return self.cookies[key]
 
 
+def daemon_config(port: int, upstream: str, tcp_port: int, issuer: str, client_id: str,
+                  client_secret: str) -> dict[str, Any]:
+    routes: list[dict[str, Any]] = [
+        {"from": f"http://{host}:{port}", "to": upstream, **fields}
+        for host, fields in ROUTES.items()]
+    routes += [{"from": f"tcp+https://{host}", "to": f"tcp://127.0.0.1:{tcp_port}",
+                **fields} for host, fields in TCP_ROUTES.items()]
+    # the TCP routes' hosts also get an HTTP route, where their people sign in
+    routes += [{"from": f"http://{host.split(':')[0]}:{port}", "to": upstream,
+                "allow_any_authenticated_user": True} for host in TCP_ROUTES]
+    return {
+        "insecure_server": True, "address": f"127.0.0.1:{port}",
+        "authenticate_service_url": f"http://auth.test:{port}",
+        "idp_provider": "oidc", "idp_provider_url": issuer,
+        "idp_client_id": client_id, "idp_client_secret": client_secret,
+        "idp_scopes": ["openid", "email", "groups", "offline_access"],
+        "idp_service_account": "groups-from-claims",
+        "cookie_secure": False,
+        "xff_num_trusted_hops": 1,
+        "codec_type": "auto",  # HTTP/2 by prior knowledge beside HTTP/1.1
+        "forward_auth_url": f"http://fa.test:{port}",
+        "policy": routes,
+    }
+
+
 @pytest.fixture(scope="module")
 def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
     _require_binary("node", NODE_INSTALL_HINT)
@@ -221,27 +251,8 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
             tmp, redirect_uris=[f"http://auth.test:{port}/oauth2/callback"]))
         up = stack.enter_context(echo_upstream(tmp, name="app"))
         tcp = stack.enter_context(tcp_service(tmp))
-        routes: list[dict[str, Any]] = [
-            {"from": f"http://{host}:{port}", "to": up.url, **fields}
-            for host, fields in ROUTES.items()]
-        routes += [{"from": f"tcp+https://{host}", "to": f"tcp://127.0.0.1:{tcp.port}",
-                    **fields} for host, fields in TCP_ROUTES.items()]
-        # the TCP routes' hosts also get an HTTP route, where their people sign in
-        routes += [{"from": f"http://{host.split(':')[0]}:{port}", "to": up.url,
-                    "allow_any_authenticated_user": True} for host in TCP_ROUTES]
-        config = {
-            "insecure_server": True, "address": f"127.0.0.1:{port}",
-            "authenticate_service_url": f"http://auth.test:{port}",
-            "idp_provider": "oidc", "idp_provider_url": op.issuer,
-            "idp_client_id": op.client_id, "idp_client_secret": op.client_secret,
-            "idp_scopes": ["openid", "email", "groups", "offline_access"],
-            "idp_service_account": "groups-from-claims",
-            "cookie_secure": False,
-            "xff_num_trusted_hops": 1,
-            "codec_type": "auto",  # HTTP/2 by prior knowledge beside HTTP/1.1
-            "forward_auth_url": f"http://fa.test:{port}",
-            "policy": routes,
-        }
+        config = daemon_config(port, up.url, tcp.port, op.issuer, op.client_id,
+                               op.client_secret)
         gw = stack.enter_context(gateway_daemon(tmp, config, port=port))
         e = Env()
         e.gw, e.up, e.tcp, e.port, e.cookies = gw, up, tcp, port, {}
@@ -358,3 +369,50 @@ def test_forward_auth_without_the_method_is_refused_where_the_policy_reads_it(en
              "X-Forwarded-Host": f"groups.test:{env.port}", "X-Forwarded-Uri": "/"}
     assert Browser().request("GET", f"http://fa.test:{env.port}/check",
                              headers=other).status == 403  # its policy reads no method
+
+
+# The provider's claims for each login (tests/peers/oidc/server.js): the sub is the
+# whole login; groups from its table or after "#"; "!unverified" makes email_verified
+# false.
+CLAIMS = {ALICE: (ALICE, "admins,engineering", True), BOB: (BOB, "engineering", True),
+          CAROL: ("carol@other.test", "users", True), DAVE: ("dave@example.test", "ops", True),
+          EVE: ("eve@example.test", "users", False)}
+
+
+@pytest.fixture(scope="module")
+def check_config(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, int]:
+    """The daemon's configuration, for ``gateway policy check``."""
+    port = 8080
+    path = tmp_path_factory.mktemp("policy-check") / "config.yaml"
+    path.write_text(yaml.safe_dump(daemon_config(port, "http://127.0.0.1:9", 9, "http://127.0.0.1:9000",
+                                                 "gateway", "secret")))
+    return path, port
+
+
+def policy_check(config: Path, port: int, case: Case) -> bool:
+    """``gateway policy check`` on the case: allowed (exit 0) or not."""
+    if case.method == "CONNECT":
+        url = f"tcp+https://{case.host}"
+    else:
+        url = f"http://{case.host}:{port}{case.path}"
+    args = ["policy", "check", "--config", str(config), "--url", url, "--method", case.method]
+    if case.who:
+        email, groups, verified = CLAIMS[case.who]
+        args += ["--user", case.who, "--email", email, "--groups", groups]
+        if not verified:
+            args += ["--claim", "email_verified=false"]
+    # one trusted hop: the client is the X-Forwarded-For address, or none without one
+    if case.xff:
+        args += ["--ip", case.xff]
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        code = main(args)
+    assert code in (0, 1), (case, code)
+    return code == 0
+
+
+@pytest.mark.parametrize("case", CASES + TCP_CASES, ids=str)
+def test_policy_check_agrees(check_config: tuple[Path, int], case: Case) -> None:
+    """The command's verdict is live traffic's on every row (the rows' expectations are
+    what the daemon answered above)."""
+    config, port = check_config
+    assert policy_check(config, port, case) is case.allowed
