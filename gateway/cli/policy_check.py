@@ -97,7 +97,8 @@ def check(snapshot: Snapshot, args: argparse.Namespace) -> Report:
         notes.append(f"--ip {args.ip} is not an IP address: it matches no source_ip")
     certificate = _certificate(plan, chain, notes)
     found = partial(Report, target, route, now, args.ip, session, args.email or "", refusal,
-                    groups_available, certificate)
+                    groups_available, certificate,
+                    route_checks_certificates=plan.client_cert is not None)
     if route.redirect is not None:  # answered before authorization, as public routes are
         return found("redirect", None, "", tuple(notes))
     if plan.public:

@@ -47,10 +47,18 @@ class Report:
     trace: Trace | None
     sentence: str  # what a refused person is told ("" when allowed)
     notes: tuple[str, ...]
+    route_checks_certificates: bool = False  # the route has a client CA (495 before all)
 
     @property
     def status(self) -> int:
-        return DENIED if self.trace is not None and not self.trace.verdict.allowed else ALLOWED
+        """Denied also when the route's client CA refuses the certificate, or there is
+        none: the daemon answers 495 before the policy is asked."""
+        certificate = self.certificate
+        refused = self.route_checks_certificates and (
+            certificate is None or certificate.problem is not None)
+        if refused or (self.trace is not None and not self.trace.verdict.allowed):
+            return DENIED
+        return ALLOWED
 
 
 def route_text(route: Route) -> str:

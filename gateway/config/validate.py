@@ -365,6 +365,14 @@ def _identity(options: Options, routes: tuple[Route, ...], reader: Reader, probl
         problems.warn("idp_service_account", "unset, but the groups criterion is used by "
                       + ", ".join(f"policy[{i}].policy" for i in in_policy)
                       + ": it never matches without it")
+    certified = [r.index for r in routes if r.policy_document is not None
+                 and not r.tls_downstream_client_ca and not material.get("client_ca") and any(
+                     c.name == "client_certificate" for c in criteria_of(r.policy_document))]
+    if certified:
+        problems.warn("client_ca", "unset, and no tls_downstream_client_ca on "
+                      + ", ".join(f"policy[{i}]" for i in certified)
+                      + ", whose policy uses client_certificate: a certificate no CA checked "
+                        "is not read, so the criterion never matches")
     _directory(options, reader, problems)
 
 

@@ -589,7 +589,7 @@ class ClientCertificateTests(CliCase):
                                   self.stranger_file)
         self.assertIn("the route's client CA refuses the client certificate", out)
         self.assertIn("the daemon answers 495 before any decision", out)
-        self.assertEqual(code, 0)  # the policy's verdict, on the certificate's facts
+        self.assertEqual(code, 1)  # refused (495) whatever the policy says, as the daemon
         code, out, _ = self.check(self.path, "https://mtls.test/")
         self.assertEqual(code, 1)
         self.assertIn("this route requires a client certificate verified against its CA", out)

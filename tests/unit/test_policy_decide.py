@@ -193,7 +193,13 @@ class LowerCaseOptionsTests(PolicyDecideCase):
         self.assertIsInstance(self.decide(request(headers=[JSON, cookie])), Deny)
 
 
-class GatewayRoutesWarningTests(PolicyDecideCase):
+class ConfigWarningTests(PolicyDecideCase):
+    def test_client_certificate_without_a_client_ca_is_a_warning(self) -> None:
+        snapshot = policy_snapshot([{"allow": {"or": [
+            {"client_certificate": {"fingerprint": "ab" * 32}}]}}])
+        self.assertTrue(any("criterion never matches" in str(w) and "policy[0]" in str(w)
+                            for w in snapshot.warnings), snapshot.warnings)
+
     def test_gateway_routes_in_a_route_policy_is_a_warning(self) -> None:
         snapshot = policy_snapshot([{"allow": {"or": [{"gateway_routes": True}]}}])
         self.assertTrue(any("gateway_routes never matches" in str(w)
