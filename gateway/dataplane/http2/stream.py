@@ -56,8 +56,7 @@ class StreamSink:
     # Sink
     def write_head(self, status: int, reason: bytes, headers: list[tuple[bytes, bytes]],
                    body: bool, close: bool, first_body: bytes = b"") -> None:
-        if self.closed:
-            return
+        # (the engine refuses a head for a stream that is closed: no check of our own)
         if self.owner.h2.send_response_head(self.stream_id, status, headers, NOT_FORWARDED,
                                             end_stream=not body and not first_body) \
                 and first_body:
@@ -85,11 +84,11 @@ class StreamSink:
             self._drain()
 
     def _drain(self) -> None:
-        if self.closed:
-            return
         owner = self.owner
         conn = owner.h2
         sid = self.stream_id
+        if conn.sending_closed(sid):
+            return
         sent = 0
         pending = self.pending
         ended = False
