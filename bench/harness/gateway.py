@@ -16,6 +16,28 @@ from .procs import Proc, Processes, free_port
 # the authenticated route: its host, and the user who signs in (allowed by the route)
 AUTH_HOST = "app.test"
 AUTH_USER = "alice@example.test"
+# the route with a 10-criterion policy the same user passes (issue 30's benchmark):
+# groups, e-mail, domain, a claim, method, path, network and time of day to allow, a
+# method and a network to deny; it reads the request and the clock, so every request is
+# decided again
+POLICY_HOST = "policy.test"
+POLICY_YAML = """\
+    policy:
+      - allow:
+          and:
+            - groups: {has: admins}
+            - email: {ends_with: "@example.test"}
+            - domain: {is: example.test}
+            - claim/groups: engineering
+            - http_method: {in: [GET, HEAD]}
+            - http_path: {starts_with: /}
+            - source_ip: [127.0.0.0/8, "::1/128"]
+            - time_of_day: {after: "00:00", timezone: UTC}
+      - deny:
+          or:
+            - http_method: {is: DELETE}
+            - source_ip: [203.0.113.0/24]
+"""
 
 
 @dataclass(frozen=True)
@@ -51,6 +73,7 @@ def gateway_yaml(port: int, upstream: int, codec: str | None,
             f"idp_client_id: {q(auth.client_id)}",
             f"idp_client_secret: {q(auth.client_secret)}",
             "idp_scopes: [openid, email, groups, offline_access]",
+            "idp_service_account: groups-from-claims",
             "cookie_secure: false",
         ]
         if auth.kvstore:
@@ -73,6 +96,10 @@ def gateway_yaml(port: int, upstream: int, codec: str | None,
             f"    to: http://127.0.0.1:{upstream}",
             f"    allowed_users: [{q(AUTH_USER)}]",
             "    pass_identity_headers: true",
+            f"  - from: http://{POLICY_HOST}:{port}",
+            f"    to: http://127.0.0.1:{upstream}",
+            "    pass_identity_headers: true",
+            POLICY_YAML.rstrip("\n"),
         ]
     return "\n".join(lines) + "\n"
 

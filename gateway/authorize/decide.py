@@ -284,13 +284,13 @@ class Decider:
         if verdict.allowed:
             if hit is not None:
                 return self._with_reason(hit.allow, verdict)
-            allow = self._allow(route, session, own_token, _reason(verdict))
+            allow = self._allow(route, session, own_token, decision_reason(verdict))
             if key is not None and session is not None:
                 self._decisions.put(key, Decided(session, now + DECISION_TTL, allow))
             return allow
         if session is None or not session.user_id or not session.valid(now):
             return self.sign_in.sign_in_answer(request)
-        return self._denied(request, route, session, (_reason(verdict),), refusal, claimed,
+        return self._denied(request, route, session, (decision_reason(verdict),), refusal, claimed,
                             verdict)
 
     def _verdict(self, request: RequestInfo, route: Route, session: Session | None,
@@ -310,7 +310,7 @@ class Decider:
     def _with_reason(allow: Allow, verdict: Verdict) -> Allow:
         """``allow`` (its identity headers made once) naming the rule that let this
         request in (a policy reading the request may match another rule each time)."""
-        reason = _reason(verdict)
+        reason = decision_reason(verdict)
         return allow if allow.reason == reason else replace(allow, reason=reason)
 
     def _denied(self, request: RequestInfo, route: Route, session: Session | None,
@@ -322,18 +322,7 @@ class Decider:
                  reasons=text, user_id=session.user_id if session else None,
                  route=route_label(route), client=request.client_ip)
         who = (session.email or session.user_id) if session else ""
-        why = verdict.text if verdict is not None else "this route does not allow you in"
-        message = (f"You are signed in as {who}, but {why}." if who
-                   else f"You are signed in, but {why}.")
-        if refusal and (refusal in reasons or (verdict is not None
-                                               and verdict.kind in ("user", "domain"))):
-            # A sentence of its own, without the name shown beside it (the error page
-            # leaves out a sentence that repeats who is signed in).
-            address = f" ({claimed})" if claimed != who else ""
-            message = (f"This route needs your e-mail address, and {REFUSAL_TEXT[refusal]}"
-                       f"{address}.")
-        if "groups-need-service-account" in reasons:
-            message += (" Group rules need idp_service_account, which is not configured.")
+        message = denial_message(who, reasons, refusal, claimed, verdict)
         actions = tuple(a for a in (self.sign_in.switch_action(request),
                                     Action("Who am I?", "/.gateway/", "get", primary=False))
                         if a is not None)
@@ -363,8 +352,30 @@ class Decider:
                      email=session.email if session else "")
 
 
-def _reason(verdict: Verdict) -> str:
+def decision_reason(verdict: Verdict) -> str:
     """A policy's decision for the log: its code and the rule and criterion that decided
     (``policy-deny-matched deny[0].or[1] source_ip: matched``)."""
     return f"{verdict.code} {verdict}"
 
+
+def denial_message(who: str, reasons: tuple[str, ...], refusal: str, claimed: str,
+                   verdict: Verdict | None = None) -> str:
+    """The sentence a signed-in person who is refused reads (the 403 page, its JSON, and
+    ``gateway policy check``): a policy's kind of condition, in words and without the
+    policy's values; for the allow fields, that the route does not let them in; why
+    their e-mail is not used when a rule needed it. A policy's sentence names no one:
+    the page shows who is signed in beside it, and leaves out a sentence that repeats
+    that."""
+    if verdict is not None:
+        message = verdict.text[:1].upper() + verdict.text[1:] + "."
+    else:
+        message = (f"You are signed in as {who}, but this route does not allow you in."
+                   if who else "You are signed in, but this route does not allow you in.")
+    if refusal and (refusal in reasons or (verdict is not None
+                                           and verdict.kind in ("user", "domain"))):
+        address = f" ({claimed})" if claimed != who else ""
+        message = (f"This route needs your e-mail address, and {REFUSAL_TEXT[refusal]}"
+                   f"{address}.")
+    if "groups-need-service-account" in reasons:
+        message += " Group rules need idp_service_account, which is not configured."
+    return message

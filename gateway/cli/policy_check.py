@@ -23,7 +23,8 @@ from typing import Any, TextIO
 
 from cryptography import x509
 
-from gateway.authorize.email import REFUSAL_TEXT, decision_view
+from gateway.authorize.decide import decision_reason, denial_message
+from gateway.authorize.email import decision_view
 from gateway.authorize.evaluate import evaluate
 from gateway.authorize.hook import RequestInfo
 from gateway.authorize.policy import CLIENT_IP, Verdict, cert_facts, facts_for
@@ -202,26 +203,14 @@ def refusal_sentence(route: Route, verdict: Verdict, request: RequestInfo,
     route without ``policy`` is refused by ``evaluate``, whose reasons pick the words)."""
     if session is None or not session.user_id or not session.valid(now):
         return SIGN_IN_REQUIRED
-    kind: str | None = verdict.kind
-    if route.policy_document is not None:
-        reasons: tuple[str, ...] = (f"{verdict.code} {verdict}",)
-        why = verdict.text
-    else:
-        decision = evaluate(route, request.method, request.headers, session, now,
-                            groups_available, refusal)
-        if decision.status == 401:
-            return SIGN_IN_REQUIRED
-        reasons, why, kind = decision.reasons, "this route does not allow you in", None
     who = session.email or session.user_id
-    message = (f"You are signed in as {who}, but {why}." if who
-               else f"You are signed in, but {why}.")
-    if refusal and (refusal in reasons or kind in ("user", "domain")):
-        address = f" ({claimed})" if claimed != who else ""
-        message = (f"This route needs your e-mail address, and {REFUSAL_TEXT[refusal]}"
-                   f"{address}.")
-    if "groups-need-service-account" in reasons:
-        message += " Group rules need idp_service_account, which is not configured."
-    return message
+    if route.policy_document is not None:
+        return denial_message(who, (decision_reason(verdict),), refusal, claimed, verdict)
+    decision = evaluate(route, request.method, request.headers, session, now,
+                        groups_available, refusal)
+    if decision.status == 401:
+        return SIGN_IN_REQUIRED
+    return denial_message(who, decision.reasons, refusal, claimed)
 
 
 def _is_address(text: str) -> bool:

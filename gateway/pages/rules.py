@@ -35,6 +35,11 @@ def admits(route: Route, groups_available: bool = True) -> tuple[str, ...]:
         out.append(text)
     if route.allowed_idp_claims:
         out.append("People whose identity-provider account has certain attributes.")
+    if route.policy_document is not None:
+        # its rules are not described: their values (names, networks, hours) are the
+        # administrator's, and the refusal above already says what kind of rule refused
+        out.append("People the route's policy lets in (an administrator can tell you what "
+                   "it needs).")
     if not out:
         out.append("Nobody yet: the administrator has not given this route any allow rule.")
     return tuple(out)

@@ -348,7 +348,7 @@ def test_a_denial_is_logged_with_its_rule_and_request_id(env: Env) -> None:
     reply = Browser().request("DELETE", f"http://method.test:{env.port}/logged",
                               headers={**_headers(env, case), "X-Request-Id": "policy-row-1"})
     assert reply.status == 403
-    assert b"this kind of request is not allowed" in reply.body
+    assert b"This kind of request is not allowed on this route." in reply.body
     line = env.gw.wait_for_event(lambda e: e.get("request_id") == "policy-row-1"
                                  and e.get("status") == 403, what="the access log line")
     assert "deny[0].or[0] http_method in [DELETE, PUT]: matched" in str(line.get("reason")), line

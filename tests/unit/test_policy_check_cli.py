@@ -129,8 +129,7 @@ class CriteriaTests(CliCase):
         out = self.expect("reject.test", ["--user", "u"], 1,
                           "decision: denied by allow[0].or[0] reject: not matched "
                           "(policy-no-allow-matched)",
-                          "the person sees: You are signed in as u, but this route is "
-                          "closed.")
+                          "the person sees: This route is closed.")
         self.assertIn("      deny[0].or[0] reject: miss", out)
         self.expect("reject.test", [], 1, "the person sees: sign-in required")
 
@@ -142,7 +141,7 @@ class CriteriaTests(CliCase):
     def test_user(self) -> None:
         self.expect("user.test", ["--user", "u-7"], 0, "user in [alice-id, u-7]: matched")
         self.expect("user.test", ["--user", "bob-id"], 1,
-                    "your account is not allowed on this route")
+                    "Your account is not allowed on this route")
 
     def test_email_and_domain_ignore_case(self) -> None:
         self.expect("email.test", ["--email", "ALICE@example.COM"], 0,
@@ -150,13 +149,13 @@ class CriteriaTests(CliCase):
         self.expect("domain.test", ["--email", "bob@Example.com"], 0,
                     "domain is example.com: matched")
         self.expect("domain.test", ["--email", "bob@example.org"], 1,
-                    "but your e-mail domain is not allowed on this route.")
+                    "Your e-mail domain is not allowed on this route.")
 
     def test_groups(self) -> None:
         self.expect("groups.test", ["--user", "u", "--groups", "ops, engineering"], 0,
                     "groups has engineering: matched", "groups ops, engineering")
         self.expect("groups.test", ["--user", "u", "--groups", "ops"], 1,
-                    "your group is not allowed on this route")
+                    "Your group is not allowed on this route")
 
     def test_groups_need_group_data(self) -> None:
         path = self.config(CRITERIA_ROUTES)  # no idp_service_account
@@ -171,13 +170,13 @@ class CriteriaTests(CliCase):
                                    "--claim", "org.unit=research"], 0,
                     "claim/org.unit has research: matched", "claims org.unit=sales,research")
         self.expect("claim.test", ["--user", "u", "--claim", "unit=research"], 1,
-                    "your account's attributes do not allow you on this route")
+                    "Your account's attributes do not allow you on this route")
 
     def test_http_method(self) -> None:
         for method in ("DELETE", "delete"):  # a lower-case delete is refused as DELETE
             self.expect("method.test", ["--user", "u", "--method", method], 1,
                         "denied by deny[0].or[0] http_method in [DELETE, PUT]: matched",
-                        "this kind of request is not allowed on this route")
+                        "This kind of request is not allowed on this route")
         self.expect("method.test", ["--user", "u", "--method", "POST"], 0,
                     "request: POST https://method.test/")
 
@@ -193,7 +192,7 @@ class CriteriaTests(CliCase):
             self.expect("network.test", ["--ip", address], 0, "source_ip: matched",
                         f"from {address} at")
         self.expect("network.test", ["--user", "u", "--ip", "198.51.100.1"], 1,
-                    "your network is not allowed on this route")
+                    "Your network is not allowed on this route")
         self.expect("network.test", ["--user", "u", "--ip", "203.0.113.9, 10.0.0.1"], 1,
                     "is not an IP address: it matches no source_ip")
         self.expect("network.test", ["--user", "u"], 1,
@@ -244,7 +243,7 @@ class TimeTests(CliCase):
             "2024-02-29T23:59:59Z": 1, "2024-03-01T00:00:00Z": 0, "2024-03-15T12:00:00Z": 0,
             "2024-03-31T21:59:59.5Z": 0, "2024-03-31T22:00:00Z": 1,
             "2024-04-01T00:00:00+02:00": 1, "2024-04-01t01:59:59+04:00": 0,
-        }, "this route is not open at this date")
+        }, "This route is not open at this date")
 
     def test_weekday(self) -> None:
         # 2024-05-03 is a Friday; the days are UTC's unless a timezone is given
@@ -252,7 +251,7 @@ class TimeTests(CliCase):
             "2024-05-03T23:59:59Z": 0, "2024-05-04T00:00:00Z": 1, "2024-05-05T12:00:00Z": 1,
             "2024-05-06T00:00:00Z": 0, "2024-05-04T01:00:00+02:00": 0,
             "2024-05-03T20:00:00-05:00": 1,
-        }, "this route is closed on this day of the week")
+        }, "This route is closed on this day of the week")
 
     def test_time_of_day_wraps_midnight_in_berlin(self) -> None:
         """22:00-06:00 Berlin time: 21:00-05:00 UTC in winter, 20:00-04:00 in summer."""
@@ -263,7 +262,7 @@ class TimeTests(CliCase):
             "2024-07-15T20:00:00Z": 1, "2024-07-16T03:59:59Z": 1,
             "2024-07-16T04:00:00Z": 0, "2024-07-15T23:30:00+02:00": 1,
             "2024-07-15T12:00:00+02:00": 0,
-        }, "this route is closed at this time of day")
+        }, "This route is closed at this time of day")
         _, out = self.at("hours.test", "2024-01-15T23:30:00+01:00")
         self.assertIn("at 2024-01-15T22:30:00Z", out)
         self.assertIn("deny[0].or[0] time_of_day after 22:00 before 06:00 Europe/Berlin: hit",
@@ -320,8 +319,7 @@ class JsonTests(CliCase):
             "kind": "method", "code": "policy-deny-matched",
             "text": "deny[0].or[0] http_method in [DELETE, PUT]: matched",
             "sign_in_required": False,
-            "message": "You are signed in as u@example.com, but this kind of request is "
-                       "not allowed on this route."})
+            "message": "This kind of request is not allowed on this route."})
         trace = doc["trace"]
         self.assertEqual(trace["rule"], "deny[0].or[0]")
         self.assertEqual([rule["path"] for rule in trace["rules"]], ["allow[0]", "deny[0]"])

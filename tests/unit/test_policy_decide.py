@@ -77,7 +77,7 @@ class PolicyDecisionTests(PolicyDecideCase):
         self.assertEqual(decision.status, 403)
         self.assertIn("deny[0].or[0] http_method", decision.reason)
         message = json.dumps(json.loads(decision.body))
-        self.assertIn("this kind of request is not allowed on this route", message)
+        self.assertIn("This kind of request is not allowed on this route.", message)
         self.assertNotIn("DELETE", message)
         [denied] = [e for e in self.logged if "access denied" in str(e.get("log_format"))]
         self.assertIn("deny[0].or[0] http_method in [DELETE]: matched", denied["reasons"])
@@ -86,7 +86,7 @@ class PolicyDecisionTests(PolicyDecideCase):
         cookie = self.cookie(self.session())
         decision = self.decide(request(client_ip="198.51.100.9", headers=[JSON, cookie]))
         assert isinstance(decision, Deny)
-        self.assertIn("your network is not allowed", decision.body.decode())
+        self.assertIn("Your network is not allowed", decision.body.decode())
         self.assertNotIn("198.51.100", decision.body.decode())
 
     def test_someone_no_rule_allows_is_refused_in_words(self) -> None:
@@ -204,3 +204,22 @@ class ConfigWarningTests(PolicyDecideCase):
         snapshot = policy_snapshot([{"allow": {"or": [{"gateway_routes": True}]}}])
         self.assertTrue(any("gateway_routes never matches" in str(w)
                             for w in snapshot.warnings), snapshot.warnings)
+
+
+class DenialPageTests(PolicyDecideCase):
+    """The browser's 403 for a policy route: the kind of condition in words (the page
+    leaves out a sentence that repeats who is signed in, so the sentence names no one),
+    and no "nobody yet" under "Who this route lets in"."""
+
+    policy = [{"allow": {"or": [{"groups": {"has": "admins"}}]}},
+              {"deny": {"or": [{"http_method": {"in": ["DELETE"]}}]}}]
+
+    def test_the_page_says_what_kind_of_rule_refused(self) -> None:
+        cookie = self.cookie(self.session())
+        decision = self.decide(request(b"DELETE", headers=[BROWSER, cookie]))
+        assert isinstance(decision, Deny)
+        page = decision.body.decode()
+        self.assertIn("This kind of request is not allowed on this route.", page)
+        self.assertIn("People the route&#x27;s policy lets in", page)
+        self.assertNotIn("Nobody yet", page)
+        self.assertNotIn("DELETE", page)

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from ..fmt import fmt, fmt_paired, fmt_rss, verdict
-from ..gateway import AUTH_USER, AuthProvider, start_gateway
+from ..gateway import AUTH_USER, POLICY_HOST, AuthProvider, start_gateway
 from ..idle import idle_memory
 from ..load import CONNECTIONS, Bench, Target
 from ..nginx import BODY_LEN
@@ -23,6 +23,7 @@ TARGET_RATIO = 0.20
 TARGET_AUTH_RATIO = round(TARGET_RATIO * 0.8, 4)
 TARGET_P99_MS = 15.0
 TARGET_IDLE_KIB = 30.0
+TARGET_POLICY_RATIO = 0.90  # issue 30: within 10 % of the signed-in route
 
 
 def run_section(args: argparse.Namespace, bench: Bench, procs: Processes, tmp: Path,
@@ -53,6 +54,10 @@ def run_section(args: argparse.Namespace, bench: Bench, procs: Processes, tmp: P
                   flush=True)
             targets.append(Target("gateway auth", gw_port, gw.pids,
                                   tuple(f"{k}: {v}" for k, v in headers.items())))
+            policy = {"Host": f"{POLICY_HOST}:{gw_port}", "Cookie": session["cookie"]}
+            results["auth"]["policy_check"] = check_body(gw_port, policy)
+            targets.append(Target("gateway policy", gw_port, gw.pids,
+                                  tuple(f"{k}: {v}" for k, v in policy.items())))
         except Exception as exc:
             results["auth"]["error"] = f"{type(exc).__name__}: {exc}"
             print(f"authenticated route: ERROR, section aborted: {results['auth']['error']}",
@@ -122,6 +127,14 @@ def report(results: dict[str, Any], out: TextIO) -> None:
         w(f"gateway auth/nginx req/s: {ratio:.3f}   (target >= {TARGET_AUTH_RATIO:.2f}, the "
           f"public target {TARGET_RATIO:.2f} - 20 %: {verdict(ratio >= TARGET_AUTH_RATIO)})"
           f"{fmt_paired(http1.get('gateway auth', {}))}\n")
+    po = http1.get("gateway policy", {}).get("median", {})
+    if po.get("rps") and au.get("rps"):
+        ratio = po["rps"] / au["rps"]
+        results["ratio_gateway_policy_auth"] = ratio
+        w(f"gateway policy/gateway auth req/s: {ratio:.3f}   (a 10-criterion policy read per "
+          f"request vs. allowed_users; target >= {TARGET_POLICY_RATIO:.2f}: "
+          f"{verdict(ratio >= TARGET_POLICY_RATIO)})"
+          f"{fmt_paired(http1.get('gateway policy', {}))}\n")
     if au.get("rps") and gw.get("rps"):
         ratio = au["rps"] / gw["rps"]
         results["ratio_gateway_auth_public"] = ratio
