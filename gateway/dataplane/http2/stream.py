@@ -17,6 +17,7 @@ from gateway.dataplane.exchange.tunnel import Tunnel
 from gateway.dataplane.http2.fields import NOT_FORWARDED
 from gateway.dataplane.http2.protocol import MAX_FRAME_SIZE, ErrorCode
 from gateway.net.pipe import Pipe
+from gateway.tls.client_certs import ClientCertPolicy
 
 if TYPE_CHECKING:
     from gateway.dataplane.http2.connection import H2Connection
@@ -145,7 +146,7 @@ class StreamSink:
     def misdirected(self, host: str, routed: bool) -> str:
         return self.owner.misdirected(host, routed)
 
-    def client_cert_problem(self, policy: Any) -> str | None:
+    def client_cert_problem(self, policy: ClientCertPolicy) -> str | None:
         return self.owner.client_cert_problem(policy)
 
     def client_certificate(self) -> bytes:
