@@ -159,6 +159,9 @@ class FindTargetTests(SynchronousTestCase):
         """X-Forwarded-Method names the checked method; else the request's own."""
         self.assertEqual(target(headers=forwarded(method="post")).method, b"POST")
         self.assertEqual(target(headers=forwarded(method=None), method=b"HEAD").method, b"HEAD")
+        # whether the proxy named it: a policy reading the method needs it named
+        self.assertTrue(target(headers=forwarded(method="post")).method_named)
+        self.assertFalse(target(headers=forwarded(method=None)).method_named)
         with self.assertRaises(TargetError):
             target(headers=forwarded(method="GET /x"))
 

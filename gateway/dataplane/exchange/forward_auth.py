@@ -93,8 +93,7 @@ def serve_forward_auth(exchange: Exchange) -> None:
     if plan.public:
         _answer(exchange, mode, target, allowed(Allow()))
         return
-    if METHOD in plan.route.policy.reads and not any(
-            name.lower() == b"x-forwarded-method" for name, _ in exchange.headers):
+    if METHOD in plan.route.policy.reads and not target.method_named:
         # The proxy asks with GET whatever the request was: without the header, a rule
         # about DELETE would be decided for a GET, and let the DELETE through.
         exchange.detail = f"forward-auth {mode.value}: no X-Forwarded-Method"

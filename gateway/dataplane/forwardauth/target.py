@@ -26,7 +26,7 @@ Whether a route serves it is ``route_for``'s question.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from urllib.parse import unquote
 
 from gateway.dataplane.routing.plan import Plan, RoutePlan
@@ -63,6 +63,8 @@ class Target:
     path: str  # normalised
     query: bytes  # with its "?", or b""
     source: str  # "uri", "x-original-url" or "x-forwarded"
+    # the proxy named the method (X-Forwarded-Method); else ``method`` is its own, GET
+    method_named: bool = True
 
     @property
     def origin(self) -> str:
@@ -199,7 +201,7 @@ def find_target(query: bytes, headers: Headers, method: bytes) -> Target:
             raise TargetError(
                 400, f"{_SOURCE_NAMES[first.source]} and {_SOURCE_NAMES[other.source]} "
                      "name different URLs", "conflicting-urls")
-    return first
+    return first if forwarded_method is not None else replace(first, method_named=False)
 
 
 def route_for(plan: Plan, target: Target) -> RoutePlan | None:
