@@ -87,6 +87,15 @@ def underscore_twin(low: bytes, removed: frozenset[bytes], extra: frozenset[byte
             or folded in removed or folded in extra)
 
 
+def trusted_hop(incoming: bytes | None, trusted_hops: int) -> str | None:
+    """The Nth address from the right of ``X-Forwarded-For`` (``xff_num_trusted_hops`` N:
+    the proxies in front appended one each), or None when it holds fewer than N."""
+    if not incoming:
+        return None
+    chain = [part.strip() for part in incoming.decode("latin-1").split(",") if part.strip()]
+    return chain[-trusted_hops] if len(chain) >= trusted_hops else None
+
+
 def forwarded_for(
     incoming: bytes | None, remote_ip: str, trusted_hops: int, skip_append: bool
 ) -> tuple[bytes | None, str]:
@@ -96,10 +105,8 @@ def forwarded_for(
     the incoming header (the proxies in front appended one each); otherwise the peer.
     """
     client = remote_ip
-    if trusted_hops and incoming:
-        chain = [part.strip() for part in incoming.decode("latin-1").split(",") if part.strip()]
-        if len(chain) >= trusted_hops:
-            client = chain[-trusted_hops]
+    if trusted_hops:
+        client = trusted_hop(incoming, trusted_hops) or remote_ip
     if skip_append:
         return incoming, client
     ip = remote_ip.encode()

@@ -14,6 +14,7 @@ from gateway.wire.headers import (
     connection_tokens,
     forwarded_for,
     rewrite_prefix,
+    trusted_hop,
     underscore_twin,
 )
 
@@ -90,6 +91,15 @@ class ForwardedForTests(SynchronousTestCase):
         ]
         for arguments, expected in cases:
             self.assertEqual(forwarded_for(*arguments), expected, arguments)
+
+    def test_trusted_hop_is_none_when_the_chain_is_short(self) -> None:
+        """Decisions need to know there is no client address (the peer is a proxy):
+        ``trusted_hop`` says so where ``forwarded_for`` falls back to the peer."""
+        chain = b"203.0.113.1, 198.51.100.2"
+        self.assertEqual(trusted_hop(chain, 2), "203.0.113.1")
+        self.assertIsNone(trusted_hop(chain, 3))
+        self.assertIsNone(trusted_hop(None, 1))
+        self.assertIsNone(trusted_hop(b" , ", 1))
 
 
 class RewritePrefixTests(SynchronousTestCase):

@@ -28,7 +28,7 @@ from gateway.dataplane.upstream.http1_client import UpstreamConnection
 from gateway.pages.answer import error_answer
 from gateway.pages.layout import look_of
 from gateway.tls.client_certs import ClientCertPolicy
-from gateway.wire.headers import forwarded_for
+from gateway.wire.headers import trusted_hop
 from gateway.wire.request_id import request_id_for
 
 if TYPE_CHECKING:
@@ -203,13 +203,13 @@ class ExchangeBase:
         return rid
 
     def client_address(self) -> str:
-        """The client as policy and logs see it: the peer, or with
-        ``xff_num_trusted_hops`` N the Nth address from the right of X-Forwarded-For."""
+        """The client as logs and load balancing see it: the peer, or with
+        ``xff_num_trusted_hops`` N the Nth address from the right of X-Forwarded-For
+        (the peer when it holds fewer)."""
         hops = self.core.xff_trusted_hops
         if not hops:
             return self.sink.client_ip
-        incoming = b", ".join(v for n, v in self.headers if n.lower() == b"x-forwarded-for")
-        return forwarded_for(incoming or None, self.sink.client_ip, hops, True)[1]
+        return self._trusted_hop(hops) or self.sink.client_ip
 
     def decision_address(self) -> str:
         """The client address decisions read (``source_ip``): ``client_address``, but
@@ -219,12 +219,11 @@ class ExchangeBase:
         hops = self.core.xff_trusted_hops
         if not hops:
             return self.sink.client_ip
-        chain = [part for value in (v for n, v in self.headers
-                                    if n.lower() == b"x-forwarded-for")
-                 for part in value.split(b",") if part.strip()]
-        if len(chain) < hops:
-            return ""
-        return chain[-hops].strip().decode("latin-1")
+        return self._trusted_hop(hops) or ""
+
+    def _trusted_hop(self, hops: int) -> str | None:
+        incoming = b", ".join(v for n, v in self.headers if n.lower() == b"x-forwarded-for")
+        return trusted_hop(incoming, hops)
 
     # -- answers of our own
 
