@@ -42,7 +42,7 @@ from gateway.authenticate.oidc import Provider
 from gateway.authenticate.targets import SIGN_IN, STATE_TTL
 from gateway.authorize import answers
 from gateway.authorize.assertion import AssertionSigner
-from gateway.authorize.claims import claim_groups, flatten_claims
+from gateway.authorize.claims import claim_groups, flatten_claims, session_from_claims
 from gateway.authorize.decide import Decider
 from gateway.authorize.hook import Deny, RequestInfo
 from gateway.config.snapshot import Snapshot
@@ -223,14 +223,8 @@ class Identity:
     def build_session(self, claims: dict[str, Any], id_token: str, access: str, refresh: str,
                       token_expiry: float) -> Session:
         """The session a sign-in creates; the sign-in stores it with ``put_confirmed``."""
-        now = self.clock()
-        flat = flatten_claims(claims)
-        groups = claim_groups(claims)
-        session = Session(
-            id=secrets.token_urlsafe(24), user_id=str(claims.get("sub", "")),
-            email=str(claims.get("email", "")), name=str(claims.get("name", "")),
-            issued_at=now, expires_at=now + self.options.cookie_expire, claims=flat,
-            groups=groups, id_token=id_token, access_token=access, refresh_token=refresh,
-            token_expires_at=token_expiry)
-        return session
+        return session_from_claims(claims, secrets.token_urlsafe(24), self.clock(),
+                                   self.options.cookie_expire, id_token=id_token,
+                                   access_token=access, refresh_token=refresh,
+                                   token_expires_at=token_expiry)
 

@@ -12,6 +12,8 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from gateway.sessions.model import Session
+
 
 def flatten_claims(claims: Mapping[str, Any]) -> dict[str, tuple[str, ...]]:
     """``{"a": {"aa": {"aaa": 12345}, "ab": [1, 2]}}`` -> ``{"a.aa.aaa": ("12345",),
@@ -58,3 +60,17 @@ def claims_allowed(
         if present and not set(values).isdisjoint(present):
             return True
     return False
+
+
+def session_from_claims(claims: Mapping[str, Any], session_id: str, now: float,
+                        lifetime: float, *, id_token: str = "", access_token: str = "",
+                        refresh_token: str = "", token_expires_at: float = 0.0) -> Session:
+    """The session a sign-in makes of the provider's claims (``sub``, ``email``,
+    ``name``, every claim flattened, the ``groups`` claim), living ``lifetime`` seconds.
+    ``gateway policy check`` builds the person it checks with this too, so its person
+    and a signed-in one are alike."""
+    return Session(id=session_id, user_id=str(claims.get("sub", "")),
+                   email=str(claims.get("email", "")), name=str(claims.get("name", "")),
+                   issued_at=now, expires_at=now + lifetime, claims=flatten_claims(claims),
+                   groups=claim_groups(claims), id_token=id_token, access_token=access_token,
+                   refresh_token=refresh_token, token_expires_at=token_expires_at)

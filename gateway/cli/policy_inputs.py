@@ -19,7 +19,7 @@ from typing import Any
 from cryptography import x509
 from cryptography.hazmat.primitives.serialization import Encoding
 
-from gateway.authorize.claims import claim_groups, flatten_claims
+from gateway.authorize.claims import session_from_claims
 from gateway.sessions.model import Session
 from gateway.wire.normalize import BadTarget, connect_authority, normalise_target
 
@@ -201,9 +201,7 @@ def build_session(user: str | None, email: str | None, groups: list[str] | None,
         raw["email"] = email
     if groups is not None:
         raw["groups"] = groups
-    return Session(id="policy-check", user_id=str(raw["sub"]), email=str(raw.get("email", "")),
-                   issued_at=now, expires_at=now + lifetime, claims=flatten_claims(raw),
-                   groups=claim_groups(raw))
+    return session_from_claims(raw, "policy-check", now, lifetime)
 
 
 def read_chain(path: str) -> list[x509.Certificate]:
