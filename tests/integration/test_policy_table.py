@@ -208,10 +208,9 @@ class Env:
         key = (who, host)
         if key not in self.cookies:
             browser = Browser()
-            target = f"http://{host}:{self.port}/" if ":" not in host else \
-                f"http://{host.split(':')[0]}:{self.port}/"
-            browser.sign_in(target, who)
-            jar = browser.cookies.get(host.split(":")[0], {})
+            name = host.split(":")[0]  # a TCP route's people sign in on its HTTP route
+            browser.sign_in(f"http://{name}:{self.port}/", who)
+            jar = browser.cookies.get(name, {})
             self.cookies[key] = "; ".join(f"{k}={v}" for k, v in jar.items())
         return self.cookies[key]
 
