@@ -21,9 +21,9 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
-from gateway.dataplane.codecs.http1_head import Refused, connect_target, origin, read_framing
+from gateway.dataplane.codecs.http1_head import Refused, read_head
 from gateway.dataplane.core import ProxyCore
-from gateway.dataplane.exchange.base import BODY_CHUNKED, BODY_LENGTH, ExchangeBase
+from gateway.dataplane.exchange.base import ExchangeBase
 from gateway.dataplane.exchange.recheck import UpgradeWatch
 from gateway.dataplane.exchange.request import Exchange
 from gateway.dataplane.exchange.tunnel import Tunnel
@@ -286,35 +286,25 @@ class Http1Connection(ConnectionTLS, Protocol):
         if version != "1.1":
             raise Refused(426, f"HTTP/{version} is not supported; use HTTP/1.1 or HTTP/2",
                           ((b"upgrade", b"HTTP/1.1"),))
-        exchange.method = parser.get_method()
-        framing = read_framing(exchange.headers)
-        exchange.expect_continue = framing.expect_continue
-        exchange.upgrade = framing.upgrade
-        exchange.connection_tokens = framing.connection_tokens
-        exchange.trace_context = framing.trace_context
-        if exchange.method == b"CONNECT":
-            exchange.host = connect_target(exchange.target, framing)
-            exchange.path = ""
+        exchange.method = method = parser.get_method()
+        (exchange.host, exchange.path, exchange.query, exchange.headers, body_kind,
+         exchange.expect_continue, upgrade, exchange.connection_tokens,
+         exchange.trace_context) = read_head(method, exchange.target, exchange.headers)
+        if method == b"CONNECT":
+            exchange.upgrade = upgrade
             exchange.connect = True
             exchange.tunnel_sink = self
             exchange.keep_alive = False
         else:
-            host, path, query, exchange.headers = origin(exchange.target, framing,
-                                                         exchange.headers)
-            exchange.path = path.decode("latin-1")
-            exchange.query = query
-            exchange.host = host.decode("latin-1").lower()
             exchange.keep_alive = parser.should_keep_alive()
             if parser.should_upgrade():
                 exchange.keep_alive = False  # after an upgrade attempt the parser is spent
+                exchange.upgrade = upgrade
                 exchange.upgrade_sink = self
-            else:
-                # Upgrade without "Connection: upgrade" is ignored (h2c included: not
-                # offered here, the request is answered in HTTP/1.1)
-                exchange.upgrade = b""
-            exchange.body_kind = BODY_CHUNKED if framing.chunked else (
-                BODY_LENGTH if framing.has_body else 0)
-            if not exchange.body_kind and not exchange.upgrade:
+            # else: Upgrade without "Connection: upgrade" is ignored (h2c included: not
+            # offered here, the request is answered in HTTP/1.1)
+            exchange.body_kind = body_kind
+            if not body_kind and not exchange.upgrade:
                 exchange.request_done = True  # nothing more to read for this request
         exchange.head_complete()
         if self.queue and self.queue[0] is exchange:

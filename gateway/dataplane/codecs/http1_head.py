@@ -6,6 +6,7 @@ serve raises ``Refused`` with the status to answer.
 
 from __future__ import annotations
 
+from gateway.dataplane.exchange.base import BODY_CHUNKED, BODY_LENGTH, BODY_NONE
 from gateway.dataplane.routing.router import normalise_host
 from gateway.observability.tracing.propagation import CONTEXT_NAMES
 from gateway.wire.headers import NAME_INFO, learn_name, named_tokens
@@ -39,29 +40,17 @@ class Refused(Exception):
         self.headers = headers
 
 
-class Framing:
-    """The fields of one request head that the codec acts on."""
-
-    __slots__ = ("chunked", "connection_tokens", "expect_continue", "has_body", "host",
-                 "hosts", "trace_context", "upgrade")
-
-    def __init__(self, host: bytes, hosts: int, chunked: bool, has_body: bool,
-                 expect_continue: bool, upgrade: bytes, connection_tokens: frozenset[bytes],
-                 trace_context: bool) -> None:
-        self.host = host  # the last Host value
-        self.hosts = hosts  # how many Host fields
-        self.chunked = chunked
-        self.has_body = has_body  # chunked, or a content-length other than 0
-        self.expect_continue = expect_continue
-        self.upgrade = upgrade
-        self.connection_tokens = connection_tokens
-        self.trace_context = trace_context
+# What ``read_head`` returns, in this order: host, path, query, the header list (an
+# absolute-form target's authority replaces Host in it), body kind (``BODY_*``), Expect
+# 100-continue, the Upgrade value, the Connection tokens, whether a trace context came.
+# A plain tuple: this runs once per request, and an object of its own costs more than
+# the rest of the function's bookkeeping.
+Head = tuple[str, str, bytes, list[Header], int, bool, bytes, frozenset[bytes], bool]
 
 
-def read_framing(headers: list[Header]) -> Framing:
-    """The framing fields of ``headers``; ``Refused`` (400) when they are ambiguous or
-    name a transfer coding other than chunked. (Locals in the loop, one object at the
-    end: this runs for every HTTP/1.1 request.)"""
+def read_head(method: bytes, target: bytes, headers: list[Header]) -> Head:
+    """What the codec needs of a request head (see ``Head``); ``Refused`` for one the
+    gateway answers itself. A ``CONNECT``'s host is its authority, its path empty."""
     host = upgrade = b""
     hosts = 0
     lengths: set[bytes] | None = None
@@ -95,21 +84,27 @@ def read_framing(headers: list[Header]) -> Framing:
             tokens = tokens | named_tokens(value)
         else:
             trace_context = True
-    has_body = chunked
+    body_kind = BODY_CHUNKED if chunked else BODY_NONE
     if lengths is not None:
         if len(lengths) > 1 or chunked:
             raise Refused(400, "ambiguous message framing")
-        has_body = lengths != {b"0"}
-    return Framing(host, hosts, chunked, has_body, expect_continue, upgrade, tokens,
-                   trace_context)
+        if lengths != {b"0"}:
+            body_kind = BODY_LENGTH
+    if method == b"CONNECT":
+        authority = connect_target(target, host, hosts, body_kind != BODY_NONE)
+        return (authority, "", b"", headers, BODY_NONE, expect_continue, upgrade, tokens,
+                trace_context)
+    host, path, query, headers = origin(target, host, hosts, headers)
+    return (host.decode("latin-1").lower(), path.decode("latin-1"), query, headers,
+            body_kind, expect_continue, upgrade, tokens, trace_context)
 
 
-def origin(target: bytes, framing: Framing, headers: list[Header]
+def origin(target: bytes, host: bytes, hosts: int, headers: list[Header]
            ) -> tuple[bytes, bytes, bytes, list[Header]]:
-    """Host, normalised path and query of a request that is not CONNECT, and its header
-    list: an absolute-form target's authority replaces the Host header (RFC 9112 3.2.2),
-    for the upstream as much as for routing."""
-    host = framing.host
+    """Host, normalised path and query of a request that is not CONNECT (``host``: the
+    last of its ``hosts`` Host fields), and its header list: an absolute-form target's
+    authority replaces the Host header (RFC 9112 3.2.2), for the upstream as much as for
+    routing."""
     try:
         absolute = split_absolute(target) if not target.startswith(b"/") else None
     except BadTarget as exc:  # a client's bad target, not a server error
@@ -118,7 +113,7 @@ def origin(target: bytes, framing: Framing, headers: list[Header]
         host, target = absolute
         headers = [(n, v) for n, v in headers if n.lower() != b"host"]
         headers.append((b"Host", host))
-    elif framing.hosts != 1:
+    elif hosts != 1:
         raise Refused(400, "exactly one Host header is required")
     if not host:
         raise Refused(400, "the Host header is empty")
@@ -129,7 +124,7 @@ def origin(target: bytes, framing: Framing, headers: list[Header]
     return host, path, query, headers
 
 
-def connect_target(target: bytes, framing: Framing) -> str:
+def connect_target(target: bytes, host: bytes, hosts: int, has_body: bool) -> str:
     """The authority of ``CONNECT host:port`` (a tunnel to a tcp+https route): an
     authority target, one Host naming the same one, and no body (what follows the head
     belongs to the tunnel)."""
@@ -137,10 +132,10 @@ def connect_target(target: bytes, framing: Framing) -> str:
         authority = connect_authority(target)
     except BadTarget as exc:
         raise Refused(400, str(exc)) from None
-    if framing.hosts != 1:
+    if hosts != 1:
         raise Refused(400, "exactly one Host header is required")
-    if normalise_host(framing.host.decode("latin-1")) != authority:
+    if normalise_host(host.decode("latin-1")) != authority:
         raise Refused(400, "the Host header must name the CONNECT authority")
-    if framing.has_body:
+    if has_body:
         raise Refused(400, "a CONNECT request has no body")
     return authority
