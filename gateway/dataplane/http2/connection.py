@@ -371,7 +371,7 @@ class H2Connection(ConnectionTLS, Protocol):
             if cut is not None:
                 self.cut(cut)
             return
-        stream = StreamSink(self, stream_id)
+        stream = StreamSink(self, stream_id, self.h2.stream_state(stream_id))
         self.streams[stream_id] = stream
         exchange = Exchange(stream, self.core)
         stream.exchange = exchange

@@ -13,10 +13,11 @@ type, stream-id rules and states, header-block sequencing, flow control both way
 requests malformed per RFC 9113 8.1.1 / 8.2 / 8.3 (``fields``: refused with RST_STREAM
 PROTOCOL_ERROR, never handed to the codec).
 
-The state of every stream is here and only here: the codec asks (``sending_closed``)
-rather than keeping its own flags. Connection errors raise ``H2Error`` with a limit
-name (the codec's ``Cut``) after queueing GOAWAY. The per-connection abuse budgets stay
-in ``guard``, which reads the frame headers before this engine parses them.
+The state of every stream is here and only here: the codec asks (``sending_closed``,
+or the ``Stream`` it holds from ``stream_state``) rather than keeping its own flags.
+Connection errors raise ``H2Error`` with a limit name (the codec's ``Cut``) after
+queueing GOAWAY. The per-connection abuse budgets stay in ``guard``, which reads the
+frame headers before this engine parses them.
 """
 
 from __future__ import annotations
@@ -83,7 +84,10 @@ RESET_MEMORY = 1024
 
 
 class Stream:
-    """Flow-control and state of one open (or half-closed) stream."""
+    """Flow-control and state of one open (or half-closed) stream. ``local_ended``: our
+    END_STREAM is out, and also set when the stream leaves the engine (reset by either
+    side, dropped with the connection), so a codec holding this object knows nothing
+    more may be sent on it without asking by stream id."""
 
     __slots__ = ("expected", "in_unacked", "in_window", "local_ended", "out_window",
                  "received", "remote_ended")
@@ -196,8 +200,19 @@ class H2Engine:
         stream = self.streams.get(stream_id)
         return stream is None or stream.local_ended
 
+    def stream_state(self, stream_id: int) -> Stream:
+        """The stream's state, for the codec to hold while it serves the stream (one
+        already gone is a closed one)."""
+        stream = self.streams.get(stream_id)
+        if stream is None:
+            stream = Stream(0)
+            stream.local_ended = True
+        return stream
+
     def drop_all(self) -> None:
         """The connection is gone or cut: no stream is open any more."""
+        for stream in self.streams.values():
+            stream.local_ended = True
         self.streams.clear()
 
     def window(self, stream_id: int) -> int:
@@ -228,7 +243,9 @@ class H2Engine:
     def reset_stream(self, stream_id: int, code: int) -> None:
         """RST_STREAM on an open stream; frames the client sent before it saw it are
         ignored. Nothing for a stream that is already closed."""
-        if self.streams.pop(stream_id, None) is not None:
+        stream = self.streams.pop(stream_id, None)
+        if stream is not None:
+            stream.local_ended = True
             self._rst(stream_id, code)
 
     def _rst(self, stream_id: int, code: int) -> None:
@@ -335,6 +352,7 @@ class H2Engine:
             if reset is not None:
                 events.append(StreamReset(stream_id, int.from_bytes(payload, "big"),
                                           reset.local_ended))
+                reset.local_ended = True
         elif kind == SETTINGS:
             self._settings(flags, stream_id, payload, events)
         elif kind == PING:
@@ -581,9 +599,10 @@ class H2Engine:
     def _malformed(self, stream_id: int, why: str, events: list[Event],
                    code: int = ErrorCode.PROTOCOL_ERROR) -> None:
         """A stream error on a stream the codec may be serving: reset it, tell the codec."""
-        known = self.streams.pop(stream_id, None) is not None
+        known = self.streams.pop(stream_id, None)
         self._rst(stream_id, code)
-        if known:
+        if known is not None:
+            known.local_ended = True
             events.append(StreamMalformed(stream_id, why))
 
 

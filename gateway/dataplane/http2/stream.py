@@ -21,6 +21,7 @@ from gateway.tls.client_certs import ClientCertPolicy
 
 if TYPE_CHECKING:
     from gateway.dataplane.http2.connection import H2Connection
+    from gateway.dataplane.http2.engine import Stream
 
 HIGH_WATER = 256 * 1024
 CONNECTION_HIGH_WATER = 2 * 1024 * 1024  # all streams' waiting response bytes together
@@ -32,9 +33,10 @@ class StreamSink:
 
     chunked_framing = False
 
-    def __init__(self, owner: H2Connection, stream_id: int) -> None:
+    def __init__(self, owner: H2Connection, stream_id: int, state: Stream) -> None:
         self.owner = owner
         self.stream_id = stream_id
+        self.state = state  # the engine's: read, never written here
         self.client_ip = owner.client_ip
         self.exchange: Exchange | None = None
         self.pending = bytearray()
@@ -52,7 +54,7 @@ class StreamSink:
     @property
     def closed(self) -> bool:
         """Nothing more may be written on the stream: the engine's to say."""
-        return self.owner.h2.sending_closed(self.stream_id)
+        return self.state.local_ended
 
     # Sink
     def write_head(self, status: int, reason: bytes, headers: list[tuple[bytes, bytes]],
@@ -64,7 +66,7 @@ class StreamSink:
             self.write_body(first_body)
 
     def write_body(self, data: bytes) -> None:
-        if self.closed:
+        if self.state.local_ended:  # (``closed``, without a property call per write)
             return
         self.pending += data
         owner = self.owner
@@ -80,7 +82,7 @@ class StreamSink:
             self.producer.pauseProducing()
 
     def end_body(self) -> None:
-        if not self.closed:
+        if not self.state.local_ended:
             self.end_pending = True
             self._drain()
 
@@ -88,7 +90,8 @@ class StreamSink:
         owner = self.owner
         conn = owner.h2
         sid = self.stream_id
-        if conn.sending_closed(sid):
+        state = self.state
+        if state.local_ended:
             return
         sent = 0
         pending = self.pending
@@ -117,7 +120,7 @@ class StreamSink:
                 # the connection before more is queued (counted per connection: a
                 # WINDOW_UPDATE that reopens many streams drains them all in one turn)
                 owner.flush()
-        if self.end_pending and not pending and (ended or not conn.sending_closed(sid)):
+        if self.end_pending and not pending and (ended or not state.local_ended):
             if not ended:
                 conn.send_data(sid, b"", True)  # END_STREAM alone (nothing was pending)
             self.end_pending = False
