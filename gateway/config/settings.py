@@ -220,7 +220,8 @@ class Options:
     )
     # --- tracing ---------------------------------------------------------------------
     tracing_provider: str = _s(
-        "", Kind.ENUM, "Tracing provider.", choices=("agenttrace", "thrifttrace", "httptrace")
+        "", Kind.ENUM, "Tracing provider.",
+        choices=("agenttrace", "thrifttrace", "httptrace", "otlp")
     )
     tracing_sample_rate: float = _s(0.0001, Kind.FLOAT, "Fraction of requests sampled (0-1).")
     tracing_agenttrace_address: str = _s(
@@ -233,6 +234,103 @@ class Options:
         "", Kind.ADDRESS, "Address of the thrifttrace agent."
     )
     tracing_httptrace_endpoint: str = _s("", Kind.URL, "URL of the httptrace span endpoint.")
+    tracing_caller_sampled_per_second: int = _s(
+        100, Kind.INT, "Traces callers may force (a sampled traceparent) per second beyond "
+        "the sample rate (beyond the reference).", extension=True
+    )
+    tracing_user_id: bool = _s(
+        True, Kind.BOOL, "Spans carry the signed-in user's id (beyond the reference).",
+        extension=True
+    )
+    # --- OpenTelemetry (beyond the reference): each also read from its standard OTEL_*
+    # environment variable, which wins over the file; see gateway/observability/otel.py
+    otel_traces_exporter: str = _s(
+        "", Kind.ENUM, "otlp: trace over OTLP (as tracing_provider: otlp); none: no tracing.",
+        choices=("otlp", "none"), extension=True
+    )
+    otel_exporter_otlp_endpoint: str = _s(
+        "", Kind.URL, "Base URL of the OTLP collector.", extension=True
+    )
+    otel_exporter_otlp_traces_endpoint: str = _s(
+        "", Kind.URL, "URL spans are sent to (overrides the base endpoint).", extension=True
+    )
+    otel_exporter_otlp_protocol: str = _s(
+        "http/protobuf", Kind.ENUM, "OTLP transport.", choices=("http/protobuf", "grpc"),
+        extension=True
+    )
+    otel_exporter_otlp_traces_protocol: str = _s(
+        "", Kind.ENUM, "OTLP transport of spans.", choices=("http/protobuf", "grpc"),
+        extension=True
+    )
+    otel_exporter_otlp_headers: Mapping[str, str] = _s(
+        {}, Kind.MAP, "Headers of every OTLP request.", extension=True
+    )
+    otel_exporter_otlp_traces_headers: Mapping[str, str] = _s(
+        {}, Kind.MAP, "Headers of OTLP span requests (instead of the general ones).",
+        extension=True
+    )
+    otel_exporter_otlp_timeout: int = _s(
+        10000, Kind.INT, "Milliseconds an OTLP export may take.", extension=True
+    )
+    otel_exporter_otlp_traces_timeout: int = _s(
+        0, Kind.INT, "Milliseconds an OTLP span export may take (0: the general one).",
+        extension=True
+    )
+    otel_exporter_otlp_certificate: str = _s(
+        "", Kind.STR, "PEM file of the CA that signs the collector's certificate.",
+        extension=True
+    )
+    otel_exporter_otlp_client_certificate: str = _s(
+        "", Kind.STR, "PEM file of the client certificate shown to the collector.",
+        extension=True
+    )
+    otel_exporter_otlp_client_key: str = _s(
+        "", Kind.STR, "PEM file of the client certificate's key.", extension=True
+    )
+    otel_service_name: str = _s(
+        "", Kind.STR, "service.name of what the gateway exports.", extension=True
+    )
+    otel_resource_attributes: Mapping[str, str] = _s(
+        {}, Kind.MAP, "Resource attributes of what the gateway exports.", extension=True
+    )
+    otel_traces_sampler: str = _s(
+        "", Kind.ENUM, "Sampler (instead of tracing_sample_rate).",
+        choices=("always_on", "always_off", "traceidratio", "parentbased_always_on",
+                 "parentbased_always_off", "parentbased_traceidratio"), extension=True
+    )
+    otel_traces_sampler_arg: str = _s(
+        "", Kind.STR, "The ratio of the traceidratio samplers.", extension=True
+    )
+    otel_propagators: tuple[str, ...] = _s(
+        (), Kind.LIST, "Trace context formats read and written.", extension=True
+    )
+    otel_sdk_disabled: bool = _s(
+        False, Kind.BOOL, "No tracing and no OTLP export at all.", extension=True
+    )
+    otel_metrics_exporter: str = _s(
+        "", Kind.ENUM, "otlp: push the metrics to the collector too.",
+        choices=("otlp", "prometheus", "none"), extension=True
+    )
+    otel_metric_export_interval: int = _s(
+        60000, Kind.INT, "Milliseconds between OTLP metric pushes.", extension=True
+    )
+    otel_logs_exporter: str = _s(
+        "", Kind.ENUM, "otlp: the audit stream as OTLP log records too.",
+        choices=("otlp", "none"), extension=True
+    )
+    # --- authorization audit stream (beyond the reference) ---------------------------
+    audit_log: bool = _s(
+        True, Kind.BOOL, "Every authorization decision as an event in gateway.audit.",
+        extension=True
+    )
+    audit_log_file: str = _s(
+        "", Kind.STR, "JSON-lines file of the audit events (0600, reopened on SIGHUP).",
+        extension=True
+    )
+    authorize_log_fields: tuple[str, ...] = _s(
+        (), Kind.LIST, "Fields of an audit event (default: all; beyond the reference).",
+        extension=True
+    )
     # --- authenticate ----------------------------------------------------------------
     authenticate_callback_path: str = _s(
         "/oauth2/callback", Kind.STR, "Path of the identity provider's redirect URI."
@@ -337,6 +435,29 @@ class Options:
     )
     cloud_serverless_authentication_service_account: str = _s(
         "", Kind.BASE64, "Service account for cloud serverless authentication.", secret=True
+    )
+    # --- native SSH (beyond the reference; names follow Pomerium's) ------------------
+    ssh_address: str = _s(
+        "", Kind.ADDRESS, "Where the SSH server listens (ssh:// routes); unset: no SSH.",
+        extension=True,
+    )
+    ssh_host_keys: tuple[str, ...] = _s(
+        (), Kind.LIST, "The SSH server's host keys (ed25519/ECDSA private keys, base64 or "
+        "PEM text).", secret=True, extension=True,
+    )
+    ssh_host_key_files: tuple[str, ...] = _s(
+        (), Kind.LIST, "Files holding the SSH server's host keys.", extension=True,
+    )
+    ssh_user_ca_key: str = _s(
+        "", Kind.STR, "Private key of the CA signing certificates for SSH servers "
+        "(base64 or PEM text).", secret=True, extension=True,
+    )
+    ssh_user_ca_key_file: str = _s(
+        "", Kind.FILE, "File form of ssh_user_ca_key.", extension=True,
+    )
+    ssh_recording_dir: str = _s(
+        "", Kind.STR, "Directory of SSH session recordings (asciicast v2); unset: none.",
+        extension=True,
     )
 
     @property

@@ -17,6 +17,7 @@ from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 from gateway.config.errors import Problems
 from gateway.config.kvstore_dsn import BadConnectionString, parse_dsn
 from gateway.config.material import Pem, Reader, key_matches_certificate, load_key, load_material
+from gateway.config.otel import problems as otel_problems
 from gateway.config.ppl.nodes import criteria_of
 from gateway.config.routes import Route
 from gateway.config.settings import Options, default_autocert_dir
@@ -445,6 +446,8 @@ def _tracing(options: Options, problems: Problems) -> None:
         url = getattr(options, key)
         if url and urlsplit(url).scheme not in ("http", "https"):
             problems.error(key, f"{url}: spans are sent over http or https")
+    for key, message, is_error in otel_problems(options):
+        (problems.error if is_error else problems.warn)(key, message)
 
 
 def _branding(options: Options, problems: Problems) -> None:

@@ -20,7 +20,7 @@ from prometheus_client import (
     Histogram,
     disable_created_metrics,
 )
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from gateway.observability.request_metrics import REQUESTS
@@ -158,3 +158,52 @@ def watch_config(status: Callable[[], Any], service: str) -> None:
     """Publish the reload status ``status()`` returns, labelled ``service``."""
     _CONFIG.status = status
     _CONFIG.service = service
+
+
+class _TelemetryCollector(Collector):
+    """``gateway_telemetry_{exported,failed,dropped}_total`` per signal (spans, metrics,
+    audit events over OTLP): what left, what the collector did not take (down, hung past
+    the timeout, refusing) and what the bounded queue dropped; and
+    ``gateway_tracing_caller_sampled_refused_total``: traces a caller asked for (a sampled
+    ``traceparent``) past ``tracing_caller_sampled_per_second``, not honoured."""
+
+    def __init__(self) -> None:
+        self.sources: dict[str, Callable[[], tuple[int, int, int]]] = {}
+        self.refused: Callable[[], int] | None = None
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        families = [CounterMetricFamily(f"gateway_telemetry_{name}", text, labels=["signal"])
+                    for name, text in (
+                        ("exported", "Telemetry items accepted by the collector."),
+                        ("failed", "Telemetry items the collector did not accept (down, "
+                                   "timed out, refusing)."),
+                        ("dropped", "Telemetry items dropped because the export queue was "
+                                    "full."))]
+        for signal, source in sorted(self.sources.items()):
+            for family, value in zip(families, source(), strict=True):
+                family.add_metric([signal], value)
+        yield from families
+        refused = CounterMetricFamily(
+            "gateway_tracing_caller_sampled_refused",
+            "Traces callers asked for past tracing_caller_sampled_per_second, not honoured.")
+        refused.add_metric([], self.refused() if self.refused is not None else 0)
+        yield refused
+
+    def describe(self) -> Iterable[CounterMetricFamily]:
+        return list(self.collect())
+
+
+_TELEMETRY = _TelemetryCollector()
+REGISTRY.register(_TELEMETRY)
+
+
+def watch_telemetry(signal: str, counts: Callable[[], tuple[int, int, int]] | None) -> None:
+    """Publish ``counts()`` (exported, failed, dropped; cumulative) for ``signal``."""
+    if counts is None:
+        _TELEMETRY.sources.pop(signal, None)
+    else:
+        _TELEMETRY.sources[signal] = counts
+
+
+def watch_caller_sampled_refused(count: Callable[[], int] | None) -> None:
+    _TELEMETRY.refused = count

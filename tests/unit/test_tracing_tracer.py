@@ -32,7 +32,7 @@ def exchange(headers: list[tuple[bytes, bytes]] | None = None) -> Any:
     return SimpleNamespace(
         headers=headers or [], method=b"GET", path="/p", host="app.test", detail="",
         core=SimpleNamespace(scheme="https"), plan=None, host_state=None, reused=False,
-        trace=None, trace_id="", trace_context=bool(headers),
+        trace=None, trace_id="", trace_context=bool(headers), user_id="",
         client_address=lambda: "192.0.2.1")
 
 

@@ -135,9 +135,14 @@ def parse_b3_multi(found: dict[bytes, bytes]) -> Parent | None:
     return Parent(trace_hex, span_hex, sampled if isinstance(sampled, bool) else None, b3=True)
 
 
-def find_parent(headers: list[tuple[bytes, bytes]]) -> Parent | None:
+ALL_FORMATS = frozenset({"tracecontext", "b3", "b3multi"})
+
+
+def find_parent(headers: list[tuple[bytes, bytes]],
+                formats: frozenset[str] = ALL_FORMATS) -> Parent | None:
     """The caller's context: ``traceparent`` first, then ``b3``, then ``X-B3-*``; the
-    first valid one wins, the rest are ignored."""
+    first valid one wins, the rest are ignored. ``formats`` (``otel_propagators``: of
+    ``tracecontext``, ``b3``, ``b3multi``) are the ones read."""
     found: dict[bytes, bytes] | None = None
     for name, value in headers:
         if len(name) in _LENGTHS:
@@ -149,11 +154,12 @@ def find_parent(headers: list[tuple[bytes, bytes]]) -> Parent | None:
     if found is None:
         return None
     parent = None
-    if TRACEPARENT in found:
+    if TRACEPARENT in found and "tracecontext" in formats:
         parent = parse_traceparent(found[TRACEPARENT])
-    if parent is None and B3 in found:
+    if parent is None and B3 in found and "b3" in formats:
         parent = parse_b3_single(found[B3])
-    if parent is None and (B3_TRACE_ID in found or B3_SAMPLED in found or B3_FLAGS in found):
+    if parent is None and "b3multi" in formats and (
+            B3_TRACE_ID in found or B3_SAMPLED in found or B3_FLAGS in found):
         parent = parse_b3_multi(found)
     return parent
 

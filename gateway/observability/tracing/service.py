@@ -4,7 +4,8 @@ It builds ``Tracing`` when ``tracing_provider`` is set (loading OpenTelemetry on
 hands its ``Tracer`` to the data plane through ``on_change``, rebuilds it when a reload
 changes a ``tracing_*`` setting, and every ``REPORT_INTERVAL`` logs the spans the export
 queue dropped or failed to send since the last report (the only per-span news: a dead
-collector never produces a log line per request).
+collector never produces a log line per request). The same counts, summed over the
+tracings a reload replaced, are the ``gateway_telemetry_*{signal="spans"}`` metrics.
 """
 
 from __future__ import annotations
@@ -18,7 +19,9 @@ from twisted.internet.task import LoopingCall
 from twisted.internet.threads import deferToThreadPool
 from twisted.logger import Logger
 
+from gateway.config.otel import sampling, tracing_provider
 from gateway.config.settings import Options
+from gateway.observability.metrics import watch_caller_sampled_refused, watch_telemetry
 
 if TYPE_CHECKING:
     from gateway.observability.tracing.provider import Tracing
@@ -36,6 +39,8 @@ class TracingService(Service):
         self.on_change = on_change
         self.current: Tracing | None = None
         self._reported = (0, 0)
+        # exported, failed, dropped, caller-sampled refused of the tracings replaced
+        self._carried = (0, 0, 0, 0)
         self._report = LoopingCall(self.report)
         self._report.clock = reactor
         self.options = options
@@ -48,7 +53,8 @@ class TracingService(Service):
             self._configure(options)
 
     def _configure(self, options: Options) -> None:
-        if not options.tracing_provider:
+        provider = tracing_provider(options)
+        if not provider:
             self._replace(None)
             return
         from gateway.observability.tracing.provider import build_tracing, settings_of
@@ -57,11 +63,28 @@ class TracingService(Service):
             return
         self._replace(build_tracing(options))
         log.info("tracing: {provider} spans of {rate:%} of requests (and of every request "
-                 "whose caller sampled it)", provider=options.tracing_provider,
-                 rate=options.tracing_sample_rate)
+                 "whose caller sampled it)", provider=provider,
+                 rate=sampling(options).rate)
+
+    def counts(self) -> tuple[int, int, int]:
+        """Spans exported, failed and dropped since the service started."""
+        exported, failed, dropped, _ = self._carried
+        if self.current is not None:
+            now = self.current.queue.counts()
+            return exported + now[0], failed + now[1], dropped + now[2]
+        return exported, failed, dropped
+
+    def caller_sampled_refused(self) -> int:
+        current = self.current
+        return self._carried[3] + (current.tracer.forced_refused if current else 0)
 
     def _replace(self, tracing: Tracing | None) -> None:
         old, self.current = self.current, tracing
+        if old is not None:
+            counts = old.queue.counts()
+            self._carried = (self._carried[0] + counts[0], self._carried[1] + counts[1],
+                             self._carried[2] + counts[2],
+                             self._carried[3] + old.tracer.forced_refused)
         self._reported = (0, 0)
         self.on_change(tracing.tracer if tracing is not None else None)
         if old is not None:
@@ -83,6 +106,8 @@ class TracingService(Service):
 
     def startService(self) -> None:
         Service.startService(self)
+        watch_telemetry("spans", self.counts)
+        watch_caller_sampled_refused(self.caller_sampled_refused)
         self._configure(self.options)
         if not self._report.running:
             self._report.start(REPORT_INTERVAL, now=False)

@@ -4,13 +4,16 @@
 before any OpenTelemetry object exists: a caller's context (``traceparent``, ``b3``,
 ``X-B3-*``, searched only when the codec flagged one in ``exchange.trace_context``)
 decides when it says sampled or not (parent-based; "sampled" within a budget of
-``FORCED_RATE`` a second); otherwise one ``random()`` against ``tracing_sample_rate``
-(a ratio sampler). An unsampled request gets no span, no context
-object and no upstream header of ours (the caller's own trace headers pass through
-untouched), so without trace headers it costs one random number and a comparison. A sampled request
-gets a ``RequestTrace``: its spans are OpenTelemetry SDK spans, created with explicit
-parents (nothing is attached to the global context), and the SDK's sampler for them is
-``ParentBased(ALWAYS_ON)``: the decision is already made.
+``tracing_caller_sampled_per_second``, past which the rate decides and
+``forced_refused`` counts it); otherwise one ``random()`` against the sample rate (a
+ratio sampler). A sampler that is not parent-based (``otel_traces_sampler``) lets the
+rate decide every request, continuing a caller's trace when it samples one. An unsampled
+request gets no span, no context object and no upstream header of ours (the caller's own
+trace headers pass through untouched), so without trace headers it costs one random
+number and a comparison. A sampled request gets a ``RequestTrace``: its spans are
+OpenTelemetry SDK spans, created with explicit parents (nothing is attached to the
+global context), and the SDK's sampler for them is ``ParentBased(ALWAYS_ON)``: the
+decision is already made.
 
 Spans: the downstream request (server), the authorization decision with its session
 lookup, the upstream request (client, carrying ``traceparent``), and whatever runs under
@@ -40,15 +43,22 @@ from opentelemetry.trace import (
 )
 
 from gateway.budget import Budget
-from gateway.observability.tracing.propagation import Parent, context_headers, find_parent
+from gateway.observability.tracing.propagation import (
+    ALL_FORMATS,
+    Parent,
+    context_headers,
+    find_parent,
+)
 
 Attributes = dict[str, str | int | float | bool]
 _SAMPLED = TraceFlags(TraceFlags.SAMPLED)
 # Traces a caller may force (a sampled parent) beyond the sample rate: each costs about
 # four times an untraced request, so a client sending sampled traceparents on every
-# request must not multiply the gateway's CPU (a token bucket, per process).
-FORCED_RATE = 100.0  # per second
-FORCED_BURST = 200.0
+# request must not multiply the gateway's CPU (a token bucket, per process; its burst
+# is two seconds' worth).
+FORCED_RATE = 100.0  # per second, tracing_caller_sampled_per_second's default
+FORCED_BURST = FORCED_RATE * 2
+_USER_AGENT = b"user-agent"
 
 
 class OpenSpan:
@@ -86,12 +96,13 @@ class OpenSpan:
 class RequestTrace:
     """The spans of one sampled exchange; the exchange calls in at each step."""
 
-    __slots__ = ("b3", "server", "trace_id", "upstream")
+    __slots__ = ("b3", "server", "trace_id", "upstream", "user_id")
 
-    def __init__(self, server: OpenSpan, b3: bool) -> None:
+    def __init__(self, server: OpenSpan, b3: bool, user_id: bool = True) -> None:
         self.server = server
         self.upstream: OpenSpan | None = None
         self.b3 = b3
+        self.user_id = user_id  # whether the server span names the signed-in user
         self.trace_id = f"{server.span.get_span_context().trace_id:032x}"
 
     def authorize_span(self) -> OpenSpan:
@@ -141,6 +152,8 @@ class RequestTrace:
             label = route.name or route.host
             span.update_name(f"{method} {label}")
             span.set_attribute("gateway.route", route.name or str(route.index))
+        if self.user_id and exchange.user_id:
+            span.set_attribute("user.id", exchange.user_id)
         span.set_attribute("http.response.status_code", status)
         span.set_attribute("server.address", exchange.host)
         if detail:
@@ -152,15 +165,21 @@ class Tracer:
     """Decides per request and starts the server span of the sampled ones."""
 
     def __init__(self, otel: OTelTracer, sample_rate: float, scheme: str = "http",
-                 clock: Callable[[], float] = monotonic) -> None:
+                 clock: Callable[[], float] = monotonic, *, parent_based: bool = True,
+                 formats: frozenset[str] = ALL_FORMATS, user_id: bool = True,
+                 forced_rate: float = FORCED_RATE) -> None:
         self.otel = otel
         self.rate = sample_rate
         self.scheme = scheme
+        self.parent_based = parent_based
+        self.formats = formats  # the caller context formats read (otel_propagators)
+        self.user_id = user_id
         # Traces callers ask for (a sampled parent) beyond the sample rate: at most
-        # FORCED_RATE a second (burst FORCED_BURST). Past that the rate decides, as if the
-        # caller had not said; the trace id is still kept for the logs and passed on.
+        # ``forced_rate`` a second (burst: two seconds' worth). Past that the rate
+        # decides, as if the caller had not said; the trace id is still kept for the
+        # logs and passed on.
         self.clock = clock
-        self.forced = Budget(FORCED_BURST, FORCED_RATE, clock())
+        self.forced = Budget(forced_rate * 2, forced_rate, clock())
         self.forced_refused = 0  # caller-forced traces the budget did not allow
 
     def _forced(self) -> bool:
@@ -177,14 +196,17 @@ class Tracer:
     def begin(self, exchange: Any) -> None:
         """Sets ``exchange.trace`` (sampled) and ``exchange.trace_id`` (sampled, or a
         caller's trace that we do not sample)."""
-        parent = find_parent(exchange.headers) if exchange.trace_context else None
+        parent = find_parent(exchange.headers, self.formats) if exchange.trace_context \
+            and self.formats else None
+        if parent is not None and not parent.trace:  # a bare "not sampled", no ids
+            parent = parent if self.parent_based else None
         if parent is None:
             if not self._ratio():
                 return
             context: Context | None = Context()
             b3 = False
         else:
-            sampled = parent.sampled
+            sampled = parent.sampled if self.parent_based else None
             if sampled is None or (sampled and self.rate < 1.0 and not self._forced()):
                 sampled = self._ratio()
             if not sampled:
@@ -195,10 +217,16 @@ class Tracer:
                 parent.trace_id, parent.span_id, is_remote=True, trace_flags=_SAMPLED)))
             b3 = parent.b3
         method = exchange.method.decode("latin-1")
-        span = self.otel.start_span(method, context=context, kind=SpanKind.SERVER, attributes={
+        attributes: Attributes = {
             "http.request.method": method, "url.path": exchange.path,
-            "url.scheme": exchange.core.scheme, "client.address": exchange.client_address()})
-        trace = RequestTrace(OpenSpan(self.otel, span), b3)
+            "url.scheme": exchange.core.scheme, "client.address": exchange.client_address()}
+        for name, value in exchange.headers:
+            if len(name) == 10 and name.lower() == _USER_AGENT:
+                attributes["user_agent.original"] = value.decode("latin-1")
+                break
+        span = self.otel.start_span(method, context=context, kind=SpanKind.SERVER,
+                                    attributes=attributes)
+        trace = RequestTrace(OpenSpan(self.otel, span), b3, self.user_id)
         exchange.trace = trace
         exchange.trace_id = trace.trace_id
 
