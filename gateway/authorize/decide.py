@@ -35,9 +35,13 @@ from gateway.authorize.evaluate import evaluate
 from gateway.authorize.hook import Allow, Decision, Deny, RequestInfo
 from gateway.authorize.policy import (
     REQUEST_FACTS,
+    CertFacts,
+    Facts,
     Verdict,
     cert_facts,
+    facts_again,
     facts_for,
+    identity_facts,
 )
 from gateway.caches import FifoCache
 from gateway.config.routes import Route
@@ -83,7 +87,7 @@ class Remembered(NamedTuple):
     until: float
     allow: Allow
     directory_version: int
-    view: Session  # the session as the decision saw it (a policy decides again with it)
+    view: Facts  # who the decision saw (a policy that reads the request decides again)
 
 
 class View(NamedTuple):
@@ -163,7 +167,8 @@ class Decider:
             if route.policy_document is None or not route.policy.reads & REQUEST_FACTS:
                 return hit.allow
             # the identity is the same; the request is another: its policy decides again
-            verdict = self._verdict(request, route, hit.view, now)
+            verdict = route.policy.evaluate(
+                facts_again(hit.view, request, now, client_cert=self._cert(request)))
             if verdict.allowed:
                 return self._with_reason(hit.allow, verdict)
         return None
@@ -183,8 +188,10 @@ class Decider:
         until = min(sealed_until, decided.until, session.expires_at,
                     self.sign_in.refresh_due(session))
         version = self.directory.version if self.directory is not None else 0
+        who = identity_facts(decided.session, self.clock(),
+                             groups_available=self.groups_available)
         self._allowed.put((raw, route.index),
-                          Remembered(sid, session, until, allow, version, decided.session))
+                          Remembered(sid, session, until, allow, version, who))
 
     async def _fetch_then_decide(self, request: RequestInfo, route: Route, sid: str,
                                  own_token: bool) -> Decision:
@@ -296,15 +303,20 @@ class Decider:
     def _verdict(self, request: RequestInfo, route: Route, session: Session | None,
                  now: float) -> Verdict:
         """The route's policy on this request, for ``session`` as decisions see it."""
-        cert = None
-        if request.client_cert:
-            try:
-                cert = cert_facts(request.client_cert)
-            except ValueError:  # not a certificate: matches no certificate criterion
-                cert = None
         facts = facts_for(request, session, now, groups_available=self.groups_available,
-                          client_cert=cert)
+                          client_cert=self._cert(request))
         return route.policy.evaluate(facts)
+
+    @staticmethod
+    def _cert(request: RequestInfo) -> CertFacts | None:
+        """The client certificate's facts (``None``: none, or not a certificate, which
+        matches no certificate criterion)."""
+        if not request.client_cert:
+            return None
+        try:
+            return cert_facts(request.client_cert)
+        except ValueError:
+            return None
 
     @staticmethod
     def _with_reason(allow: Allow, verdict: Verdict) -> Allow:
@@ -355,7 +367,7 @@ class Decider:
 def decision_reason(verdict: Verdict) -> str:
     """A policy's decision for the log: its code and the rule and criterion that decided
     (``policy-deny-matched deny[0].or[1] source_ip: matched``)."""
-    return f"{verdict.code} {verdict}"
+    return verdict.reason
 
 
 def denial_message(who: str, reasons: tuple[str, ...], refusal: str, claimed: str,

@@ -16,7 +16,14 @@ from cryptography.x509.oid import NameOID
 from twisted.trial.unittest import SynchronousTestCase
 
 from gateway.authorize.hook import RequestInfo
-from gateway.authorize.policy import Facts, cert_facts, facts_for, method_text
+from gateway.authorize.policy import (
+    Facts,
+    cert_facts,
+    facts_again,
+    facts_for,
+    identity_facts,
+    method_text,
+)
 from gateway.config.errors import Problems
 from gateway.config.ppl import Policy, parse_document
 from gateway.sessions.model import Session
@@ -95,6 +102,28 @@ class FactsForTests(SynchronousTestCase):
         self.assertEqual(Facts(email="a@b@c.test").domain, "")
         self.assertEqual(Facts(email="@c.test").domain, "")
         self.assertEqual(Facts(email="").domain, "")
+
+
+class FactsAgainTests(SynchronousTestCase):
+    """A remembered decision's policy decides again from the person's facts kept beside
+    it: the facts of each request must be exactly ``facts_for``'s."""
+
+    def test_same_facts_as_facts_for(self) -> None:
+        der, _ = certificate()
+        preflight = [(b"origin", b"https://x.test"), (b"access-control-request-method", b"PUT")]
+        expired = Session("sid", "u-1", "a@b.test", NOW - 60, NOW)
+        for session in (SESSION, None, expired):
+            for req, cert in ((request(), None), (request(b"delete", path="/x"), cert_facts(der)),
+                              (request(b"OPTIONS", preflight), None)):
+                kept = identity_facts(session, NOW, groups_available=True)
+                again = facts_again(kept, req, NOW + 5, client_cert=cert)
+                fresh = facts_for(req, session, NOW + 5, groups_available=True, client_cert=cert)
+                self.assertEqual(repr(again), repr(fresh))
+
+    def test_kept_facts_are_not_changed(self) -> None:
+        kept = identity_facts(SESSION, NOW, groups_available=False)
+        facts_again(kept, request(b"POST", path="/y"), NOW + 1)
+        self.assertEqual((kept.method, kept.path, kept.now), ("GET", "/", NOW))
 
 
 class CertFactsTests(SynchronousTestCase):

@@ -13,7 +13,13 @@ compile it at load) and the ``Facts`` a decision gives it.
 from __future__ import annotations
 
 from gateway.authorize.policy.certs import cert_facts
-from gateway.authorize.policy.facts import RequestFacts, facts_for, method_text
+from gateway.authorize.policy.facts import (
+    RequestFacts,
+    facts_again,
+    facts_for,
+    identity_facts,
+    method_text,
+)
 from gateway.config.ppl import (
     ALLOW_MATCHED,
     CLIENT_CERT,
@@ -44,5 +50,6 @@ __all__ = [
     "ALLOW_MATCHED", "CLIENT_CERT", "CLIENT_IP", "CLOCK", "CORS", "DENY_MATCHED", "KIND_TEXT",
     "METHOD", "NO_ALLOW_MATCHED", "PATH", "REQUEST_FACTS", "SSH_USERNAME", "CertFacts",
     "Document", "Facts", "Policy", "RequestFacts", "Trace", "TraceNode", "Verdict", "cert_facts",
-    "facts_for", "legacy_ppl", "legacy_rules", "method_text", "parse_document", "route_policy",
+    "facts_again", "facts_for", "identity_facts", "legacy_ppl", "legacy_rules", "method_text",
+    "parse_document", "route_policy",
 ]

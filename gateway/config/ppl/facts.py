@@ -69,6 +69,33 @@ class Facts:
         self.ssh_username = ssh_username
         self.now = now
 
+    def for_request(self, method: str, path: str, client_ip: str,
+                    client_cert: CertFacts | None, cors_preflight: bool, internal: bool,
+                    now: float, ssh_username: str | None = None) -> Facts:
+        """These identity facts with another request's. A decider that remembers a
+        person's facts builds each request's from them: a copy of the slots, without
+        the keyword call and the e-mail's normalising again."""
+        facts = _new_facts(Facts)
+        facts.authenticated = self.authenticated
+        facts.user_id = self.user_id
+        facts.email = self.email
+        facts.domain = self.domain
+        facts.groups = self.groups
+        facts.groups_available = self.groups_available
+        facts.claims = self.claims
+        facts.method = method
+        facts.path = path
+        facts.client_ip = client_ip
+        facts.client_cert = client_cert
+        facts.cors_preflight = cors_preflight
+        facts.internal = internal
+        facts.ssh_username = ssh_username
+        facts.now = now
+        return facts
+
     def __repr__(self) -> str:
         fields = ", ".join(f"{name}={getattr(self, name)!r}" for name in self.__slots__)
         return f"Facts({fields})"
+
+
+_new_facts = object.__new__

@@ -9,7 +9,7 @@ is compiled and returned as they are, so an allowed request allocates none.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 # ``Verdict.code``: stable reason codes.
@@ -43,7 +43,9 @@ class Verdict:
     """``allowed``; ``rule``: the path of the node that decided (``allow[0].or[1]``,
     ``allowed_users``, ``allow`` when no allow rule matched among several);
     ``criterion``: its description (``""`` for an operator); ``outcome``: ``matched``,
-    ``not matched``, ...; ``kind``: a ``KIND_TEXT`` key; ``code``: a stable reason code."""
+    ``not matched``, ...; ``kind``: a ``KIND_TEXT`` key; ``code``: a stable reason code.
+    ``reason``: the code and the rest, as the log reads them, made once (a policy that
+    reads the request decides, and names its reason, on every request)."""
 
     allowed: bool
     rule: str
@@ -51,6 +53,10 @@ class Verdict:
     outcome: str
     kind: str
     code: str
+    reason: str = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "reason", f"{self.code} {self}")
 
     def __str__(self) -> str:
         if self.criterion:
