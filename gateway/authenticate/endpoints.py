@@ -26,6 +26,7 @@ from gateway.authenticate.account import (
     who_am_i,
 )
 from gateway.authenticate.oidc import OIDCError, ProviderUnavailable, pkce_pair
+from gateway.authenticate.ssh_sign_in import SSH_SIGN_IN, SshSignIn
 from gateway.authenticate.targets import (
     CSRF_COOKIE,
     HANDOFF,
@@ -43,6 +44,7 @@ from gateway.authenticate.targets import (
 from gateway.authorize import answers
 from gateway.authorize.hook import Decision, Deny, RequestInfo
 from gateway.config.routes import Route
+from gateway.databroker.records import RecordStore
 from gateway.dataplane.routing.router import own_path
 from gateway.pages.layout import Action
 from gateway.sessions.cookie import clear_cookie_headers, parse_cookies, set_cookie_headers
@@ -57,8 +59,11 @@ DISCOVERY_RETRY = 60.0  # seconds a failed discovery read is not tried again by 
 
 
 class Endpoints:
-    def __init__(self, identity: Identity, routes: tuple[Route, ...] = ()) -> None:
+    def __init__(self, identity: Identity, routes: tuple[Route, ...] = (),
+                 records: RecordStore | None = None) -> None:
         self.identity = identity
+        # native SSH's sign-in pages (they bind SSH keys in the databroker's records)
+        self.ssh = SshSignIn(identity, records) if records is not None else None
         self.routes = routes  # the snapshot's, for the routes portal
         self._discovery_failed = float("-inf")  # when reading it last failed (clock)
 
@@ -90,6 +95,8 @@ class Endpoints:
             return self._discovered(lambda: who_am_i(ident, request))
         if path in PORTAL:
             return routes_portal(ident, self.routes, request)
+        if on_auth and self.ssh is not None and path.startswith(SSH_SIGN_IN):
+            return self.ssh.answer(request, body)
         if own_path(path):
             return self._error(404, "Not found.", request.headers, "not-found")
         return None

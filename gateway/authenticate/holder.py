@@ -51,14 +51,14 @@ class IdentityHolder:
         self.spent = SpentTokens()  # kept across reloads, as sessions are
         self.identity = Identity(reactor, snapshot, self.store, self.signer,
                                  directory=broker.directory, spent=self.spent)
-        self.endpoints = Endpoints(self.identity, snapshot.routes)
+        self.endpoints = Endpoints(self.identity, snapshot.routes, broker.store)
 
     def apply(self, snapshot: Snapshot) -> None:
         """After the databroker's ``apply`` (it may start or stop directory data)."""
         self.signer = _signer(snapshot, self.signer)
         self.identity = Identity(self.reactor, snapshot, self.store, self.signer,
                                  directory=self.broker.directory, spent=self.spent)
-        self.endpoints = Endpoints(self.identity, snapshot.routes)
+        self.endpoints = Endpoints(self.identity, snapshot.routes, self.broker.store)
 
     def authorize(self, request: RequestInfo, route: Route) -> Decision | Deferred[Decision]:
         return self.identity.decider.authorize(request, route)

@@ -28,6 +28,13 @@ from gateway.config.route_parts import (
     parse_route_tls,
 )
 from gateway.config.route_policy import parse_route_policy
+from gateway.config.ssh import (
+    SSH_ROUTE_FIELDS,
+    SshRoute,
+    parse_ssh_route,
+    reject_http_fields,
+    ssh_only_fields,
+)
 from gateway.config.upstreams import (
     HealthCheck,
     LeastRequestConfig,
@@ -93,6 +100,7 @@ ROUTE_FIELDS: dict[str, str] = {
     "outlier_detection": "{consecutive_5xx, interval, base_ejection_time, max_ejection_percent}.",
     "orchestrator_service_account_token": "Bearer token toward a cluster orchestrator API.",
     "orchestrator_service_account_token_file": "File form of the orchestrator token.",
+    **SSH_ROUTE_FIELDS,
 }
 # Request headers that make an upstream framework serve another path or method than the
 # one the gateway authorized: Symfony, Laminas/Zend and IIS URL Rewrite serve the path
@@ -164,6 +172,7 @@ class Route:
     health_checks: tuple[HealthCheck, ...] = ()
     outlier_detection: OutlierDetection | None = None
     orchestrator_service_account_token: str = ""
+    ssh: SshRoute | None = None  # an ssh:// route's server and SSH settings
     path_regex: Any = field(default=None, compare=False, repr=False)
     rewrite_regex: Any = field(default=None, compare=False, repr=False)
     host_path_regex: Any = field(default=None, compare=False, repr=False)
@@ -238,11 +247,12 @@ def _parse_route(
             problems.error(f"{base}.from", f"config: policy bad source url {exc}")
         else:
             scheme, host, port = parts.scheme.lower(), (parts.hostname or "").lower(), parts.port
-            if scheme not in ("https", "http", "tcp+https"):
+            if scheme not in ("https", "http", "tcp+https", "ssh"):
                 problems.error(
                     f"{base}.from",
                     f"config: policy bad source url {from_url}: scheme must be https, http "
-                    "(behind a TLS-terminating ingress) or tcp+https (TCP routes)",
+                    "(behind a TLS-terminating ingress), tcp+https (TCP routes) or ssh "
+                    "(native SSH routes)",
                 )
             if scheme in ("http", "https") and parts.path not in ("", "/"):
                 problems.error(
@@ -263,13 +273,18 @@ def _parse_route(
                     "e.g. tcp+https://db.example.com:5432",
                 )
 
+    if scheme == "ssh":
+        reject_http_fields(item, base, problems)
+        values["ssh"] = parse_ssh_route(item, base, host, problems)
+    else:
+        ssh_only_fields(item, base, problems)
     # to / redirect
     has_to, has_redirect = "to" in item and item["to"] is not None, item.get("redirect") is not None
     if not has_to and not has_redirect:
         problems.error(base, "policy should have either `to` or `redirect` defined")
     elif has_to and has_redirect:
         problems.error(base, "policy should have either `to` or `redirect` defined, not both")
-    if has_to:
+    if has_to and scheme != "ssh":
         values["to"] = parse_to(item["to"], scheme == "tcp+https", f"{base}.to", problems)
     if has_redirect:
         values["redirect"] = parse_redirect(item["redirect"], f"{base}.redirect", problems)

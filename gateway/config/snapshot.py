@@ -12,7 +12,7 @@ import hashlib
 import os
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from gateway.config.coerce import coerce_settings
 from gateway.config.errors import Problem, Problems
@@ -20,6 +20,7 @@ from gateway.config.material import Reader
 from gateway.config.routes import Route, parse_policy
 from gateway.config.settings import SETTINGS, Options
 from gateway.config.sources import read_sources
+from gateway.config.ssh import SshMaterial, load_ssh_material
 from gateway.config.validate import Material, derive, validate
 from gateway.config.values import dumps_canonical
 
@@ -29,7 +30,7 @@ class Snapshot:
     """Everything the services need, fixed at load time."""
 
     options: Options
-    routes: tuple[Route, ...]
+    routes: tuple[Route, ...]  # HTTP and TCP routes (the data plane's)
     material: Material
     warnings: tuple[Problem, ...]
     source: str
@@ -39,6 +40,9 @@ class Snapshot:
     # the configuration file as read (a supervisor hands it to its workers, so each
     # builds the snapshot it validated, whatever the file holds by then)
     file_bytes: bytes = b""
+    # ``from: ssh://NAME`` routes, served by the SSH server (``gateway.ssh``) only
+    ssh_routes: tuple[Route, ...] = ()
+    ssh_material: SshMaterial = field(default_factory=SshMaterial)  # its keys
 
 
 def load_snapshot(
@@ -64,10 +68,16 @@ def load_snapshot(
     routes = parse_policy(raw.values.get("policy"), reader, problems,
                           options.default_upstream_timeout)
     material = validate(options, routes, reader, problems)
+    ssh_material = load_ssh_material(
+        options.ssh_address, options.ssh_host_keys, options.ssh_host_key_files,
+        options.ssh_user_ca_key, options.ssh_user_ca_key_file, reader, problems,
+        sum(1 for r in routes if r.ssh is not None))
     problems.raise_if_any(path or "environment")
     return Snapshot(
         options=options,
-        routes=routes,
+        routes=tuple(r for r in routes if r.ssh is None),
+        ssh_routes=tuple(r for r in routes if r.ssh is not None),
+        ssh_material=ssh_material,
         material=material,
         warnings=tuple(problems.warnings),
         source=path or "environment",

@@ -22,7 +22,7 @@ TIERS: tuple[tuple[str, ...], ...] = (
     ("tap", "worker"),
     ("tree",),
     ("rpc",),
-    ("services",),
+    ("services", "ssh"),
     ("workers", "authenticate", "cli"),
     ("dataplane", "databroker"),
     ("directory", "authorize"),

@@ -1,0 +1,280 @@
+"""Native SSH: the global keys (host keys, the user CA) and the SSH fields of a route.
+
+A route ``from: ssh://NAME`` is reached as ``ssh LOGIN@NAME@gateway``; its ``to:
+ssh://HOST:PORT`` is the server the gateway logs into with a certificate its user CA
+signs. Everything here is parsed once per snapshot, with problems at their key paths.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec, ed25519
+
+from gateway.config.errors import Problems
+from gateway.config.material import Reader
+from gateway.config.values import parse_bool, parse_duration, parse_list, split_url
+
+DEFAULT_CERTIFICATE_TTL = 300.0
+MAX_CERTIFICATE_TTL = 3600.0
+# key types the gateway accepts for its own keys and pins for servers: no DSA, and no RSA
+# (whose ssh-rsa signatures are SHA-1 unless both sides agree otherwise)
+HOST_KEY_TYPES = ("ssh-ed25519", "ecdsa-sha2-nistp256", "ecdsa-sha2-nistp384",
+                  "ecdsa-sha2-nistp521", "rsa-sha2-256", "rsa-sha2-512", "ssh-rsa")
+
+SSH_ROUTE_FIELDS: dict[str, str] = {
+    "ssh_upstream_host_keys": "The server's host keys: known_hosts lines or `TYPE BASE64` "
+                              "(ssh:// routes).",
+    "ssh_upstream_host_key_tofu": "Trust the server's first host key and pin it in the "
+                                  "databroker (ssh:// routes; off by default).",
+    "ssh_allow_port_forwarding": "Allow local port forwarding (ssh -L) through this route "
+                                 "(default false).",
+    "ssh_certificate_ttl": "Lifetime of the certificate the gateway signs for the server "
+                           "(default 5m, at most 1h).",
+    "ssh_recording": "Record sessions with a terminal (default: on when ssh_recording_dir "
+                     "is set).",
+    "ssh_record_input": "Record what the person types too (default false: passwords).",
+}
+
+SigningKey = ed25519.Ed25519PrivateKey | ec.EllipticCurvePrivateKey
+
+
+@dataclass(frozen=True, slots=True)
+class HostKey:
+    """One pinned server key: its type and its wire blob."""
+
+    type: str
+    blob: bytes
+
+    def fingerprint(self) -> str:
+        return fingerprint(self.blob)
+
+
+@dataclass(frozen=True, slots=True)
+class SshRoute:
+    """What an ``ssh://`` route adds to a route: where the server is and how it is
+    trusted, and what a connection through it may do."""
+
+    name: str
+    host: str
+    port: int
+    host_keys: tuple[HostKey, ...] = ()
+    trust_on_first_use: bool = False
+    allow_port_forwarding: bool = False
+    certificate_ttl: float = DEFAULT_CERTIFICATE_TTL
+    recording: bool | None = None  # None: on when ssh_recording_dir is set
+    record_input: bool = False
+
+
+def fingerprint(blob: bytes) -> str:
+    """OpenSSH's ``SHA256:...`` fingerprint of a key blob."""
+    import hashlib
+
+    digest = hashlib.sha256(blob).digest()
+    return "SHA256:" + base64.b64encode(digest).decode().rstrip("=")
+
+
+def parse_host_key_line(line: str) -> HostKey:
+    """A known_hosts line (``host[,host] TYPE BASE64 [comment]``, markers refused) or
+    ``TYPE BASE64``; raises ValueError naming what is wrong."""
+    parts = line.split()
+    if parts and parts[0].startswith("@"):
+        raise ValueError(f"{parts[0]} lines are not supported; give the key itself")
+    if len(parts) >= 2 and parts[0] in HOST_KEY_TYPES:
+        kind, data = parts[0], parts[1]
+    elif len(parts) >= 3 and parts[1] in HOST_KEY_TYPES:
+        kind, data = parts[1], parts[2]
+    else:
+        raise ValueError(f"expected a known_hosts line or `TYPE BASE64`, got {line[:80]!r}")
+    try:
+        blob = base64.b64decode(data, validate=True)
+    except (binascii.Error, ValueError):
+        raise ValueError(f"the {kind} key is not valid base64") from None
+    if _blob_type(blob) != kind:
+        raise ValueError(f"the key data is not a {kind} key")
+    return HostKey(kind, blob)
+
+
+def _blob_type(blob: bytes) -> str:
+    if len(blob) < 4:
+        return ""
+    size = int.from_bytes(blob[:4], "big")
+    return blob[4:4 + size].decode("ascii", "replace") if size <= len(blob) - 4 else ""
+
+
+def parse_ssh_route(item: Mapping[str, Any], base: str, name: str,
+                    problems: Problems) -> SshRoute | None:
+    """The SSH fields of route ``base`` (``from: ssh://name``); None after a problem."""
+    before = len(problems.errors)
+    target = item.get("to")
+    host, port = "", 22
+    if not isinstance(target, str):
+        problems.error(f"{base}.to", "an ssh:// route needs one upstream, "
+                                     "`to: ssh://HOST:PORT`")
+    else:
+        try:
+            parts = split_url(target)
+        except ValueError as exc:
+            problems.error(f"{base}.to", str(exc))
+        else:
+            if parts.scheme.lower() != "ssh":
+                problems.error(f"{base}.to", f"{target}: an ssh:// route needs an ssh:// "
+                                             "upstream")
+            if parts.path not in ("", "/") or parts.query or parts.username:
+                problems.error(f"{base}.to", f"{target}: must be ssh://HOST[:PORT] only")
+            host, port = (parts.hostname or ""), parts.port or 22
+    keys: list[HostKey] = []
+    raw_keys = item.get("ssh_upstream_host_keys")
+    if raw_keys is not None:
+        try:
+            lines = [raw_keys] if isinstance(raw_keys, str) and "\n" not in raw_keys \
+                else (raw_keys.splitlines() if isinstance(raw_keys, str)
+                      else list(parse_list(raw_keys)))
+        except ValueError as exc:
+            problems.error(f"{base}.ssh_upstream_host_keys", str(exc))
+            lines = []
+        for index, line in enumerate(lines):
+            if not line.strip() or line.lstrip().startswith("#"):
+                continue
+            try:
+                keys.append(parse_host_key_line(line))
+            except ValueError as exc:
+                problems.error(f"{base}.ssh_upstream_host_keys[{index}]", str(exc))
+    values: dict[str, Any] = {}
+    for key, field_name in (("ssh_upstream_host_key_tofu", "trust_on_first_use"),
+                            ("ssh_allow_port_forwarding", "allow_port_forwarding"),
+                            ("ssh_recording", "recording"),
+                            ("ssh_record_input", "record_input")):
+        if item.get(key) is not None:
+            try:
+                values[field_name] = parse_bool(item[key])
+            except ValueError as exc:
+                problems.error(f"{base}.{key}", str(exc))
+    if item.get("ssh_certificate_ttl") is not None:
+        try:
+            ttl = parse_duration(str(item["ssh_certificate_ttl"]))
+        except ValueError as exc:
+            problems.error(f"{base}.ssh_certificate_ttl", str(exc))
+        else:
+            if not 0 < ttl <= MAX_CERTIFICATE_TTL:
+                problems.error(f"{base}.ssh_certificate_ttl",
+                               f"must be more than 0 and at most 1h, got {ttl:g}s")
+            values["certificate_ttl"] = ttl
+    if not keys and not values.get("trust_on_first_use"):
+        problems.error(f"{base}.ssh_upstream_host_keys",
+                       "an ssh:// route needs the server's host keys (known_hosts lines), "
+                       "or ssh_upstream_host_key_tofu: true to pin the first key it shows")
+    if len(problems.errors) > before:
+        return None
+    return SshRoute(name=name, host=host, port=port, host_keys=tuple(keys), **values)
+
+
+def reject_http_fields(item: Mapping[str, Any], base: str, problems: Problems) -> None:
+    """An ssh:// route has no HTTP: fields that only mean something for HTTP are refused
+    rather than silently ignored."""
+    for key in ("redirect", "path", "prefix", "regex", "prefix_rewrite",
+                "set_request_headers", "allow_websockets", "allow_spdy",
+                "pass_identity_headers", "allow_public_unauthenticated_access",
+                "cors_allow_preflight"):
+        if item.get(key) not in (None, False, "", [], {}):
+            problems.error(f"{base}.{key}", "does not apply to an ssh:// route")
+
+
+def ssh_only_fields(item: Mapping[str, Any], base: str, problems: Problems) -> None:
+    """SSH fields on a route that is not ``ssh://``."""
+    for key in SSH_ROUTE_FIELDS:
+        if item.get(key) is not None:
+            problems.error(f"{base}.{key}", "only applies to an ssh:// route")
+
+
+# -- global keys
+
+
+@dataclass(frozen=True)
+class SshMaterial:
+    """The gateway's SSH host keys (PEM/OpenSSH private keys) and its user CA key."""
+
+    host_keys: tuple[bytes, ...] = ()
+    user_ca_key: bytes | None = None
+
+
+def load_private_key(data: bytes) -> SigningKey:
+    """An ed25519 or ECDSA private key, OpenSSH or PEM; ValueError otherwise."""
+    key: Any
+    try:
+        if b"OPENSSH PRIVATE KEY" in data:
+            key = serialization.load_ssh_private_key(data, password=None)
+        else:
+            key = serialization.load_pem_private_key(data, password=None)
+    except (ValueError, TypeError) as exc:
+        raise ValueError(f"not an unencrypted private key ({exc})") from None
+    except Exception as exc:  # cryptography raises its own for unsupported formats
+        raise ValueError(f"not a private key ({exc})") from None
+    if not isinstance(key, ed25519.Ed25519PrivateKey | ec.EllipticCurvePrivateKey):
+        raise ValueError(f"must be an ed25519 or ECDSA key, got {type(key).__name__}")
+    return key
+
+
+def load_ssh_material(ssh_address: str, host_keys: tuple[str, ...],
+                      host_key_files: tuple[str, ...], user_ca_key: str,
+                      user_ca_key_file: str, reader: Reader, problems: Problems,
+                      ssh_routes: int) -> SshMaterial:
+    """The keys ``ssh_address`` needs, each checked; problems at their key paths."""
+    loaded: list[bytes] = []
+    for index, text in enumerate(host_keys):
+        data = text.encode() if "PRIVATE KEY" in text else _b64(text)
+        _check(data, f"ssh_host_keys[{index}]", problems, loaded)
+    for index, location in enumerate(host_key_files):
+        try:
+            data = reader.read(location)
+        except OSError as exc:
+            problems.error(f"ssh_host_key_files[{index}]", f"cannot read {location}: {exc}")
+            continue
+        _check(data, f"ssh_host_key_files[{index}]", problems, loaded)
+    ca: list[bytes] = []
+    if user_ca_key and user_ca_key_file:
+        problems.error("ssh_user_ca_key", "set ssh_user_ca_key or ssh_user_ca_key_file, "
+                                          "not both")
+    elif user_ca_key:
+        text = user_ca_key
+        _check(text.encode() if "PRIVATE KEY" in text else _b64(text), "ssh_user_ca_key",
+               problems, ca)
+    elif user_ca_key_file:
+        try:
+            _check(reader.read(user_ca_key_file), "ssh_user_ca_key_file", problems, ca)
+        except OSError as exc:
+            problems.error("ssh_user_ca_key_file", f"cannot read {user_ca_key_file}: {exc}")
+    if ssh_address:
+        if not host_keys and not host_key_files:
+            problems.error("ssh_host_key_files", "is required with ssh_address (the keys "
+                           "the gateway's SSH server proves itself with; generate one with "
+                           "ssh-keygen -t ed25519)")
+        if not user_ca_key and not user_ca_key_file:
+            problems.error("ssh_user_ca_key_file", "is required with ssh_address (the CA "
+                           "that signs the gateway's certificates for servers; servers "
+                           "trust it with TrustedUserCAKeys)")
+    elif ssh_routes:
+        problems.warn("ssh_address", f"is not set: the {ssh_routes} ssh:// route(s) are "
+                                     "not served")
+    return SshMaterial(tuple(loaded), ca[0] if ca else None)
+
+
+def _b64(text: str) -> bytes:
+    try:
+        return base64.b64decode(text, validate=True)
+    except (binascii.Error, ValueError):
+        return b""
+
+
+def _check(data: bytes, where: str, problems: Problems, into: list[bytes]) -> None:
+    try:
+        load_private_key(data)
+    except ValueError as exc:
+        problems.error(where, str(exc))
+        return
+    into.append(data)

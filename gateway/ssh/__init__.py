@@ -1,0 +1,9 @@
+"""Native SSH: the gateway as an SSH server (``ssh LOGIN@ROUTE@gateway``) that signs
+people in with the identity provider, decides with the route's policy, and logs into the
+route's server with a short-lived certificate from its own user CA, recording sessions.
+
+Pure parts (``names``, ``verdict``, ``certs``, ``asciicast``) are plain functions; the
+protocols (``transport``, ``auth``, ``upstream``, ``bridge``) only move bytes and act on
+their results; ``service`` is the Twisted service ``gateway.tree`` adds for
+``ssh_address``.
+"""

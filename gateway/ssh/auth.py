@@ -1,0 +1,237 @@
+"""The server side of ``ssh-userauth``: the client proves it holds a key (publickey with
+a signature, verified here); a key bound to a live session goes straight to the route's
+decision; an unbound one is answered "partial success, keyboard-interactive", which
+shows the sign-in link and waits for the person to confirm it in a browser.
+
+Before the decision nothing tells whether a route or a person exists: a bad user name,
+an unknown key and an unknown route all look the same until the key is bound.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Any, Protocol
+
+from twisted.conch.ssh import keys, service, transport
+from twisted.conch.ssh.common import NS, getNS
+from twisted.internet.defer import Deferred, ensureDeferred
+from twisted.logger import Logger
+
+from gateway.config.ssh import fingerprint
+from gateway.ssh import algorithms, limits
+from gateway.ssh.names import BadUserName, Target, parse_user
+from gateway.ssh.transport import GatewayServerTransport, disconnect
+
+log = Logger(namespace="gateway.ssh")
+
+MSG_USERAUTH_REQUEST = 50
+MSG_USERAUTH_FAILURE = 51
+MSG_USERAUTH_SUCCESS = 52
+MSG_USERAUTH_BANNER = 53
+MSG_USERAUTH_PK_OK = 60
+MSG_USERAUTH_INFO_REQUEST = 60
+MSG_USERAUTH_INFO_RESPONSE = 61
+
+
+class Refused(Exception):
+    """The person may not log in; ``str(self)`` is the line they read."""
+
+
+class Gate(Protocol):
+    """What authenticating asks of the SSH service (``gateway.ssh.service``)."""
+
+    async def bound_session(self, key_fingerprint: str) -> Any:
+        """The live session the key is bound to, or None."""
+        ...
+
+    async def start_sign_in(self, ssh: GatewayServerTransport, target: Target,
+                            key_fingerprint: str) -> tuple[str, str]:
+        """(the URL to show, the ticket to wait on)."""
+        ...
+
+    async def wait_sign_in(self, ssh: GatewayServerTransport, ticket: str) -> Any:
+        """The session that confirmed ``ticket``, or None (timed out)."""
+        ...
+
+    async def admit(self, ssh: GatewayServerTransport, target: Target, session: Any,
+                    key_fingerprint: str) -> Any:
+        """Decide and reach the server: the connection service to start, or
+        ``Refused``."""
+        ...
+
+
+def _signature_algorithm(signature: bytes) -> bytes:
+    try:
+        return bytes(getNS(signature)[0])
+    except (struct.error, ValueError, IndexError):
+        return b""
+
+
+class GatewayUserAuth(service.SSHService):
+    name = b"ssh-userauth"
+    protocolMessages = {MSG_USERAUTH_REQUEST: "MSG_USERAUTH_REQUEST",
+                        MSG_USERAUTH_INFO_RESPONSE: "MSG_USERAUTH_INFO_RESPONSE"}
+
+    def __init__(self, ssh: GatewayServerTransport, gate: Gate) -> None:
+        self.ssh = ssh
+        self.gate = gate
+        self.failures = 0
+        self.busy = False
+        self.proven: tuple[bytes, str] | None = None  # (user name, key fingerprint)
+        self.ticket = ""
+        self.pending_target: Target | None = None
+
+    # -- answers
+
+    def _send(self, kind: int, payload: bytes) -> None:
+        conch: Any = self.ssh  # (Conch's methods carry no annotations)
+        conch.sendPacket(kind, payload)
+
+    def _fail(self, methods: bytes = b"publickey", partial: bool = False,
+              count: bool = True) -> None:
+        if count:
+            self.failures += 1
+            if self.failures > limits.AUTH_ATTEMPTS:
+                disconnect(self.ssh, transport.DISCONNECT_NO_MORE_AUTH_METHODS_AVAILABLE,
+                           "too many authentication failures")
+                return
+        self._send(MSG_USERAUTH_FAILURE, NS(methods) + (b"\x01" if partial else b"\x00"))
+
+    def banner(self, text: str) -> None:
+        self._send(MSG_USERAUTH_BANNER, NS(text.encode("utf-8", "replace")) + NS(b""))
+
+    # -- requests
+
+    def ssh_USERAUTH_REQUEST(self, packet: bytes) -> None:
+        if self.busy:  # one request at a time (RFC 4252 5: no new one before the answer)
+            disconnect(self.ssh, transport.DISCONNECT_PROTOCOL_ERROR,
+                       "authentication request while another is in progress")
+            return
+        try:
+            user, next_service, method, rest = getNS(packet, 3)
+        except (struct.error, ValueError, IndexError):
+            disconnect(self.ssh, transport.DISCONNECT_PROTOCOL_ERROR, "bad request")
+            return
+        if next_service != b"ssh-connection":
+            disconnect(self.ssh, transport.DISCONNECT_SERVICE_NOT_AVAILABLE,
+                       "only ssh-connection is served")
+            return
+        try:
+            target = parse_user(user)
+        except BadUserName:
+            target = None
+        if self.proven is not None and self.proven[0] != user:
+            self.proven = None  # another user name: prove the key again
+        if method == b"publickey":
+            self._publickey(user, target, rest)
+        elif method == b"keyboard-interactive" and self.proven is not None \
+                and target is not None:
+            self._interactive(target)
+        else:
+            self._fail(count=method != b"none")
+
+    def _publickey(self, user: bytes, target: Target | None, rest: bytes) -> None:
+        try:
+            has_signature = rest[0]
+            algorithm, blob, tail = getNS(rest[1:], 2)
+            key = keys.Key.fromString(blob)
+        except (struct.error, ValueError, IndexError, keys.BadKeyError):
+            self._fail()
+            return
+        except Exception:  # whatever else a hostile key blob makes the parser raise
+            self._fail()
+            return
+        if algorithm not in algorithms.SIGNATURES or \
+                algorithm not in key.supportedSignatureAlgorithms():
+            self._fail()
+            return
+        if not has_signature:
+            self._send(MSG_USERAUTH_PK_OK, NS(algorithm) + NS(blob))
+            return
+        try:
+            signature = getNS(tail)[0]
+        except (struct.error, ValueError, IndexError):
+            self._fail()
+            return
+        assert self.ssh.sessionID is not None
+        signed = (NS(self.ssh.sessionID) + bytes((MSG_USERAUTH_REQUEST,)) + NS(user)
+                  + NS(b"ssh-connection") + NS(b"publickey") + b"\x01" + NS(algorithm)
+                  + NS(blob))
+        try:
+            valid = _signature_algorithm(signature) == algorithm and \
+                key.verify(signature, signed)
+        except Exception:  # a malformed signature
+            valid = False
+        if not valid or target is None:
+            self._fail()
+            return
+        key_fingerprint = fingerprint(blob)
+        self.proven = (user, key_fingerprint)
+        self._run(self._bound_or_ask(target, key_fingerprint))
+
+    def _run(self, work: Any) -> None:
+        self.busy = True
+        d: Deferred[None] = ensureDeferred(work)
+
+        def failed(reason: Any) -> None:
+            log.failure("ssh: authentication failed unexpectedly", reason)
+            disconnect(self.ssh, transport.DISCONNECT_BY_APPLICATION,
+                       "the gateway could not complete the login; try again")
+
+        def done(_: Any) -> None:
+            self.busy = False
+
+        d.addErrback(failed).addBoth(done)
+
+    async def _bound_or_ask(self, target: Target, key_fingerprint: str) -> None:
+        session = await self.gate.bound_session(key_fingerprint)
+        if session is None:
+            # proven but not bound: keyboard-interactive signs the person in
+            self._fail(b"keyboard-interactive", partial=True, count=False)
+            self.banner("This key is not signed in yet; keyboard-interactive "
+                        "authentication shows where to sign in (BatchMode cannot).\n")
+            return
+        await self._admit(target, session, key_fingerprint)
+
+    def _interactive(self, target: Target) -> None:
+        assert self.proven is not None
+        self.pending_target = target
+        self._run(self._ask(target, self.proven[1]))
+
+    async def _ask(self, target: Target, key_fingerprint: str) -> None:
+        url, ticket = await self.gate.start_sign_in(self.ssh, target, key_fingerprint)
+        self.ticket = ticket
+        self.ssh.extend_grace(limits.SIGN_IN_WAIT + 10)
+        instruction = f"Sign in at {url} to continue\n".encode()
+        self._send(MSG_USERAUTH_INFO_REQUEST,
+                   NS(b"") + NS(instruction) + NS(b"") + struct.pack(">L", 0))
+
+    def ssh_USERAUTH_INFO_RESPONSE(self, packet: bytes) -> None:
+        if not self.ticket or self.busy or self.pending_target is None \
+                or self.proven is None:
+            disconnect(self.ssh, transport.DISCONNECT_PROTOCOL_ERROR, "unexpected response")
+            return
+        ticket, self.ticket = self.ticket, ""
+        self._run(self._wait(ticket, self.pending_target, self.proven[1]))
+
+    async def _wait(self, ticket: str, target: Target, key_fingerprint: str) -> None:
+        session = await self.gate.wait_sign_in(self.ssh, ticket)
+        if session is None:
+            disconnect(self.ssh, transport.DISCONNECT_NO_MORE_AUTH_METHODS_AVAILABLE,
+                       "the sign-in was not completed in time; connect again")
+            return
+        await self._admit(target, session, key_fingerprint)
+
+    async def _admit(self, target: Target, session: Any, key_fingerprint: str) -> None:
+        try:
+            connection = await self.gate.admit(self.ssh, target, session, key_fingerprint)
+        except Refused as refused:
+            disconnect(self.ssh, transport.DISCONNECT_NO_MORE_AUTH_METHODS_AVAILABLE,
+                       str(refused))
+            return
+        if not self.ssh.transport or getattr(self.ssh.transport, "disconnecting", False):
+            return
+        self.ssh.mark_authenticated()
+        self._send(MSG_USERAUTH_SUCCESS, b"")
+        conch: Any = self.ssh
+        conch.setService(connection)

@@ -1,0 +1,339 @@
+"""The SSH server as a Twisted service (``gateway.tree`` adds it for ``ssh_address``):
+the listener, the ``Gate`` that authentication asks (key bindings, sign-in, the route's
+decision, the server's connection), continuous authorization of every open connection,
+and one log line per connection.
+
+It follows reloads: routes, keys and policies of the newest snapshot decide new
+connections, and open ones are decided again within ``RECHECK_SECONDS``: a sign-out,
+revocation, expiry, failed refresh, removed route or a policy that now denies closes the
+connection with a message on the person's terminal.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import secrets
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from twisted.application.internet import StreamServerEndpointService, TimerService
+from twisted.application.service import MultiService
+from twisted.conch.ssh import keys, transport
+from twisted.internet.defer import ensureDeferred
+from twisted.internet.endpoints import TCP4ServerEndpoint, TCP6ServerEndpoint
+from twisted.internet.task import deferLater
+from twisted.logger import Logger
+
+from gateway.authenticate.holder import IdentityHolder
+from gateway.authenticate.ssh_sign_in import SSH_SIGN_IN
+from gateway.config.routes import Route
+from gateway.config.snapshot import Snapshot
+from gateway.config.source import ConfigSource
+from gateway.config.ssh import SigningKey, fingerprint, load_private_key
+from gateway.config.values import parse_address
+from gateway.databroker.records import RecordStore
+from gateway.databroker.ssh_records import (
+    bound_session_id,
+    pin_host_key,
+    pinned_host_key,
+    read_sign_in,
+    start_sign_in,
+)
+from gateway.sessions.model import Session
+from gateway.ssh import limits
+from gateway.ssh.asciicast import Recording
+from gateway.ssh.auth import GatewayUserAuth, Refused
+from gateway.ssh.bridge import BridgeConnection, Context
+from gateway.ssh.certs import issue
+from gateway.ssh.decision import decide_login, no_login_message, who
+from gateway.ssh.names import Target
+from gateway.ssh.transport import GatewayFactory, GatewayServerTransport, disconnect
+from gateway.ssh.upstream import (
+    HostKeyCheck,
+    UpstreamFailed,
+    connect,
+    host_key_algorithms,
+)
+
+log = Logger(namespace="gateway.ssh")
+POLL_SECONDS = 0.5  # how often a pending sign-in is looked at
+
+
+@dataclass
+class Active:
+    """An admitted connection, decided again every ``RECHECK_SECONDS``."""
+
+    ssh: GatewayServerTransport
+    bridge: BridgeConnection
+    session_id: str
+    target: Target
+    started: float
+    serial: int
+    reason: str
+    ended: str = ""
+    checking: bool = False
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def _host_keys(snapshot: Snapshot) -> list[keys.Key]:
+    return [keys.Key(load_private_key(k)) for k in snapshot.ssh_material.host_keys]
+
+
+def _ca(snapshot: Snapshot) -> SigningKey:
+    assert snapshot.ssh_material.user_ca_key is not None
+    return load_private_key(snapshot.ssh_material.user_ca_key)
+
+
+class SshService(MultiService):
+    def __init__(self, source: ConfigSource, reactor: Any, holder: IdentityHolder,
+                 records: RecordStore) -> None:
+        MultiService.__init__(self)
+        self.reactor = reactor
+        self.holder = holder
+        self.records = records
+        self.active: dict[str, Active] = {}
+        self._apply(source.current)
+        self.address = source.current.options.ssh_address
+        self.factory = GatewayFactory(reactor, _host_keys(source.current), self._userauth)
+        source.subscribe(self.apply)
+        host, port = parse_address(self.address)
+        endpoint = (TCP6ServerEndpoint(reactor, port, interface=host) if ":" in host
+                    else TCP4ServerEndpoint(reactor, port, interface=host))
+        listener = StreamServerEndpointService(endpoint, self.factory)
+        listener._raiseSynchronously = True
+        MultiService.addService(self, listener)
+        recheck = TimerService(limits.RECHECK_SECONDS, self._recheck_all)
+        recheck.clock = reactor
+        MultiService.addService(self, recheck)
+
+    # -- configuration
+
+    def _apply(self, snapshot: Snapshot) -> None:
+        self.snapshot = snapshot
+        self.routes: dict[str, Route] = {
+            r.ssh.name: r for r in snapshot.ssh_routes if r.ssh is not None}
+        self.ca = _ca(snapshot)
+
+    def apply(self, snapshot: Snapshot) -> None:
+        if snapshot.options.ssh_address != self.address:
+            log.warn("ssh_address changed from {old} to {new}: restart to listen on the new "
+                     "address", old=self.address, new=snapshot.options.ssh_address)
+        if not snapshot.options.ssh_address or snapshot.ssh_material.user_ca_key is None:
+            return  # the SSH server keeps its keys until the restart that stops it
+        self._apply(snapshot)
+        self.factory.set_host_keys(_host_keys(snapshot))
+
+    def startService(self) -> None:
+        MultiService.startService(self)
+        log.info("ssh: listening on {address} for {routes} route(s)", address=self.address,
+                 routes=len(self.routes))
+
+    def _userauth(self, ssh: GatewayServerTransport) -> GatewayUserAuth:
+        return GatewayUserAuth(ssh, self)
+
+    def _now(self) -> float:
+        return float(self.reactor.seconds())
+
+    # -- the Gate
+
+    async def _session(self, sid: str) -> Session | None:
+        store = self.holder.store
+        session = store.get(sid)
+        if session is None and store.needs_fetch:
+            session = await store.fetch(sid)
+        if session is None or not session.valid(time.time()):
+            return None
+        return session
+
+    async def bound_session(self, key_fingerprint: str) -> Session | None:
+        sid = await bound_session_id(self.records, key_fingerprint, time.time())
+        return await self._session(sid) if sid else None
+
+    async def start_sign_in(self, ssh: GatewayServerTransport, target: Target,
+                            key_fingerprint: str) -> tuple[str, str]:
+        pending = await start_sign_in(self.records, key_fingerprint, ssh.client_ip,
+                                      target.route, target.login, time.time())
+        origin = self.holder.identity.auth_origin
+        log.info("ssh: sign-in started for key {fingerprint} from {client}",
+                 fingerprint=key_fingerprint, client=ssh.client_ip)
+        return f"{origin}{SSH_SIGN_IN}{pending.ticket}", pending.ticket
+
+    async def wait_sign_in(self, ssh: GatewayServerTransport, ticket: str
+                           ) -> Session | None:
+        for _ in range(int(limits.SIGN_IN_WAIT / POLL_SECONDS)):
+            await deferLater(self.reactor, POLL_SECONDS)
+            wire: Any = ssh.transport
+            if wire is None or getattr(wire, "disconnected", False):
+                return None
+            pending = await read_sign_in(self.records, ticket, time.time())
+            if pending is None:
+                return None
+            if pending.session_id:
+                return await self._session(pending.session_id)
+        return None
+
+    async def admit(self, ssh: GatewayServerTransport, target: Target, session: Session,
+                    key_fingerprint: str) -> BridgeConnection:
+        decider = self.holder.identity.decider
+        view, _ = decider.decision_session(session)
+        person = who(view) or who(session)
+        route = self.routes.get(target.route)
+        if route is None or route.ssh is None:
+            self._log_refusal(ssh, target, person, "no-such-route")
+            raise Refused(f"signed in as {person}; there is no SSH route {target.route}")
+        if not target.login:
+            self._log_refusal(ssh, target, person, "no-login")
+            raise Refused(no_login_message(target.route, view.email))
+        decision = decide_login(route, target.route, target.login, view, ssh.client_ip,
+                                time.time(), groups_available=decider.groups_available)
+        if not decision.allowed:
+            self._log_refusal(ssh, target, person, decision.reason)
+            raise Refused(decision.message)
+        ssh_route = route.ssh
+        key_id = f"{person} session:{hashlib.sha256(session.id.encode()).hexdigest()[:16]}"
+        issued = issue(self.ca, target.login, key_id, ssh_route.certificate_ttl, time.time(),
+                       port_forwarding=ssh_route.allow_port_forwarding)
+        try:
+            upstream = await connect(self.reactor, ssh_route.host, ssh_route.port,
+                                     target.login, issued, self._host_key_check(route),
+                                     host_key_algorithms(ssh_route.host_keys))
+        except UpstreamFailed as failed:
+            self._log_refusal(ssh, target, person, f"upstream: {failed}")
+            raise Refused(f"signed in as {person}; route {target.route}: {failed}") from None
+        connection_id = secrets.token_hex(8)
+        ctx = Context(connection_id=connection_id, route=target.route, login=target.login,
+                      user=person, client=ssh.client_ip,
+                      allow_port_forwarding=ssh_route.allow_port_forwarding,
+                      recordings=lambda title, w, h, term: self._recording(
+                          route, connection_id, ctx, title, w, h, term))
+        bridge = BridgeConnection(upstream, ctx)
+        active = Active(ssh, bridge, session.id, target, time.time(), issued.serial,
+                        decision.reason)
+        self.active[connection_id] = active
+        ssh.on_lost = lambda: self._ended(connection_id)
+        upstream.lost = lambda: self._close(connection_id, "the server closed the connection")
+        log.info("ssh: {user} logged in as {login} on route {route}", user=person,
+                 login=target.login, route=target.route, client=ssh.client_ip,
+                 decision="allowed", reason=decision.reason, connection=connection_id,
+                 certificate_serial=issued.serial, key=key_fingerprint)
+        return bridge
+
+    def _log_refusal(self, ssh: GatewayServerTransport, target: Target, person: str,
+                     reason: str) -> None:
+        log.info("ssh: {user} refused as {login} on route {route}: {reason}", user=person,
+                 login=target.login, route=target.route, client=ssh.client_ip,
+                 decision="denied", reason=reason)
+
+    def _host_key_check(self, route: Route) -> HostKeyCheck:
+        ssh_route = route.ssh
+        assert ssh_route is not None
+        name = ssh_route.name
+
+        async def check(blob: bytes) -> bool:
+            if ssh_route.host_keys:
+                trusted = [k.blob for k in ssh_route.host_keys]
+            else:
+                pinned = await pinned_host_key(self.records, name)
+                if pinned is None:
+                    await pin_host_key(self.records, name, blob)
+                    log.warn("ssh: route {route}: pinned the server's host key {shown} "
+                             "(trust on first use)", route=name, shown=fingerprint(blob))
+                    return True
+                trusted = [pinned]
+            if blob in trusted:
+                return True
+            log.error("ssh: route {route}: the server's host key {shown} is not the trusted "
+                      "{expected}; refused", route=name, shown=fingerprint(blob),
+                      expected=", ".join(fingerprint(b) for b in trusted))
+            return False
+        return check
+
+    def _recording(self, route: Route, connection_id: str, ctx: Context, title: str,
+                   width: int, height: int, term: str) -> Recording | None:
+        directory = self.snapshot.options.ssh_recording_dir
+        assert route.ssh is not None
+        if not directory or route.ssh.recording is False:
+            return None
+        now = time.time()
+        day = time.strftime("%Y-%m-%d", time.gmtime(now))
+        path = os.path.join(directory, day, f"{connection_id}-{len(ctx.recording_files)}.cast")
+        try:
+            return Recording(path, width, height, term, now, title, route.ssh.record_input)
+        except OSError as exc:
+            log.error("ssh: cannot record to {path}: {error}", path=path, error=str(exc))
+            return None
+
+    # -- the end, and continuous authorization
+
+    def _ended(self, connection_id: str) -> None:
+        active = self.active.pop(connection_id, None)
+        if active is None:
+            return
+        ctx = active.bridge.ctx
+        log.info("ssh: connection of {user} as {login} on route {route} ended",
+                 user=ctx.user, login=ctx.login, route=ctx.route, client=ctx.client,
+                 connection=connection_id, decision="allowed", reason=active.reason,
+                 certificate_serial=active.serial, bytes_in=ctx.bytes_in,
+                 bytes_out=ctx.bytes_out, channels=ctx.channels,
+                 duration=round(time.time() - active.started, 3),
+                 recordings=ctx.recording_files, ended=active.ended or "closed")
+
+    def _close(self, connection_id: str, message: str) -> None:
+        active = self.active.get(connection_id)
+        if active is None or active.ended:
+            return
+        active.ended = message
+        active.bridge.say(message)
+        disconnect(active.ssh, transport.DISCONNECT_BY_APPLICATION, message)
+
+    def _recheck_all(self) -> None:
+        for connection_id, active in list(self.active.items()):
+            if not active.checking and not active.ended:
+                active.checking = True
+                ensureDeferred(self._checked(connection_id, active))
+
+    async def _checked(self, connection_id: str, active: Active) -> None:
+        try:
+            await self._recheck(connection_id, active)
+        except Exception:
+            log.failure("ssh: recheck of connection {connection} failed",
+                        connection=connection_id)
+        finally:
+            active.checking = False
+
+    async def _recheck(self, connection_id: str, active: Active) -> None:
+        identity = self.holder.identity
+        store = self.holder.store
+        session = store.get(active.session_id)
+        if session is None and store.needs_fetch:
+            session = await store.fetch(active.session_id)
+        now = time.time()
+        if session is None:
+            self._close(connection_id, "your session has ended (signed out or revoked)")
+            return
+        if not session.valid(now):
+            self._close(connection_id, "your session has expired; connect again to sign in")
+            return
+        if identity.refresh_due(session) <= now:
+            refreshed = await identity.refresh(session)
+            if refreshed is None:
+                self._close(connection_id, "your session could not be renewed; connect "
+                                           "again to sign in")
+                return
+            session = refreshed
+        route = self.routes.get(active.target.route)
+        if route is None:
+            self._close(connection_id, f"route {active.target.route} was removed")
+            return
+        decider = identity.decider
+        view, _ = decider.decision_session(session)
+        decision = decide_login(route, active.target.route, active.target.login, view,
+                                active.ssh.client_ip, now,
+                                groups_available=decider.groups_available)
+        if not decision.allowed:
+            log.info("ssh: {user} no longer allowed as {login} on route {route}: {reason}",
+                     user=who(view), login=active.target.login, route=active.target.route,
+                     reason=decision.reason, connection=connection_id)
+            self._close(connection_id, decision.message)

@@ -1,0 +1,130 @@
+"""The SSH server's transport and factory: current algorithms only (``algorithms``), a
+login grace time, a cap on unauthenticated connections per client address and in all,
+and a bound on what is buffered before authentication. What happens after the key
+exchange is the ``auth`` service's, then the ``bridge``'s."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from twisted.conch.ssh import keys, transport
+from twisted.conch.ssh.factory import SSHFactory
+from twisted.internet.interfaces import IAddress, IDelayedCall
+from twisted.logger import Logger
+
+from gateway.ssh import algorithms, limits
+
+log = Logger(namespace="gateway.ssh")
+
+
+def disconnect(ssh: Any, code: int, message: str) -> None:
+    """Send SSH_MSG_DISCONNECT with ``message`` (what OpenSSH prints) and close."""
+    ssh.sendDisconnect(code, message.encode("utf-8", "replace")[:1000])
+
+
+class GatewayServerTransport(transport.SSHServerTransport):
+    supportedCiphers = algorithms.CIPHERS
+    supportedMACs = algorithms.MACS
+    supportedKeyExchanges = algorithms.KEY_EXCHANGES
+    supportedCompressions = algorithms.COMPRESSIONS
+    # no Twisted version for scanners
+    ourVersionString = b"SSH-2.0-gateway"
+
+    factory: GatewayFactory
+    authenticated = False
+    client_ip = ""
+    _grace: IDelayedCall | None = None
+    on_lost: Callable[[], None] | None = None
+
+    def connectionMade(self) -> None:
+        assert self.transport is not None
+        self.client_ip = getattr(self.transport.getPeer(), "host", "")
+        self._grace = self.factory.reactor.callLater(limits.LOGIN_GRACE, self._too_slow)
+        base: Any = super()
+        base.connectionMade()
+
+    def extend_grace(self, seconds: float) -> None:
+        """A sign-in is pending: the person gets ``seconds`` to finish it."""
+        if self._grace is not None and self._grace.active():
+            self._grace.reset(seconds)
+
+    def _too_slow(self) -> None:
+        self._grace = None
+        if not self.authenticated:
+            disconnect(self, transport.DISCONNECT_NO_MORE_AUTH_METHODS_AVAILABLE,
+                       "authentication took too long")
+
+    def mark_authenticated(self) -> None:
+        if not self.authenticated:
+            self.authenticated = True
+            self.factory.release(self.client_ip)
+            if self._grace is not None and self._grace.active():
+                self._grace.cancel()
+            self._grace = None
+
+    def dataReceived(self, data: bytes) -> None:
+        if not self.authenticated and len(self.buf) + len(data) > limits.PREAUTH_BUFFER:
+            disconnect(self, transport.DISCONNECT_PROTOCOL_ERROR, "too much data")
+            return
+        base: Any = super()
+        base.dataReceived(data)
+
+    def connectionLost(self, reason: Any = None) -> None:
+        if not self.authenticated:
+            self.factory.release(self.client_ip)
+            self.authenticated = True  # released once
+        if self._grace is not None and self._grace.active():
+            self._grace.cancel()
+        if self.on_lost is not None:
+            self.on_lost()
+        super().connectionLost(reason)
+
+
+class GatewayFactory(SSHFactory):
+    """``services``: ``ssh-userauth`` made by ``userauth`` for each connection; the
+    connection service is set by the auth service itself once a person is admitted."""
+
+    protocol = GatewayServerTransport
+
+    def __init__(self, reactor: Any, host_keys: list[keys.Key],
+                 userauth: Callable[[GatewayServerTransport], Any]) -> None:
+        self.reactor = reactor
+        self.privateKeys = {k.sshType(): k for k in host_keys}
+        self.publicKeys = {k.sshType(): k.public() for k in host_keys}
+        self.primes = None
+        self.userauth = userauth
+        self.unauthenticated: dict[str, int] = {}
+
+    def set_host_keys(self, host_keys: list[keys.Key]) -> None:
+        self.privateKeys = {k.sshType(): k for k in host_keys}
+        self.publicKeys = {k.sshType(): k.public() for k in host_keys}
+
+    def buildProtocol(  # type: ignore[override]
+            self, addr: IAddress | None) -> GatewayServerTransport | None:
+        ip = getattr(addr, "host", "")
+        count = self.unauthenticated.get(ip, 0)
+        if count >= limits.UNAUTHENTICATED_PER_ADDRESS or \
+                sum(self.unauthenticated.values()) >= limits.UNAUTHENTICATED_TOTAL:
+            log.warn("ssh: refused a connection from {client}: too many unauthenticated "
+                     "connections", client=ip)
+            return None
+        self.unauthenticated[ip] = count + 1
+        built = super().buildProtocol(addr)
+        assert isinstance(built, GatewayServerTransport)
+        built.supportedPublicKeys = [alg for alg in built.supportedPublicKeys
+                                     if alg in algorithms.SIGNATURES]
+        built.supportedKeyExchanges = algorithms.KEY_EXCHANGES
+        return built
+
+    def release(self, ip: str) -> None:
+        left = self.unauthenticated.get(ip, 0) - 1
+        if left > 0:
+            self.unauthenticated[ip] = left
+        else:
+            self.unauthenticated.pop(ip, None)
+
+    def getService(self, transport: Any, service: bytes) -> Any:
+        if service == b"ssh-userauth" and not transport.authenticated:
+            return lambda: self.userauth(transport)
+        return None

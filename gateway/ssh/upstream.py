@@ -1,0 +1,214 @@
+"""The gateway's SSH client toward a route's server: current algorithms only, the host
+key checked against the route (its pinned keys, or the key pinned on first use), and
+publickey authentication with the certificate just issued (``certs``): Conch's client
+knows no certificates, so the ``...-cert-v01@openssh.com`` request is written here.
+
+``connect`` answers the authenticated ``UpstreamConnection`` or fails with
+``UpstreamFailed`` saying what the person can be told.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from twisted.conch.ssh import connection, keys, service, transport
+from twisted.conch.ssh.common import NS
+from twisted.internet.defer import Deferred
+from twisted.internet.endpoints import TCP4ClientEndpoint, TCP6ClientEndpoint
+from twisted.internet.error import ConnectError
+from twisted.internet.protocol import Factory, Protocol
+from twisted.logger import Logger
+
+from gateway.config.ssh import HostKey, fingerprint
+from gateway.ssh import algorithms
+from gateway.ssh.certs import Issued
+
+log = Logger(namespace="gateway.ssh")
+CONNECT_TIMEOUT = 10.0
+# host key blob -> True if it is the route's (may read and write the databroker: TOFU)
+HostKeyCheck = Callable[[bytes], Awaitable[bool]]
+
+
+class UpstreamFailed(Exception):
+    """The server could not be reached or refused the gateway (``str``: for the
+    person)."""
+
+
+class UpstreamConnection(connection.SSHConnection):
+    """The client side's connection service: channels are opened by the bridge; the
+    server may open none toward the gateway (no forwarded ports, agents or X11)."""
+
+    def __init__(self, ready: Deferred[UpstreamConnection]) -> None:
+        base: Any = super()
+        base.__init__()
+        self.ready = ready
+        self.lost: Callable[[], None] | None = None
+
+    def serviceStarted(self) -> None:
+        base: Any = super()
+        base.serviceStarted()
+        if not self.ready.called:
+            self.ready.callback(self)
+
+    def getChannel(self, channelType: bytes, windowSize: int, maxPacket: int,
+                   data: bytes) -> Any:
+        from twisted.conch.error import ConchError
+
+        raise ConchError("not allowed", connection.OPEN_ADMINISTRATIVELY_PROHIBITED)
+
+    def gotGlobalRequest(self, requestType: bytes, data: bytes) -> int:
+        return 0
+
+    def adjustWindow(self, channel: Any, bytesToAdd: int) -> None:
+        if getattr(channel, "held", False):
+            return  # the other side's buffer is full: withheld until it drains
+        base: Any = super()
+        base.adjustWindow(channel, bytesToAdd)
+
+
+class CertificateAuth(service.SSHService):
+    """``ssh-userauth`` with one certificate, signed and sent at once."""
+
+    name = b"ssh-userauth"
+    protocolMessages = {51: "MSG_USERAUTH_FAILURE", 52: "MSG_USERAUTH_SUCCESS",
+                        53: "MSG_USERAUTH_BANNER"}
+
+    def __init__(self, login: str, issued: Issued, conn: UpstreamConnection) -> None:
+        self.login = login.encode()
+        self.issued = issued
+        self.conn = conn
+
+    def serviceStarted(self) -> None:
+        wire: Any = self.transport
+        algorithm, blob = self.issued.algorithm, self.issued.certificate
+        request = (NS(self.login) + NS(b"ssh-connection") + NS(b"publickey") + b"\x01"
+                   + NS(algorithm) + NS(blob))
+        signed = NS(wire.sessionID) + bytes((50,)) + request
+        signature = keys.Key(self.issued.key).sign(signed)
+        wire.sendPacket(50, request + NS(signature))
+
+    def ssh_USERAUTH_SUCCESS(self, packet: bytes) -> None:
+        wire: Any = self.transport
+        wire.setService(self.conn)
+
+    def ssh_USERAUTH_FAILURE(self, packet: bytes) -> None:
+        wire: Any = self.transport
+        wire.refused = True
+        wire.sendDisconnect(transport.DISCONNECT_BY_APPLICATION, b"not accepted")
+
+    def ssh_USERAUTH_BANNER(self, packet: bytes) -> None:
+        pass  # a server's banner is not shown: the person talks to the gateway
+
+
+class UpstreamTransport(transport.SSHClientTransport):
+    supportedCiphers = algorithms.CIPHERS
+    supportedMACs = algorithms.MACS
+    supportedKeyExchanges = algorithms.KEY_EXCHANGES
+    supportedCompressions = algorithms.COMPRESSIONS
+    ourVersionString = b"SSH-2.0-gateway"
+
+    def __init__(self, check: HostKeyCheck, host_key_algorithms: list[bytes],
+                 auth: CertificateAuth, ready: Deferred[UpstreamConnection]) -> None:
+        self.check = check
+        self.supportedPublicKeys = host_key_algorithms
+        self.auth = auth
+        self.ready = ready
+        self.refused = False
+        self.wrong_host_key = False
+        self.remote_error = ""
+
+    def verifyHostKey(self, hostKey: bytes, fingerprint: bytes) -> Deferred[bool]:
+        from twisted.internet.defer import ensureDeferred
+
+        async def verify() -> bool:
+            if await self.check(hostKey):
+                return True
+            self.wrong_host_key = True
+            raise UpstreamFailed("host key mismatch")
+
+        return ensureDeferred(verify())
+
+    def connectionSecure(self) -> None:
+        wire: Any = self
+        wire.requestService(self.auth)
+
+    def receiveError(self, reasonCode: int, description: bytes) -> None:
+        self.remote_error = description.decode("utf-8", "replace")[:200]
+        base: Any = super()
+        base.receiveError(reasonCode, description)
+
+    def connectionLost(self, reason: Any = None) -> None:
+        base: Any = super()
+        base.connectionLost(reason)
+        if not self.ready.called:
+            if self.wrong_host_key:
+                why = "the server's host key is not the one this route trusts"
+            elif self.refused:
+                why = "the server did not accept the gateway's certificate for this login"
+            else:
+                why = "the server closed the connection" + (
+                    f" ({self.remote_error})" if self.remote_error else "")
+            self.ready.errback(UpstreamFailed(why))
+        lost = self.auth.conn.lost
+        if lost is not None:
+            lost()
+
+
+def host_key_algorithms(pinned: tuple[HostKey, ...]) -> list[bytes]:
+    """The pinned keys' algorithms only (so the server shows one of those), or every
+    current one for trust on first use."""
+    if not pinned:
+        return list(algorithms.SIGNATURES)
+    out: list[bytes] = []
+    for key in pinned:
+        for alg in algorithms.HOST_KEY_SIGNATURES.get(key.type, []):
+            if alg not in out:
+                out.append(alg)
+    return out
+
+
+def pinned_check(pinned: tuple[HostKey, ...]) -> HostKeyCheck:
+    blobs = {k.blob for k in pinned}
+
+    async def check(blob: bytes) -> bool:
+        return blob in blobs
+    return check
+
+
+async def connect(reactor: Any, host: str, port: int, login: str, issued: Issued,
+                  check: HostKeyCheck, host_key_algs: list[bytes],
+                  timeout: float = CONNECT_TIMEOUT) -> UpstreamConnection:
+    ready: Deferred[UpstreamConnection] = Deferred()
+    conn = UpstreamConnection(ready)
+    auth = CertificateAuth(login, issued, conn)
+    proto = UpstreamTransport(check, host_key_algs, auth, ready)
+    endpoint = (TCP6ClientEndpoint(reactor, host, port, timeout=timeout) if ":" in host
+                else TCP4ClientEndpoint(reactor, host, port, timeout=timeout))
+    try:
+        await endpoint.connect(_Once(proto))
+    except ConnectError as exc:
+        raise UpstreamFailed(f"the server cannot be reached ({exc.__class__.__name__})") \
+            from None
+    wire: Any = proto
+    timer = reactor.callLater(timeout, lambda: wire.transport and
+                              wire.transport.abortConnection())
+    try:
+        return await ready
+    finally:
+        if timer.active():
+            timer.cancel()
+
+
+class _Once(Factory):
+    def __init__(self, proto: Protocol) -> None:
+        self.proto = proto
+
+    def buildProtocol(self, addr: Any) -> Protocol:
+        return self.proto
+
+
+def blob_fingerprint(blob: bytes) -> str:
+    return fingerprint(blob)
+
+

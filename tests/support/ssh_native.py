@@ -1,0 +1,157 @@
+"""Peers for native SSH tests (issue 31): the gateway's SSH keys, a private OpenSSH
+``sshd`` that trusts the gateway's user CA (``TrustedUserCAKeys``) and nothing else, and
+the OpenSSH client aimed at the gateway's SSH listener.
+
+The sshd runs as the current user on a free 127.0.0.1 port with ``LogLevel VERBOSE``
+(it logs each certificate's key id, serial and validity), stopped by PID at the end.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import getpass
+import os
+import select
+import subprocess
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from .peers import MissingBinary, find_binary
+from .processes import ManagedProcess, ProcessError, free_port, port_open
+from .sshd import INSTALL_HINT
+
+PORT_ATTEMPTS = 3
+
+
+def keygen(path: Path, comment: str, kind: str = "ed25519") -> Path:
+    binary = find_binary("ssh-keygen")
+    if binary is None:
+        raise MissingBinary("ssh-keygen", INSTALL_HINT)
+    subprocess.run([binary, "-q", "-t", kind, "-N", "", "-C", comment, "-f", str(path)],
+                   check=True, capture_output=True, timeout=30)
+    return path
+
+
+@dataclass(frozen=True)
+class GatewayKeys:
+    host_key: Path  # the gateway's SSH host key
+    user_ca: Path  # the user CA's private key (its .pub is what servers trust)
+    client_key: Path  # the person's key
+
+    @property
+    def ca_public(self) -> str:
+        return Path(str(self.user_ca) + ".pub").read_text().strip()
+
+
+def gateway_keys(tmp_path: Path) -> GatewayKeys:
+    keys = tmp_path / "keys"
+    keys.mkdir(mode=0o700)
+    return GatewayKeys(keygen(keys / "gateway_host", "gateway host"),
+                       keygen(keys / "user_ca", "gateway user CA"),
+                       keygen(keys / "client", "alice's laptop"))
+
+
+@dataclass(frozen=True)
+class CertSshd:
+    port: int
+    user: str
+    host_public: str  # "ssh-ed25519 AAAA..."
+    process: ManagedProcess
+
+    def log(self) -> str:
+        return self.process.log_text()
+
+
+def _config(run: Path, user: str, ca_public: Path) -> str:
+    return "\n".join([
+        "ListenAddress 127.0.0.1",
+        f"HostKey {run / 'host_ed25519'}",
+        "PidFile none",
+        "UsePAM no",
+        "StrictModes no",
+        "PermitRootLogin prohibit-password",
+        "PubkeyAuthentication yes",
+        "PasswordAuthentication no",
+        "KbdInteractiveAuthentication no",
+        "AuthorizedKeysFile none",
+        f"TrustedUserCAKeys {ca_public}",
+        f"AllowUsers {user}",
+        "AllowTcpForwarding yes",
+        "Subsystem sftp internal-sftp",
+        "PrintMotd no",
+        "PrintLastLog no",
+        "LogLevel VERBOSE",
+        "",
+    ])
+
+
+@contextlib.contextmanager
+def cert_sshd(tmp_path: Path, ca_public: str, *, timeout: float = 15.0) -> Iterator[CertSshd]:
+    sshd = find_binary("sshd")
+    if sshd is None:
+        raise MissingBinary("sshd", INSTALL_HINT)
+    sshd = os.path.abspath(sshd)  # sshd re-executes itself: absolute path
+    run = tmp_path / "sshd"
+    run.mkdir(parents=True)
+    user = getpass.getuser()
+    keygen(run / "host_ed25519", "server host")
+    (run / "user_ca.pub").write_text(ca_public + "\n")
+    (run / "sshd_config").write_text(_config(run, user, run / "user_ca.pub"))
+    if os.geteuid() == 0:
+        Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)
+    host_public = " ".join((run / "host_ed25519.pub").read_text().split()[:2])
+    for attempt in range(1, PORT_ATTEMPTS + 1):
+        port = free_port()
+        process = ManagedProcess([sshd, "-D", "-e", "-f", str(run / "sshd_config"),
+                                  "-p", str(port)], log_dir=run, name=f"sshd-{port}")
+        process.start()
+        try:
+            process.wait_ready(lambda port=port: port_open("127.0.0.1", port), timeout)
+        except ProcessError:
+            process.stop()
+            if attempt < PORT_ATTEMPTS and "Address already in use" in process.log_text():
+                continue
+            raise
+        break
+    try:
+        yield CertSshd(port, user, host_public, process)
+    finally:
+        process.stop()
+
+
+def ssh_argv(key: Path, port: int, user: str, *command: str,
+             options: Sequence[str] = (), binary: str = "ssh") -> list[str]:
+    """The OpenSSH client with no user configuration, ``key`` only, no host-key prompts,
+    aimed at the gateway's SSH listener on ``port``."""
+    found = find_binary(binary)
+    if found is None:
+        raise MissingBinary(binary, INSTALL_HINT)
+    argv = [found, "-F", "/dev/null", "-i", str(key), "-o", "IdentitiesOnly=yes",
+            "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null",
+            "-o", "ConnectTimeout=20"]
+    for option in options:
+        argv += ["-o", option]
+    port_flag = "-P" if binary in ("scp", "sftp") else "-p"
+    return [*argv, port_flag, str(port), *([f"{user}@127.0.0.1"] if binary == "ssh" else []),
+            *command]
+
+
+def read_until(stream: object, marker: bytes, timeout: float) -> bytes:
+    """Bytes of a pipe up to and including the line holding ``marker`` (bounded)."""
+    fd = stream.fileno()  # type: ignore[attr-defined]
+    seen = b""
+    deadline = time.monotonic() + timeout
+    while marker not in seen or not seen[seen.index(marker):].count(b"\n"):
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise AssertionError(f"{marker!r} not seen in {timeout:g}s; got {seen!r}")
+        ready, _, _ = select.select([fd], [], [], left)
+        if not ready:
+            continue
+        chunk = os.read(fd, 4096)
+        if not chunk:
+            raise AssertionError(f"stream ended before {marker!r}; got {seen!r}")
+        seen += chunk
+    return seen
