@@ -4,6 +4,7 @@
 #   Debian packages (python3-venv, redis-server, curl, nginx, caddy, haproxy, wrk, h2load,
 #   iproute2, pebble, chromium, slapd + ldap-utils, prometheus (promtool),
 #   openssh-server + openssh-client and postgresql (peers of the `gateway tcp` tests),
+#   asciinema (plays the recordings of native SSH sessions in their tests),
 #   dpkg-dev, debhelper, dh-virtualenv, lintian, python3-seccomp (the Debian package tests);
 #   Node.js only if missing),
 #   a virtualenv in .venv with the project (editable) and its test tools,
@@ -27,6 +28,7 @@ command -v ldapsearch >/dev/null 2>&1 || need_apt+=(ldap-utils)
 command -v promtool >/dev/null 2>&1 || need_apt+=(prometheus)
 [ -x /usr/sbin/sshd ] || need_apt+=(openssh-server)
 command -v ssh >/dev/null 2>&1 || need_apt+=(openssh-client)
+command -v asciinema >/dev/null 2>&1 || need_apt+=(asciinema)  # plays native SSH recordings
 compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null || need_apt+=(postgresql)
 command -v node >/dev/null 2>&1 || need_apt+=(nodejs npm)
 python3 -c 'import ensurepip, venv' >/dev/null 2>&1 || need_apt+=(python3-venv)
