@@ -7,6 +7,7 @@ process (``gateway.worker``); nothing here touches the global reactor.
 from __future__ import annotations
 
 import signal
+from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
@@ -19,6 +20,7 @@ from gateway.config import Snapshot
 from gateway.config.source import ConfigSource
 from gateway.databroker.broker import Databroker
 from gateway.observability import logging as gateway_logging
+from gateway.observability.audit_service import AuditService
 from gateway.services.logical import AuthenticateService, AuthorizeService, DataBrokerService
 from gateway.services.metrics import MetricsService, count_requests
 from gateway.services.proxy import ProxyService
@@ -30,12 +32,14 @@ log = Logger(namespace="gateway")
 
 
 class SighupService(Service):
-    """Turns SIGHUP into a configuration reload on the reactor thread."""
+    """Turns SIGHUP into a configuration reload on the reactor thread (and whatever else
+    ``also`` holds: the audit file's reopening)."""
 
     def __init__(self, source: ConfigSource, reactor: Any) -> None:
         self.source = source
         self.reactor = reactor
         self._previous: Any = None
+        self.also: list[Callable[[], None]] = []
 
     def startService(self) -> None:
         Service.startService(self)
@@ -47,6 +51,8 @@ class SighupService(Service):
         Service.stopService(self)
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
+        for call in self.also:
+            self.reactor.callFromThread(call)
         self.reactor.callFromThread(self.source.reload, "SIGHUP")
 
 
@@ -65,8 +71,10 @@ def build_service_tree(
     source.name = "config"
     root.addService(source)
     source.subscribe(apply_logging)
+    sighup = None
     if worker is None:
-        root.addService(SighupService(source, reactor))
+        sighup = SighupService(source, reactor)
+        root.addService(sighup)
     options = snapshot.options
     needs_identity = options.runs("proxy") or options.services in ("authenticate",
                                                                     "authorize")
@@ -107,8 +115,19 @@ def build_service_tree(
             MultiService.addService(split.service, split.authorize_server(identity, source))
         else:
             authorizer = split.authorizer(identity) if split is not None else identity
+            audit = AuditService(reactor, snapshot)  # the decisions the proxy ends with
+            source.subscribe(audit.apply)
+            root.addService(audit)
+            if sighup is not None:
+                sighup.also.append(audit.reopen)
             root.addService(ProxyService(source, reactor, authorizer=authorizer,
                                          inherited=worker.inherited if worker else None))
+            if options.ssh_address and worker is None:
+                # native SSH (imported only when configured): one listener, in the
+                # process that holds the sessions
+                from gateway.ssh.service import SshService
+
+                root.addService(SshService(source, reactor, identity, broker.store))
     if worker is not None:
         if options.metrics_address:  # served by the supervisor, from every worker's counts
             count_requests(options)

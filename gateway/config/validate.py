@@ -14,6 +14,7 @@ from urllib.parse import urlsplit
 
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 
+from gateway.config.audit_fields import AUDIT_FIELDS
 from gateway.config.errors import Problems
 from gateway.config.kvstore_dsn import BadConnectionString, parse_dsn
 from gateway.config.material import Pem, Reader, key_matches_certificate, load_key, load_material
@@ -448,6 +449,10 @@ def _tracing(options: Options, problems: Problems) -> None:
             problems.error(key, f"{url}: spans are sent over http or https")
     for key, message, is_error in otel_problems(options):
         (problems.error if is_error else problems.warn)(key, message)
+    unknown = sorted(set(options.authorize_log_fields) - set(AUDIT_FIELDS))
+    if unknown:
+        problems.error("authorize_log_fields", f"unknown field {', '.join(unknown)}; the "
+                                               f"fields are {', '.join(AUDIT_FIELDS)}")
 
 
 def _branding(options: Options, problems: Problems) -> None:

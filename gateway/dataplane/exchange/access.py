@@ -13,6 +13,10 @@ was picked), ``route``, ``user_id`` and ``email`` (when signed in), ``reason`` (
 authorization decision's reason code, ``public`` for a public route), ``detail`` (why the
 gateway answered itself), ``trace_id`` (when tracing set one). Fields without a value are
 left out.
+
+An exchange that was decided (a route that is not public, the authorization hook
+answered) is also one event of the audit stream (``observability.audit``), unless the
+stream is off.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from twisted.logger import Logger
 
 from gateway.authorize.hook import Allow
 from gateway.dataplane.exchange.measure import Measured, observe_exchange
+from gateway.observability.audit import AUDIT, credential_of
 from gateway.observability.logging import LEVELS
 from gateway.observability.request_metrics import REQUESTS
 
@@ -57,6 +62,8 @@ class Logged(Measured, Protocol):
     email: str
     decision_reason: str
     trace_id: str
+    connect: bool
+    headers: list[tuple[bytes, bytes]]
     trace: Any  # tracer.RequestTrace | None
 
     @property
@@ -75,6 +82,9 @@ def log_access(exchange: Logged, status: int) -> None:
     now = exchange.core.reactor.seconds()
     if REQUESTS.enabled:
         observe_exchange(exchange, status, now)
+    if AUDIT.enabled and exchange.plan is not None and (
+            exchange.allow is not None or exchange.decision_reason):
+        audit(exchange, status, now)
     if not access_enabled():
         return
     plan = exchange.plan
@@ -102,3 +112,18 @@ def log_access(exchange: Logged, status: int) -> None:
     }
     access_log.info("{method} {host}{path} {status}",
                     **{k: v for k, v in fields.items() if v is not None})
+
+
+def audit(exchange: Logged, status: int, now: float) -> None:
+    """The decision of an HTTP request or CONNECT (forward auth reports its own)."""
+    plan = exchange.plan
+    assert plan is not None
+    route = plan.route
+    allow = exchange.allow
+    AUDIT.decision(
+        now, exchange.request_id, exchange.trace_id, plan.metric_labels[1],
+        str(route.from_url), exchange.user_id, exchange.email, exchange.client_address(),
+        exchange.method.decode("latin-1"), exchange.host, exchange.path,
+        "connect" if exchange.connect else "http",
+        credential_of(exchange.headers, exchange.user_id), allow is not None, status,
+        exchange.decision_reason or (allow.reason if allow is not None else ""))

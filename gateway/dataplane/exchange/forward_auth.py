@@ -5,6 +5,10 @@ route, ask the authorization hook as if the gateway carried that request itself,
 The session comes from the forward-auth request's own headers: nginx ``auth_request``
 passes the browser's headers to the subrequest and caddy and traefik copy them, so the
 Cookie of the app's host (set there by the sign-in hand-off) is what is read.
+
+A decision is one audit event (``observability.audit``) about the request asked about
+(its method, host and path), with the status the proxy is answered; the access log
+line names who was decided on too.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from gateway.dataplane.forwardauth.answer import Mode, allowed, mode_of, outcome
 from gateway.dataplane.forwardauth.target import Target, TargetError, find_target, route_for
 from gateway.dataplane.routing.plan import RoutePlan
 from gateway.dataplane.routing.router import own_path
+from gateway.observability.audit import AUDIT, credential_of
 
 Pairs = tuple[tuple[bytes, bytes], ...]
 
@@ -41,6 +46,13 @@ class Exchange(Protocol):
     def finished(self) -> bool: ...
     detail: str
     plan: RoutePlan | None
+    user_id: str
+    email: str
+    decision_reason: str
+    trace_id: str
+
+    @property
+    def request_id(self) -> str: ...
 
     def enter(self, stage: Stage) -> None: ...
     def client_address(self) -> str: ...
@@ -120,8 +132,20 @@ def _later(decision: Decision, exchange: Exchange, mode: Mode, target: Target,
 
 def _decided(decision: Decision, exchange: Exchange, mode: Mode, target: Target,
              authorizer: Authorizer, info: RequestInfo) -> None:
-    answer = outcome(mode, decision, exchange.headers)
-    _answer(exchange, mode, target, authorizer.sign_in(info) if answer is None else answer)
+    refused = outcome(mode, decision, exchange.headers)
+    answer: Decision = authorizer.sign_in(info) if refused is None else refused
+    exchange.user_id, exchange.email = decision.user_id, decision.email
+    if AUDIT.enabled:
+        plan = exchange.plan
+        assert plan is not None
+        AUDIT.decision(
+            exchange.core.reactor.seconds(), exchange.request_id, exchange.trace_id,
+            plan.metric_labels[1], str(plan.route.from_url), decision.user_id,
+            decision.email, exchange.client_address(), target.method.decode("latin-1"),
+            target.host, target.path, "forward-auth",
+            credential_of(exchange.headers, decision.user_id), isinstance(decision, Allow),
+            answer.status if isinstance(answer, Deny) else 200, decision.reason)
+    _answer(exchange, mode, target, answer)
 
 
 def _answer(exchange: Exchange, mode: Mode, target: Target, decision: Decision) -> None:

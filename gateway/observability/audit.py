@@ -1,0 +1,162 @@
+"""The authorization audit stream: every decision as one structured event.
+
+The data plane calls ``AUDIT.decision`` once per decided exchange (HTTP, CONNECT,
+forward auth; a request with a programmatic token is one of these, ``credential``
+saying so) when it ends, with the answer's status. ``authorize_log_fields`` picks the
+fields (default: all, in ``FIELDS`` order); fields without a value are left out. The
+event goes
+
+- to the log under the namespace ``gateway.audit`` (its own, so a shipper can route it;
+  ``audit_log: false`` turns this off),
+- to ``audit_log_file`` when set: one JSON object a line, the file created 0600,
+  reopened on SIGHUP and whenever its path names another file (logrotate's rename),
+- as an OTLP log record when ``otel_logs_exporter: otlp`` (``audit_otlp``, through a
+  bounded queue on its own thread).
+
+The fields: ``time`` (RFC 3339, UTC, milliseconds), ``request_id``, ``trace_id``,
+``route`` (its ``name``, else its label), ``from`` (the route's ``from``), ``user_id``,
+``email``, ``client`` (the client address decisions use), ``method``, ``host``, ``path``,
+``via`` (``http``, ``connect``, ``forward-auth``), ``credential`` (``token``: a
+programmatic token, ``cookie``, ``none``), ``decision`` (``allow`` or ``deny``),
+``status`` (what the client was answered), ``reasons`` (the reason codes, a list),
+``rule`` (with the policy language: the rule and criterion that decided).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from twisted.logger import Logger
+
+from gateway.config.audit_fields import AUDIT_FIELDS
+from gateway.observability.logging import _rfc3339
+from gateway.sessions.bearer import programmatic_token
+
+NAMESPACE = "gateway.audit"
+FIELDS = AUDIT_FIELDS
+audit_log = Logger(namespace=NAMESPACE)
+_POLICY_PREFIX = "policy-"
+_DENIED_PREFIX = "denied: "
+_MESSAGE_PARTS = (("decision",), ("method",), ("host", "path"), ("status",))
+
+
+def message_of(fields: tuple[str, ...]) -> tuple[str, tuple[str, ...]]:
+    """The log line's format (``allow GET app.example.com/path 200``) made of the chosen
+    fields, and those of its fields the event must have (empty when without value)."""
+    parts = [("".join(f"{{{name}}}" for name in part if name in fields))
+             for part in _MESSAGE_PARTS]
+    used = tuple(name for part in _MESSAGE_PARTS for name in part if name in fields)
+    return " ".join(p for p in parts if p) or "authorization decision", used
+
+
+def reasons_and_rule(reason: str) -> tuple[list[str], str]:
+    """A decision's reason as logged (``Allow.reason``, ``Deny.reason``) split into its
+    codes and, for the policy language (``decide.decision_reason``: ``code rule
+    criterion: outcome``), the rule that decided."""
+    if reason.startswith(_DENIED_PREFIX):
+        reason = reason[len(_DENIED_PREFIX):]
+    if reason.startswith(_POLICY_PREFIX):
+        code, _, rule = reason.partition(" ")
+        return [code], rule
+    return [r for r in reason.split(", ") if r], ""
+
+
+def credential_of(headers: list[tuple[bytes, bytes]], user_id: str) -> str:
+    """``token`` (a programmatic token), ``cookie`` (a session, so its cookie) or
+    ``none``."""
+    if programmatic_token(headers):
+        return "token"
+    return "cookie" if user_id else "none"
+
+
+class AuditFile:
+    """JSON lines appended to ``path`` (created 0600); ``reopen`` starts a new file
+    when the path names another one than the open file (renamed away or removed)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.lock = threading.Lock()
+        self.fd = self._open()
+
+    def _open(self) -> int:
+        return os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+
+    def write(self, line: bytes) -> None:
+        with self.lock:
+            os.write(self.fd, line)
+
+    def moved(self) -> bool:
+        try:
+            on_disk = os.stat(self.path)
+        except FileNotFoundError:
+            return True
+        mine = os.fstat(self.fd)
+        return (on_disk.st_ino, on_disk.st_dev) != (mine.st_ino, mine.st_dev)
+
+    def reopen(self, force: bool = False) -> bool:
+        """True when a new file was opened."""
+        if not force and not self.moved():
+            return False
+        fd = self._open()
+        with self.lock:
+            old, self.fd = self.fd, fd
+        os.close(old)
+        return True
+
+    def close(self) -> None:
+        with self.lock:
+            os.close(self.fd)
+            self.fd = -1
+
+
+class AuditStream:
+    """What the running configuration asks for; swapped in place by ``AuditService``."""
+
+    def __init__(self) -> None:
+        self.fields: tuple[str, ...] = FIELDS
+        self.message, self.message_fields = message_of(FIELDS)
+        self.log = True
+        self.file: AuditFile | None = None
+        self.otlp: Callable[[tuple[float, dict[str, Any]]], None] | None = None
+        self.enabled = True  # any of the three
+
+    def configure(self, fields: tuple[str, ...], log: bool, file: AuditFile | None,
+                  otlp: Callable[[tuple[float, dict[str, Any]]], None] | None) -> None:
+        self.fields = fields or FIELDS
+        self.message, self.message_fields = message_of(self.fields)
+        self.log = log
+        self.file = file
+        self.otlp = otlp
+        self.enabled = bool(log or file is not None or otlp is not None)
+
+    def decision(self, when: float, request_id: str, trace_id: str, route: str,
+                 route_from: str, user_id: str, email: str, client: str, method: str,
+                 host: str, path: str, via: str, credential: str, allowed: bool,
+                 status: int, reason: str) -> None:
+        reasons, rule = reasons_and_rule(reason)
+        every: dict[str, Any] = {
+            "time": _rfc3339(when), "request_id": request_id, "trace_id": trace_id,
+            "route": route, "from": route_from, "user_id": user_id, "email": email,
+            "client": client, "method": method, "host": host, "path": path, "via": via,
+            "credential": credential, "decision": "allow" if allowed else "deny",
+            "status": status, "reasons": reasons, "rule": rule}
+        event = {name: every[name] for name in self.fields
+                 if every[name] or name == "status"}
+        if self.log:
+            # (the log line has a time of its own; the message's fields the chosen ones
+            # may leave out are given empty)
+            fields = {k: v for k, v in event.items() if k != "time"}
+            for name in self.message_fields:
+                fields.setdefault(name, "")
+            audit_log.info(self.message, **fields)
+        if self.file is not None:
+            self.file.write(json.dumps(event, separators=(",", ":")).encode() + b"\n")
+        if self.otlp is not None:
+            self.otlp((when, event))
+
+
+AUDIT = AuditStream()
