@@ -34,7 +34,6 @@ from gateway.authorize.email import REFUSAL_TEXT, decision_view
 from gateway.authorize.evaluate import evaluate
 from gateway.authorize.hook import Allow, Decision, Deny, RequestInfo
 from gateway.authorize.policy import (
-    REQUEST_FACTS,
     CertFacts,
     Facts,
     Verdict,
@@ -164,13 +163,17 @@ class Decider:
         now = self.clock()
         if now < hit.until and self.store.get(hit.sid) is hit.session and (
                 self.directory is None or self.directory.version == hit.directory_version):
-            if route.policy_document is None or not route.policy.reads & REQUEST_FACTS:
+            policy = route.policy
+            if route.policy_document is None or not policy.per_request:
                 return hit.allow
             # the identity is the same; the request is another: its policy decides again
-            verdict = route.policy.evaluate(
-                facts_again(hit.view, request, now, client_cert=self._cert(request)))
+            verdict = policy.evaluate(facts_again(
+                hit.view, request, now,
+                client_cert=self._cert(request) if request.client_cert else None))
             if verdict.allowed:
-                return self._with_reason(hit.allow, verdict)
+                allow = hit.allow
+                return allow if allow.reason == verdict.reason else self._with_reason(
+                    allow, verdict)
         return None
 
     def _remember_allowed(self, request: RequestInfo, route: Route, raw: bytes, sid: str,
@@ -285,7 +288,7 @@ class Decider:
             hit = self._decisions.get(key)
             if hit is not None and (hit.session is not session or now >= hit.until):
                 hit = None
-            if hit is not None and not route.policy.reads & REQUEST_FACTS:
+            if hit is not None and not route.policy.per_request:
                 return hit.allow
         verdict = self._verdict(request, route, session, now)
         if verdict.allowed:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from gateway.config.ppl.criteria import CRITERIA, POLICY, common_kind
+from gateway.config.ppl.criteria import CRITERIA, POLICY, REQUEST_FACTS, common_kind
 from gateway.config.ppl.explain import refusal, trace
 from gateway.config.ppl.facts import Facts
 from gateway.config.ppl.nodes import (
@@ -172,8 +172,8 @@ class Policy:
     ``ssh_username``): a decision that read one of them (``REQUEST_FACTS``) is made
     again for every request."""
 
-    __slots__ = ("_allow", "_deny", "_none", "allow_rules", "deny_rules", "document", "reads",
-                 "rules")
+    __slots__ = ("_allow", "_deny", "_none", "allow_rules", "deny_rules", "document",
+                 "per_request", "reads", "rules")
 
     def __init__(self, document: Document) -> None:
         self.document = document
@@ -191,6 +191,7 @@ class Policy:
         self._allow = tuple(r.test for r in self.allow_rules)
         self._deny = tuple(r.test for r in self.deny_rules)
         self.reads: frozenset[str] = frozenset().union(*(r.reads for r in rules))
+        self.per_request = bool(self.reads & REQUEST_FACTS)  # decided again per request
         self._none = Verdict(False, ALLOW, "", "no allow rule", POLICY, NO_ALLOW_MATCHED)
 
     def evaluate(self, facts: Facts) -> Verdict:

@@ -12,10 +12,12 @@ from collections.abc import Callable
 from typing import Any
 
 from gateway.config.errors import Problems
+from gateway.config.ppl.facts import Facts
 from gateway.config.ppl.nodes import Networks
 from gateway.config.ppl.operands import show
 
 _PARSED: dict[str, tuple[int, int] | None] = {}
+_UNSEEN = (-1, -1)
 _PARSED_MAX = 4096
 
 
@@ -76,9 +78,10 @@ def client_address(text: str) -> tuple[int, int] | None:
     return parsed
 
 
-def network_test(networks: Networks) -> Callable[[str], bool]:
-    """Whether a client address (text) is in any of ``networks``: one set lookup per
-    distinct (version, prefix length)."""
+def network_test(networks: Networks) -> Callable[[Facts], bool]:
+    """Whether the client address of the facts is in any of ``networks``: one set lookup
+    per distinct (version, prefix length). (The remembered parse is looked up here, not
+    through ``client_address``: the criterion runs for every request on its route.)"""
     grouped: dict[tuple[int, int], set[int]] = {}
     for cidr in networks.cidrs:
         net = ipaddress.ip_network(cidr)
@@ -87,8 +90,11 @@ def network_test(networks: Networks) -> Callable[[str], bool]:
     groups = tuple((version, shift, frozenset(nets))
                    for (version, shift), nets in grouped.items())
 
-    def test(text: str) -> bool:
-        parsed = client_address(text)
+    def test(facts: Facts) -> bool:
+        text = facts.client_ip
+        parsed = _PARSED.get(text, _UNSEEN)
+        if parsed is _UNSEEN:
+            parsed = client_address(text)
         if parsed is None:
             return False
         version, value = parsed
