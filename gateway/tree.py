@@ -21,6 +21,7 @@ from gateway.config.source import ConfigSource
 from gateway.databroker.broker import Databroker
 from gateway.observability import logging as gateway_logging
 from gateway.observability.audit_service import AuditService
+from gateway.observability.metrics_push import MetricsPushService
 from gateway.services.logical import AuthenticateService, AuthorizeService, DataBrokerService
 from gateway.services.metrics import MetricsService, count_requests
 from gateway.services.proxy import ProxyService
@@ -128,6 +129,9 @@ def build_service_tree(
                 from gateway.ssh.service import SshService
 
                 root.addService(SshService(source, reactor, identity, broker.store))
+    push = MetricsPushService(reactor, snapshot)  # otel_metrics_exporter: otlp
+    source.subscribe(push.apply)
+    root.addService(push)
     if worker is not None:
         if options.metrics_address:  # served by the supervisor, from every worker's counts
             count_requests(options)

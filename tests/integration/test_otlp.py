@@ -262,3 +262,49 @@ def test_collector_trouble_costs_requests_nothing(tmp_path: Path, state: str) ->
     off_median, on_median = statistics.median(off), statistics.median(on)
     assert on_median < off_median * 2 + 0.005, (off_median, on_median)
     assert max(on) < 1.0, max(on)
+
+
+@pytest.mark.parametrize("protocol", ["http/protobuf", "grpc"])
+def test_metrics_pushed_over_otlp(tmp_path: Path, protocol: str) -> None:
+    """The Prometheus endpoint's families arrive as OTLP data points: the request
+    counter as a monotonic sum with its labels, its duration as a histogram whose count
+    matches, the build info as a gauge; the same numbers a scrape reads."""
+    port, metrics_port = free_port(), free_port()
+    with ExitStack() as stack:
+        up = stack.enter_context(echo_upstream(tmp_path, name="app"))
+        rx = stack.enter_context(receiver(protocol))
+        gw = stack.enter_context(gateway_daemon(tmp_path, {
+            "otel_metrics_exporter": "otlp", "otel_metric_export_interval": 1000,
+            "otel_exporter_otlp_endpoint": rx.url, "otel_exporter_otlp_protocol": protocol,
+            "metrics_address": f"127.0.0.1:{metrics_port}", **routes(port, up)}, port=port))
+        for i in range(3):
+            assert request(gw, f"public.test:{port}", f"/m{i}")[0] == 200
+
+        def counted() -> list[Any]:
+            return [p for p in rx.metrics() if p.name == "http_server_requests"
+                    and p.attributes.get("route") == "public" and p.value == 3]
+        points = wait_for_points(counted)
+        scraped = scrape(metrics_port)
+        everything = rx.metrics()
+    assert points[0].kind == "sum" and points[0].attributes["status"] == "200"
+    assert metric(scraped, "http_server_requests_total", **{
+        k: v for k, v in points[0].attributes.items()}) == 3
+    durations = [p for p in everything if p.name == "http_server_request_duration_ms"
+                 and p.attributes.get("route") == "public" and p.value == 3]
+    assert durations and durations[0].kind == "histogram"
+    build = [p for p in everything if p.name == "gateway_build_info"]
+    assert build and build[0].kind == "gauge" and build[0].value == 1
+    assert build[0].resource["service.name"] == "gateway"
+    assert "service.instance.id" in build[0].resource
+    names = {p.name for p in everything}
+    assert {"gateway_telemetry_exported", "gateway_tracing_caller_sampled_refused"} <= names
+
+
+def wait_for_points(check: Any, timeout: float = 20.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        found = check()
+        if found:
+            return found
+        assert time.monotonic() < deadline, "metric points not seen"
+        time.sleep(0.2)
