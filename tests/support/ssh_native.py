@@ -80,6 +80,7 @@ def _config(run: Path, user: str, ca_public: Path) -> str:
         f"AllowUsers {user}",
         "AllowTcpForwarding yes",
         "Subsystem sftp internal-sftp",
+        "ExposeAuthInfo yes",  # $SSH_USER_AUTH: the certificate a session logged in with
         "PrintMotd no",
         "PrintLastLog no",
         "LogLevel VERBOSE",
@@ -155,3 +156,63 @@ def read_until(stream: object, marker: bytes, timeout: float) -> bytes:
             raise AssertionError(f"stream ended before {marker!r}; got {seen!r}")
         seen += chunk
     return seen
+
+
+class PtyProcess:
+    """A process (the ssh client) on a pseudo-terminal of its own: what it prints is
+    read from the terminal's master side, its window resized as a terminal emulator
+    does (TIOCSWINSZ, then SIGWINCH)."""
+
+    def __init__(self, argv: Sequence[str], rows: int = 24, columns: int = 80) -> None:
+        import fcntl
+        import pty
+        import struct
+        import termios
+
+        self.master, slave = pty.openpty()
+        fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, columns, 0, 0))
+        # a session of its own with the terminal as its controlling one (/dev/tty)
+        self.proc = subprocess.Popen(
+            list(argv), stdin=slave, stdout=slave, stderr=slave, start_new_session=True,
+            close_fds=True, preexec_fn=lambda: fcntl.ioctl(0, termios.TIOCSCTTY, 0))
+        os.close(slave)
+        self.seen = b""
+
+    def read_until(self, marker: bytes, timeout: float = 30.0) -> bytes:
+        deadline = time.monotonic() + timeout
+        while marker not in self.seen:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise AssertionError(f"{marker!r} not seen in {timeout:g}s; got {self.seen!r}")
+            ready, _, _ = select.select([self.master], [], [], left)
+            if not ready:
+                continue
+            try:
+                chunk = os.read(self.master, 65536)
+            except OSError:  # the process closed the terminal
+                chunk = b""
+            if not chunk:
+                raise AssertionError(f"terminal closed before {marker!r}; got {self.seen!r}")
+            self.seen += chunk
+        return self.seen
+
+    def write(self, data: bytes) -> None:
+        os.write(self.master, data)
+
+    def resize(self, rows: int, columns: int) -> None:
+        import fcntl
+        import signal
+        import struct
+        import termios
+
+        fcntl.ioctl(self.master, termios.TIOCSWINSZ, struct.pack("HHHH", rows, columns, 0, 0))
+        self.proc.send_signal(signal.SIGWINCH)
+
+    def close(self, timeout: float = 20.0) -> int:
+        try:
+            return self.proc.wait(timeout)
+        finally:
+            if self.proc.poll() is None:
+                self.proc.kill()
+                self.proc.wait(10)
+            os.close(self.master)
