@@ -17,6 +17,7 @@ from gateway.authorize.email import REFUSAL_TEXT
 from gateway.authorize.hook import Decision, RequestInfo
 from gateway.authorize.policy import facts_for
 from gateway.config.routes import Route
+from gateway.dataplane.routing.router import path_matches, route_host_keys
 from gateway.pages.layout import Action, Look, origin
 from gateway.pages.routes import Portal, PortalRoute, entry_path, portal_route, render_portal
 from gateway.pages.signout import confirm_sign_out, signed_out
@@ -112,21 +113,18 @@ def _portal(ident: Identity, routes: tuple[Route, ...], request: RequestInfo,
     gateway's own endpoints belong to no route, so none checked one against a CA (and a
     certificate nobody checked is not one a policy may read); a route whose policy reads
     one is listed only if it allows without. Listed only if allowed; public routes are,
-    marked; redirects are no place to open; a route that an earlier one with the same
-    address hides is left out."""
+    marked; redirects are no place to open; a route whose entry address routing gives
+    to an earlier route (the same address, or a broader path) is left out."""
     view, _ = ident.decider.decision_session(session)
     now = ident.clock()
     gateway_url = _gateway_url(request)
-    seen: set[tuple[str, str, int | None, str]] = set()
     shown: list[PortalRoute] = []
     for route in routes:
         if route.redirect is not None:
             continue
         method, path = ("CONNECT", "") if route.tcp else ("GET", entry_path(route))
-        where = (route.scheme, route.host, route.port, path)
-        if where in seen:
-            continue  # routing gives this address to the earlier route
-        seen.add(where)
+        if serving_route(routes, route, path) is not route:
+            continue
         if route.allow_public_unauthenticated_access:
             shown.append(portal_route(route, public=True, gateway_url=gateway_url))
             continue
@@ -140,6 +138,18 @@ def _portal(ident: Identity, routes: tuple[Route, ...], request: RequestInfo,
     actions = (Action("Who am I?", "/.gateway/", "get", primary=False),)
     body, page = render_portal(portal, ident.look, actions, as_json=wants_json(request))
     return answers.answer(200, body, page, "routes-portal")
+
+
+def serving_route(routes: tuple[Route, ...], route: Route, path: str) -> Route | None:
+    """The route that routing gives ``route``'s entry (``path``; a CONNECT for a TCP
+    route) to: the first of ``routes`` of its kind on its address whose path matches,
+    as the data plane's lookup picks it."""
+    key = route_host_keys(route)[0]
+    for candidate in routes:
+        if candidate.tcp == route.tcp and key in route_host_keys(candidate) and (
+                route.tcp or path_matches(candidate, path)):
+            return candidate
+    return None
 
 
 def _gateway_url(request: RequestInfo) -> str:

@@ -21,6 +21,7 @@ from gateway.config.snapshot import Snapshot
 from gateway.databroker.follower import ChangeFollower
 from gateway.databroker.memory_records import MemoryRecordStore
 from gateway.databroker.session_records import RecordSessionStore
+from gateway.dataplane.routing.plan import build_plan
 from gateway.sessions.model import Session
 
 from .config.helpers import IDENTITY, base_config, load
@@ -87,12 +88,17 @@ ROUTES = [
     route("https://wiki.test", allow_any_authenticated_user=True),
     {"from": "https://old.test", "redirect": {"host_redirect": "new.test"}},
     route("https://nobody.test", policy=[deny({"accept": True}), allow(SIGNED_IN)]),
+    # a broader route first: its prefix "/" takes /public too, so routing never gives
+    # the second one anything, and Alice, whom only the second lets in, is not sent there
+    route("https://docs.test", allowed_groups=["engineering"]),
+    route("https://docs.test", prefix="/public", allow_any_authenticated_user=True),
 ]
 ALICE_SEES = ["https://staff.test/", "https://all.test/", "https://www.test/",
               "tcp+https://db.test:5432", "https://late.test/", "https://api.test/api",
               "https://mine.test/", "https://near.test/"]
 BOB_SEES = ["https://wiki.test/", "https://all.test/", "https://www.test/",
-            "https://late.test/", "https://api.test/api", "https://near.test/"]
+            "https://late.test/", "https://api.test/api", "https://near.test/",
+            "https://docs.test/"]
 
 
 def snapshot(routes: list[dict[str, Any]] | None = None) -> Snapshot:
@@ -150,13 +156,17 @@ class WhoSeesWhatTests(PortalCase):
         for claims, seen in ((ALICE, ALICE_SEES), (BOB, BOB_SEES)):
             person = self.session(claims)
             cookie = cookie_header([v for _, v in self.identity.session_cookie(person)])
-            done: set[tuple[str, str]] = set()
+            plan = build_plan(self.snapshot)
             for r in self.snapshot.routes:
                 path = "" if r.tcp else (r.prefix or "/")
-                if r.redirect is not None or r.allow_public_unauthenticated_access or \
-                        (r.host, path) in done:
+                if r.redirect is not None or r.allow_public_unauthenticated_access:
                     continue
-                done.add((r.host, path))
+                # the route the data plane gives this address to decides
+                serving, _ = plan.lookup_tcp(f"{r.host}:{r.port}") if r.tcp else \
+                    plan.lookup(r.host, path)
+                assert serving is not None
+                if serving.route is not r:
+                    continue
                 ask = request(path, host=r.host, method=b"CONNECT" if r.tcp else b"GET",
                               headers=[JSON, cookie])
                 decision = self.identity.decider.authorize(ask, r)
@@ -171,6 +181,15 @@ class WhoSeesWhatTests(PortalCase):
         unproven = {**ALICE, "email_verified": False}
         self.assertNotIn("tcp+https://db.test:5432", self.listed(unproven))
         self.assertIn("https://staff.test/", self.listed(unproven))
+
+    def test_a_route_a_broader_one_hides_is_left_out(self) -> None:
+        """docs.test/public is the second docs.test route's entry, but the first one's
+        prefix "/" takes it: the portal shows no link its own route would not decide,
+        and the route that does decide refuses Alice."""
+        self.assertNotIn("https://docs.test/public", self.listed(ALICE))
+        serving, _ = build_plan(self.snapshot).lookup("docs.test", "/public")
+        assert serving is not None
+        self.assertEqual(serving.route.allowed_groups, ("engineering",))
 
     def test_same_on_the_authenticate_host(self) -> None:
         doc = json.loads(self.portal(self.session(ALICE), host=AUTH).body)
