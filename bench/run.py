@@ -81,6 +81,9 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
                    help="keep the signed-in route's sessions in a local redis-server")
     p.add_argument("--metrics", action="store_true",
                    help="give the gateway a metrics_address (request metrics on)")
+    p.add_argument("--otlp", action="store_true",
+                   help="also a gateway tracing over OTLP/HTTP at the default sample rate "
+                   "(to a local sink), measured against the plain gateway of the same run")
     p.add_argument("--no-auth", action="store_true",
                    help="skip the authenticated route (no OIDC provider, public route only)")
     p.add_argument("--h2-streams", type=int, default=1,

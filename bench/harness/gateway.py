@@ -52,7 +52,9 @@ class AuthProvider:
 
 
 def gateway_yaml(port: int, upstream: int, codec: str | None,
-                 auth: AuthProvider | None = None, metrics_port: int = 0) -> str:
+                 auth: AuthProvider | None = None, metrics_port: int = 0,
+                 extra: tuple[str, ...] = ()) -> str:
+    """``extra``: more top-level YAML lines (``--otlp``: tracing over OTLP)."""
     q = json.dumps  # a JSON string is a YAML scalar
     lines = [
         "# written by bench/run.py",
@@ -65,6 +67,7 @@ def gateway_yaml(port: int, upstream: int, codec: str | None,
         lines.append(f"metrics_address: 127.0.0.1:{metrics_port}")
     if codec:
         lines.append(f"codec_type: {codec}")
+    lines += extra
     if auth is not None:
         lines += [
             f"authenticate_service_url: http://auth.test:{port}",
@@ -161,12 +164,12 @@ def find_twistd(explicit: str | None) -> Path:
 
 def start_gateway(procs: Processes, tmp: Path, twistd: Path, name: str, upstream: int,
                   codec: str | None, cpus: str | None, port: int | None = None,
-                  auth: AuthProvider | None = None, metrics: bool = False
-                  ) -> tuple[Proc, int]:
+                  auth: AuthProvider | None = None, metrics: bool = False,
+                  extra: tuple[str, ...] = ()) -> tuple[Proc, int]:
     port = port or free_port()
     config = tmp / f"{name}.yaml"
     config.write_text(gateway_yaml(port, upstream, codec, auth,
-                                   free_port() if metrics else 0))
+                                   free_port() if metrics else 0, extra))
     proc = procs.start(name, [str(twistd), "-n", "--pidfile=", "gateway", "--config", str(config)],
                        cpus, cwd=REPO_ROOT, env=gateway_env())
     return proc, port

@@ -320,7 +320,7 @@ class Options:
     )
     # --- authorization audit stream (beyond the reference) ---------------------------
     audit_log: bool = _s(
-        True, Kind.BOOL, "Every authorization decision as an event in gateway.audit.",
+        False, Kind.BOOL, "Every authorization decision as an event in gateway.audit.",
         extension=True
     )
     audit_log_file: str = _s(

@@ -6,8 +6,11 @@ saying so) when it ends, with the answer's status. ``authorize_log_fields`` pick
 fields (default: all, in ``FIELDS`` order); fields without a value are left out. The
 event goes
 
-- to the log under the namespace ``gateway.audit`` (its own, so a shipper can route it;
-  ``audit_log: false`` turns this off),
+- to the log under the namespace ``gateway.audit`` (its own, so a shipper can route it)
+  with ``audit_log: true``: off by default, because a JSON log line costs about half of
+  what a signed-in request does on the reference machine (file ~11 µs, OTLP ~5 µs on
+  the reactor, a log line ~35 µs, against ~64 µs a request; nothing at all when the
+  three are off or the log level hides info),
 - to ``audit_log_file`` when set: one JSON object a line, the file created 0600,
   reopened on SIGHUP and whenever its path names another file (logrotate's rename),
 - as an OTLP log record when ``otel_logs_exporter: otlp`` (``audit_otlp``, through a
@@ -33,7 +36,7 @@ from typing import Any
 from twisted.logger import Logger
 
 from gateway.config.audit_fields import AUDIT_FIELDS
-from gateway.observability.logging import _rfc3339
+from gateway.observability.logging import LEVELS, _rfc3339
 from gateway.sessions.bearer import programmatic_token
 
 NAMESPACE = "gateway.audit"
@@ -118,6 +121,7 @@ class AuditStream:
 
     def __init__(self) -> None:
         self.fields: tuple[str, ...] = FIELDS
+        self.indices = tuple(range(len(FIELDS)))
         self.message, self.message_fields = message_of(FIELDS)
         self.log = True
         self.file: AuditFile | None = None
@@ -126,27 +130,28 @@ class AuditStream:
 
     def configure(self, fields: tuple[str, ...], log: bool, file: AuditFile | None,
                   otlp: Callable[[tuple[float, dict[str, Any]]], None] | None) -> None:
-        self.fields = fields or FIELDS
+        self.fields = tuple(f for f in FIELDS if f in fields) if fields else FIELDS
+        self.indices = tuple(FIELDS.index(f) for f in self.fields)
         self.message, self.message_fields = message_of(self.fields)
         self.log = log
         self.file = file
         self.otlp = otlp
-        self.enabled = bool(log or file is not None or otlp is not None)
+        # (read per request; the log levels are applied before this on a reload)
+        self.enabled = bool((log and LEVELS.info_logged) or file is not None
+                            or otlp is not None)
 
     def decision(self, when: float, request_id: str, trace_id: str, route: str,
                  route_from: str, user_id: str, email: str, client: str, method: str,
                  host: str, path: str, via: str, credential: str, allowed: bool,
                  status: int, reason: str) -> None:
         reasons, rule = reasons_and_rule(reason)
-        every: dict[str, Any] = {
-            "time": _rfc3339(when), "request_id": request_id, "trace_id": trace_id,
-            "route": route, "from": route_from, "user_id": user_id, "email": email,
-            "client": client, "method": method, "host": host, "path": path, "via": via,
-            "credential": credential, "decision": "allow" if allowed else "deny",
-            "status": status, "reasons": reasons, "rule": rule}
-        event = {name: every[name] for name in self.fields
-                 if every[name] or name == "status"}
-        if self.log:
+        values = (_rfc3339(when), request_id, trace_id, route, route_from, user_id, email,
+                  client, method, host, path, via, credential,
+                  "allow" if allowed else "deny", status, reasons, rule)
+        # (in FIELDS order; status is kept whatever its value, the others when not empty)
+        event = {name: value for name, value in zip(self.fields, (
+            values[i] for i in self.indices), strict=True) if value or name == "status"}
+        if self.log and LEVELS.info_logged:
             # (the log line has a time of its own; the message's fields the chosen ones
             # may leave out are given empty)
             fields = {k: v for k, v in event.items() if k != "time"}

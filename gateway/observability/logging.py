@@ -281,12 +281,15 @@ class LevelControl:
         self.proxy_log_level: LogLevel = parse_level(proxy_log_level)
         # read once per request (comparing LogLevel constants is a Python-level call)
         self.access_logged = bool(LogLevel.info >= self.proxy_log_level)
+        # whether an info event outside gateway.access is shown (the audit stream's)
+        self.info_logged = bool(LogLevel.info >= self.log_level)
 
     def set_levels(self, log_level: str, proxy_log_level: str) -> None:
         """Set both levels; neither changes if either name is invalid."""
         main, proxy = parse_level(log_level), parse_level(proxy_log_level)
         self.log_level, self.proxy_log_level = main, proxy
         self.access_logged = bool(LogLevel.info >= proxy)
+        self.info_logged = bool(LogLevel.info >= main)
 
     def __call__(self, event: LogEvent) -> PredicateResult:
         namespace = str(event.get("log_namespace") or "")

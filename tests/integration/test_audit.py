@@ -80,7 +80,8 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
             "idp_client_id": op.client_id, "idp_client_secret": op.client_secret,
             "idp_scopes": ["openid", "email"], "cookie_secure": False,
             "forward_auth_url": f"http://fa.test:{port}",
-            "audit_log_file": str(audit_file), "otel_logs_exporter": "otlp",
+            "audit_log": True, "audit_log_file": str(audit_file),
+            "otel_logs_exporter": "otlp",
             "otel_exporter_otlp_endpoint": rx.url, "otel_service_name": "edge",
             "policy": [
                 {"from": f"http://app.test:{port}", "to": up.url, "name": "app",
@@ -245,7 +246,7 @@ def test_authorize_log_fields_choose(tmp_path: Path) -> None:
     with ExitStack() as stack:
         up = stack.enter_context(echo_upstream(tmp_path, name="app"))
         gw = stack.enter_context(gateway_daemon(tmp_path, {
-            **routes(port, up), "audit_log_file": str(audit_file),
+            **routes(port, up), "audit_log": True, "audit_log_file": str(audit_file),
             "authorize_log_fields": ["request_id", "decision", "status", "route"]},
             port=port))
         assert request(gw, f"private.test:{port}", "/x", {"Accept": "application/json",

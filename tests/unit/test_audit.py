@@ -24,6 +24,7 @@ from gateway.observability.audit import (
     message_of,
     reasons_and_rule,
 )
+from gateway.observability.logging import LEVELS
 
 
 def decide(stream: AuditStream, **overrides: Any) -> None:
@@ -124,6 +125,17 @@ class StreamTests(SynchronousTestCase):
         stream = AuditStream()
         stream.configure((), False, None, None)
         self.assertFalse(stream.enabled)
+
+    def test_log_hidden_by_the_level_is_off(self) -> None:
+        """log_level warn hides the events: the data plane makes none."""
+        stream = AuditStream()
+        self.addCleanup(LEVELS.set_levels, "info", "info")
+        LEVELS.set_levels("warn", "info")
+        stream.configure((), True, None, None)
+        self.assertFalse(stream.enabled)
+        LEVELS.set_levels("info", "info")
+        stream.configure((), True, None, None)
+        self.assertTrue(stream.enabled)
 
     def test_file_reopened_when_moved_or_asked(self) -> None:
         file = AuditFile(self.path)

@@ -12,6 +12,7 @@ from ..gateway import AUTH_USER, POLICY_HOST, AuthProvider, start_gateway
 from ..idle import idle_memory
 from ..load import CONNECTIONS, Bench, Target
 from ..nginx import BODY_LEN
+from ..otlp_sink import OtlpSink
 from ..probes import check_body
 from ..procs import Processes, wait_port
 from ..sample import status_kib
@@ -40,6 +41,19 @@ def run_section(args: argparse.Namespace, bench: Bench, procs: Processes, tmp: P
     results["gateway_check"] = check_body(gw_port)
 
     targets = [nginx, gw]
+    otlp_gateway = None
+    sink = None
+    if getattr(args, "otlp", False):
+        # the same public route in a second process tracing over OTLP at the default
+        # sample rate (tracing_sample_rate 0.0001): what turning it on costs
+        sink = OtlpSink().__enter__()
+        otlp_gateway, otlp_port = start_gateway(
+            procs, tmp, twistd, "gateway-otlp", up_port, None, bench.proxy_cpu,
+            extra=("tracing_provider: otlp",
+                   f"otel_exporter_otlp_endpoint: http://127.0.0.1:{sink.port}"))
+        wait_port(otlp_port, otlp_gateway)
+        results["gateway_otlp_check"] = check_body(otlp_port)
+        targets.append(Target("gateway otlp", otlp_port, lambda: [otlp_gateway.pid]))
     auth_headers: dict[str, str] = {}
     if provider is not None:
         try:
@@ -73,6 +87,10 @@ def run_section(args: argparse.Namespace, bench: Bench, procs: Processes, tmp: P
         except RuntimeError as exc:
             results["auth"]["error"] = f"after the runs: {exc}"
     results["gateway_vmhwm_kib"] = status_kib(gateway.pid, "VmHWM")
+    if otlp_gateway is not None and sink is not None:
+        procs.stop(otlp_gateway)
+        results["otlp_sink"] = {"requests": sink.requests, "bytes": sink.bytes}
+        sink.__exit__(None, None, None)
 
     if args.idle_connections:
         print(f"Idle keep-alive connections ({args.idle_connections})", flush=True)
@@ -135,6 +153,18 @@ def report(results: dict[str, Any], out: TextIO) -> None:
           f"request vs. allowed_users; target >= {TARGET_POLICY_RATIO:.2f}: "
           f"{verdict(ratio >= TARGET_POLICY_RATIO)})"
           f"{fmt_paired(http1.get('gateway policy', {}))}\n")
+    ot = http1.get("gateway otlp", {}).get("median", {})
+    if ot.get("rps") and gw.get("rps"):
+        ratio = ot["rps"] / gw["rps"]
+        results["ratio_gateway_otlp_public"] = ratio
+        sink = results.get("otlp_sink", {})
+        pairs = [round(x["rps"] / y["rps"], 3) for x, y in zip(
+            http1["gateway otlp"].get("attempts", []), http1["gateway"].get("attempts", []),
+            strict=False) if x.get("clean") and y.get("clean") and y.get("rps")]
+        results["paired_gateway_otlp_public"] = pairs
+        w(f"gateway otlp/gateway req/s: {ratio:.3f}   (tracing over OTLP/HTTP at the default "
+          f"sample rate vs. tracing off, two processes; the sink got "
+          f"{sink.get('requests', 0)} exports){fmt_paired({'paired': pairs})}\n")
     if au.get("rps") and gw.get("rps"):
         ratio = au["rps"] / gw["rps"]
         results["ratio_gateway_auth_public"] = ratio
