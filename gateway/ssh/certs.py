@@ -9,6 +9,7 @@ allows local forwards (sshd refuses them otherwise); never agent or X11 forwardi
 
 from __future__ import annotations
 
+import base64
 import os
 from dataclasses import dataclass
 
@@ -41,7 +42,7 @@ def issue(ca: SigningKey, login: str, key_id: str, ttl: float, now: float,
           port_forwarding: bool = False) -> Issued:
     key = ed25519.Ed25519PrivateKey.generate()
     serial = int.from_bytes(os.urandom(8), "big")
-    valid_after = int(now) - SKEW
+    valid_after = max(int(now) - SKEW, 0)
     valid_before = int(now + ttl)
     builder = (SSHCertificateBuilder()
                .public_key(key.public_key())
@@ -56,8 +57,6 @@ def issue(ca: SigningKey, login: str, key_id: str, ttl: float, now: float,
         builder = builder.add_extension(b"permit-port-forwarding", b"")
     cert: SSHCertificate = builder.sign(ca)
     blob = cert.public_bytes().split()[1]
-    import base64
-
     return Issued(key, base64.b64decode(blob), serial, valid_before)
 
 

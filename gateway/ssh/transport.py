@@ -70,6 +70,10 @@ class GatewayServerTransport(transport.SSHServerTransport):
         base: Any = super()
         base.dataReceived(data)
 
+    def receiveError(self, reasonCode: int, description: bytes) -> None:
+        """The client's disconnect message: its normal way to leave, not an error (the
+        connection's end is logged by the service)."""
+
     def connectionLost(self, reason: Any = None) -> None:
         if not self.authenticated:
             self.factory.release(self.client_ip)

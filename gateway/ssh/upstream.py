@@ -134,9 +134,8 @@ class UpstreamTransport(transport.SSHClientTransport):
         wire.requestService(self.auth)
 
     def receiveError(self, reasonCode: int, description: bytes) -> None:
+        # (not Conch's error-level line: the connection's end is logged by the service)
         self.remote_error = description.decode("utf-8", "replace")[:200]
-        base: Any = super()
-        base.receiveError(reasonCode, description)
 
     def connectionLost(self, reason: Any = None) -> None:
         base: Any = super()
@@ -201,6 +200,8 @@ async def connect(reactor: Any, host: str, port: int, login: str, issued: Issued
 
 
 class _Once(Factory):
+    noisy = False  # one per connection: no "Starting factory" lines
+
     def __init__(self, proto: Protocol) -> None:
         self.proto = proto
 
