@@ -34,6 +34,7 @@ from tests.support.ssh_native import (
     gateway_keys,
     keygen,
     read_until,
+    sign_in_ssh,
     ssh_argv,
 )
 from tests.support.tcp_client import callback_uri, signing_in_config
@@ -41,7 +42,6 @@ from tests.support.tcp_client import callback_uri, signing_in_config
 pytestmark = pytest.mark.integration
 ALICE = "alice@example.test"
 BOB = "bob@example.test"
-SIGN_IN_LINE = re.compile(rb"Sign in at (\S+) to continue")
 WRONG_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl"
 TTL = 120
 
@@ -115,28 +115,7 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
 
 def sign_in(env: Env, user: str, *command: str, login: str = ALICE, key: Path | None = None
             ) -> tuple[subprocess.Popen[bytes], bytes, Browser]:
-    """Start ``ssh`` (interactive: no BatchMode), read the sign-in line from its stderr,
-    sign in as ``login`` in the browser and confirm; the ssh process goes on."""
-    proc = subprocess.Popen(env.argv(user, *command, options=(), key=key),
-                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE)
-    try:
-        seen = read_until(proc.stderr, b"to continue", 60)
-        match = SIGN_IN_LINE.search(seen)
-        assert match, seen
-        url = match.group(1).decode()
-        browser = Browser()
-        page = browser.sign_in(url, login)
-        assert page.status == 200, page
-        assert b"Allow this SSH connection?" in page.body, page.body
-        token = page.body.split(b'name="csrf" value="')[1].split(b'"')[0]
-        done = browser.request("POST", url, b"csrf=" + token)
-        assert done.status == 200 and b"SSH connection allowed" in done.body, done.body
-        return proc, seen, browser
-    except BaseException:
-        proc.kill()
-        proc.wait(10)
-        raise
+    return sign_in_ssh(env.argv(user, *command, options=(), key=key), login)
 
 
 @dataclass

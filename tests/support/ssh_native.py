@@ -11,12 +11,14 @@ from __future__ import annotations
 import contextlib
 import getpass
 import os
+import re
 import select
 import subprocess
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from .peers import MissingBinary, find_binary
 from .processes import ManagedProcess, ProcessError, free_port, port_open
@@ -216,3 +218,33 @@ class PtyProcess:
                 self.proc.kill()
                 self.proc.wait(10)
             os.close(self.master)
+
+
+SIGN_IN_LINE = re.compile(rb"Sign in at (\S+) to continue")
+
+
+def sign_in_ssh(argv: Sequence[str], login: str) -> tuple[subprocess.Popen[bytes], bytes, Any]:
+    """Start ``ssh`` (interactive: no BatchMode), read the sign-in line from its stderr,
+    sign in as ``login`` with the test browser and confirm the connection; the ssh
+    process goes on (returned, with the stderr read so far and the browser)."""
+    from .browser import Browser
+
+    proc = subprocess.Popen(list(argv), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    try:
+        seen = read_until(proc.stderr, b"to continue", 60)
+        match = SIGN_IN_LINE.search(seen)
+        assert match, seen
+        url = match.group(1).decode()
+        browser = Browser()
+        page = browser.sign_in(url, login)
+        assert page.status == 200, page
+        assert b"Allow this SSH connection?" in page.body, page.body
+        token = page.body.split(b'name="csrf" value="')[1].split(b'"')[0]
+        done = browser.request("POST", url, b"csrf=" + token)
+        assert done.status == 200 and b"SSH connection allowed" in done.body, done.body
+        return proc, seen, browser
+    except BaseException:
+        proc.kill()
+        proc.wait(10)
+        raise
