@@ -44,7 +44,8 @@ class H2Client:
 
     def __init__(self, port: int, host: str = "127.0.0.1", timeout: float = 10.0, *,
                  tls: ssl.SSLContext | None = None, server_name: str | None = None,
-                 validate: bool = True, source: str = "") -> None:
+                 validate: bool = True, source: str = "", tls_as_given: bool = False
+                 ) -> None:
         if not is_loopback(host) or (source and not is_loopback(source)):
             raise ValueError("tests only talk to loopback")
         sock = socket.create_connection((host, port), timeout=timeout,
@@ -52,8 +53,11 @@ class H2Client:
         if tls is not None:
             # ALPN is a property of the context: setting it on the caller's would make
             # their later HTTP/1.1 connections negotiate h2 (and then fail). A context of
-            # our own, trusting what theirs trusts, is used instead.
-            tls = _h2_context(tls)
+            # our own, trusting what theirs trusts, is used instead, unless the caller
+            # made theirs for this (``tls_as_given``: it offers h2, and may carry a
+            # client certificate, which a copy would not).
+            if not tls_as_given:
+                tls = _h2_context(tls)
             sock = tls.wrap_socket(sock, server_hostname=server_name or host)
             if sock.selected_alpn_protocol() != "h2":
                 raise ConnectionError("the server did not negotiate h2")
