@@ -15,7 +15,7 @@ from typing import Any
 
 import httptools
 from twisted.internet.error import ConnectionDone
-from twisted.internet.interfaces import IHalfCloseableProtocol, IPushProducer
+from twisted.internet.interfaces import IHalfCloseableProtocol, IPushProducer, ITransport
 from twisted.internet.protocol import Protocol
 from twisted.logger import Logger
 from twisted.python.failure import Failure
@@ -444,7 +444,7 @@ class Http1Connection(ConnectionTLS, Protocol):
         self.pauses.clear()
         self.transport.resumeProducing()
 
-    def start_connect(self, tunnel: Tunnel, upstream: Any) -> None:
+    def start_connect(self, tunnel: Tunnel, upstream: ITransport) -> None:
         """200, then the pipe. The 200 and the bytes either side sent early are written
         first; if both sockets then have nothing buffered, the kernel relays the rest
         (``SplicePipe``), otherwise an ordinary ``Pipe`` does."""

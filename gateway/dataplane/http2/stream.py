@@ -20,6 +20,8 @@ from gateway.net.pipe import Pipe
 from gateway.tls.client_certs import ClientCertPolicy
 
 if TYPE_CHECKING:
+    from twisted.internet.interfaces import ITransport
+
     from gateway.dataplane.http2.connection import H2Connection
     from gateway.dataplane.http2.engine import Stream
 
@@ -186,7 +188,7 @@ class StreamSink:
         self.producer = None
         self.producer_paused = False
 
-    def start_connect(self, tunnel: Tunnel, upstream: Any) -> None:
+    def start_connect(self, tunnel: Tunnel, upstream: ITransport) -> None:
         if self.closed:
             upstream.loseConnection()
             return
