@@ -87,14 +87,14 @@ class GatewayUserAuth(service.SSHService):
         conch: Any = self.ssh  # (Conch's methods carry no annotations)
         conch.sendPacket(kind, payload)
 
-    def _fail(self, methods: bytes = b"publickey", partial: bool = False,
-              count: bool = True) -> None:
-        if count:
-            self.failures += 1
-            if self.failures > limits.AUTH_ATTEMPTS:
-                disconnect(self.ssh, transport.DISCONNECT_NO_MORE_AUTH_METHODS_AVAILABLE,
-                           "too many authentication failures")
-                return
+    def _fail(self, methods: bytes = b"publickey", partial: bool = False) -> None:
+        """Every failure counts, "none" and partial successes too: each one costs the
+        gateway a reply (and a databroker read for a proven key)."""
+        self.failures += 1
+        if self.failures > limits.AUTH_ATTEMPTS:
+            disconnect(self.ssh, transport.DISCONNECT_NO_MORE_AUTH_METHODS_AVAILABLE,
+                       "too many authentication failures")
+            return
         self._send(MSG_USERAUTH_FAILURE, NS(methods) + (b"\x01" if partial else b"\x00"))
 
     def banner(self, text: str) -> None:
@@ -128,7 +128,7 @@ class GatewayUserAuth(service.SSHService):
                 and target is not None:
             self._interactive(target)
         else:
-            self._fail(count=method != b"none")
+            self._fail()
 
     def _publickey(self, user: bytes, target: Target | None, rest: bytes) -> None:
         try:
@@ -187,7 +187,7 @@ class GatewayUserAuth(service.SSHService):
         session = await self.gate.bound_session(key_fingerprint)
         if session is None:
             # proven but not bound: keyboard-interactive signs the person in
-            self._fail(b"keyboard-interactive", partial=True, count=False)
+            self._fail(b"keyboard-interactive", partial=True)
             self.banner("This key is not signed in yet; keyboard-interactive "
                         "authentication shows where to sign in (BatchMode cannot).\n")
             return

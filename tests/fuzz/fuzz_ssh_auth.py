@@ -1,0 +1,82 @@
+"""Fuzz target: the SSH server's authentication (``gateway.ssh.auth.GatewayUserAuth``)
+with the user-name parser under it (``gateway.ssh.names``) and the host key lines of
+routes (``gateway.config.ssh.parse_host_key_line``).
+
+Input: a sequence of packets, each a selector byte and a length-prefixed body. The
+selector's low bit picks the message (USERAUTH_REQUEST or INFO_RESPONSE); its second bit
+wraps the body as a well-formed request (user name, ``ssh-connection``, a method chosen
+by the next byte, the rest as the method's data), so both malformed framing and
+plausible requests are reached. The whole input is also parsed as a user name and as a
+host key line.
+
+Contract:
+
+- nothing raises out of the service; nothing is sent after a disconnect;
+- no USERAUTH_SUCCESS, and the gate is never asked to admit anyone: nobody without a
+  valid signature from the key they name gets past publickey;
+- the number of failures answered never exceeds the attempt limit before a disconnect;
+- ``parse_user`` gives a Target of a valid route name or raises ``BadUserName``;
+  ``parse_host_key_line`` gives a key of the type it names or raises ValueError.
+"""
+
+from __future__ import annotations
+
+from tests.fuzz.harness import describe, fuzz, instrumented
+
+with instrumented("gateway.ssh", "gateway.config.ssh"):
+    from twisted.conch.ssh.common import NS
+
+    from gateway.config.ssh import HOST_KEY_TYPES, parse_host_key_line
+    from gateway.ssh import limits
+    from gateway.ssh.auth import GatewayUserAuth
+    from gateway.ssh.names import _ROUTE, BadUserName, parse_user
+    from tests.support.ssh_fakes import FakeGate, FakeSSH
+
+METHODS = (b"publickey", b"keyboard-interactive", b"none", b"password", b"hostbased")
+
+
+def packets(data: bytes) -> list[tuple[int, bytes]]:
+    out: list[tuple[int, bytes]] = []
+    position = 0
+    while position + 2 <= len(data) and len(out) < 64:
+        selector, size = data[position], data[position + 1]
+        body = data[position + 2:position + 2 + size]
+        position += 2 + size
+        kind = 50 if selector & 1 else 61
+        if selector & 2 and body:
+            user, _, rest = body[1:].partition(b"\x00")
+            method = METHODS[body[0] % len(METHODS)]
+            if method == b"publickey" and rest:
+                rest = rest[:1] + NS(b"ssh-ed25519") + NS(rest[1:])
+            body = NS(user) + NS(b"ssh-connection") + NS(method) + rest
+        out.append((kind, body))
+    return out
+
+
+def TestOneInput(data: bytes) -> None:
+    ssh = FakeSSH()
+    gate = FakeGate(bound="session", confirmed="session")
+    auth = GatewayUserAuth(ssh, gate)  # type: ignore[arg-type]
+    for kind, body in packets(data):
+        if ssh.disconnected is not None:
+            break  # a real transport stops reading once it is closing
+        auth.packetReceived(kind, body)
+    assert 52 not in ssh.kinds(), describe(data)
+    assert gate.admitted == [], describe(data)
+    assert ssh.kinds().count(51) <= limits.AUTH_ATTEMPTS, describe(data)
+    try:
+        target = parse_user(data)
+    except BadUserName:
+        pass
+    else:
+        assert _ROUTE.fullmatch(target.route), describe(data)
+    try:
+        key = parse_host_key_line(data.decode("latin-1"))
+    except ValueError:
+        pass
+    else:
+        assert key.type in HOST_KEY_TYPES, describe(data)
+
+
+if __name__ == "__main__":
+    fuzz(TestOneInput)
