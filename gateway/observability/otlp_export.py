@@ -53,7 +53,14 @@ def _http_arguments(target: Target) -> dict[str, Any]:
     arguments: dict[str, Any] = {"endpoint": target.endpoint, "headers": dict(target.headers),
                                  "timeout": target.timeout}
     if target.certificate:
+        import requests
+
         arguments["certificate_file"] = target.certificate
+        # requests lets REQUESTS_CA_BUNDLE or CURL_CA_BUNDLE in the environment replace a
+        # session's CA file: the collector's CA must be the one checked
+        session = requests.Session()
+        session.trust_env = False
+        arguments["session"] = session
     if target.client_certificate:
         arguments["client_certificate_file"] = target.client_certificate
         arguments["client_key_file"] = target.client_key

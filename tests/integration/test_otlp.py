@@ -308,3 +308,42 @@ def wait_for_points(check: Any, timeout: float = 20.0) -> Any:
             return found
         assert time.monotonic() < deadline, "metric points not seen"
         time.sleep(0.2)
+
+
+@pytest.mark.parametrize("protocol", ["http/protobuf", "grpc"])
+def test_tls_to_the_collector(tmp_path: Path, protocol: str) -> None:
+    """A collector over TLS that requires a client certificate: spans arrive with the CA
+    and client certificate settings (from the environment); without the client
+    certificate the collector refuses and the spans are counted as failed."""
+    from tests.support.otlp_receivers import make_tls
+
+    tls = make_tls(tmp_path)
+    port, metrics_port = free_port(), free_port()
+    with ExitStack() as stack:
+        up = stack.enter_context(echo_upstream(tmp_path, name="app"))
+        rx = stack.enter_context(receiver(protocol, tls=tls))
+        settings = {"tracing_provider": "otlp", "tracing_sample_rate": 1,
+                    "otel_exporter_otlp_endpoint": rx.url,
+                    "otel_exporter_otlp_protocol": protocol,
+                    "otel_exporter_otlp_timeout": 2000,
+                    "metrics_address": f"127.0.0.1:{metrics_port}", **routes(port, up)}
+        with_cert = tmp_path / "with"
+        with_cert.mkdir()
+        with gateway_daemon(with_cert, settings, port=port, env={
+                "OTEL_EXPORTER_OTLP_CERTIFICATE": str(tls.ca),
+                "OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE": str(tls.client_cert),
+                "OTEL_EXPORTER_OTLP_CLIENT_KEY": str(tls.client_key)}) as gw:
+            assert request(gw, f"public.test:{port}", "/tls")[0] == 200
+            spans = wait_for_spans(rx.spans, lambda s: len(s) >= 2)
+        assert one(spans, kind="server").tags["url.path"] == "/tls"
+        without = tmp_path / "without"
+        without.mkdir()
+        with gateway_daemon(without, settings, port=port, env={
+                "OTEL_EXPORTER_OTLP_CERTIFICATE": str(tls.ca)}) as gw:
+            assert request(gw, f"public.test:{port}", "/no-cert")[0] == 200
+            deadline = time.monotonic() + 20
+            while metric(scrape(metrics_port), "gateway_telemetry_failed_total",
+                         signal="spans") == 0:
+                assert time.monotonic() < deadline, "the refused export was not counted"
+                time.sleep(0.5)
+        assert not any(s.tags.get("url.path") == "/no-cert" for s in rx.spans())

@@ -1,8 +1,9 @@
-"""OTLP collectors on loopback: one over HTTP (protobuf bodies POSTed to ``/v1/traces``,
-``/v1/metrics``, ``/v1/logs``) and one over gRPC (the ``TraceService``, ``MetricsService``
-and ``LogsService`` of ``opentelemetry.proto.collector``), each decoding the real
-protobuf messages with the ``opentelemetry-proto`` package: nothing of the gateway's
-exporters is mocked or reused to read what they send.
+"""OTLP collectors on loopback, plain or TLS requiring a client certificate
+(``make_tls``): one over HTTP (protobuf bodies POSTed to ``/v1/traces``, ``/v1/metrics``,
+``/v1/logs``) and one over gRPC (the ``TraceService``, ``MetricsService`` and
+``LogsService`` of ``opentelemetry.proto.collector``), each decoding the real protobuf
+messages with the ``opentelemetry-proto`` package: nothing of the gateway's exporters is
+mocked or reused to read what they send.
 
 Both record every request (path or gRPC method, headers, decoded message) and can be
 told to answer slowly (``delay``, a hung collector) or to refuse (``refuse``: HTTP 503 /
@@ -12,14 +13,22 @@ into plain values for assertions; spans as ``trace_collectors.Span``.
 
 from __future__ import annotations
 
+import datetime
+import ipaddress
+import ssl
 import threading
 import time
 from concurrent import futures
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 import grpc
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from google.protobuf.message import Message
 from opentelemetry.proto.collector.logs.v1 import logs_service_pb2, logs_service_pb2_grpc
 from opentelemetry.proto.collector.metrics.v1 import (
@@ -38,6 +47,63 @@ _REQUESTS: dict[str, type[Message]] = {
     "metrics": metrics_service_pb2.ExportMetricsServiceRequest,
     "logs": logs_service_pb2.ExportLogsServiceRequest,
 }
+
+
+@dataclass
+class Tls:
+    """PEM files of a test CA, a server certificate for 127.0.0.1 and a client
+    certificate, all signed by the CA."""
+
+    ca: Path
+    server_cert: Path
+    server_key: Path
+    client_cert: Path
+    client_key: Path
+
+
+def _pem_key(key: ec.EllipticCurvePrivateKey) -> bytes:
+    return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                             serialization.NoEncryption())
+
+
+def make_tls(directory: Path) -> Tls:
+    now = datetime.datetime.now(datetime.UTC)
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "otlp test CA")])
+    ca = (x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name)
+          .public_key(ca_key.public_key()).serial_number(x509.random_serial_number())
+          .not_valid_before(now - datetime.timedelta(minutes=5))
+          .not_valid_after(now + datetime.timedelta(days=1))
+          .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+          .sign(ca_key, hashes.SHA256()))
+
+    def leaf(name: str, usage: x509.ObjectIdentifier, san: bool) -> tuple[bytes, bytes]:
+        key = ec.generate_private_key(ec.SECP256R1())
+        builder = (x509.CertificateBuilder()
+                   .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)]))
+                   .issuer_name(ca_name).public_key(key.public_key())
+                   .serial_number(x509.random_serial_number())
+                   .not_valid_before(now - datetime.timedelta(minutes=5))
+                   .not_valid_after(now + datetime.timedelta(days=1))
+                   .add_extension(x509.ExtendedKeyUsage([usage]), critical=False))
+        if san:
+            builder = builder.add_extension(x509.SubjectAlternativeName(
+                [x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
+                 x509.DNSName("localhost")]), critical=False)
+        cert = builder.sign(ca_key, hashes.SHA256())
+        return cert.public_bytes(serialization.Encoding.PEM), _pem_key(key)
+
+    files = {}
+    server = leaf("127.0.0.1", ExtendedKeyUsageOID.SERVER_AUTH, True)
+    client = leaf("gateway", ExtendedKeyUsageOID.CLIENT_AUTH, False)
+    for name, data in (("ca.pem", ca.public_bytes(serialization.Encoding.PEM)),
+                       ("server.pem", server[0]), ("server.key", server[1]),
+                       ("client.pem", client[0]), ("client.key", client[1])):
+        path = directory / name
+        path.write_bytes(data)
+        files[name] = path
+    return Tls(files["ca.pem"], files["server.pem"], files["server.key"], files["client.pem"],
+               files["client.key"])
 
 
 @dataclass
@@ -89,9 +155,14 @@ def attributes(pairs: Any) -> dict[str, Any]:
 
 
 class _Receiver:
-    def __init__(self, delay: float = 0.0, refuse: bool = False) -> None:
+    """``tls``: serve TLS with its server certificate and require a client certificate
+    its CA signed."""
+
+    def __init__(self, delay: float = 0.0, refuse: bool = False, tls: Tls | None = None
+                 ) -> None:
         self.delay = delay
         self.refuse = refuse
+        self.tls = tls
         self.exports: list[Export] = []
         self.lock = threading.Lock()
 
@@ -198,6 +269,12 @@ class HttpReceiver(_Receiver):
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
+        if self.tls is not None:
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            context.load_cert_chain(self.tls.server_cert, self.tls.server_key)
+            context.load_verify_locations(self.tls.ca)
+            context.verify_mode = ssl.CERT_REQUIRED
+            self.server.socket = context.wrap_socket(self.server.socket, server_side=True)
         self.port = self.server.server_address[1]
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         self.thread.start()
@@ -205,7 +282,7 @@ class HttpReceiver(_Receiver):
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"{'https' if self.tls else 'http'}://127.0.0.1:{self.port}"
 
     def __exit__(self, *exc: object) -> None:
         self.server.shutdown()
@@ -249,13 +326,19 @@ class GrpcReceiver(_Receiver):
         metrics_service_pb2_grpc.add_MetricsServiceServicer_to_server(Metrics(), self.server)
         logs_service_pb2_grpc.add_LogsServiceServicer_to_server(Logs(), self.server)
         self.port = free_port()
-        self.server.add_insecure_port(f"127.0.0.1:{self.port}")
+        if self.tls is not None:
+            credentials = grpc.ssl_server_credentials(
+                [(self.tls.server_key.read_bytes(), self.tls.server_cert.read_bytes())],
+                root_certificates=self.tls.ca.read_bytes(), require_client_auth=True)
+            self.server.add_secure_port(f"127.0.0.1:{self.port}", credentials)
+        else:
+            self.server.add_insecure_port(f"127.0.0.1:{self.port}")
         self.server.start()
         return self
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"{'https' if self.tls else 'http'}://127.0.0.1:{self.port}"
 
     def __exit__(self, *exc: object) -> None:
         self.server.stop(0)
