@@ -269,3 +269,31 @@ def test_authorize_log_fields_choose(tmp_path: Path) -> None:
         time.sleep(0.5)
         assert len(log_events(gw)) == 1
     assert lines[1]["request_id"] == "chosen-2" and "email" not in lines[1]
+
+
+def test_programmatic_token_decision(env: Env) -> None:
+    """A CLI's programmatic sign-in, then a request with ``Authorization: Gateway``: an
+    allow event whose credential is the token (and the login endpoint itself, the
+    gateway's own, makes none)."""
+    from urllib.parse import parse_qs, urlsplit
+
+    cli = Browser(accept="*/*")
+    login_id = f"audit-login-{time.monotonic_ns()}"
+    reply = cli.request("GET", f"http://app.test:{env.port}/.gateway/api/v1/login"
+                               "?gateway_redirect_uri=http://127.0.0.1:9/cb",
+                        headers={"X-Request-Id": login_id})
+    assert reply.status == 200
+    final = Browser().sign_in(reply.body.decode(), "alice@example.test",
+                              stop="http://127.0.0.1:9/")
+    token = parse_qs(urlsplit(final.url).query)["gateway_jwt"][0]
+    rid = f"audit-token-{time.monotonic_ns()}"
+    ok = Browser(accept="application/json").request(
+        "GET", f"http://app.test:{env.port}/api", headers={
+            "Authorization": f"Gateway {token}", "X-Request-Id": rid})
+    assert ok.status == 200
+    lines = wait_for(lambda: file_events(env.audit_file) if any(
+        e.get("request_id") == rid for e in file_events(env.audit_file)) else None, "event")
+    event = by_request(lines, rid)
+    assert (event["credential"], event["decision"], event["status"]) == ("token", "allow", 200)
+    assert event["email"] == "alice@example.test"
+    assert not any(e.get("request_id") == login_id for e in lines)
