@@ -180,6 +180,18 @@ class ExchangeStageTests(SynchronousTestCase):
         self.assertEqual((self.sink.body, self.sink.ended, self.sink.done),
                          (b"hi", True, [exchange]))
 
+    def test_a_head_begun_at_once_skips_ready(self) -> None:
+        """A codec begins a request that need not wait straight from HEAD (READY is for
+        one that waits its turn); it is ready all the same."""
+        exchange = Exchange(self.sink, self.core)
+        exchange.method, exchange.target, exchange.path = b"GET", b"/x", "/x"
+        exchange.host, exchange.headers = "app.example.com", [(b"host", b"app.example.com")]
+        exchange.request_done = True
+        self.assertFalse(exchange.ready)
+        exchange.begin()
+        self.assertIs(exchange.stage, CONNECTING)
+        self.assertTrue(exchange.ready)
+
     def test_a_response_head_is_the_responding_stage(self) -> None:
         exchange = self.exchange()
         exchange.begin()

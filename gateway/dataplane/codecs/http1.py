@@ -306,9 +306,10 @@ class Http1Connection(ConnectionTLS, Protocol):
             exchange.body_kind = body_kind
             if not body_kind and not exchange.upgrade:
                 exchange.request_done = True  # nothing more to read for this request
-        exchange.head_complete()
         if self.queue and self.queue[0] is exchange:
             exchange.begin()
+        else:
+            exchange.head_complete()  # pipelined: begun when those before it are done
 
     def on_body(self, body: bytes) -> None:
         exchange = self.current

@@ -94,21 +94,9 @@ def read_head(method: bytes, target: bytes, headers: list[Header]) -> Head:
         authority = connect_target(target, host, hosts, body_kind != BODY_NONE)
         return (authority, "", b"", headers, BODY_NONE, expect_continue, upgrade, tokens,
                 trace_context)
-    host, path, query, headers = origin(target, host, hosts, headers)
-    return (host.decode("latin-1").lower(), path.decode("latin-1"), query, headers,
-            body_kind, expect_continue, upgrade, tokens, trace_context)
-
-
-def origin(target: bytes, host: bytes, hosts: int, headers: list[Header]
-           ) -> tuple[bytes, bytes, bytes, list[Header]]:
-    """Host, normalised path and query of a request that is not CONNECT (``host``: the
-    last of its ``hosts`` Host fields), and its header list: an absolute-form target's
-    authority replaces the Host header (RFC 9112 3.2.2), for the upstream as much as for
-    routing."""
-    try:
-        absolute = split_absolute(target) if not target.startswith(b"/") else None
-    except BadTarget as exc:  # a client's bad target, not a server error
-        raise Refused(400, str(exc)) from None
+    # where the request goes (RFC 9112 3.2): an absolute-form target's authority
+    # replaces the Host header, for the upstream as much as for routing
+    absolute = absolute_form(target) if not target.startswith(b"/") else None
     if absolute is not None:
         host, target = absolute
         headers = [(n, v) for n, v in headers if n.lower() != b"host"]
@@ -121,7 +109,16 @@ def origin(target: bytes, host: bytes, hosts: int, headers: list[Header]
         path, query = normalise_target(target)
     except BadTarget as exc:
         raise Refused(400, str(exc)) from None
-    return host, path, query, headers
+    return (host.decode("latin-1").lower(), path.decode("latin-1"), query, headers,
+            body_kind, expect_continue, upgrade, tokens, trace_context)
+
+
+def absolute_form(target: bytes) -> tuple[bytes, bytes] | None:
+    """(authority, origin-form target) of an absolute-form target, else None."""
+    try:
+        return split_absolute(target)
+    except BadTarget as exc:  # a client's bad target, not a server error
+        raise Refused(400, str(exc)) from None
 
 
 def connect_target(target: bytes, host: bytes, hosts: int, has_body: bool) -> str:

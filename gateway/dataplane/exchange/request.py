@@ -95,7 +95,8 @@ class Exchange(UpstreamRelay):
     # -- routing
 
     def head_complete(self) -> None:
-        """The codec has filled in the request; ``begin`` may come now or later."""
+        """The codec has filled in the request, which waits for its turn: ``begin``
+        comes later. (A request the codec begins at once is begun from HEAD.)"""
         self.enter(READY)
 
     def begin(self) -> None:

@@ -7,14 +7,17 @@ be arriving while the response is sent (an early answer, a denial) or after it e
 ::
 
     HEAD ─► READY ─► ROUTING ─┬─► AUTHORIZING ─┐
+      └──────────────┘
                               ├────────────────┴─► CONNECTING ─► WAITING ─► RESPONDING ─► DONE
                               │                       │   ▲          │           │
                               │                       │   └─ retry ──┘           └─► TUNNEL
                               │                       └─► TUNNEL (CONNECT)           (101)
                               └─► RESPONDING (an answer of the gateway's own) ─► DONE
 
-Any stage before TUNNEL may end in DONE at once (the client left, the gateway gave
-up), and any before RESPONDING may answer locally (RESPONDING, then DONE).
+A head the codec can begin at once goes from HEAD to ROUTING; READY is for one that
+waits its turn (pipelined behind another, or held back). Any stage before TUNNEL may
+end in DONE at once (the client left, the gateway gave up), and any before RESPONDING
+may answer locally (RESPONDING, then DONE).
 """
 
 from __future__ import annotations
@@ -40,7 +43,7 @@ FINAL = TUNNEL
 
 _BEFORE_RESPONSE = frozenset({HEAD, READY, ROUTING, AUTHORIZING, CONNECTING, WAITING})
 NEXT: dict[Stage, frozenset[Stage]] = {
-    HEAD: frozenset({READY, RESPONDING, DONE}),
+    HEAD: frozenset({READY, ROUTING, RESPONDING, DONE}),
     READY: frozenset({ROUTING, RESPONDING, DONE}),
     ROUTING: frozenset({AUTHORIZING, CONNECTING, RESPONDING, DONE}),
     AUTHORIZING: frozenset({CONNECTING, RESPONDING, DONE}),

@@ -405,7 +405,6 @@ class H2Connection(ConnectionTLS, Protocol):
         exchange.host = (authority or host).decode("latin-1").lower()
         exchange.body_kind = 0 if ended else (BODY_LENGTH if has_length else BODY_CHUNKED)
         exchange.request_done = ended
-        exchange.head_complete()
         problem = start_problem(exchange.method, authority or host)
         if problem is not None:
             exchange.fail(400, problem)
@@ -431,6 +430,7 @@ class H2Connection(ConnectionTLS, Protocol):
         if self.buffered and self._stalled() >= STALLED_STREAMS:
             # the client reads none of what it asked for: no more upstream work for it
             # until it does (its frames are still read: WINDOW_UPDATEs and bodies)
+            exchange.head_complete()
             self.waiting.append(stream)
             return
         exchange.begin()
