@@ -36,7 +36,7 @@ from gateway.dataplane.http2.events import (
     StreamReset,
     WindowOpened,
 )
-from gateway.dataplane.http2.fields import start_problem, upstream_fields_problem
+from gateway.dataplane.http2.fields import forwarding_problem
 from gateway.dataplane.http2.guard import (
     BUSY_STREAMS,
     STALLED_STREAMS,
@@ -222,7 +222,7 @@ class H2Connection(ConnectionTLS, Protocol):
                     stream.producer.resumeProducing()
 
     def stream_done(self, stream: StreamSink) -> None:
-        if stream.closed or not (stream.pending or stream.end_pending):
+        if stream.state.local_ended or not (stream.pending or stream.end_pending):
             self.forget_stream(stream)
         # else: the body still waits for the client's window; _drain removes the
         # stream once END_STREAM is out.
@@ -405,20 +405,18 @@ class H2Connection(ConnectionTLS, Protocol):
         exchange.host = (authority or host).decode("latin-1").lower()
         exchange.body_kind = 0 if ended else (BODY_LENGTH if has_length else BODY_CHUNKED)
         exchange.request_done = ended
-        problem = start_problem(exchange.method, authority or host)
+        connect = exchange.method == b"CONNECT"
+        problem = forwarding_problem(exchange.method, authority or host,
+                                     None if connect else headers)
         if problem is not None:
             exchange.fail(400, problem)
             return
-        if exchange.method == b"CONNECT":
+        if connect:
             stream.early_end = ended
             self._connect(stream, exchange, authority)
             return
         if not exchange.host:
             exchange.fail(400, "the request has no authority")
-            return
-        problem = upstream_fields_problem(headers)
-        if problem is not None:
-            exchange.fail(400, problem)
             return
         try:
             path, query = normalise_target(exchange.target)

@@ -133,21 +133,21 @@ def content_length(headers: list[Header]) -> int | None:
     return found
 
 
-def start_problem(method: bytes, authority: bytes) -> str | None:
-    """Why a request's method or authority cannot go to an HTTP/1.1 upstream (a 400)."""
+def forwarding_problem(method: bytes, authority: bytes, headers: list[Header] | None
+                       ) -> str | None:
+    """Why a request HTTP/2 accepts cannot go to an HTTP/1.1 upstream (a 400), or None:
+    its method, its authority and its regular ``headers`` (``None`` for a CONNECT,
+    whose fields go nowhere).
+
+    The fields' names are lower case and none is empty (the engine has checked); the
+    names are joined by "!", a token character, the values by a tab, which a value may
+    hold."""
     if not _METHOD.fullmatch(method):
         return "the method is not a token"
     if not _AUTHORITY.fullmatch(authority):
         return "the authority holds a character a host name cannot"
-    return None
-
-
-def upstream_fields_problem(headers: list[Header]) -> str | None:
-    """Why fields HTTP/2 accepts cannot go to an HTTP/1.1 upstream (a 400), or None.
-
-    ``headers`` are the regular fields (names lower case, none empty: the engine has
-    checked); the names are joined by "!", a token character, the values by a tab,
-    which a value may hold."""
+    if headers is None:
+        return None
     if headers and not _TOKENS.fullmatch(b"!".join([name for name, _ in headers])):
         return "a header name is not a valid token"
     if _CONTROL.search(b"\t".join([value for _, value in headers])):
