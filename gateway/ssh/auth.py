@@ -229,7 +229,11 @@ class GatewayUserAuth(service.SSHService):
             disconnect(self.ssh, transport.DISCONNECT_NO_MORE_AUTH_METHODS_AVAILABLE,
                        str(refused))
             return
-        if not self.ssh.transport or getattr(self.ssh.transport, "disconnecting", False):
+        if self.ssh.lost or getattr(self.ssh.transport, "disconnecting", False):
+            # the person left while the server was being reached: nothing to bridge
+            abandon = getattr(connection, "abandon", None)
+            if abandon is not None:
+                abandon()
             return
         self.ssh.mark_authenticated()
         self._send(MSG_USERAUTH_SUCCESS, b"")

@@ -360,9 +360,13 @@ class BridgeConnection(connection.SSHConnection):
                 open_channel.put_extended(connection.EXTENDED_DATA_STDERR,
                                           f"\r\ngateway: {text}\r\n".encode())
 
-    def serviceStopped(self) -> None:
-        base: Any = super()
-        base.serviceStopped()
+    def abandon(self) -> None:
+        """Close the server's side (the person's connection never got this service)."""
         up: Any = self.upstream.transport
         if up is not None:
             up.loseConnection()
+
+    def serviceStopped(self) -> None:
+        base: Any = super()
+        base.serviceStopped()
+        self.abandon()

@@ -213,6 +213,8 @@ class SshService(MultiService):
                         decision.reason)
         self.active[connection_id] = active
         ssh.on_lost = lambda: self._ended(connection_id)
+        if ssh.lost:  # gone while the server was being reached
+            self._ended(connection_id)
         upstream.lost = lambda: self._close(connection_id, "the server closed the connection")
         log.info("ssh: {user} logged in as {login} on route {route}", user=person,
                  login=target.login, route=target.route, client=ssh.client_ip,

@@ -33,6 +33,7 @@ class GatewayServerTransport(transport.SSHServerTransport):
 
     factory: GatewayFactory
     authenticated = False
+    lost = False  # the connection is gone (its service may still be finishing work)
     client_ip = ""
     _grace: IDelayedCall | None = None
     on_lost: Callable[[], None] | None = None
@@ -75,6 +76,7 @@ class GatewayServerTransport(transport.SSHServerTransport):
         connection's end is logged by the service)."""
 
     def connectionLost(self, reason: Any = None) -> None:
+        self.lost = True
         if not self.authenticated:
             self.factory.release(self.client_ip)
             self.authenticated = True  # released once

@@ -18,6 +18,7 @@ class FakeSSH:
     sent: list[tuple[int, bytes]] = field(default_factory=list)
     disconnected: tuple[int, bytes] | None = None
     authenticated: bool = False
+    lost: bool = False
     service: Any = None
     grace: float = 0.0
     transport: Any = field(default_factory=lambda: _Wire())

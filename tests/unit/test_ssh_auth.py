@@ -150,3 +150,30 @@ class UserAuthTests(SynchronousTestCase):
         self.send(b"\x00\x00\xff\xff")
         assert self.ssh.disconnected is not None
         self.assertEqual(self.ssh.disconnected[0], 2)
+
+
+class AbandonedTests(SynchronousTestCase):
+    def test_a_person_who_left_meanwhile_gets_no_bridge(self) -> None:
+        """The connection closed while the gate reached the server: no success is sent
+        and the server's side is closed again."""
+        ssh = FakeSSH()
+
+        class Bridge:
+            abandoned = False
+
+            def abandon(self) -> None:
+                self.abandoned = True
+
+        bridge = Bridge()
+
+        class LeavingGate(FakeGate):
+            async def admit(self, ssh: Any, target: Target, session: Any,
+                            key_fingerprint: str) -> Any:
+                ssh.lost = True
+                return bridge
+
+        auth = GatewayUserAuth(ssh, LeavingGate(bound="session"))  # type: ignore[arg-type]
+        auth.packetReceived(50, signed(ssh, ed25519.Ed25519PrivateKey.generate(), b"a@db"))
+        self.assertEqual(ssh.sent, [])
+        self.assertTrue(bridge.abandoned)
+        self.assertIsNone(ssh.service)
