@@ -46,7 +46,13 @@ def common_config(op: Any, redis_url: str, upstream: str, ports: dict[str, int]
         "grpc_insecure": True, "grpc_client_timeout": "2s",
         "jwt_claims_headers": {"x-email": "email"},
         "policy": [{"from": f"http://app.test:{ports[name]}", "to": upstream, **rule}
-                   for name in ("a", "b", "c")],
+                   for name in ("a", "b", "c")] + [
+            # the policy language in split mode: authorize evaluates it, the proxy
+            # only carries out the decision
+            {"from": f"http://policy.test:{ports['a']}", "to": upstream, "policy": [
+                {"allow": {"or": [{"email": {"is": "alice@example.test"}}]}},
+                {"deny": {"or": [{"http_method": {"is": "DELETE"}},
+                                 {"http_path": {"starts_with": "/admin"}}]}}]}],
     }
 
 
@@ -102,6 +108,18 @@ def _scenario(tmp_path: Path, common: dict[str, Any], ports: dict[str, int],
     assert headers["x-gateway-jwt-assertion"].count(".") == 2
     assert "_gateway" not in headers.get("cookie", "")
     assert browser.request("GET", f"http://app.test:{pb}/").status == 200
+
+    # a policy route: decided by authorize request by request (method, path), with the
+    # refusal in the person's words and the rule in authorize's log
+    assert browser.sign_in(f"http://policy.test:{pa}/", "alice@example.test").status == 200
+    assert browser.request("GET", f"http://policy.test:{pa}/page").status == 200
+    refused = browser.request("DELETE", f"http://policy.test:{pa}/page")
+    assert refused.status == 403, (refused.status, refused.body[:300])
+    assert b"This kind of request is not allowed on this route." in refused.body
+    assert browser.request("GET", f"http://policy.test:{pa}/admin/x").status == 403
+    assert browser.request("GET", f"http://policy.test:{pa}/again").status == 200
+    wait_until(lambda: authorize.logged("deny[0].or[0] http_method is DELETE: matched"), 5,
+               what="authorize's line naming the rule")
 
     # issue 28: authorize applies the e-mail rules too; an address the provider marks
     # unverified does not pass allowed_users, and the 403 (rendered by authorize) says why
