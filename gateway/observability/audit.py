@@ -19,7 +19,8 @@ event goes
 The fields: ``time`` (RFC 3339, UTC, milliseconds), ``request_id``, ``trace_id``,
 ``route`` (its ``name``, else its label), ``from`` (the route's ``from``), ``user_id``,
 ``email``, ``client`` (the client address decisions use), ``method``, ``host``, ``path``,
-``via`` (``http``, ``connect``, ``forward-auth``), ``credential`` (``token``: a
+``via`` (``http``, ``connect``, ``forward-auth``, ``recheck``: an open tunnel or upgraded
+connection refused by its periodic check, and closed), ``credential`` (``token``: a
 programmatic token, ``cookie``, ``none``), ``decision`` (``allow`` or ``deny``),
 ``status`` (what the client was answered), ``reasons`` (the reason codes, a list),
 ``rule`` (with the policy language: the rule and criterion that decided).
@@ -123,10 +124,10 @@ class AuditStream:
         self.fields: tuple[str, ...] = FIELDS
         self.indices = tuple(range(len(FIELDS)))
         self.message, self.message_fields = message_of(FIELDS)
-        self.log = True
+        self.log = False  # (audit_log's default; AuditService applies the settings)
         self.file: AuditFile | None = None
         self.otlp: Callable[[tuple[float, dict[str, Any]]], None] | None = None
-        self.enabled = True  # any of the three
+        self.enabled = False  # any of the three
 
     def configure(self, fields: tuple[str, ...], log: bool, file: AuditFile | None,
                   otlp: Callable[[tuple[float, dict[str, Any]]], None] | None) -> None:

@@ -297,3 +297,43 @@ def test_programmatic_token_decision(env: Env) -> None:
     assert (event["credential"], event["decision"], event["status"]) == ("token", "allow", 200)
     assert event["email"] == "alice@example.test"
     assert not any(e.get("request_id") == login_id for e in lines)
+
+
+def test_tunnel_closed_by_its_recheck_is_an_event(env: Env) -> None:
+    """Bob opens a tunnel, then signs out: the next periodic check refuses it, closes it,
+    and that refusal is an event (via recheck) with the tunnel's request id."""
+    browser = Browser()
+    assert browser.sign_in(f"http://app.test:{env.port}/", "bob@example.test").status == 200
+    cookie = "; ".join(f"{k}={v}" for k, v in browser.cookies.get("app.test", {}).items())
+    with socket.create_connection(("127.0.0.1", env.port), timeout=10) as sock:
+        sock.sendall(b"CONNECT db.test:5432 HTTP/1.1\r\nHost: db.test:5432\r\nCookie: "
+                     + cookie.encode() + b"\r\n\r\n")
+        head = b""
+        while b"\r\n\r\n" not in head:
+            chunk = sock.recv(4096)
+            assert chunk, head
+            head += chunk
+        assert head.startswith(b"HTTP/1.1 200"), head
+        tunnel_id = next(line.split(b":", 1)[1].strip().decode()
+                         for line in head.split(b"\r\n")
+                         if line.lower().startswith(b"x-request-id:"))
+        confirm = browser.request("GET", f"http://app.test:{env.port}/.gateway/signout/")
+        token = confirm.body.split(b'name="csrf" value="')[1].split(b'"')[0].decode()
+        assert browser.request("POST", f"http://app.test:{env.port}/.gateway/signout/",
+                               f"csrf={token}".encode()).status == 302
+        sock.settimeout(10)
+        while True:  # the gateway cuts the tunnel within a check or two
+            try:
+                if not sock.recv(4096):
+                    break
+            except ConnectionResetError:
+                break
+    events = wait_for(lambda: [e for e in file_events(env.audit_file)
+                               if e.get("request_id") == tunnel_id and e["via"] == "recheck"],
+                      "the recheck's event")
+    [revoked] = events
+    assert revoked["decision"] == "deny" and revoked["route"] == "db"
+    assert revoked["method"] == "CONNECT"
+    opened = [e for e in file_events(env.audit_file)
+              if e.get("request_id") == tunnel_id and e["via"] == "connect"]
+    assert len(opened) == 1 and opened[0]["decision"] == "allow"

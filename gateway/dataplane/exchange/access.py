@@ -26,7 +26,7 @@ from typing import Any, Protocol
 
 from twisted.logger import Logger
 
-from gateway.authorize.hook import Allow
+from gateway.authorize.hook import Allow, Deny
 from gateway.dataplane.exchange.measure import Measured, observe_exchange
 from gateway.observability.audit import AUDIT, credential_of
 from gateway.observability.logging import LEVELS
@@ -127,3 +127,19 @@ def audit(exchange: Logged, status: int, now: float) -> None:
         "connect" if exchange.connect else "http",
         credential_of(exchange.headers, exchange.user_id), allow is not None, status,
         exchange.decision_reason or (allow.reason if allow is not None else ""))
+
+
+def audit_revoked(exchange: Logged, decision: Deny) -> None:
+    """An open tunnel or upgraded connection refused by its periodic check
+    (``recheck.py``), and so closed: one event, ``via: recheck``, with the status the
+    decision implies (the client gets no answer, the connection ends)."""
+    plan = exchange.plan
+    if not AUDIT.enabled or plan is None:
+        return
+    user_id = decision.user_id or exchange.user_id
+    AUDIT.decision(
+        exchange.core.reactor.seconds(), exchange.request_id, exchange.trace_id,
+        plan.metric_labels[1], str(plan.route.from_url), user_id,
+        decision.email or exchange.email, exchange.client_address(),
+        exchange.method.decode("latin-1"), exchange.host, exchange.path, "recheck",
+        credential_of(exchange.headers, user_id), False, decision.status, decision.reason)

@@ -4,19 +4,20 @@ A CONNECT tunnel (``tunnel.Tunnel``) and an upgraded connection (websocket or SP
 ``UpgradeWatch``) outlive the request that was authorized: without a check they would
 stay open after a sign-out anywhere, an expired session, a revoked client certificate or
 a policy edit. The core's watchdog calls ``check``; a denial, a removed route, a failure
-of the check itself (fail closed) ends the pipe.
+of the check itself (fail closed) ends the pipe. A denial is an audit event
+(``access.audit_revoked``); the checks that allow are not.
 """
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from twisted.internet.defer import Deferred
 from twisted.python.failure import Failure
 
 from gateway.authorize.hook import Deny, RequestInfo
 from gateway.dataplane.core import ProxyCore
-from gateway.dataplane.exchange.access import access_log
+from gateway.dataplane.exchange.access import Logged, access_log, audit_revoked
 from gateway.dataplane.routing.plan import RoutePlan
 
 RECHECK = 1.0  # seconds between authorizations of an open pipe
@@ -93,6 +94,8 @@ class Reauthorized:
     def _decided(self, decision: object) -> None:
         self.checking = False
         if isinstance(decision, Deny):
+            if self.pipe is not None and not self.pipe.closed:
+                audit_revoked(cast(Logged, self.exchange), decision)  # (an ExchangeBase)
             self.end(f"no longer allowed ({decision.reason or decision.status})")
 
     def _failed(self, failure: Failure) -> None:
