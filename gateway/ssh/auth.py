@@ -186,10 +186,11 @@ class GatewayUserAuth(service.SSHService):
     async def _bound_or_ask(self, target: Target, key_fingerprint: str) -> None:
         session = await self.gate.bound_session(key_fingerprint)
         if session is None:
-            # proven but not bound: keyboard-interactive signs the person in
-            self._fail(b"keyboard-interactive", partial=True)
+            # proven but not bound: keyboard-interactive signs the person in (the banner
+            # first: a client that cannot go on, BatchMode, stops at the failure)
             self.banner("This key is not signed in yet; keyboard-interactive "
                         "authentication shows where to sign in (BatchMode cannot).\n")
+            self._fail(b"keyboard-interactive", partial=True)
             return
         await self._admit(target, session, key_fingerprint)
 

@@ -68,8 +68,8 @@ class UserAuthTests(SynchronousTestCase):
         """Partial success naming keyboard-interactive only, a banner; then the sign-in
         line as the instruction (no prompts), the wait, and the admission."""
         self.send(signed(self.ssh, self.key, b"alice@db"))
-        self.assertEqual(self.ssh.sent[0], (FAILURE, NS(b"keyboard-interactive") + b"\x01"))
-        self.assertEqual(self.ssh.sent[1][0], BANNER)
+        self.assertEqual(self.ssh.sent[0][0], BANNER)
+        self.assertEqual(self.ssh.sent[1], (FAILURE, NS(b"keyboard-interactive") + b"\x01"))
         self.gate.confirmed = "new session"
         self.send(request(b"alice@db", b"keyboard-interactive", NS(b"") + NS(b"")))
         kind, payload = self.ssh.sent[2]
