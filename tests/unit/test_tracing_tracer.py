@@ -229,3 +229,14 @@ class ServiceTests(SynchronousTestCase):
         service.apply(load(base_config()).options)  # tracing off
         self.assertIsNone(seen[-1])
         self.assertIsNone(service.current)
+
+
+class HostTests(SynchronousTestCase):
+    def test_server_address_and_port(self) -> None:
+        from gateway.observability.tracing.tracer import split_host
+
+        self.assertEqual(split_host("app.test:8443"), ("app.test", 8443))
+        self.assertEqual(split_host("app.test"), ("app.test", 0))
+        self.assertEqual(split_host("[::1]:8080"), ("::1", 8080))
+        self.assertEqual(split_host("[::1]"), ("::1", 0))
+        self.assertEqual(split_host("app.test:x"), ("app.test", 0))

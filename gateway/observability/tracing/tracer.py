@@ -155,10 +155,24 @@ class RequestTrace:
         if self.user_id and exchange.user_id:
             span.set_attribute("user.id", exchange.user_id)
         span.set_attribute("http.response.status_code", status)
-        span.set_attribute("server.address", exchange.host)
+        address, port = split_host(exchange.host)
+        span.set_attribute("server.address", address)
+        if port:
+            span.set_attribute("server.port", port)
         if detail:
             span.set_attribute("gateway.detail", detail)
         server.end((detail or f"answered {status}") if status >= 500 else None)
+
+
+def split_host(host: str) -> tuple[str, int]:
+    """``server.address`` and ``server.port`` (0: none) of a Host header's value."""
+    if host.startswith("["):
+        end = host.find("]")
+        name, rest = host[1:end], host[end + 1:]
+        port = rest[1:] if rest.startswith(":") else ""
+    else:
+        name, _, port = host.partition(":")
+    return name, int(port) if port.isdigit() else 0
 
 
 class Tracer:
