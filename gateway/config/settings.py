@@ -263,11 +263,11 @@ class Options:
         extension=True
     )
     otel_exporter_otlp_headers: Mapping[str, str] = _s(
-        {}, Kind.MAP, "Headers of every OTLP request.", extension=True
+        {}, Kind.MAP, "Headers of every OTLP request.", secret=True, extension=True
     )
     otel_exporter_otlp_traces_headers: Mapping[str, str] = _s(
         {}, Kind.MAP, "Headers of OTLP span requests (instead of the general ones).",
-        extension=True
+        secret=True, extension=True
     )
     otel_exporter_otlp_timeout: int = _s(
         10000, Kind.INT, "Milliseconds an OTLP export may take.", extension=True
