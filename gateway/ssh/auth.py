@@ -19,7 +19,7 @@ from twisted.logger import Logger
 
 from gateway.config.ssh import fingerprint
 from gateway.ssh import algorithms, limits
-from gateway.ssh.names import BadUserName, Target, parse_user
+from gateway.ssh.names import BadUserName, Target, parse_login, parse_user
 from gateway.ssh.transport import GatewayServerTransport, disconnect
 
 log = Logger(namespace="gateway.ssh")
@@ -117,7 +117,9 @@ class GatewayUserAuth(service.SSHService):
                        "only ssh-connection is served")
             return
         try:
-            target = parse_user(user)
+            # a jump's inner connection: the route is the one its channel was opened to
+            target = parse_login(user, self.ssh.jump_route) if self.ssh.jump_route \
+                else parse_user(user)
         except BadUserName:
             target = None
         if self.proven is not None and self.proven[0] != user:

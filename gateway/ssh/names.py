@@ -28,6 +28,18 @@ class Target:
     route: str
 
 
+def parse_login(raw: bytes, route: str) -> Target:
+    """The user name of a connection whose route is already known (the inner
+    connection of a jump, ``ssh -J gateway root@db``): a login name only."""
+    try:
+        text = raw.decode("ascii")
+    except UnicodeDecodeError:
+        raise BadUserName("the user name must be ASCII") from None
+    if not _LOGIN.fullmatch(text):
+        raise BadUserName(f"{text[:64]!r} is not a login name")
+    return Target(text, route)
+
+
 def parse_user(raw: bytes) -> Target:
     """``alice@db`` -> Target("alice", "db"); ``db`` -> Target("", "db"). The route is
     after the last ``@``; names are ASCII, route names lower-cased."""

@@ -48,6 +48,7 @@ from gateway.ssh.auth import GatewayUserAuth, Refused
 from gateway.ssh.bridge import BridgeConnection, Context
 from gateway.ssh.certs import issue
 from gateway.ssh.decision import decide_login, no_login_message, who
+from gateway.ssh.jump import JumpConnection
 from gateway.ssh.names import Target
 from gateway.ssh.transport import GatewayFactory, GatewayServerTransport, disconnect
 from gateway.ssh.upstream import (
@@ -66,7 +67,7 @@ class Active:
     """An admitted connection, decided again every ``RECHECK_SECONDS``."""
 
     ssh: GatewayServerTransport
-    bridge: BridgeConnection
+    bridge: BridgeConnection | None  # None: a jump host's outer connection
     session_id: str
     target: Target
     started: float
@@ -175,11 +176,13 @@ class SshService(MultiService):
         return None
 
     async def admit(self, ssh: GatewayServerTransport, target: Target, session: Session,
-                    key_fingerprint: str) -> BridgeConnection:
+                    key_fingerprint: str) -> BridgeConnection | JumpConnection:
         decider = self.holder.identity.decider
         view, _ = decider.decision_session(session)
         person = who(view) or who(session)
         route = self.routes.get(target.route)
+        if route is None and not target.login and not ssh.jump_route:
+            return self._jump(ssh, target, session, person)
         if route is None or route.ssh is None:
             self._log_refusal(ssh, target, person, "no-such-route")
             raise Refused(f"signed in as {person}; there is no SSH route {target.route}")
@@ -221,6 +224,26 @@ class SshService(MultiService):
                  decision="allowed", reason=decision.reason, connection=connection_id,
                  certificate_serial=issued.serial, key=key_fingerprint)
         return bridge
+
+    def _jump(self, ssh: GatewayServerTransport, target: Target, session: Session,
+              person: str) -> JumpConnection:
+        """A user name that names no route: the connection of a jump host (``ssh -J``),
+        whose channels to route names carry connections the gateway terminates."""
+        connection_id = secrets.token_hex(8)
+
+        def inner(route: str) -> GatewayServerTransport | None:
+            built = self.factory.buildProtocol(ssh.transport.getPeer()
+                                               if ssh.transport else None)
+            if built is not None:
+                built.jump_route = route
+            return built
+
+        self.active[connection_id] = Active(ssh, None, session.id, target, time.time(), 0,
+                                            "jump")
+        ssh.on_lost = lambda: self._ended(connection_id)
+        log.info("ssh: {user} connected as a jump host", user=person, client=ssh.client_ip,
+                 connection=connection_id, decision="allowed", reason="jump")
+        return JumpConnection(lambda: set(self.routes), inner, target.route)
 
     def _log_refusal(self, ssh: GatewayServerTransport, target: Target, person: str,
                      reason: str) -> None:
@@ -273,6 +296,12 @@ class SshService(MultiService):
         active = self.active.pop(connection_id, None)
         if active is None:
             return
+        if active.bridge is None:
+            log.info("ssh: jump connection of {user} ended", connection=connection_id,
+                     client=active.ssh.client_ip, reason=active.reason,
+                     duration=round(time.time() - active.started, 3),
+                     ended=active.ended or "closed")
+            return
         ctx = active.bridge.ctx
         log.info("ssh: connection of {user} as {login} on route {route} ended",
                  user=ctx.user, login=ctx.login, route=ctx.route, client=ctx.client,
@@ -287,7 +316,8 @@ class SshService(MultiService):
         if active is None or active.ended:
             return
         active.ended = message
-        active.bridge.say(message)
+        if active.bridge is not None:
+            active.bridge.say(message)
         disconnect(active.ssh, transport.DISCONNECT_BY_APPLICATION, message)
 
     def _recheck_all(self) -> None:
@@ -325,6 +355,8 @@ class SshService(MultiService):
                                            "again to sign in")
                 return
             session = refreshed
+        if active.bridge is None:
+            return  # a jump host: each inner connection is decided for its route
         route = self.routes.get(active.target.route)
         if route is None:
             self._close(connection_id, f"route {active.target.route} was removed")

@@ -34,6 +34,7 @@ class GatewayServerTransport(transport.SSHServerTransport):
     factory: GatewayFactory
     authenticated = False
     lost = False  # the connection is gone (its service may still be finishing work)
+    jump_route = ""  # the inner connection of a jump: the route its channel names
     client_ip = ""
     _grace: IDelayedCall | None = None
     on_lost: Callable[[], None] | None = None

@@ -325,6 +325,28 @@ def test_wrong_upstream_host_key_is_refused(env: Env, first: First) -> None:
     assert event["shown"].startswith("SHA256:") and event["shown"] != event["expected"]
 
 
+def test_jump_host_mode(env: Env, first: First) -> None:
+    """``ssh -J`` (here its ProxyCommand form, so that the jump uses this key too): the
+    outer connection names no route, its channel to "db" carries an inner connection
+    the gateway terminates with the same key, policy and certificate; a session on the
+    outer one is refused with a line saying how to name a route."""
+    jump = " ".join(env.argv("alice", options=("BatchMode=yes",)))
+    jump = jump.replace(" alice@127.0.0.1", " -W %h:%p alice@127.0.0.1")
+    inner = ssh_argv(env.keys.client_key, 22, env.sshd.user, "echo jumped",
+                     options=("BatchMode=yes", f"ProxyCommand={jump}"))
+    inner[inner.index(f"{env.sshd.user}@127.0.0.1")] = f"{env.sshd.user}@db"
+    done = subprocess.run(inner, capture_output=True, timeout=60, stdin=subprocess.DEVNULL)
+    assert done.returncode == 0, done.stderr.decode()
+    assert done.stdout == b"jumped\n"
+    refused = subprocess.run(
+        ssh_argv(env.keys.client_key, env.ssh_port, "nobody", "true",
+                 options=("BatchMode=yes",)),
+        capture_output=True, timeout=60, stdin=subprocess.DEVNULL)
+    assert refused.returncode == 255
+    assert b"there is no SSH route nobody; name one as LOGIN@ROUTE" in refused.stderr, \
+        refused.stderr
+
+
 def open_session(env: Env) -> subprocess.Popen[bytes]:
     proc = subprocess.Popen(env.argv(f"{env.sshd.user}@db", "echo started; sleep 60"),
                             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
@@ -363,3 +385,4 @@ def test_sign_out_closes_an_open_connection(env: Env, first: First) -> None:
     assert b"your session has ended" in err, err
     again = env.ssh(f"{env.sshd.user}@db", "true")
     assert again.returncode == 255  # the key's session is gone: sign in again
+

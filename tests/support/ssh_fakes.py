@@ -19,6 +19,7 @@ class FakeSSH:
     disconnected: tuple[int, bytes] | None = None
     authenticated: bool = False
     lost: bool = False
+    jump_route: str = ""
     service: Any = None
     grace: float = 0.0
     transport: Any = field(default_factory=lambda: _Wire())

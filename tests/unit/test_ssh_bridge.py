@@ -132,3 +132,25 @@ class BridgeTests(SynchronousTestCase):
         server.addWindowBytes(1 << 20)
         self.assertFalse(person.held)
         self.assertEqual(person.localWindowLeft, person.localWindowSize)
+
+
+class JumpTests(SynchronousTestCase):
+    def test_only_channels_to_routes(self) -> None:
+        from gateway.ssh.jump import JumpConnection
+
+        made: list[str] = []
+        jump = JumpConnection(lambda: {"db"}, lambda route: made.append(route),  # type: ignore[arg-type,return-value,func-returns-value]
+                              "alice")
+        wire = Wire()
+        jump.transport = wire  # type: ignore[assignment]
+        jump.ssh_CHANNEL_OPEN(open_packet(b"session"))
+        self.assertEqual(struct.unpack(">2L", wire.sent[-1][1][:8]),
+                         (5, connection.OPEN_ADMINISTRATIVELY_PROHIBITED))
+        self.assertIn(b"there is no SSH route alice; name one as LOGIN@ROUTE", wire.sent[-1][1])
+        target = NS(b"web") + struct.pack(">L", 22) + NS(b"127.0.0.1") + struct.pack(">L", 1)
+        jump.ssh_CHANNEL_OPEN(open_packet(b"direct-tcpip", extra=target))
+        self.assertIn(b"there is no SSH route web", wire.sent[-1][1])
+        target = NS(b"DB") + struct.pack(">L", 22) + NS(b"127.0.0.1") + struct.pack(">L", 1)
+        jump.ssh_CHANNEL_OPEN(open_packet(b"direct-tcpip", extra=target))
+        self.assertEqual(made, ["db"])  # an inner connection was asked for; none given
+        self.assertIn(b"too many connections", wire.sent[-1][1])

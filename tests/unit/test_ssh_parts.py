@@ -196,3 +196,13 @@ class FactoryTests(SynchronousTestCase):
         proto.dataReceived(b"SSH-2.0-x\r\n")
         proto.dataReceived(b"\x00" * (limits.PREAUTH_BUFFER + 1))
         self.assertTrue(wire.disconnecting)
+
+
+class LoginTests(SynchronousTestCase):
+    def test_inner_connection_of_a_jump_names_only_the_login(self) -> None:
+        from gateway.ssh.names import parse_login
+
+        self.assertEqual(parse_login(b"root", "db"), Target("root", "db"))
+        for raw in (b"root@db", b"", b"ro ot", "é".encode()):
+            with self.assertRaises(BadUserName):
+                parse_login(raw, "db")
