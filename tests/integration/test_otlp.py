@@ -222,19 +222,34 @@ def _latencies(gw: Daemon, port: int, count: int) -> list[float]:
     return out
 
 
-@pytest.mark.parametrize("state", ["dead", "hung", "refusing"])
-def test_collector_trouble_costs_requests_nothing(tmp_path: Path, state: str) -> None:
-    """Every request traced (rate 1) over OTLP/gRPC to a collector that is not there,
-    that answers after 5 s (the export timeout is 1 s) or that refuses: the same answers
-    with the latency of tracing off, and the spans not delivered are counted."""
+def _private_latencies(gw: Daemon, port: int, count: int) -> list[float]:
+    """Requests refused for want of a session: each one an audit event."""
+    out = []
+    for i in range(count):
+        started = time.perf_counter()
+        status, _ = request(gw, f"private.test:{port}", f"/a{i}", {"Accept": "application/json"})
+        out.append(time.perf_counter() - started)
+        assert status == 401
+    return out
+
+
+@pytest.mark.parametrize(("protocol", "state"), [
+    ("grpc", "dead"), ("grpc", "hung"), ("grpc", "refusing"), ("http/protobuf", "hung"),
+    ("http/protobuf", "refusing")])
+def test_collector_trouble_costs_requests_nothing(tmp_path: Path, protocol: str,
+                                                  state: str) -> None:
+    """Every request traced (rate 1), every decision an audit record and the metrics
+    pushed every second, all over OTLP to a collector that is not there, that answers
+    after 5 s (the export timeout is 1 s) or that refuses: the same answers with the
+    latency of all that off, and what was not delivered is counted, per signal."""
     port, metrics_port = free_port(), free_port()
     with ExitStack() as stack:
         up = stack.enter_context(echo_upstream(tmp_path, name="app", quiet=True))
         if state == "dead":
             endpoint = f"http://127.0.0.1:{free_port()}"
         else:
-            rx = stack.enter_context(GrpcReceiver(delay=5.0 if state == "hung" else 0.0,
-                                                  refuse=state == "refusing"))
+            rx = stack.enter_context(receiver(protocol, delay=5.0 if state == "hung" else 0.0,
+                                              refuse=state == "refusing"))
             endpoint = rx.url
         off_dir, on_dir = tmp_path / "off", tmp_path / "on"
         off_dir.mkdir()
@@ -242,26 +257,34 @@ def test_collector_trouble_costs_requests_nothing(tmp_path: Path, state: str) ->
         with gateway_daemon(off_dir, routes(port, up), port=port) as gw:
             _latencies(gw, port, 20)
             off = _latencies(gw, port, 150)
+            off_private = _private_latencies(gw, port, 50)
         with gateway_daemon(on_dir, {
                 **routes(port, up), "tracing_provider": "otlp", "tracing_sample_rate": 1,
-                "otel_exporter_otlp_protocol": "grpc", "otel_exporter_otlp_endpoint": endpoint,
+                "otel_logs_exporter": "otlp", "otel_metrics_exporter": "otlp",
+                "otel_metric_export_interval": 1000,
+                "otel_exporter_otlp_protocol": protocol, "otel_exporter_otlp_endpoint": endpoint,
                 "otel_exporter_otlp_timeout": 1000,
                 "metrics_address": f"127.0.0.1:{metrics_port}"}, port=port) as gw:
             _latencies(gw, port, 20)
             on = _latencies(gw, port, 150)
-            deadline = time.monotonic() + 20
+            on_private = _private_latencies(gw, port, 50)
+            deadline = time.monotonic() + 30
+            signals = ("spans", "audit", "metrics")
             while True:
                 text = scrape(metrics_port)
-                lost = metric(text, "gateway_telemetry_failed_total", signal="spans") + \
-                    metric(text, "gateway_telemetry_dropped_total", signal="spans")
-                if lost > 0 or time.monotonic() > deadline:
+                lost = {signal: metric(text, "gateway_telemetry_failed_total", signal=signal)
+                        + metric(text, "gateway_telemetry_dropped_total", signal=signal)
+                        for signal in signals}
+                if all(lost.values()) or time.monotonic() > deadline:
                     break
                 time.sleep(0.5)
-            assert metric(text, "gateway_telemetry_exported_total", signal="spans") == 0
-    assert lost > 0, text
-    off_median, on_median = statistics.median(off), statistics.median(on)
-    assert on_median < off_median * 2 + 0.005, (off_median, on_median)
-    assert max(on) < 1.0, max(on)
+            for signal in signals:
+                assert metric(text, "gateway_telemetry_exported_total", signal=signal) == 0
+    assert all(lost.values()), (lost, text)
+    for before, after in ((off, on), (off_private, on_private)):
+        assert statistics.median(after) < statistics.median(before) * 2 + 0.005, (
+            statistics.median(before), statistics.median(after))
+        assert max(after) < 1.0, max(after)
 
 
 @pytest.mark.parametrize("protocol", ["http/protobuf", "grpc"])
