@@ -347,6 +347,31 @@ def test_jump_host_mode(env: Env, first: First) -> None:
         refused.stderr
 
 
+def test_sign_in_page_needs_the_person_to_confirm(env: Env, first: First) -> None:
+    """Opening a sign-in link binds nothing: the page asks; a POST without the person's
+    CSRF token is refused and the connection keeps waiting; an unknown ticket is an
+    error page."""
+    key = keygen(env.tmp / "keys" / "carol", "carol's laptop")
+    proc = subprocess.Popen(env.argv(f"{env.sshd.user}@db", "true", options=(), key=key),
+                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    try:
+        seen = read_until(proc.stderr, b"to continue", 60)
+        url = seen.split(b"Sign in at ")[1].split()[0].decode()
+        browser = first.browser  # Alice, signed in on the authenticate host
+        page = browser.request("GET", url)
+        assert page.status == 200 and b"Allow this SSH connection?" in page.body
+        assert b"SHA256:" in page.body and b"127.0.0.1" in page.body
+        forged = browser.request("POST", url, b"csrf=not-the-token")
+        assert forged.status == 400
+        assert proc.poll() is None  # still waiting: nothing was bound
+        unknown = browser.request("GET", url.rsplit("/", 1)[0] + "/unknown-ticket")
+        assert unknown.status == 400 and b"invalid or has expired" in unknown.body
+    finally:
+        proc.kill()
+        proc.wait(10)
+
+
 def open_session(env: Env) -> subprocess.Popen[bytes]:
     proc = subprocess.Popen(env.argv(f"{env.sshd.user}@db", "echo started; sleep 60"),
                             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
