@@ -337,3 +337,43 @@ def test_tunnel_closed_by_its_recheck_is_an_event(env: Env) -> None:
     opened = [e for e in file_events(env.audit_file)
               if e.get("request_id") == tunnel_id and e["via"] == "connect"]
     assert len(opened) == 1 and opened[0]["decision"] == "allow"
+
+
+def test_workers_share_the_file_and_follow_a_rename(tmp_path: Path) -> None:
+    """``workers: 2``: both workers append to one file (whole lines), and after
+    logrotate's rename (no signal reaches the workers) each opens the new file within
+    a second or two; every request's event is in one of the two files, once."""
+    port = free_port()
+    audit_file = tmp_path / "audit.jsonl"
+    rotated = tmp_path / "audit.jsonl.1"
+    from tests.integration.test_workers import SECRET, signing_key
+    from tests.support.peers import redis_server
+
+    redis_dir = tmp_path / "redis"
+    redis_dir.mkdir()
+    with ExitStack() as stack:
+        up = stack.enter_context(echo_upstream(tmp_path, name="app", quiet=True))
+        redis = stack.enter_context(redis_server(redis_dir))
+        gw = stack.enter_context(gateway_daemon(tmp_path, {
+            **routes(port, up), "workers": 2, "audit_log_file": str(audit_file),
+            "shared_secret": SECRET, "cookie_secret": SECRET, "signing_key": signing_key(),
+            "databroker_storage_type": "kvstore",
+            "databroker_storage_connection_string": f"kvstore://127.0.0.1:{redis.port}/0"},
+            port=port, timeout=40))
+        sent = []
+        for i in range(120):
+            rid = f"w-{i}"
+            assert request(gw, f"private.test:{port}", "/w", {
+                "Accept": "application/json", "X-Request-Id": rid, "Connection": "close"})[0] \
+                == 401
+            sent.append(rid)
+            if i == 40:
+                os.rename(audit_file, rotated)
+            if i == 60:
+                time.sleep(2.5)  # the workers' moved-file check runs every second
+        wait_for(lambda: any(e.get("request_id") == sent[-1]
+                             for e in file_events(audit_file)), "the last event")
+    old = [e["request_id"] for e in file_events(rotated)]
+    new = [e["request_id"] for e in file_events(audit_file)]
+    assert sorted(old + new) == sorted(sent)
+    assert sent[0] in old and set(sent[61:]) <= set(new)
