@@ -36,11 +36,13 @@ from gateway.authorize.hook import Allow, Decision, Deny, RequestInfo
 from gateway.authorize.policy import (
     CertFacts,
     Facts,
+    Specialized,
     Verdict,
     cert_facts,
     facts_again,
     facts_for,
     identity_facts,
+    specialize,
 )
 from gateway.caches import FifoCache
 from gateway.config.routes import Route
@@ -86,7 +88,9 @@ class Remembered(NamedTuple):
     until: float
     allow: Allow
     directory_version: int
-    view: Facts  # who the decision saw (a policy that reads the request decides again)
+    view: Facts  # who the decision saw
+    # the route's policy for that person, when it reads the request and so decides again
+    judge: Specialized | None
 
 
 class View(NamedTuple):
@@ -163,11 +167,11 @@ class Decider:
         now = self.clock()
         if now < hit.until and self.store.get(hit.sid) is hit.session and (
                 self.directory is None or self.directory.version == hit.directory_version):
-            policy = route.policy
-            if route.policy_document is None or not policy.per_request:
+            judge = hit.judge
+            if judge is None:
                 return hit.allow
             # the identity is the same; the request is another: its policy decides again
-            verdict = policy.evaluate(facts_again(
+            verdict = judge.evaluate(facts_again(
                 hit.view, request, now,
                 client_cert=self._cert(request) if request.client_cert else None))
             if verdict.allowed:
@@ -193,8 +197,10 @@ class Decider:
         version = self.directory.version if self.directory is not None else 0
         who = identity_facts(decided.session, self.clock(),
                              groups_available=self.groups_available)
+        judge = specialize(route.policy, who) if route.policy_document is not None \
+            and route.policy.per_request else None
         self._allowed.put((raw, route.index),
-                          Remembered(sid, session, until, allow, version, who))
+                          Remembered(sid, session, until, allow, version, who, judge))
 
     async def _fetch_then_decide(self, request: RequestInfo, route: Route, sid: str,
                                  own_token: bool) -> Decision:

@@ -8,6 +8,7 @@ public face for deciding, with the builders of ``Facts`` from sessions and reque
 - ``grammar.parse_document``: a ``policy`` value -> ``Document`` (problems at key paths)
 - ``compile.Policy``: ``evaluate(facts) -> Verdict``, ``explain(facts) -> Trace``, ``reads``
 - ``legacy.legacy_rules``: the allow fields as rules
+- ``specialize.specialize``: a policy for one person, only its request criteria left
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from gateway.config.ppl.facts import CertFacts, Facts
 from gateway.config.ppl.grammar import parse_document
 from gateway.config.ppl.legacy import LegacyFields, legacy_ppl, legacy_rules
 from gateway.config.ppl.nodes import Document
+from gateway.config.ppl.specialize import Specialized, specialize
 from gateway.config.ppl.verdict import (
     ALLOW_MATCHED,
     DENY_MATCHED,
@@ -49,6 +51,6 @@ def route_policy(document: Document | None, legacy: LegacyFields) -> Policy:
 __all__ = [
     "ALLOW_MATCHED", "CLIENT_CERT", "CLIENT_IP", "CLOCK", "CORS", "CRITERIA", "DENY_MATCHED",
     "KIND_TEXT", "METHOD", "NO_ALLOW_MATCHED", "PATH", "REQUEST_FACTS", "SSH_USERNAME", "CertFacts",
-    "Document", "Facts", "LegacyFields", "Policy", "Trace", "TraceNode", "Verdict",
-    "legacy_ppl", "legacy_rules", "parse_document", "route_policy",
+    "Document", "Facts", "LegacyFields", "Policy", "Specialized", "Trace", "TraceNode",
+    "Verdict", "legacy_ppl", "legacy_rules", "parse_document", "route_policy", "specialize",
 ]

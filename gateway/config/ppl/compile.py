@@ -207,6 +207,11 @@ class Policy:
             return self._none
         return refusal(self.allow_rules, facts)
 
+    @property
+    def no_allow_verdict(self) -> Verdict:
+        """The verdict of a policy with deny rules only, when none of them matched."""
+        return self._none
+
     def explain(self, facts: Facts) -> Trace:
         return Trace(self.evaluate(facts), tuple(trace(rule, facts) for rule in self.rules))
 
