@@ -140,7 +140,8 @@ def test_otel_environment_wins_over_the_file(tmp_path: Path) -> None:
     """The file traces with httptrace at rate 0 to a dead endpoint under its own service
     name; the standard variables send OTLP/HTTP to the receiver, every request sampled,
     as service ``from-env`` (OTEL_SERVICE_NAME beats service.name in
-    OTEL_RESOURCE_ATTRIBUTES), reading only B3 (so a traceparent is not continued)."""
+    OTEL_RESOURCE_ATTRIBUTES), reading only B3 (so a traceparent is not continued),
+    gzip-compressed (OTEL_EXPORTER_OTLP_COMPRESSION, which the exporters read)."""
     port = free_port()
     with ExitStack() as stack:
         up = stack.enter_context(echo_upstream(tmp_path, name="app"))
@@ -150,7 +151,8 @@ def test_otel_environment_wins_over_the_file(tmp_path: Path) -> None:
                "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
                "OTEL_SERVICE_NAME": "from-env",
                "OTEL_RESOURCE_ATTRIBUTES": "service.name=not-this,team=edge",
-               "OTEL_TRACES_SAMPLER": "parentbased_always_on", "OTEL_PROPAGATORS": "b3"}
+               "OTEL_TRACES_SAMPLER": "parentbased_always_on", "OTEL_PROPAGATORS": "b3",
+               "OTEL_EXPORTER_OTLP_COMPRESSION": "gzip"}
         gw = stack.enter_context(gateway_daemon(tmp_path, {
             "tracing_provider": "httptrace", "tracing_httptrace_endpoint": dead,
             "tracing_sample_rate": 0, "otel_exporter_otlp_endpoint": dead,
@@ -161,6 +163,7 @@ def test_otel_environment_wins_over_the_file(tmp_path: Path) -> None:
         assert status == 200
         spans = wait_for_spans(rx.spans, lambda s: any(x.kind == "client" for x in s))
         resource = rx.span_resources()[0]
+        assert all(e.headers.get("content-encoding") == "gzip" for e in rx.received("traces"))
     server = one(spans, kind="server")
     assert server.parent_id == 0 and server.trace_id != CALLER_TRACE  # traceparent not read
     assert resource["service.name"] == "from-env" and resource["team"] == "edge"

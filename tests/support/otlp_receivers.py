@@ -14,6 +14,7 @@ into plain values for assertions; spans as ``trace_collectors.Span``.
 from __future__ import annotations
 
 import datetime
+import gzip
 import ipaddress
 import ssl
 import threading
@@ -256,6 +257,8 @@ class HttpReceiver(_Receiver):
                     self.send_header("Content-Length", "0")
                     self.end_headers()
                     return
+                if headers.get("content-encoding") == "gzip":
+                    body = gzip.decompress(body)
                 message = _REQUESTS[signal]()
                 message.ParseFromString(body)
                 receiver.record(signal, headers, message)
