@@ -6,7 +6,7 @@ serve raises ``Refused`` with the status to answer.
 
 from __future__ import annotations
 
-from gateway.dataplane.exchange.base import BODY_CHUNKED, BODY_LENGTH, BODY_NONE
+from gateway.dataplane.exchange.base import BODY_CHUNKED, BODY_LENGTH, BODY_NONE, NO_NAMES
 from gateway.dataplane.routing.router import normalise_host
 from gateway.observability.tracing.propagation import CONTEXT_NAMES
 from gateway.wire.headers import NAME_INFO, learn_name, named_tokens
@@ -55,7 +55,7 @@ def read_head(method: bytes, target: bytes, headers: list[Header]) -> Head:
     hosts = 0
     lengths: set[bytes] | None = None
     chunked = expect_continue = trace_context = False
-    tokens: frozenset[bytes] = frozenset()
+    tokens = NO_NAMES
     names = NAME_INFO
     for name, value in headers:
         info = names.get(name)

@@ -41,6 +41,7 @@ if TYPE_CHECKING:
 
 log = Logger()
 BODY_NONE, BODY_LENGTH, BODY_CHUNKED = 0, 1, 2
+NO_NAMES: frozenset[bytes] = frozenset()  # (one shared empty set, not one per request)
 _PLAIN = ((b"content-type", b"text/plain; charset=utf-8"),)
 
 
@@ -150,7 +151,7 @@ class ExchangeBase:
         self.keep_alive = True
         self.upgrade = b""
         self.connect = False  # CONNECT to a tcp+https route: a tunnel, not a request
-        self.connection_tokens: frozenset[bytes] = frozenset()
+        self.connection_tokens: frozenset[bytes] = NO_NAMES
         self.expect_continue = False
         self.body_kind = BODY_NONE
         self.request_done = False  # the request side: the whole body has arrived

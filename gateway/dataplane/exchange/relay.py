@@ -18,7 +18,7 @@ from twisted.python.failure import Failure
 from zope.interface import implementer
 
 from gateway.dataplane.exchange.access import log_access
-from gateway.dataplane.exchange.base import ExchangeBase, Sink
+from gateway.dataplane.exchange.base import NO_NAMES, ExchangeBase, Sink
 from gateway.dataplane.exchange.measure import observe_upstream
 from gateway.dataplane.exchange.request_head import upstream_request_head
 from gateway.dataplane.exchange.stage import CONNECTING, DONE, RESPONDING, TUNNEL, WAITING
@@ -153,7 +153,7 @@ class UpstreamRelay(ExchangeBase):
         out: list[tuple[bytes, bytes]] = []
         upstream_conn = self.upstream
         named = connection_tokens(upstream_conn.connection_values) \
-            if upstream_conn is not None else frozenset()
+            if upstream_conn is not None else NO_NAMES
         overridden = plan.response_header_names
         rewrites = plan.response_rewrites
         has_length = False

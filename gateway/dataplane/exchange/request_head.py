@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from twisted.logger import Logger
 
-from gateway.dataplane.exchange.base import BODY_CHUNKED
+from gateway.dataplane.exchange.base import BODY_CHUNKED, NO_NAMES
 from gateway.dataplane.routing.router import upstream_path
 from gateway.observability.tracing.propagation import CONTEXT_HEADERS
 from gateway.sessions.bearer import programmatic_token
@@ -85,7 +85,7 @@ def upstream_request_head(exchange: ExchangeBase) -> bytes:
     rewrite_from: bytes | None = None
     given_id: bytes | None = None
     allow = exchange.allow
-    extra_remove = allow.remove if allow is not None else frozenset()
+    extra_remove = allow.remove if allow is not None else NO_NAMES
     trace = exchange.trace
     if trace is not None:  # the caller's trace headers give way to ours
         extra_remove = extra_remove | CONTEXT_HEADERS

@@ -90,7 +90,9 @@ class Pool:
             if conn.transport is not None and conn.connected:
                 conn.transport.loseConnection()
             return
-        idle = self._idle.setdefault(conn.key, [])
+        idle = self._idle.get(conn.key)
+        if idle is None:  # (not setdefault: that builds a list on every release)
+            idle = self._idle[conn.key] = []
         if len(idle) >= self.max_idle_per_key or self.idle_count() >= self.max_idle_total:
             conn.transport.loseConnection()  # type: ignore[union-attr]
             return
