@@ -49,6 +49,7 @@ from gateway.ssh.bridge import BridgeConnection, Context
 from gateway.ssh.certs import issue
 from gateway.ssh.decision import decide_login, no_login_message, who
 from gateway.ssh.jump import JumpConnection
+from gateway.ssh.metrics import BYTES, CONNECTIONS, OPEN
 from gateway.ssh.names import Target
 from gateway.ssh.transport import GatewayFactory, GatewayServerTransport, disconnect
 from gateway.ssh.upstream import (
@@ -215,6 +216,8 @@ class SshService(MultiService):
         active = Active(ssh, bridge, session.id, target, time.time(), issued.serial,
                         decision.reason)
         self.active[connection_id] = active
+        CONNECTIONS.labels("allowed").inc()
+        OPEN.inc()
         ssh.on_lost = lambda: self._ended(connection_id)
         if ssh.lost:  # gone while the server was being reached
             self._ended(connection_id)
@@ -240,6 +243,7 @@ class SshService(MultiService):
 
         self.active[connection_id] = Active(ssh, None, session.id, target, time.time(), 0,
                                             "jump")
+        OPEN.inc()
         ssh.on_lost = lambda: self._ended(connection_id)
         log.info("ssh: {user} connected as a jump host", user=person, client=ssh.client_ip,
                  connection=connection_id, decision="allowed", reason="jump")
@@ -247,6 +251,7 @@ class SshService(MultiService):
 
     def _log_refusal(self, ssh: GatewayServerTransport, target: Target, person: str,
                      reason: str) -> None:
+        CONNECTIONS.labels("denied").inc()
         log.info("ssh: {user} refused as {login} on route {route}: {reason}", user=person,
                  login=target.login, route=target.route, client=ssh.client_ip,
                  decision="denied", reason=reason)
@@ -296,6 +301,7 @@ class SshService(MultiService):
         active = self.active.pop(connection_id, None)
         if active is None:
             return
+        OPEN.dec()
         if active.bridge is None:
             log.info("ssh: jump connection of {user} ended", connection=connection_id,
                      client=active.ssh.client_ip, reason=active.reason,
@@ -303,6 +309,8 @@ class SshService(MultiService):
                      ended=active.ended or "closed")
             return
         ctx = active.bridge.ctx
+        BYTES.labels("in").inc(ctx.bytes_in)
+        BYTES.labels("out").inc(ctx.bytes_out)
         log.info("ssh: connection of {user} as {login} on route {route} ended",
                  user=ctx.user, login=ctx.login, route=ctx.route, client=ctx.client,
                  connection=connection_id, decision="allowed", reason=active.reason,

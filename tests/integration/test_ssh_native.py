@@ -100,14 +100,15 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
             pytest.fail(f"{name} is missing: apt-get install -y openssh-server openssh-client")
     tmp = tmp_path_factory.mktemp("ssh-native")
     keys = gateway_keys(tmp)
-    port, ssh_port = free_port(), free_port()
+    port, ssh_port, metrics_port = free_port(), free_port(), free_port()
     with cert_sshd(tmp, keys.ca_public) as sshd, \
             oidc_provider(tmp, [callback_uri(port)]) as op:
         config = {**signing_in_config(op, port, routes(sshd, db_policy(sshd))),
                   "ssh_address": f"127.0.0.1:{ssh_port}",
                   "ssh_host_key_files": [str(keys.host_key)],
                   "ssh_user_ca_key_file": str(keys.user_ca),
-                  "ssh_recording_dir": str(tmp / "recordings")}
+                  "ssh_recording_dir": str(tmp / "recordings"),
+                  "metrics_address": f"127.0.0.1:{metrics_port}"}
         with gateway_daemon(tmp, config, port=port) as gateway:
             wait_until(lambda: gateway.logged("ssh: listening"), 10, what="ssh listener")
             yield Env(tmp, keys, sshd, op, gateway, ssh_port, port, config)
@@ -370,6 +371,40 @@ def test_sign_in_page_needs_the_person_to_confirm(env: Env, first: First) -> Non
     finally:
         proc.kill()
         proc.wait(10)
+
+
+def ssh_metrics(env: Env) -> dict[str, float]:
+    """The gateway_ssh_* samples, once no SSH connection is open any more (the gateway
+    may see a client leave a moment after the client exited)."""
+    import urllib.request
+
+    port = env.config["metrics_address"].rsplit(":", 1)[1]
+    values: dict[str, float] = {}
+
+    def read() -> bool:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as reply:
+            text = reply.read().decode()
+        values.clear()
+        values.update({line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1])
+                       for line in text.splitlines() if line.startswith("gateway_ssh_")})
+        return values.get("gateway_ssh_open_connections") == 0
+
+    wait_until(read, 10, what="no open SSH connection")
+    return values
+
+
+def test_metrics(env: Env, first: First) -> None:
+    """A login allowed, one denied, and the bytes of the ended connection."""
+    allowed = 'gateway_ssh_connections_total{decision="allowed"}'
+    denied = 'gateway_ssh_connections_total{decision="denied"}'
+    out = 'gateway_ssh_bytes_total{direction="out"}'
+    before = ssh_metrics(env)
+    assert env.ssh(f"{env.sshd.user}@db", "head -c 100000 /dev/zero").returncode == 0
+    assert env.ssh("nobody@db", "true").returncode == 255
+    after = ssh_metrics(env)
+    assert after[allowed] - before.get(allowed, 0) == 1, (before, after)
+    assert after[denied] - before.get(denied, 0) == 1, (before, after)
+    assert after[out] - before.get(out, 0) == 100000, (before, after)
 
 
 def open_session(env: Env) -> subprocess.Popen[bytes]:
