@@ -5,4 +5,4 @@ from __future__ import annotations
 
 AUDIT_FIELDS = ("time", "request_id", "trace_id", "route", "from", "user_id", "email",
                 "client", "method", "host", "path", "via", "credential", "decision", "status",
-                "reasons", "rule")
+                "reasons", "rule", "ssh_user")

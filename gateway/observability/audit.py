@@ -23,7 +23,9 @@ The fields: ``time`` (RFC 3339, UTC, milliseconds), ``request_id``, ``trace_id``
 connection refused by its periodic check, and closed), ``credential`` (``token``: a
 programmatic token, ``cookie``, ``none``), ``decision`` (``allow`` or ``deny``),
 ``status`` (what the client was answered), ``reasons`` (the reason codes, a list),
-``rule`` (with the policy language: the rule and criterion that decided).
+``rule`` (with the policy language: the rule and criterion that decided), ``ssh_user``
+(the login name of an SSH decision: the native SSH server reports its decisions with
+``via="ssh"`` and ``ssh_user``).
 """
 
 from __future__ import annotations
@@ -144,11 +146,11 @@ class AuditStream:
     def decision(self, when: float, request_id: str, trace_id: str, route: str,
                  route_from: str, user_id: str, email: str, client: str, method: str,
                  host: str, path: str, via: str, credential: str, allowed: bool,
-                 status: int, reason: str) -> None:
+                 status: int, reason: str, ssh_user: str = "") -> None:
         reasons, rule = reasons_and_rule(reason)
         values = (_rfc3339(when), request_id, trace_id, route, route_from, user_id, email,
                   client, method, host, path, via, credential,
-                  "allow" if allowed else "deny", status, reasons, rule)
+                  "allow" if allowed else "deny", status, reasons, rule, ssh_user)
         # (in FIELDS order; status is kept whatever its value, the others when not empty)
         event = {name: value for name, value in zip(self.fields, (
             values[i] for i in self.indices), strict=True) if value or name == "status"}

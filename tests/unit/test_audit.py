@@ -84,7 +84,8 @@ class StreamTests(SynchronousTestCase):
         stream.configure((), True, file, None)
         decide(stream)
         [line] = self.lines()
-        self.assertEqual(list(line), [f for f in FIELDS if f not in ("trace_id", "rule")])
+        self.assertEqual(list(line), [f for f in FIELDS
+                                      if f not in ("trace_id", "rule", "ssh_user")])
         self.assertEqual(line["time"], "2023-11-14T22:13:20.250Z")
         self.assertEqual(line["reasons"], ["allowed-user"])
         self.assertEqual(line["decision"], "allow")
@@ -164,3 +165,16 @@ class ValidationTests(SynchronousTestCase):
         [problem] = [p for p in caught.exception.problems
                      if p.path == "authorize_log_fields"]
         self.assertIn("unknown field ip", str(problem))
+
+
+class SshTests(SynchronousTestCase):
+    def test_an_ssh_decision(self) -> None:
+        got: list[tuple[float, dict[str, Any]]] = []
+        stream = AuditStream()
+        stream.configure((), False, None, got.append)
+        decide(stream, via="ssh", method="", path="", ssh_user="root", allowed=False,
+               status=0, reason="denied: policy-no-allow-matched allow: not matched")
+        [(_, event)] = got
+        self.assertEqual((event["via"], event["ssh_user"], event["decision"]),
+                         ("ssh", "root", "deny"))
+        self.assertNotIn("path", event)
