@@ -47,7 +47,7 @@ from gateway.ssh.asciicast import Recording
 from gateway.ssh.auth import GatewayUserAuth, Refused
 from gateway.ssh.bridge import BridgeConnection, Context
 from gateway.ssh.certs import issue
-from gateway.ssh.decision import decide_login, no_login_message, who
+from gateway.ssh.decision import decide_login, default_login, who
 from gateway.ssh.jump import JumpConnection
 from gateway.ssh.metrics import BYTES, CONNECTIONS, OPEN
 from gateway.ssh.names import Target
@@ -188,8 +188,13 @@ class SshService(MultiService):
             self._log_refusal(ssh, target, person, "no-such-route")
             raise Refused(f"signed in as {person}; there is no SSH route {target.route}")
         if not target.login:
-            self._log_refusal(ssh, target, person, "no-login")
-            raise Refused(no_login_message(target.route, view.email))
+            login, how = default_login(route, target.route, view, ssh.client_ip,
+                                       time.time(),
+                                       groups_available=decider.groups_available)
+            if not login:
+                self._log_refusal(ssh, target, person, "no-login")
+                raise Refused(how)
+            target = Target(login, target.route)  # the one login the policy gives them
         decision = decide_login(route, target.route, target.login, view, ssh.client_ip,
                                 time.time(), groups_available=decider.groups_available)
         if not decision.allowed:

@@ -272,10 +272,16 @@ def test_denied_person_never_reaches_the_server(env: Env, first: First) -> None:
     assert env.sshd.log().count("Connection from") == before
 
 
-def test_no_login_name_says_how_to_name_one(env: Env, first: First) -> None:
-    done = env.ssh("db", "true")
-    assert done.returncode == 255
-    assert "name the login for route db: ssh alice@db@HOST" in done.stderr.decode()
+def test_no_login_name(env: Env, first: First) -> None:
+    """``ssh db@gateway``: the one login db's policy gives Alice (ssh_username is the
+    server's user) is used; fwd's policy (allowed_users) names no login, so the refusal
+    says how to name one."""
+    done = env.ssh("db", "id -un")
+    assert done.returncode == 0, done.stderr.decode()
+    assert done.stdout.decode().strip() == env.sshd.user
+    refused = env.ssh("fwd", "true")
+    assert refused.returncode == 255
+    assert "name the login for route fwd: ssh alice@fwd@HOST" in refused.stderr.decode()
 
 
 def test_local_forward_only_where_the_route_allows_it(env: Env, first: First) -> None:

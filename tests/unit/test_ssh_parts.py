@@ -98,6 +98,31 @@ class DecisionTests(SynchronousTestCase):
         self.assertFalse(result.allowed)
         self.assertIn("session has ended", result.message)
 
+    def test_default_login_from_the_policy(self) -> None:
+        from types import MappingProxyType
+
+        from gateway.ssh.decision import default_login, policy_logins
+
+        r = route({"policy": {"allow": {"or": [
+            {"ssh_username_matches_email": True},
+            {"and": [{"groups": {"has": "admins"}}, {"ssh_username": {"in": ["root", "deploy"]}}]},
+            {"ssh_username_matches_claim": "logins"}]}}})
+        alice = session(claims=MappingProxyType({"logins": ("svc",)}))
+        self.assertEqual(policy_logins(r, alice), ["alice", "root", "deploy", "svc"])  # type: ignore[arg-type]
+        # alice is allowed as alice and svc: two, so she must choose
+        login, how = default_login(r, "db", alice, "", time.time(),  # type: ignore[arg-type]
+                                   groups_available=False)
+        self.assertEqual(login, "")
+        self.assertEqual(how, "name the login for route db: ssh alice@db@HOST or "
+                              "ssh svc@db@HOST")
+        one = route({"policy": {"allow": {"and": [{"ssh_username": {"is": "deploy"}}]}}})
+        self.assertEqual(default_login(one, "db", alice, "", time.time(),  # type: ignore[arg-type]
+                                       groups_available=False), ("deploy", ""))
+        legacy = route({"allow_any_authenticated_user": True})
+        self.assertEqual(policy_logins(legacy, alice), [])  # type: ignore[arg-type]
+        self.assertEqual(default_login(legacy, "db", alice, "", time.time(),  # type: ignore[arg-type]
+                                       groups_available=False)[0], "")
+
     def test_no_login_message(self) -> None:
         self.assertEqual(no_login_message("db", "alice@example.com"),
                          "name the login for route db: ssh alice@db@HOST "
