@@ -109,7 +109,7 @@ def test_installed_files_user_and_modes(installed: None) -> None:
         "/etc/gateway/secrets/signing-key.pem": ("root", "gateway", 0o640),
         "/etc/gateway/secrets/ssh_host_ed25519_key": ("root", "gateway", 0o640),
         "/etc/gateway/secrets/ssh_user_ca_key": ("root", "gateway", 0o640),
-        "/etc/gateway/secrets/ssh_user_ca_key.pub": ("root", "gateway", 0o644),
+        "/etc/gateway/secrets/ssh_user_ca_key.pub": ("root", "root", 0o644),
         "/etc/gateway/tls": ("root", "gateway", 0o750),
         "/var/lib/gateway": ("gateway", "gateway", 0o750),
     }
