@@ -1,20 +1,19 @@
 """The server side of an HTTP/2 connection (RFC 9113) as plain state: bytes in, events
 out, frames queued in ``out`` for the codec to write. No I/O, no reactor.
 
-Why our own and not ``h2``: the codec used ``h2``, whose per-frame state machine,
-event objects and header re-validation cost about 150 µs of the ~290 µs a proxied
-request took (measured with py-spy, h2load -m1); the HTTP/1.1 path takes ~60 µs for
-the same work. This engine does what a proxy's server side needs and no more: no
-push, no priority tree (PRIORITY is parsed and ignored, as RFC 9113 allows, but for
-the self-dependency that 5.3.1 makes a stream error), no client side. What it does,
-it checks as strictly as ``h2`` did: the preface and first SETTINGS, frame sizes per
-type, stream-id rules and states, header-block sequencing, flow control both ways
-(windows never below zero or above 2**31-1), SETTINGS values, HPACK (``hpack``), and
-requests malformed per RFC 9113 8.1.1 / 8.2 / 8.3 (``fields``: refused with RST_STREAM
-PROTOCOL_ERROR, never handed to the codec).
+Why our own and not ``h2``: its per-frame state machine, event objects and header
+re-validation cost half of a proxied request's CPU. This engine does what a proxy's
+server side needs and no more: no push, no priority tree (PRIORITY is parsed and
+ignored, as RFC 9113 allows, but for the self-dependency that 5.3.1 makes a stream
+error), no client side. What it does, it checks as strictly as ``h2`` did: the
+preface and first SETTINGS, frame sizes per type, stream-id rules and states,
+header-block sequencing, flow control both ways (windows never below zero or above
+2**31-1), SETTINGS values, HPACK (``hpack``), and requests malformed per RFC 9113
+8.1.1 / 8.2 / 8.3 (``fields``: refused with RST_STREAM PROTOCOL_ERROR, never handed
+to the codec).
 
-The state of every stream is here and only here: the codec asks (``sending_closed``,
-or the ``Stream`` it holds from ``stream_state``) rather than keeping its own flags.
+The state of every stream is here and only here: the codec holds each stream's
+``Stream`` (``stream_state``) and reads it rather than keeping its own flags.
 Connection errors raise ``H2Error`` with a limit name (the codec's ``Cut``) after
 queueing GOAWAY. The per-connection abuse budgets stay in ``guard``, which reads the
 frame headers before this engine parses them.
@@ -74,6 +73,7 @@ from gateway.dataplane.http2.protocol import (
     frame,
     settings_payload,
 )
+from gateway.dataplane.http2.state import Stream
 
 # Received bytes are given back (WINDOW_UPDATE) once this many are consumed: a quarter of
 # the window, so a client uploading never waits for one.
@@ -81,25 +81,6 @@ ACK_THRESHOLD = 16384
 # Streams we reset whose late frames are ignored (RFC 9113 5.1 "closed"); older ones
 # are treated as closed normally.
 RESET_MEMORY = 1024
-
-
-class Stream:
-    """Flow-control and state of one open (or half-closed) stream. ``local_ended``: our
-    END_STREAM is out, and also set when the stream leaves the engine (reset by either
-    side, dropped with the connection), so a codec holding this object knows nothing
-    more may be sent on it without asking by stream id."""
-
-    __slots__ = ("expected", "in_unacked", "in_window", "local_ended", "out_window",
-                 "received", "remote_ended")
-
-    def __init__(self, out_window: int) -> None:
-        self.out_window = out_window  # what we may still send
-        self.in_window = DEFAULT_WINDOW  # what the client may still send
-        self.in_unacked = 0
-        self.remote_ended = False
-        self.local_ended = False
-        self.expected: int | None = None  # content-length of the request
-        self.received = 0
 
 
 class H2Engine:
@@ -194,15 +175,10 @@ class H2Engine:
         if end_stream:
             self._local_end(stream_id, stream)
 
-    def sending_closed(self, stream_id: int) -> bool:
-        """Nothing more may be sent on the stream: our END_STREAM is out, or it was
-        reset (by either side), or the connection is gone (``drop_all``)."""
-        stream = self.streams.get(stream_id)
-        return stream is None or stream.local_ended
-
     def stream_state(self, stream_id: int) -> Stream:
         """The stream's state, for the codec to hold while it serves the stream (one
-        already gone is a closed one)."""
+        already gone is a closed one): ``local_ended`` says nothing more may be sent,
+        our END_STREAM being out, a reset by either side, or the connection gone."""
         stream = self.streams.get(stream_id)
         if stream is None:
             stream = Stream(0)

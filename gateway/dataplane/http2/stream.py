@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from twisted.internet.interfaces import ITransport
 
     from gateway.dataplane.http2.connection import H2Connection
-    from gateway.dataplane.http2.engine import Stream
+    from gateway.dataplane.http2.state import Stream
 
 HIGH_WATER = 256 * 1024
 CONNECTION_HIGH_WATER = 2 * 1024 * 1024  # all streams' waiting response bytes together
