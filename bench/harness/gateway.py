@@ -145,9 +145,12 @@ def gateway_tls_auth_yaml(port: int, upstream: int, cert: Path, key: Path,
 def gateway_env() -> dict[str, str]:
     """A small, fixed environment: settings in the environment win over the file. The
     ``TRACING_*`` settings pass through, to measure with tracing on (``TRACING_PROVIDER``
-    and its endpoint; the sample rate's default is the reference's 0.0001)."""
+    and its endpoint; the sample rate's default is the reference's 0.0001), and so do
+    ``OTEL_*``, ``AUDIT_*`` and ``AUTHORIZE_LOG_FIELDS`` (the audit stream's cost:
+    ``AUDIT_LOG_FILE=/tmp/audit.jsonl``)."""
     env = {k: v for k, v in os.environ.items()
-           if k in ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR") or k.startswith("TRACING_")}
+           if k in ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "AUTHORIZE_LOG_FIELDS")
+           or k.startswith(("TRACING_", "OTEL_", "AUDIT_"))}
     env["PYTHONPATH"] = str(REPO_ROOT)
     return env
 

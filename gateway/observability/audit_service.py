@@ -59,7 +59,7 @@ class AuditService(Service):
             old, self.file = self.file, None
             if path:
                 try:
-                    self.file = AuditFile(path)
+                    self.file = AuditFile(path, self.reactor.callLater)
                 except OSError as exc:
                     log.error("audit_log_file {path}: {error}; audit events are not written "
                               "to a file", path=path, error=exc.strerror or str(exc))

@@ -178,3 +178,53 @@ class SshTests(SynchronousTestCase):
         self.assertEqual((event["via"], event["ssh_user"], event["decision"]),
                          ("ssh", "root", "deny"))
         self.assertNotIn("path", event)
+
+
+class GatheredWritesTests(SynchronousTestCase):
+    """With the reactor's callLater, lines are written together FLUSH_DELAY after the
+    first; a reopen writes what was gathered to the old file first, a close too."""
+
+    def setUp(self) -> None:
+        from twisted.internet.task import Clock
+
+        self.dir = tempfile.mkdtemp()
+        self.addCleanup(shutil.rmtree, self.dir)
+        self.path = os.path.join(self.dir, "audit.jsonl")
+        self.clock = Clock()
+
+    def read(self, path: str) -> bytes:
+        with open(path, "rb") as f:
+            return f.read()
+
+    def test_written_together_after_the_delay(self) -> None:
+        from gateway.observability.audit import FLUSH_DELAY
+
+        file = AuditFile(self.path, self.clock.callLater)
+        self.addCleanup(file.close)
+        file.write(b"1\n")
+        file.write(b"2\n")
+        self.assertEqual(self.read(self.path), b"")
+        self.clock.advance(FLUSH_DELAY)
+        self.assertEqual(self.read(self.path), b"1\n2\n")
+        self.assertEqual(self.clock.getDelayedCalls(), [])
+
+    def test_a_full_buffer_is_written_at_once(self) -> None:
+        from gateway.observability.audit import FLUSH_BYTES
+
+        file = AuditFile(self.path, self.clock.callLater)
+        self.addCleanup(file.close)
+        line = b"x" * 1023 + b"\n"
+        for _ in range(FLUSH_BYTES // len(line)):
+            file.write(line)
+        self.assertEqual(len(self.read(self.path)), FLUSH_BYTES)
+
+    def test_reopen_and_close_write_first(self) -> None:
+        file = AuditFile(self.path, self.clock.callLater)
+        file.write(b"old\n")
+        os.rename(self.path, self.path + ".1")
+        self.assertTrue(file.reopen())
+        file.write(b"new\n")
+        file.close()
+        self.assertEqual(self.read(self.path + ".1"), b"old\n")
+        self.assertEqual(self.read(self.path), b"new\n")
+        self.clock.advance(1)  # the flush still scheduled finds the file closed

@@ -118,14 +118,18 @@ def audit(exchange: Logged, status: int, now: float) -> None:
     """The decision of an HTTP request or CONNECT (forward auth reports its own)."""
     plan = exchange.plan
     assert plan is not None
-    route = plan.route
     allow = exchange.allow
+    user_id = exchange.user_id
+    if allow is not None:  # (an allowed programmatic token is removed from upstream)
+        credential = "token" if b"authorization" in allow.remove else \
+            "cookie" if user_id else "none"
+    else:
+        credential = credential_of(exchange.headers, user_id)
     AUDIT.decision(
         now, exchange.request_id, exchange.trace_id, plan.metric_labels[1],
-        str(route.from_url), exchange.user_id, exchange.email, exchange.client_address(),
+        plan.route.from_url, user_id, exchange.email, exchange.client_address(),
         exchange.method.decode("latin-1"), exchange.host, exchange.path,
-        "connect" if exchange.connect else "http",
-        credential_of(exchange.headers, exchange.user_id), allow is not None, status,
+        "connect" if exchange.connect else "http", credential, allow is not None, status,
         exchange.decision_reason or (allow.reason if allow is not None else ""))
 
 
