@@ -76,6 +76,7 @@ class GatewayUserAuth(service.SSHService):
         self.ssh = ssh
         self.gate = gate
         self.failures = 0
+        self.queries = 0
         self.busy = False
         self.proven: tuple[bytes, str] | None = None  # (user name, key fingerprint)
         self.ticket = ""
@@ -136,6 +137,8 @@ class GatewayUserAuth(service.SSHService):
         try:
             has_signature = rest[0]
             algorithm, blob, tail = getNS(rest[1:], 2)
+            if len(blob) > limits.KEY_BLOB:
+                raise ValueError("key too large")
             key = keys.Key.fromString(blob)
         except (struct.error, ValueError, IndexError, keys.BadKeyError):
             self._fail()
@@ -148,6 +151,11 @@ class GatewayUserAuth(service.SSHService):
             self._fail()
             return
         if not has_signature:
+            self.queries += 1
+            if self.queries > limits.KEY_QUERIES:
+                disconnect(self.ssh, transport.DISCONNECT_NO_MORE_AUTH_METHODS_AVAILABLE,
+                           "too many keys offered")
+                return
             self._send(MSG_USERAUTH_PK_OK, NS(algorithm) + NS(blob))
             return
         try:

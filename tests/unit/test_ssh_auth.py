@@ -141,6 +141,22 @@ class UserAuthTests(SynchronousTestCase):
         assert self.ssh.disconnected is not None
         self.assertIn(b"too many", self.ssh.disconnected[1])
 
+    def test_key_queries_and_key_sizes_are_bounded(self) -> None:
+        query = request(b"alice@db", b"publickey",
+                        b"\x00" + NS(b"ssh-ed25519") + NS(self.blob))
+        for _ in range(limits.KEY_QUERIES):
+            self.send(query)
+        self.assertIsNone(self.ssh.disconnected)
+        self.send(query)
+        assert self.ssh.disconnected is not None
+        self.assertIn(b"too many keys", self.ssh.disconnected[1])
+        other = FakeSSH()
+        auth = GatewayUserAuth(other, self.gate)  # type: ignore[arg-type]
+        huge = NS(b"ssh-rsa") + NS(b"\x01\x00\x01") + NS(b"\x00" + b"\xff" * 2048)
+        auth.packetReceived(50, request(b"alice@db", b"publickey",
+                                        b"\x00" + NS(b"rsa-sha2-256") + NS(huge)))
+        self.assertEqual(other.kinds(), [FAILURE])
+
     def test_only_ssh_connection_is_served(self) -> None:
         self.send(request(b"alice@db", b"none", service=b"ssh-other"))
         assert self.ssh.disconnected is not None
