@@ -21,6 +21,14 @@ def event(seconds: float, kind: str, text: str) -> str:
     return json.dumps([round(seconds, 6), kind, text], ensure_ascii=False)
 
 
+def write_exec_record(path: str, record: dict[str, object]) -> None:
+    """An exec session's record (no terminal, so no cast): one JSON object, 0600."""
+    os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as out:
+        out.write(json.dumps(record, ensure_ascii=False) + "\n")
+
+
 class Recording:
     def __init__(self, path: str, width: int, height: int, term: str, started: float,
                  title: str, record_input: bool) -> None:

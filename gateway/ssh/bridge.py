@@ -44,6 +44,8 @@ class Context:
     client: str
     allow_port_forwarding: bool
     recordings: Callable[[str, int, int, str], Recording | None]  # (title, w, h, term)
+    # an exec session without a terminal: its command and exit status (the file, or None)
+    exec_records: Callable[[dict[str, Any]], str | None] = lambda record: None
     clock: Callable[[], float] = time.time
     bytes_in: int = 0  # from the person
     bytes_out: int = 0  # to the person
@@ -263,6 +265,15 @@ class PersonSide(Relay):
     def closed(self) -> None:
         if self.recording is not None:
             self.recording.close()
+        elif self.what == "exec":
+            path = self.ctx.exec_records({
+                "command": self.command, "exit_status": self.exit_status,
+                "exit_signal": self.exit_signal, "user": self.ctx.user,
+                "login": self.ctx.login, "route": self.ctx.route, "client": self.ctx.client,
+                "connection": self.ctx.connection_id, "started": round(self.started, 3),
+                "duration": round(self.ctx.clock() - self.started, 3)})
+            if path is not None:
+                self.ctx.recording_files.append(path)
         log.info("ssh channel {kind} {what} closed on route {route} for {user}",
                  kind=self.name.decode("ascii", "replace"), what=self.what,
                  command=self.command, route=self.ctx.route, login=self.ctx.login,

@@ -43,7 +43,7 @@ from gateway.databroker.ssh_records import (
 )
 from gateway.sessions.model import Session
 from gateway.ssh import limits
-from gateway.ssh.asciicast import Recording
+from gateway.ssh.asciicast import Recording, write_exec_record
 from gateway.ssh.auth import GatewayUserAuth, Refused
 from gateway.ssh.bridge import BridgeConnection, Context
 from gateway.ssh.certs import issue
@@ -216,7 +216,9 @@ class SshService(MultiService):
                       user=person, client=ssh.client_ip,
                       allow_port_forwarding=ssh_route.allow_port_forwarding,
                       recordings=lambda title, w, h, term: self._recording(
-                          route, connection_id, ctx, title, w, h, term))
+                          route, connection_id, ctx, title, w, h, term),
+                      exec_records=lambda record: self._exec_record(
+                          route, connection_id, ctx, record))
         bridge = BridgeConnection(upstream, ctx)
         active = Active(ssh, bridge, session.id, target, time.time(), issued.serial,
                         decision.reason)
@@ -285,15 +287,36 @@ class SshService(MultiService):
             return False
         return check
 
-    def _recording(self, route: Route, connection_id: str, ctx: Context, title: str,
-                   width: int, height: int, term: str) -> Recording | None:
+    def _record_path(self, route: Route, connection_id: str, ctx: Context,
+                     suffix: str) -> str:
+        """Where the connection's next record goes ("": the route records nothing)."""
         directory = self.snapshot.options.ssh_recording_dir
         assert route.ssh is not None
         if not directory or route.ssh.recording is False:
+            return ""
+        day = time.strftime("%Y-%m-%d", time.gmtime(time.time()))
+        return os.path.join(directory, day,
+                            f"{connection_id}-{len(ctx.recording_files)}{suffix}")
+
+    def _exec_record(self, route: Route, connection_id: str, ctx: Context,
+                     record: dict[str, Any]) -> str | None:
+        path = self._record_path(route, connection_id, ctx, ".exec.json")
+        if not path:
             return None
+        try:
+            write_exec_record(path, record)
+        except OSError as exc:
+            log.error("ssh: cannot record to {path}: {error}", path=path, error=str(exc))
+            return None
+        return path
+
+    def _recording(self, route: Route, connection_id: str, ctx: Context, title: str,
+                   width: int, height: int, term: str) -> Recording | None:
+        path = self._record_path(route, connection_id, ctx, ".cast")
+        if not path:
+            return None
+        assert route.ssh is not None
         now = time.time()
-        day = time.strftime("%Y-%m-%d", time.gmtime(now))
-        path = os.path.join(directory, day, f"{connection_id}-{len(ctx.recording_files)}.cast")
         try:
             return Recording(path, width, height, term, now, title, route.ssh.record_input)
         except OSError as exc:

@@ -9,6 +9,7 @@ policy reload, a sign-out) come last."""
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 import shutil
@@ -151,9 +152,23 @@ def test_first_connection_signs_in_then_the_key_alone_is_enough(env: Env, first:
 
 
 def test_exit_status_and_stderr_are_relayed(env: Env, first: First) -> None:
+    """...and an exec session (no terminal) leaves its command and exit status in the
+    recording directory (0600)."""
     done = env.ssh(f"{env.sshd.user}@db", "echo out; echo err >&2; exit 7",
                    options=("BatchMode=yes", "LogLevel=ERROR"))
     assert (done.returncode, done.stdout, done.stderr) == (7, b"out\n", b"err\n")
+
+    def recorded() -> list[dict[str, Any]]:
+        return [json.loads(p.read_text()) for p in
+                (env.tmp / "recordings").rglob("*.exec.json")]
+
+    wait_until(lambda: any(r["command"].endswith("exit 7") for r in recorded()), 10,
+               what="the exec record")
+    record = next(r for r in recorded() if r["command"].endswith("exit 7"))
+    assert (record["exit_status"], record["user"], record["login"], record["route"]) == \
+        (7, ALICE, env.sshd.user, "db")
+    for path in (env.tmp / "recordings").rglob("*.exec.json"):
+        assert path.stat().st_mode & 0o777 == 0o600
 
 
 def test_certificate_validity_is_the_route_ttl(env: Env, first: First) -> None:
