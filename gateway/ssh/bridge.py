@@ -44,7 +44,8 @@ class Context:
     client: str
     allow_port_forwarding: bool
     recordings: Callable[[str, int, int, str], Recording | None]  # (title, w, h, term)
-    # an exec session without a terminal: its command and exit status (the file, or None)
+    # an exec or subsystem session without a terminal: its command and exit status (the
+    # file written, or None)
     exec_records: Callable[[dict[str, Any]], str | None] = lambda record: None
     clock: Callable[[], float] = time.time
     bytes_in: int = 0  # from the person
@@ -265,9 +266,9 @@ class PersonSide(Relay):
     def closed(self) -> None:
         if self.recording is not None:
             self.recording.close()
-        elif self.what == "exec":
+        elif self.what == "exec" or self.what.startswith("subsystem "):
             path = self.ctx.exec_records({
-                "command": self.command, "exit_status": self.exit_status,
+                "command": self.command or self.what, "exit_status": self.exit_status,
                 "exit_signal": self.exit_signal, "user": self.ctx.user,
                 "login": self.ctx.login, "route": self.ctx.route, "client": self.ctx.client,
                 "connection": self.ctx.connection_id, "started": round(self.started, 3),

@@ -225,6 +225,9 @@ def test_sftp_lists_a_directory(env: Env, first: First) -> None:
     names = sorted(Path(line).name for line in done.stdout.decode().split()
                    if line.endswith(".txt"))
     assert names == ["one.txt", "two.txt"]
+    wait_until(lambda: any('"subsystem sftp"' in p.read_text() for p in
+                           (env.tmp / "recordings").rglob("*.exec.json")), 10,
+               what="the sftp session's record")
 
 
 def test_pty_shell_window_change_and_a_recording_asciinema_plays(env: Env, first: First
