@@ -41,6 +41,7 @@ from gateway.databroker.ssh_records import (
     read_sign_in,
     start_sign_in,
 )
+from gateway.observability.audit import AUDIT
 from gateway.sessions.model import Session
 from gateway.ssh import limits
 from gateway.ssh.asciicast import Recording, write_exec_record
@@ -197,6 +198,8 @@ class SshService(MultiService):
             target = Target(login, target.route)  # the one login the policy gives them
         decision = decide_login(route, target.route, target.login, view, ssh.client_ip,
                                 time.time(), groups_available=decider.groups_available)
+        self._audit(route, target, view, ssh.client_ip, "ssh", decision.allowed,
+                    decision.reason)
         if not decision.allowed:
             self._log_refusal(ssh, target, person, decision.reason)
             raise Refused(decision.message)
@@ -255,6 +258,17 @@ class SshService(MultiService):
         log.info("ssh: {user} connected as a jump host", user=person, client=ssh.client_ip,
                  connection=connection_id, decision="allowed", reason="jump")
         return JumpConnection(lambda: set(self.routes), inner, target.route)
+
+    @staticmethod
+    def _audit(route: Route, target: Target, view: Session, client: str, via: str,
+               allowed: bool, reason: str, connection_id: str = "") -> None:
+        """The decision in the audit stream (``audit_log``, ``audit_log_file``, OTLP),
+        like the data plane's: ``via`` ssh (a login) or recheck (an open connection
+        closed), ``ssh_user`` the login."""
+        if AUDIT.enabled:
+            AUDIT.decision(time.time(), connection_id, "", target.route, route.from_url,
+                           view.user_id, view.email, client, "", "", "", via, "key",
+                           allowed, 0, reason, ssh_user=target.login)
 
     def _log_refusal(self, ssh: GatewayServerTransport, target: Target, person: str,
                      reason: str) -> None:
@@ -403,6 +417,8 @@ class SshService(MultiService):
                                 active.ssh.client_ip, now,
                                 groups_available=decider.groups_available)
         if not decision.allowed:
+            self._audit(route, active.target, view, active.ssh.client_ip, "recheck", False,
+                        decision.reason, connection_id)
             log.info("ssh: {user} no longer allowed as {login} on route {route}: {reason}",
                      user=who(view), login=active.target.login, route=active.target.route,
                      reason=decision.reason, connection=connection_id)

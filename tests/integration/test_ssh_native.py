@@ -109,7 +109,8 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
                   "ssh_host_key_files": [str(keys.host_key)],
                   "ssh_user_ca_key_file": str(keys.user_ca),
                   "ssh_recording_dir": str(tmp / "recordings"),
-                  "metrics_address": f"127.0.0.1:{metrics_port}"}
+                  "metrics_address": f"127.0.0.1:{metrics_port}",
+                  "audit_log_file": str(tmp / "audit.jsonl")}
         with gateway_daemon(tmp, config, port=port) as gateway:
             wait_until(lambda: gateway.logged("ssh: listening"), 10, what="ssh listener")
             yield Env(tmp, keys, sshd, op, gateway, ssh_port, port, config)
@@ -429,6 +430,27 @@ def test_metrics(env: Env, first: First) -> None:
     assert after[allowed] - before.get(allowed, 0) == 1, (before, after)
     assert after[denied] - before.get(denied, 0) == 1, (before, after)
     assert after[out] - before.get(out, 0) == 100000, (before, after)
+
+
+def test_audit_stream(env: Env, first: First) -> None:
+    """SSH decisions are in the audit stream like HTTP ones: via ssh, the login as
+    ssh_user, allow and deny with the rule that decided."""
+    assert env.ssh("nobody@db", "true").returncode == 255
+    audit = env.tmp / "audit.jsonl"
+
+    def events() -> list[dict[str, Any]]:
+        if not audit.exists():
+            return []
+        return [e for e in map(json.loads, audit.read_text().splitlines())
+                if e.get("via") == "ssh"]
+
+    wait_until(lambda: any(e["decision"] == "deny" and e.get("ssh_user") == "nobody"
+                           for e in events()), 10, what="the audit event")
+    allowed = [e for e in events() if e["decision"] == "allow"]
+    assert allowed and allowed[0]["ssh_user"] == env.sshd.user
+    assert allowed[0]["email"] == ALICE and allowed[0]["route"] == "db"
+    denied = next(e for e in events() if e["decision"] == "deny")
+    assert denied["credential"] == "key" and denied["rule"], denied
 
 
 def open_session(env: Env) -> subprocess.Popen[bytes]:
