@@ -35,13 +35,12 @@ from gateway.authorize.evaluate import evaluate
 from gateway.authorize.hook import Allow, Decision, Deny, RequestInfo
 from gateway.authorize.policy import (
     CertFacts,
-    Facts,
     Specialized,
     Verdict,
     cert_facts,
-    facts_again,
     facts_for,
     identity_facts,
+    method_text,
     specialize,
 )
 from gateway.caches import FifoCache
@@ -88,8 +87,8 @@ class Remembered(NamedTuple):
     until: float
     allow: Allow
     directory_version: int
-    view: Facts  # who the decision saw
-    # the route's policy for that person, when it reads the request and so decides again
+    # the route's policy for the person the decision saw, when it reads the request and
+    # so decides again
     judge: Specialized | None
 
 
@@ -171,9 +170,12 @@ class Decider:
             if judge is None:
                 return hit.allow
             # the identity is the same; the request is another: its policy decides again
-            verdict = judge.evaluate(facts_again(
-                hit.view, request, now,
-                client_cert=self._cert(request) if request.client_cert else None))
+            # (not a CORS preflight: an OPTIONS request, the only kind one is, never
+            # comes here)
+            verdict = judge.decide(method_text(request.method), request.path,
+                                   request.client_ip,
+                                   self._cert(request) if request.client_cert else None,
+                                   False, now)
             if verdict.allowed:
                 allow = hit.allow
                 return allow if allow.reason == verdict.reason else self._with_reason(
@@ -195,12 +197,12 @@ class Decider:
         until = min(sealed_until, decided.until, session.expires_at,
                     self.sign_in.refresh_due(session))
         version = self.directory.version if self.directory is not None else 0
-        who = identity_facts(decided.session, self.clock(),
-                             groups_available=self.groups_available)
-        judge = specialize(route.policy, who) if route.policy_document is not None \
-            and route.policy.per_request else None
+        judge = None
+        if route.policy_document is not None and route.policy.per_request:
+            judge = specialize(route.policy, identity_facts(
+                decided.session, self.clock(), groups_available=self.groups_available))
         self._allowed.put((raw, route.index),
-                          Remembered(sid, session, until, allow, version, who, judge))
+                          Remembered(sid, session, until, allow, version, judge))
 
     async def _fetch_then_decide(self, request: RequestInfo, route: Route, sid: str,
                                  own_token: bool) -> Decision:

@@ -15,11 +15,11 @@ from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 from cryptography.x509.oid import NameOID
 from twisted.trial.unittest import SynchronousTestCase
 
+from gateway.authorize.evaluate import is_cors_preflight
 from gateway.authorize.hook import RequestInfo
 from gateway.authorize.policy import (
     Facts,
     cert_facts,
-    facts_again,
     facts_for,
     identity_facts,
     method_text,
@@ -104,9 +104,10 @@ class FactsForTests(SynchronousTestCase):
         self.assertEqual(Facts(email="").domain, "")
 
 
-class FactsAgainTests(SynchronousTestCase):
-    """A remembered decision's policy decides again from the person's facts kept beside
-    it: the facts of each request must be exactly ``facts_for``'s."""
+class IdentityFactsTests(SynchronousTestCase):
+    """A remembered decision keeps the person's facts (``identity_facts``) and builds a
+    request's from them (``Facts.for_request``, which a specialised policy calls for a
+    criterion it does not write inline): exactly ``facts_for``'s facts."""
 
     def test_same_facts_as_facts_for(self) -> None:
         der, _ = certificate()
@@ -116,13 +117,15 @@ class FactsAgainTests(SynchronousTestCase):
             for req, cert in ((request(), None), (request(b"delete", path="/x"), cert_facts(der)),
                               (request(b"OPTIONS", preflight), None)):
                 kept = identity_facts(session, NOW, groups_available=True)
-                again = facts_again(kept, req, NOW + 5, client_cert=cert)
+                again = kept.for_request(method_text(req.method), req.path, req.client_ip, cert,
+                                         is_cors_preflight(req.method, req.headers), False,
+                                         NOW + 5)
                 fresh = facts_for(req, session, NOW + 5, groups_available=True, client_cert=cert)
                 self.assertEqual(repr(again), repr(fresh))
 
     def test_kept_facts_are_not_changed(self) -> None:
         kept = identity_facts(SESSION, NOW, groups_available=False)
-        facts_again(kept, request(b"POST", path="/y"), NOW + 1)
+        kept.for_request("POST", "/y", "192.0.2.1", None, False, False, NOW + 1)
         self.assertEqual((kept.method, kept.path, kept.now), ("GET", "/", NOW))
 
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 from gateway.authorize.policy.certs import cert_facts
 from gateway.authorize.policy.facts import (
     RequestFacts,
-    facts_again,
     facts_for,
     identity_facts,
     method_text,
@@ -52,6 +51,6 @@ __all__ = [
     "ALLOW_MATCHED", "CLIENT_CERT", "CLIENT_IP", "CLOCK", "CORS", "DENY_MATCHED", "KIND_TEXT",
     "METHOD", "NO_ALLOW_MATCHED", "PATH", "REQUEST_FACTS", "SSH_USERNAME", "CertFacts",
     "Document", "Facts", "Policy", "RequestFacts", "Specialized", "Trace", "TraceNode",
-    "Verdict", "cert_facts", "facts_again", "facts_for", "identity_facts", "legacy_ppl",
+    "Verdict", "cert_facts", "facts_for", "identity_facts", "legacy_ppl",
     "legacy_rules", "method_text", "parse_document", "route_policy", "specialize",
 ]

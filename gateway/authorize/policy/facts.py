@@ -58,19 +58,9 @@ def facts_for(request: RequestFacts, session: Session | None, now: float, *,
 
 def identity_facts(session: Session | None, now: float, *, groups_available: bool) -> Facts:
     """Who ``session`` is, as ``facts_for`` sees them at ``now``, with no request: what a
-    decider keeps beside a remembered decision, for ``facts_again``."""
+    decider keeps beside a remembered decision (``ppl.specialize`` decides with it)."""
     if session is None or not session.user_id or not session.valid(now):
         return Facts(now=now)
     return Facts(authenticated=True, user_id=session.user_id, email=session.email,
                  groups=session.groups, groups_available=groups_available,
                  claims=session.claims, now=now)
-
-
-def facts_again(identity: Facts, request: RequestFacts, now: float, *,
-                client_cert: CertFacts | None = None) -> Facts:
-    """``facts_for`` of ``request`` for the person of ``identity_facts``, made from them
-    (the same facts, cheaper: a remembered decision's policy decides again on each
-    request that reads the request)."""
-    return identity.for_request(method_text(request.method), request.path, request.client_ip,
-                                client_cert, is_cors_preflight(request.method, request.headers),
-                                False, now)

@@ -50,8 +50,8 @@ class Node:
     need of their entries, one call fewer for a criterion), and what the trace and the
     explanation of a refusal need (``path``, ``text``, ``kind``, ``children``)."""
 
-    __slots__ = ("allowed", "children", "hit", "kind", "miss", "op", "path", "pred", "reads",
-                 "test", "text")
+    __slots__ = ("allowed", "children", "criterion", "hit", "kind", "miss", "op", "path",
+                 "pred", "reads", "test", "text")
 
     def __init__(self, path: str, text: str, op: str, kind: str, allowed: bool,
                  children: tuple[Node, ...], reads: frozenset[str]) -> None:
@@ -68,6 +68,7 @@ class Node:
                             code)
         self.test: Test = _never
         self.pred: Predicate = _false
+        self.criterion: Criterion | None = None  # a criterion's (``specialize`` reads it)
 
 
 def _never(facts: Facts) -> Verdict | None:
@@ -81,6 +82,7 @@ def _false(facts: Facts) -> bool:
 def compile_criterion(criterion: Criterion, path: str, allowed: bool) -> Node:
     spec = CRITERIA[criterion.name]
     node = Node(path, criterion.text, "", spec.kind, allowed, (), spec.reads)
+    node.criterion = criterion
     test, hit = predicate(criterion), node.hit
     node.pred = test
     node.test = lambda f: hit if test(f) else None

@@ -12,12 +12,10 @@ from collections.abc import Callable
 from typing import Any
 
 from gateway.config.errors import Problems
-from gateway.config.ppl.facts import Facts
 from gateway.config.ppl.nodes import Networks
 from gateway.config.ppl.operands import show
 
 _PARSED: dict[str, tuple[int, int] | None] = {}
-_UNSEEN = (-1, -1)
 _PARSED_MAX = 4096
 
 
@@ -78,10 +76,10 @@ def client_address(text: str) -> tuple[int, int] | None:
     return parsed
 
 
-def network_test(networks: Networks) -> Callable[[Facts], bool]:
-    """Whether the client address of the facts is in any of ``networks``: one set lookup
-    per distinct (version, prefix length). (The remembered parse is looked up here, not
-    through ``client_address``: the criterion runs for every request on its route.)"""
+def network_test(networks: Networks) -> Callable[[str], bool]:
+    """Whether a client address (text) is in any of ``networks``: one set lookup per
+    distinct (version, prefix length), and the answer remembered for the address (a
+    route's clients come back: the criterion runs for every request of theirs)."""
     grouped: dict[tuple[int, int], set[int]] = {}
     for cidr in networks.cidrs:
         net = ipaddress.ip_network(cidr)
@@ -90,17 +88,27 @@ def network_test(networks: Networks) -> Callable[[Facts], bool]:
     groups = tuple((version, shift, frozenset(nets))
                    for (version, shift), nets in grouped.items())
 
-    def test(facts: Facts) -> bool:
-        text = facts.client_ip
-        parsed = _PARSED.get(text, _UNSEEN)
-        if parsed is _UNSEEN:
-            parsed = client_address(text)
-        if parsed is None:
-            return False
-        version, value = parsed
-        for net_version, shift, nets in groups:
-            if net_version == version and value >> shift in nets:
-                return True
-        return False
+    answers: dict[str, bool] = {}
+
+    def test(text: str) -> bool:
+        answer = answers.get(text)
+        if answer is None:
+            answer = _inside(client_address(text), groups)
+            if len(text) <= 64:  # as for the parses: no address is longer
+                if len(answers) >= _PARSED_MAX:
+                    answers.clear()
+                answers[text] = answer
+        return answer
 
     return test
+
+
+def _inside(parsed: tuple[int, int] | None,
+            groups: tuple[tuple[int, int, frozenset[int]], ...]) -> bool:
+    if parsed is None:
+        return False
+    version, value = parsed
+    for net_version, shift, nets in groups:
+        if net_version == version and value >> shift in nets:
+            return True
+    return False

@@ -122,7 +122,8 @@ def predicate(criterion: Criterion) -> Predicate:
     if isinstance(operand, Has):
         return _has(name, criterion.sub, operand.value)
     if isinstance(operand, Networks):
-        return network_test(operand)
+        test = network_test(operand)
+        return lambda f: test(f.client_ip)
     if isinstance(operand, Certificate):
         return _certificate(operand)
     if isinstance(operand, DateRange | TimeWindow | Weekdays):
@@ -138,7 +139,7 @@ def predicate(criterion: Criterion) -> Predicate:
 
 
 def _strings(name: str, matcher: Strings) -> Predicate:
-    members = _members(matcher)
+    members = lone_members(matcher)
     if members is not None:  # is / in: one set lookup, no call
         if name == "user":
             return lambda f: f.authenticated and f.user_id in members
@@ -180,7 +181,7 @@ def _lone_affix(name: str, matcher: Strings) -> Predicate | None:
     return None
 
 
-def _members(matcher: Strings) -> frozenset[str] | None:
+def lone_members(matcher: Strings) -> frozenset[str] | None:
     """The values of a lone ``is`` or ``in``, without the empty string (which no
     identity and no method is)."""
     if len(matcher.matches) != 1 or matcher.matches[0].op not in ("is", "in"):

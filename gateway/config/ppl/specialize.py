@@ -1,15 +1,21 @@
-"""A compiled policy specialised for one person: what it says of who they are is
-decided once, and only what it says of the request is left to test.
+"""A compiled policy specialised for one person: one generated function of the request.
 
 A decider that remembers a signed-in person's decision asks the policy again on each
 request when the policy reads the request (method, path, address, clock, ...). Most of
-a typical policy is about the person (groups, e-mail, claims), and that part cannot
-change while the decision is remembered. ``specialize`` evaluates those criteria on the
-person's facts and folds them into their operators: an ``and`` loses the entries that
+a typical policy is about the person (groups, e-mail, claims), which cannot change while
+the decision is remembered, and each criterion the general evaluation calls is a Python
+call of its own, the dearest thing on this path. ``specialize`` decides the person's
+criteria once, folds them into their operators (an ``and`` loses the entries that
 matched and is settled by one that did not, an ``or`` stops at the first that matched,
-and so on. What is left are functions of the request only, returning the very verdicts
-the whole policy returns, in the same order (a test holds the two to each other on
-random policies and requests).
+and so on), and writes what is left as the body of one function: a line per rule or
+entry, ``if method in K3 and path.startswith(K4): return K5``, with the common request
+criteria as expressions and any other as a call of its compiled predicate. It returns
+the very verdicts the whole policy returns, in the same order: a test holds the two to
+each other on random policies, people and requests.
+
+The generated source holds no value of the configuration: every constant (sets,
+prefixes, verdicts, predicates) is a name bound in the function's globals, so no text
+from a policy is ever compiled as code.
 """
 
 from __future__ import annotations
@@ -17,179 +23,178 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from gateway.config.ppl.compile import Node, Policy, Test
+from gateway.config.ppl.compile import Node, Policy
 from gateway.config.ppl.criteria import CLOSED, IDENTITY_KINDS
 from gateway.config.ppl.explain import refusal
-from gateway.config.ppl.facts import Facts
-from gateway.config.ppl.nodes import AND, NOR, NOT, OR, RULE
+from gateway.config.ppl.facts import CertFacts, Facts
+from gateway.config.ppl.network import network_test
+from gateway.config.ppl.nodes import (
+    AND,
+    NOR,
+    NOT,
+    OR,
+    RULE,
+    DateRange,
+    Networks,
+    Strings,
+    TimeWindow,
+)
+from gateway.config.ppl.predicates import DAY, lone_members
 from gateway.config.ppl.verdict import Verdict
 
 # Criteria whose outcome the person's facts settle: who they are (and accept/reject).
 _FIXED_KINDS = IDENTITY_KINDS | {CLOSED}
+_UTC = frozenset({"UTC", "Etc/UTC", "Etc/UCT", "UCT", "Zulu", "Etc/Zulu"})
+# What the generated function is called with, by name.
+_ARGUMENTS = "method, path, client_ip, cert, cors, now"
+_FACTS = "P.for_request(method, path, client_ip, cert, cors, False, now)"
+Decide = Callable[[str, str, str, "CertFacts | None", bool, float], Verdict]
+Expr = str | bool  # an expression's source, or its value when the person settled it
 
 
-class _Part:
-    """A node as specialised: ``fixed`` (the person settled it) with its ``verdict``
-    (``None``: it did not match), or a ``test`` (and ``pred``) of the request."""
+class _Writer:
+    """The body of one function, and the constants its lines name."""
 
-    __slots__ = ("fixed", "pred", "test", "verdict")
+    def __init__(self, person: Facts) -> None:
+        self.person = person
+        self.names: dict[str, Any] = {}
+        self.lines: list[str] = []
+        self.facts = False  # some line reads ``f``, the request's whole facts
 
-    def __init__(self, test: Test, pred: Callable[[Facts], bool], fixed: bool = False,
-                 verdict: Verdict | None = None) -> None:
-        self.test = test
-        self.pred = pred
-        self.fixed = fixed
-        self.verdict = verdict
+    def const(self, value: Any) -> str:
+        name = f"K{len(self.names)}"
+        self.names[name] = value
+        return name
 
-
-def _settled(verdict: Verdict | None) -> _Part:
-    matched = verdict is not None
-    return _Part(lambda f: verdict, lambda f: matched, True, verdict)
-
-
-def _part(node: Node, person: Facts) -> _Part:
-    if not node.op:
+    def criterion(self, node: Node) -> Expr:
         if not node.reads and node.kind in _FIXED_KINDS:
-            return _settled(node.test(person))
-        return _Part(node.test, node.pred)
-    parts = [_part(child, person) for child in node.children]
-    if node.op in (OR, RULE):
-        return _any(parts, node.children)
-    if node.op == AND:
-        return _all(parts, node.hit)
-    if node.op == NOT:
-        return _none(parts, node.hit)
-    if node.op == NOR:
-        return _not_all(parts, node.children)
-    raise AssertionError(f"unknown operator {node.op}")
+            return bool(node.pred(self.person))
+        criterion = node.criterion
+        assert criterion is not None
+        name, operand = criterion.name, criterion.operand
+        if isinstance(operand, Strings) and name in ("http_method", "http_path"):
+            field = "method" if name == "http_method" else "path"
+            members = lone_members(operand)
+            if members is not None:
+                return f"{field} in {self.const(members)}"
+            only = operand.matches[0] if len(operand.matches) == 1 else None
+            if only is not None and only.op == "starts_with":
+                return f"{field}.startswith({self.const(only.values[0])})"
+        if isinstance(operand, Networks):
+            return f"{self.const(network_test(operand))}(client_ip)"
+        if name == "cors_preflight":
+            return "cors"
+        if isinstance(operand, DateRange):
+            after = operand.after if operand.after is not None else float("-inf")
+            before = operand.before if operand.before is not None else float("inf")
+            return f"{self.const(after)} <= now < {self.const(before)}"
+        if isinstance(operand, TimeWindow) and operand.timezone in _UTC:
+            start = operand.after if operand.after is not None else 0.0
+            end = operand.before if operand.before is not None else DAY
+            start_name, end_name = self.const(start), self.const(end)
+            if start < end or operand.after is None or operand.before is None:
+                return f"{start_name} <= now % {DAY!r} < {end_name}"
+            return f"not {end_name} <= now % {DAY!r} < {start_name}"
+        self.facts = True
+        return f"{self.const(node.pred)}(f)"
+
+    def pred(self, node: Node) -> Expr:
+        """Whether ``node`` matches, as an expression (or a constant)."""
+        if not node.op:
+            return self.criterion(node)
+        parts = [self.pred(child) for child in node.children]
+        if node.op == AND:
+            return _joined(parts, "and", settles=False, negate=False)
+        if node.op in (OR, RULE):
+            return _joined(parts, "or", settles=True, negate=False)
+        if node.op == NOT:
+            return _joined(parts, "or", settles=True, negate=True)
+        if node.op == NOR:
+            return _joined(parts, "and", settles=False, negate=True)
+        raise AssertionError(f"unknown operator {node.op}")
+
+    def verdict(self, node: Node) -> bool:
+        """Lines returning ``node``'s verdict when it matches (falling through when it
+        does not); True when they always return, so that nothing after them is
+        reached."""
+        if node.op in (OR, RULE):
+            for child in node.children:
+                if child.op:
+                    if self.verdict(child):
+                        return True
+                elif self.returns(self.pred(child), child.hit):
+                    return True
+            return False
+        if node.op == NOR:
+            for child in node.children:
+                matched = self.pred(child)
+                if matched is True:
+                    continue
+                if self.returns(_negated(matched), child.miss):
+                    return True
+            return False
+        return self.returns(self.pred(node), node.hit)
+
+    def returns(self, condition: Expr, verdict: Verdict) -> bool:
+        if condition is False:
+            return False
+        if condition is True:
+            self.lines.append(f"return {self.const(verdict)}")
+            return True
+        self.lines.append(f"if {condition}: return {self.const(verdict)}")
+        return False
 
 
-def _any(parts: list[_Part], children: tuple[Node, ...]) -> _Part:
-    """The first entry that matches gives its verdict (a criterion's hit, an operator's
-    own verdict); a settled match ends the list, settled misses drop out."""
-    entries: list[tuple[Callable[[Facts], Any], Verdict | None]] = []
-    last: Verdict | None = None
-    for part, child in zip(parts, children, strict=True):
-        if part.fixed:
-            if part.verdict is not None:
-                last = part.verdict
-                break
-            continue
-        entries.append((part.pred, child.hit) if not child.op else (part.test, None))
-    if not entries:
-        return _settled(last)
-    final = last
-
-    def any_of(f: Facts) -> Verdict | None:
-        for call, verdict in entries:
-            if verdict is None:
-                found: Verdict | None = call(f)
-                if found is not None:
-                    return found
-            elif call(f):
-                return verdict
-        return final
-
-    return _Part(any_of, lambda f: any_of(f) is not None)
+def _joined(parts: list[Expr], op: str, *, settles: bool, negate: bool) -> Expr:
+    """``a op b op ...`` without the entries the person settled, or the constant the
+    person settled it to (``settles``: the constant that decides ``op``); negated for
+    ``not``/``nor``."""
+    if settles in parts:
+        return settles if not negate else not settles
+    rest = [p for p in parts if p is not (not settles)]
+    if not rest:
+        return (not settles) if not negate else settles
+    joined = str(rest[0]) if len(rest) == 1 else f" {op} ".join(f"({p})" for p in rest)
+    return f"not ({joined})" if negate else joined
 
 
-def _all(parts: list[_Part], hit: Verdict) -> _Part:
-    if any(p.fixed and p.verdict is None for p in parts):
-        return _settled(None)
-    preds = tuple(p.pred for p in parts if not p.fixed)
-    if not preds:
-        return _settled(hit)
-
-    def all_of(f: Facts) -> Verdict | None:
-        for pred in preds:
-            if not pred(f):
-                return None
-        return hit
-
-    return _Part(all_of, lambda f: all_of(f) is not None)
-
-
-def _none(parts: list[_Part], hit: Verdict) -> _Part:
-    if any(p.fixed and p.verdict is not None for p in parts):
-        return _settled(None)
-    preds = tuple(p.pred for p in parts if not p.fixed)
-    if not preds:
-        return _settled(hit)
-
-    def none_of(f: Facts) -> Verdict | None:
-        for pred in preds:
-            if pred(f):
-                return None
-        return hit
-
-    return _Part(none_of, lambda f: none_of(f) is not None)
-
-
-def _not_all(parts: list[_Part], children: tuple[Node, ...]) -> _Part:
-    """The first entry that does not match gives its miss; a settled miss ends the
-    list (the entries before it are still asked), settled matches drop out."""
-    pairs: list[tuple[Callable[[Facts], bool], Verdict]] = []
-    last: Verdict | None = None
-    for part, child in zip(parts, children, strict=True):
-        if part.fixed:
-            if part.verdict is None:
-                last = child.miss
-                break
-            continue
-        pairs.append((part.pred, child.miss))
-    if not pairs:
-        return _settled(last)
-    final = last
-
-    def not_all_of(f: Facts) -> Verdict | None:
-        for pred, miss in pairs:
-            if not pred(f):
-                return miss
-        return final
-
-    return _Part(not_all_of, lambda f: not_all_of(f) is not None)
+def _negated(expr: Expr) -> Expr:
+    return (not expr) if isinstance(expr, bool) else f"not ({expr})"
 
 
 class Specialized:
-    """``policy`` for the person of ``person`` (``Facts`` with their identity; the
-    request fields are ignored): ``evaluate`` takes that person's facts of a request and
-    returns exactly what ``policy.evaluate`` would."""
+    """``policy`` for the person of ``person`` (``Facts`` with their identity; its
+    request fields are not read). ``decide(method, path, client_ip, cert, cors, now)``
+    returns exactly what ``policy.evaluate`` returns for that person's facts of that
+    request; ``source`` is the generated function's body, for tests and debugging."""
 
-    __slots__ = ("_allow", "_deny", "policy")
+    __slots__ = ("decide", "source")
 
     def __init__(self, policy: Policy, person: Facts) -> None:
-        self.policy = policy
-        self._deny = self._tests(policy.deny_rules, person)
-        self._allow = self._tests(policy.allow_rules, person)
-
-    @staticmethod
-    def _tests(rules: tuple[Node, ...], person: Facts) -> tuple[Test, ...]:
-        """Each rule's test, settled ones as constants; none after one that always
-        matches (evaluation stops there)."""
-        tests: list[Test] = []
-        for rule in rules:
-            part = _part(rule, person)
-            if part.fixed:
-                if part.verdict is not None:
-                    tests.append(part.test)
-                    break
-                continue
-            tests.append(part.test)
-        return tuple(tests)
+        writer = _Writer(person)
+        for rule in policy.deny_rules + policy.allow_rules:
+            if writer.verdict(rule):
+                break
+        else:
+            if policy.allow_rules:  # why none matched, from the whole facts (refusals only)
+                writer.lines.append(f"return {writer.const(refusal)}("
+                                    f"{writer.const(policy.allow_rules)}, {_FACTS})")
+            else:
+                writer.lines.append(f"return {writer.const(policy.no_allow_verdict)}")
+        body = writer.lines
+        if writer.facts:  # the request's whole facts, for a criterion not written inline
+            body = [f"f = {_FACTS}", *body]
+        self.source = f"def decide({_ARGUMENTS}):\n" + "".join(f"    {line}\n"
+                                                             for line in body)
+        namespace: dict[str, Any] = {"__builtins__": {}, "P": person, **writer.names}
+        exec(compile(self.source, "<policy specialised>", "exec"), namespace)
+        self.decide: Decide = namespace["decide"]
 
     def evaluate(self, facts: Facts) -> Verdict:
-        for test in self._deny:
-            verdict = test(facts)
-            if verdict is not None:
-                return verdict
-        for test in self._allow:
-            verdict = test(facts)
-            if verdict is not None:
-                return verdict
-        policy = self.policy
-        if not policy.allow_rules:
-            return policy.no_allow_verdict
-        return refusal(policy.allow_rules, facts)
+        """``decide`` on the request fields of ``facts`` (whose person must be this
+        one's)."""
+        return self.decide(facts.method, facts.path, facts.client_ip, facts.client_cert,
+                           facts.cors_preflight, facts.now)
 
 
 def specialize(policy: Policy, person: Facts) -> Specialized:
