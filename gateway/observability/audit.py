@@ -7,10 +7,11 @@ fields (default: all, in ``FIELDS`` order); fields without a value are left out.
 event goes
 
 - to the log under the namespace ``gateway.audit`` (its own, so a shipper can route it)
-  with ``audit_log: true``: off by default, because a JSON log line costs about half of
-  what a signed-in request does on the reference machine (file ~11 µs, OTLP ~5 µs on
-  the reactor, a log line ~35 µs, against ~64 µs a request; nothing at all when the
-  three are off or the log level hides info),
+  with ``audit_log: true``: off by default, as the file and OTLP are, because a
+  decision's event is not cheap (README, "Authorization audit stream": ~35 µs a log
+  line, ~10 µs a file line, ~5 µs OTLP in-process, ~30 µs a decision through the
+  benchmark with the file on); nothing at all is done when the three are off or the
+  log level hides info,
 - to ``audit_log_file`` when set: one JSON object a line, the file created 0600,
   reopened on SIGHUP and whenever its path names another file (logrotate's rename),
 - as an OTLP log record when ``otel_logs_exporter: otlp`` (``audit_otlp``, through a
