@@ -19,14 +19,14 @@ event goes
 
 The fields: ``time`` (RFC 3339, UTC, milliseconds), ``request_id``, ``trace_id``,
 ``route`` (its ``name``, else its label), ``from`` (the route's ``from``), ``user_id``,
-``email``, ``client`` (the client address decisions use), ``method``, ``host``, ``path``,
-``via`` (``http``, ``connect``, ``forward-auth``, ``recheck``: an open tunnel or upgraded
-connection refused by its periodic check, and closed), ``credential`` (``token``: a
-programmatic token, ``cookie``, ``none``), ``decision`` (``allow`` or ``deny``),
-``status`` (what the client was answered), ``reasons`` (the reason codes, a list),
-``rule`` (with the policy language: the rule and criterion that decided), ``ssh_user``
-(the login name of an SSH decision: the native SSH server reports its decisions with
-``via="ssh"`` and ``ssh_user``).
+``email``, ``client`` (the client's address, as the access log has it), ``method``,
+``host``, ``path``, ``via`` (``http``, ``connect``, ``forward-auth``, ``recheck``: an
+open tunnel or upgraded connection refused by its periodic check, and closed),
+``credential`` (``token``: a programmatic token, ``cookie``, ``none``), ``decision``
+(``allow`` or ``deny``), ``status`` (what the client was answered), ``reasons`` (the
+reason codes, a list), ``rule`` (with the policy language: the rule and criterion that
+decided), ``ssh_user`` (the login name of an SSH decision, ``via="ssh"``: the field the
+native SSH server's decisions are to be reported with, through ``AUDIT.decision``).
 """
 
 from __future__ import annotations
