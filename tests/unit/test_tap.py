@@ -81,10 +81,13 @@ class ServiceTreeTests(SynchronousTestCase):
         return [type(s).__name__ for s in root]
 
     def test_all_in_one(self) -> None:
-        """`all` runs config, SIGHUP, databroker, authorize, authenticate and proxy."""
+        """`all` runs config, SIGHUP, databroker, authorize, authenticate and proxy, and
+        the audit stream and the OTLP metrics push (idle until configured, so that a
+        reload can turn them on)."""
         self.assertEqual(self.names(self.tree()), [
             "ConfigSource", "SighupService", "DataBrokerService", "AuthorizeService",
-            "AuthenticateService", "ProxyService", "ReadyService"])
+            "AuthenticateService", "AuditService", "ProxyService", "MetricsPushService",
+            "ReadyService"])
 
     def test_debug_mode_warns_at_startup(self) -> None:
         """gateway_debug logs may show sensitive data: say so once, at startup."""
@@ -104,10 +107,14 @@ class ServiceTreeTests(SynchronousTestCase):
         own record store (memory, or the kvstore they share with the others)."""
         secrets = {"shared_secret": SECRET, "cookie_secret": SECRET, **IDENTITY}
         expected = {
-            "databroker": ["BridgeService", "ReadyService"],
-            "authorize": ["BridgeService", "AuthorizeService", "ReadyService"],
-            "authenticate": ["Databroker", "AuthenticateService", "ProxyService", "ReadyService"],
-            "proxy": ["Databroker", "ProxyService", "ReadyService"],
+            "databroker": ["BridgeService", "MetricsPushService", "ReadyService"],
+            "authorize": ["BridgeService", "AuthorizeService", "MetricsPushService",
+                          "ReadyService"],
+            # the audit stream where requests end: the processes with a data plane
+            "authenticate": ["Databroker", "AuthenticateService", "AuditService",
+                             "ProxyService", "MetricsPushService", "ReadyService"],
+            "proxy": ["Databroker", "AuditService", "ProxyService", "MetricsPushService",
+                      "ReadyService"],
         }
         for service, names in expected.items():
             root = self.tree(services=service, grpc_insecure=True, **secrets)

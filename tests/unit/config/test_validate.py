@@ -304,7 +304,7 @@ class RuleTests(SynchronousTestCase):
                       [str(w) for w in both.warnings])
         (error,) = errors_of(base_config(tracing_provider="zipkin"))
         self.assertEqual(error, "tracing_provider: 'zipkin' is not valid; valid values: "
-                                "agenttrace, thrifttrace, httptrace")
+                                "agenttrace, thrifttrace, httptrace, otlp")
         self.assertEqual(errors_of(base_config(
             tracing_provider="httptrace", tracing_httptrace_endpoint="ftp://x/spans")),
             ["tracing_httptrace_endpoint: ftp://x/spans: spans are sent over http or https"])
