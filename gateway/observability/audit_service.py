@@ -23,7 +23,7 @@ from twisted.logger import Logger
 from gateway.config import otel
 from gateway.config.snapshot import Snapshot
 from gateway.observability.audit import AUDIT, AuditFile
-from gateway.observability.bounded_queue import BoundedQueue
+from gateway.observability.bounded_queue import BoundedQueue, Tally
 from gateway.observability.metrics import watch_telemetry
 
 log = Logger(namespace="gateway.audit.service")
@@ -43,7 +43,7 @@ class AuditService(Service):
         self.file: AuditFile | None = None
         self.queue: BoundedQueue[Any] | None = None
         self._otlp_settings: tuple[object, ...] = ()
-        self._carried = (0, 0, 0)
+        self._tally = Tally()
         self._check = LoopingCall(self.check)
         self._check.clock = reactor
 
@@ -89,17 +89,11 @@ class AuditService(Service):
     def _replace_queue(self, queue: BoundedQueue[Any] | None) -> None:
         old, self.queue = self.queue, queue
         if old is not None:
-            counts = old.counts()
-            self._carried = (self._carried[0] + counts[0], self._carried[1] + counts[1],
-                             self._carried[2] + counts[2])
+            self._tally.retire(old.counts())
             old.stop(0.0)
 
     def counts(self) -> tuple[int, int, int]:
-        exported, failed, dropped = self._carried
-        if self.queue is not None:
-            now = self.queue.counts()
-            return exported + now[0], failed + now[1], dropped + now[2]
-        return exported, failed, dropped
+        return self._tally.total(self.queue.counts() if self.queue is not None else None)
 
     def check(self) -> None:
         """A new file when the path names another one (renamed away, removed)."""

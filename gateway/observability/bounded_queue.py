@@ -107,3 +107,26 @@ class BoundedQueue(Generic[T]):
             self.exported += len(batch)
         else:
             self.failed += len(batch)
+
+
+Counts = tuple[int, int, int]  # exported, failed, dropped
+
+
+class Tally:
+    """The counts of a sender that reloads replace: what the replaced ones counted is
+    carried, so the published totals never go down."""
+
+    def __init__(self) -> None:
+        self.carried: Counts = (0, 0, 0)
+
+    def retire(self, counts: Counts) -> None:
+        """Keep the final counts of a sender being replaced."""
+        self.carried = (self.carried[0] + counts[0], self.carried[1] + counts[1],
+                        self.carried[2] + counts[2])
+
+    def total(self, current: Counts | None) -> Counts:
+        """The carried counts plus ``current``, the running sender's (None: none)."""
+        if current is None:
+            return self.carried
+        return (self.carried[0] + current[0], self.carried[1] + current[1],
+                self.carried[2] + current[2])

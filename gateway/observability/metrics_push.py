@@ -24,7 +24,7 @@ from twisted.logger import Logger
 
 from gateway.config import otel
 from gateway.config.snapshot import Snapshot
-from gateway.observability.bounded_queue import BoundedQueue
+from gateway.observability.bounded_queue import BoundedQueue, Tally
 from gateway.observability.metrics import REGISTRY, watch_telemetry
 from gateway.observability.request_metrics import REQUESTS
 
@@ -79,7 +79,7 @@ class MetricsPushService(Service):
         self.snapshot = snapshot
         self.export: MetricsExport | None = None
         self._settings: tuple[object, ...] = ()
-        self._carried = (0, 0, 0)
+        self._tally = Tally()
         self._push = LoopingCall(self.push)
         self._push.clock = reactor
 
@@ -116,18 +116,12 @@ class MetricsPushService(Service):
     def _replace(self, export: MetricsExport | None) -> None:
         old, self.export = self.export, export
         if old is not None:
-            counts = old.counts()
-            self._carried = (self._carried[0] + counts[0], self._carried[1] + counts[1],
-                             self._carried[2] + counts[2])
+            self._tally.retire(old.counts())
             old.stop(0.0)
 
     def counts(self) -> tuple[int, int, int]:
         """Collections exported, failed and dropped since the service started."""
-        exported, failed, dropped = self._carried
-        if self.export is not None:
-            now = self.export.counts()
-            return exported + now[0], failed + now[1], dropped + now[2]
-        return exported, failed, dropped
+        return self._tally.total(self.export.counts() if self.export is not None else None)
 
     def push(self) -> None:
         export = self.export
