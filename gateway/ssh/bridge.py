@@ -17,12 +17,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from twisted.conch.ssh import channel, connection
-from twisted.conch.ssh.common import NS, getNS
+from twisted.conch.ssh.common import getNS
 from twisted.internet.defer import Deferred
 from twisted.logger import Logger
 
 from gateway.ssh import limits
 from gateway.ssh.asciicast import Recording
+from gateway.ssh.transport import refuse_channel
 from gateway.ssh.upstream import UpstreamConnection
 
 log = Logger(namespace="gateway.ssh")
@@ -305,9 +306,7 @@ class BridgeConnection(connection.SSHConnection):
         base.adjustWindow(channel, bytesToAdd)
 
     def _refuse(self, sender: int, code: int, text: str) -> None:
-        wire: Any = self.transport
-        wire.sendPacket(connection.MSG_CHANNEL_OPEN_FAILURE,
-                        struct.pack(">2L", sender, code) + NS(text.encode()) + NS(b""))
+        refuse_channel(self.transport, sender, code, text)
 
     def ssh_CHANNEL_OPEN(self, packet: bytes) -> None:
         try:

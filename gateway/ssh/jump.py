@@ -12,13 +12,13 @@ from collections.abc import Callable
 from typing import Any
 
 from twisted.conch.ssh import channel, connection
-from twisted.conch.ssh.common import NS, getNS
+from twisted.conch.ssh.common import getNS
 from twisted.internet.address import IPv4Address
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from gateway.ssh import limits
-from gateway.ssh.transport import GatewayServerTransport
+from gateway.ssh.transport import GatewayServerTransport, refuse_channel
 
 log = Logger(namespace="gateway.ssh")
 
@@ -116,9 +116,7 @@ class JumpConnection(connection.SSHConnection):
         return 0
 
     def _refuse(self, sender: int, code: int, text: str) -> None:
-        wire: Any = self.transport
-        wire.sendPacket(connection.MSG_CHANNEL_OPEN_FAILURE,
-                        struct.pack(">2L", sender, code) + NS(text.encode()) + NS(b""))
+        refuse_channel(self.transport, sender, code, text)
 
     def ssh_CHANNEL_OPEN(self, packet: bytes) -> None:
         try:

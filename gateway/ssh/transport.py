@@ -5,10 +5,13 @@ exchange is the ``auth`` service's, then the ``bridge``'s."""
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Callable
 from typing import Any
 
 from twisted.conch.ssh import keys, transport
+from twisted.conch.ssh.common import NS
+from twisted.conch.ssh.connection import MSG_CHANNEL_OPEN_FAILURE
 from twisted.conch.ssh.factory import SSHFactory
 from twisted.internet.interfaces import IAddress, IDelayedCall
 from twisted.logger import Logger
@@ -21,6 +24,13 @@ log = Logger(namespace="gateway.ssh")
 def disconnect(ssh: Any, code: int, message: str) -> None:
     """Send SSH_MSG_DISCONNECT with ``message`` (what OpenSSH prints) and close."""
     ssh.sendDisconnect(code, message.encode("utf-8", "replace")[:1000])
+
+
+def refuse_channel(ssh: Any, sender: int, code: int, text: str) -> None:
+    """SSH_MSG_CHANNEL_OPEN_FAILURE for the client's channel ``sender`` (RFC 4254 5.1)
+    with ``text`` as its description, which OpenSSH prints."""
+    ssh.sendPacket(MSG_CHANNEL_OPEN_FAILURE,
+                   struct.pack(">2L", sender, code) + NS(text.encode()) + NS(b""))
 
 
 class GatewayServerTransport(transport.SSHServerTransport):
