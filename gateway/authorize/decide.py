@@ -177,9 +177,7 @@ class Decider:
                                    self._cert(request) if request.client_cert else None,
                                    False, now)
             if verdict.allowed:
-                allow = hit.allow
-                return allow if allow.reason == verdict.reason else self._with_reason(
-                    allow, verdict)
+                return self._with_reason(hit.allow, verdict)
         return None
 
     def _remember_allowed(self, request: RequestInfo, route: Route, raw: bytes, sid: str,
@@ -333,7 +331,7 @@ class Decider:
     def _with_reason(allow: Allow, verdict: Verdict) -> Allow:
         """``allow`` (its identity headers made once) naming the rule that let this
         request in (a policy reading the request may match another rule each time)."""
-        reason = decision_reason(verdict)
+        reason = verdict.reason
         return allow if allow.reason == reason else replace(allow, reason=reason)
 
     def _denied(self, request: RequestInfo, route: Route, session: Session | None,

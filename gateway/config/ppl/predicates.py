@@ -27,7 +27,8 @@ from gateway.config.ppl.nodes import (
 )
 
 Predicate = Callable[[Facts], bool]
-_UTC = frozenset({"UTC", "Etc/UTC", "Etc/UCT", "UCT", "Zulu", "Etc/Zulu"})
+# zones whose offset is always 0: a time of day there needs no zone lookup
+UTC_ZONES = frozenset({"UTC", "Etc/UTC", "Etc/UCT", "UCT", "Zulu", "Etc/Zulu"})
 StringTest = Callable[[str], bool]
 DAY = 86400.0
 
@@ -238,7 +239,7 @@ def _clock(operand: DateRange | TimeWindow | Weekdays) -> Predicate:
     start = operand.after if operand.after is not None else 0.0
     end = operand.before if operand.before is not None else DAY
     within = start < end or operand.after is None or operand.before is None
-    if operand.timezone in _UTC:  # no offset to look up
+    if operand.timezone in UTC_ZONES:
         if within:
             return lambda f: start <= f.now % DAY < end
         return lambda f: not end <= f.now % DAY < start

@@ -39,12 +39,11 @@ from gateway.config.ppl.nodes import (
     Strings,
     TimeWindow,
 )
-from gateway.config.ppl.predicates import DAY, lone_members
+from gateway.config.ppl.predicates import DAY, UTC_ZONES, lone_members
 from gateway.config.ppl.verdict import Verdict
 
 # Criteria whose outcome the person's facts settle: who they are (and accept/reject).
 _FIXED_KINDS = IDENTITY_KINDS | {CLOSED}
-_UTC = frozenset({"UTC", "Etc/UTC", "Etc/UCT", "UCT", "Zulu", "Etc/Zulu"})
 # What the generated function is called with, by name.
 _ARGUMENTS = "method, path, client_ip, cert, cors, now"
 _FACTS = "P.for_request(method, path, client_ip, cert, cors, False, now)"
@@ -88,7 +87,7 @@ class _Writer:
             after = operand.after if operand.after is not None else float("-inf")
             before = operand.before if operand.before is not None else float("inf")
             return f"{self.const(after)} <= now < {self.const(before)}"
-        if isinstance(operand, TimeWindow) and operand.timezone in _UTC:
+        if isinstance(operand, TimeWindow) and operand.timezone in UTC_ZONES:
             start = operand.after if operand.after is not None else 0.0
             end = operand.before if operand.before is not None else DAY
             start_name, end_name = self.const(start), self.const(end)
