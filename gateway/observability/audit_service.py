@@ -88,12 +88,10 @@ class AuditService(Service):
 
     def _replace_queue(self, queue: BoundedQueue[Any] | None) -> None:
         old, self.queue = self.queue, queue
-        if old is not None:
-            self._tally.retire(old.counts())
-            old.stop(0.0)
+        self._tally.retire(old)
 
     def counts(self) -> tuple[int, int, int]:
-        return self._tally.total(self.queue.counts() if self.queue is not None else None)
+        return self._tally.total(self.queue)
 
     def check(self) -> None:
         """A new file when the path names another one (renamed away, removed)."""

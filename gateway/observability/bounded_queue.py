@@ -16,7 +16,7 @@ import threading
 from collections import deque
 from collections.abc import Sequence
 from contextlib import suppress
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 T = TypeVar("T")
 
@@ -113,20 +113,24 @@ Counts = tuple[int, int, int]  # exported, failed, dropped
 
 
 class Tally:
-    """The counts of a sender that reloads replace: what the replaced ones counted is
+    """The counts of a queue that reloads replace: what the replaced ones counted is
     carried, so the published totals never go down."""
 
     def __init__(self) -> None:
         self.carried: Counts = (0, 0, 0)
 
-    def retire(self, counts: Counts) -> None:
-        """Keep the final counts of a sender being replaced."""
+    def retire(self, old: BoundedQueue[Any] | None) -> None:
+        """Stop ``old``, a queue being replaced (if any), and keep its final counts."""
+        if old is None:
+            return
+        counts = old.counts()
         self.carried = (self.carried[0] + counts[0], self.carried[1] + counts[1],
                         self.carried[2] + counts[2])
+        old.stop(0.0)
 
-    def total(self, current: Counts | None) -> Counts:
-        """The carried counts plus ``current``, the running sender's (None: none)."""
+    def total(self, current: BoundedQueue[Any] | None) -> Counts:
+        """The carried counts plus those of ``current``, the running queue (if any)."""
         if current is None:
             return self.carried
-        return (self.carried[0] + current[0], self.carried[1] + current[1],
-                self.carried[2] + current[2])
+        now = current.counts()
+        return (self.carried[0] + now[0], self.carried[1] + now[1], self.carried[2] + now[2])

@@ -115,13 +115,11 @@ class MetricsPushService(Service):
 
     def _replace(self, export: MetricsExport | None) -> None:
         old, self.export = self.export, export
-        if old is not None:
-            self._tally.retire(old.counts())
-            old.stop(0.0)
+        self._tally.retire(old)
 
     def counts(self) -> tuple[int, int, int]:
         """Collections exported, failed and dropped since the service started."""
-        return self._tally.total(self.export.counts() if self.export is not None else None)
+        return self._tally.total(self.export)
 
     def push(self) -> None:
         export = self.export
