@@ -123,12 +123,8 @@ def build_service_tree(
                 sighup.also.append(audit.reopen)
             root.addService(ProxyService(source, reactor, authorizer=authorizer,
                                          inherited=worker.inherited if worker else None))
-            if options.ssh_address and worker is None:
-                # native SSH (imported only when configured): one listener, in the
-                # process that holds the sessions
-                from gateway.ssh.service import SshService
-
-                root.addService(SshService(source, reactor, identity, broker.store))
+            if options.ssh_address:
+                _add_ssh(root, source, reactor, identity, broker, worker)
     push = MetricsPushService(reactor, snapshot)  # otel_metrics_exporter: otlp
     source.subscribe(push.apply)
     root.addService(push)
@@ -142,6 +138,26 @@ def build_service_tree(
     root.addService(ReadyService(reactor, options.services))
     _log_startup(snapshot)
     return root
+
+
+def _add_ssh(root: MultiService, source: ConfigSource, reactor: Any,
+             identity: IdentityHolder, broker: Databroker, worker: WorkerRole | None
+             ) -> None:
+    """Native SSH (imported only when configured). A worker serves it on the socket
+    its supervisor bound for ``ssh_address``, like the HTTP listener: connections are
+    spread over the workers by the kernel, and what a connection's life needs (key
+    bindings, sign-ins, host-key pins, sessions and their sign-outs) is in the kvstore
+    every worker shares."""
+    from gateway.ssh.service import SshService
+
+    address = source.current.options.ssh_address
+    fd = worker.inherited.get(address) if worker is not None else None
+    if worker is not None and fd is None:
+        # set or changed by a reload since the supervisor bound its sockets
+        log.warn("ssh_address {address} is not served: restart the gateway to listen "
+                 "on it", address=address)
+        return
+    root.addService(SshService(source, reactor, identity, broker.store, inherited=fd))
 
 
 def build_supervisor_tree(
@@ -160,6 +176,8 @@ def build_supervisor_tree(
     addresses = [options.address]
     if options.http_redirect_addr:
         addresses.append(options.http_redirect_addr)
+    if options.ssh_address:  # the workers serve SSH too, each on its own socket
+        addresses.append(options.ssh_address)
     workers = WorkerSupervisor(source, reactor, options.workers,
                                SharedListeners(addresses, options.workers))
     root.addService(workers)

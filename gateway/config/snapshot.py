@@ -71,7 +71,7 @@ def load_snapshot(
     ssh_material = load_ssh_material(
         options.ssh_address, options.ssh_host_keys, options.ssh_host_key_files,
         options.ssh_user_ca_key, options.ssh_user_ca_key_file, reader, problems,
-        sum(1 for r in routes if r.ssh is not None), options.workers)
+        sum(1 for r in routes if r.ssh is not None))
     problems.raise_if_any(path or "environment")
     return Snapshot(
         options=options,

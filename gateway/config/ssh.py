@@ -223,7 +223,7 @@ def load_private_key(data: bytes) -> SigningKey:
 def load_ssh_material(ssh_address: str, host_keys: tuple[str, ...],
                       host_key_files: tuple[str, ...], user_ca_key: str,
                       user_ca_key_file: str, reader: Reader, problems: Problems,
-                      ssh_routes: int, workers: int = 1) -> SshMaterial:
+                      ssh_routes: int) -> SshMaterial:
     """The keys ``ssh_address`` needs, each checked; problems at their key paths."""
     loaded: list[bytes] = []
     for index, text in enumerate(host_keys):
@@ -250,9 +250,6 @@ def load_ssh_material(ssh_address: str, host_keys: tuple[str, ...],
         except OSError as exc:
             problems.error("ssh_user_ca_key_file", f"cannot read {user_ca_key_file}: {exc}")
     if ssh_address:
-        if workers > 1:
-            problems.warn("ssh_address", f"is not served with workers: {workers} (the SSH "
-                          "server runs in a single process); set workers: 1 to serve SSH")
         if not host_keys and not host_key_files:
             problems.error("ssh_host_key_files", "is required with ssh_address (the keys "
                            "the gateway's SSH server proves itself with; generate one with "

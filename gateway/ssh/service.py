@@ -23,6 +23,7 @@ from twisted.application.service import MultiService
 from twisted.conch.ssh import keys, transport
 from twisted.internet.defer import ensureDeferred
 from twisted.internet.endpoints import TCP4ServerEndpoint, TCP6ServerEndpoint
+from twisted.internet.interfaces import IStreamServerEndpoint
 from twisted.internet.task import deferLater
 from twisted.logger import Logger
 
@@ -41,6 +42,7 @@ from gateway.databroker.ssh_records import (
     read_sign_in,
     start_sign_in,
 )
+from gateway.dataplane.listeners.shared import AdoptedEndpoint
 from gateway.observability.audit import AUDIT
 from gateway.sessions.model import Session
 from gateway.ssh import limits
@@ -91,7 +93,9 @@ def _ca(snapshot: Snapshot) -> SigningKey:
 
 class SshService(MultiService):
     def __init__(self, source: ConfigSource, reactor: Any, holder: IdentityHolder,
-                 records: RecordStore) -> None:
+                 records: RecordStore, inherited: int | None = None) -> None:
+        """``inherited``: the listening descriptor a worker's supervisor bound for
+        ``ssh_address`` (adopted instead of binding)."""
         MultiService.__init__(self)
         self.reactor = reactor
         self.holder = holder
@@ -102,8 +106,10 @@ class SshService(MultiService):
         self.factory = GatewayFactory(reactor, _host_keys(source.current), self._userauth)
         source.subscribe(self.apply)
         host, port = parse_address(self.address)
-        endpoint = (TCP6ServerEndpoint(reactor, port, interface=host) if ":" in host
-                    else TCP4ServerEndpoint(reactor, port, interface=host))
+        endpoint: IStreamServerEndpoint = (
+            AdoptedEndpoint(reactor, inherited) if inherited is not None
+            else TCP6ServerEndpoint(reactor, port, interface=host) if ":" in host
+            else TCP4ServerEndpoint(reactor, port, interface=host))
         listener = StreamServerEndpointService(endpoint, self.factory)
         listener._raiseSynchronously = True
         MultiService.addService(self, listener)

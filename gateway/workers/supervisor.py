@@ -33,6 +33,7 @@ from twisted.python.failure import Failure
 
 from gateway.config.snapshot import Snapshot
 from gateway.config.source import ConfigSource
+from gateway.config.values import parse_address
 from gateway.dataplane.listeners.shared import bind_shared
 from gateway.workers.control import FIRST_LISTEN_FD, REPLY_FD, ControlReceiver, Message
 
@@ -128,6 +129,13 @@ class SharedListeners:
         self.sockets: dict[str, list[socket.socket]] = {}
 
     def bind(self) -> None:
+        """Raises ``CannotListenError`` for a port in use, and ``ValueError`` naming
+        two of ``addresses`` that are one port (each worker's sockets share their port
+        with ``SO_REUSEPORT``, so the kernel would spread one port's connections over
+        two listeners instead of refusing the second bind)."""
+        clash = overlapping(self.addresses)
+        if clash:
+            raise ValueError(f"{clash[0]} and {clash[1]} are the same port")
         for address in self.addresses:
             if address not in self.sockets:
                 self.sockets[address] = bind_shared(address, self.count)
@@ -137,6 +145,23 @@ class SharedListeners:
             for sock in socks:
                 sock.close()
         self.sockets.clear()
+
+
+WILDCARDS = ("", "0.0.0.0", "::")
+
+
+def overlapping(addresses: list[str]) -> tuple[str, str] | None:
+    """Two of ``addresses`` that would listen on one port (equal hosts, or one of
+    them every interface), or None."""
+    seen: list[tuple[str, str, int]] = []
+    for address in addresses:
+        host, port = parse_address(address)
+        for other, other_host, other_port in seen:
+            if port == other_port and port != 0 and (
+                    host == other_host or host in WILDCARDS or other_host in WILDCARDS):
+                return other, address
+        seen.append((address, host, port))
+    return None
 
 
 class WorkerSupervisor(Service):
@@ -172,6 +197,9 @@ class WorkerSupervisor(Service):
         except CannotListenError as exc:
             log.critical("cannot listen on {address}: {error}",
                          address=f"{exc.interface}:{exc.port}", error=str(exc.socketError))
+            raise SystemExit(1) from None
+        except ValueError as exc:
+            log.critical("cannot listen: {error}", error=str(exc))
             raise SystemExit(1) from None
 
     def startService(self) -> None:
