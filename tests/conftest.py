@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from tests.support import peers
+from tests.support import peers, stage_check
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -33,6 +33,16 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 # normal SIGINT (and the run itself can be interrupted).
 if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+@pytest.fixture(autouse=True)
+def exchange_stage_rules() -> Iterator[None]:
+    """Every exchange a test drives in process moves only as ``stage.NEXT`` allows."""
+    stage_check.install()
+    stage_check.take()
+    yield
+    moves = stage_check.take()
+    assert not moves, f"exchanges made moves stage.NEXT does not list: {moves}"
 
 
 def in_ci() -> bool:
