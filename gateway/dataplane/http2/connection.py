@@ -11,7 +11,6 @@ waiting. The connection's own limits are ``guard``'s.
 
 from __future__ import annotations
 
-from collections.abc import Collection
 from functools import partial
 from typing import Any
 
@@ -284,14 +283,17 @@ class H2Connection(ConnectionTLS, Protocol):
         # self-dependency) counts as a reset by the client: otherwise a cheap frame after
         # each request would cancel upstream work past the rapid-reset budget
         # (MadeYouReset, CVE-2025-8671).
-        reset: Collection[int] = ()
-        malformed: Collection[int] = ()
-        served = 0
-        if len(events) != 1 or type(events[0]) is not RequestReceived:  # (the common read)
-            reset = {e.stream_id for e in events if isinstance(e, StreamReset)}
-            malformed = {e.stream_id for e in events if isinstance(e, StreamMalformed)}
-            served = sum(1 for e in events if isinstance(e, StreamReset)
-                         and not e.answered and e.stream_id in self.streams)
+        if len(events) == 1:
+            event = events[0]
+            if type(event) is RequestReceived:  # the common read: one whole request
+                if event.stream_id not in self.guard.reset_in_read:
+                    self._request(event.stream_id, event.headers, event.ended)
+                self.flush()
+                return
+        reset = {e.stream_id for e in events if isinstance(e, StreamReset)}
+        malformed = {e.stream_id for e in events if isinstance(e, StreamMalformed)}
+        served = sum(1 for e in events if isinstance(e, StreamReset)
+                     and not e.answered and e.stream_id in self.streams)
         for _ in range(served + len(malformed)):
             cut = self.guard.premature_reset(now)
             if cut is not None:
