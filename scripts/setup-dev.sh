@@ -42,6 +42,14 @@ if [ ${#need_apt[@]} -gt 0 ]; then
     apt-get install -y -q "${need_apt[@]}"
 fi
 
+# An unprivileged login for the test sshd: OpenSSH honours a session's `signal` request
+# only for a login other than root (tests/integration/test_ssh_signals.py).
+if [ "$(id -u)" -eq 0 ] && ! id gateway-ssh-test >/dev/null 2>&1; then
+    # (password "*": no password login, but not locked like "!", which sshd refuses)
+    useradd --system --create-home --home-dir /var/lib/gateway-ssh-test --shell /bin/sh \
+        --password '*' gateway-ssh-test
+fi
+
 if [ ! -x .venv/bin/python ]; then
     python3 -m venv .venv
 fi

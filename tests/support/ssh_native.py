@@ -91,14 +91,16 @@ def _config(run: Path, user: str, ca_public: Path) -> str:
 
 
 @contextlib.contextmanager
-def cert_sshd(tmp_path: Path, ca_public: str, *, timeout: float = 15.0) -> Iterator[CertSshd]:
+def cert_sshd(tmp_path: Path, ca_public: str, *, timeout: float = 15.0,
+              login: str | None = None) -> Iterator[CertSshd]:
+    """``login``: the one user it lets in (default: the current one)."""
     sshd = find_binary("sshd")
     if sshd is None:
         raise MissingBinary("sshd", INSTALL_HINT)
     sshd = os.path.abspath(sshd)  # sshd re-executes itself: absolute path
     run = tmp_path / "sshd"
     run.mkdir(parents=True)
-    user = getpass.getuser()
+    user = login or getpass.getuser()
     keygen(run / "host_ed25519", "server host")
     (run / "user_ca.pub").write_text(ca_public + "\n")
     (run / "sshd_config").write_text(_config(run, user, run / "user_ca.pub"))
