@@ -7,7 +7,9 @@ of several rounds, so an A/B of two commits (run it in each tree) shows a change
 1-2 % in the codec, the exchange or the router. The access log is off, as in
 ``bench/run.py``. ``--profile`` prints where the time goes (cProfile, by own time).
 
-    .venv/bin/python -m bench.inproc [--protocol h1|h2|both] [--requests N] [--rounds R]
+    .venv/bin/python bench/inproc.py [--protocol h1|h2|both] [--requests N] [--rounds R]
+
+It imports the gateway of the tree it is in (for an A/B, run each tree's copy).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import h2.config
@@ -31,16 +34,18 @@ from hyperframe.frame import HeadersFrame
 from twisted.internet.address import IPv4Address
 from twisted.internet.testing import MemoryReactorClock, StringTransport
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # this tree's gateway
+
 from gateway.config import load_snapshot
 from gateway.dataplane.codecs.http1 import Http1Connection
 from gateway.dataplane.core import ProxyCore
+from gateway.dataplane.routing.plan import build_plan
+from gateway.observability.logging import LEVELS
 
 try:
     from gateway.dataplane.http2.connection import H2Connection
 except ImportError:  # a tree from before the http2 package (A/B against older commits)
     from gateway.dataplane.codecs.http2 import H2Connection  # type: ignore[no-redef]
-from gateway.dataplane.routing.plan import build_plan
-from gateway.observability.logging import LEVELS
 
 CONFIG = {
     "insecure_server": True,
