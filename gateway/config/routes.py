@@ -275,7 +275,7 @@ def _parse_route(
 
     if scheme == "ssh":
         reject_http_fields(item, base, problems)
-        values["ssh"] = parse_ssh_route(item, base, host, problems)
+        values["ssh"] = parse_ssh_route(item, base, host, problems, reader)
     else:
         ssh_only_fields(item, base, problems)
     # to / redirect

@@ -9,10 +9,14 @@ from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
+import hmac
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from cryptography.exceptions import UnsupportedAlgorithm
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519
 
@@ -26,10 +30,18 @@ MAX_CERTIFICATE_TTL = 3600.0
 # (whose ssh-rsa signatures are SHA-1 unless both sides agree otherwise)
 HOST_KEY_TYPES = ("ssh-ed25519", "ecdsa-sha2-nistp256", "ecdsa-sha2-nistp384",
                   "ecdsa-sha2-nistp521", "rsa-sha2-256", "rsa-sha2-512", "ssh-rsa")
+# key types of host CAs (an RSA CA's certificates must be signed with SHA-2: host_cert)
+CA_KEY_TYPES = ("ssh-ed25519", "ecdsa-sha2-nistp256", "ecdsa-sha2-nistp384",
+                "ecdsa-sha2-nistp521", "ssh-rsa")
 
 SSH_ROUTE_FIELDS: dict[str, str] = {
     "ssh_upstream_host_keys": "The server's host keys: known_hosts lines or `TYPE BASE64` "
                               "(ssh:// routes).",
+    "ssh_upstream_host_ca": "CAs whose host certificates the server may show instead: "
+                            "`TYPE BASE64` or `@cert-authority HOSTS TYPE BASE64` lines "
+                            "(ssh:// routes).",
+    "ssh_upstream_host_ca_file": "File form of ssh_upstream_host_ca (a .pub file or "
+                                 "known_hosts lines).",
     "ssh_upstream_host_key_tofu": "Trust the server's first host key and pin it in the "
                                   "databroker (ssh:// routes; off by default).",
     "ssh_allow_port_forwarding": "Allow local port forwarding (ssh -L) through this route "
@@ -39,6 +51,8 @@ SSH_ROUTE_FIELDS: dict[str, str] = {
     "ssh_recording": "Record sessions with a terminal (default: on when ssh_recording_dir "
                      "is set).",
     "ssh_record_input": "Record what the person types too (default false: passwords).",
+    "ssh_recording_required": "Close a connection whose recording cannot be written "
+                              "(default false: it goes on unrecorded, logged).",
 }
 
 SigningKey = ed25519.Ed25519PrivateKey | ec.EllipticCurvePrivateKey
@@ -46,10 +60,13 @@ SigningKey = ed25519.Ed25519PrivateKey | ec.EllipticCurvePrivateKey
 
 @dataclass(frozen=True, slots=True)
 class HostKey:
-    """One pinned server key: its type and its wire blob."""
+    """One of a route's known_hosts entries: a server key (its type and wire blob), or
+    with ``authority`` a CA whose host certificates the server may show instead
+    (``@cert-authority``, ``ssh_upstream_host_ca``)."""
 
     type: str
     blob: bytes
+    authority: bool = False
 
     def fingerprint(self) -> str:
         return fingerprint(self.blob)
@@ -63,18 +80,17 @@ class SshRoute:
     name: str
     host: str
     port: int
-    host_keys: tuple[HostKey, ...] = ()
+    host_keys: tuple[HostKey, ...] = ()  # the server's keys and host CAs (``authority``)
     trust_on_first_use: bool = False
     allow_port_forwarding: bool = False
     certificate_ttl: float = DEFAULT_CERTIFICATE_TTL
     recording: bool | None = None  # None: on when ssh_recording_dir is set
     record_input: bool = False
+    recording_required: bool = False  # fail closed: no recording, no session
 
 
 def fingerprint(blob: bytes) -> str:
     """OpenSSH's ``SHA256:...`` fingerprint of a key blob."""
-    import hashlib
-
     digest = hashlib.sha256(blob).digest()
     return "SHA256:" + base64.b64encode(digest).decode().rstrip("=")
 
@@ -91,13 +107,73 @@ def parse_host_key_line(line: str) -> HostKey:
         kind, data = parts[1], parts[2]
     else:
         raise ValueError(f"expected a known_hosts line or `TYPE BASE64`, got {line[:80]!r}")
+    return HostKey(kind, _key_blob(kind, data))
+
+
+def parse_host_ca_line(line: str, host: str, port: int) -> HostKey | None:
+    """A host CA: ``TYPE BASE64 [comment]`` (its .pub file) or a known_hosts line
+    ``@cert-authority HOSTS TYPE BASE64 [comment]``. None when the line's HOSTS do not
+    name ``host`` (on ``port``, as known_hosts writes it: ``[host]:port`` unless 22);
+    ValueError naming what is wrong otherwise."""
+    parts = line.split()
+    patterns = ""
+    if parts and parts[0].startswith("@"):
+        if parts[0] != "@cert-authority":
+            raise ValueError(f"{parts[0]} lines are not supported; give the CA's public key "
+                             "or an @cert-authority line")
+        if len(parts) < 4:
+            raise ValueError("expected `@cert-authority HOSTS TYPE BASE64`, got "
+                             f"{line[:80]!r}")
+        patterns, parts = parts[1], parts[2:]
+    if len(parts) < 2 or parts[0] not in CA_KEY_TYPES:
+        raise ValueError("expected the CA's public key `TYPE BASE64` (TYPE one of "
+                         f"{', '.join(CA_KEY_TYPES)}) or an @cert-authority line, got "
+                         f"{line[:80]!r}")
+    kind = parts[0]
+    blob = _key_blob(kind, parts[1])
+    try:
+        serialization.load_ssh_public_key(f"{kind} {parts[1]}".encode())
+    except (ValueError, UnsupportedAlgorithm) as exc:
+        raise ValueError(f"the {kind} key does not parse ({exc})") from None
+    if patterns and not hosts_match(patterns, host, port):
+        return None
+    return HostKey(kind, blob, authority=True)
+
+
+def hosts_match(patterns: str, host: str, port: int) -> bool:
+    """OpenSSH's known_hosts host field: comma-separated patterns with ``*`` and ``?``,
+    ``!`` negating (a negated match wins), or one hashed ``|1|SALT|HASH`` entry; the
+    name is ``host``, or ``[host]:port`` for a port other than 22."""
+    name = host.lower() if port == 22 else f"[{host.lower()}]:{port}"
+    if patterns.startswith("|1|"):
+        salt_hash = patterns[3:].split("|")
+        if len(salt_hash) != 2:
+            return False
+        try:
+            salt, digest = (base64.b64decode(v, validate=True) for v in salt_hash)
+        except (binascii.Error, ValueError):
+            return False
+        return hmac.compare_digest(
+            hmac.new(salt, name.encode(), hashlib.sha1).digest(), digest)
+    matched = False
+    for pattern in patterns.lower().split(","):
+        negated = pattern.startswith("!")
+        regex = re.escape(pattern[1:] if negated else pattern)
+        if re.fullmatch(regex.replace(r"\*", ".*").replace(r"\?", "."), name):
+            if negated:
+                return False
+            matched = True
+    return matched
+
+
+def _key_blob(kind: str, data: str) -> bytes:
     try:
         blob = base64.b64decode(data, validate=True)
     except (binascii.Error, ValueError):
         raise ValueError(f"the {kind} key is not valid base64") from None
     if _blob_type(blob) != kind:
         raise ValueError(f"the key data is not a {kind} key")
-    return HostKey(kind, blob)
+    return blob
 
 
 def _blob_type(blob: bytes) -> str:
@@ -108,8 +184,9 @@ def _blob_type(blob: bytes) -> str:
 
 
 def parse_ssh_route(item: Mapping[str, Any], base: str, name: str,
-                    problems: Problems) -> SshRoute | None:
-    """The SSH fields of route ``base`` (``from: ssh://name``); None after a problem."""
+                    problems: Problems, reader: Reader | None = None) -> SshRoute | None:
+    """The SSH fields of route ``base`` (``from: ssh://name``); None after a problem.
+    ``reader`` reads ``ssh_upstream_host_ca_file``."""
     before = len(problems.errors)
     target = item.get("to")
     host, port = "", 22
@@ -129,27 +206,26 @@ def parse_ssh_route(item: Mapping[str, Any], base: str, name: str,
                 problems.error(f"{base}.to", f"{target}: must be ssh://HOST[:PORT] only")
             host, port = (parts.hostname or ""), parts.port or 22
     keys: list[HostKey] = []
-    raw_keys = item.get("ssh_upstream_host_keys")
-    if raw_keys is not None:
+    for index, line in _setting_lines(item, f"{base}.ssh_upstream_host_keys", problems):
         try:
-            lines = [raw_keys] if isinstance(raw_keys, str) and "\n" not in raw_keys \
-                else (raw_keys.splitlines() if isinstance(raw_keys, str)
-                      else list(parse_list(raw_keys)))
-        except ValueError as exc:
-            problems.error(f"{base}.ssh_upstream_host_keys", str(exc))
-            lines = []
-        for index, line in enumerate(lines):
-            if not line.strip() or line.lstrip().startswith("#"):
-                continue
-            try:
+            if line.startswith("@cert-authority"):
+                authority = parse_host_ca_line(line, host, port)
+                if authority is None:
+                    raise ValueError(f"its hosts are not {_known_hosts_name(host, port)} "
+                                     "(the route's to:)")
+                keys.append(authority)
+            else:
                 keys.append(parse_host_key_line(line))
-            except ValueError as exc:
-                problems.error(f"{base}.ssh_upstream_host_keys[{index}]", str(exc))
+        except ValueError as exc:
+            problems.error(f"{base}.ssh_upstream_host_keys[{index}]", str(exc))
+    authorities = _host_cas(item, base, host, port, reader, problems)
+    keys += [a for a in authorities if a not in keys]
     values: dict[str, Any] = {}
     for key, field_name in (("ssh_upstream_host_key_tofu", "trust_on_first_use"),
                             ("ssh_allow_port_forwarding", "allow_port_forwarding"),
                             ("ssh_recording", "recording"),
-                            ("ssh_record_input", "record_input")):
+                            ("ssh_record_input", "record_input"),
+                            ("ssh_recording_required", "recording_required")):
         if item.get(key) is not None:
             try:
                 values[field_name] = parse_bool(item[key])
@@ -168,10 +244,88 @@ def parse_ssh_route(item: Mapping[str, Any], base: str, name: str,
     if not keys and not values.get("trust_on_first_use"):
         problems.error(f"{base}.ssh_upstream_host_keys",
                        "an ssh:// route needs the server's host keys (known_hosts lines), "
-                       "or ssh_upstream_host_key_tofu: true to pin the first key it shows")
+                       "a host CA (ssh_upstream_host_ca), or ssh_upstream_host_key_tofu: "
+                       "true to pin the first key it shows")
+    elif values.get("trust_on_first_use") and any(k.authority for k in keys):
+        problems.error(f"{base}.ssh_upstream_host_key_tofu",
+                       "cannot be combined with a host CA: the CA's certificate decides, "
+                       "a first key would never be pinned; set one of the two")
     if len(problems.errors) > before:
         return None
     return SshRoute(name=name, host=host, port=port, host_keys=tuple(keys), **values)
+
+
+def _setting_lines(item: Mapping[str, Any], where: str, problems: Problems
+                   ) -> list[tuple[int, str]]:
+    """A setting of known_hosts-like lines (one string, a multi-line string or a list)
+    as (index, line), without blank and comment lines."""
+    key = where.rsplit(".", 1)[-1]
+    raw = item.get(key)
+    if raw is None:
+        return []
+    try:
+        lines = [raw] if isinstance(raw, str) and "\n" not in raw \
+            else (raw.splitlines() if isinstance(raw, str) else list(parse_list(raw)))
+    except ValueError as exc:
+        problems.error(where, str(exc))
+        return []
+    return [(index, str(line).strip()) for index, line in enumerate(lines)
+            if str(line).strip() and not str(line).lstrip().startswith("#")]
+
+
+def _host_cas(item: Mapping[str, Any], base: str, host: str, port: int,
+              reader: Reader | None, problems: Problems) -> list[HostKey]:
+    """``ssh_upstream_host_ca`` (each line must be for this route's server) or
+    ``ssh_upstream_host_ca_file`` (shared like known_hosts: lines for other hosts are
+    skipped, but one must be for this server)."""
+    found: list[HostKey] = []
+    where = f"{base}.ssh_upstream_host_ca"
+    for index, line in _setting_lines(item, where, problems):
+        try:
+            authority = parse_host_ca_line(line, host, port)
+        except ValueError as exc:
+            problems.error(f"{where}[{index}]", str(exc))
+            continue
+        if authority is None:
+            problems.error(f"{where}[{index}]", "its @cert-authority hosts are not "
+                           f"{_known_hosts_name(host, port)} (the route's to:)")
+        else:
+            found.append(authority)
+    location = item.get("ssh_upstream_host_ca_file")
+    if location is None:
+        return found
+    where = f"{base}.ssh_upstream_host_ca_file"
+    if item.get("ssh_upstream_host_ca") is not None:
+        problems.error(where, "set ssh_upstream_host_ca or ssh_upstream_host_ca_file, "
+                              "not both")
+        return found
+    if reader is None or not isinstance(location, str) or not location:
+        problems.error(where, "must be a file name")
+        return found
+    try:
+        text = reader.read(location).decode("utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        problems.error(where, f"cannot read {location}: {exc}")
+        return found
+    before = len(problems.errors)
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        try:
+            authority = parse_host_ca_line(line, host, port)
+        except ValueError as exc:
+            problems.error(where, f"{location} line {number}: {exc}")
+            continue
+        if authority is not None:
+            found.append(authority)
+    if not found and len(problems.errors) == before:
+        problems.error(where, f"{location} has no CA for {_known_hosts_name(host, port)} "
+                              "(the route's to:)")
+    return found
+
+
+def _known_hosts_name(host: str, port: int) -> str:
+    return host if port == 22 else f"[{host}]:{port}"
 
 
 def reject_http_fields(item: Mapping[str, Any], base: str, problems: Problems) -> None:

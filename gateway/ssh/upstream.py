@@ -1,7 +1,12 @@
 """The gateway's SSH client toward a route's server: current algorithms only, the host
-key checked against the route (its pinned keys, or the key pinned on first use), and
-publickey authentication with the certificate just issued (``certs``): Conch's client
-knows no certificates, so the ``...-cert-v01@openssh.com`` request is written here.
+key checked against the route (its pinned keys, or the key pinned on first use), or a
+host certificate (``host_cert``) from one of the route's host CAs, and publickey
+authentication with the certificate just issued (``certs``): Conch's client knows no
+certificates, so the ``...-cert-v01@openssh.com`` request is written here.
+
+The route's check (``HostKeyCheck``) is asked about a plain host key's blob, or, for a
+certificate that passed every other check, about the blob of the CA that signed it:
+the route's entries (``SshRoute.host_keys``) hold both its keys and its CAs.
 
 ``connect`` answers the authenticated ``UpstreamConnection`` or fails with
 ``UpstreamFailed`` saying what the person can be told.
@@ -9,12 +14,13 @@ knows no certificates, so the ``...-cert-v01@openssh.com`` request is written he
 
 from __future__ import annotations
 
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from twisted.conch.ssh import connection, keys, service, transport
+from twisted.conch.ssh import _kex, connection, keys, service, transport
 from twisted.conch.ssh.common import NS
-from twisted.internet.defer import Deferred
+from twisted.internet.defer import Deferred, ensureDeferred
 from twisted.internet.endpoints import TCP4ClientEndpoint, TCP6ClientEndpoint
 from twisted.internet.error import ConnectError
 from twisted.internet.protocol import Factory, Protocol
@@ -23,11 +29,22 @@ from twisted.logger import Logger
 from gateway.config.ssh import HostKey, fingerprint
 from gateway.ssh import algorithms
 from gateway.ssh.certs import Issued
+from gateway.ssh.host_cert import (
+    CERTIFICATE_ALGORITHMS,
+    CertificateRefused,
+    check_host_certificate,
+    is_certificate,
+)
+from gateway.twisted_ext.ssh_hostcert import CertifiedHostKeyClient
 
 log = Logger(namespace="gateway.ssh")
 CONNECT_TIMEOUT = 10.0
 # host key blob -> True if it is the route's (may read and write the databroker: TOFU)
 HostKeyCheck = Callable[[bytes], Awaitable[bool]]
+# Conch's client does ECDH only (not the ML-KEM hybrids the server offers), and a host
+# certificate's key exchange is handled for ECDH only (``twisted_ext.ssh_hostcert``)
+CLIENT_KEY_EXCHANGES = [k for k in algorithms.KEY_EXCHANGES if _kex.isEllipticCurve(k)]
+CERTIFICATE_HOST_KEYS = list(CERTIFICATE_ALGORITHMS)
 
 
 class UpstreamFailed(Exception):
@@ -101,31 +118,51 @@ class CertificateAuth(service.SSHService):
         pass  # a server's banner is not shown: the person talks to the gateway
 
 
-class UpstreamTransport(transport.SSHClientTransport):
+class UpstreamTransport(CertifiedHostKeyClient):
     supportedCiphers = algorithms.CIPHERS
     supportedMACs = algorithms.MACS
-    supportedKeyExchanges = algorithms.KEY_EXCHANGES
+    supportedKeyExchanges = CLIENT_KEY_EXCHANGES
     supportedCompressions = algorithms.COMPRESSIONS
     ourVersionString = b"SSH-2.0-gateway"
+    certificateSignatures = {alg: sig for alg, (_, sig) in CERTIFICATE_ALGORITHMS.items()}
 
     def __init__(self, check: HostKeyCheck, host_key_algorithms: list[bytes],
-                 auth: CertificateAuth, ready: Deferred[UpstreamConnection]) -> None:
+                 auth: CertificateAuth, ready: Deferred[UpstreamConnection],
+                 host: str = "", now: Callable[[], float] = time.time) -> None:
         self.check = check
         self.supportedPublicKeys = host_key_algorithms
         self.auth = auth
         self.ready = ready
+        self.host = host  # what a host certificate must name
+        self.now = now
         self.refused = False
         self.wrong_host_key = False
+        self.certificate_refused = ""
         self.remote_error = ""
 
     def verifyHostKey(self, hostKey: bytes, fingerprint: bytes) -> Deferred[bool]:
-        from twisted.internet.defer import ensureDeferred
-
         async def verify() -> bool:
-            if await self.check(hostKey):
+            # a certificate under a plain algorithm is no key the route could know
+            if not is_certificate(hostKey) and await self.check(hostKey):
                 return True
             self.wrong_host_key = True
             raise UpstreamFailed("host key mismatch")
+
+        return ensureDeferred(verify())
+
+    def certifiedHostKey(self, hostKey: bytes) -> Deferred[keys.Key]:
+        async def verify() -> keys.Key:
+            wire: Any = self
+            try:
+                cert = check_host_certificate(hostKey, wire.keyAlg, self.host, self.now())
+                if not await self.check(cert.ca_blob):
+                    raise CertificateRefused("its CA is not one this route trusts",
+                                             cert.identity())
+                key: keys.Key = keys.Key.fromString(cert.key_blob)
+                return key
+            except CertificateRefused as refused:
+                self.certificate_refused = str(refused)
+                raise
 
         return ensureDeferred(verify())
 
@@ -141,7 +178,9 @@ class UpstreamTransport(transport.SSHClientTransport):
         base: Any = super()
         base.connectionLost(reason)
         if not self.ready.called:
-            if self.wrong_host_key:
+            if self.certificate_refused:
+                why = f"the server's host certificate is refused: {self.certificate_refused}"
+            elif self.wrong_host_key:
                 why = "the server's host key is not the one this route trusts"
             elif self.refused:
                 why = "the server did not accept the gateway's certificate for this login"
@@ -155,12 +194,15 @@ class UpstreamTransport(transport.SSHClientTransport):
 
 
 def host_key_algorithms(pinned: tuple[HostKey, ...]) -> list[bytes]:
-    """The pinned keys' algorithms only (so the server shows one of those), or every
-    current one for trust on first use."""
-    if not pinned:
-        return list(algorithms.SIGNATURES)
-    out: list[bytes] = []
-    for key in pinned:
+    """With host CAs among the route's entries, the certificate algorithms first (a
+    server with a certificate shows it); then the pinned keys' algorithms only (so the
+    server shows one of those), or every current one for trust on first use or a route
+    with CAs only (a server without a certificate is then refused, its key named)."""
+    out = list(CERTIFICATE_HOST_KEYS) if any(k.authority for k in pinned) else []
+    plain = [k for k in pinned if not k.authority]
+    if not plain:
+        return out + list(algorithms.SIGNATURES)
+    for key in plain:
         for alg in algorithms.HOST_KEY_SIGNATURES.get(key.type, []):
             if alg not in out:
                 out.append(alg)
@@ -168,6 +210,7 @@ def host_key_algorithms(pinned: tuple[HostKey, ...]) -> list[bytes]:
 
 
 def pinned_check(pinned: tuple[HostKey, ...]) -> HostKeyCheck:
+    """The route's entries as a check (tests; the service's also pins on first use)."""
     blobs = {k.blob for k in pinned}
 
     async def check(blob: bytes) -> bool:
@@ -181,7 +224,7 @@ async def connect(reactor: Any, host: str, port: int, login: str, issued: Issued
     ready: Deferred[UpstreamConnection] = Deferred()
     conn = UpstreamConnection(ready)
     auth = CertificateAuth(login, issued, conn)
-    proto = UpstreamTransport(check, host_key_algs, auth, ready)
+    proto = UpstreamTransport(check, host_key_algs, auth, ready, host, reactor.seconds)
     endpoint = (TCP6ClientEndpoint(reactor, host, port, timeout=timeout) if ":" in host
                 else TCP4ClientEndpoint(reactor, host, port, timeout=timeout))
     try:

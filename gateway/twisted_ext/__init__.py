@@ -8,5 +8,6 @@ one, and ``setup.cfg`` bounds Twisted and pyOpenSSL to the versions it was check
   (applied to the global reactor by ``gateway.tap`` and ``gateway.worker`` only);
 - ``fastio``: writing to an idle plain TCP transport without a reactor round trip;
 - ``tlsio``: the listener's TLS transport with a lean data path;
-- ``connect``: ``connectProtocol`` without its reference cycles.
+- ``connect``: ``connectProtocol`` without its reference cycles;
+- ``ssh_hostcert``: Conch's SSH client accepting a host key certificate.
 """
