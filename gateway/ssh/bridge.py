@@ -18,11 +18,12 @@ from typing import Any
 
 from twisted.conch.ssh import channel, connection
 from twisted.conch.ssh.common import getNS
-from twisted.internet.defer import Deferred
+from twisted.internet.defer import Deferred, succeed
 from twisted.logger import Logger
 
 from gateway.ssh import limits
-from gateway.ssh.asciicast import Recording
+from gateway.ssh.asciicast import exec_record
+from gateway.ssh.recorder import RecordFile, Recording
 from gateway.ssh.transport import refuse_channel
 from gateway.ssh.upstream import UpstreamConnection
 
@@ -45,21 +46,32 @@ class Context:
     client: str
     allow_port_forwarding: bool
     recordings: Callable[[str, int, int, str], Recording | None]  # (title, w, h, term)
-    # an exec or subsystem session without a terminal: its command and exit status (the
-    # file written, or None)
-    exec_records: Callable[[dict[str, Any]], str | None] = lambda record: None
+    # an exec or subsystem session without a terminal: the file its command and exit
+    # status go to when it ends (None: not recorded)
+    exec_records: Callable[[], RecordFile | None] = lambda: None
+    # ``ssh_recording_required``: a session starts only once its recording's file is
+    # there (a failure later closes the connection: the service's on_failure)
+    recording_required: bool = False
     clock: Callable[[], float] = time.time
     bytes_in: int = 0  # from the person
     bytes_out: int = 0  # to the person
     channels: int = 0
     recording_files: list[str] = field(default_factory=list)
+    recording_errors: list[str] = field(default_factory=list)
 
 
 class Relay(channel.SSHChannel):
     """One side of a relayed channel; ``peer`` is the other side."""
 
     peer: Relay | None = None
-    held = False  # the peer's buffer is full: this side's window is not reopened
+    # this side's window is not reopened while the peer's buffer is full, or while the
+    # session's recording waits for the disk (``recorder.HIGH_WATER``)
+    peer_full = False
+    disk_full = False
+
+    @property
+    def held(self) -> bool:
+        return self.peer_full or self.disk_full
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         base: Any = super()
@@ -85,17 +97,22 @@ class Relay(channel.SSHChannel):
 
     def stopWriting(self) -> None:
         if self.peer is not None:
-            self.peer.held = True
+            self.peer.peer_full = True
 
     def startWriting(self) -> None:
         pass  # released once the buffer is empty (``addWindowBytes``)
 
     def release(self) -> None:
-        if self.held:
-            self.held = False
-            if not self.localClosed and self.localWindowLeft < self.localWindowSize // 2:
-                wire: Any = self.conn
-                wire.adjustWindow(self, self.localWindowSize - self.localWindowLeft)
+        if self.peer_full:
+            self.peer_full = False
+            self.reopen()
+
+    def reopen(self) -> None:
+        """The window withheld while ``held``, given back."""
+        if not self.held and not self.localClosed \
+                and self.localWindowLeft < self.localWindowSize // 2:
+            wire: Any = self.conn
+            wire.adjustWindow(self, self.localWindowSize - self.localWindowLeft)
 
     def send_request(self, kind: bytes, data: bytes, want_reply: bool) -> Any:
         wire: Any = self.conn
@@ -189,6 +206,8 @@ class PersonSide(Relay):
         self.command = ""
         self.pty: tuple[str, int, int] | None = None  # TERM, columns, rows
         self.recording: Recording | None = None
+        self.exec_file: RecordFile | None = None
+        self._last_reply: Deferred[Any] | None = None
         self.exit_status: int | None = None
         self.exit_signal = ""
         self.bytes_in = 0
@@ -218,6 +237,27 @@ class PersonSide(Relay):
         self.lose()
 
     def requestReceived(self, requestType: bytes, data: bytes) -> Any:
+        return self._in_order(self._answer(requestType, data))
+
+    def _in_order(self, answer: Any) -> Deferred[Any]:
+        """Replies go out in the order of the requests (RFC 4254 5.4: the client pairs
+        them up by order), whichever answer is ready first: a refusal, or a request
+        waiting for its recording, after the server's reply to an earlier one."""
+        answer_d: Deferred[Any] = answer if isinstance(answer, Deferred) else succeed(answer)
+        ordered: Deferred[Any] = Deferred()
+        previous, self._last_reply = self._last_reply, ordered
+
+        def release(result: object) -> object:
+            answer_d.chainDeferred(ordered)
+            return result
+        if previous is None:
+            release(None)
+        else:
+            # (added now, after Conch's callback that sends the earlier reply)
+            previous.addBoth(release)
+        return ordered
+
+    def _answer(self, requestType: bytes, data: bytes) -> Any:
         if requestType in REFUSED_REQUESTS or requestType not in RELAYED_REQUESTS \
                 or self.name != b"session":
             log.info("ssh: refused {request} on route {route} for {user}",
@@ -225,16 +265,32 @@ class PersonSide(Relay):
                      route=self.ctx.route, user=self.ctx.user,
                      connection=self.ctx.connection_id)
             return False
-        self._note(requestType, data)
+        file = self._note(requestType, data)
+        if file is not None and self.ctx.recording_required:
+            # relayed once the recording's file is there; refused when it cannot be
+            return file.opened.addCallback(
+                lambda opened: self._relay(requestType, data) if opened else False)
+        return self._relay(requestType, data)
+
+    def _relay(self, kind: bytes, data: bytes) -> Any:
         peer = self.peer
         assert peer is not None
-        d = peer.send_request(requestType, data, True)
+        d = peer.send_request(kind, data, True)
         if d is None:
             return False
         return d.addCallbacks(lambda _: True, lambda _: False)
 
-    def _note(self, kind: bytes, data: bytes) -> None:
-        """What the channel is, for its log line and recording."""
+    def _hold_for_disk(self, holding: bool) -> None:
+        """The recording's writes are behind: both directions wait for the disk."""
+        for side in (self, self.peer):
+            if side is not None:
+                side.disk_full = holding
+                if not holding:
+                    side.reopen()
+
+    def _note(self, kind: bytes, data: bytes) -> RecordFile | None:
+        """What the channel is, for its log line and recording; the file a session
+        request started recording to."""
         now = self.ctx.clock()
         try:
             if kind == b"pty-req":
@@ -255,27 +311,36 @@ class PersonSide(Relay):
                     self.what = "subsystem " + getNS(data)[0].decode("ascii", "replace")[:64]
                 else:
                     self.what = "shell"
-                if self.pty is not None and self.recording is None:
+                if self.recording is not None or self.exec_file is not None:
+                    return None  # (a second session request: the server refuses it)
+                if self.pty is not None:
                     title = f"{self.ctx.login}@{self.ctx.route} {self.command or self.what}"
                     self.recording = self.ctx.recordings(title, self.pty[1], self.pty[2],
                                                          self.pty[0])
                     if self.recording is not None:
                         self.ctx.recording_files.append(self.recording.path)
+                        self.recording.file.on_hold = self._hold_for_disk
+                        return self.recording.file
+                elif kind != b"shell":
+                    self.exec_file = self.ctx.exec_records()
+                    if self.exec_file is not None:
+                        self.ctx.recording_files.append(self.exec_file.path)
+                    return self.exec_file
         except (struct.error, ValueError, IndexError):
             pass  # relayed as sent; the server judges it
+        return None
 
     def closed(self) -> None:
         if self.recording is not None:
             self.recording.close()
-        elif self.what == "exec" or self.what.startswith("subsystem "):
-            path = self.ctx.exec_records({
+        elif self.exec_file is not None:
+            self.exec_file.write(exec_record({
                 "command": self.command or self.what, "exit_status": self.exit_status,
                 "exit_signal": self.exit_signal, "user": self.ctx.user,
                 "login": self.ctx.login, "route": self.ctx.route, "client": self.ctx.client,
                 "connection": self.ctx.connection_id, "started": round(self.started, 3),
-                "duration": round(self.ctx.clock() - self.started, 3)})
-            if path is not None:
-                self.ctx.recording_files.append(path)
+                "duration": round(self.ctx.clock() - self.started, 3)}))
+            self.exec_file.close()
         log.info("ssh channel {kind} {what} closed on route {route} for {user}",
                  kind=self.name.decode("ascii", "replace"), what=self.what,
                  command=self.command, route=self.ctx.route, login=self.ctx.login,
@@ -362,6 +427,15 @@ class BridgeConnection(connection.SSHConnection):
                         struct.pack(">4L", sender, local, person.localWindowSize,
                                     person.localMaxPacket))
         person_any.channelOpen(b"")
+
+    def close_recordings(self) -> None:
+        """The process stops: what each open channel recorded is closed as it is."""
+        for open_channel in list(self.channels.values()):
+            if isinstance(open_channel, PersonSide):
+                if open_channel.recording is not None:
+                    open_channel.recording.close()
+                if open_channel.exec_file is not None:
+                    open_channel.exec_file.close()
 
     def say(self, text: str) -> None:
         """A line on the person's terminals (their open session channels)."""

@@ -46,7 +46,7 @@ from gateway.dataplane.listeners.shared import AdoptedEndpoint
 from gateway.observability.audit import AUDIT
 from gateway.sessions.model import Session
 from gateway.ssh import limits
-from gateway.ssh.asciicast import Recording, write_exec_record
+from gateway.ssh.asciicast import Cast
 from gateway.ssh.auth import GatewayUserAuth, Refused
 from gateway.ssh.bridge import BridgeConnection, Context
 from gateway.ssh.certs import issue
@@ -54,6 +54,7 @@ from gateway.ssh.decision import decide_login, default_login, who
 from gateway.ssh.jump import JumpConnection
 from gateway.ssh.metrics import BYTES, CONNECTIONS, OPEN
 from gateway.ssh.names import Target
+from gateway.ssh.recorder import Recorder, RecordFile, Recording
 from gateway.ssh.transport import GatewayFactory, GatewayServerTransport, disconnect
 from gateway.ssh.upstream import (
     HostKeyCheck,
@@ -101,6 +102,7 @@ class SshService(MultiService):
         self.holder = holder
         self.records = records
         self.active: dict[str, Active] = {}
+        self.recorder = Recorder(reactor)  # its thread starts with the first recording
         self._apply(source.current)
         self.address = source.current.options.ssh_address
         self.factory = GatewayFactory(reactor, _host_keys(source.current), self._userauth)
@@ -138,6 +140,13 @@ class SshService(MultiService):
         MultiService.startService(self)
         log.info("ssh: listening on {address} for {routes} route(s)", address=self.address,
                  routes=len(self.routes))
+
+    def stopService(self) -> Any:
+        stopped = MultiService.stopService(self)
+        for active in list(self.active.values()):  # (their recordings' ends are queued)
+            if active.bridge is not None:
+                active.bridge.close_recordings()
+        return stopped.addCallback(lambda _: self.recorder.stop())
 
     def _userauth(self, ssh: GatewayServerTransport) -> GatewayUserAuth:
         return GatewayUserAuth(ssh, self)
@@ -210,6 +219,11 @@ class SshService(MultiService):
             self._log_refusal(ssh, target, person, decision.reason)
             raise Refused(decision.message)
         ssh_route = route.ssh
+        if ssh_route.recording_required and not self._records(route):
+            self._log_refusal(ssh, target, person, "recording-unavailable")
+            raise Refused(f"signed in as {person}; route {target.route} requires a "
+                          "recording and the gateway records none (ssh_recording_dir, "
+                          "ssh_recording)")
         key_id = f"{person} session:{hashlib.sha256(session.id.encode()).hexdigest()[:16]}"
         issued = issue(self.ca, target.login, key_id, ssh_route.certificate_ttl, time.time(),
                        port_forwarding=ssh_route.allow_port_forwarding)
@@ -226,8 +240,9 @@ class SshService(MultiService):
                       allow_port_forwarding=ssh_route.allow_port_forwarding,
                       recordings=lambda title, w, h, term: self._recording(
                           route, connection_id, ctx, title, w, h, term),
-                      exec_records=lambda record: self._exec_record(
-                          route, connection_id, ctx, record))
+                      exec_records=lambda: self._record_file(
+                          route, connection_id, ctx, ".exec.json", whole=True),
+                      recording_required=ssh_route.recording_required)
         bridge = BridgeConnection(upstream, ctx)
         active = Active(ssh, bridge, session.id, target, time.time(), issued.serial,
                         decision.reason)
@@ -307,41 +322,53 @@ class SshService(MultiService):
             return False
         return check
 
+    def _records(self, route: Route) -> bool:
+        assert route.ssh is not None
+        return bool(self.snapshot.options.ssh_recording_dir) and route.ssh.recording is not False
+
     def _record_path(self, route: Route, connection_id: str, ctx: Context,
                      suffix: str) -> str:
         """Where the connection's next record goes ("": the route records nothing)."""
         directory = self.snapshot.options.ssh_recording_dir
-        assert route.ssh is not None
-        if not directory or route.ssh.recording is False:
+        if not self._records(route):
             return ""
         day = time.strftime("%Y-%m-%d", time.gmtime(time.time()))
         return os.path.join(directory, day,
                             f"{connection_id}-{len(ctx.recording_files)}{suffix}")
 
-    def _exec_record(self, route: Route, connection_id: str, ctx: Context,
-                     record: dict[str, Any]) -> str | None:
-        path = self._record_path(route, connection_id, ctx, ".exec.json")
+    def _record_file(self, route: Route, connection_id: str, ctx: Context,
+                     suffix: str, whole: bool = False) -> RecordFile | None:
+        path = self._record_path(route, connection_id, ctx, suffix)
         if not path:
             return None
-        try:
-            write_exec_record(path, record)
-        except OSError as exc:
-            log.error("ssh: cannot record to {path}: {error}", path=path, error=str(exc))
-            return None
-        return path
+        return self.recorder.open(path, lambda reason: self._recording_failed(
+            route, connection_id, reason), whole=whole)
 
     def _recording(self, route: Route, connection_id: str, ctx: Context, title: str,
                    width: int, height: int, term: str) -> Recording | None:
-        path = self._record_path(route, connection_id, ctx, ".cast")
-        if not path:
+        file = self._record_file(route, connection_id, ctx, ".cast")
+        if file is None:
             return None
         assert route.ssh is not None
-        now = time.time()
-        try:
-            return Recording(path, width, height, term, now, title, route.ssh.record_input)
-        except OSError as exc:
-            log.error("ssh: cannot record to {path}: {error}", path=path, error=str(exc))
-            return None
+        return Recording(file, Cast(width, height, term, time.time(), title,
+                                    route.ssh.record_input))
+
+    def _recording_failed(self, route: Route, connection_id: str, reason: str) -> None:
+        """A recording that cannot be written: the session goes on unrecorded, or with
+        ``ssh_recording_required`` the connection is closed."""
+        assert route.ssh is not None
+        active = self.active.get(connection_id)
+        if active is not None and active.bridge is not None:
+            active.bridge.ctx.recording_errors.append(reason)
+        required = route.ssh.recording_required
+        log.error("ssh: recording of connection {connection} on route {route} failed: "
+                  "{reason}; {consequence}", connection=connection_id,
+                  route=route.ssh.name, reason=reason,
+                  consequence="closing the connection (ssh_recording_required)" if required
+                  else "the session goes on unrecorded")
+        if required:
+            self._close(connection_id, f"route {route.ssh.name} requires a recording of "
+                                       "the session and it cannot be written; closing")
 
     # -- the end, and continuous authorization
 
@@ -365,7 +392,8 @@ class SshService(MultiService):
                  certificate_serial=active.serial, bytes_in=ctx.bytes_in,
                  bytes_out=ctx.bytes_out, channels=ctx.channels,
                  duration=round(time.time() - active.started, 3),
-                 recordings=ctx.recording_files, ended=active.ended or "closed")
+                 recordings=ctx.recording_files, recording_errors=ctx.recording_errors,
+                 ended=active.ended or "closed")
 
     def _close(self, connection_id: str, message: str) -> None:
         active = self.active.get(connection_id)

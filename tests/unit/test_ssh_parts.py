@@ -21,10 +21,11 @@ from gateway.config.material import Reader
 from gateway.config.routes import parse_policy
 from gateway.sessions.model import Session
 from gateway.ssh import limits
-from gateway.ssh.asciicast import Recording
+from gateway.ssh.asciicast import Cast
 from gateway.ssh.certs import issue
 from gateway.ssh.decision import decide_login, no_login_message
 from gateway.ssh.names import BadUserName, Target, parse_user
+from gateway.ssh.recorder import Recorder, Recording
 from gateway.ssh.transport import GatewayFactory, GatewayServerTransport
 
 KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl"
@@ -159,20 +160,28 @@ class RecordingTests(SynchronousTestCase):
     def test_asciicast_v2(self) -> None:
         directory = tempfile.mkdtemp(prefix="ssh-rec-")
         path = os.path.join(directory, "2026-01-01", "c-0.cast")
-        rec = Recording(path, 80, 24, "xterm", 1000.0, "root@db shell", record_input=False)
+        recorder = Recorder(MemoryReactorClock(), threaded=False)
+        failures: list[str] = []
+        rec = Recording(recorder.open(path, failures.append),
+                        Cast(80, 24, "xterm", 1000.0, "root@db shell", record_input=False))
         rec.output("héllo".encode()[:2], 1000.5)  # a character split across two reads
         rec.output("héllo".encode()[2:], 1001.0)
         rec.input(b"secret\n", 1001.2)
         rec.resize(100, 30, 1002.0)
         rec.close()
+        recorder.drain()
         self.assertEqual(stat.S_IMODE(os.stat(path).st_mode), 0o600)
         with open(path, encoding="utf-8") as handle:
             lines = [json.loads(line) for line in handle]
         self.assertEqual(lines[0]["version"], 2)
         self.assertEqual((lines[0]["width"], lines[0]["height"]), (80, 24))
         self.assertEqual(lines[1:], [[0.5, "o", "h"], [1.0, "o", "éllo"], [2.0, "r", "100x30"]])
-        with self.assertRaises(FileExistsError):  # never overwritten
-            Recording(path, 80, 24, "xterm", 0.0, "", False)
+        self.assertEqual(failures, [])
+        again = recorder.open(path, failures.append)  # never overwritten
+        recorder.drain()
+        self.assertEqual(len(failures), 1)
+        self.assertIn("File exists", failures[0])
+        self.assertIs(self.successResultOf(again.opened), False)
 
 
 class FactoryTests(SynchronousTestCase):
