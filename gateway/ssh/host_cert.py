@@ -103,21 +103,23 @@ def check_host_certificate(blob: bytes, algorithm: bytes, host: str,
                                  f"{algorithm.decode()}")
     try:
         cert = ssh.load_ssh_public_identity(shown + b" " + base64.b64encode(blob))
-    except (ValueError, UnsupportedAlgorithm) as exc:
+        if not isinstance(cert, ssh.SSHCertificate):
+            raise ValueError("not a certificate")
+        # both keys are read lazily: a malformed one fails here, not later
+        ca_key, key = cert.signature_key(), cert.public_key()
+        ca_blob, key_blob = _blob(ca_key), _blob(key)
+    except (ValueError, UnsupportedAlgorithm, NotImplementedError) as exc:
+        # (NotImplementedError: cryptography's word for a compressed ECDSA point)
         raise CertificateRefused(f"the certificate does not parse ({exc})") from None
-    if not isinstance(cert, ssh.SSHCertificate):
-        raise CertificateRefused("the certificate does not parse")
-    ca_key = cert.signature_key()
-    ca_blob = _blob(ca_key)
     identity = _identity(_text(cert.key_id), cert.serial, ca_blob)
     if cert.type is not ssh.SSHCertificateType.HOST:
         raise CertificateRefused("a user certificate, not a host certificate", identity)
     if not isinstance(ca_key, ed25519.Ed25519PublicKey | ec.EllipticCurvePublicKey
                       | rsa.RSAPublicKey):
         raise CertificateRefused("its CA's key type is not supported", identity)
-    for key in (ca_key, cert.public_key()):
-        if isinstance(key, rsa.RSAPublicKey) and key.key_size < MIN_RSA_BITS:
-            raise CertificateRefused(f"an RSA key of {key.key_size} bits (at least "
+    for checked in (ca_key, key):
+        if isinstance(checked, rsa.RSAPublicKey) and checked.key_size < MIN_RSA_BITS:
+            raise CertificateRefused(f"an RSA key of {checked.key_size} bits (at least "
                                      f"{MIN_RSA_BITS})", identity)
     signed_with = ca_signature_type(blob, ca_blob)
     if signed_with not in CA_SIGNATURES:
@@ -142,8 +144,8 @@ def check_host_certificate(blob: bytes, algorithm: bytes, host: str,
     if wanted not in (p.lower() for p in principals):
         listed = ", ".join(principals[:8]) + (", ..." if len(principals) > 8 else "")
         raise CertificateRefused(f"it is not for {host} (its hosts: {listed})", identity)
-    return HostCertificate(_text(cert.key_id), cert.serial, ca_blob, _blob(cert.public_key()),
-                           principals, cert.valid_after, cert.valid_before)
+    return HostCertificate(_text(cert.key_id), cert.serial, ca_blob, key_blob, principals,
+                           cert.valid_after, cert.valid_before)
 
 
 def ca_signature_type(blob: bytes, ca_blob: bytes) -> bytes:

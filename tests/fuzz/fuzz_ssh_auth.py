@@ -6,8 +6,9 @@ Input: a sequence of packets, each a selector byte and a length-prefixed body. T
 selector's low bit picks the message (USERAUTH_REQUEST or INFO_RESPONSE); its second bit
 wraps the body as a well-formed request (user name, ``ssh-connection``, a method chosen
 by the next byte, the rest as the method's data), so both malformed framing and
-plausible requests are reached. The whole input is also parsed as a user name and as a
-host key line.
+plausible requests are reached. The whole input is also parsed as a user name, as a
+host key line, as a host CA line (``parse_host_ca_line``, ``hosts_match``) and as a
+server's host certificate (``gateway.ssh.host_cert``; the corpus holds real ones).
 
 Contract:
 
@@ -16,7 +17,10 @@ Contract:
   valid signature from the key they name gets past publickey;
 - the number of failures answered never exceeds the attempt limit before a disconnect;
 - ``parse_user`` gives a Target of a valid route name or raises ``BadUserName``;
-  ``parse_host_key_line`` gives a key of the type it names or raises ValueError.
+  ``parse_host_key_line`` gives a key of the type it names or raises ValueError;
+  ``parse_host_ca_line`` gives a CA of a CA key type, None or ValueError;
+- ``check_host_certificate`` raises only CertificateRefused, and a certificate it
+  accepts names the host and is valid at the time asked.
 """
 
 from __future__ import annotations
@@ -26,13 +30,29 @@ from tests.fuzz.harness import describe, fuzz, instrumented
 with instrumented("gateway.ssh", "gateway.config.ssh"):
     from twisted.conch.ssh.common import NS
 
-    from gateway.config.ssh import HOST_KEY_TYPES, parse_host_key_line
+    from gateway.config.ssh import (
+        CA_KEY_TYPES,
+        HOST_KEY_TYPES,
+        hosts_match,
+        parse_host_ca_line,
+        parse_host_key_line,
+    )
     from gateway.ssh import limits
     from gateway.ssh.auth import GatewayUserAuth
+    from gateway.ssh.host_cert import (
+        CERTIFICATE_ALGORITHMS,
+        NOT_YET_VALID_SKEW,
+        CertificateRefused,
+        check_host_certificate,
+    )
     from gateway.ssh.names import _ROUTE, BadUserName, parse_user
     from tests.support.ssh_fakes import FakeGate, FakeSSH
 
 METHODS = (b"publickey", b"keyboard-interactive", b"none", b"password", b"hostbased")
+HOST, NOW = "db.example.test", 1_800_000_000
+# a certificate blob's type -> the algorithm that negotiates it (the first for RSA)
+BY_BLOB_TYPE = {blob_type: alg for alg, (blob_type, _) in
+                reversed(CERTIFICATE_ALGORITHMS.items())}
 
 
 def packets(data: bytes) -> list[tuple[int, bytes]]:
@@ -76,6 +96,27 @@ def TestOneInput(data: bytes) -> None:
         pass
     else:
         assert key.type in HOST_KEY_TYPES, describe(data)
+    host_certificate(data)
+    text = data.decode("latin-1")
+    assert hosts_match(text, HOST, 2200) in (True, False), describe(data)
+    try:
+        authority = parse_host_ca_line(text, HOST, 22)
+    except ValueError:
+        pass
+    else:
+        assert authority is None or (authority.authority and
+                                     authority.type in CA_KEY_TYPES), describe(data)
+
+
+def host_certificate(data: bytes) -> None:
+    size = int.from_bytes(data[:4], "big") if len(data) >= 4 else 0
+    algorithm = BY_BLOB_TYPE.get(data[4:4 + size], b"ssh-ed25519-cert-v01@openssh.com")
+    try:
+        cert = check_host_certificate(data, algorithm, HOST, NOW)
+    except CertificateRefused:
+        return
+    assert HOST in cert.principals, describe(data)
+    assert cert.valid_after - NOT_YET_VALID_SKEW <= NOW < cert.valid_before, describe(data)
 
 
 if __name__ == "__main__":

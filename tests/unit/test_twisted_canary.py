@@ -33,6 +33,11 @@ ATTRIBUTES: list[tuple[str, str, tuple[str, ...], str]] = [
     ("twisted.internet._sslverify", "", ("ClientTLSOptions",), "tls/client.py"),
     ("twisted.internet._posixstdio", "", ("StandardIO",), "worker.py"),
     ("txredisapi", "", ("_SentinelEndpoint", "_makeEndpoint"), "databroker/kv_tls.py"),
+    ("twisted.conch.ssh.transport", "SSHClientTransport",
+     ("ssh_KEX_DH_GEX_GROUP", "_generateECSharedSecret", "_encodeECPublicKey", "_keySetup"),
+     "twisted_ext/ssh_hostcert.py"),
+    ("twisted.conch.ssh._kex", "", ("getHashProcessor", "isEllipticCurve"),
+     "twisted_ext/ssh_hostcert.py, ssh/upstream.py"),
 ]
 # (module, class, names): instance attributes, found in the class's source.
 INSTANCE_ATTRIBUTES: list[tuple[str, str, tuple[str, ...], str]] = [
@@ -55,6 +60,11 @@ INSTANCE_ATTRIBUTES: list[tuple[str, str, tuple[str, ...], str]] = [
      "dataplane/codecs/http1.py (read with getattr, skipped if gone)"),
     ("txredisapi", "ConnectionHandler", ("_factory",),
      "databroker/kv_connect.py, databroker/kv_cluster.py"),
+    ("twisted.conch.ssh.transport", "SSHClientTransport", ("ecPriv", "ecPub"),
+     "twisted_ext/ssh_hostcert.py"),
+    ("twisted.conch.ssh.transport", "SSHTransportBase",
+     ("ourKexInitPayload", "otherKexInitPayload", "otherVersionString", "kexAlg", "keyAlg"),
+     "twisted_ext/ssh_hostcert.py"),
 ]
 
 

@@ -1,0 +1,455 @@
+"""Upstream host certificates (issue 31, ``ssh_upstream_host_ca``): the checks of
+``gateway.ssh.host_cert`` on certificates cryptography signs, the route settings, the
+algorithms the gateway's client offers, and the key exchange of
+``twisted_ext.ssh_hostcert`` between the gateway's client and Conch's server showing
+a certificate, over memory transports."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import yaml
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec, ed25519, padding, rsa
+from cryptography.hazmat.primitives.serialization import ssh
+from twisted.conch.ssh import factory, keys
+from twisted.conch.ssh.common import NS
+from twisted.internet.defer import Deferred
+from twisted.internet.testing import StringTransport
+from twisted.trial.unittest import SynchronousTestCase
+
+from gateway.config.errors import ConfigErrors
+from gateway.config.snapshot import Snapshot, load_snapshot
+from gateway.config.ssh import HostKey, hosts_match, parse_host_ca_line
+from gateway.ssh import algorithms
+from gateway.ssh.host_cert import (
+    NOT_YET_VALID_SKEW,
+    CertificateRefused,
+    ca_signature_type,
+    check_host_certificate,
+)
+from gateway.ssh.upstream import (
+    CERTIFICATE_HOST_KEYS,
+    CLIENT_KEY_EXCHANGES,
+    CertificateAuth,
+    UpstreamConnection,
+    UpstreamTransport,
+    host_key_algorithms,
+    pinned_check,
+)
+
+NOW = 1_800_000_000
+ED_CERT = b"ssh-ed25519-cert-v01@openssh.com"
+HOST = "db.example.test"
+_RSA: dict[int, rsa.RSAPrivateKey] = {}
+
+
+def rsa_key(bits: int = 2048) -> rsa.RSAPrivateKey:
+    if bits not in _RSA:  # one per size: generating them is the slow part
+        _RSA[bits] = rsa.generate_private_key(65537, bits)
+    return _RSA[bits]
+
+
+def public_line(key: Any) -> str:
+    return key.public_key().public_bytes(serialization.Encoding.OpenSSH,
+                                         serialization.PublicFormat.OpenSSH).decode()
+
+
+def blob_of(key: Any) -> bytes:
+    return base64.b64decode(public_line(key).split()[1])
+
+
+def certificate(ca: Any, key: Any, *, principals: tuple[bytes, ...] = (HOST.encode(),),
+                kind: ssh.SSHCertificateType = ssh.SSHCertificateType.HOST,
+                after: int = NOW - 60, before: int = NOW + 3600,
+                critical: dict[bytes, bytes] | None = None) -> bytes:
+    builder = (ssh.SSHCertificateBuilder().public_key(key.public_key()).serial(7)
+               .type(kind).key_id(b"web host").valid_after(after).valid_before(before))
+    builder = builder.valid_principals(list(principals)) if principals \
+        else builder.valid_for_all_principals()
+    for name, value in (critical or {}).items():
+        builder = builder.add_critical_option(name, value)
+    return base64.b64decode(builder.sign(ca).public_bytes().split()[1])
+
+
+def resigned_sha1(blob: bytes, ca: rsa.RSAPrivateKey) -> bytes:
+    """``blob`` (an RSA CA's certificate) signed again the way ``ssh-keygen -t ssh-rsa``
+    does: SHA-1."""
+    ca_blob = blob_of(ca)
+    at = blob.rfind(NS(ca_blob)) + len(NS(ca_blob))
+    body = blob[:at]
+    signature = ca.sign(body, padding.PKCS1v15(), hashes.SHA1())
+    return body + NS(NS(b"ssh-rsa") + NS(signature))
+
+
+class HostCertificateTests(SynchronousTestCase):
+    def setUp(self) -> None:
+        self.ca = ed25519.Ed25519PrivateKey.generate()
+        self.host_key = ed25519.Ed25519PrivateKey.generate()
+
+    def refused(self, blob: bytes, algorithm: bytes = ED_CERT, host: str = HOST,
+                now: float = NOW) -> str:
+        with self.assertRaises(CertificateRefused) as caught:
+            check_host_certificate(blob, algorithm, host, now)
+        return str(caught.exception)
+
+    def test_a_good_certificate(self) -> None:
+        """Its CA's blob (for the route to find), the certified key's blob (which signs
+        the key exchange), its key id, serial and hosts; the host is matched without
+        case."""
+        cert = check_host_certificate(certificate(self.ca, self.host_key), ED_CERT,
+                                      HOST.upper(), NOW)
+        self.assertEqual(cert.ca_blob, blob_of(self.ca))
+        self.assertEqual(cert.key_blob, blob_of(self.host_key))
+        self.assertEqual((cert.key_id, cert.serial, cert.principals),
+                         ("web host", 7, (HOST,)))
+        self.assertIn("key id 'web host', serial 7, CA SHA256:", cert.identity())
+
+    def test_each_family(self) -> None:
+        """ECDSA and RSA keys under ECDSA and RSA CAs; the RSA certificate algorithms
+        carry ssh-rsa certificate blobs."""
+        p256 = ec.generate_private_key(ec.SECP256R1())
+        for ca, key, algorithm in (
+                (ec.generate_private_key(ec.SECP384R1()), p256,
+                 b"ecdsa-sha2-nistp256-cert-v01@openssh.com"),
+                (rsa_key(), rsa_key(), b"rsa-sha2-512-cert-v01@openssh.com"),
+                (self.ca, rsa_key(), b"rsa-sha2-256-cert-v01@openssh.com")):
+            cert = check_host_certificate(certificate(ca, key), algorithm, HOST, NOW)
+            self.assertEqual(cert.key_blob, blob_of(key))
+
+    def test_validity(self) -> None:
+        """Up to NOT_YET_VALID_SKEW early is accepted (a signer's clock ahead of ours);
+        after valid_before nothing is."""
+        blob = certificate(self.ca, self.host_key)
+        check_host_certificate(blob, ED_CERT, HOST, NOW - 60 - NOT_YET_VALID_SKEW)
+        self.assertIn("not valid before", self.refused(blob, now=NOW - 61 - NOT_YET_VALID_SKEW))
+        check_host_certificate(blob, ED_CERT, HOST, NOW + 3599)
+        self.assertIn("expired at 2027-01-15T09:00:00Z (key id 'web host', serial 7, CA "
+                      "SHA256:", self.refused(blob, now=NOW + 3600))
+
+    def test_hosts(self) -> None:
+        """One of its principals must be the route's host; a certificate naming no host
+        (OpenSSH: any host) is refused."""
+        self.assertIn("it is not for other.example.test (its hosts: db.example.test)",
+                      self.refused(certificate(self.ca, self.host_key),
+                                   host="other.example.test"))
+        self.assertIn("names no host",
+                      self.refused(certificate(self.ca, self.host_key, principals=())))
+        many = tuple(f"h{i}".encode() for i in range(20))
+        self.assertIn("h7, ...)", self.refused(certificate(self.ca, self.host_key,
+                                                           principals=many)))
+        check_host_certificate(certificate(self.ca, self.host_key, principals=(b"::1",)),
+                               ED_CERT, "[::1]", NOW)
+
+    def test_what_is_not_a_host_certificate(self) -> None:
+        self.assertIn("a user certificate", self.refused(certificate(
+            self.ca, self.host_key, kind=ssh.SSHCertificateType.USER)))
+        self.assertIn("unknown critical option(s) force-command", self.refused(certificate(
+            self.ca, self.host_key, critical={b"force-command": b"true"})))
+        blob = certificate(self.ca, self.host_key)
+        self.assertIn("is not a certificate algorithm", self.refused(blob, b"ssh-ed25519"))
+        self.assertIn("the server showed ssh-ed25519-cert-v01@openssh.com for "
+                      "ecdsa-sha2-nistp256-cert-v01@openssh.com",
+                      self.refused(blob, b"ecdsa-sha2-nistp256-cert-v01@openssh.com"))
+        self.assertIn("the server showed ssh-ed25519 for", self.refused(blob_of(self.ca)))
+        for garbage in (b"", b"\x00\x00\x00\x20" + ED_CERT, blob[:-10], blob + b"x"):
+            self.refused(garbage)
+
+    def test_signatures(self) -> None:
+        """A CA signature that does not verify; an RSA CA's SHA-1 signature; RSA keys
+        under 2048 bits."""
+        blob = bytearray(certificate(self.ca, self.host_key))
+        blob[-5] ^= 1
+        self.assertIn("its CA signature does not verify", self.refused(bytes(blob)))
+        ca = rsa_key()
+        good = certificate(ca, self.host_key)
+        self.assertEqual(ca_signature_type(good, blob_of(ca)), b"rsa-sha2-512")
+        sha1 = resigned_sha1(good, ca)
+        self.assertEqual(ca_signature_type(sha1, blob_of(ca)), b"ssh-rsa")
+        self.assertIn("its CA signed with ssh-rsa", self.refused(sha1))
+        self.assertEqual(ca_signature_type(good, blob_of(self.ca)), b"")
+        self.assertEqual(ca_signature_type(good + b"\x00", blob_of(ca)), b"")
+        self.assertIn("an RSA key of 1024 bits", self.refused(
+            certificate(rsa_key(1024), self.host_key)))
+
+
+class HostCaSettingTests(SynchronousTestCase):
+    def setUp(self) -> None:
+        self.dir = Path(tempfile.mkdtemp(prefix="ssh-host-ca-"))
+        for name in ("host_key", "user_ca"):
+            (self.dir / name).write_bytes(ed25519.Ed25519PrivateKey.generate().private_bytes(
+                serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH,
+                serialization.NoEncryption()))
+        self.ca = public_line(ed25519.Ed25519PrivateKey.generate())
+        self.rsa_ca = public_line(rsa_key())
+
+    def load(self, **route: Any) -> Snapshot:
+        config = {
+            "insecure_server": True, "address": "127.0.0.1:8080",
+            "authenticate_service_url": "http://authenticate.localhost:8080",
+            "idp_provider": "oidc", "idp_provider_url": "http://127.0.0.1:9000",
+            "idp_client_id": "gateway", "idp_client_secret": "secret",
+            "ssh_address": "127.0.0.1:2222", "ssh_host_key_files": ["host_key"],
+            "ssh_user_ca_key_file": "user_ca",
+            "policy": [{"from": "ssh://db", "to": "ssh://db.example.test:2200",
+                        "allow_any_authenticated_user": True, **route}]}
+        path = self.dir / "config.yaml"
+        path.write_text(yaml.safe_dump(config))
+        return load_snapshot(str(path), {})
+
+    def entries(self, **route: Any) -> tuple[HostKey, ...]:
+        ssh_route = self.load(**route).ssh_routes[0].ssh
+        assert ssh_route is not None
+        return ssh_route.host_keys
+
+    def problems(self, **route: Any) -> dict[str, str]:
+        with self.assertRaises(ConfigErrors) as caught:
+            self.load(**route)
+        return {p.path: p.message for p in caught.exception.problems}
+
+    def test_forms_an_operator_pastes(self) -> None:
+        """A .pub line (comment kept out), an @cert-authority line for the route's host,
+        a multi-line string; with host keys beside them, either is trusted."""
+        (entry,) = self.entries(ssh_upstream_host_ca=f"{self.ca} host-ca@example\n")
+        self.assertTrue(entry.authority)
+        self.assertEqual(entry.type, "ssh-ed25519")
+        self.assertEqual(entry.blob, base64.b64decode(self.ca.split()[1]))
+        found = self.entries(ssh_upstream_host_ca=[
+            f"@cert-authority [*.example.test]:2200,!bad.example.test {self.ca}",
+            "# our RSA CA", self.rsa_ca])
+        self.assertEqual([(e.type, e.authority) for e in found],
+                         [("ssh-ed25519", True), ("ssh-rsa", True)])
+        found = self.entries(ssh_upstream_host_keys=[
+            "[db.example.test]:2200 " + self.ca, f"@cert-authority [db*]:2200 {self.rsa_ca}"],
+            ssh_upstream_host_ca=self.ca)
+        self.assertEqual([(e.type, e.authority) for e in found],
+                         [("ssh-ed25519", False), ("ssh-rsa", True), ("ssh-ed25519", True)])
+
+    def test_the_file_form(self) -> None:
+        """A known_hosts file shared by routes: @cert-authority lines for other hosts
+        are skipped, one must be for this one."""
+        (self.dir / "known_hosts").write_text(
+            f"# fleet CAs\n@cert-authority *.other.test {self.rsa_ca}\n\n"
+            f"@cert-authority [db.example.test]:* {self.ca}\n")
+        (entry,) = self.entries(ssh_upstream_host_ca_file="known_hosts")
+        self.assertEqual((entry.type, entry.authority), ("ssh-ed25519", True))
+        (self.dir / "other").write_text(f"@cert-authority *.other.test {self.ca}\n")
+        self.assertIn("other has no CA for [db.example.test]:2200", self.problems(
+            ssh_upstream_host_ca_file="other")["policy[0].ssh_upstream_host_ca_file"])
+        (self.dir / "bad").write_text(f"{self.ca}\ndb.example.test {self.ca}\n")
+        self.assertIn("bad line 2: expected the CA's public key", self.problems(
+            ssh_upstream_host_ca_file="bad")["policy[0].ssh_upstream_host_ca_file"])
+        self.assertIn("cannot read", self.problems(
+            ssh_upstream_host_ca_file="missing")["policy[0].ssh_upstream_host_ca_file"])
+
+    def test_problems_name_their_key(self) -> None:
+        problems = self.problems(
+            ssh_upstream_host_ca=[self.ca, "ssh-dss AAAAB3NzaC1kc3MAAACBAP",
+                                  f"@cert-authority *.other.test {self.ca}",
+                                  "ssh-ed25519 AAAA!!", "@revoked * " + self.ca,
+                                  "ssh-ed25519 " + self.rsa_ca.split()[1]],
+            ssh_upstream_host_ca_file="x", ssh_upstream_host_key_tofu=True,
+            ssh_upstream_host_keys=[f"@cert-authority nope {self.ca}"])
+        where = "policy[0].ssh_upstream_host_ca"
+        self.assertIn("TYPE one of ssh-ed25519", problems[f"{where}[1]"])
+        self.assertIn("hosts are not [db.example.test]:2200 (the route's to:)",
+                      problems[f"{where}[2]"])
+        self.assertIn("not valid base64", problems[f"{where}[3]"])
+        self.assertIn("@revoked lines are not supported", problems[f"{where}[4]"])
+        self.assertIn("not a ssh-ed25519 key", problems[f"{where}[5]"])
+        self.assertIn("not both", problems[f"{where}_file"])
+        self.assertIn("hosts are not", problems["policy[0].ssh_upstream_host_keys[0]"])
+        self.assertIn("cannot be combined with a host CA",
+                      self.problems(ssh_upstream_host_ca=self.ca, ssh_upstream_host_key_tofu=True)
+                      ["policy[0].ssh_upstream_host_key_tofu"])
+        self.assertIn("a host CA (ssh_upstream_host_ca)",
+                      self.problems()["policy[0].ssh_upstream_host_keys"])
+        self.assertIn("only applies to an ssh:// route", self.problems(
+            **{"from": "https://app.example.com", "to": "http://127.0.0.1:1",
+               "ssh_upstream_host_ca": self.ca})["policy[0].ssh_upstream_host_ca"])
+
+    def test_hosts_patterns(self) -> None:
+        """known_hosts' host field as OpenSSH reads it: ``[host]:port`` off port 22,
+        wildcards, a negation that wins, hashed names."""
+        self.assertTrue(hosts_match("db.example.test", "DB.example.test", 22))
+        self.assertFalse(hosts_match("db.example.test", "db.example.test", 2200))
+        self.assertTrue(hosts_match("[db.example.test]:2200", "db.example.test", 2200))
+        self.assertTrue(hosts_match("*.example.test,10.0.0.?", "10.0.0.5", 22))
+        self.assertFalse(hosts_match("*.example.test,!db.*", "db.example.test", 22))
+        self.assertFalse(hosts_match("db.example.tes", "db.example.test", 22))
+        self.assertFalse(hosts_match("d.", "db", 22))  # "." is no wildcard
+        self.assertTrue(hosts_match("d*b*.*.t?st", "db.example.test", 22))
+        self.assertFalse(hosts_match("*b*z*", "db.example.test", 22))
+        # many stars against a long name that does not match: quick, not exponential
+        self.assertFalse(hosts_match("*a" * 60 + "!", "a" * 2000, 22))
+        salt = b"0123456789abcdefghij"
+        digest = hmac.new(salt, b"db.example.test", hashlib.sha1).digest()
+        hashed = f"|1|{base64.b64encode(salt).decode()}|{base64.b64encode(digest).decode()}"
+        self.assertTrue(hosts_match(hashed, "db.example.test", 22))
+        self.assertFalse(hosts_match(hashed, "other.example.test", 22))
+        for broken in ("|1|", "|1|!!|!!", "|1|a|b|c"):
+            self.assertFalse(hosts_match(broken, "db.example.test", 22))
+        self.assertIsNone(parse_host_ca_line(f"@cert-authority other {self.ca}", "db", 22))
+
+
+class OfferedAlgorithmsTests(SynchronousTestCase):
+    def test_host_key_algorithms(self) -> None:
+        """Certificate algorithms first when the route has a CA; then the pinned keys'
+        own algorithms, or every current one (so that a server without a certificate
+        is refused with its key named, not for lack of a common algorithm)."""
+        ca = HostKey("ssh-ed25519", b"ca", authority=True)
+        pinned = HostKey("ecdsa-sha2-nistp256", b"key")
+        self.assertEqual(host_key_algorithms((ca,)),
+                         CERTIFICATE_HOST_KEYS + algorithms.SIGNATURES)
+        self.assertEqual(host_key_algorithms((ca, pinned)),
+                         [*CERTIFICATE_HOST_KEYS, b"ecdsa-sha2-nistp256"])
+        self.assertEqual(host_key_algorithms(()), algorithms.SIGNATURES)
+        self.assertEqual(CERTIFICATE_HOST_KEYS[0], ED_CERT)
+        self.assertNotIn(b"ssh-rsa-cert-v01@openssh.com", CERTIFICATE_HOST_KEYS)
+
+    def test_client_key_exchanges_are_the_ones_conchs_client_does(self) -> None:
+        """ML-KEM hybrids are the server's only: Conch's client does not implement them,
+        and an OpenSSH 9.9+ server would pick one first."""
+        self.assertNotIn(b"mlkem768x25519-sha256", CLIENT_KEY_EXCHANGES)
+        self.assertEqual(CLIENT_KEY_EXCHANGES[0], b"curve25519-sha256")
+        self.assertEqual(UpstreamTransport.supportedKeyExchanges, CLIENT_KEY_EXCHANGES)
+
+
+class ShownKey:
+    """What Conch's server needs of a host key: its blob and its signatures; here a
+    certificate's blob over another key's signatures."""
+
+    def __init__(self, algorithm: bytes, blob: bytes, signer: Any, signature_type: bytes
+                 ) -> None:
+        self.algorithm, self.shown, self.signer = algorithm, blob, signer
+        self.signature_type = signature_type
+
+    def supportedSignatureAlgorithms(self) -> list[bytes]:
+        return [self.algorithm]
+
+    def blob(self) -> bytes:
+        return self.shown
+
+    def sign(self, data: bytes, signatureType: bytes | None = None) -> bytes:
+        signed: bytes = keys.Key(self.signer).sign(data, signatureType=self.signature_type)
+        return signed
+
+
+class Client(UpstreamTransport):
+    secured = False
+    disconnected = b""
+
+    def connectionSecure(self) -> None:
+        self.secured = True
+
+    def sendDisconnect(self, reason: int, desc: bytes) -> None:
+        self.disconnected = desc
+        base: Any = super()
+        base.sendDisconnect(reason, desc)
+
+
+class KeyExchangeTests(SynchronousTestCase):
+    """The gateway's client against Conch's server, bytes moved between two memory
+    transports until both are quiet."""
+
+    def setUp(self) -> None:
+        self.ca = ed25519.Ed25519PrivateKey.generate()
+        self.host_key = ed25519.Ed25519PrivateKey.generate()
+        self.asked: list[bytes] = []
+
+    def exchange(self, shown: ShownKey, trusted: tuple[bytes, ...],
+                 offered: list[bytes] | None = None) -> Client:
+        server_factory = factory.SSHFactory()
+        server_factory.publicKeys = {shown.algorithm: shown}  # type: ignore[dict-item]
+        server_factory.privateKeys = {shown.algorithm: shown}  # type: ignore[dict-item]
+        server_factory.primes = {}
+        server = server_factory.buildProtocol(None)
+        check = pinned_check(tuple(HostKey("ssh-ed25519", b, True) for b in trusted))
+
+        async def asking(blob: bytes) -> bool:
+            self.asked.append(blob)
+            return await check(blob)
+
+        conn = UpstreamConnection(Deferred())
+        client = Client(asking, offered or [shown.algorithm],
+                        CertificateAuth("root", None, conn),  # type: ignore[arg-type]
+                        Deferred(), HOST, lambda: NOW)
+        wires = (StringTransport(), StringTransport())
+        client.makeConnection(wires[0])
+        server.makeConnection(wires[1])
+        pairs: list[tuple[StringTransport, Callable[[bytes], None]]] = [
+            (wires[0], server.dataReceived), (wires[1], client.dataReceived)]
+        for _ in range(20):
+            moved = False
+            for wire, receive in pairs:
+                data = wire.value()
+                wire.clear()
+                if data:
+                    moved = True
+                    receive(data)
+            if not moved:
+                break
+        return client
+
+    def test_a_certificate_signs_the_exchange_with_its_key(self) -> None:
+        blob = certificate(self.ca, self.host_key)
+        client = self.exchange(ShownKey(ED_CERT, blob, self.host_key, b"ssh-ed25519"),
+                               (blob_of(self.ca),))
+        self.assertTrue(client.secured)
+        self.assertEqual(self.asked, [blob_of(self.ca)])  # the route is asked of the CA
+
+    def test_rsa_under_the_negotiated_signature(self) -> None:
+        key = rsa_key()
+        blob = certificate(self.ca, key)
+        algorithm = b"rsa-sha2-512-cert-v01@openssh.com"
+        client = self.exchange(ShownKey(algorithm, blob, key, b"rsa-sha2-512"),
+                               (blob_of(self.ca),))
+        self.assertTrue(client.secured)
+        client = self.exchange(ShownKey(algorithm, blob, key, b"rsa-sha2-256"),
+                               (blob_of(self.ca),))
+        self.assertEqual((client.secured, client.disconnected), (False, b"bad signature"))
+
+    def test_an_exchange_signed_by_another_key_is_refused(self) -> None:
+        """A certificate copied from the real server does not let another server in: the
+        exchange must be signed by the key it certifies."""
+        blob = certificate(self.ca, self.host_key)
+        other = ed25519.Ed25519PrivateKey.generate()
+        client = self.exchange(ShownKey(ED_CERT, blob, other, b"ssh-ed25519"),
+                               (blob_of(self.ca),))
+        self.assertEqual((client.secured, client.disconnected), (False, b"bad signature"))
+
+    def test_refusals_before_the_signature(self) -> None:
+        blob = certificate(self.ca, self.host_key)
+        client = self.exchange(ShownKey(ED_CERT, blob, self.host_key, b"ssh-ed25519"),
+                               (b"another CA",))
+        self.assertEqual((client.secured, client.disconnected), (False, b"bad host key"))
+        self.assertIn("its CA is not one this route trusts (key id 'web host', serial 7",
+                      client.certificate_refused)
+        expired = certificate(self.ca, self.host_key, before=NOW - 1)
+        self.asked.clear()
+        client = self.exchange(ShownKey(ED_CERT, expired, self.host_key, b"ssh-ed25519"),
+                               (blob_of(self.ca),))
+        self.assertIn("expired at", client.certificate_refused)
+        self.assertEqual(self.asked, [])  # the route is not asked about a bad certificate
+
+    def test_a_certificate_under_a_plain_algorithm_is_no_known_key(self) -> None:
+        """Never handed to the route's check (which could pin it on first use)."""
+        blob = certificate(self.ca, self.host_key)
+        client = self.exchange(ShownKey(b"ssh-ed25519", blob, self.host_key,
+                                        b"ssh-ed25519"), (blob,))
+        self.assertFalse(client.secured)
+        self.assertTrue(client.wrong_host_key)
+        self.assertEqual(self.asked, [])
+
+    def test_plain_keys_are_conchs(self) -> None:
+        plain = blob_of(self.host_key)
+        client = self.exchange(ShownKey(b"ssh-ed25519", plain, self.host_key, b"ssh-ed25519"),
+                               (plain,), [*CERTIFICATE_HOST_KEYS, b"ssh-ed25519"])
+        self.assertTrue(client.secured)
+        self.assertEqual(self.asked, [plain])
