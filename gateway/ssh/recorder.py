@@ -4,7 +4,8 @@ the connections the process serves.
 One thread per process (``Recorder``) does every recording's file I/O, in order: it
 creates the file (0600, directories 0700, never overwriting), writes what the reactor
 queued (several events of a file in one ``write``) and closes it. The reactor side
-(``RecordFile``) only encodes and queues, and bounds what waits: over ``HIGH_WATER``
+(``RecordFile``) only encodes and gathers (handing the thread up to ``FLUSH_BYTES`` at
+once, at most ``FLUSH_SECONDS`` late), and bounds what waits: over ``HIGH_WATER``
 bytes not yet written, the session is held (``on_hold(True)``: its channels' windows are
 not reopened, so the server's output and the person's input wait, as for a slow
 terminal) until the thread is under ``LOW_WATER`` again. A recording is complete or
@@ -32,6 +33,10 @@ from gateway.ssh.asciicast import Cast
 HIGH_WATER = 1024 * 1024  # bytes queued for one file before its session is held
 LOW_WATER = 256 * 1024  # ... and released
 STALL_SECONDS = 10.0  # a held file whose writes make no progress this long has failed
+# a file's events are handed to the thread together: this many bytes, or this long after
+# the first (a queue operation and a thread wake-up per event cost more than the write)
+FLUSH_BYTES = 256 * 1024
+FLUSH_SECONDS = 0.05
 STOP_SECONDS = 5.0  # at shutdown, how long the thread may take to write what is queued
 
 
@@ -90,13 +95,21 @@ class RecordFile:
         self.closed = False
         self._progress = 0.0  # when a write last completed (reactor time)
         self._watch: Any = None
+        self._buffer: list[bytes] = []  # not yet handed to the thread
+        self._buffered = 0
+        self._flush_call: Any = None
 
     def write(self, text: str) -> None:
         if self.failed or self.closed or not text:
             return
         data = text.encode("utf-8")
         self.pending += len(data)
-        self.recorder.submit(_Job(self, data))
+        self._buffer.append(data)
+        self._buffered += len(data)
+        if self._buffered >= FLUSH_BYTES:
+            self._flush()
+        elif self._flush_call is None:
+            self._flush_call = self.recorder.reactor.callLater(FLUSH_SECONDS, self._flush)
         if not self.holding and self.pending > HIGH_WATER:
             self.holding = True
             self._progress = self.recorder.reactor.seconds()
@@ -105,8 +118,19 @@ class RecordFile:
 
     def close(self) -> None:
         if not self.closed:
+            self._flush()
             self.closed = True
+            self.recorder.files.discard(self)
             self.recorder.submit(_Job(self, None))
+
+    def _flush(self) -> None:
+        if self._flush_call is not None and self._flush_call.active():
+            self._flush_call.cancel()
+        self._flush_call = None
+        if self._buffer and not self.failed:
+            self.recorder.submit(_Job(self, b"".join(self._buffer)))
+        self._buffer = []
+        self._buffered = 0
 
     # -- from the thread, on the reactor thread
 
@@ -124,6 +148,7 @@ class RecordFile:
         if self.failed:
             return
         self.failed = reason
+        self._flush()  # (drops what is buffered: nothing more is written)
         if self.holding:
             self._release()
         # the session first: a connection closed for it says why before the request
@@ -187,6 +212,11 @@ class Recorder:
         self._fds: dict[RecordFile, int] = {}
         self._dead: set[RecordFile] = set()  # failed in the thread: skipped
         self._stopping = False
+        self.files: set[RecordFile] = set()  # open, as the reactor sees them
+        # bytes written per file since the reactor last heard: one report at a time
+        self._lock = threading.Lock()
+        self._written: dict[RecordFile, int] = {}
+        self._reporting = False
 
     def open(self, path: str, on_failure: Callable[[str], None], *,
              whole: bool = False) -> RecordFile:
@@ -195,6 +225,8 @@ class Recorder:
         readers only ever see it complete."""
         file = RecordFile(self, path + ".part" if whole else path, on_failure,
                           path if whole else "")
+        if not self._stopping:
+            self.files.add(file)
         self.submit(_Job(file, b""))
         return file
 
@@ -209,6 +241,9 @@ class Recorder:
 
     def stop(self) -> Deferred[None]:
         """Write what is queued, close every file and end the thread (bounded)."""
+        for file in list(self.files):
+            file._flush()
+        self.files.clear()
         self._stopping = True
         done: Deferred[None] = Deferred()
         thread = self._thread
@@ -298,7 +333,22 @@ class Recorder:
             self._tell(file._failed, f"cannot write {file.writing}: {exc.strerror or exc}")
             return
         if data:
-            self._tell(file._written, len(data))
+            if not self.threaded:
+                file._written(len(data))
+                return
+            with self._lock:
+                self._written[file] = self._written.get(file, 0) + len(data)
+                report, self._reporting = not self._reporting, True
+            if report:
+                self.reactor.callFromThread(self._report)
+
+    def _report(self) -> None:
+        """(reactor thread) What the thread wrote since the last report."""
+        with self._lock:
+            written, self._written = self._written, {}
+            self._reporting = False
+        for file, count in written.items():
+            file._written(count)
 
     def _close(self, file: RecordFile) -> None:
         fd = self._fds.pop(file, None)

@@ -21,7 +21,14 @@ from typing import Any
 from twisted.internet.task import Clock
 from twisted.trial.unittest import SynchronousTestCase
 
-from gateway.ssh.recorder import HIGH_WATER, STALL_SECONDS, OsDisk, Recorder, RecordFile
+from gateway.ssh.recorder import (
+    FLUSH_SECONDS,
+    HIGH_WATER,
+    STALL_SECONDS,
+    OsDisk,
+    Recorder,
+    RecordFile,
+)
 
 WAIT = 10.0  # seconds any one wait for the thread may take
 
@@ -141,6 +148,7 @@ class ThreadedTests(SynchronousTestCase):
         self.disk.gate.set()
         file.write("first\n")
         file.write("second\n")
+        self.reactor.advance(FLUSH_SECONDS)  # (handed to the thread together)
         self.reactor.run_calls(lambda: bool(watch.failures), "the failure")
         self.assertTrue(file.opened.called)  # (created; its writes failed)
         file.write("third\n")
@@ -184,6 +192,22 @@ class UnthreadedTests(SynchronousTestCase):
             self.assertEqual(handle.read(), '{"exit_status": 0}\n')
         self.assertEqual(os.listdir(os.path.dirname(path)), ["c-1.exec.json"])
         self.assertEqual(stat.S_IMODE(os.stat(path).st_mode), 0o600)
+
+    def test_events_are_handed_over_together_within_the_flush_time(self) -> None:
+        path = new_path()
+        clock = Clock()
+        rec = Recorder(clock, threaded=False)
+        file = rec.open(path, lambda reason: None)
+        file.write("one\n")
+        clock.advance(FLUSH_SECONDS / 2)
+        file.write("two\n")
+        rec.drain()
+        self.assertEqual(os.path.getsize(path), 0)
+        clock.advance(FLUSH_SECONDS / 2)
+        rec.drain()
+        with open(path, encoding="utf-8") as handle:
+            self.assertEqual(handle.read(), "one\ntwo\n")
+        self.assertEqual(file.pending, 0)
 
     def test_stop_writes_what_is_queued_and_refuses_more(self) -> None:
         path = new_path()
