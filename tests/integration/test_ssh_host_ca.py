@@ -55,10 +55,11 @@ def sign(ca: Path, key: Path, *args: str) -> None:
 
 
 @contextlib.contextmanager
-def cert_server(run: Path, ca_public: str, kind: str, ca: Path | None, *sign_args: str
-                ) -> Iterator[Server]:
+def cert_server(run: Path, ca_public: str, kind: str, ca: Path | None, *sign_args: str,
+                extra: tuple[str, ...] = ()) -> Iterator[Server]:
     """An sshd trusting ``ca_public`` for users, with one ``kind`` host key and (unless
-    ``ca`` is None) its certificate, signed by ``ca`` with ``sign_args``."""
+    ``ca`` is None) its certificate, signed by ``ca`` with ``sign_args``; ``extra``
+    sshd_config lines."""
     sshd = os.path.abspath(find_binary("sshd") or "sshd")
     run.mkdir(parents=True)
     host_key = keygen(run / f"host_{kind}", "server host", kind)
@@ -67,8 +68,8 @@ def cert_server(run: Path, ca_public: str, kind: str, ca: Path | None, *sign_arg
         sign(ca, host_key, *sign_args)
         lines.append(f"HostCertificate {host_key}-cert.pub")
     (run / "user_ca.pub").write_text(ca_public + "\n")
-    (run / "sshd_config").write_text("\n".join([
-        "ListenAddress 127.0.0.1", *lines, "PidFile none", "UsePAM no", "StrictModes no",
+    (run / "sshd_config").write_text("\n".join([  # sshd keeps a setting's first value
+        *extra, "ListenAddress 127.0.0.1", *lines, "PidFile none", "UsePAM no", "StrictModes no",
         "PubkeyAuthentication yes", "PasswordAuthentication no",
         "KbdInteractiveAuthentication no", "AuthorizedKeysFile none",
         f"TrustedUserCAKeys {run / 'user_ca.pub'}", f"AllowUsers {getpass.getuser()}",
@@ -139,12 +140,14 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
         "wrongname": ("ed25519", host_ca, ("-I", "elsewhere", "-z", "46", "-n",
                                            "db.example.test", "-V", "-5m:+1h")),
         "nocert": ("ed25519", None, ()),
+        "rekey": ("ecdsa", host_ca, ("-I", "rekeying host", "-z", "47", *VALID)),
     }
     port, ssh_port = free_port(), free_port()
     with contextlib.ExitStack() as stack:
-        servers = {name: stack.enter_context(cert_server(tmp / name, keys.ca_public, kind,
-                                                         ca, *args))
-                   for name, (kind, ca, args) in plans.items()}
+        servers = {name: stack.enter_context(cert_server(
+            tmp / name, keys.ca_public, kind, ca, *args,
+            extra=("RekeyLimit 256K", "LogLevel DEBUG") if name == "rekey" else ()))
+            for name, (kind, ca, args) in plans.items()}
         op = stack.enter_context(oidc_provider(tmp, [callback_uri(port)]))
         allow = {"allow": {"and": [{"email": {"is": ALICE}},
                                    {"ssh_username": {"is": getpass.getuser()}}]}}
@@ -213,6 +216,17 @@ def test_a_certificate_that_does_not_hold_is_refused(env: Env, route: str, reaso
         what="the refusal's log line")
     assert "key id '" in event["reason"] and "serial 4" in event["reason"], event
     assert "CA SHA256:" in event["reason"], event
+
+
+def test_the_server_rekeying_shows_its_certificate_again(env: Env) -> None:
+    """sshd renews the session keys every 256 KiB here (RekeyLimit): each new key
+    exchange checks the certificate again and is signed by its key, and the 4 MiB
+    stream goes on whole."""
+    done = env.ssh("rekey", "head -c 4194304 /dev/zero")
+    assert done.returncode == 0, done.stderr.decode()
+    assert done.stdout == bytes(4194304)
+    exchanges = env.servers["rekey"].log().count("SSH2_MSG_NEWKEYS received")
+    assert exchanges >= 8, exchanges  # the first, and one per 256 KiB or so
 
 
 def test_a_server_without_a_certificate_is_refused(env: Env) -> None:
