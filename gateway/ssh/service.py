@@ -35,17 +35,11 @@ from gateway.config.source import ConfigSource
 from gateway.config.ssh import SigningKey, fingerprint, load_private_key
 from gateway.config.values import parse_address
 from gateway.databroker.records import RecordStore
-from gateway.databroker.ssh_records import (
-    bound_session_id,
-    pin_host_key,
-    pinned_host_key,
-    read_sign_in,
-    start_sign_in,
-)
+from gateway.databroker.ssh_records import bound_session_id, read_sign_in, start_sign_in
 from gateway.dataplane.listeners.shared import AdoptedEndpoint
 from gateway.observability.audit import AUDIT
 from gateway.sessions.model import Session
-from gateway.ssh import limits
+from gateway.ssh import limits, pins
 from gateway.ssh.asciicast import Cast
 from gateway.ssh.auth import GatewayUserAuth, Refused
 from gateway.ssh.bridge import BridgeConnection, Context
@@ -227,11 +221,16 @@ class SshService(MultiService):
         key_id = f"{person} session:{hashlib.sha256(session.id.encode()).hexdigest()[:16]}"
         issued = issue(self.ca, target.login, key_id, ssh_route.certificate_ttl, time.time(),
                        port_forwarding=ssh_route.allow_port_forwarding)
+        held = None if ssh_route.host_keys else await pins.claim(
+            self.records, ssh_route.name, secrets.token_hex(8),
+            lambda seconds: deferLater(self.reactor, seconds))
         try:
             upstream = await connect(self.reactor, ssh_route.host, ssh_route.port,
-                                     target.login, issued, self._host_key_check(route),
+                                     target.login, issued, self._host_key_check(route, held),
                                      host_key_algorithms(ssh_route.host_keys))
         except UpstreamFailed as failed:
+            if held is not None and held.may_pin:  # (never met a key)
+                ensureDeferred(pins.give_up(self.records, held))
             self._log_refusal(ssh, target, person, f"upstream: {failed}")
             raise Refused(f"signed in as {person}; route {target.route}: {failed}") from None
         connection_id = secrets.token_hex(8)
@@ -298,22 +297,31 @@ class SshService(MultiService):
                  login=target.login, route=target.route, client=ssh.client_ip,
                  decision="denied", reason=reason)
 
-    def _host_key_check(self, route: Route) -> HostKeyCheck:
+    def _host_key_check(self, route: Route, held: pins.Claim | None) -> HostKeyCheck:
+        """The server's key against the route's keys, or its pin (``held``: read
+        before connecting, since the key exchange cannot wait for the databroker)."""
         ssh_route = route.ssh
         assert ssh_route is not None
         name = ssh_route.name
 
-        async def check(blob: bytes) -> bool:
+        async def check(blob: bytes) -> bool:  # (answers at once: it awaits nothing)
             if ssh_route.host_keys:
                 trusted = [k.blob for k in ssh_route.host_keys]
+            elif held is not None and held.may_pin:
+                held.may_pin = False
+                ensureDeferred(pins.pin(self.records, held, blob)).addErrback(
+                    lambda failure: log.failure("ssh: route {route}: pinning the server's "
+                                                "host key failed", failure, route=name))
+                log.warn("ssh: route {route}: pinned the server's host key {shown} "
+                         "(trust on first use)", route=name, shown=fingerprint(blob))
+                return True
+            elif held is not None and held.pinned is not None:
+                trusted = [held.pinned]
             else:
-                pinned = await pinned_host_key(self.records, name)
-                if pinned is None:
-                    await pin_host_key(self.records, name, blob)
-                    log.warn("ssh: route {route}: pinned the server's host key {shown} "
-                             "(trust on first use)", route=name, shown=fingerprint(blob))
-                    return True
-                trusted = [pinned]
+                log.error("ssh: route {route}: another connection is pinning the server's "
+                          "host key (trust on first use) and its pin did not appear; "
+                          "refused {shown}", route=name, shown=fingerprint(blob))
+                return False
             if blob in trusted:
                 return True
             log.error("ssh: route {route}: the server's host key {shown} is not the trusted "

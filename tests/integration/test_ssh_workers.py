@@ -1,6 +1,7 @@
 """Native SSH with ``workers: 2`` (issue 31): every worker serves ``ssh_address`` on its
 own socket of the supervisor's, like the HTTP listener. A key signed in through one
-worker logs in through the other without a browser; a sign-out, or a reload whose
+worker logs in through the other without a browser, and the server's host key pinned on
+first use by one is the one both check; a sign-out, or a reload whose
 policy now denies, closes the open connections of both workers within 5 s; a killed
 worker is restarted and serves SSH again."""
 
@@ -67,8 +68,9 @@ def env(tmp_path: Path, require_binary: Any) -> Iterator[Env]:
             oidc_provider(tmp_path, [f"http://auth.test:{port}/oauth2/callback"]) as op:
         base = kv_gateway_config(op, f"kvstore://127.0.0.1:{redis.port}/0", port,
                                  "http://127.0.0.1:1")
+        # trust on first use: the pin one worker makes is the one every worker checks
         route = {"from": "ssh://db", "to": f"ssh://127.0.0.1:{sshd.port}",
-                 "ssh_upstream_host_keys": [sshd.host_public], "allowed_users": [ALICE]}
+                 "ssh_upstream_host_key_tofu": True, "allowed_users": [ALICE]}
         config = {**base, "policy": [*base["policy"], route], "workers": 2,
                   "signing_key": signing_key(), "insecure_server": True,
                   "address": f"127.0.0.1:{port}", "ssh_address": f"127.0.0.1:{ssh_port}",
@@ -147,6 +149,9 @@ def all_closed_within(held: dict[int, subprocess.Popen[bytes]], seconds: float,
 def test_sign_in_once_then_both_workers_and_sign_out_closes_both(env: Env) -> None:
     sign_in(env)
     assert on_both_workers(env) == {0, 1}
+    pinned = [e for e in env.gateway.log_events()
+              if "pinned the server's host key" in str(e.get("message", ""))]
+    assert len(pinned) == 1, pinned
     held = held_on_both_workers(env)
     env.browser.sign_out(f"http://auth.test:{env.gateway.port}")
     errors = all_closed_within(held, 5, time.monotonic())

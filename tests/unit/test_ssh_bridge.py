@@ -97,8 +97,10 @@ class BridgeTests(SynchronousTestCase):
 
     def test_agent_and_x11_requests_refused_and_global_requests_too(self) -> None:
         person, _ = self.open_session()
-        self.assertFalse(person.requestReceived(b"auth-agent-req@openssh.com", b""))
-        self.assertFalse(person.requestReceived(b"x11-req", b""))
+        # (answers are Deferreds: replies go out in the order of the requests)
+        self.assertIs(self.successResultOf(
+            person.requestReceived(b"auth-agent-req@openssh.com", b"")), False)
+        self.assertIs(self.successResultOf(person.requestReceived(b"x11-req", b"")), False)
         self.assertEqual(self.bridge.gotGlobalRequest(b"tcpip-forward", b""), 0)
         self.assertEqual(self.up.transport.sent, [])  # type: ignore[attr-defined]
 
