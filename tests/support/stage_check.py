@@ -1,38 +1,61 @@
 """The exchange's stage rules, held in every test that runs the data plane in process.
 
-``ExchangeBase.enter`` moves an exchange without asking whether ``stage.NEXT`` allows
-the move (the check would cost each request more than the moves do). The suite wraps it
-instead: ``install`` makes every move check the table, and a move the table does not
-list fails the test that made it (raised where it happens, and reported by the
-``conftest`` fixture in case a caller swallowed the exception).
+The data plane writes ``ExchangeBase.stage`` without asking whether ``stage.NEXT``
+allows the move (the check would cost each request more than the moves do). The suite
+checks every write instead: ``install`` puts a checking descriptor in front of the
+slot, so a move the table does not list, or a move to a final stage (``DONE``,
+``TUNNEL``) made anywhere but ``ExchangeBase.enter`` (which keeps ``finished`` beside
+the stage), raises where it happens and fails the test that made it. The ``conftest``
+fixture also reports them, in case a caller swallowed the exception.
 """
 
 from __future__ import annotations
 
+import sys
+from typing import Any
+
 from gateway.dataplane.exchange.base import ExchangeBase
-from gateway.dataplane.exchange.stage import NEXT, Stage
+from gateway.dataplane.exchange.stage import FINAL, NEXT, Stage
 
 
 class IllegalMove(AssertionError):
-    """An exchange made a move ``stage.NEXT`` does not list."""
+    """An exchange made a move ``stage.NEXT`` does not list (or ended outside
+    ``enter``)."""
 
 
-# moves the table does not list, as (old, new) names, since the last ``take``
+# the slot's own descriptor, kept from before ``install`` replaced it
+_SLOT: Any = ExchangeBase.__dict__["stage"]
+_ENTER_CODE = ExchangeBase.enter.__code__
+# illegal moves, as (old, new) names, since the last ``take``
 _illegal: list[tuple[str, str]] = []
-_plain_enter = ExchangeBase.enter
 
 
-def _checked_enter(self: ExchangeBase, stage: Stage) -> None:
-    old = self.stage
-    if stage not in NEXT[old]:
-        _illegal.append((old.name, stage.name))
-        raise IllegalMove(f"an exchange moved from {old.name} to {stage.name}, "
-                          "which stage.NEXT does not list")
-    _plain_enter(self, stage)
+class _CheckedStage:
+    def __get__(self, exchange: ExchangeBase | None, owner: type | None = None) -> Any:
+        if exchange is None:
+            return self
+        return _SLOT.__get__(exchange, owner)
+
+    def __set__(self, exchange: ExchangeBase, stage: Stage) -> None:
+        try:
+            old: Stage | None = _SLOT.__get__(exchange, type(exchange))
+        except AttributeError:
+            old = None  # ``__init__`` sets the first stage
+        if old is not None:
+            problem = ""
+            if stage not in NEXT[old]:
+                problem = "which stage.NEXT does not list"
+            elif stage >= FINAL and sys._getframe(1).f_code is not _ENTER_CODE:
+                problem = "outside ExchangeBase.enter, which keeps `finished` beside it"
+            if problem:
+                _illegal.append((old.name, stage.name))
+                raise IllegalMove(f"an exchange moved from {old.name} to {stage.name}, "
+                                  + problem)
+        _SLOT.__set__(exchange, stage)
 
 
 def install() -> None:
-    ExchangeBase.enter = _checked_enter  # type: ignore[method-assign]
+    ExchangeBase.stage = _CheckedStage()  # type: ignore[assignment]
 
 
 def take() -> list[tuple[str, str]]:

@@ -311,20 +311,34 @@ class StageTableTests(SynchronousTestCase):
         self.assertEqual(seen, set(Stage))
 
     def test_a_move_the_table_does_not_list_fails_the_test(self) -> None:
-        """The suite's wrapper (``tests/support/stage_check.py``, installed for every
-        test by ``conftest``) refuses a move ``NEXT`` does not list and reports it; the
-        product's own ``enter`` makes it all the same (an exchange must still end)."""
+        """The suite's check (``tests/support/stage_check.py``, installed for every
+        test by ``conftest``) refuses a move ``NEXT`` does not list and reports it,
+        whether ``enter`` makes it or the data plane writes ``stage`` itself."""
         reactor = MemoryReactorClock()
         core = ProxyCore(reactor, build_plan(SNAPSHOT), tls=True)
         exchange = Exchange(RecordingSink(), core)
+        with self.assertRaises(stage_check.IllegalMove):
+            exchange.enter(WAITING)
+        with self.assertRaises(stage_check.IllegalMove):
+            exchange.stage = TUNNEL
+        self.assertEqual(stage_check.take(), [("HEAD", "WAITING"), ("HEAD", "TUNNEL")])
+        self.assertIs(exchange.stage, HEAD)
         exchange.enter(DONE)
         with self.assertRaises(stage_check.IllegalMove):
             exchange.enter(RESPONDING)
         self.assertEqual(stage_check.take(), [("DONE", "RESPONDING")])
-        self.assertIs(exchange.stage, DONE)
-        plain = stage_check._plain_enter
-        plain(exchange, RESPONDING)
-        self.assertIs(exchange.stage, RESPONDING)
+
+    def test_only_enter_may_end_an_exchange(self) -> None:
+        """A move to DONE or TUNNEL written outside ``enter`` would leave ``finished``
+        false on an exchange that is over: the check refuses it."""
+        reactor = MemoryReactorClock()
+        core = ProxyCore(reactor, build_plan(SNAPSHOT), tls=True)
+        exchange = Exchange(RecordingSink(), core)
+        exchange.stage = ROUTING
+        with self.assertRaises(stage_check.IllegalMove):
+            exchange.stage = DONE
+        self.assertEqual(stage_check.take(), [("ROUTING", "DONE")])
         self.assertFalse(exchange.finished)
-        plain(exchange, DONE)
+        exchange.enter(DONE)
         self.assertTrue(exchange.finished)
+        self.assertEqual(stage_check.take(), [])

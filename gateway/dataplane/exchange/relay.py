@@ -95,7 +95,7 @@ class UpstreamRelay(ExchangeBase):
             self.trace.start_upstream(self)
         # The route timeout runs from the end of the request (as Envoy's does).
         self.deadline = now + plan.timeout if self.request_done else 0.0
-        self.enter(CONNECTING)
+        self.stage = CONNECTING  # a move that cannot end the exchange (see ``enter``)
         if self.expect_continue:
             self.expect_continue = False
             self.sink.send_continue()
@@ -116,7 +116,7 @@ class UpstreamRelay(ExchangeBase):
             self.core.pool.release(conn)
             return
         self.upstream = conn
-        self.enter(WAITING)
+        self.stage = WAITING
         conn.send(self, upstream_request_head(self), self.method == b"HEAD")
         if self.pending:
             for chunk in self.pending:
@@ -147,7 +147,7 @@ class UpstreamRelay(ExchangeBase):
         if status == 101 and not self.upgrade:
             self._unrequested_switch()
             return
-        self.enter(RESPONDING)
+        self.stage = RESPONDING
         self.deadline = self.core.reactor.seconds() + plan.timeout
         self.status = self.upstream_status = status
         out: list[tuple[bytes, bytes]] = []

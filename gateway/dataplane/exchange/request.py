@@ -19,7 +19,13 @@ from gateway.dataplane.exchange.access import access_log, log_access
 from gateway.dataplane.exchange.base import BODY_CHUNKED, policy_certificate
 from gateway.dataplane.exchange.forward_auth import serve_forward_auth
 from gateway.dataplane.exchange.relay import UpstreamRelay
-from gateway.dataplane.exchange.stage import AUTHORIZING, CONNECTING, DONE, READY, ROUTING, WAITING
+from gateway.dataplane.exchange.stage import (
+    AUTHORIZING,
+    DONE,
+    READY,
+    ROUTING,
+    UPSTREAM_BOUND,
+)
 from gateway.dataplane.exchange.traced import end_decision_span
 from gateway.dataplane.exchange.tunnel import open_tunnel
 from gateway.dataplane.routing.plan import RoutePlan
@@ -62,7 +68,7 @@ class Exchange(UpstreamRelay):
             if not self._internal(body):
                 self.fail(404, "not found")
             return
-        if self.stage in (CONNECTING, WAITING) and self.plan is not None and not self.connect:
+        if self.stage in UPSTREAM_BOUND and self.plan is not None and not self.connect:
             self.deadline = self.core.reactor.seconds() + self.plan.timeout
         if self.body_kind == BODY_CHUNKED:
             self._send_body(b"0\r\n\r\n")
@@ -100,7 +106,7 @@ class Exchange(UpstreamRelay):
         self.enter(READY)
 
     def begin(self) -> None:
-        self.enter(ROUTING)
+        self.stage = ROUTING  # a move that cannot end the exchange (see ``enter``)
         tracer = self.core.tracer
         if tracer is not None:
             tracer.begin(self)
@@ -271,9 +277,13 @@ class Exchange(UpstreamRelay):
     def request_info(self, plan: RoutePlan | None = None) -> RequestInfo:
         """The request as decisions see it, for ``plan`` (default: the exchange's; a
         tunnel checked again passes the route as the configuration now has it)."""
+        if plan is None:
+            plan = self.plan
+        # (most routes check no client certificate: no call to find none)
+        certificate = b"" if plan is None or plan.client_cert is None \
+            else policy_certificate(self.sink, plan)
         return RequestInfo(self.method, self.core.scheme, self.host, self.path, self.query,
-                           self.headers, self.decision_address(), policy_certificate(
-                               self.sink, plan if plan is not None else self.plan))
+                           self.headers, self.decision_address(), certificate)
 
     def _decided(self, decision: Allow | Deny) -> None:
         self.sink.resume_reading("authorize")

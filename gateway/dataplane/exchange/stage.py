@@ -40,6 +40,8 @@ class Stage(IntEnum):
 HEAD, READY, ROUTING, AUTHORIZING, CONNECTING, WAITING, RESPONDING, TUNNEL, DONE = Stage
 # the stages after which nothing more happens to the exchange itself
 FINAL = TUNNEL
+# the request is bound for an upstream that has not answered yet
+UPSTREAM_BOUND = frozenset({CONNECTING, WAITING})
 
 _BEFORE_RESPONSE = frozenset({HEAD, READY, ROUTING, AUTHORIZING, CONNECTING, WAITING})
 NEXT: dict[Stage, frozenset[Stage]] = {
