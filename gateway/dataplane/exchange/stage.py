@@ -1,4 +1,6 @@
-"""Where an exchange is in its life: one value, changed only by ``ExchangeBase.enter``.
+"""Where an exchange is in its life: one value, ``ExchangeBase.stage``. A move that may
+end the exchange is made by ``ExchangeBase.enter``; ``NEXT`` lists the moves, and the
+test suite checks every write of the stage against it (``tests/support/stage_check.py``).
 
 The response side of an exchange moves through these stages; the request side (has
 the whole body arrived) is the separate ``request_done`` flag, since a body may still
