@@ -7,7 +7,8 @@ of several rounds, so an A/B of two commits (run it in each tree) shows a change
 1-2 % in the codec, the exchange or the router. The access log is off, as in
 ``bench/run.py``. ``--profile`` prints where the time goes (cProfile, by own time).
 
-    .venv/bin/python bench/inproc.py [--protocol h1|h2|both] [--requests N] [--rounds R]
+    .venv/bin/python bench/inproc.py [--protocol h1|h2|auth|both|all] [--requests N]
+        [--rounds R]
 
 It imports the gateway of the tree it is in (for an A/B, run each tree's copy).
 """
@@ -15,6 +16,7 @@ It imports the gateway of the tree it is in (for an A/B, run each tree's copy).
 from __future__ import annotations
 
 import argparse
+import base64
 import cProfile
 import gc
 import os
@@ -24,6 +26,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import h2.config
@@ -52,22 +55,64 @@ CONFIG = {
     "policy": [{"from": "http://app.bench.test", "to": "http://127.0.0.1:9000",
                 "allow_public_unauthenticated_access": True}],
 }
+# The signed-in route as bench/run.py's (allowed_users, identity headers), with a
+# session made in process: the identity layer is the daemon's, the provider is not asked.
+AUTH_USER = "user@bench.test"
+AUTH_CONFIG = {
+    "insecure_server": True,
+    "authenticate_service_url": "http://auth.bench.test",
+    "idp_provider": "oidc", "idp_provider_url": "https://idp.bench.test",
+    "idp_client_id": "gateway", "idp_client_secret": "secret",
+    "shared_secret": base64.b64encode(b"s" * 32).decode(),
+    "cookie_secret": base64.b64encode(b"c" * 32).decode(),
+    "policy": [{"from": "http://app.bench.test", "to": "http://127.0.0.1:9000",
+                "allowed_users": [AUTH_USER], "pass_identity_headers": True}],
+}
 CLIENT = IPv4Address("TCP", "127.0.0.1", 50000)
 REQUEST = b"GET /index.html HTTP/1.1\r\nHost: app.bench.test\r\nUser-Agent: bench\r\n\r\n"
 RESPONSE = (b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 2\r\n"
             b"\r\nok")
 
 
-def _core() -> tuple[MemoryReactorClock, ProxyCore]:
+def _snapshot(config: dict[str, Any]) -> Any:
     directory = tempfile.mkdtemp(prefix="gateway-inproc-")
     path = os.path.join(directory, "config.yaml")
     with open(path, "w") as f:
-        yaml.safe_dump(CONFIG, f)
+        yaml.safe_dump(config, f)
+    return load_snapshot(path)
+
+
+def _core(snapshot: Any = None, authorizer: Any = None) -> tuple[MemoryReactorClock, ProxyCore]:
     reactor = MemoryReactorClock()
-    core = ProxyCore(reactor, build_plan(load_snapshot(path)), tls=False)
+    if authorizer is not None:
+        core = ProxyCore(reactor, build_plan(snapshot), tls=False, authorizer=authorizer)
+    else:
+        core = ProxyCore(reactor, build_plan(snapshot or _snapshot(CONFIG)), tls=False)
     core.start()
     LEVELS.set_levels("warn", "error")  # no access log
     return reactor, core
+
+
+def _signed_in() -> tuple[MemoryReactorClock, ProxyCore, bytes]:
+    """A core with the daemon's identity layer and a session cookie for AUTH_USER."""
+    from gateway.authenticate.holder import IdentityHolder
+    from gateway.databroker.follower import ChangeFollower
+    from gateway.databroker.memory_records import MemoryRecordStore
+    from gateway.databroker.session_records import RecordSessionStore
+
+    snapshot = _snapshot(AUTH_CONFIG)
+    clock = MemoryReactorClock()
+    clock.advance(time.time())
+    records = MemoryRecordStore(time.time)
+    store = RecordSessionStore(records, ChangeFollower(None, records), complete=True)
+    holder = IdentityHolder(clock, snapshot,
+                            SimpleNamespace(sessions=store, directory=None, store=records))
+    reactor, core = _core(snapshot, holder)
+    identity = holder.identity
+    session = identity.new_session({"sub": AUTH_USER, "email": AUTH_USER}, "", "", "",
+                                    identity.clock() + 36000)
+    cookie = b"; ".join(v.split(b";")[0] for _, v in identity.session_cookie(session))
+    return reactor, core, cookie
 
 
 class _Upstream:
@@ -89,13 +134,19 @@ class _Upstream:
 Prepared = Callable[[int], Callable[[], None]]
 
 
-def http1_loop() -> Prepared:
-    """One client connection sending requests one after another."""
-    reactor, core = _core()
+def http1_loop(signed_in: bool = False) -> Prepared:
+    """One client connection sending requests one after another (with a session
+    cookie on the signed-in route when ``signed_in``)."""
+    request = REQUEST
+    if signed_in:
+        reactor, core, cookie = _signed_in()
+        request = REQUEST[:-2] + b"Cookie: " + cookie + b"\r\n\r\n"
+    else:
+        reactor, core = _core()
     client = StringTransport(peerAddress=CLIENT)
     conn = Http1Connection(core)
     conn.makeConnection(client)
-    conn.dataReceived(REQUEST)
+    conn.dataReceived(request)
     upstream = _Upstream(reactor)
     upstream.answer()
     if not client.value().startswith(b"HTTP/1.1 200"):
@@ -106,7 +157,7 @@ def http1_loop() -> Prepared:
         def run() -> None:
             feed, answer, clear = conn.dataReceived, upstream.answer, client.clear
             for _ in range(n):
-                feed(REQUEST)
+                feed(request)
                 answer()
                 clear()
             if len(reactor.tcpClients) != 1:
@@ -183,13 +234,17 @@ def measure(prepare: Prepared, requests: int, rounds: int) -> float:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--protocol", choices=("h1", "h2", "both"), default="both")
+    parser.add_argument("--protocol", choices=("h1", "h2", "auth", "both", "all"),
+                        default="both", help="auth: HTTP/1.1 on the signed-in route; "
+                        "both: h1 and h2; all: the three")
     parser.add_argument("--requests", type=int, default=5000)
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--profile", action="store_true")
     args = parser.parse_args(argv)
-    loops: dict[str, Callable[[], Prepared]] = {"h1": http1_loop, "h2": http2_loop}
-    names = ["h1", "h2"] if args.protocol == "both" else [args.protocol]
+    loops: dict[str, Callable[[], Prepared]] = {
+        "h1": http1_loop, "h2": http2_loop, "auth": lambda: http1_loop(signed_in=True)}
+    names = {"both": ["h1", "h2"], "all": ["h1", "h2", "auth"]}.get(
+        args.protocol, [args.protocol])
     for name in names:
         prepare = loops[name]()
         if args.profile:
