@@ -134,6 +134,22 @@ class _Upstream:
 Prepared = Callable[[int], Callable[[], None]]
 
 
+def _serving(reads: list[bytes], conn: Any, upstream: _Upstream, client: StringTransport,
+             reactor: MemoryReactorClock) -> Callable[[], None]:
+    """The timed loop: each read to the connection, answered upstream, output dropped."""
+
+    def run() -> None:
+        feed, answer, clear = conn.dataReceived, upstream.answer, client.clear
+        for data in reads:
+            feed(data)
+            answer()
+            clear()
+        if len(reactor.tcpClients) != 1:
+            raise RuntimeError("the upstream connection was not kept alive")
+
+    return run
+
+
 def http1_loop(signed_in: bool = False) -> Prepared:
     """One client connection sending requests one after another (with a session
     cookie on the signed-in route when ``signed_in``)."""
@@ -154,15 +170,7 @@ def http1_loop(signed_in: bool = False) -> Prepared:
     client.clear()
 
     def prepare(n: int) -> Callable[[], None]:
-        def run() -> None:
-            feed, answer, clear = conn.dataReceived, upstream.answer, client.clear
-            for _ in range(n):
-                feed(request)
-                answer()
-                clear()
-            if len(reactor.tcpClients) != 1:
-                raise RuntimeError("the upstream connection was not kept alive")
-        return run
+        return _serving([request] * n, conn, upstream, client, reactor)
 
     return prepare
 
@@ -204,17 +212,7 @@ def http2_loop() -> Prepared:
     client.clear()
 
     def prepare(n: int) -> Callable[[], None]:
-        frames = [request() for _ in range(n)]
-
-        def run() -> None:
-            feed, answer, clear = conn.dataReceived, upstream[0].answer, client.clear
-            for data in frames:
-                feed(data)
-                answer()
-                clear()
-            if len(reactor.tcpClients) != 1:
-                raise RuntimeError("the upstream connection was not kept alive")
-        return run
+        return _serving([request() for _ in range(n)], conn, upstream[0], client, reactor)
 
     return prepare
 
