@@ -55,6 +55,7 @@ from gateway.ssh.upstream import (
     UpstreamFailed,
     connect,
     host_key_algorithms,
+    trusted_blobs,
 )
 
 log = Logger(namespace="gateway.ssh")
@@ -299,14 +300,25 @@ class SshService(MultiService):
 
     def _host_key_check(self, route: Route, held: pins.Claim | None) -> HostKeyCheck:
         """The server's key against the route's keys, or its pin (``held``: read
-        before connecting, since the key exchange cannot wait for the databroker)."""
+        before connecting, since the key exchange cannot wait for the databroker); a
+        host certificate's CA against the route's CAs. A route's CAs and host keys are
+        kept apart: a CA is never accepted as a host key nor a host key as a CA."""
         ssh_route = route.ssh
         assert ssh_route is not None
         name = ssh_route.name
 
-        async def check(blob: bytes) -> bool:  # (answers at once: it awaits nothing)
+        def check(blob: bytes, as_authority: bool) -> bool:
+            if as_authority:
+                cas = [k.blob for k in ssh_route.host_keys if k.authority]
+                if blob in cas:
+                    return True
+                log.error("ssh: route {route}: the host certificate's CA {shown} is not "
+                          "one route {route} trusts ({expected}); refused", route=name,
+                          shown=fingerprint(blob),
+                          expected=", ".join(fingerprint(b) for b in cas) or "no host CA")
+                return False
             if ssh_route.host_keys:
-                trusted = [k.blob for k in ssh_route.host_keys]
+                trusted = [k.blob for k in ssh_route.host_keys if not k.authority]
             elif held is not None and held.may_pin:
                 held.may_pin = False
                 ensureDeferred(pins.pin(self.records, held, blob)).addErrback(
@@ -326,7 +338,8 @@ class SshService(MultiService):
                 return True
             log.error("ssh: route {route}: the server's host key {shown} is not the trusted "
                       "{expected}; refused", route=name, shown=fingerprint(blob),
-                      expected=", ".join(fingerprint(b) for b in trusted))
+                      expected=", ".join(fingerprint(b) for b in trusted)
+                      or "none (the route trusts host certificates only)")
             return False
         return check
 

@@ -4,9 +4,10 @@ host certificate (``host_cert``) from one of the route's host CAs, and publickey
 authentication with the certificate just issued (``certs``): Conch's client knows no
 certificates, so the ``...-cert-v01@openssh.com`` request is written here.
 
-The route's check (``HostKeyCheck``) is asked about a plain host key's blob, or, for a
-certificate that passed every other check, about the blob of the CA that signed it:
-the route's entries (``SshRoute.host_keys``) hold both its keys and its CAs.
+The route's check (``HostKeyCheck``) is asked about a plain host key's blob among the
+route's keys, or, for a certificate that passed every other check, about the blob of
+the CA that signed it among the route's CAs: the route's entries
+(``SshRoute.host_keys``) hold both, marked apart (``authority``).
 
 ``connect`` answers the authenticated ``UpstreamConnection`` or fails with
 ``UpstreamFailed`` saying what the person can be told.
@@ -15,12 +16,12 @@ the route's entries (``SshRoute.host_keys``) hold both its keys and its CAs.
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any
 
 from twisted.conch.ssh import _kex, connection, keys, service, transport
 from twisted.conch.ssh.common import NS
-from twisted.internet.defer import Deferred, ensureDeferred
+from twisted.internet.defer import Deferred, fail, succeed
 from twisted.internet.endpoints import TCP4ClientEndpoint, TCP6ClientEndpoint
 from twisted.internet.error import ConnectError
 from twisted.internet.protocol import Factory, Protocol
@@ -40,7 +41,11 @@ from gateway.twisted_ext.ssh_hostcert import CertifiedHostKeyClient
 log = Logger(namespace="gateway.ssh")
 CONNECT_TIMEOUT = 10.0
 # host key blob -> True if it is the route's (may read and write the databroker: TOFU)
-HostKeyCheck = Callable[[bytes], Awaitable[bool]]
+# (blob, as_authority) -> whether the route trusts it: a plain host key among its keys,
+# or (``as_authority``) the CA of a checked certificate among its CAs. Synchronous by
+# type: Conch's client misreads the server's next packet when the key exchange waits
+# for an answer, so whatever a check needs (a pin) is read before connecting.
+HostKeyCheck = Callable[[bytes, bool], bool]
 # Conch's client does ECDH only (not the ML-KEM hybrids the server offers), and a host
 # certificate's key exchange is handled for ECDH only (``twisted_ext.ssh_hostcert``)
 CLIENT_KEY_EXCHANGES = [k for k in algorithms.KEY_EXCHANGES if _kex.isEllipticCurve(k)]
@@ -141,30 +146,26 @@ class UpstreamTransport(CertifiedHostKeyClient):
         self.remote_error = ""
 
     def verifyHostKey(self, hostKey: bytes, fingerprint: bytes) -> Deferred[bool]:
-        async def verify() -> bool:
-            # a certificate under a plain algorithm is no key the route could know
-            if not is_certificate(hostKey) and await self.check(hostKey):
-                return True
-            self.wrong_host_key = True
-            raise UpstreamFailed("host key mismatch")
-
-        return ensureDeferred(verify())
+        # a certificate under a plain algorithm is no key the route could know
+        if not is_certificate(hostKey) and self.check(hostKey, False):
+            return succeed(True)
+        self.wrong_host_key = True
+        return fail(UpstreamFailed("host key mismatch"))
 
     def certifiedHostKey(self, hostKey: bytes) -> Deferred[keys.Key]:
-        async def verify() -> keys.Key:
-            wire: Any = self
-            try:
-                cert = check_host_certificate(hostKey, wire.keyAlg, self.host, self.now())
-                if not await self.check(cert.ca_blob):
-                    raise CertificateRefused("its CA is not one this route trusts",
-                                             cert.identity())
-                key: keys.Key = keys.Key.fromString(cert.key_blob)
-                return key
-            except CertificateRefused as refused:
-                self.certificate_refused = str(refused)
-                raise
-
-        return ensureDeferred(verify())
+        wire: Any = self
+        try:
+            cert = check_host_certificate(hostKey, wire.keyAlg, self.host, self.now())
+            if not self.check(cert.ca_blob, True):
+                raise CertificateRefused("its CA is not one this route trusts",
+                                         cert.identity())
+            key: keys.Key = keys.Key.fromString(cert.key_blob)
+        except CertificateRefused as refused:
+            self.certificate_refused = str(refused)
+            return fail(refused)
+        except Exception as unexpected:  # refuses too, not raised into Conch's dispatch
+            return fail(unexpected)
+        return succeed(key)
 
     def connectionSecure(self) -> None:
         wire: Any = self
@@ -210,12 +211,20 @@ def host_key_algorithms(pinned: tuple[HostKey, ...]) -> list[bytes]:
 
 
 def pinned_check(pinned: tuple[HostKey, ...]) -> HostKeyCheck:
-    """The route's entries as a check (tests; the service's also pins on first use)."""
-    blobs = {k.blob for k in pinned}
+    """The route's entries as a check, its keys and its CAs apart (tests; the
+    service's also pins on first use)."""
+    keys_, authorities = trusted_blobs(pinned)
 
-    async def check(blob: bytes) -> bool:
-        return blob in blobs
+    def check(blob: bytes, as_authority: bool) -> bool:
+        return blob in (authorities if as_authority else keys_)
     return check
+
+
+def trusted_blobs(entries: tuple[HostKey, ...]) -> tuple[frozenset[bytes], frozenset[bytes]]:
+    """A route's plain host keys and its host CAs, apart (as OpenSSH keeps them: a CA's
+    key is no host key, and a host key signs no certificate)."""
+    return (frozenset(k.blob for k in entries if not k.authority),
+            frozenset(k.blob for k in entries if k.authority))
 
 
 async def connect(reactor: Any, host: str, port: int, login: str, issued: Issued,

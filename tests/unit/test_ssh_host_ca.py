@@ -364,17 +364,21 @@ class KeyExchangeTests(SynchronousTestCase):
         self.asked: list[bytes] = []
 
     def exchange(self, shown: ShownKey, trusted: tuple[bytes, ...],
-                 offered: list[bytes] | None = None) -> Client:
+                 offered: list[bytes] | None = None, keys: tuple[bytes, ...] = ()
+                 ) -> Client:
+        """The gateway's client against Conch's server showing ``shown``, on a route
+        whose CAs are ``trusted`` and whose plain host keys are ``keys``."""
         server_factory = factory.SSHFactory()
         server_factory.publicKeys = {shown.algorithm: shown}  # type: ignore[dict-item]
         server_factory.privateKeys = {shown.algorithm: shown}  # type: ignore[dict-item]
         server_factory.primes = {}
         server = server_factory.buildProtocol(None)
-        check = pinned_check(tuple(HostKey("ssh-ed25519", b, True) for b in trusted))
+        check = pinned_check((*(HostKey("ssh-ed25519", b, True) for b in trusted),
+                              *(HostKey("ssh-ed25519", b, False) for b in keys)))
 
-        async def asking(blob: bytes) -> bool:
+        def asking(blob: bytes, as_authority: bool) -> bool:
             self.asked.append(blob)
-            return await check(blob)
+            return check(blob, as_authority)
 
         conn = UpstreamConnection(Deferred())
         client = Client(asking, offered or [shown.algorithm],
@@ -450,6 +454,26 @@ class KeyExchangeTests(SynchronousTestCase):
     def test_plain_keys_are_conchs(self) -> None:
         plain = blob_of(self.host_key)
         client = self.exchange(ShownKey(b"ssh-ed25519", plain, self.host_key, b"ssh-ed25519"),
-                               (plain,), [*CERTIFICATE_HOST_KEYS, b"ssh-ed25519"])
+                               (), [*CERTIFICATE_HOST_KEYS, b"ssh-ed25519"], keys=(plain,))
         self.assertTrue(client.secured)
         self.assertEqual(self.asked, [plain])
+
+    def test_a_cas_key_is_no_host_key(self) -> None:
+        """A server showing the route's CA key itself as its host key is refused, as
+        OpenSSH refuses it: a CA signs host keys, it is not one."""
+        ca = blob_of(self.ca)
+        client = self.exchange(ShownKey(b"ssh-ed25519", ca, self.ca, b"ssh-ed25519"),
+                               (ca,), [*CERTIFICATE_HOST_KEYS, b"ssh-ed25519"])
+        self.assertFalse(client.secured)
+        self.assertTrue(client.wrong_host_key)
+
+    def test_a_host_key_is_no_ca(self) -> None:
+        """A certificate signed by one of the route's plain host keys is refused: that
+        key is trusted as a server's key, not to vouch for others."""
+        signer = blob_of(self.ca)
+        blob = certificate(self.ca, self.host_key)
+        client = self.exchange(ShownKey(ED_CERT, blob, self.host_key, b"ssh-ed25519"),
+                               (), keys=(signer,))
+        self.assertFalse(client.secured)
+        self.assertIn("its CA is not one this route trusts", client.certificate_refused)
+        self.assertEqual(self.asked, [signer])
