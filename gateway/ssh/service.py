@@ -55,7 +55,6 @@ from gateway.ssh.upstream import (
     UpstreamFailed,
     connect,
     host_key_algorithms,
-    trusted_blobs,
 )
 
 log = Logger(namespace="gateway.ssh")

@@ -143,6 +143,7 @@ class UpstreamTransport(CertifiedHostKeyClient):
         self.refused = False
         self.wrong_host_key = False
         self.certificate_refused = ""
+        self.authenticating = False  # ssh-userauth requested (once: not at each rekey)
         self.remote_error = ""
 
     def verifyHostKey(self, hostKey: bytes, fingerprint: bytes) -> Deferred[bool]:
@@ -168,6 +169,11 @@ class UpstreamTransport(CertifiedHostKeyClient):
         return succeed(key)
 
     def connectionSecure(self) -> None:
+        # Conch calls this at every NEWKEYS, a rekey's too: the service is asked for
+        # once (a second request after authentication is a protocol error to a server)
+        if self.authenticating:
+            return
+        self.authenticating = True
         wire: Any = self
         wire.requestService(self.auth)
 

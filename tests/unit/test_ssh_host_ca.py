@@ -477,3 +477,20 @@ class KeyExchangeTests(SynchronousTestCase):
         self.assertFalse(client.secured)
         self.assertIn("its CA is not one this route trusts", client.certificate_refused)
         self.assertEqual(self.asked, [signer])
+
+
+class RekeyTests(SynchronousTestCase):
+    def test_authentication_is_requested_once_not_at_each_rekey(self) -> None:
+        """Conch calls ``connectionSecure`` at every NEWKEYS. The gateway's client asked
+        for ssh-userauth again at each rekey of a long scp; OpenSSH answers that with
+        UNIMPLEMENTED, but a stricter server would close the connection."""
+        conn = UpstreamConnection(Deferred())
+        client = UpstreamTransport(pinned_check(()), [b"ssh-ed25519"],
+                                   CertificateAuth("root", None, conn),  # type: ignore[arg-type]
+                                   Deferred(), HOST)
+        sent: list[tuple[int, bytes]] = []
+        client.sendPacket = lambda kind, payload: sent.append((kind, payload))  # type: ignore[method-assign]
+        for _ in range(3):
+            client.connectionSecure()
+        self.assertEqual([kind for kind, _ in sent], [5])  # MSG_SERVICE_REQUEST
+        self.assertEqual(sent[0][1], NS(b"ssh-userauth"))
