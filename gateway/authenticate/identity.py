@@ -28,6 +28,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import math
+import os
 import secrets
 import time
 from collections.abc import Callable
@@ -38,6 +39,7 @@ from urllib.parse import urlencode, urlsplit
 from twisted.internet.defer import Deferred, ensureDeferred
 from twisted.logger import Logger
 
+from gateway.authenticate import refresh_lease
 from gateway.authenticate.oidc import Provider
 from gateway.authenticate.targets import SIGN_IN, STATE_TTL
 from gateway.authorize import answers
@@ -159,6 +161,18 @@ class Identity:
 
     async def _do_refresh(self, session: Session) -> Session | None:
         assert self.provider is not None
+        if self.store.needs_fetch:  # a store shared with other processes
+            try:
+                mine = await refresh_lease.claim(self.store, session)
+            except Exception as exc:  # the store is down: refresh here, as alone
+                log.warn("token refresh lease for {email} not taken: {error}",
+                         email=session.email, error=str(exc))
+                mine = True
+            if not mine:
+                log.debug("another process refreshes the tokens of {email}: waiting",
+                          email=session.email)
+                return await refresh_lease.wait_for_refresh(self.store, session,
+                                                            self.reactor)
         try:
             tokens = await self.provider.refresh(session.refresh_token)
         except Exception as exc:  # refused, unreachable or timed out: all end the session
@@ -175,7 +189,8 @@ class Identity:
             claims=flatten_claims(claims) if claims else session.claims,
             groups=groups if claims else session.groups)
         self.store.put(updated)
-        log.info("refreshed the tokens of {email}", email=session.email)
+        log.info("refreshed the tokens of {email} (process {pid})", email=session.email,
+                 pid=os.getpid())
         return updated
 
     def error(self, status: int, message: str, headers: list[tuple[bytes, bytes]],
