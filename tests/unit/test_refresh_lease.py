@@ -9,10 +9,14 @@ from twisted.internet.defer import Deferred, ensureDeferred
 from twisted.internet.task import Clock
 
 from gateway.authenticate import refresh_lease
+from gateway.authenticate.identity import Identity
+from gateway.authenticate.oidc import Tokens
+from gateway.authorize.assertion import AssertionSigner
 from gateway.databroker.follower import ChangeFollower
 from gateway.databroker.memory_records import MemoryRecordStore
 from gateway.databroker.session_records import RecordSessionStore
 from gateway.sessions.model import Session
+from tests.unit import test_identity
 
 
 def two_processes() -> tuple[Clock, RecordSessionStore, RecordSessionStore]:
@@ -92,3 +96,57 @@ def test_waiter_goes_on_with_its_session_when_the_wait_is_over() -> None:
     clock.pump([refresh_lease.POLL_SECONDS] * 10)
     assert result_of(waiting) == s
     assert not clock.getDelayedCalls()
+
+
+class CountingProvider:
+    """The provider's token endpoint as the two processes meet it: refreshes counted,
+    each answered when the test says."""
+
+    def __init__(self) -> None:
+        self.refreshes: list[tuple[str, Deferred[Tokens]]] = []
+
+    def refresh(self, refresh_token: str) -> Deferred[Tokens]:
+        d: Deferred[Tokens] = Deferred()
+        self.refreshes.append((refresh_token, d))
+        return d
+
+
+def identity_over(store: RecordSessionStore, clock: Clock,
+                  provider: CountingProvider) -> Identity:
+    snap = test_identity.snapshot()
+    identity = Identity(clock, snap, store, AssertionSigner(None, "ES256", "auth.example",
+                                                            clock=clock.seconds),
+                        clock.seconds)
+    identity.provider = provider  # type: ignore[assignment]
+    return identity
+
+
+def test_two_processes_refresh_a_session_once() -> None:
+    clock, a, b = two_processes()
+    provider = CountingProvider()
+    first, second = identity_over(a, clock, provider), identity_over(b, clock, provider)
+    s = session()
+    a.put(s)
+    in_a = ensureDeferred(first.refresh(s))
+    in_b = ensureDeferred(second.refresh(s))
+    again_in_b = ensureDeferred(second.refresh(s))  # shared in process too
+    assert [token for token, _ in provider.refreshes] == ["rt-1"]
+    provider.refreshes[0][1].callback(Tokens("at-2", "", "rt-2", 3600.0, {}))
+    clock.advance(refresh_lease.POLL_SECONDS)
+    fresh = result_of(in_a)
+    assert isinstance(fresh, Session) and fresh.refresh_token == "rt-2"
+    assert result_of(in_b) == fresh and result_of(again_in_b) == fresh
+    assert len(provider.refreshes) == 1
+
+
+def test_one_process_store_takes_no_lease() -> None:
+    clock = Clock()
+    records = MemoryRecordStore(clock.seconds)
+    store = RecordSessionStore(records, ChangeFollower(clock, records), complete=True)
+    provider = CountingProvider()
+    s = session()
+    store.put(s)
+    refreshed = ensureDeferred(identity_over(store, clock, provider).refresh(s))
+    provider.refreshes[0][1].callback(Tokens("at-2", "", "rt-2", 3600.0, {}))
+    assert isinstance(result_of(refreshed), Session)
+    assert records._leases == {}
