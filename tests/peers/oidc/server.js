@@ -107,7 +107,18 @@ function accountClaims(id) {
     },
   };
 
+  // ROTATE_REFRESH_TOKENS=1: every refresh rotates the refresh token, so a used one given
+  // again is refused (invalid_grant) and its grant revoked (reuse detection); each
+  // refresh granted is logged as a "REFRESH GRANTED" line, for tests to count.
+  const ROTATE_REFRESH_TOKENS = process.env.ROTATE_REFRESH_TOKENS === '1';
+  if (ROTATE_REFRESH_TOKENS) configuration.rotateRefreshToken = () => true;
+
   const oidc = new Provider(ISSUER, configuration);
+  if (ROTATE_REFRESH_TOKENS) {
+    oidc.on('grant.success', (ctx) => {
+      if (ctx.oidc.params.grant_type === 'refresh_token') console.error('REFRESH GRANTED');
+    });
+  }
   oidc.on('server_error', (ctx, err) => console.error('server_error', err));
   oidc.on('authorization.error', (ctx, err) => console.error('authorization.error', err.message, err.error_description || ''));
   oidc.on('grant.error', (ctx, err) => console.error('grant.error', err.message, err.error_description || ''));
