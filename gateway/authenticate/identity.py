@@ -189,8 +189,8 @@ class Identity:
             claims=flatten_claims(claims) if claims else session.claims,
             groups=groups if claims else session.groups)
         self.store.put(updated)
-        log.info("refreshed the tokens of {email} (process {pid})", email=session.email,
-                 pid=os.getpid())
+        log.info("refreshed the tokens of {email}", email=session.email,
+                 pid=os.getpid())  # (a field: which process refreshed, among workers)
         return updated
 
     def error(self, status: int, message: str, headers: list[tuple[bytes, bytes]],
