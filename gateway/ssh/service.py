@@ -55,6 +55,7 @@ from gateway.ssh.upstream import (
     UpstreamFailed,
     connect,
     host_key_algorithms,
+    trusted_blobs,
 )
 
 log = Logger(namespace="gateway.ssh")
@@ -305,10 +306,10 @@ class SshService(MultiService):
         ssh_route = route.ssh
         assert ssh_route is not None
         name = ssh_route.name
+        plain, cas = trusted_blobs(ssh_route.host_keys)
 
         def check(blob: bytes, as_authority: bool) -> bool:
             if as_authority:
-                cas = [k.blob for k in ssh_route.host_keys if k.authority]
                 if blob in cas:
                     return True
                 log.error("ssh: route {route}: the host certificate's CA {shown} is not "
@@ -316,8 +317,9 @@ class SshService(MultiService):
                           shown=fingerprint(blob),
                           expected=", ".join(fingerprint(b) for b in cas) or "no host CA")
                 return False
+            trusted: tuple[bytes, ...]
             if ssh_route.host_keys:
-                trusted = [k.blob for k in ssh_route.host_keys if not k.authority]
+                trusted = plain
             elif held is not None and held.may_pin:
                 held.may_pin = False
                 ensureDeferred(pins.pin(self.records, held, blob)).addErrback(
@@ -327,7 +329,7 @@ class SshService(MultiService):
                          "(trust on first use)", route=name, shown=fingerprint(blob))
                 return True
             elif held is not None and held.pinned is not None:
-                trusted = [held.pinned]
+                trusted = (held.pinned,)
             else:
                 log.error("ssh: route {route}: another connection is pinning the server's "
                           "host key (trust on first use) and its pin did not appear; "

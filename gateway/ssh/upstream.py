@@ -226,11 +226,11 @@ def pinned_check(pinned: tuple[HostKey, ...]) -> HostKeyCheck:
     return check
 
 
-def trusted_blobs(entries: tuple[HostKey, ...]) -> tuple[frozenset[bytes], frozenset[bytes]]:
+def trusted_blobs(entries: tuple[HostKey, ...]) -> tuple[tuple[bytes, ...], tuple[bytes, ...]]:
     """A route's plain host keys and its host CAs, apart (as OpenSSH keeps them: a CA's
-    key is no host key, and a host key signs no certificate)."""
-    return (frozenset(k.blob for k in entries if not k.authority),
-            frozenset(k.blob for k in entries if k.authority))
+    key is no host key, and a host key signs no certificate), in the route's order."""
+    return (tuple(k.blob for k in entries if not k.authority),
+            tuple(k.blob for k in entries if k.authority))
 
 
 async def connect(reactor: Any, host: str, port: int, login: str, issued: Issued,
