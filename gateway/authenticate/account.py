@@ -59,21 +59,19 @@ def _signed_in(ident: Identity, request: RequestInfo, page: Page, stranger: str
                ) -> Decision | Deferred[Decision]:
     """``page`` for the request's session; without one, the sign-in redirect (browsers)
     or 401 saying ``stranger``."""
-    session, sid, _ = ident.lookup(request)
-    if session is None and sid and ident.store.needs_fetch:
+    found = ident.lookup(request)
+    sid = ident.unread_session(found)
+    if sid is not None:
         return ensureDeferred(_fetched(ident, request, sid, page, stranger))
-    return _answer(ident, request, session, page, stranger)
+    return _answer(ident, request, found.session, page, stranger)
 
 
 async def _fetched(ident: Identity, request: RequestInfo, sid: str, page: Page,
                    stranger: str) -> Decision:
     try:
-        session = await ident.store.fetch(sid)
-    except Exception:  # storage down: the same answer as a route's
-        return ident.error(503, "Sessions cannot be read right now; try again shortly.",
-                            request.headers, "session-storage-unavailable")
-    if session is not None and not session.valid(ident.clock()):
-        session = None
+        session = await ident.fetch_session(sid)
+    except Exception as exc:  # storage down: the same answer as a route's
+        return ident.storage_unavailable(request, exc)
     return _answer(ident, request, session, page, stranger)
 
 

@@ -117,34 +117,37 @@ class Endpoints:
                                request.headers, "bad-sign-in-link")
         uri = str(payload["uri"])
         client = str(payload.get("programmatic", ""))
-        existing = ident.session_for(request)
+        found = ident.lookup(request)
+        existing = found.session
         # "sign in as someone else": the provider is asked for a fresh login, and the
         # session this browser had ends once the new one exists (in the callback)
-        switch = bool(payload.get("switch"))
-        if existing is not None and not switch:
-            if ident.store.needs_fetch:
-                # this process's copy may be stale (a sign-out through another process
-                # an instant ago): confirm it before handing it to the route
-                return ensureDeferred(self._confirmed_start(request, existing, uri, client))
+        if payload.get("switch"):
+            return self._to_provider(request, uri, client, found.sid or "", True)
+        if existing is not None and ident.store.needs_fetch:
+            # this process's copy may be stale (a sign-out through another process an
+            # instant ago): confirm it before handing it to the route
+            return ensureDeferred(self._confirmed_start(request, existing.id, uri, client))
+        sid = ident.unread_session(found)
+        if sid is not None:  # signed in through another process an instant ago
+            return ensureDeferred(self._confirmed_start(request, sid, uri, client))
+        if existing is not None:
             return self._to_client(existing, client) if client else self._to_route(existing, uri)
-        return self._to_provider(request, uri, client, existing if switch else None, switch)
+        return self._to_provider(request, uri, client, "", False)
 
-    async def _confirmed_start(self, request: RequestInfo, existing: Session, uri: str,
+    async def _confirmed_start(self, request: RequestInfo, sid: str, uri: str,
                                client: str) -> Decision:
         ident = self.identity
         try:
-            current = await ident.store.fetch(existing.id)
+            current = await ident.fetch_session(sid)
         except Exception as exc:  # storage down or unreadable: never a guess
-            log.error("session storage unavailable: {error}", error=str(exc))
-            return self._error(503, "Sessions cannot be read right now; try again shortly.",
-                               request.headers, "session-storage-unavailable")
-        if current is not None and current.valid(ident.clock()):
+            return ident.storage_unavailable(request, exc)
+        if current is not None:
             return self._to_client(current, client) if client else self._to_route(current, uri)
-        started = self._to_provider(request, uri, client, None, False)
+        started = self._to_provider(request, uri, client, "", False)
         return await started if isinstance(started, Deferred) else started
 
     def _to_provider(self, request: RequestInfo, uri: str, client: str,
-                     replace: Session | None, fresh_login: bool
+                     replace: str, fresh_login: bool
                      ) -> Decision | Deferred[Decision]:
         """Send the browser to the identity provider (``fresh_login``: "sign in as
         someone else", ``replace``: the session that ends once the new one exists)."""
@@ -158,7 +161,7 @@ class Endpoints:
         nonce = secrets.token_urlsafe(24)
         state = ident.shared.seal("state", {
             "uri": uri, "nonce": nonce, "verifier": verifier,
-            "programmatic": client, "replace": replace.id if replace is not None else "",
+            "programmatic": client, "replace": replace,
             "csrf": hashlib.sha256(csrf.encode()).hexdigest()}, now + STATE_TTL)
         cookie = set_cookie_headers(CSRF_COOKIE, csrf, max_age=int(STATE_TTL), domain="",
                                     secure=ident.options.cookie_secure, http_only=True)
@@ -317,9 +320,7 @@ class Endpoints:
             if session is None:
                 session = await store.fetch(sid)
         except Exception as exc:  # storage down or unreadable: no cookie without it
-            log.error("session storage unavailable: {error}", error=str(exc))
-            return self._error(503, "Sessions cannot be read right now; try again shortly.",
-                               request.headers, "session-storage-unavailable")
+            return self.identity.storage_unavailable(request, exc)
         return self._handoff_to(request, session, uri)
 
     def _handoff_to(self, request: RequestInfo, session: Session | None, uri: str
@@ -331,8 +332,24 @@ class Endpoints:
         return answers.redirect(uri, ident.session_cookie(session))
 
     def _sign_out(self, request: RequestInfo, body: bytes) -> Decision | Deferred[Decision]:
+        found = self.identity.lookup(request)
+        sid = self.identity.unread_session(found)
+        if sid is not None:  # signed in through another process an instant ago
+            return ensureDeferred(self._fetched_sign_out(request, body, sid))
+        return self._sign_out_of(request, body, found.session)
+
+    async def _fetched_sign_out(self, request: RequestInfo, body: bytes, sid: str
+                                ) -> Decision:
+        try:
+            session = await self.identity.fetch_session(sid)
+        except Exception as exc:
+            return self.identity.storage_unavailable(request, exc)
+        result = self._sign_out_of(request, body, session)
+        return await result if isinstance(result, Deferred) else result
+
+    def _sign_out_of(self, request: RequestInfo, body: bytes, session: Session | None
+                     ) -> Decision | Deferred[Decision]:
         ident = self.identity
-        session = ident.session_for(request)
         given = query_params(request) | (form_params(body) if request.method == b"POST" else {})
         token = given.get("csrf", "")
         if session is None or not hmac.compare_digest(

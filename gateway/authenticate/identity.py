@@ -134,6 +134,27 @@ class Identity:
         (the account pages)."""
         return self.sessions.find_in(request.headers)
 
+    def unread_session(self, found: Found) -> str | None:
+        """The session id ``found`` names when this process has no copy of that session
+        and the store is shared with other processes: one made through another process
+        an instant ago (a browser's next request need not reach the same worker) is read
+        with ``fetch_session`` before the request is answered as one without a session."""
+        if found.session is None and found.sid and self.store.needs_fetch:
+            return found.sid
+        return None
+
+    async def fetch_session(self, sid: str) -> Session | None:
+        """The session ``sid`` as the shared store holds it, while valid. Raises what the
+        store raises (answered with ``storage_unavailable``)."""
+        session = await self.store.fetch(sid)
+        return session if session is not None and session.valid(self.clock()) else None
+
+    def storage_unavailable(self, request: RequestInfo, exc: Exception) -> Deny:
+        """The answer when the session store cannot be read: never a guess."""
+        log.error("session storage unavailable: {error}", error=str(exc))
+        return self.error(503, "Sessions cannot be read right now; try again shortly.",
+                          request.headers, "session-storage-unavailable")
+
     def csrf_token(self, session: Session) -> str:
         return hmac.new(self.csrf_key, session.id.encode(), hashlib.sha256).hexdigest()
 

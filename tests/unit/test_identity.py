@@ -17,7 +17,7 @@ from urllib.parse import parse_qs, urlencode, urlsplit
 import jwt
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
-from twisted.internet.defer import Deferred
+from twisted.internet.defer import Deferred, ensureDeferred
 from twisted.trial.unittest import SynchronousTestCase
 
 from gateway.authenticate.endpoints import Endpoints
@@ -40,6 +40,7 @@ from gateway.databroker.follower import ChangeFollower
 from gateway.databroker.memory_records import MemoryRecordStore
 from gateway.databroker.records import SESSION
 from gateway.databroker.session_records import RecordSessionStore
+from gateway.databroker.ssh_records import read_sign_in, start_sign_in
 from gateway.sessions.cookie import MAX_CHUNKS
 from gateway.sessions.model import Session
 
@@ -511,6 +512,85 @@ class SharedStoreSignInTests(IdentityCase):
         self.assertEqual(decision.status, 503)
         self.assertIsNone(header(decision, b"location"))
 
+
+    def worker(self) -> Endpoints:
+        """Another process sharing the store, with no copies of its own yet."""
+        store = RecordSessionStore(self.records, ChangeFollower(
+            SimpleNamespace(seconds=self.clock), self.records), complete=False)
+        identity = Identity(None, self.snapshot, store, self.signer, self.clock)
+        identity.provider = None
+        return Endpoints(identity, records=self.records)
+
+    def made_elsewhere(self) -> Session:
+        """A session signed in through another process sharing the store: in the store,
+        not yet in this process's copies (its change stream has not delivered it)."""
+        alice = self.worker().identity.new_session(dict(ALICE), "idtoken", "access", "",
+                                                   NOW + 3600)
+        self.assertIsNotNone(self.successResultOf(self.records.get(SESSION, alice.id)))
+        self.assertIsNone(self.store.get(alice.id))
+        return alice
+
+    def answer(self, endpoints: Endpoints, path: str, alice: Session, method: bytes = b"GET",
+               body: bytes = b"") -> Any:
+        decision = endpoints.internal(request(path, "", host=AUTH, method=method,
+                                              headers=[BROWSER, self.cookie(alice)]), body)
+        return self.successResultOf(decision) if isinstance(decision, Deferred) else decision
+
+    def test_sign_in_made_elsewhere_is_handed_off(self) -> None:
+        """The sign-in start reads a session this process has not heard of yet instead of
+        sending the browser to the provider for another one (here: none, 503)."""
+        decision = self.start(self.made_elsewhere())
+        self.assertTrue(location(decision).startswith(f"https://{APP}{HANDOFF}?"))
+
+    def test_ssh_sign_in_confirmed_with_a_session_made_elsewhere(self) -> None:
+        """Regression (test_ssh_workers, once in a full run): with ``workers: 2`` the
+        confirmation POST of an SSH sign-in reached the worker that had not read the
+        new session yet, which answered it with a sign-in redirect, so the key was
+        never bound. Both the page and its POST read the session from the store."""
+        endpoints = Endpoints(self.identity, records=self.records)
+        pending = self.successResultOf(ensureDeferred(start_sign_in(
+            self.records, "SHA256:abc", "127.0.0.1:5000", "db", "root", self.clock())))
+        alice = self.made_elsewhere()
+        path = f"/.gateway/ssh/{pending.ticket}"
+        page = self.answer(endpoints, path, alice)
+        self.assertEqual(page.status, 200)
+        self.assertIn(b"Allow this SSH connection?", page.body)
+        done = self.answer(self.worker(), path, alice, b"POST",  # yet another worker
+                           urlencode({"csrf": self.identity.csrf_token(alice)}).encode())
+        self.assertEqual(done.status, 200)
+        self.assertIn(b"SSH connection allowed", done.body)
+        bound = self.successResultOf(ensureDeferred(read_sign_in(
+            self.records, pending.ticket, self.clock())))
+        assert bound is not None
+        self.assertEqual(bound.session_id, alice.id)
+
+    def test_sign_out_of_a_session_made_elsewhere(self) -> None:
+        """A sign-out right after a sign-in through another process ends that session
+        (it was answered "CSRF token invalid" by a process without a copy)."""
+        alice = self.made_elsewhere()
+        done = self.answer(self.endpoints, SIGN_OUT, alice, b"POST",
+                           urlencode({"csrf": self.identity.csrf_token(alice)}).encode())
+        self.assertEqual(done.status, 302)
+        self.assertIsNone(self.successResultOf(self.records.get(SESSION, alice.id)))
+
+    def test_ended_session_made_elsewhere_signs_in_again(self) -> None:
+        alice = self.made_elsewhere()
+        self.successResultOf(self.records.delete(SESSION, alice.id))
+        endpoints = Endpoints(self.identity, records=self.records)
+        decision = self.answer(endpoints, "/.gateway/ssh/ticket", alice)
+        self.assertEqual(decision.status, 302)
+        self.assertIn(SIGN_IN, location(decision))
+
+    def test_session_storage_down_is_503_not_a_sign_in(self) -> None:
+        alice = self.made_elsewhere()
+
+        def down(type: str, id: str) -> Deferred[None]:
+            raise ConnectionError("redis down")
+        self.records.get = down  # type: ignore[method-assign,assignment]
+        endpoints = Endpoints(self.identity, records=self.records)
+        for path, method in (("/.gateway/ssh/ticket", b"GET"), (SIGN_OUT, b"POST")):
+            decision = self.answer(endpoints, path, alice, method)
+            self.assertEqual(decision.status, 503, path)
 
     def test_sign_out_answers_once_the_store_has_it(self) -> None:
         """A sign-out answers only once the shared store holds the deletion: a browser
