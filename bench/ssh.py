@@ -31,7 +31,7 @@ sys.path.insert(0, str(REPO))
 
 from tests.support.daemon import gateway_daemon  # noqa: E402
 from tests.support.peers import oidc_provider  # noqa: E402
-from tests.support.processes import free_port, wait_until  # noqa: E402
+from tests.support.processes import cpu_seconds, free_port, wait_until  # noqa: E402
 from tests.support.ssh_native import (  # noqa: E402
     cert_sshd,
     gateway_keys,
@@ -41,11 +41,6 @@ from tests.support.ssh_native import (  # noqa: E402
 from tests.support.tcp_client import callback_uri, signing_in_config  # noqa: E402
 
 CIPHER = ("Ciphers=aes128-ctr", "MACs=hmac-sha2-256")
-
-
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def timed(argv: list[str]) -> float:
@@ -81,9 +76,7 @@ def main() -> None:
                      "ssh_upstream_host_keys": [sshd.host_public],
                      "allow_any_authenticated_user": True}
             config = {**signing_in_config(op, port, [route]), "log_level": "warn",
-                      "ssh_address": f"127.0.0.1:{ssh_port}",
-                      "ssh_host_key_files": [str(keys.host_key)],
-                      "ssh_user_ca_key_file": str(keys.user_ca)}
+                      **keys.settings(ssh_port)}
             with gateway_daemon(tmp, config, port=port) as gateway:
                 wait_until(lambda: port_open(ssh_port), 10, what="ssh listener")
                 proc, _, _ = sign_in_ssh(ssh_argv(keys.client_key, ssh_port,

@@ -33,7 +33,7 @@ sys.path.insert(0, str(REPO))
 
 from tests.support.daemon import gateway_daemon  # noqa: E402
 from tests.support.peers import oidc_provider  # noqa: E402
-from tests.support.processes import free_port, port_open, wait_until  # noqa: E402
+from tests.support.processes import cpu_seconds, free_port, port_open, wait_until  # noqa: E402
 from tests.support.ssh_native import (  # noqa: E402
     PtyProcess,
     cert_sshd,
@@ -44,11 +44,6 @@ from tests.support.ssh_native import (  # noqa: E402
 from tests.support.tcp_client import callback_uri, signing_in_config  # noqa: E402
 
 CIPHER = ("Ciphers=aes128-ctr", "MACs=hmac-sha2-256", "BatchMode=yes", "LogLevel=ERROR")
-
-
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 class Prober:
@@ -116,9 +111,7 @@ def main() -> None:
                         "allow_any_authenticated_user": True, **extra}
             config = {**signing_in_config(op, port, [route("recorded"),
                                                      route("plain", ssh_recording=False)]),
-                      "log_level": "warn", "ssh_address": f"127.0.0.1:{ssh_port}",
-                      "ssh_host_key_files": [str(keys.host_key)],
-                      "ssh_user_ca_key_file": str(keys.user_ca),
+                      "log_level": "warn", **keys.settings(ssh_port),
                       "ssh_recording_dir": str(tmp / "recordings")}
             with gateway_daemon(tmp, config, port=port) as gateway:
                 wait_until(lambda: port_open("127.0.0.1", ssh_port), 10, what="listener")

@@ -17,7 +17,7 @@ import pytest
 from tests.support.abuse import until_closed
 from tests.support.daemon import Daemon, gateway_daemon
 from tests.support.peers import echo_upstream
-from tests.support.processes import free_port, wait_until
+from tests.support.processes import cpu_seconds, free_port, wait_until
 from tests.support.rawhttp import RawClient
 
 pytestmark = pytest.mark.integration
@@ -87,11 +87,6 @@ def test_cap_refuses_then_clears(tmp_path: Path) -> None:
         (cleared,) = limit_events(gw, "cleared")
         assert int(cleared["refused"]) >= 15  # (and any refused while held() replaced)
         assert served(gw)
-
-
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def test_emfile_neither_crashes_nor_spins(tmp_path: Path) -> None:

@@ -35,9 +35,7 @@ def test_bindings_and_sign_out_shared_through_redis(tmp_path: Path) -> None:
             base = kv_gateway_config(op, f"kvstore://127.0.0.1:{redis.port}/0", pa,
                                      "http://127.0.0.1:1")
             return {**base, "policy": [*base["policy"], route],  # type: ignore[list-item]
-                    "ssh_address": f"127.0.0.1:{ssh_port}",
-                    "ssh_host_key_files": [str(keys.host_key)],
-                    "ssh_user_ca_key_file": str(keys.user_ca)}
+                    **keys.settings(ssh_port)}
 
         with gateway_daemon(a_dir, config(pa, sa), port=pa) as a, \
                 gateway_daemon(b_dir, config(pb, sb), port=pb) as b:

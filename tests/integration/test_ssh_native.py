@@ -105,9 +105,7 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
     with cert_sshd(tmp, keys.ca_public) as sshd, \
             oidc_provider(tmp, [callback_uri(port)]) as op:
         config = {**signing_in_config(op, port, routes(sshd, db_policy(sshd))),
-                  "ssh_address": f"127.0.0.1:{ssh_port}",
-                  "ssh_host_key_files": [str(keys.host_key)],
-                  "ssh_user_ca_key_file": str(keys.user_ca),
+                  **keys.settings(ssh_port),
                   "ssh_recording_dir": str(tmp / "recordings"),
                   "metrics_address": f"127.0.0.1:{metrics_port}",
                   "audit_log_file": str(tmp / "audit.jsonl")}

@@ -40,9 +40,7 @@ def test_recording_failures_best_effort_and_required(tmp_path: Path) -> None:
         routes = [route("db"), route("strict", ssh_recording_required=True),
                   route("unrecorded", ssh_recording_required=True, ssh_recording=False)]
         config = {**signing_in_config(op, port, routes),
-                  "ssh_address": f"127.0.0.1:{ssh_port}",
-                  "ssh_host_key_files": [str(keys.host_key)],
-                  "ssh_user_ca_key_file": str(keys.user_ca),
+                  **keys.settings(ssh_port),
                   "ssh_recording_dir": str(good)}
         with gateway_daemon(tmp_path, config, port=port) as gateway:
             wait_until(lambda: gateway.logged("ssh: listening"), 10, what="ssh listener")

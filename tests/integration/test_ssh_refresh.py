@@ -72,9 +72,7 @@ def env(tmp_path: Path) -> Iterator[Env]:
                  "ssh_upstream_host_keys": [sshd.host_public],
                  "allow_any_authenticated_user": True}
         config = {**signing_in_config(op, port, [route]),
-                  "ssh_address": f"127.0.0.1:{ssh_port}",
-                  "ssh_host_key_files": [str(keys.host_key)],
-                  "ssh_user_ca_key_file": str(keys.user_ca)}
+                  **keys.settings(ssh_port)}
         with gateway_daemon(tmp_path, config, port=port) as gateway:
             wait_until(lambda: gateway.logged("ssh: listening"), 10, what="ssh listener")
             yield Env(tmp_path, keys, sshd, op, gateway, ssh_port)

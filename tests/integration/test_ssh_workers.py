@@ -73,9 +73,7 @@ def env(tmp_path: Path, require_binary: Any) -> Iterator[Env]:
                  "ssh_upstream_host_key_tofu": True, "allowed_users": [ALICE]}
         config = {**base, "policy": [*base["policy"], route], "workers": 2,
                   "signing_key": signing_key(), "insecure_server": True,
-                  "address": f"127.0.0.1:{port}", "ssh_address": f"127.0.0.1:{ssh_port}",
-                  "ssh_host_key_files": [str(keys.host_key)],
-                  "ssh_user_ca_key_file": str(keys.user_ca)}
+                  "address": f"127.0.0.1:{port}", **keys.settings(ssh_port)}
         with gateway_daemon(tmp_path, config, port=port) as gateway:
             wait_until(lambda: {e.get("worker") for e in gateway.log_events()
                                 if str(e.get("message", "")).startswith("ssh: listening")}

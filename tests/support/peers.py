@@ -93,7 +93,7 @@ def _address_in_use(proc: ManagedProcess) -> bool:
     return any(marker in text for marker in _ADDR_IN_USE_MARKERS)
 
 
-def _start_on_free_port(
+def start_on_free_port(
     make: Callable[[int], ManagedProcess],
     ready: Callable[[ManagedProcess, int], None],
     host: str,
@@ -346,7 +346,7 @@ def redis_server(
     def ready(proc: ManagedProcess, port: int) -> None:
         proc.wait_ready(lambda: _redis_pings(host, port, password), timeout)
 
-    proc, port = _start_on_free_port(make, ready, host)
+    proc, port = start_on_free_port(make, ready, host)
     auth = f":{urllib.parse.quote(password, safe='')}@" if password is not None else ""
     try:
         yield Redis(
@@ -443,7 +443,7 @@ def oidc_provider(
             lambda: proc.find_log_line("READY ") == expected and http_ok(discovery), timeout
         )
 
-    proc, port = _start_on_free_port(make, ready, host)
+    proc, port = start_on_free_port(make, ready, host)
     try:
         yield OIDCProvider(
             issuer=issuer_for(port),

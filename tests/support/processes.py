@@ -173,6 +173,12 @@ def http_ok(url: str, timeout: float = 2.0) -> bool:
         return False
 
 
+def cpu_seconds(pid: int) -> float:
+    """CPU time (user + system) process ``pid`` has used so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def pid_alive(pid: int) -> bool:
     """True if a process with ``pid`` exists and is not a zombie."""
     try:

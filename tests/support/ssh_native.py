@@ -21,10 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from .peers import MissingBinary, find_binary
-from .processes import ManagedProcess, ProcessError, free_port, port_open
-from .sshd import INSTALL_HINT
-
-PORT_ATTEMPTS = 3
+from .processes import ManagedProcess
+from .sshd import INSTALL_HINT, start_sshd
 
 
 def keygen(path: Path, comment: str, kind: str = "ed25519") -> Path:
@@ -45,6 +43,12 @@ class GatewayKeys:
     @property
     def ca_public(self) -> str:
         return Path(str(self.user_ca) + ".pub").read_text().strip()
+
+    def settings(self, ssh_port: int) -> dict[str, Any]:
+        """The gateway's SSH settings with these keys, listening on ``ssh_port``."""
+        return {"ssh_address": f"127.0.0.1:{ssh_port}",
+                "ssh_host_key_files": [str(self.host_key)],
+                "ssh_user_ca_key_file": str(self.user_ca)}
 
 
 def gateway_keys(tmp_path: Path) -> GatewayKeys:
@@ -107,19 +111,7 @@ def cert_sshd(tmp_path: Path, ca_public: str, *, timeout: float = 15.0,
     if os.geteuid() == 0:
         Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)
     host_public = " ".join((run / "host_ed25519.pub").read_text().split()[:2])
-    for attempt in range(1, PORT_ATTEMPTS + 1):
-        port = free_port()
-        process = ManagedProcess([sshd, "-D", "-e", "-f", str(run / "sshd_config"),
-                                  "-p", str(port)], log_dir=run, name=f"sshd-{port}")
-        process.start()
-        try:
-            process.wait_ready(lambda port=port: port_open("127.0.0.1", port), timeout)
-        except ProcessError:
-            process.stop()
-            if attempt < PORT_ATTEMPTS and "Address already in use" in process.log_text():
-                continue
-            raise
-        break
+    port, process = start_sshd(sshd, run, timeout)
     try:
         yield CertSshd(port, user, host_public, process)
     finally:

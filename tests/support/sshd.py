@@ -22,13 +22,12 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from .peers import MissingBinary, find_binary
-from .processes import ManagedProcess, ProcessError, free_port, port_open
+from .peers import MissingBinary, find_binary, start_on_free_port
+from .processes import ManagedProcess, port_open
 
 __all__ = ["INSTALL_HINT", "Sshd", "sshd"]
 
 INSTALL_HINT = "apt-get install -y openssh-server openssh-client"
-PORT_ATTEMPTS = 3
 
 
 @dataclass(frozen=True)
@@ -80,6 +79,18 @@ def _keygen(keygen: str, path: Path, comment: str) -> None:
                    check=True, capture_output=True, timeout=30)
 
 
+def start_sshd(binary: str, run: Path, timeout: float) -> tuple[int, ManagedProcess]:
+    """``binary`` (an absolute path: sshd re-executes itself) with ``run/sshd_config`` on
+    a free 127.0.0.1 port, its log in ``run``."""
+    process, port = start_on_free_port(
+        lambda port: ManagedProcess([binary, "-D", "-e", "-f", str(run / "sshd_config"),
+                                     "-p", str(port)], log_dir=run, name=f"sshd-{port}"),
+        lambda process, port: process.wait_ready(lambda: port_open("127.0.0.1", port),
+                                                 timeout),
+        "127.0.0.1")
+    return port, process
+
+
 @contextlib.contextmanager
 def sshd(tmp_path: Path, *, timeout: float = 15.0) -> Iterator[Sshd]:
     binaries = {}
@@ -97,19 +108,7 @@ def sshd(tmp_path: Path, *, timeout: float = 15.0) -> Iterator[Sshd]:
     (run / "sshd_config").write_text(_config(run, user))
     if os.geteuid() == 0:
         Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)
-    for attempt in range(1, PORT_ATTEMPTS + 1):
-        port = free_port()
-        process = ManagedProcess([binaries["sshd"], "-D", "-e", "-f", str(run / "sshd_config"),
-                                  "-p", str(port)], log_dir=run, name=f"sshd-{port}")
-        process.start()
-        try:
-            process.wait_ready(lambda port=port: port_open("127.0.0.1", port), timeout)
-        except ProcessError:
-            process.stop()
-            if attempt < PORT_ATTEMPTS and "Address already in use" in process.log_text():
-                continue
-            raise
-        break
+    port, process = start_sshd(binaries["sshd"], run, timeout)
     try:
         yield Sshd(port=port, user=user, client_key=run / "client_ed25519", process=process,
                    ssh=binaries["ssh"])
