@@ -34,11 +34,12 @@ CA_KEY_TYPES = ("ssh-ed25519", "ecdsa-sha2-nistp256", "ecdsa-sha2-nistp384",
                 "ecdsa-sha2-nistp521", "ssh-rsa")
 
 SSH_ROUTE_FIELDS: dict[str, str] = {
-    "ssh_upstream_host_keys": "The server's host keys: known_hosts lines or `TYPE BASE64` "
+    "ssh_upstream_host_keys": "The server's host keys: known_hosts lines or `TYPE BASE64`; "
+                              "`@revoked HOSTS TYPE BASE64` lines refuse a key "
                               "(ssh:// routes).",
     "ssh_upstream_host_ca": "CAs whose host certificates the server may show instead: "
-                            "`TYPE BASE64` or `@cert-authority HOSTS TYPE BASE64` lines "
-                            "(ssh:// routes).",
+                            "`TYPE BASE64` or `@cert-authority HOSTS TYPE BASE64` lines, "
+                            "and `@revoked` lines (ssh:// routes).",
     "ssh_upstream_host_ca_file": "File form of ssh_upstream_host_ca (a .pub file or "
                                  "known_hosts lines).",
     "ssh_upstream_host_key_tofu": "Trust the server's first host key and pin it in the "
@@ -80,6 +81,9 @@ class SshRoute:
     host: str
     port: int
     host_keys: tuple[HostKey, ...] = ()  # the server's keys and host CAs (``authority``)
+    # ``@revoked`` key blobs: never a host key, a certified key or a CA (kept apart from
+    # ``host_keys``, whose being empty is what turns trust on first use on)
+    revoked: frozenset[bytes] = frozenset()
     trust_on_first_use: bool = False
     allow_port_forwarding: bool = False
     certificate_ttl: float = DEFAULT_CERTIFICATE_TTL
@@ -107,6 +111,21 @@ def parse_host_key_line(line: str) -> HostKey:
     else:
         raise ValueError(f"expected a known_hosts line or `TYPE BASE64`, got {line[:80]!r}")
     return HostKey(kind, _key_blob(kind, data))
+
+
+def parse_revoked_line(line: str, host: str, port: int) -> bytes | None:
+    """A known_hosts ``@revoked HOSTS TYPE BASE64 [comment]`` line: the key's blob, or
+    None when HOSTS do not name ``host`` (on ``port``); ValueError naming what is
+    wrong. Any key type: a revoked key is refused whatever it is."""
+    parts = line.split()
+    if len(parts) < 4 or parts[0] != "@revoked":
+        raise ValueError(f"expected `@revoked HOSTS TYPE BASE64`, got {line[:80]!r}")
+    patterns, kind, data = parts[1], parts[2], parts[3]
+    if kind not in HOST_KEY_TYPES and kind not in CA_KEY_TYPES:
+        raise ValueError(f"{kind[:40]!r} is not a key type the gateway knows (one of "
+                         f"{', '.join(dict.fromkeys(HOST_KEY_TYPES + CA_KEY_TYPES))})")
+    blob = _key_blob(kind, data)
+    return blob if hosts_match(patterns, host, port) else None
 
 
 def parse_host_ca_line(line: str, host: str, port: int) -> HostKey | None:
@@ -223,9 +242,12 @@ def parse_ssh_route(item: Mapping[str, Any], base: str, name: str,
                 problems.error(f"{base}.to", f"{target}: must be ssh://HOST[:PORT] only")
             host, port = (parts.hostname or ""), parts.port or 22
     keys: list[HostKey] = []
+    revoked = Revoked(host, port)
     for index, line in _setting_lines(item, f"{base}.ssh_upstream_host_keys", problems):
         try:
-            if line.startswith("@cert-authority"):
+            if line.startswith("@revoked"):
+                revoked.add(line, f"{base}.ssh_upstream_host_keys[{index}]", inline=True)
+            elif line.startswith("@cert-authority"):
                 authority = parse_host_ca_line(line, host, port)
                 if authority is None:
                     raise ValueError(f"its hosts are not {_known_hosts_name(host, port)} "
@@ -235,8 +257,9 @@ def parse_ssh_route(item: Mapping[str, Any], base: str, name: str,
                 keys.append(parse_host_key_line(line))
         except ValueError as exc:
             problems.error(f"{base}.ssh_upstream_host_keys[{index}]", str(exc))
-    authorities = _host_cas(item, base, host, port, reader, problems)
+    authorities = _host_cas(item, base, host, port, reader, problems, revoked)
     keys += [a for a in authorities if a not in keys]
+    revoked.check_against(keys, problems)
     values: dict[str, Any] = {}
     for key, field_name in (("ssh_upstream_host_key_tofu", "trust_on_first_use"),
                             ("ssh_allow_port_forwarding", "allow_port_forwarding"),
@@ -269,7 +292,36 @@ def parse_ssh_route(item: Mapping[str, Any], base: str, name: str,
                        "a first key would never be pinned; set one of the two")
     if len(problems.errors) > before:
         return None
-    return SshRoute(name=name, host=host, port=port, host_keys=tuple(keys), **values)
+    return SshRoute(name=name, host=host, port=port, host_keys=tuple(keys),
+                    revoked=frozenset(revoked.paths), **values)
+
+
+class Revoked:
+    """A route's ``@revoked`` lines as they are read, each blob with the key path of its
+    first line (for a key that is also trusted: a config that says both is refused)."""
+
+    def __init__(self, host: str, port: int) -> None:
+        self.host, self.port = host, port
+        self.paths: dict[bytes, str] = {}
+
+    def add(self, line: str, where: str, inline: bool) -> None:
+        """Raises ValueError; ``inline`` (a route's own setting, not a shared file):
+        a line for another host is an error, not skipped."""
+        blob = parse_revoked_line(line, self.host, self.port)
+        if blob is None:
+            if inline:
+                raise ValueError(f"its hosts are not {_known_hosts_name(self.host, self.port)}"
+                                 " (the route's to:)")
+            return
+        self.paths.setdefault(blob, where)
+
+    def check_against(self, keys: list[HostKey], problems: Problems) -> None:
+        for key in keys:
+            where = self.paths.get(key.blob)
+            if where is not None:
+                kind = "host CA" if key.authority else "host key"
+                problems.error(where, f"revokes {key.fingerprint()}, which this route also "
+                                      f"trusts as a {kind}: remove one of the two")
 
 
 def _setting_lines(item: Mapping[str, Any], where: str, problems: Problems
@@ -291,7 +343,7 @@ def _setting_lines(item: Mapping[str, Any], where: str, problems: Problems
 
 
 def _host_cas(item: Mapping[str, Any], base: str, host: str, port: int,
-              reader: Reader | None, problems: Problems) -> list[HostKey]:
+              reader: Reader | None, problems: Problems, revoked: Revoked) -> list[HostKey]:
     """``ssh_upstream_host_ca`` (each line must be for this route's server) or
     ``ssh_upstream_host_ca_file`` (shared like known_hosts: lines for other hosts are
     skipped, but one must be for this server)."""
@@ -299,6 +351,9 @@ def _host_cas(item: Mapping[str, Any], base: str, host: str, port: int,
     where = f"{base}.ssh_upstream_host_ca"
     for index, line in _setting_lines(item, where, problems):
         try:
+            if line.startswith("@revoked"):
+                revoked.add(line, f"{where}[{index}]", inline=True)
+                continue
             authority = parse_host_ca_line(line, host, port)
         except ValueError as exc:
             problems.error(f"{where}[{index}]", str(exc))
@@ -329,6 +384,9 @@ def _host_cas(item: Mapping[str, Any], base: str, host: str, port: int,
         if not line.strip() or line.lstrip().startswith("#"):
             continue
         try:
+            if line.lstrip().startswith("@revoked"):
+                revoked.add(line.strip(), f"{where} ({location} line {number})", inline=False)
+                continue
             authority = parse_host_ca_line(line, host, port)
         except ValueError as exc:
             problems.error(where, f"{location} line {number}: {exc}")

@@ -228,7 +228,8 @@ class SshService(MultiService):
         try:
             upstream = await connect(self.reactor, ssh_route.host, ssh_route.port,
                                      target.login, issued, self._host_key_check(route, held),
-                                     host_key_algorithms(ssh_route.host_keys))
+                                     host_key_algorithms(ssh_route.host_keys),
+                                     revoked=ssh_route.revoked, route=ssh_route.name)
         except UpstreamFailed as failed:
             if held is not None and held.may_pin:  # (never met a key)
                 ensureDeferred(pins.give_up(self.records, held))

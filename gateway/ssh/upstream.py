@@ -133,8 +133,11 @@ class UpstreamTransport(CertifiedHostKeyClient):
 
     def __init__(self, check: HostKeyCheck, host_key_algorithms: list[bytes],
                  auth: CertificateAuth, ready: Deferred[UpstreamConnection],
-                 host: str = "", now: Callable[[], float] = time.time) -> None:
+                 host: str = "", now: Callable[[], float] = time.time,
+                 revoked: frozenset[bytes] = frozenset(), route: str = "") -> None:
         self.check = check
+        self.revoked = revoked  # the route's @revoked keys: refused in every role
+        self.route = route  # (for the log)
         self.supportedPublicKeys = host_key_algorithms
         self.auth = auth
         self.ready = ready
@@ -143,10 +146,24 @@ class UpstreamTransport(CertifiedHostKeyClient):
         self.refused = False
         self.wrong_host_key = False
         self.certificate_refused = ""
+        self.revoked_shown = ""  # "the server's host key SHA256:..." when one was revoked
         self.authenticating = False  # ssh-userauth requested (once: not at each rekey)
         self.remote_error = ""
 
+    def _revoked(self, blob: bytes, what: str) -> bool:
+        """Whether ``blob`` is revoked (logged, and told to the person as ``what`` and
+        its fingerprint). Asked before the route's check: a revoked key is never
+        pinned on first use, and a pin revoked later is refused."""
+        if blob not in self.revoked:
+            return False
+        self.revoked_shown = f"{what} {fingerprint(blob)}"
+        log.error("ssh: route {route}: {shown} is revoked (@revoked); refused",
+                  route=self.route, shown=self.revoked_shown)
+        return True
+
     def verifyHostKey(self, hostKey: bytes, fingerprint: bytes) -> Deferred[bool]:
+        if self._revoked(hostKey, "the server's host key"):
+            return fail(UpstreamFailed("host key revoked"))
         # a certificate under a plain algorithm is no key the route could know
         if not is_certificate(hostKey) and self.check(hostKey, False):
             return succeed(True)
@@ -157,6 +174,9 @@ class UpstreamTransport(CertifiedHostKeyClient):
         wire: Any = self
         try:
             cert = check_host_certificate(hostKey, wire.keyAlg, self.host, self.now())
+            if self._revoked(cert.key_blob, "the key of the server's host certificate") \
+                    or self._revoked(cert.ca_blob, "the CA of the server's host certificate"):
+                raise CertificateRefused("revoked")
             if not self.check(cert.ca_blob, True):
                 raise CertificateRefused("its CA is not one this route trusts",
                                          cert.identity())
@@ -185,7 +205,9 @@ class UpstreamTransport(CertifiedHostKeyClient):
         base: Any = super()
         base.connectionLost(reason)
         if not self.ready.called:
-            if self.certificate_refused:
+            if self.revoked_shown:
+                why = f"{self.revoked_shown} is revoked"
+            elif self.certificate_refused:
                 why = f"the server's host certificate is refused: {self.certificate_refused}"
             elif self.wrong_host_key:
                 why = "the server's host key is not the one this route trusts"
@@ -235,11 +257,15 @@ def trusted_blobs(entries: tuple[HostKey, ...]) -> tuple[tuple[bytes, ...], tupl
 
 async def connect(reactor: Any, host: str, port: int, login: str, issued: Issued,
                   check: HostKeyCheck, host_key_algs: list[bytes],
-                  timeout: float = CONNECT_TIMEOUT) -> UpstreamConnection:
+                  timeout: float = CONNECT_TIMEOUT, revoked: frozenset[bytes] = frozenset(),
+                  route: str = "") -> UpstreamConnection:
+    """``revoked``: keys refused as the host key, a certificate's key or its CA;
+    ``route``: the route's name, for the log."""
     ready: Deferred[UpstreamConnection] = Deferred()
     conn = UpstreamConnection(ready)
     auth = CertificateAuth(login, issued, conn)
-    proto = UpstreamTransport(check, host_key_algs, auth, ready, host, reactor.seconds)
+    proto = UpstreamTransport(check, host_key_algs, auth, ready, host, reactor.seconds,
+                              revoked, route)
     endpoint = (TCP6ClientEndpoint(reactor, host, port, timeout=timeout) if ":" in host
                 else TCP4ClientEndpoint(reactor, host, port, timeout=timeout))
     try:

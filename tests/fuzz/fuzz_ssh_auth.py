@@ -7,7 +7,8 @@ selector's low bit picks the message (USERAUTH_REQUEST or INFO_RESPONSE); its se
 wraps the body as a well-formed request (user name, ``ssh-connection``, a method chosen
 by the next byte, the rest as the method's data), so both malformed framing and
 plausible requests are reached. The whole input is also parsed as a user name, as a
-host key line, as a host CA line (``parse_host_ca_line``, ``hosts_match``) and as a
+host key line, as a host CA line (``parse_host_ca_line``, ``hosts_match``), as an
+``@revoked`` line (``parse_revoked_line``) and as a
 server's host certificate (``gateway.ssh.host_cert``; the corpus holds real ones).
 
 Contract:
@@ -19,6 +20,7 @@ Contract:
 - ``parse_user`` gives a Target of a valid route name or raises ``BadUserName``;
   ``parse_host_key_line`` gives a key of the type it names or raises ValueError;
   ``parse_host_ca_line`` gives a CA of a CA key type, None or ValueError;
+  ``parse_revoked_line`` gives a key blob, None or ValueError;
 - ``check_host_certificate`` raises only CertificateRefused, and a certificate it
   accepts names the host and is valid at the time asked.
 """
@@ -36,6 +38,7 @@ with instrumented("gateway.ssh", "gateway.config.ssh"):
         hosts_match,
         parse_host_ca_line,
         parse_host_key_line,
+        parse_revoked_line,
     )
     from gateway.ssh import limits
     from gateway.ssh.auth import GatewayUserAuth
@@ -106,6 +109,12 @@ def TestOneInput(data: bytes) -> None:
     else:
         assert authority is None or (authority.authority and
                                      authority.type in CA_KEY_TYPES), describe(data)
+    try:
+        revoked = parse_revoked_line(text, HOST, 22)
+    except ValueError:
+        pass
+    else:
+        assert revoked is None or revoked[4:4 + 3] in (b"ssh", b"ecd"), describe(data)
 
 
 def host_certificate(data: bytes) -> None:

@@ -22,11 +22,18 @@ from twisted.conch.ssh import factory, keys
 from twisted.conch.ssh.common import NS
 from twisted.internet.defer import Deferred
 from twisted.internet.testing import StringTransport
+from twisted.logger import LogEvent, LogLevel, formatEvent, globalLogPublisher
 from twisted.trial.unittest import SynchronousTestCase
 
 from gateway.config.errors import ConfigErrors
 from gateway.config.snapshot import Snapshot, load_snapshot
-from gateway.config.ssh import HostKey, hosts_match, parse_host_ca_line
+from gateway.config.ssh import (
+    HostKey,
+    fingerprint,
+    hosts_match,
+    parse_host_ca_line,
+    parse_revoked_line,
+)
 from gateway.ssh import algorithms
 from gateway.ssh.host_cert import (
     NOT_YET_VALID_SKEW,
@@ -39,6 +46,7 @@ from gateway.ssh.upstream import (
     CLIENT_KEY_EXCHANGES,
     CertificateAuth,
     UpstreamConnection,
+    UpstreamFailed,
     UpstreamTransport,
     host_key_algorithms,
     pinned_check,
@@ -261,7 +269,8 @@ class HostCaSettingTests(SynchronousTestCase):
         self.assertIn("hosts are not [db.example.test]:2200 (the route's to:)",
                       problems[f"{where}[2]"])
         self.assertIn("not valid base64", problems[f"{where}[3]"])
-        self.assertIn("@revoked lines are not supported", problems[f"{where}[4]"])
+        self.assertIn(f"revokes {fingerprint(base64.b64decode(self.ca.split()[1]))}, which "
+                      "this route also trusts as a host CA", problems[f"{where}[4]"])
         self.assertIn("not a ssh-ed25519 key", problems[f"{where}[5]"])
         self.assertIn("not both", problems[f"{where}_file"])
         self.assertIn("hosts are not", problems["policy[0].ssh_upstream_host_keys[0]"])
@@ -273,6 +282,52 @@ class HostCaSettingTests(SynchronousTestCase):
         self.assertIn("only applies to an ssh:// route", self.problems(
             **{"from": "https://app.example.com", "to": "http://127.0.0.1:1",
                "ssh_upstream_host_ca": self.ca})["policy[0].ssh_upstream_host_ca"])
+
+    def revoked(self, **route: Any) -> frozenset[bytes]:
+        ssh_route = self.load(**route).ssh_routes[0].ssh
+        assert ssh_route is not None
+        return ssh_route.revoked
+
+    def test_revoked_lines(self) -> None:
+        """``@revoked HOSTS TYPE BASE64`` in either setting or a shared file: kept apart
+        from the trusted entries (a route with a CA and a revoked host key still has its
+        CA, and one with trust on first use keeps it)."""
+        stolen = ed25519.Ed25519PrivateKey.generate()
+        line = public_line(stolen)
+        blob = blob_of(stolen)
+        self.assertEqual(self.revoked(ssh_upstream_host_ca=[
+            self.ca, f"@revoked [db.example.test]:2200 {line} stolen laptop"]), {blob})
+        self.assertEqual(self.revoked(ssh_upstream_host_key_tofu=True,
+                                      ssh_upstream_host_keys=f"@revoked * {line}"), {blob})
+        self.assertEqual(self.entries(ssh_upstream_host_key_tofu=True,
+                                      ssh_upstream_host_keys=f"@revoked * {line}"), ())
+        rsa_line = public_line(rsa_key())
+        (self.dir / "known_hosts").write_text(
+            f"@cert-authority * {self.ca}\n@revoked *.other.test {line}\n"
+            f"@revoked [db.example.test]:2200 {rsa_line}\n")
+        self.assertEqual(self.revoked(ssh_upstream_host_ca_file="known_hosts"),
+                         {blob_of(rsa_key())})  # the other host's line is skipped
+        self.assertEqual(parse_revoked_line(f"@revoked other {line}", "db", 22), None)
+
+    def test_revoked_problems(self) -> None:
+        stolen = public_line(ed25519.Ed25519PrivateKey.generate())
+        (self.dir / "known_hosts").write_text(f"@cert-authority * {self.ca}\n"
+                                              f"@revoked * {self.ca}\n")
+        problems = self.problems(
+            ssh_upstream_host_keys=[f"@revoked *.other.test {stolen}", "@revoked * x",
+                                    f"@revoked * ssh-dss {stolen.split()[1]}",
+                                    "[db.example.test]:2200 " + stolen,
+                                    f"@revoked [db*]:2200 {stolen}"],
+            ssh_upstream_host_ca_file="known_hosts")
+        where = "policy[0].ssh_upstream_host_keys"
+        self.assertIn("hosts are not [db.example.test]:2200", problems[f"{where}[0]"])
+        self.assertIn("expected `@revoked HOSTS TYPE BASE64`", problems[f"{where}[1]"])
+        self.assertIn("'ssh-dss' is not a key type", problems[f"{where}[2]"])
+        self.assertIn("which this route also trusts as a host key", problems[f"{where}[4]"])
+        self.assertIn("which this route also trusts as a host CA", problems[
+            "policy[0].ssh_upstream_host_ca_file (known_hosts line 2)"])
+        self.assertIn("needs the server's host keys", self.problems(
+            ssh_upstream_host_keys=f"@revoked * {stolen}")[where])
 
     def test_hosts_patterns(self) -> None:
         """known_hosts' host field as OpenSSH reads it: ``[host]:port`` off port 22,
@@ -362,12 +417,16 @@ class KeyExchangeTests(SynchronousTestCase):
         self.ca = ed25519.Ed25519PrivateKey.generate()
         self.host_key = ed25519.Ed25519PrivateKey.generate()
         self.asked: list[bytes] = []
+        self.events: list[LogEvent] = []
+        globalLogPublisher.addObserver(self.events.append)
+        self.addCleanup(globalLogPublisher.removeObserver, self.events.append)
 
     def exchange(self, shown: ShownKey, trusted: tuple[bytes, ...],
-                 offered: list[bytes] | None = None, keys: tuple[bytes, ...] = ()
-                 ) -> Client:
+                 offered: list[bytes] | None = None, keys: tuple[bytes, ...] = (),
+                 revoked: frozenset[bytes] = frozenset()) -> Client:
         """The gateway's client against Conch's server showing ``shown``, on a route
-        whose CAs are ``trusted`` and whose plain host keys are ``keys``."""
+        whose CAs are ``trusted``, whose plain host keys are ``keys`` and whose
+        ``@revoked`` keys are ``revoked``."""
         server_factory = factory.SSHFactory()
         server_factory.publicKeys = {shown.algorithm: shown}  # type: ignore[dict-item]
         server_factory.privateKeys = {shown.algorithm: shown}  # type: ignore[dict-item]
@@ -383,7 +442,7 @@ class KeyExchangeTests(SynchronousTestCase):
         conn = UpstreamConnection(Deferred())
         client = Client(asking, offered or [shown.algorithm],
                         CertificateAuth("root", None, conn),  # type: ignore[arg-type]
-                        Deferred(), HOST, lambda: NOW)
+                        Deferred(), HOST, lambda: NOW, revoked, "db")
         wires = (StringTransport(), StringTransport())
         client.makeConnection(wires[0])
         server.makeConnection(wires[1])
@@ -477,6 +536,50 @@ class KeyExchangeTests(SynchronousTestCase):
         self.assertFalse(client.secured)
         self.assertIn("its CA is not one this route trusts", client.certificate_refused)
         self.assertEqual(self.asked, [signer])
+
+
+    def test_a_revoked_host_key_is_refused_before_the_route_is_asked(self) -> None:
+        """Even when the route lists it: the check is not asked, so trust on first use
+        never pins a revoked key, and a pin revoked later is refused."""
+        plain = blob_of(self.host_key)
+        client = self.exchange(ShownKey(b"ssh-ed25519", plain, self.host_key, b"ssh-ed25519"),
+                               (), [b"ssh-ed25519"], keys=(plain,), revoked=frozenset({plain}))
+        self.assertFalse(client.secured)
+        self.assertEqual(self.asked, [])
+        self.assertEqual(client.revoked_shown, "the server's host key " + fingerprint(plain))
+        (event,) = [e for e in self.events if e.get("log_level") == LogLevel.error
+                    and e.get("log_namespace") == "gateway.ssh"]
+        self.assertEqual(formatEvent(event), f"ssh: route db: the server's host key "
+                                             f"{fingerprint(plain)} is revoked (@revoked); "
+                                             "refused")
+
+    def test_a_certificate_whose_key_or_ca_is_revoked_is_refused(self) -> None:
+        blob = certificate(self.ca, self.host_key)
+        for revoked, what in ((blob_of(self.host_key), "the key of"),
+                              (blob_of(self.ca), "the CA of")):
+            self.asked.clear()
+            client = self.exchange(ShownKey(ED_CERT, blob, self.host_key, b"ssh-ed25519"),
+                                   (blob_of(self.ca),), revoked=frozenset({revoked}))
+            self.assertEqual((client.secured, client.disconnected), (False, b"bad host key"))
+            self.assertEqual(client.revoked_shown,
+                             f"{what} the server's host certificate {fingerprint(revoked)}")
+            self.assertEqual(self.asked, [])
+        # another revoked key changes nothing
+        client = self.exchange(ShownKey(ED_CERT, blob, self.host_key, b"ssh-ed25519"),
+                               (blob_of(self.ca),),
+                               revoked=frozenset({blob_of(rsa_key())}))
+        self.assertTrue(client.secured)
+
+    def test_the_person_is_told_which_key_is_revoked(self) -> None:
+        ready: Deferred[UpstreamConnection] = Deferred()
+        client = UpstreamTransport(pinned_check(()), [b"ssh-ed25519"],
+                                   CertificateAuth("root", None,  # type: ignore[arg-type]
+                                                   UpstreamConnection(Deferred())),
+                                   ready, HOST)
+        client.revoked_shown = "the server's host key SHA256:abc"
+        client.connectionLost(None)
+        failure = self.failureResultOf(ready, UpstreamFailed)
+        self.assertEqual(str(failure.value), "the server's host key SHA256:abc is revoked")
 
 
 class RekeyTests(SynchronousTestCase):
