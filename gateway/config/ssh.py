@@ -298,7 +298,8 @@ def parse_ssh_route(item: Mapping[str, Any], base: str, name: str,
 
 class Revoked:
     """A route's ``@revoked`` lines as they are read, each blob with the key path of its
-    first line (for a key that is also trusted: a config that says both is refused)."""
+    first line (for a key that is also trusted: revocation wins, as in OpenSSH, with a
+    warning; refusing the config would keep the running one, which trusts the key)."""
 
     def __init__(self, host: str, port: int) -> None:
         self.host, self.port = host, port
@@ -320,8 +321,8 @@ class Revoked:
             where = self.paths.get(key.blob)
             if where is not None:
                 kind = "host CA" if key.authority else "host key"
-                problems.error(where, f"revokes {key.fingerprint()}, which this route also "
-                                      f"trusts as a {kind}: remove one of the two")
+                problems.warn(where, f"revokes {key.fingerprint()}, which this route also "
+                                     f"trusts as a {kind}: it is refused")
 
 
 def _setting_lines(item: Mapping[str, Any], where: str, problems: Problems

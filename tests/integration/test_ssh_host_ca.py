@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from tests.support.daemon import Daemon, gateway_daemon
 from tests.support.peers import find_binary, oidc_provider
@@ -141,6 +142,10 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
                                            "db.example.test", "-V", "-5m:+1h")),
         "nocert": ("ed25519", None, ()),
         "rekey": ("ecdsa", host_ca, ("-I", "rekeying host", "-z", "47", *VALID)),
+        # @revoked: the certificate's key, its CA, a plain key trusted on first use
+        "revokedkey": ("ed25519", host_ca, ("-I", "stolen host", "-z", "48", *VALID)),
+        "revokedca": ("ed25519", host_ca, ("-I", "fleet host", "-z", "49", *VALID)),
+        "revokedplain": ("ed25519", None, ()),
     }
     port, ssh_port = free_port(), free_port()
     with contextlib.ExitStack() as stack:
@@ -155,8 +160,21 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
         for name, server in servers.items():
             route: dict[str, Any] = {"from": f"ssh://{name}",
                                      "to": f"ssh://127.0.0.1:{server.port}", "policy": allow}
+            host_public = " ".join((tmp / name / "host_ed25519.pub").read_text().split()[:2]) \
+                if name.startswith("revoked") else ""
             if name == "ecdsa":
                 route["ssh_upstream_host_ca_file"] = str(cas / "known_hosts")
+            elif name == "revokedkey":
+                route["ssh_upstream_host_ca"] = [host_ca_pub]
+                route["ssh_upstream_host_keys"] = [f"@revoked * {host_public} stolen"]
+            elif name == "revokedca":  # the fleet's file revokes a CA it still names
+                (cas / "fleet_known_hosts").write_text(
+                    f"@cert-authority * {host_ca_pub}\n@revoked * {host_ca_pub}\n")
+                route["ssh_upstream_host_ca_file"] = str(cas / "fleet_known_hosts")
+            elif name == "revokedplain":
+                route["ssh_upstream_host_key_tofu"] = True
+                route["ssh_upstream_host_keys"] = [
+                    f"@revoked [127.0.0.1]:{server.port} {host_public}"]
             elif name == "rsa":  # a key that is not the server's beside the CA
                 route["ssh_upstream_host_keys"] = [WRONG_KEY]
                 route["ssh_upstream_host_ca"] = f"{host_ca_pub}\n{rsa_ca_pub}"
@@ -240,3 +258,52 @@ def test_a_server_without_a_certificate_is_refused(env: Env) -> None:
         lambda e: e.get("route") == "nocert" and "is not the trusted" in
         e.get("message", ""), what="the host key log line")
     assert event["shown"].startswith("SHA256:"), event
+
+
+@pytest.mark.parametrize(("route", "what"), [
+    ("revokedkey", "the key of the server's host certificate"),
+    ("revokedca", "the CA of the server's host certificate"),
+    ("revokedplain", "the server's host key"),
+])
+def test_a_revoked_key_is_refused(env: Env, route: str, what: str) -> None:
+    """``@revoked``: a certificate whose key or CA is revoked, or a plain key the route
+    would otherwise pin on first use, is refused before anything authenticates to the
+    server; the person is told which key, the log line names the route and the key."""
+    done = env.ssh(route, "true")
+    assert done.returncode == 255, done.stderr.decode()
+    assert f"route {route}: {what} SHA256:".encode() in done.stderr, done.stderr
+    assert b" is revoked" in done.stderr, done.stderr
+    log = env.servers[route].log()
+    assert "Connection from 127.0.0.1" in log, log
+    for word in ("Accepted", "Failed publickey", "userauth", "Postponed"):
+        assert word not in log, log
+    event = env.gateway.wait_for_event(
+        lambda e: e.get("route") == route and "is revoked (@revoked)" in
+        str(e.get("message", "")), what="the revocation's log line")
+    assert event["shown"].startswith(f"{what} SHA256:"), event
+    if route == "revokedplain":  # never pinned
+        assert not env.gateway.logged("route revokedplain: pinned"), "pinned"
+
+
+def test_a_revoked_line_removed_by_a_reload_lets_the_server_in(env: Env) -> None:
+    """The same route, its @revoked line taken out by a config reload: trust on first
+    use pins the key and the command runs (runs after the refusal above: module
+    order)."""
+    written = yaml.safe_load(env.gateway.config_path.read_text())
+    env.gateway.write_config({**written, "policy": [
+        {k: v for k, v in route.items() if k != "ssh_upstream_host_keys"}
+        if route["from"] == "ssh://revokedplain" else route
+        for route in written["policy"]]})
+    tries: list[bytes] = []
+
+    def admitted() -> bool:
+        done = env.ssh("revokedplain", "true")
+        tries.append(done.stderr)
+        return done.returncode == 0
+    try:
+        wait_until(admitted, 15, what="the reloaded route")
+    except TimeoutError:
+        raise AssertionError((tries[-3:], env.gateway.process.log_text()[-3000:])) from None
+    done = env.ssh("revokedplain", "echo in")
+    assert (done.returncode, done.stdout) == (0, b"in\n"), done.stderr
+    assert env.gateway.logged("route revokedplain: pinned the server's host key")

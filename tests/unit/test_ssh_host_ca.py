@@ -260,7 +260,7 @@ class HostCaSettingTests(SynchronousTestCase):
         problems = self.problems(
             ssh_upstream_host_ca=[self.ca, "ssh-dss AAAAB3NzaC1kc3MAAACBAP",
                                   f"@cert-authority *.other.test {self.ca}",
-                                  "ssh-ed25519 AAAA!!", "@revoked * " + self.ca,
+                                  "ssh-ed25519 AAAA!!", "@revoked * ssh-ed25519",
                                   "ssh-ed25519 " + self.rsa_ca.split()[1]],
             ssh_upstream_host_ca_file="x", ssh_upstream_host_key_tofu=True,
             ssh_upstream_host_keys=[f"@cert-authority nope {self.ca}"])
@@ -269,8 +269,7 @@ class HostCaSettingTests(SynchronousTestCase):
         self.assertIn("hosts are not [db.example.test]:2200 (the route's to:)",
                       problems[f"{where}[2]"])
         self.assertIn("not valid base64", problems[f"{where}[3]"])
-        self.assertIn(f"revokes {fingerprint(base64.b64decode(self.ca.split()[1]))}, which "
-                      "this route also trusts as a host CA", problems[f"{where}[4]"])
+        self.assertIn("expected `@revoked HOSTS TYPE BASE64`", problems[f"{where}[4]"])
         self.assertIn("not a ssh-ed25519 key", problems[f"{where}[5]"])
         self.assertIn("not both", problems[f"{where}_file"])
         self.assertIn("hosts are not", problems["policy[0].ssh_upstream_host_keys[0]"])
@@ -311,23 +310,36 @@ class HostCaSettingTests(SynchronousTestCase):
 
     def test_revoked_problems(self) -> None:
         stolen = public_line(ed25519.Ed25519PrivateKey.generate())
-        (self.dir / "known_hosts").write_text(f"@cert-authority * {self.ca}\n"
-                                              f"@revoked * {self.ca}\n")
         problems = self.problems(
             ssh_upstream_host_keys=[f"@revoked *.other.test {stolen}", "@revoked * x",
-                                    f"@revoked * ssh-dss {stolen.split()[1]}",
-                                    "[db.example.test]:2200 " + stolen,
-                                    f"@revoked [db*]:2200 {stolen}"],
-            ssh_upstream_host_ca_file="known_hosts")
+                                    f"@revoked * ssh-dss {stolen.split()[1]}"])
         where = "policy[0].ssh_upstream_host_keys"
         self.assertIn("hosts are not [db.example.test]:2200", problems[f"{where}[0]"])
         self.assertIn("expected `@revoked HOSTS TYPE BASE64`", problems[f"{where}[1]"])
         self.assertIn("'ssh-dss' is not a key type", problems[f"{where}[2]"])
-        self.assertIn("which this route also trusts as a host key", problems[f"{where}[4]"])
-        self.assertIn("which this route also trusts as a host CA", problems[
-            "policy[0].ssh_upstream_host_ca_file (known_hosts line 2)"])
         self.assertIn("needs the server's host keys", self.problems(
             ssh_upstream_host_keys=f"@revoked * {stolen}")[where])
+
+    def test_revoking_a_trusted_key_wins_with_a_warning(self) -> None:
+        """A fleet's shared known_hosts file gains an @revoked line for a CA its
+        @cert-authority lines still name: the reload takes it (refusing the config
+        would keep the running one, which trusts the CA), the key is refused, and the
+        warning names the line."""
+        stolen = public_line(ed25519.Ed25519PrivateKey.generate())
+        (self.dir / "known_hosts").write_text(f"@cert-authority * {self.ca}\n"
+                                              f"@revoked * {self.ca}\n")
+        snapshot = self.load(ssh_upstream_host_ca_file="known_hosts",
+                             ssh_upstream_host_keys=["[db.example.test]:2200 " + stolen,
+                                                     f"@revoked [db*]:2200 {stolen}"])
+        ssh_route = snapshot.ssh_routes[0].ssh
+        assert ssh_route is not None
+        self.assertEqual(ssh_route.revoked, {base64.b64decode(self.ca.split()[1]),
+                                             base64.b64decode(stolen.split()[1])})
+        warnings = {w.path: w.message for w in snapshot.warnings}
+        self.assertIn("which this route also trusts as a host key: it is refused",
+                      warnings["policy[0].ssh_upstream_host_keys[1]"])
+        self.assertIn("which this route also trusts as a host CA", warnings[
+            "policy[0].ssh_upstream_host_ca_file (known_hosts line 2)"])
 
     def test_hosts_patterns(self) -> None:
         """known_hosts' host field as OpenSSH reads it: ``[host]:port`` off port 22,
