@@ -12,7 +12,7 @@ import binascii
 import hashlib
 import hmac
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from cryptography.exceptions import UnsupportedAlgorithm
@@ -21,6 +21,7 @@ from cryptography.hazmat.primitives.asymmetric import ec, ed25519
 
 from gateway.config.errors import Problems
 from gateway.config.material import Reader
+from gateway.config.ssh_krl import Krl, is_krl, parse_key_list, parse_krl
 from gateway.config.values import parse_bool, parse_duration, parse_list, split_url
 
 DEFAULT_CERTIFICATE_TTL = 300.0
@@ -42,6 +43,9 @@ SSH_ROUTE_FIELDS: dict[str, str] = {
                             "and `@revoked` lines (ssh:// routes).",
     "ssh_upstream_host_ca_file": "File form of ssh_upstream_host_ca (a .pub file or "
                                  "known_hosts lines).",
+    "ssh_upstream_revoked_keys_file": "Revoked host keys and host certificates: an OpenSSH "
+                                      "KRL (ssh-keygen -k) or public keys, one a line, "
+                                      "as OpenSSH's RevokedHostKeys (ssh:// routes).",
     "ssh_upstream_host_key_tofu": "Trust the server's first host key and pin it in the "
                                   "databroker (ssh:// routes; off by default).",
     "ssh_allow_port_forwarding": "Allow local port forwarding (ssh -L) through this route "
@@ -81,15 +85,33 @@ class SshRoute:
     host: str
     port: int
     host_keys: tuple[HostKey, ...] = ()  # the server's keys and host CAs (``authority``)
-    # ``@revoked`` key blobs: never a host key, a certified key or a CA (kept apart from
-    # ``host_keys``, whose being empty is what turns trust on first use on)
-    revoked: frozenset[bytes] = frozenset()
+    # ``@revoked`` lines and ``ssh_upstream_revoked_keys_file``: kept apart from
+    # ``host_keys``, whose being empty is what turns trust on first use on
+    revoked: Revocations = field(default_factory=lambda: Revocations())
     trust_on_first_use: bool = False
     allow_port_forwarding: bool = False
     certificate_ttl: float = DEFAULT_CERTIFICATE_TTL
     recording: bool | None = None  # None: on when ssh_recording_dir is set
     record_input: bool = False
     recording_required: bool = False  # fail closed: no recording, no session
+
+
+@dataclass(frozen=True, slots=True)
+class Revocations:
+    """What a route refuses whatever else trusts it: keys (``@revoked`` lines, a key
+    list) and an OpenSSH KRL. A revoked key is never the server's host key, the key
+    of its host certificate, nor the CA of one; the KRL also revokes certificates by
+    serial and key id."""
+
+    keys: frozenset[bytes] = frozenset()
+    krl: Krl | None = None
+
+    def key(self, blob: bytes) -> bool:
+        return blob in self.keys or (self.krl is not None and self.krl.key_revoked(blob))
+
+    def certificate(self, ca_blob: bytes, serial: int, key_id: str) -> bool:
+        """By serial or key id (its key and CA are asked of ``key``)."""
+        return self.krl is not None and self.krl.certificate_revoked(ca_blob, serial, key_id)
 
 
 def fingerprint(blob: bytes) -> str:
@@ -259,6 +281,7 @@ def parse_ssh_route(item: Mapping[str, Any], base: str, name: str,
             problems.error(f"{base}.ssh_upstream_host_keys[{index}]", str(exc))
     authorities = _host_cas(item, base, host, port, reader, problems, revoked)
     keys += [a for a in authorities if a not in keys]
+    _revoked_keys_file(item, base, reader, problems, revoked)
     revoked.check_against(keys, problems)
     values: dict[str, Any] = {}
     for key, field_name in (("ssh_upstream_host_key_tofu", "trust_on_first_use"),
@@ -293,7 +316,7 @@ def parse_ssh_route(item: Mapping[str, Any], base: str, name: str,
     if len(problems.errors) > before:
         return None
     return SshRoute(name=name, host=host, port=port, host_keys=tuple(keys),
-                    revoked=frozenset(revoked.paths), **values)
+                    revoked=Revocations(frozenset(revoked.paths), revoked.krl), **values)
 
 
 class Revoked:
@@ -304,6 +327,8 @@ class Revoked:
     def __init__(self, host: str, port: int) -> None:
         self.host, self.port = host, port
         self.paths: dict[bytes, str] = {}
+        self.krl: Krl | None = None
+        self.krl_path = ""
 
     def add(self, line: str, where: str, inline: bool) -> None:
         """Raises ValueError; ``inline`` (a route's own setting, not a shared file):
@@ -319,6 +344,8 @@ class Revoked:
     def check_against(self, keys: list[HostKey], problems: Problems) -> None:
         for key in keys:
             where = self.paths.get(key.blob)
+            if where is None and self.krl is not None and self.krl.key_revoked(key.blob):
+                where = self.krl_path
             if where is not None:
                 kind = "host CA" if key.authority else "host key"
                 problems.warn(where, f"revokes {key.fingerprint()}, which this route also "
@@ -398,6 +425,33 @@ def _host_cas(item: Mapping[str, Any], base: str, host: str, port: int,
         problems.error(where, f"{location} has no CA for {_known_hosts_name(host, port)} "
                               "(the route's to:)")
     return found
+
+
+def _revoked_keys_file(item: Mapping[str, Any], base: str, reader: Reader | None,
+                       problems: Problems, revoked: Revoked) -> None:
+    """``ssh_upstream_revoked_keys_file``: a KRL, or public keys one a line (as
+    OpenSSH's ``RevokedHostKeys``); read with the config, so a reload rereads it."""
+    location = item.get("ssh_upstream_revoked_keys_file")
+    if location is None:
+        return
+    where = f"{base}.ssh_upstream_revoked_keys_file"
+    if reader is None or not isinstance(location, str) or not location:
+        problems.error(where, "must be a file name")
+        return
+    try:
+        data = reader.read(location)
+    except OSError as exc:
+        problems.error(where, f"cannot read {location}: {exc}")
+        return
+    try:
+        if is_krl(data):
+            revoked.krl, revoked.krl_path = parse_krl(data), where
+        else:
+            for blob in parse_key_list(data.decode("utf-8")):
+                revoked.paths.setdefault(blob, where)
+    except (ValueError, UnicodeDecodeError) as exc:
+        problems.error(where, f"{location}: {exc} (an OpenSSH KRL, or public keys one a "
+                              "line, is expected)")
 
 
 def _known_hosts_name(host: str, port: int) -> str:

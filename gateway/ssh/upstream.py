@@ -27,7 +27,7 @@ from twisted.internet.error import ConnectError
 from twisted.internet.protocol import Factory, Protocol
 from twisted.logger import Logger
 
-from gateway.config.ssh import HostKey, fingerprint
+from gateway.config.ssh import HostKey, Revocations, fingerprint
 from gateway.ssh import algorithms
 from gateway.ssh.certs import Issued
 from gateway.ssh.host_cert import (
@@ -134,9 +134,9 @@ class UpstreamTransport(CertifiedHostKeyClient):
     def __init__(self, check: HostKeyCheck, host_key_algorithms: list[bytes],
                  auth: CertificateAuth, ready: Deferred[UpstreamConnection],
                  host: str = "", now: Callable[[], float] = time.time,
-                 revoked: frozenset[bytes] = frozenset(), route: str = "") -> None:
+                 revoked: Revocations | None = None, route: str = "") -> None:
         self.check = check
-        self.revoked = revoked  # the route's @revoked keys: refused in every role
+        self.revoked = revoked or Revocations()  # refused whatever else trusts them
         self.route = route  # (for the log)
         self.supportedPublicKeys = host_key_algorithms
         self.auth = auth
@@ -154,10 +154,13 @@ class UpstreamTransport(CertifiedHostKeyClient):
         """Whether ``blob`` is revoked (logged, and told to the person as ``what`` and
         its fingerprint). Asked before the route's check: a revoked key is never
         pinned on first use, and a pin revoked later is refused."""
-        if blob not in self.revoked:
+        if not self.revoked.key(blob):
             return False
-        self.revoked_shown = f"{what} {fingerprint(blob)}"
-        log.error("ssh: route {route}: {shown} is revoked (@revoked); refused",
+        return self._refused_as_revoked(f"{what} {fingerprint(blob)}")
+
+    def _refused_as_revoked(self, shown: str) -> bool:
+        self.revoked_shown = shown
+        log.error("ssh: route {route}: {shown} is revoked; refused",
                   route=self.route, shown=self.revoked_shown)
         return True
 
@@ -175,7 +178,10 @@ class UpstreamTransport(CertifiedHostKeyClient):
         try:
             cert = check_host_certificate(hostKey, wire.keyAlg, self.host, self.now())
             if self._revoked(cert.key_blob, "the key of the server's host certificate") \
-                    or self._revoked(cert.ca_blob, "the CA of the server's host certificate"):
+                    or self._revoked(cert.ca_blob, "the CA of the server's host certificate") \
+                    or (self.revoked.certificate(cert.ca_blob, cert.serial, cert.key_id)
+                        and self._refused_as_revoked(
+                            f"the server's host certificate ({cert.identity()})")):
                 raise CertificateRefused("revoked")
             if not self.check(cert.ca_blob, True):
                 raise CertificateRefused("its CA is not one this route trusts",
@@ -257,10 +263,11 @@ def trusted_blobs(entries: tuple[HostKey, ...]) -> tuple[tuple[bytes, ...], tupl
 
 async def connect(reactor: Any, host: str, port: int, login: str, issued: Issued,
                   check: HostKeyCheck, host_key_algs: list[bytes],
-                  timeout: float = CONNECT_TIMEOUT, revoked: frozenset[bytes] = frozenset(),
+                  timeout: float = CONNECT_TIMEOUT, revoked: Revocations | None = None,
                   route: str = "") -> UpstreamConnection:
-    """``revoked``: keys refused as the host key, a certificate's key or its CA;
-    ``route``: the route's name, for the log."""
+    """``revoked``: keys refused as the host key, a certificate's key or its CA, and
+    certificates refused by serial or key id; ``route``: the route's name, for the
+    log."""
     ready: Deferred[UpstreamConnection] = Deferred()
     conn = UpstreamConnection(ready)
     auth = CertificateAuth(login, issued, conn)

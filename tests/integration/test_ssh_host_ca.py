@@ -8,7 +8,10 @@ A good certificate lets the command run, for each key family (ed25519, ECDSA und
 an RSA CA, RSA); one from another CA, an expired one, one for another host and a
 server without a certificate are refused before anything authenticates to the server
 (its log shows the gateway's connection and no authentication), the person gets one
-line, and the gateway's log names the route, the certificate and the reason."""
+line, and the gateway's log names the route, the certificate and the reason. So are
+revoked keys (``@revoked``: a certificate's key, its CA, a plain key on a trust on
+first use route, until a reload takes the line out) and a certificate whose serial a
+KRL from ``ssh-keygen -k`` revokes."""
 
 from __future__ import annotations
 
@@ -146,7 +149,14 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
         "revokedkey": ("ed25519", host_ca, ("-I", "stolen host", "-z", "48", *VALID)),
         "revokedca": ("ed25519", host_ca, ("-I", "fleet host", "-z", "49", *VALID)),
         "revokedplain": ("ed25519", None, ()),
+        "krlserial": ("ed25519", host_ca, ("-I", "krl host", "-z", "50", *VALID)),
     }
+    # a KRL that ssh-keygen writes: serials 50-59 of the host CA
+    (cas / "krl_spec").write_text("serial: 50-59\n")
+    made = subprocess.run([find_binary("ssh-keygen") or "ssh-keygen", "-k", "-f",
+                           str(cas / "revoked.krl"), "-s", str(cas / "host_ca.pub"),
+                           str(cas / "krl_spec")], capture_output=True, timeout=30)
+    assert made.returncode == 0, made.stderr
     port, ssh_port = free_port(), free_port()
     with contextlib.ExitStack() as stack:
         servers = {name: stack.enter_context(cert_server(
@@ -171,6 +181,9 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
                 (cas / "fleet_known_hosts").write_text(
                     f"@cert-authority * {host_ca_pub}\n@revoked * {host_ca_pub}\n")
                 route["ssh_upstream_host_ca_file"] = str(cas / "fleet_known_hosts")
+            elif name == "krlserial":
+                route["ssh_upstream_host_ca"] = [host_ca_pub]
+                route["ssh_upstream_revoked_keys_file"] = str(cas / "revoked.krl")
             elif name == "revokedplain":
                 route["ssh_upstream_host_key_tofu"] = True
                 route["ssh_upstream_host_keys"] = [
@@ -261,26 +274,29 @@ def test_a_server_without_a_certificate_is_refused(env: Env) -> None:
 
 
 @pytest.mark.parametrize(("route", "what"), [
-    ("revokedkey", "the key of the server's host certificate"),
-    ("revokedca", "the CA of the server's host certificate"),
-    ("revokedplain", "the server's host key"),
+    ("revokedkey", "the key of the server's host certificate SHA256:"),
+    ("revokedca", "the CA of the server's host certificate SHA256:"),
+    ("revokedplain", "the server's host key SHA256:"),
+    ("krlserial", "the server's host certificate (key id 'krl host', serial 50, CA SHA256:"),
 ])
 def test_a_revoked_key_is_refused(env: Env, route: str, what: str) -> None:
     """``@revoked``: a certificate whose key or CA is revoked, or a plain key the route
-    would otherwise pin on first use, is refused before anything authenticates to the
-    server; the person is told which key, the log line names the route and the key."""
+    would otherwise pin on first use; a KRL ``ssh-keygen -k`` wrote revoking the
+    certificate's serial (``ssh_upstream_revoked_keys_file``). Each is refused before
+    anything authenticates to the server; the person is told which key or certificate,
+    the log line names the route and it."""
     done = env.ssh(route, "true")
     assert done.returncode == 255, done.stderr.decode()
-    assert f"route {route}: {what} SHA256:".encode() in done.stderr, done.stderr
+    assert f"route {route}: {what}".encode() in done.stderr, done.stderr
     assert b" is revoked" in done.stderr, done.stderr
     log = env.servers[route].log()
     assert "Connection from 127.0.0.1" in log, log
     for word in ("Accepted", "Failed publickey", "userauth", "Postponed"):
         assert word not in log, log
     event = env.gateway.wait_for_event(
-        lambda e: e.get("route") == route and "is revoked (@revoked)" in
+        lambda e: e.get("route") == route and "is revoked; refused" in
         str(e.get("message", "")), what="the revocation's log line")
-    assert event["shown"].startswith(f"{what} SHA256:"), event
+    assert event["shown"].startswith(what), event
     if route == "revokedplain":  # never pinned
         assert not env.gateway.logged("route revokedplain: pinned"), "pinned"
 

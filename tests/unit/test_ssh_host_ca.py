@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
+import struct
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -29,11 +30,13 @@ from gateway.config.errors import ConfigErrors
 from gateway.config.snapshot import Snapshot, load_snapshot
 from gateway.config.ssh import (
     HostKey,
+    Revocations,
     fingerprint,
     hosts_match,
     parse_host_ca_line,
     parse_revoked_line,
 )
+from gateway.config.ssh_krl import MAGIC, CertificateRevocations, Krl
 from gateway.ssh import algorithms
 from gateway.ssh.host_cert import (
     NOT_YET_VALID_SKEW,
@@ -285,7 +288,7 @@ class HostCaSettingTests(SynchronousTestCase):
     def revoked(self, **route: Any) -> frozenset[bytes]:
         ssh_route = self.load(**route).ssh_routes[0].ssh
         assert ssh_route is not None
-        return ssh_route.revoked
+        return ssh_route.revoked.keys
 
     def test_revoked_lines(self) -> None:
         """``@revoked HOSTS TYPE BASE64`` in either setting or a shared file: kept apart
@@ -320,6 +323,31 @@ class HostCaSettingTests(SynchronousTestCase):
         self.assertIn("needs the server's host keys", self.problems(
             ssh_upstream_host_keys=f"@revoked * {stolen}")[where])
 
+    def test_a_revoked_keys_file(self) -> None:
+        """``ssh_upstream_revoked_keys_file``: an OpenSSH KRL or public keys one a line
+        (OpenSSH's RevokedHostKeys takes both); a bad one names the setting."""
+        stolen = public_line(ed25519.Ed25519PrivateKey.generate())
+        (self.dir / "revoked.pub").write_text(f"# db1, stolen\n{stolen} db1\n")
+        ssh_route = self.load(ssh_upstream_host_ca=self.ca,
+                              ssh_upstream_revoked_keys_file="revoked.pub").ssh_routes[0].ssh
+        assert ssh_route is not None
+        self.assertEqual(ssh_route.revoked.keys, {base64.b64decode(stolen.split()[1])})
+        krl = (MAGIC + struct.pack(">IQQQ", 1, 1, 0, 0) + struct.pack(">II", 0, 0)
+               + bytes([1]) + struct.pack(">I", 8 + 1 + 4 + 16) + struct.pack(">II", 0, 0)
+               + bytes([0x21]) + struct.pack(">IQQ", 16, 40, 49))
+        (self.dir / "revoked.krl").write_bytes(krl)
+        ssh_route = self.load(ssh_upstream_host_ca=self.ca,
+                              ssh_upstream_revoked_keys_file="revoked.krl").ssh_routes[0].ssh
+        assert ssh_route is not None
+        self.assertTrue(ssh_route.revoked.certificate(b"any CA", 45, ""))
+        self.assertFalse(ssh_route.revoked.certificate(b"any CA", 50, ""))
+        (self.dir / "broken.krl").write_bytes(krl[:-3])
+        where = "policy[0].ssh_upstream_revoked_keys_file"
+        self.assertIn("broken.krl: the KRL ends early", self.problems(
+            ssh_upstream_host_ca=self.ca, ssh_upstream_revoked_keys_file="broken.krl")[where])
+        self.assertIn("cannot read", self.problems(
+            ssh_upstream_host_ca=self.ca, ssh_upstream_revoked_keys_file="missing")[where])
+
     def test_revoking_a_trusted_key_wins_with_a_warning(self) -> None:
         """A fleet's shared known_hosts file gains an @revoked line for a CA its
         @cert-authority lines still name: the reload takes it (refusing the config
@@ -333,7 +361,7 @@ class HostCaSettingTests(SynchronousTestCase):
                                                      f"@revoked [db*]:2200 {stolen}"])
         ssh_route = snapshot.ssh_routes[0].ssh
         assert ssh_route is not None
-        self.assertEqual(ssh_route.revoked, {base64.b64decode(self.ca.split()[1]),
+        self.assertEqual(ssh_route.revoked.keys, {base64.b64decode(self.ca.split()[1]),
                                              base64.b64decode(stolen.split()[1])})
         warnings = {w.path: w.message for w in snapshot.warnings}
         self.assertIn("which this route also trusts as a host key: it is refused",
@@ -435,7 +463,8 @@ class KeyExchangeTests(SynchronousTestCase):
 
     def exchange(self, shown: ShownKey, trusted: tuple[bytes, ...],
                  offered: list[bytes] | None = None, keys: tuple[bytes, ...] = (),
-                 revoked: frozenset[bytes] = frozenset()) -> Client:
+                 revoked: frozenset[bytes] = frozenset(), krl: Krl | None = None
+                 ) -> Client:
         """The gateway's client against Conch's server showing ``shown``, on a route
         whose CAs are ``trusted``, whose plain host keys are ``keys`` and whose
         ``@revoked`` keys are ``revoked``."""
@@ -454,7 +483,7 @@ class KeyExchangeTests(SynchronousTestCase):
         conn = UpstreamConnection(Deferred())
         client = Client(asking, offered or [shown.algorithm],
                         CertificateAuth("root", None, conn),  # type: ignore[arg-type]
-                        Deferred(), HOST, lambda: NOW, revoked, "db")
+                        Deferred(), HOST, lambda: NOW, Revocations(revoked, krl), "db")
         wires = (StringTransport(), StringTransport())
         client.makeConnection(wires[0])
         server.makeConnection(wires[1])
@@ -562,8 +591,7 @@ class KeyExchangeTests(SynchronousTestCase):
         (event,) = [e for e in self.events if e.get("log_level") == LogLevel.error
                     and e.get("log_namespace") == "gateway.ssh"]
         self.assertEqual(formatEvent(event), f"ssh: route db: the server's host key "
-                                             f"{fingerprint(plain)} is revoked (@revoked); "
-                                             "refused")
+                                             f"{fingerprint(plain)} is revoked; refused")
 
     def test_a_certificate_whose_key_or_ca_is_revoked_is_refused(self) -> None:
         blob = certificate(self.ca, self.host_key)
@@ -580,6 +608,28 @@ class KeyExchangeTests(SynchronousTestCase):
         client = self.exchange(ShownKey(ED_CERT, blob, self.host_key, b"ssh-ed25519"),
                                (blob_of(self.ca),),
                                revoked=frozenset({blob_of(rsa_key())}))
+        self.assertTrue(client.secured)
+
+    def test_a_certificate_revoked_by_serial_or_key_id_in_a_krl(self) -> None:
+        blob = certificate(self.ca, self.host_key)  # serial 7, key id "web host"
+        ca = blob_of(self.ca)
+        for section in (CertificateRevocations((5,), (9,)),
+                        CertificateRevocations(key_ids=frozenset({"web host"}))):
+            for krl_ca in (ca, b""):  # its CA's section, or any CA's
+                client = self.exchange(ShownKey(ED_CERT, blob, self.host_key, b"ssh-ed25519"),
+                                       (ca,), krl=Krl(certificates=((krl_ca, section),)))
+                self.assertFalse(client.secured)
+                self.assertIn("the server's host certificate (key id 'web host', serial 7, "
+                              "CA SHA256:", client.revoked_shown)
+        for other in (CertificateRevocations((8,), (9,)),
+                      CertificateRevocations(key_ids=frozenset({"db host"}))):
+            client = self.exchange(ShownKey(ED_CERT, blob, self.host_key, b"ssh-ed25519"),
+                                   (ca,), krl=Krl(certificates=((ca, other),)))
+            self.assertTrue(client.secured)
+        # another CA's section does not revoke this CA's certificates
+        client = self.exchange(ShownKey(ED_CERT, blob, self.host_key, b"ssh-ed25519"), (ca,),
+                               krl=Krl(certificates=((blob_of(rsa_key()),
+                                                      CertificateRevocations((7,), (7,))),)))
         self.assertTrue(client.secured)
 
     def test_the_person_is_told_which_key_is_revoked(self) -> None:
