@@ -323,3 +323,17 @@ def test_a_revoked_line_removed_by_a_reload_lets_the_server_in(env: Env) -> None
     done = env.ssh("revokedplain", "echo in")
     assert (done.returncode, done.stdout) == (0, b"in\n"), done.stderr
     assert env.gateway.logged("route revokedplain: pinned the server's host key")
+
+
+def test_a_new_krl_is_read_without_a_config_change(env: Env) -> None:
+    """``ssh-keygen -k`` writes the KRL again without serial 50 (the operator took the
+    revocation back): the gateway reloads on the file's change alone and the server
+    is let in."""
+    cas = env.tmp / "cas"
+    (cas / "krl_spec").write_text("serial: 51-59\n")
+    made = subprocess.run([find_binary("ssh-keygen") or "ssh-keygen", "-k", "-f",
+                           str(cas / "revoked.krl"), "-s", str(cas / "host_ca.pub"),
+                           str(cas / "krl_spec")], capture_output=True, timeout=30)
+    assert made.returncode == 0, made.stderr
+    wait_until(lambda: env.ssh("krlserial", "true").returncode == 0, 15,
+               what="the rewritten KRL read")
