@@ -266,23 +266,27 @@ def parse_ssh_route(item: Mapping[str, Any], base: str, name: str,
     keys: list[HostKey] = []
     revoked = Revoked(host, port)
     for index, line in _setting_lines(item, f"{base}.ssh_upstream_host_keys", problems):
+        where = f"{base}.ssh_upstream_host_keys[{index}]"
         try:
             if line.startswith("@revoked"):
-                revoked.add(line, f"{base}.ssh_upstream_host_keys[{index}]", inline=True)
-            elif line.startswith("@cert-authority"):
-                authority = parse_host_ca_line(line, host, port)
-                if authority is None:
+                revoked.add(line, where, inline=True)
+                continue
+            if line.startswith("@cert-authority"):
+                entry = parse_host_ca_line(line, host, port)
+                if entry is None:
                     raise ValueError(f"its hosts are not {_known_hosts_name(host, port)} "
                                      "(the route's to:)")
-                keys.append(authority)
             else:
-                keys.append(parse_host_key_line(line))
+                entry = parse_host_key_line(line)
         except ValueError as exc:
-            problems.error(f"{base}.ssh_upstream_host_keys[{index}]", str(exc))
+            problems.error(where, str(exc))
+            continue
+        keys.append(entry)
+        revoked.trust(entry, where, inline=True)
     authorities = _host_cas(item, base, host, port, reader, problems, revoked)
     keys += [a for a in authorities if a not in keys]
     _revoked_keys_file(item, base, reader, problems, revoked)
-    revoked.check_against(keys, problems)
+    revoked.check_trusted(problems)
     values: dict[str, Any] = {}
     for key, field_name in (("ssh_upstream_host_key_tofu", "trust_on_first_use"),
                             ("ssh_allow_port_forwarding", "allow_port_forwarding"),
@@ -321,14 +325,22 @@ def parse_ssh_route(item: Mapping[str, Any], base: str, name: str,
 
 class Revoked:
     """A route's ``@revoked`` lines as they are read, each blob with the key path of its
-    first line (for a key that is also trusted: revocation wins, as in OpenSSH, with a
-    warning; refusing the config would keep the running one, which trusts the key)."""
+    first line, and where each trusted key was read, for a key both trusted and
+    revoked: in the route's own settings that is a config error naming both lines; when
+    a file says either (a fleet's known_hosts, a KRL, which change apart from the
+    config) revocation wins, as in OpenSSH, with a warning, since refusing the config
+    would keep the running one, which trusts the key."""
 
     def __init__(self, host: str, port: int) -> None:
         self.host, self.port = host, port
         self.paths: dict[bytes, str] = {}
+        self.inline: set[bytes] = set()  # revoked in the route's own settings
+        self.trusted: dict[bytes, tuple[HostKey, str, bool]] = {}
         self.krl: Krl | None = None
         self.krl_path = ""
+
+    def trust(self, key: HostKey, where: str, inline: bool) -> None:
+        self.trusted.setdefault(key.blob, (key, where, inline))
 
     def add(self, line: str, where: str, inline: bool) -> None:
         """Raises ValueError; ``inline`` (a route's own setting, not a shared file):
@@ -340,15 +352,22 @@ class Revoked:
                                  " (the route's to:)")
             return
         self.paths.setdefault(blob, where)
+        if inline:
+            self.inline.add(blob)
 
-    def check_against(self, keys: list[HostKey], problems: Problems) -> None:
-        for key in keys:
+    def check_trusted(self, problems: Problems) -> None:
+        for key, trusted_at, trusted_inline in self.trusted.values():
             where = self.paths.get(key.blob)
             if where is None and self.krl is not None and self.krl.key_revoked(key.blob):
                 where = self.krl_path
-            if where is not None:
-                kind = "host CA" if key.authority else "host key"
-                problems.warn(where, f"revokes {key.fingerprint()}, which this route also "
+            if where is None:
+                continue
+            kind = "host CA" if key.authority else "host key"
+            if trusted_inline and key.blob in self.inline:
+                problems.error(where, f"revokes {key.fingerprint()}, which {trusted_at} "
+                                      f"trusts as a {kind}: take one of the two lines out")
+            else:
+                problems.warn(where, f"revokes {key.fingerprint()}, which {trusted_at} "
                                      f"trusts as a {kind}: it is refused")
 
 
@@ -391,6 +410,7 @@ def _host_cas(item: Mapping[str, Any], base: str, host: str, port: int,
                            f"{_known_hosts_name(host, port)} (the route's to:)")
         else:
             found.append(authority)
+            revoked.trust(authority, f"{where}[{index}]", inline=True)
     location = item.get("ssh_upstream_host_ca_file")
     if location is None:
         return found
@@ -421,6 +441,7 @@ def _host_cas(item: Mapping[str, Any], base: str, host: str, port: int,
             continue
         if authority is not None:
             found.append(authority)
+            revoked.trust(authority, f"{where} ({location} line {number})", inline=False)
     if not found and len(problems.errors) == before:
         problems.error(where, f"{location} has no CA for {_known_hosts_name(host, port)} "
                               "(the route's to:)")

@@ -348,26 +348,52 @@ class HostCaSettingTests(SynchronousTestCase):
         self.assertIn("cannot read", self.problems(
             ssh_upstream_host_ca=self.ca, ssh_upstream_revoked_keys_file="missing")[where])
 
-    def test_revoking_a_trusted_key_wins_with_a_warning(self) -> None:
+    def test_a_key_the_routes_settings_trust_and_revoke_is_an_error(self) -> None:
+        """Both lines in the route's own settings: the config is refused at the
+        @revoked line, which names the line trusting the key."""
+        stolen = public_line(ed25519.Ed25519PrivateKey.generate())
+        where = "policy[0].ssh_upstream_host_keys"
+        problems = self.problems(ssh_upstream_host_keys=[
+            "[db.example.test]:2200 " + stolen, f"@revoked [db*]:2200 {stolen}"])
+        self.assertEqual(problems[f"{where}[1]"],
+                         f"revokes {fingerprint(base64.b64decode(stolen.split()[1]))}, "
+                         f"which {where}[0] trusts as a host key: take one of the two "
+                         "lines out")
+        problems = self.problems(ssh_upstream_host_ca=[self.ca],
+                                 ssh_upstream_host_keys=[f"@revoked * {self.ca}"])
+        self.assertIn("which policy[0].ssh_upstream_host_ca[0] trusts as a host CA",
+                      problems[f"{where}[0]"])
+
+    def test_revoking_a_trusted_key_in_a_file_wins_with_a_warning(self) -> None:
         """A fleet's shared known_hosts file gains an @revoked line for a CA its
-        @cert-authority lines still name: the reload takes it (refusing the config
-        would keep the running one, which trusts the CA), the key is refused, and the
-        warning names the line."""
+        @cert-authority lines still name, or a revoked keys file names a key the
+        route's settings trust: the reload takes it (refusing the config would keep
+        the running one, which trusts the key), the key is refused, and the warning
+        names both lines."""
         stolen = public_line(ed25519.Ed25519PrivateKey.generate())
         (self.dir / "known_hosts").write_text(f"@cert-authority * {self.ca}\n"
                                               f"@revoked * {self.ca}\n")
+        (self.dir / "revoked.pub").write_text(f"{stolen}\n")
         snapshot = self.load(ssh_upstream_host_ca_file="known_hosts",
-                             ssh_upstream_host_keys=["[db.example.test]:2200 " + stolen,
-                                                     f"@revoked [db*]:2200 {stolen}"])
+                             ssh_upstream_revoked_keys_file="revoked.pub",
+                             ssh_upstream_host_keys=["[db.example.test]:2200 " + stolen])
         ssh_route = snapshot.ssh_routes[0].ssh
         assert ssh_route is not None
         self.assertEqual(ssh_route.revoked.keys, {base64.b64decode(self.ca.split()[1]),
-                                             base64.b64decode(stolen.split()[1])})
+                                                  base64.b64decode(stolen.split()[1])})
         warnings = {w.path: w.message for w in snapshot.warnings}
-        self.assertIn("which this route also trusts as a host key: it is refused",
-                      warnings["policy[0].ssh_upstream_host_keys[1]"])
-        self.assertIn("which this route also trusts as a host CA", warnings[
-            "policy[0].ssh_upstream_host_ca_file (known_hosts line 2)"])
+        self.assertIn("which policy[0].ssh_upstream_host_keys[0] trusts as a host key: it "
+                      "is refused", warnings["policy[0].ssh_upstream_revoked_keys_file"])
+        self.assertIn("which policy[0].ssh_upstream_host_ca_file (known_hosts line 1) "
+                      "trusts as a host CA: it is refused", warnings[
+                          "policy[0].ssh_upstream_host_ca_file (known_hosts line 2)"])
+        # the fleet's file trusts the CA, the route's setting revokes it
+        (self.dir / "known_hosts").write_text(f"@cert-authority * {self.ca}\n")
+        snapshot = self.load(ssh_upstream_host_ca_file="known_hosts",
+                             ssh_upstream_host_keys=[f"@revoked * {self.ca}"])
+        self.assertIn("trusts as a host CA: it is refused", {
+            w.path: w.message for w in snapshot.warnings}[
+                "policy[0].ssh_upstream_host_keys[0]"])
 
     def test_hosts_patterns(self) -> None:
         """known_hosts' host field as OpenSSH reads it: ``[host]:port`` off port 22,
