@@ -325,6 +325,29 @@ def test_a_revoked_line_removed_by_a_reload_lets_the_server_in(env: Env) -> None
     assert env.gateway.logged("route revokedplain: pinned the server's host key")
 
 
+def test_a_pinned_key_revoked_later_is_refused(env: Env) -> None:
+    """The key pinned just above, revoked again by a reload: the pin does not let it in
+    (runs after the reload above: module order)."""
+    written = yaml.safe_load(env.gateway.config_path.read_text())
+    host_public = " ".join(
+        (env.tmp / "revokedplain" / "host_ed25519.pub").read_text().split()[:2])
+    env.gateway.write_config({**written, "policy": [
+        {**route, "ssh_upstream_host_keys": [f"@revoked * {host_public}"]}
+        if route["from"] == "ssh://revokedplain" else route
+        for route in written["policy"]]})
+    tries: list[bytes] = []
+
+    def refused() -> bool:
+        done = env.ssh("revokedplain", "true")
+        tries.append(done.stderr)
+        return done.returncode == 255 and b"is revoked" in done.stderr
+    try:
+        wait_until(refused, 15, what="the revocation reloaded")
+    except TimeoutError:
+        raise AssertionError(tries[-3:]) from None
+    assert b"route revokedplain: the server's host key SHA256:" in tries[-1], tries[-1]
+
+
 def test_a_new_krl_is_read_without_a_config_change(env: Env) -> None:
     """``ssh-keygen -k`` writes the KRL again without serial 50 (the operator took the
     revocation back): the gateway reloads on the file's change alone and the server
