@@ -9,7 +9,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from twisted.internet.defer import Deferred, ensureDeferred
+from twisted.internet.defer import Deferred
 
 from gateway.authenticate.targets import ROUTES, SIGN_OUT, query_params
 from gateway.authorize import answers
@@ -59,20 +59,8 @@ def _signed_in(ident: Identity, request: RequestInfo, page: Page, stranger: str
                ) -> Decision | Deferred[Decision]:
     """``page`` for the request's session; without one, the sign-in redirect (browsers)
     or 401 saying ``stranger``."""
-    found = ident.lookup(request)
-    sid = ident.unread_session(found)
-    if sid is not None:
-        return ensureDeferred(_fetched(ident, request, sid, page, stranger))
-    return _answer(ident, request, found.session, page, stranger)
-
-
-async def _fetched(ident: Identity, request: RequestInfo, sid: str, page: Page,
-                   stranger: str) -> Decision:
-    try:
-        session = await ident.fetch_session(sid)
-    except Exception as exc:  # storage down: the same answer as a route's
-        return ident.storage_unavailable(request, exc)
-    return _answer(ident, request, session, page, stranger)
+    return ident.with_session(request,
+                              lambda session: _answer(ident, request, session, page, stranger))
 
 
 def _answer(ident: Identity, request: RequestInfo, session: Session | None, page: Page,

@@ -118,33 +118,20 @@ class Endpoints:
         uri = str(payload["uri"])
         client = str(payload.get("programmatic", ""))
         found = ident.lookup(request)
-        existing = found.session
         # "sign in as someone else": the provider is asked for a fresh login, and the
         # session this browser had ends once the new one exists (in the callback)
         if payload.get("switch"):
             return self._to_provider(request, uri, client, found.sid or "", True)
-        if existing is not None and ident.store.needs_fetch:
-            # this process's copy may be stale (a sign-out through another process an
-            # instant ago): confirm it before handing it to the route
-            return ensureDeferred(self._confirmed_start(request, existing.id, uri, client))
-        sid = ident.unread_session(found)
-        if sid is not None:  # signed in through another process an instant ago
-            return ensureDeferred(self._confirmed_start(request, sid, uri, client))
-        if existing is not None:
-            return self._to_client(existing, client) if client else self._to_route(existing, uri)
-        return self._to_provider(request, uri, client, "", False)
 
-    async def _confirmed_start(self, request: RequestInfo, sid: str, uri: str,
-                               client: str) -> Decision:
-        ident = self.identity
-        try:
-            current = await ident.fetch_session(sid)
-        except Exception as exc:  # storage down or unreadable: never a guess
-            return ident.storage_unavailable(request, exc)
-        if current is not None:
-            return self._to_client(current, client) if client else self._to_route(current, uri)
-        started = self._to_provider(request, uri, client, "", False)
-        return await started if isinstance(started, Deferred) else started
+        def start(session: Session | None) -> Decision | Deferred[Decision]:
+            if session is None:
+                return self._to_provider(request, uri, client, "", False)
+            return self._to_client(session, client) if client else self._to_route(session, uri)
+        if found.sid and ident.store.needs_fetch:
+            # this process's copy may be stale (a sign-out through another process an
+            # instant ago) or missing (a sign-in through another): the store decides
+            return ident.after_reading(request, found.sid, start)
+        return start(found.session)
 
     def _to_provider(self, request: RequestInfo, uri: str, client: str,
                      replace: str, fresh_login: bool
@@ -332,20 +319,8 @@ class Endpoints:
         return answers.redirect(uri, ident.session_cookie(session))
 
     def _sign_out(self, request: RequestInfo, body: bytes) -> Decision | Deferred[Decision]:
-        found = self.identity.lookup(request)
-        sid = self.identity.unread_session(found)
-        if sid is not None:  # signed in through another process an instant ago
-            return ensureDeferred(self._fetched_sign_out(request, body, sid))
-        return self._sign_out_of(request, body, found.session)
-
-    async def _fetched_sign_out(self, request: RequestInfo, body: bytes, sid: str
-                                ) -> Decision:
-        try:
-            session = await self.identity.fetch_session(sid)
-        except Exception as exc:
-            return self.identity.storage_unavailable(request, exc)
-        result = self._sign_out_of(request, body, session)
-        return await result if isinstance(result, Deferred) else result
+        return self.identity.with_session(
+            request, lambda session: self._sign_out_of(request, body, session))
 
     def _sign_out_of(self, request: RequestInfo, body: bytes, session: Session | None
                      ) -> Decision | Deferred[Decision]:

@@ -46,7 +46,7 @@ from gateway.authorize import answers
 from gateway.authorize.assertion import AssertionSigner
 from gateway.authorize.claims import claim_groups, flatten_claims, session_from_claims
 from gateway.authorize.decide import Decider
-from gateway.authorize.hook import Deny, RequestInfo
+from gateway.authorize.hook import Decision, Deny, RequestInfo
 from gateway.config.snapshot import Snapshot
 from gateway.pages.layout import Action, look_of
 from gateway.sessions.cookie import set_cookie_headers
@@ -58,6 +58,8 @@ from gateway.sessions.store import DirectoryGroups, SessionStore
 
 log = Logger()
 REFRESH_GRACE = 60.0
+# what a page answers given the request's session (None: none, or not valid now)
+SessionAnswer = Callable[[Session | None], Decision | Deferred[Decision]]
 
 
 async def _share(deferred: Deferred[Any]) -> Any:
@@ -134,20 +136,31 @@ class Identity:
         (the account pages)."""
         return self.sessions.find_in(request.headers)
 
-    def unread_session(self, found: Found) -> str | None:
-        """The session id ``found`` names when this process has no copy of that session
-        and the store is shared with other processes: one made through another process
-        an instant ago (a browser's next request need not reach the same worker) is read
-        with ``fetch_session`` before the request is answered as one without a session."""
+    def with_session(self, request: RequestInfo, answer: SessionAnswer
+                     ) -> Decision | Deferred[Decision]:
+        """``answer`` given the request's session. With a store shared among processes,
+        a session this process has no copy of is read from the store first: one made
+        through another process an instant ago (a browser's next request need not reach
+        the same worker) is not answered as no session."""
+        found = self.lookup(request)
         if found.session is None and found.sid and self.store.needs_fetch:
-            return found.sid
-        return None
+            return self.after_reading(request, found.sid, answer)
+        return answer(found.session)
 
-    async def fetch_session(self, sid: str) -> Session | None:
-        """The session ``sid`` as the shared store holds it, while valid. Raises what the
-        store raises (answered with ``storage_unavailable``)."""
-        session = await self.store.fetch(sid)
-        return session if session is not None and session.valid(self.clock()) else None
+    def after_reading(self, request: RequestInfo, sid: str, answer: SessionAnswer
+                      ) -> Deferred[Decision]:
+        """``answer`` given the session ``sid`` as the shared store holds it (None: gone
+        or ended); 503 when the store cannot be read."""
+        async def read() -> Decision:
+            try:
+                session: Session | None = await self.store.fetch(sid)
+            except Exception as exc:  # storage down or unreadable: never a guess
+                return self.storage_unavailable(request, exc)
+            if session is not None and not session.valid(self.clock()):
+                session = None
+            result = answer(session)
+            return await result if isinstance(result, Deferred) else result
+        return ensureDeferred(read())
 
     def storage_unavailable(self, request: RequestInfo, exc: Exception) -> Deny:
         """The answer when the session store cannot be read: never a guess."""

@@ -36,22 +36,11 @@ class SshSignIn:
         self.records = records
 
     def answer(self, request: RequestInfo, body: bytes) -> Decision | Deferred[Decision]:
-        found = self.identity.lookup(request)
-        sid = self.identity.unread_session(found)
-        if sid is not None:  # signed in through another worker an instant ago
-            return ensureDeferred(self._fetched(request, body, sid))
-        if found.session is None:
-            return self.identity.sign_in(request)  # back here once signed in
-        return ensureDeferred(self._answer(request, body, found.session))
-
-    async def _fetched(self, request: RequestInfo, body: bytes, sid: str) -> Decision:
-        try:
-            session = await self.identity.fetch_session(sid)
-        except Exception as exc:
-            return self.identity.storage_unavailable(request, exc)
-        if session is None:
-            return self.identity.sign_in(request)
-        return await self._answer(request, body, session)
+        def signed_in(session: Session | None) -> Decision | Deferred[Decision]:
+            if session is None:
+                return self.identity.sign_in(request)  # back here once signed in
+            return ensureDeferred(self._answer(request, body, session))
+        return self.identity.with_session(request, signed_in)
 
     def _error(self, status: int, message: str, request: RequestInfo, reason: str) -> Deny:
         return answers.error(status, message, request.headers, reason, look=self.identity.look)
