@@ -21,7 +21,7 @@ from cryptography.hazmat.primitives.asymmetric import ec, ed25519
 
 from gateway.config.errors import Problems
 from gateway.config.material import Reader
-from gateway.config.ssh_krl import Krl, is_krl, parse_key_list, parse_krl
+from gateway.config.ssh_krl import Krl, is_krl, parse_krl
 from gateway.config.values import parse_bool, parse_duration, parse_list, split_url
 
 DEFAULT_CERTIFICATE_TTL = 300.0
@@ -232,6 +232,23 @@ def _key_blob(kind: str, data: str) -> bytes:
     if _blob_type(blob) != kind:
         raise ValueError(f"the key data is not a {kind} key")
     return blob
+
+
+def parse_key_list(text: str) -> set[bytes]:
+    """A text file of public keys (``TYPE BASE64 [comment]``, the form OpenSSH's
+    ``RevokedHostKeys`` takes besides a KRL): their blobs. ValueError naming the line."""
+    out: set[bytes] = set()
+    for number, line in enumerate(text.splitlines(), 1):
+        parts = line.split()
+        if not parts or parts[0].startswith("#"):
+            continue
+        if len(parts) < 2:
+            raise ValueError(f"line {number}: expected `TYPE BASE64`")
+        try:
+            out.add(_key_blob(parts[0], parts[1]))
+        except ValueError as exc:
+            raise ValueError(f"line {number}: {exc}") from None
+    return out
 
 
 def _blob_type(blob: bytes) -> str:

@@ -1,6 +1,7 @@
 """OpenSSH key revocation lists (KRLs, ``ssh-keygen -k``; the format is OpenSSH's
 PROTOCOL.krl), read for a route's ``ssh_upstream_revoked_keys_file`` as OpenSSH's
-``RevokedHostKeys`` reads them: a KRL, or a text file of public keys.
+``RevokedHostKeys`` reads them (its other form, a text file of public keys, is
+``gateway.config.ssh.parse_key_list``).
 
 A KRL revokes plain keys (explicitly, or by their SHA-1 or SHA-256 hash) and
 certificates of one CA or of any CA (by serial: lists, ranges, bitmaps; or by key id).
@@ -16,8 +17,6 @@ are bounded by the caller's file limit, the bitmap's and the count of serial ran
 
 from __future__ import annotations
 
-import base64
-import binascii
 import bisect
 import hashlib
 import struct
@@ -259,10 +258,7 @@ def _bitmap(offset: int, mpint: bytes, revoked: _Serials) -> None:
         position += skip
         run = (~bits & (bits + 1)).bit_length() - 1  # trailing ones
         low = offset + position
-        high = low + run - 1
-        if high > U64:
-            raise KrlError("a serial bitmap past the largest serial")
-        revoked.add_range(low, high)
+        revoked.add_range(low, low + run - 1)  # (within 2**64: checked above)
         bits >>= run
         position += run
 
@@ -274,27 +270,3 @@ def _check_key_blob(blob: bytes) -> None:
     name = read.string()
     if not name or not name.isascii() or b"-cert-v01@" in name:
         raise KrlError("a KRL key that is not a plain public key")
-
-
-def parse_key_list(text: str) -> set[bytes]:
-    """A text file of public keys (``TYPE BASE64 [comment]``, as OpenSSH's
-    ``RevokedHostKeys`` also takes): their blobs. ValueError naming the line."""
-    out: set[bytes] = set()
-    for number, line in enumerate(text.splitlines(), 1):
-        parts = line.split()
-        if not parts or parts[0].startswith("#"):
-            continue
-        if len(parts) < 2:
-            raise ValueError(f"line {number}: expected `TYPE BASE64`")
-        try:
-            blob = base64.b64decode(parts[1], validate=True)
-        except (binascii.Error, ValueError):
-            raise ValueError(f"line {number}: the key is not valid base64") from None
-        try:
-            name = _Reader(blob, "").string()
-        except KrlError:
-            name = b""
-        if name.decode("ascii", "replace") != parts[0]:
-            raise ValueError(f"line {number}: the key data is not a {parts[0][:40]} key")
-        out.add(blob)
-    return out

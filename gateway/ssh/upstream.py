@@ -33,6 +33,7 @@ from gateway.ssh.certs import Issued
 from gateway.ssh.host_cert import (
     CERTIFICATE_ALGORITHMS,
     CertificateRefused,
+    HostCertificate,
     check_host_certificate,
     is_certificate,
 )
@@ -156,13 +157,23 @@ class UpstreamTransport(CertifiedHostKeyClient):
         pinned on first use, and a pin revoked later is refused."""
         if not self.revoked.key(blob):
             return False
-        return self._refused_as_revoked(f"{what} {fingerprint(blob)}")
+        self._refused_as_revoked(f"{what} {fingerprint(blob)}")
+        return True
 
-    def _refused_as_revoked(self, shown: str) -> bool:
+    def _certificate_revoked(self, cert: HostCertificate) -> bool:
+        """Its key or its CA revoked, or (a KRL) its serial or key id."""
+        if self._revoked(cert.key_blob, "the key of the server's host certificate") \
+                or self._revoked(cert.ca_blob, "the CA of the server's host certificate"):
+            return True
+        if not self.revoked.certificate(cert.ca_blob, cert.serial, cert.key_id):
+            return False
+        self._refused_as_revoked(f"the server's host certificate ({cert.identity()})")
+        return True
+
+    def _refused_as_revoked(self, shown: str) -> None:
         self.revoked_shown = shown
         log.error("ssh: route {route}: {shown} is revoked; refused",
-                  route=self.route, shown=self.revoked_shown)
-        return True
+                  route=self.route, shown=shown)
 
     def verifyHostKey(self, hostKey: bytes, fingerprint: bytes) -> Deferred[bool]:
         if self._revoked(hostKey, "the server's host key"):
@@ -177,11 +188,7 @@ class UpstreamTransport(CertifiedHostKeyClient):
         wire: Any = self
         try:
             cert = check_host_certificate(hostKey, wire.keyAlg, self.host, self.now())
-            if self._revoked(cert.key_blob, "the key of the server's host certificate") \
-                    or self._revoked(cert.ca_blob, "the CA of the server's host certificate") \
-                    or (self.revoked.certificate(cert.ca_blob, cert.serial, cert.key_id)
-                        and self._refused_as_revoked(
-                            f"the server's host certificate ({cert.identity()})")):
+            if self._certificate_revoked(cert):
                 raise CertificateRefused("revoked")
             if not self.check(cert.ca_blob, True):
                 raise CertificateRefused("its CA is not one this route trusts",

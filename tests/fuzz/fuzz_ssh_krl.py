@@ -1,5 +1,6 @@
 """Fuzz target: OpenSSH KRLs (``gateway.config.ssh_krl``), the hand-written parser of
-a route's ``ssh_upstream_revoked_keys_file``, and its key-list form.
+a route's ``ssh_upstream_revoked_keys_file``, and its key-list form
+(``gateway.config.ssh.parse_key_list``).
 
 Input: a KRL; one that does not start with the KRL magic gets a valid header put in
 front, so that the sections are what is explored (the corpus holds KRLs that
@@ -21,8 +22,9 @@ import struct
 
 from tests.fuzz.harness import describe, fuzz, instrumented
 
-with instrumented("gateway.config.ssh_krl"):
-    from gateway.config.ssh_krl import MAGIC, KrlError, parse_key_list, parse_krl
+with instrumented("gateway.config.ssh_krl", "gateway.config.ssh"):
+    from gateway.config.ssh import parse_key_list
+    from gateway.config.ssh_krl import MAGIC, KrlError, parse_krl
 
 HEADER = MAGIC + struct.pack(">IQQQII", 1, 1, 0, 0, 0, 0)
 U64 = (1 << 64) - 1

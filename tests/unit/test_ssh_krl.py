@@ -17,14 +17,8 @@ from pathlib import Path
 from cryptography.hazmat.primitives.serialization import ssh
 from twisted.trial.unittest import SynchronousTestCase
 
-from gateway.config.ssh_krl import (
-    MAGIC,
-    Krl,
-    KrlError,
-    is_krl,
-    parse_key_list,
-    parse_krl,
-)
+from gateway.config.ssh import parse_key_list
+from gateway.config.ssh_krl import MAGIC, Krl, KrlError, is_krl, parse_krl
 
 KEYGEN = shutil.which("ssh-keygen") or "/usr/bin/ssh-keygen"
 SEEDS = range(6)
