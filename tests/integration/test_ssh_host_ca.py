@@ -19,7 +19,7 @@ import contextlib
 import getpass
 import os
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -99,6 +99,16 @@ def cert_server(run: Path, ca_public: str, kind: str, ca: Path | None, *sign_arg
         process.stop()
 
 
+def write_krl(cas: Path, spec: str) -> None:
+    """``cas/revoked.krl`` as ``ssh-keygen -k`` writes it from ``spec``, for the host
+    CA's certificates."""
+    (cas / "krl_spec").write_text(spec + "\n")
+    made = subprocess.run([find_binary("ssh-keygen") or "ssh-keygen", "-k", "-f",
+                           str(cas / "revoked.krl"), "-s", str(cas / "host_ca.pub"),
+                           str(cas / "krl_spec")], capture_output=True, timeout=30)
+    assert made.returncode == 0, made.stderr
+
+
 @dataclass
 class Env:
     tmp: Path
@@ -111,6 +121,30 @@ class Env:
         argv = ssh_argv(self.keys.client_key, self.ssh_port, f"{getpass.getuser()}@{route}",
                         *command, options=("BatchMode=yes",))
         return subprocess.run(argv, capture_output=True, timeout=60, stdin=subprocess.DEVNULL)
+
+    def rewrite_route(self, name: str, change: Callable[[dict[str, Any]], dict[str, Any]]
+                      ) -> None:
+        """The running config again with route ``ssh://name`` changed (a reload)."""
+        written = yaml.safe_load(self.gateway.config_path.read_text())
+        self.gateway.write_config({**written, "policy": [
+            change(route) if route["from"] == f"ssh://{name}" else route
+            for route in written["policy"]]})
+
+    def ssh_until(self, route: str, met: Callable[[subprocess.CompletedProcess[bytes]], bool],
+                  what: str) -> subprocess.CompletedProcess[bytes]:
+        """``ssh ... true`` through ``route`` until ``met`` (a reload has taken); the
+        last tries and the gateway's log when it never is."""
+        tries: list[subprocess.CompletedProcess[bytes]] = []
+
+        def again() -> bool:
+            tries.append(self.ssh(route, "true"))
+            return met(tries[-1])
+        try:
+            wait_until(again, 15, what=what)
+        except TimeoutError:
+            raise AssertionError(([t.stderr for t in tries[-3:]],
+                                  self.gateway.process.log_text()[-3000:])) from None
+        return tries[-1]
 
 
 VALID = ("-n", "127.0.0.1,localhost", "-V", "-5m:+1h")
@@ -151,12 +185,7 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
         "revokedplain": ("ed25519", None, ()),
         "krlserial": ("ed25519", host_ca, ("-I", "krl host", "-z", "50", *VALID)),
     }
-    # a KRL that ssh-keygen writes: serials 50-59 of the host CA
-    (cas / "krl_spec").write_text("serial: 50-59\n")
-    made = subprocess.run([find_binary("ssh-keygen") or "ssh-keygen", "-k", "-f",
-                           str(cas / "revoked.krl"), "-s", str(cas / "host_ca.pub"),
-                           str(cas / "krl_spec")], capture_output=True, timeout=30)
-    assert made.returncode == 0, made.stderr
+    write_krl(cas, "serial: 50-59")
     port, ssh_port = free_port(), free_port()
     with contextlib.ExitStack() as stack:
         servers = {name: stack.enter_context(cert_server(
@@ -305,21 +334,9 @@ def test_a_revoked_line_removed_by_a_reload_lets_the_server_in(env: Env) -> None
     """The same route, its @revoked line taken out by a config reload: trust on first
     use pins the key and the command runs (runs after the refusal above: module
     order)."""
-    written = yaml.safe_load(env.gateway.config_path.read_text())
-    env.gateway.write_config({**written, "policy": [
-        {k: v for k, v in route.items() if k != "ssh_upstream_host_keys"}
-        if route["from"] == "ssh://revokedplain" else route
-        for route in written["policy"]]})
-    tries: list[bytes] = []
-
-    def admitted() -> bool:
-        done = env.ssh("revokedplain", "true")
-        tries.append(done.stderr)
-        return done.returncode == 0
-    try:
-        wait_until(admitted, 15, what="the reloaded route")
-    except TimeoutError:
-        raise AssertionError((tries[-3:], env.gateway.process.log_text()[-3000:])) from None
+    env.rewrite_route("revokedplain", lambda route: {
+        k: v for k, v in route.items() if k != "ssh_upstream_host_keys"})
+    env.ssh_until("revokedplain", lambda done: done.returncode == 0, "the reloaded route")
     done = env.ssh("revokedplain", "echo in")
     assert (done.returncode, done.stdout) == (0, b"in\n"), done.stderr
     assert env.gateway.logged("route revokedplain: pinned the server's host key")
@@ -328,35 +345,18 @@ def test_a_revoked_line_removed_by_a_reload_lets_the_server_in(env: Env) -> None
 def test_a_pinned_key_revoked_later_is_refused(env: Env) -> None:
     """The key pinned just above, revoked again by a reload: the pin does not let it in
     (runs after the reload above: module order)."""
-    written = yaml.safe_load(env.gateway.config_path.read_text())
     host_public = " ".join(
         (env.tmp / "revokedplain" / "host_ed25519.pub").read_text().split()[:2])
-    env.gateway.write_config({**written, "policy": [
-        {**route, "ssh_upstream_host_keys": [f"@revoked * {host_public}"]}
-        if route["from"] == "ssh://revokedplain" else route
-        for route in written["policy"]]})
-    tries: list[bytes] = []
-
-    def refused() -> bool:
-        done = env.ssh("revokedplain", "true")
-        tries.append(done.stderr)
-        return done.returncode == 255 and b"is revoked" in done.stderr
-    try:
-        wait_until(refused, 15, what="the revocation reloaded")
-    except TimeoutError:
-        raise AssertionError(tries[-3:]) from None
-    assert b"route revokedplain: the server's host key SHA256:" in tries[-1], tries[-1]
+    env.rewrite_route("revokedplain", lambda route: {
+        **route, "ssh_upstream_host_keys": [f"@revoked * {host_public}"]})
+    done = env.ssh_until("revokedplain", lambda done: done.returncode == 255
+                         and b"is revoked" in done.stderr, "the revocation reloaded")
+    assert b"route revokedplain: the server's host key SHA256:" in done.stderr, done.stderr
 
 
 def test_a_new_krl_is_read_without_a_config_change(env: Env) -> None:
     """``ssh-keygen -k`` writes the KRL again without serial 50 (the operator took the
     revocation back): the gateway reloads on the file's change alone and the server
     is let in."""
-    cas = env.tmp / "cas"
-    (cas / "krl_spec").write_text("serial: 51-59\n")
-    made = subprocess.run([find_binary("ssh-keygen") or "ssh-keygen", "-k", "-f",
-                           str(cas / "revoked.krl"), "-s", str(cas / "host_ca.pub"),
-                           str(cas / "krl_spec")], capture_output=True, timeout=30)
-    assert made.returncode == 0, made.stderr
-    wait_until(lambda: env.ssh("krlserial", "true").returncode == 0, 15,
-               what="the rewritten KRL read")
+    write_krl(env.tmp / "cas", "serial: 51-59")
+    env.ssh_until("krlserial", lambda done: done.returncode == 0, "the rewritten KRL read")
