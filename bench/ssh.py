@@ -72,9 +72,7 @@ def main() -> None:
         port, ssh_port = free_port(), free_port()
         with cert_sshd(tmp, keys.ca_public) as sshd, \
                 oidc_provider(tmp, [callback_uri(port)]) as op:
-            route = {"from": "ssh://db", "to": f"ssh://127.0.0.1:{sshd.port}",
-                     "ssh_upstream_host_keys": [sshd.host_public],
-                     "allow_any_authenticated_user": True}
+            route = sshd.route(allow_any_authenticated_user=True)
             config = {**signing_in_config(op, port, [route]), "log_level": "warn",
                       **keys.settings(ssh_port)}
             with gateway_daemon(tmp, config, port=port) as gateway:

@@ -106,9 +106,7 @@ def main() -> None:
         with cert_sshd(tmp, keys.ca_public) as sshd, \
                 oidc_provider(tmp, [callback_uri(port)]) as op:
             def route(name: str, **extra: object) -> dict[str, object]:
-                return {"from": f"ssh://{name}", "to": f"ssh://127.0.0.1:{sshd.port}",
-                        "ssh_upstream_host_keys": [sshd.host_public],
-                        "allow_any_authenticated_user": True, **extra}
+                return sshd.route(name, allow_any_authenticated_user=True, **extra)
             config = {**signing_in_config(op, port, [route("recorded"),
                                                      route("plain", ssh_recording=False)]),
                       "log_level": "warn", **keys.settings(ssh_port),

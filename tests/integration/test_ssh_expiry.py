@@ -26,9 +26,7 @@ def test_expiry_closes_the_connection_with_a_message(tmp_path: Path) -> None:
     port, ssh_port = free_port(), free_port()
     with cert_sshd(tmp_path, keys.ca_public) as sshd, \
             oidc_provider(tmp_path, [callback_uri(port)]) as op:
-        route = {"from": "ssh://db", "to": f"ssh://127.0.0.1:{sshd.port}",
-                 "ssh_upstream_host_keys": [sshd.host_public],
-                 "allow_any_authenticated_user": True}
+        route = sshd.route(allow_any_authenticated_user=True)
         config = {**signing_in_config(op, port, [route]), "cookie_expire": f"{LIFETIME}s",
                   **keys.settings(ssh_port)}
         with gateway_daemon(tmp_path, config, port=port) as gateway:

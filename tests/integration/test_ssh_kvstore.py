@@ -27,9 +27,7 @@ def test_bindings_and_sign_out_shared_through_redis(tmp_path: Path) -> None:
     b_dir.mkdir()
     with redis_server(tmp_path / "redis") as redis, cert_sshd(tmp_path, keys.ca_public) as sshd, \
             oidc_provider(tmp_path, [f"http://auth.test:{pa}/oauth2/callback"]) as op:
-        route = {"from": "ssh://db", "to": f"ssh://127.0.0.1:{sshd.port}",
-                 "ssh_upstream_host_keys": [sshd.host_public],
-                 "allowed_users": ["alice@example.test"]}
+        route = sshd.route(allowed_users=["alice@example.test"])
 
         def config(port: int, ssh_port: int) -> dict[str, object]:
             base = kv_gateway_config(op, f"kvstore://127.0.0.1:{redis.port}/0", pa,

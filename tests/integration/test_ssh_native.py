@@ -83,14 +83,11 @@ def db_policy(sshd: CertSshd) -> dict[str, Any]:
 
 
 def routes(sshd: CertSshd, policy: dict[str, Any]) -> list[dict[str, Any]]:
-    server = f"ssh://127.0.0.1:{sshd.port}"
     return [
-        {"from": "ssh://db", "to": server, "ssh_upstream_host_keys": [sshd.host_public],
-         "ssh_certificate_ttl": f"{TTL}s", "policy": policy},
-        {"from": "ssh://fwd", "to": server, "ssh_upstream_host_keys": [sshd.host_public],
-         "ssh_allow_port_forwarding": True, "allowed_users": [ALICE]},
-        {"from": "ssh://wrongkey", "to": server, "ssh_upstream_host_keys": [WRONG_KEY],
-         "allow_any_authenticated_user": True},
+        sshd.route("db", ssh_certificate_ttl=f"{TTL}s", policy=policy),
+        sshd.route("fwd", ssh_allow_port_forwarding=True, allowed_users=[ALICE]),
+        sshd.route("wrongkey", ssh_upstream_host_keys=[WRONG_KEY],
+                   allow_any_authenticated_user=True),
     ]
 
 

@@ -34,9 +34,7 @@ def test_recording_failures_best_effort_and_required(tmp_path: Path) -> None:
     with cert_sshd(tmp_path, keys.ca_public) as sshd, \
             oidc_provider(tmp_path, [callback_uri(port)]) as op:
         def route(name: str, **extra: Any) -> dict[str, Any]:
-            return {"from": f"ssh://{name}", "to": f"ssh://127.0.0.1:{sshd.port}",
-                    "ssh_upstream_host_keys": [sshd.host_public],
-                    "allow_any_authenticated_user": True, **extra}
+            return sshd.route(name, allow_any_authenticated_user=True, **extra)
         routes = [route("db"), route("strict", ssh_recording_required=True),
                   route("unrecorded", ssh_recording_required=True, ssh_recording=False)]
         config = {**signing_in_config(op, port, routes),

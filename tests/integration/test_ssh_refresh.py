@@ -68,9 +68,7 @@ def env(tmp_path: Path) -> Iterator[Env]:
     with cert_sshd(tmp_path, keys.ca_public) as sshd, \
             oidc_provider(tmp_path, [callback_uri(port)],
                           access_token_ttl=ACCESS_TOKEN_TTL) as op:
-        route = {"from": "ssh://db", "to": f"ssh://127.0.0.1:{sshd.port}",
-                 "ssh_upstream_host_keys": [sshd.host_public],
-                 "allow_any_authenticated_user": True}
+        route = sshd.route(allow_any_authenticated_user=True)
         config = {**signing_in_config(op, port, [route]),
                   **keys.settings(ssh_port)}
         with gateway_daemon(tmp_path, config, port=port) as gateway:

@@ -83,9 +83,7 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
     port, ssh_port = free_port(), free_port()
     with cert_sshd(tmp_path, keys.ca_public, login=login) as sshd, \
             oidc_provider(tmp_path, [callback_uri(port)]) as op:
-        route = {"from": "ssh://db", "to": f"ssh://127.0.0.1:{sshd.port}",
-                 "ssh_upstream_host_keys": [sshd.host_public],
-                 "allow_any_authenticated_user": True}
+        route = sshd.route(allow_any_authenticated_user=True)
         config = {**signing_in_config(op, port, [route]),
                   **keys.settings(ssh_port)}
         with gateway_daemon(tmp_path, config, port=port) as gateway:

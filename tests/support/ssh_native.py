@@ -69,6 +69,12 @@ class CertSshd:
     def log(self) -> str:
         return self.process.log_text()
 
+    def route(self, name: str = "db", **fields: Any) -> dict[str, Any]:
+        """A route ``ssh://name`` to this server, its host key pinned; ``fields`` add the
+        policy and the rest."""
+        return {"from": f"ssh://{name}", "to": f"ssh://127.0.0.1:{self.port}",
+                "ssh_upstream_host_keys": [self.host_public], **fields}
+
 
 def _config(run: Path, user: str, ca_public: Path) -> str:
     return "\n".join([
