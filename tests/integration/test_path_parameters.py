@@ -24,6 +24,7 @@ from tests.conftest import in_ci
 from tests.support import servlet_containers
 from tests.support.daemon import Daemon, gateway_daemon
 from tests.support.h2client import H2Client
+from tests.support.processes import wait_until
 from tests.support.rawhttp import one_shot, status_of
 from tests.support.servlet_containers import Container
 
@@ -264,13 +265,18 @@ def test_forward_auth_decides_for_what_the_container_serves(setup: Setup) -> Non
 
 
 def test_reject_mode(setup: Setup, tmp_path: Path) -> None:
-    """``path_with_parameters_action: reject``: parameters on an inner segment get 400
-    (HTTP/1.1, HTTP/2, forward auth); the last segment's pass, as with ``strip``."""
+    """``path_with_parameters_action: reject``, set by a reload: parameters on an inner
+    segment get 400 (HTTP/1.1, HTTP/2, forward auth); the last segment's pass, as with
+    ``strip``."""
     tomcat = setup.containers[0]
     config = {**SIGN_IN, "codec_type": "auto", "forward_auth_url": f"https://{FWD}",
-              "path_with_parameters_action": "reject",
               "policy": routes("tomcat.test", tomcat.url)}
     with gateway_daemon(tmp_path, config) as gw, H2Client(gw.port) as h2:
+        assert get(gw.port, "/secure;x/doc", "tomcat.test").body == "secure/doc"
+        gw.write_config({**config, "path_with_parameters_action": "reject",
+                         "address": f"127.0.0.1:{gw.port}", "insecure_server": True})
+        wait_until(lambda: get(gw.port, "/secure;x/doc", "tomcat.test").status == 400, 15.0,
+                   interval=0.2, what="path_with_parameters_action: reject reloaded")
         for target in ("/private;x/admin/x", "/secure%3Bx/doc", "/;x/app"):
             assert get(gw.port, target, "tomcat.test").status == 400, target
             assert h2.request("GET", target, "tomcat.test").status == 400, target
