@@ -5,6 +5,7 @@
 #   iproute2, pebble, chromium, slapd + ldap-utils, prometheus (promtool),
 #   openssh-server + openssh-client and postgresql (peers of the `gateway tcp` tests),
 #   asciinema (plays the recordings of native SSH sessions in their tests),
+#   tomcat10 and jetty9 (upstreams of the path-parameter tests; their services stay off),
 #   dpkg-dev, debhelper, dh-virtualenv, lintian, python3-seccomp (the Debian package tests);
 #   Node.js only if missing),
 #   a virtualenv in .venv with the project (editable) and its test tools,
