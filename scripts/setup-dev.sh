@@ -5,6 +5,7 @@
 #   iproute2, pebble, chromium, slapd + ldap-utils, prometheus (promtool),
 #   openssh-server + openssh-client and postgresql (peers of the `gateway tcp` tests),
 #   asciinema (plays the recordings of native SSH sessions in their tests),
+#   tomcat10 and jetty9 (upstreams of the path-parameter tests; their services stay off),
 #   dpkg-dev, debhelper, dh-virtualenv, lintian, python3-seccomp (the Debian package tests);
 #   Node.js only if missing),
 #   a virtualenv in .venv with the project (editable) and its test tools,
@@ -30,6 +31,8 @@ command -v promtool >/dev/null 2>&1 || need_apt+=(prometheus)
 command -v ssh >/dev/null 2>&1 || need_apt+=(openssh-client)
 command -v asciinema >/dev/null 2>&1 || need_apt+=(asciinema)  # plays native SSH recordings
 compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null || need_apt+=(postgresql)
+[ -f /usr/share/tomcat10/bin/bootstrap.jar ] || need_apt+=(tomcat10)  # path-parameter tests
+[ -f /usr/share/jetty9/start.jar ] || need_apt+=(jetty9)
 command -v node >/dev/null 2>&1 || need_apt+=(nodejs npm)
 python3 -c 'import ensurepip, venv' >/dev/null 2>&1 || need_apt+=(python3-venv)
 if [ ${#need_apt[@]} -gt 0 ]; then
@@ -40,6 +43,12 @@ if [ ${#need_apt[@]} -gt 0 ]; then
     export DEBIAN_FRONTEND=noninteractive
     apt-get update -q
     apt-get install -y -q "${need_apt[@]}"
+    # the tests run their own Tomcat and Jetty; the packages' services (port 8080) stay off
+    for unit in tomcat10 jetty9; do
+        if [[ " ${need_apt[*]} " == *" $unit "* ]]; then
+            systemctl disable --now "$unit" >/dev/null 2>&1 || true
+        fi
+    done
 fi
 
 # An unprivileged login for the test sshd: OpenSSH honours a session's `signal` request

@@ -78,7 +78,8 @@ def run_policy_check(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 def check(snapshot: Snapshot, args: argparse.Namespace) -> Report:
     """The report for these arguments (``InputError``, ``NotRouted``)."""
-    target = parse_target(args.url, args.method)
+    target = parse_target(args.url, args.method,
+                          snapshot.options.path_with_parameters_action == "reject")
     now = float(int(time.time())) if args.at is None else parse_instant(args.at)
     groups = parse_groups(args.groups)
     claims = parse_claims(args.claim)

@@ -93,7 +93,7 @@ class Target:
         return self.scheme == "tcp+https"
 
 
-def parse_target(url: str, method: str | None) -> Target:
+def parse_target(url: str, method: str | None, reject_parameters: bool = False) -> Target:
     """``--url`` and ``--method``: an http(s) URL (method GET unless given) or a
     ``tcp+https://host:port`` URL (always CONNECT, path empty)."""
     tcp = _TCP.fullmatch(url)
@@ -127,7 +127,8 @@ def parse_target(url: str, method: str | None) -> Target:
     if not rest or rest.startswith(("?", "#")):
         rest = "/" + rest
     try:
-        path, query = normalise_target(rest.encode("latin-1"))
+        # the path routes and policy see: without ";" parameters, as the data plane's
+        path, _, query = normalise_target(rest.encode("latin-1"), reject_parameters)
     except UnicodeEncodeError:
         raise InputError(f"--url {url}: percent-encode characters beyond Latin-1, as a "
                          "client sends them") from None

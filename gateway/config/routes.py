@@ -306,6 +306,10 @@ def _parse_route(
     for key in ("path", "prefix"):
         if values.get(key) and not values[key].startswith("/"):
             problems.error(f"{base}.{key}", f"must start with '/', got {values[key]!r}")
+        elif values.get(key) and (";" in values[key] or "%3b" in values[key].lower()):
+            # routes see the path without its ";" parameters (path_with_parameters_action)
+            problems.error(f"{base}.{key}", f"{values[key]!r} can never match: requests are "
+                           "routed on their path without ';' parameters")
     matchers = [k for k in ("path", "prefix", "regex") if values.get(k)]
     if len(matchers) > 1:
         problems.error(base, f"set only one of path, prefix and regex (got {', '.join(matchers)})")

@@ -41,6 +41,7 @@ class Kind(StrEnum):
 SERVICES = ("all", "authenticate", "authorize", "databroker", "proxy")
 LOG_LEVELS = ("debug", "info", "warn", "error")
 UNDERSCORE_ACTIONS = ("allow", "drop", "reject")
+PARAMETER_ACTIONS = ("strip", "reject")
 IDP_PROVIDERS = ("oidc", "idpvendor1", "idpvendor2", "idpvendor3", "idpvendor4", "idpvendor5")
 DEFAULT_RESPONSE_HEADERS = {
     "X-Content-Type-Options": "nosniff",
@@ -148,6 +149,12 @@ class Options:
         "Client headers with '_' in their name: allow, drop or reject (400) "
         "(beyond the reference).",
         choices=UNDERSCORE_ACTIONS, extension=True,
+    )
+    path_with_parameters_action: str = _s(
+        "strip", Kind.ENUM,
+        "';' parameters on a path segment other than the last: strip (route, authorize "
+        "and forward the path without them) or reject (400) (beyond the reference).",
+        choices=PARAMETER_ACTIONS, extension=True,
     )
     timeout_read: float = _s(30.0, Kind.DURATION, "Global server read timeout.")
     timeout_write: float = _s(0.0, Kind.DURATION, "Global server write timeout (0: none).")

@@ -80,6 +80,7 @@ class ProxyCore:
         self.cookie_name = o.cookie_name
         self.underscores_drop = o.headers_with_underscores_action == "drop"
         self.underscores_reject = o.headers_with_underscores_action == "reject"
+        self.reject_parameters = o.path_with_parameters_action == "reject"
         self.xff_trusted_hops = o.xff_num_trusted_hops
         self.pool.resolve = family_resolver(self.reactor, o.dns_lookup_family)
 

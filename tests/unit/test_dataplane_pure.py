@@ -372,7 +372,8 @@ class LookupTests(SynchronousTestCase):
 
 
 def request_head(route: dict[str, Any], headers: list[tuple[bytes, bytes]], *,
-                 underscores_drop: bool = False) -> list[bytes]:
+                 underscores_drop: bool = False, path: str = "/",
+                 path_parameters: str = "") -> list[bytes]:
     """The upstream request head's lines for a GET with ``headers`` on ``route``."""
     from types import SimpleNamespace
 
@@ -382,7 +383,8 @@ def request_head(route: dict[str, Any], headers: list[tuple[bytes, bytes]], *,
     core = SimpleNamespace(cookie_name="_gateway", underscores_drop=underscores_drop,
                            xff_trusted_hops=0, skip_xff_append=False, scheme_bytes=b"https")
     exchange = SimpleNamespace(
-        plan=plan, host_state=plan.hosts[0], core=core, path="/", query=b"", method=b"GET",
+        plan=plan, host_state=plan.hosts[0], core=core, path=path,
+        path_parameters=path_parameters, query=b"", method=b"GET",
         connection_tokens=connection_tokens([v for n, v in headers
                                              if n.lower() == b"connection"]),
         allow=None, trace=None, headers=headers, host="from.example.com",
@@ -407,6 +409,15 @@ class RequestHeadTableTests(SynchronousTestCase):
         self.assertIn(b"host: 127.0.0.1:9000", [line.lower() for line in lines])
         for gone in (b"TE", b"X-Gateway", b"Authorization", b"theirs", b"secret"):
             self.assertFalse([line for line in lines if gone in line], gone)
+
+    def test_last_segment_parameters_follow_the_rewritten_path(self) -> None:
+        """Issue 39: ``/secure/doc;jsessionid=1`` is routed as ``/secure/doc``; the
+        upstream gets the rewritten path with the parameters after it."""
+        route = public(prefix="/secure/", prefix_rewrite="/app/")
+        lines = request_head(route, [], path="/secure/doc", path_parameters=";jsessionid=1")
+        self.assertEqual(lines[0], b"GET /app/doc;jsessionid=1 HTTP/1.1")
+        plain = request_head(route, [], path="/secure/doc")
+        self.assertEqual(plain[0], b"GET /app/doc HTTP/1.1")
 
     def test_host_source_loses_to_removal_and_to_forwarded_host(self) -> None:
         """``host_rewrite_header`` naming a removed header or X-Forwarded-Host does not

@@ -114,6 +114,24 @@ class FindTargetTests(SynchronousTestCase):
                              ("https", "app.example.com", "/x", b"?y=1"))
             self.assertEqual(found.url, "https://app.example.com/x?y=1")
 
+    def test_path_parameters(self) -> None:
+        """Issue 39: the path decided on is the one a servlet container behind the proxy
+        serves, without ';' parameters, from every source; with reject_parameters,
+        inner ones are a 400 naming the setting."""
+        url = "https://app.example.com/private;x/admin%3Bv=1/x;jsessionid=1?q=;y"
+        sources = [("?uri=" + url, []), ("", [(b"X-Original-URL", url.encode())]),
+                   ("", forwarded(uri=url[len("https://app.example.com"):]))]
+        for query, headers in sources:
+            found = target(query, headers)
+            self.assertEqual((found.path, found.query), ("/private/admin/x", b"?q=;y"))
+            with self.assertRaises(TargetError) as caught:
+                find_target(query.encode(), headers, b"GET", reject_parameters=True)
+            self.assertEqual(caught.exception.status, 400)
+            self.assertIn("path_with_parameters_action: reject", str(caught.exception))
+        last = find_target(b"?uri=https://app.example.com/app;jsessionid=1", [], b"GET",
+                           reject_parameters=True)
+        self.assertEqual(last.path, "/app")
+
     def test_order(self) -> None:
         """uri first, then X-Original-URL, then X-Forwarded-*; agreeing sources are fine."""
         both = [(b"X-Original-URL", b"https://app.example.com/x?y=1"), *forwarded()]

@@ -22,14 +22,15 @@ _PCHAR = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~!$&'
 _PROPERTY = settings(max_examples=300, derandomize=True, database=None, deadline=None)
 
 
-def slow_path(target: bytes) -> tuple[bytes, bytes]:
+def slow_path(target: bytes) -> tuple[bytes, bytes, bytes]:
     """The general algorithm ``normalise_target`` falls back to, applied unconditionally."""
     if not target.startswith(b"/"):
         raise BadTarget("not origin form")
     path, query = split_target(target)
     if any(byte < 0x21 or byte == 0x7F for byte in query):
         raise BadTarget("control characters in the query string")
-    return _normalise_path(path), query
+    normalised, parameters = _normalise_path(path)
+    return normalised, parameters, query
 
 
 def outcome(function: object, target: bytes) -> object:
@@ -84,25 +85,25 @@ class NormaliseTargetTests(SynchronousTestCase):
     def test_normalised(self) -> None:
         """Dots removed, slashes merged, unreserved escapes decoded, others upper-cased."""
         cases = {
-            b"/a/./b/../c": (b"/a/c", b""),
-            b"/public/../admin": (b"/admin", b""),
-            b"/public/%2e%2e/admin": (b"/admin", b""),
-            b"/public/%2E%2E/admin": (b"/admin", b""),
-            b"/public/.%2e/admin": (b"/admin", b""),
-            b"/a/b/..": (b"/a/", b""),
-            b"/../../etc": (b"/etc", b""),
-            b"//admin": (b"/admin", b""),
-            b"/a//b": (b"/a/b", b""),
-            b"/%41%42%7e%7E%2d%5f%30": (b"/AB~~-_0", b""),
-            b"/a%20b": (b"/a%20b", b""),
-            b"/a%3fb": (b"/a%3Fb", b""),
-            b"/a%23b": (b"/a%23b", b""),
-            b"/a%25%2a": (b"/a%25%2A", b""),
-            b"/a%c3%a9": (b"/a%C3%A9", b""),
-            b"/caf\xc3\xa9": (b"/caf%C3%A9", b""),
-            b"/a\"b<c>": (b"/a%22b%3Cc%3E", b""),
-            b"/": (b"/", b""),
-            b"/a/b/": (b"/a/b/", b""),
+            b"/a/./b/../c": (b"/a/c", b"", b""),
+            b"/public/../admin": (b"/admin", b"", b""),
+            b"/public/%2e%2e/admin": (b"/admin", b"", b""),
+            b"/public/%2E%2E/admin": (b"/admin", b"", b""),
+            b"/public/.%2e/admin": (b"/admin", b"", b""),
+            b"/a/b/..": (b"/a/", b"", b""),
+            b"/../../etc": (b"/etc", b"", b""),
+            b"//admin": (b"/admin", b"", b""),
+            b"/a//b": (b"/a/b", b"", b""),
+            b"/%41%42%7e%7E%2d%5f%30": (b"/AB~~-_0", b"", b""),
+            b"/a%20b": (b"/a%20b", b"", b""),
+            b"/a%3fb": (b"/a%3Fb", b"", b""),
+            b"/a%23b": (b"/a%23b", b"", b""),
+            b"/a%25%2a": (b"/a%25%2A", b"", b""),
+            b"/a%c3%a9": (b"/a%C3%A9", b"", b""),
+            b"/caf\xc3\xa9": (b"/caf%C3%A9", b"", b""),
+            b"/a\"b<c>": (b"/a%22b%3Cc%3E", b"", b""),
+            b"/": (b"/", b"", b""),
+            b"/a/b/": (b"/a/b/", b"", b""),
         }
         for target, expected in cases.items():
             self.assertEqual(normalise_target(target), expected, target)
@@ -110,19 +111,19 @@ class NormaliseTargetTests(SynchronousTestCase):
     def test_query_untouched(self) -> None:
         """The query is passed on byte for byte: no decoding, no dot removal, no case change."""
         cases = {
-            b"/a?x=/../y&z=%2f%5c%2e": (b"/a", b"?x=/../y&z=%2f%5c%2e"),
-            b"/a/../b?q=%zz%": (b"/b", b"?q=%zz%"),
-            b"/a?\xc3\xa9": (b"/a", b"?\xc3\xa9"),
-            b"/a?": (b"/a", b"?"),
+            b"/a?x=/../y&z=%2f%5c%2e": (b"/a", b"", b"?x=/../y&z=%2f%5c%2e"),
+            b"/a/../b?q=%zz%": (b"/b", b"", b"?q=%zz%"),
+            b"/a?\xc3\xa9": (b"/a", b"", b"?\xc3\xa9"),
+            b"/a?": (b"/a", b"", b"?"),
         }
         for target, expected in cases.items():
             self.assertEqual(normalise_target(target), expected, target)
 
     def test_fragment_dropped(self) -> None:
         """A fragment a client sent is not routed on and not forwarded."""
-        self.assertEqual(normalise_target(b"/a#frag"), (b"/a", b""))
-        self.assertEqual(normalise_target(b"/a?q=1#frag"), (b"/a", b"?q=1"))
-        self.assertEqual(normalise_target(b"/a/../b#/../c"), (b"/b", b""))
+        self.assertEqual(normalise_target(b"/a#frag"), (b"/a", b"", b""))
+        self.assertEqual(normalise_target(b"/a?q=1#frag"), (b"/a", b"", b"?q=1"))
+        self.assertEqual(normalise_target(b"/a/../b#/../c"), (b"/b", b"", b""))
 
     def test_refused(self) -> None:
         """Encoded slashes, backslashes, control characters and bad escapes are refused."""
@@ -196,15 +197,15 @@ class NormaliseTargetTests(SynchronousTestCase):
                     max_size=10).map(b"".join))
     def test_idempotent(self, body: bytes) -> None:
         """A normalised path normalises to itself (what the router saw is what is sent)."""
-        path, _ = normalise_target(b"/" + body)
-        self.assertEqual(normalise_target(path), (path, b""))
+        path, _, _ = normalise_target(b"/" + body)
+        self.assertEqual(normalise_target(path), (path, b"", b""))
 
     def test_long_segment_then_other_byte(self) -> None:
         """Found by fuzzing: the fast-path regex backtracked exponentially when a long
         segment was followed by a byte outside its class (``%``, ``"``, a control), so one
         such request stopped the reactor. It now takes one linear match."""
         for tail, expected in ((b"%41", b"A"), (b"%22", b"%22"), (b'"', b"%22")):
-            path, _ = normalise_target(b"/" + b"a" * 4000 + tail)
+            path, _, _ = normalise_target(b"/" + b"a" * 4000 + tail)
             self.assertEqual(path, b"/" + b"a" * 4000 + expected)
         with self.assertRaises(BadTarget):
             normalise_target(b"/public/" + b"x" * 4000 + b"\x00")
@@ -244,21 +245,6 @@ class PathParameterTests(SynchronousTestCase):
                 normalise_target(target)
             self.assertIn("';' parameters", str(caught.exception))
 
-    def test_parameters_elsewhere_kept(self) -> None:
-        """Parameters on ordinary segments are forwarded as sent (session ids, matrix
-        parameters); a dot segment that removes a parameter segment is resolved as usual."""
-        cases = {
-            b"/app/page;jsessionid=1": b"/app/page;jsessionid=1",
-            b"/app/;jsessionid=1": b"/app/;jsessionid=1",
-            b"/cars;color=red/list": b"/cars;color=red/list",
-            b"/a/...;x/b": b"/a/...;x/b",
-            b"/a/.x;y/b": b"/a/.x;y/b",
-            b"/public/;x/../admin": b"/public/admin",
-            b"/a%3bb": b"/a%3Bb",
-        }
-        for target, expected in cases.items():
-            self.assertEqual(normalise_target(target), (expected, b""), target)
-
     @_PROPERTY
     @given(st.lists(st.sampled_from([
         b"/", b"//", b".", b"..", b"a", b";", b";x=1", b"%3b", b"%3B", b"%2e", b"%2E",
@@ -268,13 +254,94 @@ class PathParameterTests(SynchronousTestCase):
         """Whatever the policy matched under ``/public/``, a parameter-dropping upstream
         serves under ``/public/`` too; and a normalised path normalises to itself."""
         try:
-            path, _ = normalise_target(b"/public/" + body)
+            path, parameters, _ = normalise_target(b"/public/" + body)
         except BadTarget:
             return
-        self.assertEqual(normalise_target(path), (path, b""), path)
+        self.assertEqual(normalise_target(path + parameters), (path, parameters, b""), path)
         if path.startswith(b"/public/"):
-            served = parameter_dropping_server(path)
+            served = parameter_dropping_server(path + parameters)
             self.assertTrue(served.startswith(b"/public/") or served == b"/public", (path, served))
+
+
+class ParametersOnSegmentsTests(SynchronousTestCase):
+    """Issue 39: ``/private;x/admin/x`` passed ``deny: http_path starts_with
+    /private/admin`` and ``/secure;jsessionid=1/doc`` missed the ``/secure/`` route, while
+    Tomcat, Jetty and Spring served ``/private/admin/x`` and ``/secure/doc``. The path
+    routed and authorized is now the path without parameters."""
+
+    def test_table(self) -> None:
+        """(path routed and authorized, last segment's parameters) for each trick."""
+        cases = {
+            b"/private;x/admin/x": (b"/private/admin/x", b""),
+            b"/private;/admin/x": (b"/private/admin/x", b""),
+            b"/private%3bx/admin/x": (b"/private/admin/x", b""),
+            b"/private%3Bx/admin/x": (b"/private/admin/x", b""),
+            b"/private/admin;x/x": (b"/private/admin/x", b""),
+            b"/secure;jsessionid=1/doc": (b"/secure/doc", b""),
+            b"/;x/private/admin/x": (b"/private/admin/x", b""),
+            b"/private/;x/admin/x": (b"/private/admin/x", b""),
+            b"/a;x;y=1/b": (b"/a/b", b""),
+            b"/a;x/b;y/c;z": (b"/a/b/c", b";z"),
+            b"/app;jsessionid=1": (b"/app", b";jsessionid=1"),
+            b"/app/page;jsessionid=1": (b"/app/page", b";jsessionid=1"),
+            b"/app/;jsessionid=1": (b"/app/", b";jsessionid=1"),
+            b"/app%3Bjsessionid=1": (b"/app", b"%3Bjsessionid=1"),
+            b"/login;": (b"/login", b";"),
+            b"/admin;": (b"/admin", b";"),
+            b"/;x": (b"/", b";x"),
+            b"/a/...;x/b": (b"/a/.../b", b""),
+            b"/a/.x;y/b": (b"/a/.x/b", b""),
+            b"/public/;x/../admin": (b"/public/admin", b""),
+            b"/a%253bx/b": (b"/a%253bx/b", b""),  # one decoding: a literal "%3b", no ";"
+            b"/private/admin./x": (b"/private/admin./x", b""),  # no trailing-dot folding
+            b"/a;x/b?q=;y": (b"/a/b", b""),
+        }
+        for target, (path, parameters) in cases.items():
+            query = split_target(target)[1]
+            self.assertEqual(normalise_target(target), (path, parameters, query), target)
+
+    def test_same_as_parameter_dropping_server(self) -> None:
+        """What the gateway routes is what Tomcat reads of what the gateway forwards."""
+        for target in (b"/private;x/admin/x", b"/a%3bx/b;c", b"/;x//y;z/", b"/a/;x"):
+            path, parameters, _ = normalise_target(target)
+            self.assertEqual(parameter_dropping_server(path + parameters), path, target)
+
+    def test_reject(self) -> None:
+        """``path_with_parameters_action: reject``: 400 for parameters on any segment but
+        the last; the last segment's still pass."""
+        for target in (b"/private;x/admin/x", b"/private%3Bx/admin", b"/;x/a", b"/a/;/b"):
+            with self.assertRaises(BadTarget, msg=repr(target)) as caught:
+                normalise_target(target, reject_parameters=True)
+            self.assertIn("path_with_parameters_action", str(caught.exception))
+        self.assertEqual(normalise_target(b"/app;jsessionid=1", reject_parameters=True),
+                         (b"/app", b";jsessionid=1", b""))
+        self.assertEqual(normalise_target(b"/a/b?x=;y", reject_parameters=True),
+                         (b"/a/b", b"", b"?x=;y"))
+
+    def test_fast_path_excludes_parameters(self) -> None:
+        """A ``;`` in the path never takes the one-regex fast path (which would keep it);
+        in the query it may."""
+        self.assertIsNone(_FAST_PATH.fullmatch(b"/a;x/b"))
+        self.assertIsNotNone(_FAST_PATH.fullmatch(b"/a/b?x=;y"))
+
+    @_PROPERTY
+    @given(st.lists(st.sampled_from([
+        b"/", b"//", b"a", b"b", b";", b";x=1", b"%3b", b"%3B", b"%253b", b".x", b"...",
+        b"=", b"%41", b"%2e",
+    ]), max_size=12).map(b"".join))
+    def test_routed_path_is_served_path(self, body: bytes) -> None:
+        """For any accepted target: the routed path has no parameters, a
+        parameter-dropping server reads the forwarded path as the routed one, and a plain
+        RFC 3986 server reads it as the routed path plus the last segment's parameters."""
+        try:
+            path, parameters, _ = normalise_target(b"/" + body)
+        except BadTarget:
+            return
+        self.assertNotIn(b";", path)
+        self.assertNotIn(b"%3B", path)
+        self.assertEqual(parameter_dropping_server(path + parameters), path, body)
+        self.assertNotIn(b"/", parameters)
+        self.assertEqual(normalise_target(path + parameters), (path, parameters, b""), body)
 
 
 class SplitAbsoluteTests(SynchronousTestCase):

@@ -187,6 +187,17 @@ class CriteriaTests(CliCase):
         self.expect("path.test", ["--user", "u"], 0, "http_path starts_with /admin/: miss",
                     url="https://path.test/administration")
 
+    def test_http_path_has_no_parameters(self) -> None:
+        """Issue 39: the path is decided without its ';' parameters, as Tomcat reads it;
+        with path_with_parameters_action: reject, inner ones are a 400."""
+        self.expect("path.test", ["--user", "u"], 1, "(path /admin/x)",
+                    "deny[0].or[0] http_path starts_with /admin/: matched",
+                    url="https://path.test/admin;x/x;jsessionid=1")
+        path = self.config(CRITERIA_ROUTES, path_with_parameters_action="reject")
+        code, out, err = self.check(path, "https://path.test/admin;x/x", "--user", "u")
+        self.assertNotEqual(code, 0)
+        self.assertIn("refuses this request target with 400", out + err)
+
     def test_source_ip(self) -> None:
         for address in ("203.0.113.9", "2001:db8::1"):
             self.expect("network.test", ["--ip", address], 0, "source_ip: matched",

@@ -287,9 +287,10 @@ class Http1Connection(ConnectionTLS, Protocol):
             raise Refused(426, f"HTTP/{version} is not supported; use HTTP/1.1 or HTTP/2",
                           ((b"upgrade", b"HTTP/1.1"),))
         exchange.method = method = parser.get_method()
-        (exchange.host, exchange.path, exchange.query, exchange.headers, body_kind,
-         exchange.expect_continue, upgrade, exchange.connection_tokens,
-         exchange.trace_context) = read_head(method, exchange.target, exchange.headers)
+        (exchange.host, exchange.path, exchange.path_parameters, exchange.query,
+         exchange.headers, body_kind, exchange.expect_continue, upgrade,
+         exchange.connection_tokens, exchange.trace_context) = read_head(
+            method, exchange.target, exchange.headers, self.core.reject_parameters)
         if method == b"CONNECT":
             exchange.upgrade = upgrade
             exchange.connect = True

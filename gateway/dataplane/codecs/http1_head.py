@@ -40,17 +40,20 @@ class Refused(Exception):
         self.headers = headers
 
 
-# What ``read_head`` returns, in this order: host, path, query, the header list (an
+# What ``read_head`` returns, in this order: host, path, the last segment's ``;``
+# parameters (``normalise_target``), query, the header list (an
 # absolute-form target's authority replaces Host in it), body kind (``BODY_*``), Expect
 # 100-continue, the Upgrade value, the Connection tokens, whether a trace context came.
 # A plain tuple: this runs once per request, and an object of its own costs more than
 # the rest of the function's bookkeeping.
-Head = tuple[str, str, bytes, list[Header], int, bool, bytes, frozenset[bytes], bool]
+Head = tuple[str, str, str, bytes, list[Header], int, bool, bytes, frozenset[bytes], bool]
 
 
-def read_head(method: bytes, target: bytes, headers: list[Header]) -> Head:
+def read_head(method: bytes, target: bytes, headers: list[Header],
+              reject_parameters: bool = False) -> Head:
     """What the codec needs of a request head (see ``Head``); ``Refused`` for one the
-    gateway answers itself. A ``CONNECT``'s host is its authority, its path empty."""
+    gateway answers itself. A ``CONNECT``'s host is its authority, its path empty.
+    ``reject_parameters``: ``path_with_parameters_action: reject``."""
     host = upgrade = b""
     hosts = 0
     lengths: set[bytes] | None = None
@@ -92,7 +95,7 @@ def read_head(method: bytes, target: bytes, headers: list[Header]) -> Head:
             body_kind = BODY_LENGTH
     if method == b"CONNECT":
         authority = connect_target(target, host, hosts, body_kind != BODY_NONE)
-        return (authority, "", b"", headers, BODY_NONE, expect_continue, upgrade, tokens,
+        return (authority, "", "", b"", headers, BODY_NONE, expect_continue, upgrade, tokens,
                 trace_context)
     # where the request goes (RFC 9112 3.2): an absolute-form target's authority
     # replaces the Host header, for the upstream as much as for routing
@@ -106,10 +109,11 @@ def read_head(method: bytes, target: bytes, headers: list[Header]) -> Head:
     if not host:
         raise Refused(400, "the Host header is empty")
     try:
-        path, query = normalise_target(target)
+        path, parameters, query = normalise_target(target, reject_parameters)
     except BadTarget as exc:
         raise Refused(400, str(exc)) from None
-    return (host.decode("latin-1").lower(), path.decode("latin-1"), query, headers,
+    return (host.decode("latin-1").lower(), path.decode("latin-1"),
+            parameters.decode("latin-1"), query, headers,
             body_kind, expect_continue, upgrade, tokens, trace_context)
 
 

@@ -106,9 +106,9 @@ class ExchangeBase:
         "allow", "body_kind", "body_sent", "chunked_out", "connect", "connecting",
         "connection_tokens", "core", "deadline", "decision_reason", "detail", "email",
         "expect_continue", "finished", "head_pending", "headers", "host", "host_state",
-        "internal_body", "keep_alive", "method", "path", "pending", "pending_size", "plan",
-        "query", "received", "request_done", "response_started", "retried", "reused",
-        "rid", "sent", "sink", "stage", "started", "status", "target", "trace",
+        "internal_body", "keep_alive", "method", "path", "path_parameters", "pending",
+        "pending_size", "plan", "query", "received", "request_done", "response_started",
+        "retried", "reused", "rid", "sent", "sink", "stage", "started", "status", "target", "trace",
         "trace_context", "trace_id", "tunnel_sink", "upgrade", "upgrade_sink", "upstream",
         "upstream_host", "upstream_started", "upstream_status", "user_id",
     )
@@ -141,7 +141,8 @@ class ExchangeBase:
         self.started = core.reactor.seconds()
         self.method = b""
         self.target = b""
-        self.path = "/"
+        self.path = "/"  # normalised, without ";" parameters: what routing and policy see
+        self.path_parameters = ""  # the last segment's, put back after the upstream path
         self.query = b""
         self.host = ""
         self.headers: list[tuple[bytes, bytes]] = []

@@ -68,7 +68,8 @@ def serve_forward_auth(exchange: Exchange) -> None:
         exchange.fail(405, "forward-auth requests use GET", ((b"allow", b"GET, HEAD"),))
         return
     try:
-        target = find_target(exchange.query, exchange.headers, exchange.method)
+        target = find_target(exchange.query, exchange.headers, exchange.method,
+                             exchange.core.reject_parameters)
     except TargetError as exc:
         exchange.detail = f"forward-auth {mode.value}: {exc.reason}"
         exchange.fail(exc.status, str(exc))

@@ -73,6 +73,8 @@ def upstream_request_head(exchange: ExchangeBase) -> bytes:
     upstream = host.upstream
     core = exchange.core
     path = upstream_path(route, upstream, exchange.path).encode("latin-1")
+    if exchange.path_parameters:  # /app;jsessionid=1: routed as /app, forwarded whole
+        path += exchange.path_parameters.encode("latin-1")
     actions = plan.request_actions
     if actions is None:
         actions = plan.request_actions = request_actions(plan)

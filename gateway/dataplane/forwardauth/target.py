@@ -99,8 +99,11 @@ def uri_param(query: bytes) -> str | None:
     return None
 
 
-def parse_url(url: str, source: str, method: bytes) -> Target:
-    """An absolute http(s) URL as a ``Target``; ``TargetError`` (400) otherwise."""
+def parse_url(url: str, source: str, method: bytes,
+              reject_parameters: bool = False) -> Target:
+    """An absolute http(s) URL as a ``Target``; ``TargetError`` (400) otherwise. Its path
+    is read as for a request the gateway carries: without ``;`` parameters (the proxy
+    in front forwards its own path; the upstream behind it drops them too)."""
     if any(ord(c) < 0x21 or ord(c) == 0x7F or c == "\\" for c in url):
         raise _bad(source, "control characters, spaces or backslashes")
     match = _URL.fullmatch(url)
@@ -115,7 +118,7 @@ def parse_url(url: str, source: str, method: bytes) -> Target:
     if not rest.startswith("/"):
         raise _bad(source, "not an absolute http or https URL")
     try:
-        path, query = normalise_target(rest.encode("latin-1"))
+        path, _, query = normalise_target(rest.encode("latin-1"), reject_parameters)
     except (BadTarget, UnicodeEncodeError) as exc:
         raise _bad(source, f"its path is refused ({exc})") from None
     return Target(method, scheme, host, path.decode("latin-1"), query, source)
@@ -156,7 +159,7 @@ def _header(headers: Headers, name: bytes) -> str | None:
     return b",".join(values).decode("latin-1").strip()
 
 
-def _forwarded(headers: Headers, method: bytes) -> Target | None:
+def _forwarded(headers: Headers, method: bytes, reject_parameters: bool) -> Target | None:
     """The X-Forwarded-* source, or None when it is not complete."""
     proto = _header(headers, b"x-forwarded-proto")
     host = _header(headers, b"x-forwarded-host")
@@ -171,12 +174,15 @@ def _forwarded(headers: Headers, method: bytes) -> Target | None:
         raise _bad("x-forwarded", "X-Forwarded-Uri is not a path")
     if proto.lower() not in _DEFAULT_PORTS:
         raise _bad("x-forwarded", "X-Forwarded-Proto is neither http nor https")
-    return parse_url(f"{proto.lower()}://{host}{uri}", "x-forwarded", method)
+    return parse_url(f"{proto.lower()}://{host}{uri}", "x-forwarded", method,
+                     reject_parameters)
 
 
-def find_target(query: bytes, headers: Headers, method: bytes) -> Target:
+def find_target(query: bytes, headers: Headers, method: bytes,
+                reject_parameters: bool = False) -> Target:
     """The request a forward-auth request (its raw ``query``, ``headers`` and
-    ``method``) asks about; ``TargetError`` when there is none or sources disagree."""
+    ``method``) asks about; ``TargetError`` when there is none or sources disagree.
+    ``reject_parameters``: ``path_with_parameters_action: reject``."""
     forwarded_method = _header(headers, b"x-forwarded-method")
     if forwarded_method is not None:
         method = forwarded_method.upper().encode("latin-1")
@@ -185,11 +191,11 @@ def find_target(query: bytes, headers: Headers, method: bytes) -> Target:
     found: list[Target] = []
     uri = uri_param(query)
     if uri is not None:
-        found.append(parse_url(uri, "uri", method))
+        found.append(parse_url(uri, "uri", method, reject_parameters))
     original = _header(headers, b"x-original-url")
     if original is not None:
-        found.append(parse_url(original, "x-original-url", method))
-    forwarded = _forwarded(headers, method)
+        found.append(parse_url(original, "x-original-url", method, reject_parameters))
+    forwarded = _forwarded(headers, method, reject_parameters)
     if forwarded is not None:
         found.append(forwarded)
     if not found:

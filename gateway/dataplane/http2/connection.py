@@ -421,11 +421,13 @@ class H2Connection(ConnectionTLS, Protocol):
             exchange.fail(400, "the request has no authority")
             return
         try:
-            path, query = normalise_target(exchange.target)
+            path, parameters, query = normalise_target(exchange.target,
+                                                       self.core.reject_parameters)
         except BadTarget as exc:
             exchange.fail(400, str(exc))
             return
         exchange.path = path.decode("latin-1")
+        exchange.path_parameters = parameters.decode("latin-1")
         exchange.query = query
         if self.buffered and self._stalled() >= STALLED_STREAMS:
             # the client reads none of what it asked for: no more upstream work for it

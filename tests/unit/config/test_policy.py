@@ -163,6 +163,14 @@ class RuleTests(SynchronousTestCase):
                       route_errors(**{"from": "https://a.example", "to": TO, "prefix": "/a",
                                       "path": "/b"})[0])
 
+    def test_matcher_with_parameters_refused(self) -> None:
+        """Issue 39: requests are routed on their path without ';' parameters, so a path
+        or prefix holding one (or %3B) could never match: refused, naming the key."""
+        for key, value in (("prefix", "/app;v=1/"), ("path", "/login;x"), ("path", "/a%3bb")):
+            errors = route_errors(**{"from": "https://a.example", "to": TO, key: value})
+            self.assertIn(f"policy[0].{key}: {value!r} can never match: requests are routed "
+                          "on their path without ';' parameters", errors)
+
     def test_redirect_fields(self) -> None:
         """Every redirect field parses; response_code defaults to 301; bad codes refused."""
         route = one_route(**{"from": "https://a.example", "redirect": {
