@@ -379,7 +379,9 @@ def test_jump_host_mode(env: Env, first: First) -> None:
 def test_sign_in_page_needs_the_person_to_confirm(env: Env, first: First) -> None:
     """Opening a sign-in link binds nothing: the page asks; a POST without the person's
     CSRF token is refused and the connection keeps waiting; an unknown ticket is an
-    error page."""
+    error page. The person's valid token posted by a page of another origin binds
+    nothing either (issue 39: it did); posted from the page itself, as a browser
+    does (Sec-Fetch-Site same-origin, its Origin), it admits the connection."""
     key = keygen(env.tmp / "keys" / "carol", "carol's laptop")
     proc = subprocess.Popen(env.argv(f"{env.sshd.user}@db", "true", options=(), key=key),
                             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
@@ -396,8 +398,25 @@ def test_sign_in_page_needs_the_person_to_confirm(env: Env, first: First) -> Non
         assert proc.poll() is None  # still waiting: nothing was bound
         unknown = browser.request("GET", url.rsplit("/", 1)[0] + "/unknown-ticket")
         assert unknown.status == 400 and b"invalid or has expired" in unknown.body
+        token = page.body.split(b'name="csrf" value="')[1].split(b'"')[0]
+        own = f"http://authenticate.localhost:{env.http_port}"
+        for foreign in ({"Sec-Fetch-Site": "cross-site", "Origin": "http://evil.test"},
+                        {"Sec-Fetch-Site": "same-site",
+                         "Origin": f"http://db.localhost:{env.http_port}"},
+                        {"Origin": "null"}, {"Sec-Fetch-Site": "none"}):
+            refused = browser.request("POST", url, b"csrf=" + token, headers=foreign)
+            assert refused.status == 403 and b"from another site" in refused.body, foreign
+        # nothing was bound (a bound ticket's page says "SSH connection allowed")
+        again = browser.request("GET", url)
+        assert b"Allow this SSH connection?" in again.body, again.body
+        assert proc.poll() is None  # still waiting
+        allowed = browser.request("POST", url, b"csrf=" + token,
+                                  headers={"Sec-Fetch-Site": "same-origin", "Origin": own})
+        assert allowed.status == 200 and b"SSH connection allowed" in allowed.body
+        assert proc.wait(30) == 0  # admitted, ran `true`
     finally:
-        proc.kill()
+        if proc.poll() is None:
+            proc.kill()
         proc.wait(10)
 
 
