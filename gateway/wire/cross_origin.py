@@ -4,25 +4,30 @@ the check against cross-site request forgery that every form of the gateway pass
 CSRF token. Plain functions over the request's headers; the caller says which origins
 are the gateway's own for the host the request was sent to.
 
-The rule (Go 1.25's ``net/http.CrossOriginProtection``, stricter where the gateway knows
-more than a library can):
+The rule is Go 1.25's ``net/http.CrossOriginProtection``, stricter where the gateway
+knows more than a library can:
 
-- ``Sec-Fetch-Site`` (Fetch Metadata: set by the browser, never by a page's script)
-  must be ``same-origin``. ``same-site`` is refused: a site is every host under the
-  registrable domain, that is every route's application and whatever its users put
-  there, and no form of the gateway is posted from another host. ``none`` (a request
-  the person started: a typed address, a bookmark) is refused for a form, which is
-  always posted from the page that shows it (Chromium sends ``same-origin`` even when a
-  reload posts it again); for a state-changing link (``navigation``: the sign-out URL
-  with its token) it is accepted, since opening such a link by hand is that.
-- ``Origin``, when present, must be one of the own origins: scheme, host and port as
+- ``Sec-Fetch-Site`` (Fetch Metadata: set by the browser, never by a page's script),
+  when sent, decides alone. It must be ``same-origin``. ``same-site`` is refused: a site
+  is every host under the registrable domain, that is every route's application and
+  whatever its users put there, and no form of the gateway is posted from another
+  host. ``none`` (a request the person started: a typed address, a bookmark) is refused
+  for a form, which is always posted from the page that shows it (Chromium sends
+  ``same-origin`` even when a reload posts it again); for a state-changing link
+  (``navigation``: the sign-out URL with its token) it is accepted, since opening such
+  a link by hand is that. ``Origin`` is not read then: the browser computed both from
+  the same page, and the ``Origin`` of a form's POST follows that page's referrer
+  policy (``no-referrer`` makes it ``null`` even on the page's own origin: Chromium
+  does so; the gateway's pages use ``same-origin``).
+- Without ``Sec-Fetch-Site`` (browsers before 2023: Safari up to 16.3, Firefox up to
+  89), ``Origin`` decides: it must be one of the own origins, scheme, host and port as
   the client used them. ``Origin: null`` (a sandboxed frame, a ``data:`` page, a post
-  redirected from elsewhere) is refused. Go compares the Origin's host with ``Host``
-  alone; the gateway knows its scheme and its public URLs, so it compares whole origins
-  (an http page posting to the https gateway is another origin).
-- Both checked when both are present (a browser sends both on a POST); with neither
-  (curl, scripts, browsers before 2020) the request goes on and the token alone
-  decides, as it did before.
+  redirected from elsewhere, a page with ``no-referrer``) is refused. Go compares the
+  Origin's host with ``Host`` alone; the gateway knows its scheme and its public URLs,
+  so it compares whole origins (an http page posting to the https gateway is another
+  origin).
+- With neither (curl, scripts, older browsers) the request goes on and the CSRF token
+  alone decides, as it did before.
 """
 
 from __future__ import annotations
@@ -81,7 +86,8 @@ def cross_origin(headers: list[tuple[bytes, bytes]], own: Collection[str], *,
     """The refusal of a state-changing request whose headers say a browser sent it from
     a page that is not one of ``own`` (origins as ``origin_of`` writes them); None when
     it may go on. ``navigation``: a state-changing GET link rather than a form (``none``
-    accepted). Every value of a repeated header must pass."""
+    accepted). Every value of a repeated header must pass; ``Origin`` is read only
+    without ``Sec-Fetch-Site``."""
     sites: list[str] = []
     origins: list[str] = []
     for name, raw in headers:
@@ -95,6 +101,8 @@ def cross_origin(headers: list[tuple[bytes, bytes]], own: Collection[str], *,
     for value in sites:
         if value.lower() not in accepted:
             return CrossOrigin(f"Sec-Fetch-Site is {value[:_SHOWN]!r}", site, origin)
+    if sites:
+        return None  # it decides alone (see above: Origin may be null here)
     for value in origins:
         if value.lower() == "null":
             return CrossOrigin("Origin is null (an opaque origin)", site, origin)
