@@ -66,7 +66,7 @@ def origin_of(scheme: str, authority: str) -> str:
     else:
         host, colon, port = authority.partition(":")
         rest = colon + port
-        host = host.rstrip(".")
+        host = host[:-1] if host.endswith(".") else host  # the name's root dot
     if rest and not (rest.startswith(":") and rest[1:].isdigit()):
         return ""
     if not host or host == "[]":
