@@ -26,6 +26,7 @@ from gateway.authenticate.account import (
     who_am_i,
 )
 from gateway.authenticate.oidc import OIDCError, ProviderUnavailable, pkce_pair
+from gateway.authenticate.same_origin import SameOrigin
 from gateway.authenticate.ssh_sign_in import SSH_SIGN_IN, SshSignIn
 from gateway.authenticate.targets import (
     CSRF_COOKIE,
@@ -49,6 +50,7 @@ from gateway.dataplane.routing.router import own_path
 from gateway.pages.layout import Action
 from gateway.sessions.cookie import clear_cookie_headers, parse_cookies, set_cookie_headers
 from gateway.sessions.model import Session
+from gateway.wire.cross_origin import SAFE_METHODS
 
 if TYPE_CHECKING:
     from gateway.authenticate.identity import Identity
@@ -58,6 +60,14 @@ log = Logger()
 DISCOVERY_RETRY = 60.0  # seconds a failed discovery read is not tried again by pages
 
 
+def endpoint_name(path: str) -> str:
+    """How a log line names the endpoint of ``path`` (an SSH sign-in's ticket is left
+    out: whoever holds it may ask a signed-in person to allow a connection)."""
+    if path.startswith(SSH_SIGN_IN):
+        return SSH_SIGN_IN + "TICKET"
+    return path[:200]
+
+
 class Endpoints:
     def __init__(self, identity: Identity, routes: tuple[Route, ...] = (),
                  records: RecordStore | None = None) -> None:
@@ -65,6 +75,8 @@ class Endpoints:
         # native SSH's sign-in pages (they bind SSH keys in the databroker's records)
         self.ssh = SshSignIn(identity, records) if records is not None else None
         self.routes = routes  # the snapshot's, for the routes portal
+        # every form's submission comes from the gateway's own page (``same_origin``)
+        self.same_origin = SameOrigin(identity, routes)
         self._discovery_failed = float("-inf")  # when reading it last failed (clock)
 
     def handles(self, host: str, path: str) -> bool:
@@ -78,6 +90,11 @@ class Endpoints:
         ident = self.identity
         on_auth = request.host in (ident.auth_host, ident.auth_hostname)
         path = request.path
+        if request.method not in SAFE_METHODS and own_path(path):
+            # a form posted to any of the gateway's own endpoints, from its own page only
+            refused = self.same_origin.refusal(request, endpoint_name(path))
+            if refused is not None:
+                return refused
         if on_auth and path == JWKS:
             return Deny(200, json.dumps(ident.signer.jwks()).encode(),
                         ((b"content-type", b"application/json"),), reason="jwks")
@@ -327,6 +344,12 @@ class Endpoints:
         ident = self.identity
         given = query_params(request) | (form_params(body) if request.method == b"POST" else {})
         token = given.get("csrf", "")
+        if token and request.method in SAFE_METHODS:
+            # the sign-out link with its token: a state change by GET (the reference's);
+            # opened by hand it is the person's, followed from another site it is not
+            refused = self.same_origin.refusal(request, SIGN_OUT, navigation=True)
+            if refused is not None:
+                return refused
         if session is None or not hmac.compare_digest(
                 token.encode("utf-8", "replace"), ident.csrf_token(session).encode()):
             if session is not None and request.method == b"GET" and not token:

@@ -3,7 +3,9 @@ bound yet signs in (the SSH server shows the link), confirms that the connection
 theirs, and so binds the key to their session (``gateway.databroker.ssh_records``).
 
 The confirmation is a POST with the session's CSRF token: a link someone else sends
-cannot bind their key to a person's identity by being opened alone.
+cannot bind their key to a person's identity by being opened alone. The POST must also
+come from this page itself (``same_origin``, checked in ``Endpoints.internal`` before
+it gets here): a page elsewhere that got hold of the token cannot post it.
 """
 
 from __future__ import annotations

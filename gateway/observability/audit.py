@@ -40,6 +40,7 @@ from twisted.logger import Logger
 
 from gateway.config.audit_fields import AUDIT_FIELDS
 from gateway.observability.logging import LEVELS, _rfc3339
+from gateway.private_dirs import make_private_dirs
 from gateway.sessions.bearer import programmatic_token
 
 NAMESPACE = "gateway.audit"
@@ -83,8 +84,9 @@ def credential_of(headers: list[tuple[bytes, bytes]], user_id: str) -> str:
 
 
 class AuditFile:
-    """JSON lines appended to ``path`` (created 0600); ``reopen`` starts a new file
-    when the path names another one than the open file (renamed away or removed).
+    """JSON lines appended to ``path`` (created 0600, a missing directory 0700);
+    ``reopen`` starts a new file when the path names another one than the open file
+    (renamed away or removed).
 
     With ``schedule`` (the reactor's ``callLater``) lines are gathered and written
     together ``FLUSH_DELAY`` after the first of them (or at ``FLUSH_BYTES``): one
@@ -103,6 +105,9 @@ class AuditFile:
         self.fd = self._open()
 
     def _open(self) -> int:
+        # a missing directory is made (0700, as the recordings'); an existing one is the
+        # operator's and stays as it is
+        make_private_dirs(os.path.dirname(os.path.abspath(self.path)))
         return os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
 
     def write(self, line: bytes) -> None:

@@ -93,7 +93,7 @@ def document(title: str, body_html: str, look: Look) -> bytes:
         "<!doctype html><html lang=en><head><meta charset=utf-8>"
         '<meta name=viewport content="width=device-width,initial-scale=1">'
         '<meta name=color-scheme content="light dark">'
-        '<meta name=referrer content="no-referrer">'
+        '<meta name=referrer content="same-origin">'
         f"<title>{esc(title)} · {esc(product)}</title><style>{_CSS}</style></head>"
         f'<body><main><div class=brand>{logo}<span>{esc(product)}</span></div>'
         f'<div class=card>{body_html}</div></main></body></html>'
@@ -125,7 +125,10 @@ def page_headers(look: Look, content_type: bytes, request_id: str = "") -> Pairs
         (b"content-type", content_type), (b"cache-control", b"no-store"),
         (b"content-security-policy", content_security_policy(look)),
         (b"x-frame-options", b"DENY"), (b"x-content-type-options", b"nosniff"),
-        (b"referrer-policy", b"no-referrer")]
+        # no URL of a page (sign-in links, SSH tickets) to another origin; and the
+        # page's own forms post with its true Origin, which a browser without
+        # Sec-Fetch-Site is checked by (no-referrer would make it "null")
+        (b"referrer-policy", b"same-origin")]
     if request_id:
         out.append((b"x-request-id", request_id.encode("ascii")))
     return tuple(out)

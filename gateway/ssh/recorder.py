@@ -28,6 +28,7 @@ from typing import Any, Protocol
 
 from twisted.internet.defer import Deferred
 
+from gateway.private_dirs import make_private_dirs
 from gateway.ssh.asciicast import Cast
 
 HIGH_WATER = 1024 * 1024  # bytes queued for one file before its session is held
@@ -54,7 +55,7 @@ class Disk(Protocol):
 
 class OsDisk:
     def create(self, path: str) -> int:
-        os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+        make_private_dirs(os.path.dirname(path))
         return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
 
     def write(self, fd: int, data: bytes) -> None:

@@ -86,6 +86,8 @@ def test_pages_at_desktop_and_phone_width(env: PagesEnv, tmp_path: Path) -> None
             assert shot["forbidden"] == 0, f"{where}: markup became elements"
             assert not shot["sideways"], f"{where} scrolls sideways"
             assert shot["headers"]["x-frame-options"] == "DENY", where
+            # no URL to other origins; the page's own forms post with its true Origin
+            assert shot["headers"]["referrer-policy"] == "same-origin", where
             assert shot["headers"]["content-security-policy"].startswith(
                 "default-src 'none'; style-src 'unsafe-inline'; form-action 'self' "), where
 
@@ -101,6 +103,11 @@ def test_sign_in_as_someone_else_by_clicking(env: PagesEnv, tmp_path: Path) -> N
     assert switched["status"] == 200, switched
     assert "Signed in as alice@example.test" in switched["text"]
     assert out["signed_out"]["url"] == env.url("public", "/bye"), out["signed_out"]
+    # what the gateway's cross-origin check saw of a real browser's form (issue 39)
+    post = out["sign_out_post"]
+    assert post["url"] == env.url("admins", "/.gateway/signout/"), post
+    assert post["headers"].get("sec-fetch-site") == "same-origin", post["headers"]
+    assert post["headers"].get("origin") == env.url("admins", ""), post["headers"]
 
 
 def test_follows_the_systems_color_scheme(env: PagesEnv, tmp_path: Path) -> None:

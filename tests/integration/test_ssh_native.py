@@ -103,7 +103,8 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
             oidc_provider(tmp, [callback_uri(port)]) as op:
         config = {**signing_in_config(op, port, routes(sshd, db_policy(sshd))),
                   **keys.settings(ssh_port),
-                  "ssh_recording_dir": str(tmp / "recordings"),
+                  # (two levels the gateway makes: both must come out 0700)
+                  "ssh_recording_dir": str(tmp / "recordings" / "gateway"),
                   "metrics_address": f"127.0.0.1:{metrics_port}",
                   "audit_log_file": str(tmp / "audit.jsonl")}
         with gateway_daemon(tmp, config, port=port) as gateway:
@@ -149,7 +150,7 @@ def test_first_connection_signs_in_then_the_key_alone_is_enough(env: Env, first:
 
 def test_exit_status_and_stderr_are_relayed(env: Env, first: First) -> None:
     """...and an exec session (no terminal) leaves its command and exit status in the
-    recording directory (0600)."""
+    recording directory (0600; every directory the gateway made for it 0700)."""
     done = env.ssh(f"{env.sshd.user}@db", "echo out; echo err >&2; exit 7",
                    options=("BatchMode=yes", "LogLevel=ERROR"))
     assert (done.returncode, done.stdout, done.stderr) == (7, b"out\n", b"err\n")
@@ -165,6 +166,13 @@ def test_exit_status_and_stderr_are_relayed(env: Env, first: First) -> None:
         (7, ALICE, env.sshd.user, "db")
     for path in (env.tmp / "recordings").rglob("*.exec.json"):
         assert path.stat().st_mode & 0o777 == 0o600
+    # every directory the gateway made for them is 0700: ssh_recording_dir, its missing
+    # parent and the day's (issue 39: all but the innermost came out 0755)
+    made = [env.tmp / "recordings",
+            *(p for p in (env.tmp / "recordings").rglob("*") if p.is_dir())]
+    assert len(made) >= 3
+    assert {str(p): oct(p.stat().st_mode & 0o777) for p in made} == \
+        {str(p): "0o700" for p in made}
 
 
 def test_certificate_validity_is_the_route_ttl(env: Env, first: First) -> None:
@@ -371,7 +379,9 @@ def test_jump_host_mode(env: Env, first: First) -> None:
 def test_sign_in_page_needs_the_person_to_confirm(env: Env, first: First) -> None:
     """Opening a sign-in link binds nothing: the page asks; a POST without the person's
     CSRF token is refused and the connection keeps waiting; an unknown ticket is an
-    error page."""
+    error page. The person's valid token posted by a page of another origin binds
+    nothing either (issue 39: it did); posted from the page itself, as a browser
+    does (Sec-Fetch-Site same-origin, its Origin), it admits the connection."""
     key = keygen(env.tmp / "keys" / "carol", "carol's laptop")
     proc = subprocess.Popen(env.argv(f"{env.sshd.user}@db", "true", options=(), key=key),
                             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
@@ -388,8 +398,25 @@ def test_sign_in_page_needs_the_person_to_confirm(env: Env, first: First) -> Non
         assert proc.poll() is None  # still waiting: nothing was bound
         unknown = browser.request("GET", url.rsplit("/", 1)[0] + "/unknown-ticket")
         assert unknown.status == 400 and b"invalid or has expired" in unknown.body
+        token = page.body.split(b'name="csrf" value="')[1].split(b'"')[0]
+        own = f"http://authenticate.localhost:{env.http_port}"
+        for foreign in ({"Sec-Fetch-Site": "cross-site", "Origin": "http://evil.test"},
+                        {"Sec-Fetch-Site": "same-site",
+                         "Origin": f"http://db.localhost:{env.http_port}"},
+                        {"Origin": "null"}, {"Sec-Fetch-Site": "none"}):
+            refused = browser.request("POST", url, b"csrf=" + token, headers=foreign)
+            assert refused.status == 403 and b"from another site" in refused.body, foreign
+        # nothing was bound (a bound ticket's page says "SSH connection allowed")
+        again = browser.request("GET", url)
+        assert b"Allow this SSH connection?" in again.body, again.body
+        assert proc.poll() is None  # still waiting
+        allowed = browser.request("POST", url, b"csrf=" + token,
+                                  headers={"Sec-Fetch-Site": "same-origin", "Origin": own})
+        assert allowed.status == 200 and b"SSH connection allowed" in allowed.body
+        assert proc.wait(30) == 0  # admitted, ran `true`
     finally:
-        proc.kill()
+        if proc.poll() is None:
+            proc.kill()
         proc.wait(10)
 
 

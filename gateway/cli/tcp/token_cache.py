@@ -20,6 +20,8 @@ import tempfile
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
+from gateway.private_dirs import make_private_dirs
+
 MAX_TOKEN = 16 * 1024
 
 
@@ -83,7 +85,9 @@ class TokenCache:
             return False
 
     def _ensure_directory(self) -> None:
-        self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+        make_private_dirs(self.directory)
+        # (the cache's own directory, found with another mode, is made private again:
+        # it holds bearer tokens; the cache home above it is left as it is)
         info = self.directory.stat()
         if stat.S_IMODE(info.st_mode) != 0o700 and info.st_uid == os.getuid():
             os.chmod(self.directory, 0o700)

@@ -70,9 +70,14 @@ async function look(page, response) {
       const response = await page.goto(spec.switch.after, { timeout: 20000 });
       out.switched = await look(page, response);
       // and sign out from the who-am-I page: the form's redirects (provider, then the
-      // destination) must pass the page's form-action
+      // destination) must pass the page's form-action; the POST's headers are kept
+      // (the gateway checks its Sec-Fetch-Site and Origin)
+      const posted = [];
+      page.on('request', (r) => { if (r.method() === 'POST') posted.push(r); });
       await Promise.all([page.waitForNavigation({ timeout: 20000 }),
                          page.click('button:has-text("Sign out")')]);
+      out.sign_out_post = posted.length ? { url: posted[0].url(),
+                                            headers: await posted[0].allHeaders() } : null;
       await providerPages(page, '');
       await page.waitForLoadState('load');
       out.signed_out = { url: page.url(), text: await page.innerText('body') };
