@@ -183,3 +183,61 @@ class UpstreamHostKeyTests(SynchronousTestCase):
         self.assertIn(struct.pack(">BL", 1, 9) + NS(HOST_KEY_REFUSED), to_server_seen)
         self.assertNotIn(b"Failure", to_server_seen)
         self.assertNotIn(b"mismatch", to_server_seen)
+
+
+class Wire:
+    """An SSH transport as a connection service sees it: the packets it sends."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[int, bytes]] = []
+        self.transport = StringTransport(peerAddress=ADDRESS)
+
+    def sendPacket(self, kind: int, payload: bytes) -> None:
+        self.sent.append((kind, payload))
+
+
+class OtherConnectionTests(SynchronousTestCase):
+    """The jump's outer connection and the gateway's own toward a server check the
+    same way (the inner connections of a jump are the person's, above)."""
+
+    def setUp(self) -> None:
+        self.events = Events()
+        globalLogPublisher.addObserver(self.events)
+        self.addCleanup(globalLogPublisher.removeObserver, self.events)
+
+    def deliver(self, conn: Any, kind: int, payload: bytes) -> Wire:
+        wire = Wire()
+        conn.transport = wire
+        conn.packetReceived(kind, payload)
+        return wire
+
+    def assert_disconnected(self, wire: Wire, role: str) -> None:
+        self.assertEqual(wire.sent[-1][0], 1)  # MSG_DISCONNECT
+        self.assertEqual(struct.unpack(">L", wire.sent[-1][1][:4])[0],
+                         DISCONNECT_PROTOCOL_ERROR)
+        self.assertTrue(wire.transport.disconnecting)
+        lines = self.events.lines("disconnected (protocol error)")
+        self.assertEqual([e["role"] for e in lines], [role])
+        self.assertEqual([e for e in self.events.events if e.get("log_failure")], [])
+
+    def test_jump_outer_connection(self) -> None:
+        from gateway.ssh.jump import JumpConnection
+
+        jump = JumpConnection(lambda: {"db"}, lambda route: None, "me")
+        wire = self.deliver(jump, *raw.CHANNEL_MESSAGES["eof"](0))
+        self.assert_disconnected(wire, "client")
+
+    def test_server_sends_data_for_a_channel_never_opened(self) -> None:
+        ready: Deferred[UpstreamConnection] = Deferred()
+        wire = self.deliver(UpstreamConnection(ready), *raw.CHANNEL_MESSAGES["data"](4))
+        self.assert_disconnected(wire, "server")
+
+    def test_server_opening_a_channel_is_refused_without_a_traceback(self) -> None:
+        """Conch's ``getChannel`` refusal logged a traceback at critical level."""
+        ready: Deferred[UpstreamConnection] = Deferred()
+        wire = self.deliver(UpstreamConnection(ready), raw.CHANNEL_OPEN,
+                            raw.channel_open(b"x11", 6))
+        self.assertEqual(wire.sent, [(raw.CHANNEL_OPEN_FAILURE, struct.pack(">2L", 6, 1)
+                                      + NS(b"not allowed") + NS(b""))])
+        self.assertFalse(wire.transport.disconnecting)
+        self.assertEqual([e for e in self.events.events if e.get("log_failure")], [])
