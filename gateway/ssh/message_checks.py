@@ -153,11 +153,11 @@ class CheckedTransport:
         return {}
 
     def dispatchMessage(self, messageNum: int, payload: bytes) -> None:
+        if closing(self):
+            return  # disconnecting: the rest of what was read is dropped, unanswered
         base: Any = super()
         if messageNum >= 50:  # a service's: checked there
             base.dispatchMessage(messageNum, payload)
-            return
-        if closing(self):
             return
         name = messages.get(messageNum, f"MSG_{messageNum}")[4:]
         if messageNum == MSG_KEXINIT:
