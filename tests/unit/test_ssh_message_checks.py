@@ -150,6 +150,17 @@ class ServerTests(SynchronousTestCase):
         self.link.send(32, NS(b"\x05"))  # KEX_DH_GEX_INIT
         self.assert_protocol_error("a KEX_DH_GEX_INIT outside a key exchange")
 
+    def test_nothing_is_read_after_a_disconnect(self) -> None:
+        """Requests read together with the one that ended the connection (here the
+        11th failure) went on to the service, which answered (and disconnected) again."""
+        self.link.send(raw.SERVICE_REQUEST, NS(b"ssh-userauth"))
+        for _ in range(14):
+            self.link.client.send(raw.USERAUTH_REQUEST,
+                                  raw.userauth_request(b"root@db", b"none"))
+        self.link.pump()
+        self.assertTrue(self.link.server_wire.disconnecting)
+        self.assertEqual(len(self.events.lines("Disconnecting with error")), 1)
+
 
 class UpstreamHostKeyTests(SynchronousTestCase):
     def test_a_refused_host_key_is_answered_with_a_fixed_reason(self) -> None:
