@@ -2,7 +2,8 @@
 transport (``gateway.ssh.transport``) after a real key exchange with the raw test client
 (``tests/support/ssh_raw.py``, in memory), its ``ssh-userauth`` (``gateway.ssh.auth``)
 and, once a bound key proved itself, the person's connection service
-(``gateway.ssh.bridge`` with ``message_checks``) over a server side that never answers.
+(``gateway.ssh.bridge`` with ``message_checks``) over a server side that never answers,
+or for a user name without a login the jump's outer connection (``gateway.ssh.jump``).
 
 Input: a first byte choosing the gate (bit 0: the proven key is bound to a session, so
 a valid signature is admitted; else it is not, and a sign-in never completes), then
@@ -45,6 +46,7 @@ with instrumented("gateway.ssh"):
     from gateway.ssh import limits
     from gateway.ssh.auth import GatewayUserAuth
     from gateway.ssh.bridge import BridgeConnection, Context
+    from gateway.ssh.jump import JumpConnection
     from gateway.ssh.transport import GatewayFactory
     from gateway.ssh.upstream import UpstreamConnection
     from tests.support import ssh_raw as raw
@@ -79,6 +81,8 @@ class Gate(FakeGate):
     async def admit(self, ssh: Any, target: Any, session: Any, key_fingerprint: str
                     ) -> Any:
         await super().admit(ssh, target, session, key_fingerprint)
+        if not target.login:  # as the service does for a name that is no route: a jump
+            return JumpConnection(lambda: {"db"}, lambda route: None, target.route)
         return BridgeConnection(SilentUpstream(), Context(
             connection_id="fuzz", route=target.route, login=target.login, user="fuzz",
             client="127.0.0.1", allow_port_forwarding=True, recordings=lambda *a: None))
@@ -233,6 +237,10 @@ def seed_corpus() -> dict[str, bytes]:
             op("open", b"\x01") + op("channel", bytes((index,)) + b"\x00\x00\x00\x00")
         seeds[f"short-{kind}"] = b"\x01" + service + op("signed", b"root@db") + \
             op("packet", bytes((raw.CHANNEL_MESSAGES[kind](0)[0],)) + b"\x00\x00")
+    for index, kind in enumerate(CHANNEL_KINDS):
+        seeds[f"jump-{kind}-unknown"] = b"\x01" + service + op("signed", b"me") + \
+            op("open", b"\x00" + NS(b"db") + struct.pack(">L", 22)) + \
+            op("channel", bytes((index,)) + b"\x00\x00\x00\x00")
     seeds["bound-global-reply"] = b"\x01" + service + op("signed", b"root@db") + \
         op("packet", bytes((raw.REQUEST_SUCCESS,)))
     seeds["bound-global-short"] = b"\x01" + service + op("signed", b"root@db") + \
