@@ -23,6 +23,7 @@ from twisted.logger import Logger
 
 from gateway.ssh import limits
 from gateway.ssh.asciicast import exec_record
+from gateway.ssh.message_checks import CheckedConnection
 from gateway.ssh.recorder import RecordFile, Recording
 from gateway.ssh.transport import refuse_channel
 from gateway.ssh.upstream import UpstreamConnection
@@ -351,7 +352,7 @@ class PersonSide(Relay):
                  recording=self.recording.path if self.recording is not None else "")
 
 
-class BridgeConnection(connection.SSHConnection):
+class BridgeConnection(CheckedConnection):
     """The person's ``ssh-connection`` service, relayed to ``upstream``."""
 
     def __init__(self, upstream: UpstreamConnection, ctx: Context) -> None:
@@ -360,6 +361,10 @@ class BridgeConnection(connection.SSHConnection):
         self.upstream = upstream
         self.ctx = ctx
         self.opening = 0
+
+    def log_fields(self) -> dict[str, Any]:
+        return {"route": self.ctx.route, "user": self.ctx.user, "login": self.ctx.login,
+                "connection": self.ctx.connection_id}
 
     def gotGlobalRequest(self, requestType: bytes, data: bytes) -> int:
         return 0  # remote forwarding (tcpip-forward) and the rest: refused

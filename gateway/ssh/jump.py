@@ -18,6 +18,7 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from gateway.ssh import limits
+from gateway.ssh.message_checks import CheckedConnection
 from gateway.ssh.transport import GatewayServerTransport, refuse_channel
 
 log = Logger(namespace="gateway.ssh")
@@ -101,7 +102,7 @@ class JumpChannel(channel.SSHChannel):
         wire.loseConnection()
 
 
-class JumpConnection(connection.SSHConnection):
+class JumpConnection(CheckedConnection):
     """The outer connection of a jump: no shell, only channels to routes."""
 
     def __init__(self, routes: Callable[[], set[str]],

@@ -17,6 +17,7 @@ from twisted.internet.interfaces import IAddress, IDelayedCall
 from twisted.logger import Logger
 
 from gateway.ssh import algorithms, limits
+from gateway.ssh.message_checks import CheckedTransport
 
 log = Logger(namespace="gateway.ssh")
 
@@ -33,7 +34,7 @@ def refuse_channel(ssh: Any, sender: int, code: int, text: str) -> None:
                    struct.pack(">2L", sender, code) + NS(text.encode()) + NS(b""))
 
 
-class GatewayServerTransport(transport.SSHServerTransport):
+class GatewayServerTransport(CheckedTransport, transport.SSHServerTransport):
     supportedCiphers = algorithms.CIPHERS
     supportedMACs = algorithms.MACS
     supportedKeyExchanges = algorithms.KEY_EXCHANGES

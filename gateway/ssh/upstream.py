@@ -37,6 +37,8 @@ from gateway.ssh.host_cert import (
     check_host_certificate,
     is_certificate,
 )
+from gateway.ssh.message_checks import CheckedConnection, CheckedTransport
+from gateway.ssh.transport import refuse_channel
 from gateway.twisted_ext.ssh_hostcert import CertifiedHostKeyClient
 
 log = Logger(namespace="gateway.ssh")
@@ -51,6 +53,9 @@ HostKeyCheck = Callable[[bytes, bool], bool]
 # certificate's key exchange is handled for ECDH only (``twisted_ext.ssh_hostcert``)
 CLIENT_KEY_EXCHANGES = [k for k in algorithms.KEY_EXCHANGES if _kex.isEllipticCurve(k)]
 CERTIFICATE_HOST_KEYS = list(CERTIFICATE_ALGORITHMS)
+# What a server whose host key (or certificate) the gateway refuses is told: nothing of
+# why (Conch's client would send its internal error's text); the why is in the log.
+HOST_KEY_REFUSED = b"host key not accepted"
 
 
 class UpstreamFailed(Exception):
@@ -58,9 +63,11 @@ class UpstreamFailed(Exception):
     person)."""
 
 
-class UpstreamConnection(connection.SSHConnection):
+class UpstreamConnection(CheckedConnection):
     """The client side's connection service: channels are opened by the bridge; the
     server may open none toward the gateway (no forwarded ports, agents or X11)."""
+
+    peer_role = "server"
 
     def __init__(self, ready: Deferred[UpstreamConnection]) -> None:
         base: Any = super()
@@ -68,17 +75,21 @@ class UpstreamConnection(connection.SSHConnection):
         self.ready = ready
         self.lost: Callable[[], None] | None = None
 
+    def log_fields(self) -> dict[str, Any]:
+        return {"route": getattr(self.transport, "route", "")}
+
     def serviceStarted(self) -> None:
         base: Any = super()
         base.serviceStarted()
         if not self.ready.called:
             self.ready.callback(self)
 
-    def getChannel(self, channelType: bytes, windowSize: int, maxPacket: int,
-                   data: bytes) -> Any:
-        from twisted.conch.error import ConchError
-
-        raise ConchError("not allowed", connection.OPEN_ADMINISTRATIVELY_PROHIBITED)
+    def ssh_CHANNEL_OPEN(self, packet: bytes) -> None:
+        # refused here, not by raising from ``getChannel``: Conch logs that with a
+        # traceback at each channel a server asks for (its framing is checked before)
+        sender = int.from_bytes(packet[4 + int.from_bytes(packet[:4], "big"):][:4], "big")
+        refuse_channel(self.transport, sender, connection.OPEN_ADMINISTRATIVELY_PROHIBITED,
+                       "not allowed")
 
     def gotGlobalRequest(self, requestType: bytes, data: bytes) -> int:
         return 0
@@ -124,7 +135,9 @@ class CertificateAuth(service.SSHService):
         pass  # a server's banner is not shown: the person talks to the gateway
 
 
-class UpstreamTransport(CertifiedHostKeyClient):
+class UpstreamTransport(CheckedTransport, CertifiedHostKeyClient):
+    peer_role = "server"
+
     supportedCiphers = algorithms.CIPHERS
     supportedMACs = algorithms.MACS
     supportedKeyExchanges = CLIENT_KEY_EXCHANGES
@@ -209,6 +222,12 @@ class UpstreamTransport(CertifiedHostKeyClient):
         self.authenticating = True
         wire: Any = self
         wire.requestService(self.auth)
+
+    def sendDisconnect(self, reason: int, desc: bytes) -> None:
+        if reason == transport.DISCONNECT_HOST_KEY_NOT_VERIFIABLE:
+            desc = HOST_KEY_REFUSED  # Conch's ECDH reply puts the Failure's text there
+        base: Any = super()
+        base.sendDisconnect(reason, desc)
 
     def receiveError(self, reasonCode: int, description: bytes) -> None:
         # (not Conch's error-level line: the connection's end is logged by the service)
