@@ -72,16 +72,19 @@ def client_key(address: str) -> str:
 
 class Penalties:
     """Strikes and refusals per client address. ``environ`` is where the test-only
-    switch is looked for (the process environment unless given)."""
+    switch is looked for (the process environment unless given); ``clients`` names
+    whose they are in its warning (the SSH server keeps a ``Penalties`` of its own,
+    ``gateway.ssh.transport``, with strikes of its own)."""
 
-    def __init__(self, environ: Mapping[str, str] | None = None) -> None:
+    def __init__(self, environ: Mapping[str, str] | None = None,
+                 clients: str = "HTTP/2 clients whose connections keep being cut") -> None:
         self._clients: dict[str, _Record] = {}
         self.refused = 0  # connections refused, in all
         self.off = switched_off(os.environ if environ is None else environ)
         if self.off:
-            log.warn("{switch}=1: HTTP/2 clients whose connections keep being cut are NOT "
-                     "refused. This is for conformance tests only; never set it in "
-                     "production", switch=TEST_ONLY_SWITCH)
+            log.warn("{switch}=1: {clients} are NOT refused. This is for conformance "
+                     "tests only; never set it in production", switch=TEST_ONLY_SWITCH,
+                     clients=clients)
 
     def __len__(self) -> int:
         return len(self._clients)
