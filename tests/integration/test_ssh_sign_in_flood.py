@@ -1,0 +1,132 @@
+"""Issue 39, part 1, against the real daemon: a client with a key it made up proves
+it, then asks keyboard-interactive again and again without ever answering. Before the
+fix each ask made a new sign-in ticket (5 minutes), a log line, and reset the login
+timer, and was never counted: one connection made about 4,300 tickets a second and
+grew the daemon by 24-28 MiB every 10 s, and was never cut.
+
+Now each connection has one ticket, shown again on every ask; each ask after the first
+is a failed attempt, so the connection is cut after the failure limit, and that cut is a
+strike: after three, the address's new connections are held unread and closed until its
+penalty ends. The raw client (``tests/support/ssh_raw_flood.py``) asks at most 2,000
+times or for 10 s per connection; the daemon's records are read from its metrics and
+log, its memory from ``/proc``. No identity provider or SSH server is needed: nothing
+gets past the sign-in."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from tests.support.daemon import Daemon, gateway_daemon
+from tests.support.processes import free_port, wait_until
+from tests.support.ssh_native import gateway_keys
+from tests.support.tcp_client import signing_in_config
+
+pytestmark = pytest.mark.integration
+AUTH_ATTEMPTS = 10  # gateway.ssh.limits.AUTH_ATTEMPTS
+PENALTY = 10.0  # gateway.dataplane.penalty.PENALTY: the first one
+HOST_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl"
+
+
+@dataclass
+class Env:
+    gateway: Daemon
+    ssh_port: int
+    metrics_port: int
+
+    def metric(self, name: str) -> float:
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics",
+                                    timeout=10) as reply:
+            text = reply.read().decode()
+        return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+                   if line.split("{", 1)[0].split(" ", 1)[0] == name)  # every label
+
+    def rss_kib(self) -> int:
+        pid = self.gateway.process.pid
+        assert pid is not None
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+        raise AssertionError("no VmRSS")
+
+    def started(self) -> int:
+        return self.gateway.process.log_text().count("sign-in started")
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
+    tmp = tmp_path_factory.mktemp("ssh-flood")
+    keys = gateway_keys(tmp)
+    port, ssh_port, metrics_port = free_port(), free_port(), free_port()
+    provider = SimpleNamespace(issuer="http://127.0.0.1:9/", client_id="gateway",
+                               client_secret="secret")  # never reached
+    route = {"from": "ssh://db", "to": "ssh://127.0.0.1:9",  # never reached either
+             "ssh_upstream_host_keys": [HOST_KEY], "allow_any_authenticated_user": True}
+    config = {**signing_in_config(provider, port, [route]), **keys.settings(ssh_port),
+              "metrics_address": f"127.0.0.1:{metrics_port}"}
+    with gateway_daemon(tmp, config, port=port) as gateway:
+        wait_until(lambda: gateway.logged("ssh: listening"), 10, what="ssh listener")
+        yield Env(gateway, ssh_port, metrics_port)
+
+
+def flood(port: int) -> dict[str, object]:
+    done = subprocess.run([sys.executable, "-m", "tests.support.ssh_raw_flood",
+                           "--port", str(port), "--asks", "2000", "--seconds", "10"],
+                          capture_output=True, timeout=60, check=True)
+    result: dict[str, object] = json.loads(done.stdout)
+    return result
+
+
+def greeted(port: int, wait: float = 2.0) -> bool:
+    """Whether a new connection gets the server's version line within ``wait``."""
+    with socket.create_connection(("127.0.0.1", port), timeout=wait) as sock:
+        try:
+            return sock.recv(64).startswith(b"SSH-2.0-")
+        except (TimeoutError, ConnectionResetError):
+            return False
+
+
+def test_asking_again_and_again_makes_one_ticket_and_is_cut(env: Env) -> None:
+    rss_before = env.rss_kib()
+    started_before = env.started()
+    strikes_before = env.metric("gateway_ssh_strikes_total")
+    results = []
+    for _ in range(3):
+        result = flood(env.ssh_port)
+        results.append(result)
+        print(f"flood: {result}, {env.started() - started_before} tickets so far, RSS "
+              f"{rss_before} -> {env.rss_kib()} KiB")
+        # the same link on every ask, cut at the limit: the partial success was
+        # failure 1, the first ask starts the sign-in, asks 2..10 are failures 2..10
+        assert result["distinct_links"] == 1, result
+        assert result["asks"] == AUTH_ATTEMPTS + 1, result
+        assert result["disconnect"] == [14, "too many authentication failures"], result
+        assert result["stopped"] == "", result
+    assert env.started() - started_before == 3, results  # one ticket per connection
+    wait_until(lambda: env.metric("gateway_ssh_pending_sign_ins") == 0, 5,
+               what="the tickets ended with their connections")
+    assert env.metric("gateway_ssh_strikes_total") - strikes_before == 3
+    # three strikes within 30 s: the address is refused (held unread, no version line)
+    refused_before = env.metric("gateway_ssh_refused_connections_total")
+    assert not greeted(env.ssh_port)
+    assert env.metric("gateway_ssh_refused_connections_total") == refused_before + 1
+    assert env.gateway.logged("its connections keep breaking the rules")
+    rss_after = env.rss_kib()
+    print(f"flood: {sum(int(str(r['asks'])) for r in results)} asks on 3 connections, "
+          f"{env.started() - started_before} tickets, RSS {rss_before} -> {rss_after} KiB")
+    assert rss_after - rss_before < 4 * 1024, (rss_before, rss_after)
+    # and once the penalty is over, the address is served again
+    deadline = time.monotonic() + PENALTY + 5
+    while not greeted(env.ssh_port, 1.0):
+        assert time.monotonic() < deadline, "still refused after the penalty"
+        time.sleep(0.5)
