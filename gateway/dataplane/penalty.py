@@ -15,6 +15,10 @@ behind one NAT share the penalty of any of them: the price of keying by address,
 every per-address limit pays. At most ``MAX_CLIENTS`` addresses are remembered; past
 that the calm ones are forgotten first. Plain bookkeeping: no I/O, no clock of its own.
 
+The native SSH server keeps a ``Penalties`` of its own with its own strikes (rules an
+honest SSH client never breaks: ``gateway.ssh.transport``), so that the two protocols
+share the bookkeeping and not each other's penalties.
+
 The conformance test (``tests/integration/test_h2spec.py``) runs h2spec's 146 cases
 from 127.0.0.1 against one daemon, and most of them end in a cut by design: with
 strikes counted, every case after the third would be refused at the accept. So the

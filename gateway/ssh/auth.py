@@ -57,8 +57,10 @@ class Gate(Protocol):
         is ended once by ``end_sign_in``."""
         ...
 
-    def end_sign_in(self, ssh: GatewayServerTransport, ticket: str) -> None:
-        """The connection that started ``ticket`` is done with it."""
+    def end_sign_in(self, ssh: GatewayServerTransport, ticket: str, admitted: bool
+                    ) -> None:
+        """The connection that started ``ticket`` is done with it (``admitted``: it
+        was confirmed and the person let in)."""
         ...
 
     async def wait_sign_in(self, ssh: GatewayServerTransport, ticket: str) -> Any:
@@ -96,6 +98,7 @@ class GatewayUserAuth(service.SSHService):
         self.sign_in: tuple[str, str, Target, str] | None = None
         self.answered = False  # the client answered the link (INFO_RESPONSE)
         self.stopped = False
+        self.admitted = False
 
     # -- answers
 
@@ -128,7 +131,7 @@ class GatewayUserAuth(service.SSHService):
         """The connection ended or was admitted: its sign-in ends with it."""
         self.stopped = True
         if self.sign_in is not None:
-            self.gate.end_sign_in(self.ssh, self.sign_in[1])
+            self.gate.end_sign_in(self.ssh, self.sign_in[1], self.admitted)
 
     def banner(self, text: str) -> None:
         self._send(MSG_USERAUTH_BANNER, NS(text.encode("utf-8", "replace")) + NS(b""))
@@ -256,7 +259,7 @@ class GatewayUserAuth(service.SSHService):
             return
         self.sign_in = (url, ticket, target, key_fingerprint)
         if self.stopped:  # gone while the ticket was being written
-            self.gate.end_sign_in(self.ssh, ticket)
+            self.gate.end_sign_in(self.ssh, ticket, False)
             return
         # the 5 minutes start now, once: the ticket expires SIGN_IN_SECONDS after this
         self.ssh.extend_grace(limits.SIGN_IN_WAIT + 10)
@@ -298,6 +301,7 @@ class GatewayUserAuth(service.SSHService):
                 abandon()
             return
         self.ssh.mark_authenticated()
+        self.admitted = True
         self._send(MSG_USERAUTH_SUCCESS, b"")
         conch: Any = self.ssh
         conch.setService(connection)

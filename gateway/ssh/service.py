@@ -175,8 +175,9 @@ class SshService(MultiService):
         return await self.sign_ins.start(ssh.client_ip, target.route, target.login,
                                          key_fingerprint)
 
-    def end_sign_in(self, ssh: GatewayServerTransport, ticket: str) -> None:
-        self.sign_ins.end(ssh.client_ip, ticket)
+    def end_sign_in(self, ssh: GatewayServerTransport, ticket: str, admitted: bool
+                    ) -> None:
+        self.sign_ins.end(ssh.client_ip, ticket, keep=admitted)
 
     async def wait_sign_in(self, ssh: GatewayServerTransport, ticket: str
                            ) -> Session | None:

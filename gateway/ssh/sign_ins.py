@@ -10,8 +10,9 @@ per client address and ``ssh_max_pending_sign_ins`` in all. The counts are this
 process's own (with ``workers`` > 1 or several gateways each holds its share): counting
 across processes would cost a shared write and read per ask, and each process's
 unauthenticated connections are bounded per process too. A ticket ends with its
-connection: the record is deleted when the connection ends, so records in the store never
-outnumber the connections waiting on them.
+connection: the record is deleted when the connection ends unconfirmed, so such records
+never outnumber the connections waiting on them (a confirmed one, which needs a signed-in
+person's Allow, lives out its 5 minutes so that its page can be reloaded).
 """
 
 from __future__ import annotations
@@ -139,11 +140,15 @@ class SignInDesk:
                 return pending.session_id
         return ""
 
-    def end(self, client: str, ticket: str) -> None:
+    def end(self, client: str, ticket: str, keep: bool = False) -> None:
         """The connection that started ``ticket`` is done (admitted, refused or gone):
-        its count is released and its record deleted (the page then says the link has
-        expired; connecting again starts a new sign-in)."""
+        its count is released and, unless ``keep`` (a confirmed sign-in whose page
+        may still be reloaded: its record lives out its 5 minutes), its record is
+        deleted (the page then says the link has expired; connecting again starts a
+        new sign-in)."""
         self.counts.release(client)
+        if keep:
+            return
         ensureDeferred(end_sign_in(self.records, ticket)).addErrback(
             lambda failure: log.failure("ssh: ending sign-in {ticket} failed", failure,
                                         ticket=ticket[:6]))

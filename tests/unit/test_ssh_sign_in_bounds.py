@@ -23,7 +23,7 @@ from twisted.trial.unittest import SynchronousTestCase
 from gateway.config.ssh import fingerprint
 from gateway.databroker.memory_records import MemoryRecordStore
 from gateway.databroker.records import SSH_SIGN_IN
-from gateway.databroker.ssh_records import SIGN_IN_SECONDS, read_sign_in
+from gateway.databroker.ssh_records import SIGN_IN_SECONDS, confirm_sign_in, read_sign_in
 from gateway.dataplane import penalty
 from gateway.ssh import limits
 from gateway.ssh.auth import GatewayUserAuth
@@ -50,8 +50,8 @@ class DeskGate(FakeGate):
         return await self.desk.start(ssh.client_ip, target.route, target.login,
                                      key_fingerprint)
 
-    def end_sign_in(self, ssh: Any, ticket: str) -> None:
-        self.desk.end(ssh.client_ip, ticket)
+    def end_sign_in(self, ssh: Any, ticket: str, admitted: bool) -> None:
+        self.desk.end(ssh.client_ip, ticket, keep=admitted)
 
     async def wait_sign_in(self, ssh: Any, ticket: str) -> Any:
         return await self.desk.wait(ssh, ticket) or None
@@ -305,3 +305,22 @@ class PenaltyTests(SynchronousTestCase):
             proto.makeConnection(StringTransport(peerAddress=addr))
             proto.strike("auth_attempts")
         self.assertNotIsInstance(factory.buildProtocol(addr), GatewayServerTransport)
+
+
+class EndTests(SynchronousTestCase):
+    def test_a_confirmed_sign_in_keeps_its_record(self) -> None:
+        """Admitted: the count is released but the record (with its session id) stays,
+        so the confirmation page can be reloaded; unconfirmed ones are deleted (above)."""
+        d = Desk()
+        d.gate.confirmed = "session"
+        ssh, auth = d.connect()
+        auth.packetReceived(50, ASK)
+        ticket = d.tickets()[0]
+        pending = d.successResult(read_sign_in(d.records, ticket, d.reactor.seconds()))
+        d.successResult(confirm_sign_in(d.records, pending, "session", 2e9))
+        auth.packetReceived(61, b"\x00\x00\x00\x00")
+        d.reactor.advance(1)
+        self.assertTrue(ssh.authenticated)
+        auth.serviceStopped()  # (Conch stops it when the connection service starts)
+        self.assertEqual(d.tickets(), [ticket])
+        self.assertEqual(d.desk.counts.count, 0)
