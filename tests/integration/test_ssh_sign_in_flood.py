@@ -27,7 +27,11 @@ from types import SimpleNamespace
 
 import pytest
 
+from gateway.databroker.kv_records import RECORDS, VERSION
+from gateway.databroker.records import SSH_SIGN_IN
 from tests.support.daemon import Daemon, gateway_daemon
+from tests.support.kvstore import kv_gateway_config
+from tests.support.peers import redis_server
 from tests.support.processes import free_port, wait_until
 from tests.support.ssh_native import gateway_keys
 from tests.support.tcp_client import signing_in_config
@@ -63,16 +67,18 @@ class Env:
         return self.gateway.process.log_text().count("sign-in started")
 
 
+PROVIDER = SimpleNamespace(issuer="http://127.0.0.1:9/", client_id="gateway",
+                           client_secret="secret")  # never reached
+ROUTE = {"from": "ssh://db", "to": "ssh://127.0.0.1:9",  # never reached either
+         "ssh_upstream_host_keys": [HOST_KEY], "allow_any_authenticated_user": True}
+
+
 @pytest.fixture(scope="module")
 def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
     tmp = tmp_path_factory.mktemp("ssh-flood")
     keys = gateway_keys(tmp)
     port, ssh_port, metrics_port = free_port(), free_port(), free_port()
-    provider = SimpleNamespace(issuer="http://127.0.0.1:9/", client_id="gateway",
-                               client_secret="secret")  # never reached
-    route = {"from": "ssh://db", "to": "ssh://127.0.0.1:9",  # never reached either
-             "ssh_upstream_host_keys": [HOST_KEY], "allow_any_authenticated_user": True}
-    config = {**signing_in_config(provider, port, [route]), **keys.settings(ssh_port),
+    config = {**signing_in_config(PROVIDER, port, [ROUTE]), **keys.settings(ssh_port),
               "metrics_address": f"127.0.0.1:{metrics_port}"}
     with gateway_daemon(tmp, config, port=port) as gateway:
         wait_until(lambda: gateway.logged("ssh: listening"), 10, what="ssh listener")
@@ -130,3 +136,31 @@ def test_asking_again_and_again_makes_one_ticket_and_is_cut(env: Env) -> None:
     while not greeted(env.ssh_port, 1.0):
         assert time.monotonic() < deadline, "still refused after the penalty"
         time.sleep(0.5)
+
+
+def test_with_redis_a_connection_writes_one_ticket(tmp_path: Path) -> None:
+    """With the records in Redis (``databroker_storage_type: kvstore``) the flood used to
+    land there: one write per ask. Now a connection writes its ticket once and deletes it
+    when it ends: two writes to Redis for the whole connection."""
+    keys = gateway_keys(tmp_path)
+    port, ssh_port = free_port(), free_port()
+    with redis_server(tmp_path / "redis") as redis:
+        base = kv_gateway_config(PROVIDER, f"kvstore://127.0.0.1:{redis.port}/0", port,
+                                 "http://127.0.0.1:9")
+        config = {**base, "policy": [ROUTE], **keys.settings(ssh_port)}
+        with gateway_daemon(tmp_path, config, port=port) as gateway:
+            wait_until(lambda: gateway.logged("ssh: listening"), 10, what="ssh listener")
+            client = redis.client()
+            try:
+                version = int(client.command("GET", VERSION) or 0)  # type: ignore[arg-type]
+                result = flood(ssh_port)
+                print(f"flood with Redis: {result}")
+                assert result["distinct_links"] == 1, result
+                assert result["asks"] == AUTH_ATTEMPTS + 1, result
+
+                def written() -> int:
+                    return int(client.command("GET", VERSION) or 0) - version  # type: ignore[arg-type]
+                wait_until(lambda: written() == 2, 5, what="the ticket written and deleted")
+                assert client.command("HLEN", RECORDS + SSH_SIGN_IN) == 1  # its tombstone
+            finally:
+                client.close()
