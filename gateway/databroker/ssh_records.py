@@ -61,12 +61,6 @@ async def read_sign_in(records: RecordStore, ticket: str, now: float
     return pending if now < pending.expires_at else None
 
 
-async def end_sign_in(records: RecordStore, ticket: str) -> None:
-    """The connection waiting on ``ticket`` is gone (or admitted): its record goes with
-    it, so that records never outnumber the connections waiting on them."""
-    await records.delete(SSH_SIGN_IN, ticket)
-
-
 async def confirm_sign_in(records: RecordStore, pending: PendingSignIn, session_id: str,
                           session_expires_at: float) -> None:
     """The person confirmed: the key is bound to their session, and the waiting

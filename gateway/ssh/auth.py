@@ -6,11 +6,11 @@ shows the sign-in link and waits for the person to confirm it in a browser.
 Before the decision nothing tells whether a route or a person exists: a bad user name,
 an unknown key and an unknown route all look the same until the key is bound.
 
-A connection has at most one pending sign-in: asking keyboard-interactive again before
-answering shows the same link (no new ticket, no log line, no store access), counts as a
-failed attempt, and neither restarts the ticket's 5 minutes nor the login timer, which
-the first ask set. A cut for breaking a rule is a strike against the client's address
-(``transport``).
+A connection has at most one pending sign-in (``sign_ins``): asking keyboard-interactive
+again before answering shows the same link (no new ticket, no log line, no store
+access), counts as a failed attempt, and neither restarts the ticket's 5 minutes nor the
+login timer, which the first ask set. A cut for breaking a rule is a strike against the
+client's address (``transport``).
 """
 
 from __future__ import annotations
@@ -57,10 +57,10 @@ class Gate(Protocol):
         is ended once by ``end_sign_in``."""
         ...
 
-    def end_sign_in(self, ssh: GatewayServerTransport, ticket: str, admitted: bool
+    def end_sign_in(self, ssh: GatewayServerTransport, ticket: str, confirmed: bool
                     ) -> None:
-        """The connection that started ``ticket`` is done with it (``admitted``: it
-        was confirmed and the person let in)."""
+        """The connection that showed ``ticket`` is done with it (``confirmed``: its
+        person confirmed it)."""
         ...
 
     async def wait_sign_in(self, ssh: GatewayServerTransport, ticket: str) -> Any:
@@ -98,7 +98,7 @@ class GatewayUserAuth(service.SSHService):
         self.sign_in: tuple[str, str, Target, str] | None = None
         self.answered = False  # the client answered the link (INFO_RESPONSE)
         self.stopped = False
-        self.admitted = False
+        self.confirmed = False  # the sign-in's person confirmed it
 
     # -- answers
 
@@ -128,10 +128,11 @@ class GatewayUserAuth(service.SSHService):
                        NS(methods) + (b"\x01" if partial else b"\x00"))
 
     def serviceStopped(self) -> None:
-        """The connection ended or was admitted: its sign-in ends with it."""
+        """The connection ended or was admitted: the desk learns whether its sign-in
+        was confirmed (an unconfirmed one stays pending until it expires)."""
         self.stopped = True
         if self.sign_in is not None:
-            self.gate.end_sign_in(self.ssh, self.sign_in[1], self.admitted)
+            self.gate.end_sign_in(self.ssh, self.sign_in[1], self.confirmed)
 
     def banner(self, text: str) -> None:
         self._send(MSG_USERAUTH_BANNER, NS(text.encode("utf-8", "replace")) + NS(b""))
@@ -253,13 +254,14 @@ class GatewayUserAuth(service.SSHService):
         try:
             url, ticket = await self.gate.start_sign_in(self.ssh, target, key_fingerprint)
         except TooManySignIns as refused:
-            if not self.stopped:
-                self._cut("sign_in_bound", transport.DISCONNECT_TOO_MANY_CONNECTIONS,
-                          str(refused))
+            if self.stopped:
+                return
+            if refused.reason == "address":  # its own sign-ins; the total is everyone's
+                self.ssh.strike("sign_in_bound")
+            disconnect(self.ssh, transport.DISCONNECT_TOO_MANY_CONNECTIONS, str(refused))
             return
         self.sign_in = (url, ticket, target, key_fingerprint)
-        if self.stopped:  # gone while the ticket was being written
-            self.gate.end_sign_in(self.ssh, ticket, False)
+        if self.stopped:  # gone while the ticket was being written (it stays pending)
             return
         # the 5 minutes start now, once: the ticket expires SIGN_IN_SECONDS after this
         self.ssh.extend_grace(limits.SIGN_IN_WAIT + 10)
@@ -281,6 +283,7 @@ class GatewayUserAuth(service.SSHService):
 
     async def _wait(self, ticket: str, target: Target, key_fingerprint: str) -> None:
         session = await self.gate.wait_sign_in(self.ssh, ticket)
+        self.confirmed = session is not None
         if session is None:
             disconnect(self.ssh, transport.DISCONNECT_NO_MORE_AUTH_METHODS_AVAILABLE,
                        "the sign-in was not completed in time; connect again")
@@ -301,7 +304,6 @@ class GatewayUserAuth(service.SSHService):
                 abandon()
             return
         self.ssh.mark_authenticated()
-        self.admitted = True
         self._send(MSG_USERAUTH_SUCCESS, b"")
         conch: Any = self.ssh
         conch.setService(connection)

@@ -175,9 +175,9 @@ class SshService(MultiService):
         return await self.sign_ins.start(ssh.client_ip, target.route, target.login,
                                          key_fingerprint)
 
-    def end_sign_in(self, ssh: GatewayServerTransport, ticket: str, admitted: bool
+    def end_sign_in(self, ssh: GatewayServerTransport, ticket: str, confirmed: bool
                     ) -> None:
-        self.sign_ins.end(ssh.client_ip, ticket, keep=admitted)
+        self.sign_ins.end(ticket, confirmed)
 
     async def wait_sign_in(self, ssh: GatewayServerTransport, ticket: str
                            ) -> Session | None:

@@ -77,7 +77,7 @@ class FakeGate:
         self.asked.append((target, key_fingerprint))
         return "https://authenticate.example.com/.gateway/ssh/TICKET", "TICKET"
 
-    def end_sign_in(self, ssh: Any, ticket: str, admitted: bool) -> None:
+    def end_sign_in(self, ssh: Any, ticket: str, confirmed: bool) -> None:
         self.ended.append(ticket)
 
     async def wait_sign_in(self, ssh: Any, ticket: str) -> Any:

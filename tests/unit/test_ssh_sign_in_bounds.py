@@ -29,7 +29,7 @@ from gateway.ssh import limits
 from gateway.ssh.auth import GatewayUserAuth
 from gateway.ssh.metrics import PENDING_SIGN_INS, REFUSED, SIGN_INS_REFUSED
 from gateway.ssh.names import Target
-from gateway.ssh.sign_ins import PendingCounts, SignInDesk
+from gateway.ssh.sign_ins import SignInDesk
 from gateway.ssh.transport import GatewayFactory, GatewayServerTransport
 from tests.support.ssh_fakes import FakeGate, FakeSSH
 from tests.unit.test_ssh_auth import request, signed
@@ -50,8 +50,8 @@ class DeskGate(FakeGate):
         return await self.desk.start(ssh.client_ip, target.route, target.login,
                                      key_fingerprint)
 
-    def end_sign_in(self, ssh: Any, ticket: str, admitted: bool) -> None:
-        self.desk.end(ssh.client_ip, ticket, keep=admitted)
+    def end_sign_in(self, ssh: Any, ticket: str, confirmed: bool) -> None:
+        self.desk.end(ticket, confirmed)
 
     async def wait_sign_in(self, ssh: Any, ticket: str) -> Any:
         return await self.desk.wait(ssh, ticket) or None
@@ -71,12 +71,20 @@ class Desk:
                                "/.gateway/ssh/", per_address, total)
         self.gate = DeskGate(self.desk)
 
-    def connect(self, ip: str = "192.0.2.7") -> tuple[FakeSSH, GatewayUserAuth]:
+    def connect(self, ip: str = "192.0.2.7", key: Any = None, user: bytes = b"alice@db"
+                ) -> tuple[FakeSSH, GatewayUserAuth]:
+        """A connection that proved ``key`` (a new one unless given) as ``user``."""
         ssh = FakeSSH(client_ip=ip)
         auth = GatewayUserAuth(ssh, self.gate)  # type: ignore[arg-type]
-        auth.packetReceived(50, signed(ssh, ed25519.Ed25519PrivateKey.generate(),
-                                       b"alice@db"))
+        auth.packetReceived(50, signed(ssh, key or ed25519.Ed25519PrivateKey.generate(),
+                                       user))
         return ssh, auth
+
+    def ask(self, ip: str = "192.0.2.7", key: Any = None, user: bytes = b"alice@db"
+            ) -> FakeSSH:
+        ssh, auth = self.connect(ip, key, user)
+        auth.packetReceived(50, request(user, b"keyboard-interactive", NS(b"") + NS(b"")))
+        return ssh
 
     def tickets(self) -> list[str]:
         return [r.id for r in self.successResult(self.records.query(SSH_SIGN_IN))]
@@ -130,8 +138,7 @@ class OnePerConnectionTests(SynchronousTestCase):
         assert ssh.disconnected is not None
         self.assertIn(b"too many authentication failures", ssh.disconnected[1])
         self.assertEqual(ssh.strikes, ["auth_attempts"])
-        auth.serviceStopped()  # the connection ends
-        self.assertEqual(d.tickets(), [])
+        self.assertEqual(len(d.tickets()), 1)
 
     def test_five_minutes_from_the_first_ask(self) -> None:
         """A ticket asked for at t, shown again at t+200, expires at t+300; a client
@@ -176,72 +183,82 @@ class OnePerConnectionTests(SynchronousTestCase):
 class BoundTests(SynchronousTestCase):
     def test_per_address_and_total(self) -> None:
         """The sixth pending sign-in of an address is refused (disconnect, a strike);
-        others' go on until the total; one that ends frees its place."""
+        others' go on until the total (refused without a strike: not their doing).
+        A connection that ends leaves its ticket pending (its person may still confirm
+        it); tickets free their place when they expire, 5 minutes after they started."""
         d = Desk(per_address=5, total=7)
         gauge = value(PENDING_SIGN_INS)
         refused_address = value(SIGN_INS_REFUSED, "address")
         refused_total = value(SIGN_INS_REFUSED, "total")
-        held = []
         for _ in range(5):
-            ssh, auth = d.connect("192.0.2.7")
-            auth.packetReceived(50, ASK)
-            self.assertEqual(ssh.kinds()[-1], INFO_REQUEST)
-            held.append(auth)
-        ssh, auth = d.connect("192.0.2.7")
-        auth.packetReceived(50, ASK)
+            self.assertEqual(d.ask("192.0.2.7").kinds()[-1], INFO_REQUEST)
+        ssh = d.ask("192.0.2.7")
         assert ssh.disconnected is not None
         self.assertEqual(ssh.disconnected[0], 12)
         self.assertIn(b"too many sign-ins are pending from your address",
                       ssh.disconnected[1])
         self.assertEqual(ssh.strikes, ["sign_in_bound"])
         self.assertEqual(value(SIGN_INS_REFUSED, "address"), refused_address + 1)
+        d.reactor.advance(100)
         for ip in ("192.0.2.8", "192.0.2.9"):
-            other, auth = d.connect(ip)
-            auth.packetReceived(50, ASK)
-            self.assertEqual(other.kinds()[-1], INFO_REQUEST)
-            held.append(auth)
+            self.assertEqual(d.ask(ip).kinds()[-1], INFO_REQUEST)
         self.assertEqual(value(PENDING_SIGN_INS), gauge + 7)
-        ssh, auth = d.connect("192.0.2.10")
-        auth.packetReceived(50, ASK)
+        ssh = d.ask("192.0.2.10")
         assert ssh.disconnected is not None
-        self.assertIn(b"at the gateway", ssh.disconnected[1])
+        self.assertIn(b"too many sign-ins are pending at the gateway", ssh.disconnected[1])
+        self.assertEqual(ssh.strikes, [])
         self.assertEqual(value(SIGN_INS_REFUSED, "total"), refused_total + 1)
         self.assertEqual(len(d.tickets()), 7)
-        held[0].serviceStopped()  # a connection of 192.0.2.7 ends
-        self.assertEqual(len(d.tickets()), 6)
-        ssh, auth = d.connect("192.0.2.7")
-        auth.packetReceived(50, ASK)
-        self.assertEqual(ssh.kinds()[-1], INFO_REQUEST)
-        for auth in held[1:]:
-            auth.serviceStopped()
+        d.reactor.advance(SIGN_IN_SECONDS - 100)  # the first five expire
+        self.assertEqual(d.ask("192.0.2.7").kinds()[-1], INFO_REQUEST)
+        self.assertEqual(value(PENDING_SIGN_INS), gauge + 3)
+        d.reactor.advance(SIGN_IN_SECONDS)
+        d.ask("192.0.2.11")
         self.assertEqual(value(PENDING_SIGN_INS), gauge + 1)
 
-    def test_counts_by_ipv6_64(self) -> None:
-        counts = PendingCounts(per_address=2, total=10)
-        self.assertEqual(counts.reserve("2001:db8::1"), "")
-        self.assertEqual(counts.reserve("2001:db8::2"), "")
-        self.assertEqual(counts.reserve("2001:db8::3"), "address")
-        self.assertEqual(counts.reserve("2001:db8:0:1::1"), "")
-        counts.release("2001:db8::1")
-        self.assertEqual(counts.reserve("2001:db8::9"), "")
-        counts.release("192.0.2.1")  # never reserved: nothing changes
-        self.assertEqual(counts.count, 3)
+    def test_the_same_key_connecting_again_is_shown_the_same_ticket(self) -> None:
+        """Ctrl-C and ssh again: the same link (no new record, no new place taken),
+        unless it has less than a minute left; another route or login, another ticket."""
+        d = Desk(per_address=2)
+        key = ed25519.Ed25519PrivateKey.generate()
+        first = d.ask(key=key).sent[-1]
+        d.reactor.advance(SIGN_IN_SECONDS - 61)
+        for _ in range(3):
+            self.assertEqual(d.ask(key=key).sent[-1], first)
+        self.assertEqual(len(d.tickets()), 1)
+        other = d.ask(key=key, user=b"root@db").sent[-1]
+        self.assertNotEqual(other, first)
+        self.assertEqual(len(d.tickets()), 2)
+        d.reactor.advance(2)  # under a minute left: a new one (the old one still counts)
+        ssh = d.ask(key=key)
+        assert ssh.disconnected is not None
+        self.assertIn(b"from your address", ssh.disconnected[1])
 
-    def test_a_connection_gone_while_its_ticket_was_written_ends_it(self) -> None:
-        d = Desk()
-        _, auth = d.connect()
-        auth.stopped = True  # (the store answers synchronously: stop "during" the write)
-        auth.packetReceived(50, ASK)
-        self.assertEqual(d.tickets(), [])
-        self.assertEqual(d.desk.counts.count, 0)
+    def test_an_ipv6_client_is_its_64(self) -> None:
+        d = Desk(per_address=2)
+        for ip in ("2001:db8::1", "2001:db8::2", "2001:db8:0:1::1"):
+            self.assertEqual(d.ask(ip).kinds()[-1], INFO_REQUEST, ip)
+        ssh = d.ask("2001:db8::3")
+        assert ssh.disconnected is not None
+        self.assertIn(b"from your address", ssh.disconnected[1])
+
+    def test_a_record_that_cannot_be_written_takes_no_place(self) -> None:
+        d = Desk(per_address=1)
+
+        def broken(*args: Any, **kwargs: Any) -> Any:
+            raise ConnectionError("storage down")
+
+        d.records.put = broken  # type: ignore[method-assign]
+        self.assertIsNotNone(d.ask().disconnected)
+        self.assertEqual(len(self.flushLoggedErrors(ConnectionError)), 1)
+        self.assertEqual(len(d.desk.pending), 0)
+        del d.records.put
+        self.assertEqual(d.ask().kinds()[-1], INFO_REQUEST)
 
     def test_a_fingerprint_is_what_the_record_names(self) -> None:
         d = Desk()
         key = ed25519.Ed25519PrivateKey.generate()
-        ssh = FakeSSH()
-        auth = GatewayUserAuth(ssh, d.gate)  # type: ignore[arg-type]
-        auth.packetReceived(50, signed(ssh, key, b"alice@db"))
-        auth.packetReceived(50, ASK)
+        d.ask(key=key)
         pending = d.successResult(read_sign_in(d.records, d.tickets()[0],
                                                d.reactor.seconds()))
         self.assertEqual(pending.fingerprint,
@@ -308,9 +325,9 @@ class PenaltyTests(SynchronousTestCase):
 
 
 class EndTests(SynchronousTestCase):
-    def test_a_confirmed_sign_in_keeps_its_record(self) -> None:
-        """Admitted: the count is released but the record (with its session id) stays,
-        so the confirmation page can be reloaded; unconfirmed ones are deleted (above)."""
+    def test_a_confirmed_sign_in_is_no_longer_pending(self) -> None:
+        """Confirmed and let in: its place is free at once (its record, with the
+        session id, lives on so that the confirmation page can be reloaded)."""
         d = Desk()
         d.gate.confirmed = "session"
         ssh, auth = d.connect()
@@ -323,4 +340,4 @@ class EndTests(SynchronousTestCase):
         self.assertTrue(ssh.authenticated)
         auth.serviceStopped()  # (Conch stops it when the connection service starts)
         self.assertEqual(d.tickets(), [ticket])
-        self.assertEqual(d.desk.counts.count, 0)
+        self.assertEqual(len(d.desk.pending), 0)
