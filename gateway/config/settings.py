@@ -460,12 +460,12 @@ class Options:
         extension=True,
     )
     ssh_max_pending_sign_ins_per_address: int = _s(
-        5, Kind.INT, "SSH connections of one client address (IPv6: its /64) that may wait "
-        "for a browser sign-in at once, per gateway process.", extension=True,
+        5, Kind.INT, "Pending SSH browser sign-ins (each 5 minutes unless confirmed) of one "
+        "client address (IPv6: its /64), per gateway process.", extension=True,
     )
     ssh_max_pending_sign_ins: int = _s(
-        250, Kind.INT, "SSH connections that may wait for a browser sign-in at once, per "
-        "gateway process.", extension=True,
+        250, Kind.INT, "Pending SSH browser sign-ins from all addresses, per gateway "
+        "process.", extension=True,
     )
 
     @property

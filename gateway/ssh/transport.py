@@ -9,13 +9,14 @@ as for HTTP/2 (``gateway.dataplane.penalty``, whose bookkeeping this reuses in a
 ``Penalties`` of the SSH server's own), a cut for breaking a rule no honest client
 breaks is a strike against the client's address: too many failed attempts (every
 unanswered keyboard-interactive ask is one), too many keys offered, too many pending
-sign-ins, too much data before authentication, a malformed or out-of-turn
-authentication message. Three within 30 s and the address's new connections are held
-unread for a while and closed (``tarpit``) for 10 s, doubling while it goes on. No
-strike for the login grace running out or a sign-in not completed (a person at a
-browser, a slow network: ``timeout_read`` is none for HTTP/2 either), a policy's
-refusal, or the cap on unauthenticated connections (a burst of honest connections, such
-as Ansible's forks, reaches it; the cap itself bounds it).
+sign-ins from its address, too much data before authentication, a malformed or
+out-of-turn authentication message. Three within 30 s and the address's new
+connections are held unread for a while and closed (``tarpit``) for 10 s, doubling
+while it goes on. No strike for the login grace running out or a sign-in not
+completed (a person at a browser, a slow network: ``timeout_read`` is none for HTTP/2
+either), a policy's refusal, the total bound on pending sign-ins (everyone's), or the
+cap on unauthenticated connections (a burst of honest connections, such as Ansible's
+forks, reaches it; the cap itself bounds it).
 """
 
 from __future__ import annotations
