@@ -53,8 +53,8 @@ class Gate(Protocol):
 
     async def start_sign_in(self, ssh: GatewayServerTransport, target: Target,
                             key_fingerprint: str) -> tuple[str, str]:
-        """(the URL to show, the ticket to wait on), or ``TooManySignIns``; each ticket
-        is ended once by ``end_sign_in``."""
+        """(the URL to show, the ticket to wait on), or ``TooManySignIns``; the
+        connection says when it is done with the ticket (``end_sign_in``)."""
         ...
 
     def end_sign_in(self, ssh: GatewayServerTransport, ticket: str, confirmed: bool
@@ -273,7 +273,7 @@ class GatewayUserAuth(service.SSHService):
                    NS(b"") + NS(instruction) + NS(b"") + struct.pack(">L", 0))
 
     def ssh_USERAUTH_INFO_RESPONSE(self, packet: bytes) -> None:
-        if self.sign_in is None or self.answered or self.busy:
+        if self.sign_in is None or self.answered or self.busy or self.proven is None:
             self._cut("protocol", transport.DISCONNECT_PROTOCOL_ERROR,
                       "unexpected response")
             return
