@@ -466,6 +466,14 @@ class Options:
         "", Kind.STR, "Directory of SSH session recordings (asciicast v2); unset: none.",
         extension=True,
     )
+    ssh_max_pending_sign_ins_per_address: int = _s(
+        5, Kind.INT, "Pending SSH browser sign-ins (each 5 minutes unless confirmed) of one "
+        "client address (IPv6: its /64), per gateway process.", extension=True,
+    )
+    ssh_max_pending_sign_ins: int = _s(
+        250, Kind.INT, "Pending SSH browser sign-ins from all addresses, per gateway "
+        "process.", extension=True,
+    )
 
     @property
     def all_in_one(self) -> bool:

@@ -104,6 +104,7 @@ def validate(
     _identity(options, routes, reader, problems, material)
     _observability(options, reader, problems, material)
     _branding(options, problems)
+    _ssh_bounds(options, problems)
     _routes_against_globals(options, routes, problems)
     _workers(options, routes, problems, material)
     _split(options, problems, material)
@@ -474,6 +475,17 @@ def _branding(options: Options, problems: Problems) -> None:
             c in logo for c in " \"'<>`"):
         problems.error("branding_logo_url",
                        f"must be an https URL (or a data:image URI), got {logo[:80]!r}")
+
+
+def _ssh_bounds(options: Options, problems: Problems) -> None:
+    """0 would refuse every browser sign-in over SSH: no key could ever be bound."""
+    for key in ("ssh_max_pending_sign_ins_per_address", "ssh_max_pending_sign_ins"):
+        if getattr(options, key) < 1:
+            problems.error(key, "must be at least 1 (0 would refuse every SSH sign-in)")
+    if options.ssh_max_pending_sign_ins_per_address > options.ssh_max_pending_sign_ins:
+        problems.warn("ssh_max_pending_sign_ins_per_address",
+                      f"is above ssh_max_pending_sign_ins "
+                      f"({options.ssh_max_pending_sign_ins}), which bounds it")
 
 
 def _routes_against_globals(options: Options, routes: tuple[Route, ...],

@@ -15,6 +15,10 @@ behind one NAT share the penalty of any of them: the price of keying by address,
 every per-address limit pays. At most ``MAX_CLIENTS`` addresses are remembered; past
 that the calm ones are forgotten first. Plain bookkeeping: no I/O, no clock of its own.
 
+The native SSH server keeps a ``Penalties`` of its own with its own strikes (rules an
+honest SSH client never breaks: ``gateway.ssh.transport``), so that the two protocols
+share the bookkeeping and not each other's penalties.
+
 The conformance test (``tests/integration/test_h2spec.py``) runs h2spec's 146 cases
 from 127.0.0.1 against one daemon, and most of them end in a cut by design: with
 strikes counted, every case after the third would be refused at the accept. So the
@@ -72,16 +76,19 @@ def client_key(address: str) -> str:
 
 class Penalties:
     """Strikes and refusals per client address. ``environ`` is where the test-only
-    switch is looked for (the process environment unless given)."""
+    switch is looked for (the process environment unless given); ``clients`` names
+    whose they are in its warning (the SSH server keeps a ``Penalties`` of its own,
+    ``gateway.ssh.transport``, with strikes of its own)."""
 
-    def __init__(self, environ: Mapping[str, str] | None = None) -> None:
+    def __init__(self, environ: Mapping[str, str] | None = None,
+                 clients: str = "HTTP/2 clients whose connections keep being cut") -> None:
         self._clients: dict[str, _Record] = {}
         self.refused = 0  # connections refused, in all
         self.off = switched_off(os.environ if environ is None else environ)
         if self.off:
-            log.warn("{switch}=1: HTTP/2 clients whose connections keep being cut are NOT "
-                     "refused. This is for conformance tests only; never set it in "
-                     "production", switch=TEST_ONLY_SWITCH)
+            log.warn("{switch}=1: {clients} are NOT refused. This is for conformance "
+                     "tests only; never set it in production", switch=TEST_ONLY_SWITCH,
+                     clients=clients)
 
     def __len__(self) -> int:
         return len(self._clients)

@@ -5,6 +5,12 @@ shows the sign-in link and waits for the person to confirm it in a browser.
 
 Before the decision nothing tells whether a route or a person exists: a bad user name,
 an unknown key and an unknown route all look the same until the key is bound.
+
+A connection has at most one pending sign-in (``sign_ins``): asking keyboard-interactive
+again before answering shows the same link (no new ticket, no log line, no store
+access), counts as a failed attempt, and neither restarts the ticket's 5 minutes nor the
+login timer, which the first ask set. A cut for breaking a rule is a strike against the
+client's address (``transport``).
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ from twisted.logger import Logger
 from gateway.config.ssh import fingerprint
 from gateway.ssh import algorithms, limits
 from gateway.ssh.names import BadUserName, Target, parse_login, parse_user
+from gateway.ssh.sign_ins import TooManySignIns
 from gateway.ssh.transport import GatewayServerTransport, disconnect
 
 log = Logger(namespace="gateway.ssh")
@@ -46,7 +53,14 @@ class Gate(Protocol):
 
     async def start_sign_in(self, ssh: GatewayServerTransport, target: Target,
                             key_fingerprint: str) -> tuple[str, str]:
-        """(the URL to show, the ticket to wait on)."""
+        """(the URL to show, the ticket to wait on), or ``TooManySignIns``; the
+        connection says when it is done with the ticket (``end_sign_in``)."""
+        ...
+
+    def end_sign_in(self, ssh: GatewayServerTransport, ticket: str, confirmed: bool
+                    ) -> None:
+        """The connection that showed ``ticket`` is done with it (``confirmed``: its
+        person confirmed it)."""
         ...
 
     async def wait_sign_in(self, ssh: GatewayServerTransport, ticket: str) -> Any:
@@ -79,8 +93,12 @@ class GatewayUserAuth(service.SSHService):
         self.queries = 0
         self.busy = False
         self.proven: tuple[bytes, str] | None = None  # (user name, key fingerprint)
-        self.ticket = ""
-        self.pending_target: Target | None = None
+        # the connection's one sign-in, from the first ask: its link, ticket, target and
+        # key (a later ask, even naming another target, shows the same link)
+        self.sign_in: tuple[str, str, Target, str] | None = None
+        self.answered = False  # the client answered the link (INFO_RESPONSE)
+        self.stopped = False
+        self.confirmed = False  # the sign-in's person confirmed it
 
     # -- answers
 
@@ -88,15 +106,33 @@ class GatewayUserAuth(service.SSHService):
         conch: Any = self.ssh  # (Conch's methods carry no annotations)
         conch.sendPacket(kind, payload)
 
-    def _fail(self, methods: bytes = b"publickey", partial: bool = False) -> None:
-        """Every failure counts, "none" and partial successes too: each one costs the
-        gateway a reply (and a databroker read for a proven key)."""
+    def _cut(self, rule: str, code: int, message: str) -> None:
+        """Disconnect for breaking ``rule``: a strike against the client's address."""
+        self.ssh.strike(rule)
+        disconnect(self.ssh, code, message)
+
+    def _count_failure(self) -> bool:
+        """Every failure counts, "none", partial successes and unanswered asks too: each
+        one costs the gateway a reply (and a databroker read for a proven key). False:
+        that was one too many, and the connection is cut."""
         self.failures += 1
         if self.failures > limits.AUTH_ATTEMPTS:
-            disconnect(self.ssh, transport.DISCONNECT_NO_MORE_AUTH_METHODS_AVAILABLE,
-                       "too many authentication failures")
-            return
-        self._send(MSG_USERAUTH_FAILURE, NS(methods) + (b"\x01" if partial else b"\x00"))
+            self._cut("auth_attempts", transport.DISCONNECT_NO_MORE_AUTH_METHODS_AVAILABLE,
+                      "too many authentication failures")
+            return False
+        return True
+
+    def _fail(self, methods: bytes = b"publickey", partial: bool = False) -> None:
+        if self._count_failure():
+            self._send(MSG_USERAUTH_FAILURE,
+                       NS(methods) + (b"\x01" if partial else b"\x00"))
+
+    def serviceStopped(self) -> None:
+        """The connection ended or was admitted: the desk learns whether its sign-in
+        was confirmed (an unconfirmed one stays pending until it expires)."""
+        self.stopped = True
+        if self.sign_in is not None:
+            self.gate.end_sign_in(self.ssh, self.sign_in[1], self.confirmed)
 
     def banner(self, text: str) -> None:
         self._send(MSG_USERAUTH_BANNER, NS(text.encode("utf-8", "replace")) + NS(b""))
@@ -105,17 +141,17 @@ class GatewayUserAuth(service.SSHService):
 
     def ssh_USERAUTH_REQUEST(self, packet: bytes) -> None:
         if self.busy:  # one request at a time (RFC 4252 5: no new one before the answer)
-            disconnect(self.ssh, transport.DISCONNECT_PROTOCOL_ERROR,
-                       "authentication request while another is in progress")
+            self._cut("protocol", transport.DISCONNECT_PROTOCOL_ERROR,
+                      "authentication request while another is in progress")
             return
         try:
             user, next_service, method, rest = getNS(packet, 3)
         except (struct.error, ValueError, IndexError):
-            disconnect(self.ssh, transport.DISCONNECT_PROTOCOL_ERROR, "bad request")
+            self._cut("protocol", transport.DISCONNECT_PROTOCOL_ERROR, "bad request")
             return
         if next_service != b"ssh-connection":
-            disconnect(self.ssh, transport.DISCONNECT_SERVICE_NOT_AVAILABLE,
-                       "only ssh-connection is served")
+            self._cut("protocol", transport.DISCONNECT_SERVICE_NOT_AVAILABLE,
+                      "only ssh-connection is served")
             return
         try:
             # a jump's inner connection: the route is the one its channel was opened to
@@ -153,8 +189,8 @@ class GatewayUserAuth(service.SSHService):
         if not has_signature:
             self.queries += 1
             if self.queries > limits.KEY_QUERIES:
-                disconnect(self.ssh, transport.DISCONNECT_NO_MORE_AUTH_METHODS_AVAILABLE,
-                           "too many keys offered")
+                self._cut("key_queries", transport.DISCONNECT_NO_MORE_AUTH_METHODS_AVAILABLE,
+                          "too many keys offered")
                 return
             self._send(MSG_USERAUTH_PK_OK, NS(algorithm) + NS(blob))
             return
@@ -206,27 +242,48 @@ class GatewayUserAuth(service.SSHService):
 
     def _interactive(self, target: Target) -> None:
         assert self.proven is not None
-        self.pending_target = target
+        if self.sign_in is not None:
+            # asked again instead of answering (RFC 4256 lets a new request abandon the
+            # last): the same link, as a failed attempt, from nothing but memory
+            if self._count_failure():
+                self._show(self.sign_in[0])
+            return
         self._run(self._ask(target, self.proven[1]))
 
     async def _ask(self, target: Target, key_fingerprint: str) -> None:
-        url, ticket = await self.gate.start_sign_in(self.ssh, target, key_fingerprint)
-        self.ticket = ticket
+        try:
+            url, ticket = await self.gate.start_sign_in(self.ssh, target, key_fingerprint)
+        except TooManySignIns as refused:
+            if self.stopped:
+                return
+            if refused.reason == "address":  # its own sign-ins; the total is everyone's
+                self.ssh.strike("sign_in_bound")
+            disconnect(self.ssh, transport.DISCONNECT_TOO_MANY_CONNECTIONS, str(refused))
+            return
+        self.sign_in = (url, ticket, target, key_fingerprint)
+        if self.stopped:  # gone while the ticket was being written (it stays pending)
+            return
+        # the 5 minutes start now, once: the ticket expires SIGN_IN_SECONDS after this
         self.ssh.extend_grace(limits.SIGN_IN_WAIT + 10)
+        self._show(url)
+
+    def _show(self, url: str) -> None:
         instruction = f"Sign in at {url} to continue\n".encode()
         self._send(MSG_USERAUTH_INFO_REQUEST,
                    NS(b"") + NS(instruction) + NS(b"") + struct.pack(">L", 0))
 
     def ssh_USERAUTH_INFO_RESPONSE(self, packet: bytes) -> None:
-        if not self.ticket or self.busy or self.pending_target is None \
-                or self.proven is None:
-            disconnect(self.ssh, transport.DISCONNECT_PROTOCOL_ERROR, "unexpected response")
+        if self.sign_in is None or self.answered or self.busy or self.proven is None:
+            self._cut("protocol", transport.DISCONNECT_PROTOCOL_ERROR,
+                      "unexpected response")
             return
-        ticket, self.ticket = self.ticket, ""
-        self._run(self._wait(ticket, self.pending_target, self.proven[1]))
+        self.answered = True
+        _, ticket, target, key_fingerprint = self.sign_in
+        self._run(self._wait(ticket, target, key_fingerprint))
 
     async def _wait(self, ticket: str, target: Target, key_fingerprint: str) -> None:
         session = await self.gate.wait_sign_in(self.ssh, ticket)
+        self.confirmed = session is not None
         if session is None:
             disconnect(self.ssh, transport.DISCONNECT_NO_MORE_AUTH_METHODS_AVAILABLE,
                        "the sign-in was not completed in time; connect again")

@@ -35,7 +35,7 @@ from gateway.config.source import ConfigSource
 from gateway.config.ssh import SigningKey, fingerprint, load_private_key
 from gateway.config.values import parse_address
 from gateway.databroker.records import RecordStore
-from gateway.databroker.ssh_records import bound_session_id, read_sign_in, start_sign_in
+from gateway.databroker.ssh_records import bound_session_id
 from gateway.dataplane.listeners.shared import AdoptedEndpoint
 from gateway.observability.audit import AUDIT
 from gateway.sessions.model import Session
@@ -49,6 +49,7 @@ from gateway.ssh.jump import JumpConnection
 from gateway.ssh.metrics import BYTES, CONNECTIONS, OPEN
 from gateway.ssh.names import Target
 from gateway.ssh.recorder import Recorder, RecordFile, Recording
+from gateway.ssh.sign_ins import SignInDesk
 from gateway.ssh.transport import GatewayFactory, GatewayServerTransport, disconnect
 from gateway.ssh.upstream import (
     HostKeyCheck,
@@ -59,7 +60,6 @@ from gateway.ssh.upstream import (
 )
 
 log = Logger(namespace="gateway.ssh")
-POLL_SECONDS = 0.5  # how often a pending sign-in is looked at
 
 
 @dataclass
@@ -98,6 +98,10 @@ class SshService(MultiService):
         self.records = records
         self.active: dict[str, Active] = {}
         self.recorder = Recorder(reactor)  # its thread starts with the first recording
+        options = source.current.options
+        self.sign_ins = SignInDesk(records, reactor, lambda: holder.identity.auth_origin,
+                                   SSH_SIGN_IN, options.ssh_max_pending_sign_ins_per_address,
+                                   options.ssh_max_pending_sign_ins)
         self._apply(source.current)
         self.address = source.current.options.ssh_address
         self.factory = GatewayFactory(reactor, _host_keys(source.current), self._userauth)
@@ -121,6 +125,8 @@ class SshService(MultiService):
         self.routes: dict[str, Route] = {
             r.ssh.name: r for r in snapshot.ssh_routes if r.ssh is not None}
         self.ca = _ca(snapshot)
+        self.sign_ins.configure(snapshot.options.ssh_max_pending_sign_ins_per_address,
+                                snapshot.options.ssh_max_pending_sign_ins)
 
     def apply(self, snapshot: Snapshot) -> None:
         if snapshot.options.ssh_address != self.address:
@@ -166,26 +172,17 @@ class SshService(MultiService):
 
     async def start_sign_in(self, ssh: GatewayServerTransport, target: Target,
                             key_fingerprint: str) -> tuple[str, str]:
-        pending = await start_sign_in(self.records, key_fingerprint, ssh.client_ip,
-                                      target.route, target.login, time.time())
-        origin = self.holder.identity.auth_origin
-        log.info("ssh: sign-in started for key {fingerprint} from {client}",
-                 fingerprint=key_fingerprint, client=ssh.client_ip)
-        return f"{origin}{SSH_SIGN_IN}{pending.ticket}", pending.ticket
+        return await self.sign_ins.start(ssh.client_ip, target.route, target.login,
+                                         key_fingerprint)
+
+    def end_sign_in(self, ssh: GatewayServerTransport, ticket: str, confirmed: bool
+                    ) -> None:
+        self.sign_ins.end(ticket, confirmed)
 
     async def wait_sign_in(self, ssh: GatewayServerTransport, ticket: str
                            ) -> Session | None:
-        for _ in range(int(limits.SIGN_IN_WAIT / POLL_SECONDS)):
-            await deferLater(self.reactor, POLL_SECONDS)
-            wire: Any = ssh.transport
-            if wire is None or getattr(wire, "disconnected", False):
-                return None
-            pending = await read_sign_in(self.records, ticket, time.time())
-            if pending is None:
-                return None
-            if pending.session_id:
-                return await self._session(pending.session_id)
-        return None
+        session_id = await self.sign_ins.wait(ssh, ticket)
+        return await self._session(session_id) if session_id else None
 
     async def admit(self, ssh: GatewayServerTransport, target: Target, session: Session,
                     key_fingerprint: str) -> BridgeConnection | JumpConnection:
@@ -269,8 +266,9 @@ class SshService(MultiService):
         def inner(route: str) -> GatewayServerTransport | None:
             built = self.factory.buildProtocol(ssh.transport.getPeer()
                                                if ssh.transport else None)
-            if built is not None:
-                built.jump_route = route
+            if not isinstance(built, GatewayServerTransport):
+                return None  # past the cap, or the address is penalised meanwhile
+            built.jump_route = route
             return built
 
         self.active[connection_id] = Active(ssh, None, session.id, target, time.time(), 0,

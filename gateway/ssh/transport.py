@@ -1,7 +1,23 @@
 """The SSH server's transport and factory: current algorithms only (``algorithms``), a
 login grace time, a cap on unauthenticated connections per client address and in all,
-and a bound on what is buffered before authentication. What happens after the key
-exchange is the ``auth`` service's, then the ``bridge``'s."""
+a bound on what is buffered before authentication, and the penalty for addresses that
+keep breaking the rules. What happens after the key exchange is the ``auth`` service's,
+then the ``bridge``'s.
+
+**Strikes.** Each bound cuts one connection, but a client reconnects after every cut. So,
+as for HTTP/2 (``gateway.dataplane.penalty``, whose bookkeeping this reuses in a
+``Penalties`` of the SSH server's own), a cut for breaking a rule no honest client
+breaks is a strike against the client's address: too many failed attempts (every
+unanswered keyboard-interactive ask is one), too many keys offered, too many pending
+sign-ins from its address, too much data before authentication, a malformed or
+out-of-turn authentication message. Three within 30 s and the address's new
+connections are held unread for a while and closed (``tarpit``) for 10 s, doubling
+while it goes on. No strike for the login grace running out or a sign-in not
+completed (a person at a browser, a slow network: ``timeout_read`` is none for HTTP/2
+either), a policy's refusal, the total bound on pending sign-ins (everyone's), or the
+cap on unauthenticated connections (a burst of honest connections, such as Ansible's
+forks, reaches it; the cap itself bounds it).
+"""
 
 from __future__ import annotations
 
@@ -14,10 +30,14 @@ from twisted.conch.ssh.common import NS
 from twisted.conch.ssh.connection import MSG_CHANNEL_OPEN_FAILURE
 from twisted.conch.ssh.factory import SSHFactory
 from twisted.internet.interfaces import IAddress, IDelayedCall
+from twisted.internet.protocol import Protocol
 from twisted.logger import Logger
 
+from gateway.dataplane.listeners.tarpit import Tarpit
+from gateway.dataplane.penalty import Penalties
 from gateway.ssh import algorithms, limits
 from gateway.ssh.message_checks import CheckedTransport
+from gateway.ssh.metrics import REFUSED, STRIKES
 
 log = Logger(namespace="gateway.ssh")
 
@@ -48,6 +68,7 @@ class GatewayServerTransport(CheckedTransport, transport.SSHServerTransport):
     jump_route = ""  # the inner connection of a jump: the route its channel names
     client_ip = ""
     _grace: IDelayedCall | None = None
+    _extended = False
     on_lost: Callable[[], None] | None = None
 
     def connectionMade(self) -> None:
@@ -58,9 +79,16 @@ class GatewayServerTransport(CheckedTransport, transport.SSHServerTransport):
         base.connectionMade()
 
     def extend_grace(self, seconds: float) -> None:
-        """A sign-in is pending: the person gets ``seconds`` to finish it."""
-        if self._grace is not None and self._grace.active():
+        """A sign-in is pending: the person gets ``seconds`` from now to finish it.
+        Once per connection: a later call (a client asking again) changes nothing."""
+        if self._grace is not None and self._grace.active() and not self._extended:
+            self._extended = True
             self._grace.reset(seconds)
+
+    def strike(self, rule: str) -> None:
+        """This connection is being cut for breaking ``rule`` (see the module's
+        docstring): a strike against its address."""
+        self.factory.strike(self.client_ip, rule)
 
     def _too_slow(self) -> None:
         self._grace = None
@@ -78,7 +106,9 @@ class GatewayServerTransport(CheckedTransport, transport.SSHServerTransport):
 
     def dataReceived(self, data: bytes) -> None:
         if not self.authenticated and len(self.buf) + len(data) > limits.PREAUTH_BUFFER:
-            disconnect(self, transport.DISCONNECT_PROTOCOL_ERROR, "too much data")
+            if not self.lost and not getattr(self.transport, "disconnecting", False):
+                self.strike("preauth_buffer")
+                disconnect(self, transport.DISCONNECT_PROTOCOL_ERROR, "too much data")
             return
         base: Any = super()
         base.dataReceived(data)
@@ -113,17 +143,25 @@ class GatewayFactory(SSHFactory):
         self.primes = None
         self.userauth = userauth
         self.unauthenticated: dict[str, int] = {}
+        self.penalties = Penalties(clients="SSH clients that keep breaking the rules")
+        self.tarpit = Tarpit(reactor)
 
     def set_host_keys(self, host_keys: list[keys.Key]) -> None:
         self.privateKeys = {k.sshType(): k for k in host_keys}
         self.publicKeys = {k.sshType(): k.public() for k in host_keys}
 
     def buildProtocol(  # type: ignore[override]
-            self, addr: IAddress | None) -> GatewayServerTransport | None:
+            self, addr: IAddress | None) -> GatewayServerTransport | Protocol | None:
+        """The connection's transport; for a penalised address a held connection
+        (``tarpit``) or None (closed at once); None past the unauthenticated cap."""
         ip = getattr(addr, "host", "")
+        if self.penalties.refuses(ip, self.reactor.seconds()):
+            REFUSED.labels("penalty").inc()
+            return self.tarpit.protocol(ip)
         count = self.unauthenticated.get(ip, 0)
         if count >= limits.UNAUTHENTICATED_PER_ADDRESS or \
                 sum(self.unauthenticated.values()) >= limits.UNAUTHENTICATED_TOTAL:
+            REFUSED.labels("unauthenticated").inc()
             log.warn("ssh: refused a connection from {client}: too many unauthenticated "
                      "connections", client=ip)
             return None
@@ -134,6 +172,14 @@ class GatewayFactory(SSHFactory):
                                      if alg in algorithms.SIGNATURES]
         built.supportedKeyExchanges = algorithms.KEY_EXCHANGES
         return built
+
+    def strike(self, ip: str, rule: str) -> None:
+        STRIKES.labels(rule).inc()
+        seconds = self.penalties.strike(ip, rule, self.reactor.seconds())
+        if seconds is not None:
+            log.warn("ssh: client {client} refused for {seconds:g} s: its connections keep "
+                     "breaking the rules (last: {rule})", client=ip, seconds=seconds,
+                     rule=rule, penalty=seconds)
 
     def release(self, ip: str) -> None:
         left = self.unauthenticated.get(ip, 0) - 1

@@ -22,6 +22,8 @@ class FakeSSH:
     jump_route: str = ""
     service: Any = None
     grace: float = 0.0
+    graces: int = 0  # times the login grace was extended
+    strikes: list[str] = field(default_factory=list)
     transport: Any = field(default_factory=lambda: _Wire())
 
     def sendPacket(self, kind: int, payload: bytes) -> None:
@@ -35,6 +37,10 @@ class FakeSSH:
 
     def extend_grace(self, seconds: float) -> None:
         self.grace = seconds
+        self.graces += 1
+
+    def strike(self, rule: str) -> None:
+        self.strikes.append(rule)
 
     def mark_authenticated(self) -> None:
         self.authenticated = True
@@ -61,6 +67,7 @@ class FakeGate:
     refusal: str = ""
     admitted: list[tuple[Target, Any, str]] = field(default_factory=list)
     asked: list[tuple[Target, str]] = field(default_factory=list)
+    ended: list[str] = field(default_factory=list)
 
     async def bound_session(self, key_fingerprint: str) -> Any:
         return self.bound
@@ -69,6 +76,9 @@ class FakeGate:
                             ) -> tuple[str, str]:
         self.asked.append((target, key_fingerprint))
         return "https://authenticate.example.com/.gateway/ssh/TICKET", "TICKET"
+
+    def end_sign_in(self, ssh: Any, ticket: str, confirmed: bool) -> None:
+        self.ended.append(ticket)
 
     async def wait_sign_in(self, ssh: Any, ticket: str) -> Any:
         return self.confirmed

@@ -386,3 +386,31 @@ class CertificateTests(SynchronousTestCase):
                                              "signing_key_algorithm ES256"))
         load(base_config(signing_key=base64.b64encode(ed).decode(),
                          signing_key_algorithm="EdDSA"))
+
+
+class SshSignInBoundsTests(SynchronousTestCase):
+    def test_defaults_and_values(self) -> None:
+        options = load(base_config()).options
+        self.assertEqual((options.ssh_max_pending_sign_ins_per_address,
+                          options.ssh_max_pending_sign_ins), (5, 250))
+        options = load(base_config(ssh_max_pending_sign_ins_per_address=2,
+                                   ssh_max_pending_sign_ins=40)).options
+        self.assertEqual((options.ssh_max_pending_sign_ins_per_address,
+                          options.ssh_max_pending_sign_ins), (2, 40))
+
+    def test_zero_or_not_a_number_names_the_key(self) -> None:
+        self.assertEqual(errors_of(base_config(ssh_max_pending_sign_ins_per_address=0)), [
+            "ssh_max_pending_sign_ins_per_address: must be at least 1 (0 would refuse "
+            "every SSH sign-in)"])
+        self.assertEqual(errors_of(base_config(ssh_max_pending_sign_ins=0)), [
+            "ssh_max_pending_sign_ins: must be at least 1 (0 would refuse every SSH "
+            "sign-in)"])
+        [bad] = errors_of(base_config(ssh_max_pending_sign_ins="many"))
+        self.assertTrue(bad.startswith("ssh_max_pending_sign_ins: "), bad)
+
+    def test_a_per_address_bound_above_the_total_warns(self) -> None:
+        snap = load(base_config(ssh_max_pending_sign_ins_per_address=20,
+                                ssh_max_pending_sign_ins=10))
+        self.assertEqual([str(w) for w in snap.warnings], [
+            "ssh_max_pending_sign_ins_per_address: is above ssh_max_pending_sign_ins (10), "
+            "which bounds it"])
