@@ -3,7 +3,9 @@ HTTP/2 (h2c) and, for TCP routes, CONNECT, and through forward authentication, b
 people signed in at the real OIDC provider. Every criterion family, ``and``/``or``/
 ``not``/``nor`` with PPL's meaning, deny over allow, the allow fields beside ``policy``,
 ``source_ip`` with trusted hops (an X-Forwarded-For that is no address never widens
-access), and time windows built around the current time (one holding now, one not).
+access), time windows built around the current time (one holding now, one not), and
+people not signed in against ``not``/``nor`` over criteria about the person (unknown for
+them: they are sent to sign in, and decided as themselves after).
 
 The same table goes through ``gateway policy check``'s evaluator
 (``test_policy_check_agrees``): its verdict and live traffic must not disagree.
@@ -115,12 +117,29 @@ ROUTES: dict[str, dict[str, Any]] = {
     "accept.test": {"policy": [{"allow": {"or": [{"accept": True}]}},
                                {"deny": {"or": [{"http_path": {"starts_with": "/admin"}}]}}]},
     "reject.test": {"policy": [{"allow": {"or": [{"reject": True}]}}]},
+    # someone not signed in: a criterion about the person is unknown, not false, so not/nor
+    # over it is unknown too, and an unknown rule sends them to sign in (issue 39 part 3)
+    "not-person.test": {"policy": [{"allow": {"not": [{"groups": {"has": "ops"}}]}}]},
+    # a sibling operator is an alternative: this still lets in every signed-in person
+    "sibling.test": {"policy": [{"allow": {"not": [{"groups": {"has": "ops"}}],
+                                           "and": [AUTHENTICATED]}}]},
+    "nor-person.test": {"policy": [{"allow": {"nor": [{"groups": {"has": "admins"}},
+                                                      {"groups": {"has": "engineering"}}]}}]},
+    # an unknown deny waits for sign-in beside accept too; a deny false whoever signs in
+    # does not
+    "accept-admins.test": {"policy": [
+        {"allow": {"or": [{"accept": True}]}},
+        {"deny": {"and": [{"http_path": {"starts_with": "/admin/"}},
+                          {"not": [{"groups": {"has": "admins"}}]}]}}]},
+    "accept-deny-ops.test": {"policy": [{"allow": {"or": [{"accept": True}]}},
+                                        {"deny": {"or": [{"groups": {"has": "ops"}}]}}]},
 }
 TCP_ROUTES: dict[str, dict[str, Any]] = {
     "db.test:5432": {"policy": [{"allow": {"or": [{"groups": {"has": "admins"}}]}},
                                 {"deny": {"or": [{"http_method": {"is": "GET"}}]}}]},
     "cache.test:6379": {"policy": [{"allow": {"and": [AUTHENTICATED,
                                                       {"http_path": {"is": ""}}]}}]},
+    "notdb.test:7000": {"policy": [{"allow": {"not": [{"groups": {"has": "ops"}}]}}]},
 }
 
 ALICE = "alice@example.test"  # admins, engineering
@@ -185,14 +204,29 @@ CASES = [
     Case(BOB, "date.test", True), Case(BOB, "closed-date.test", False),
     Case(NOBODY, "accept.test", True), Case(NOBODY, "accept.test", False, path="/admin/x"),
     Case(ALICE, "reject.test", False),
+    Case(NOBODY, "not-person.test", False), Case(BOB, "not-person.test", True),
+    Case(DAVE, "not-person.test", False),
+    Case(NOBODY, "sibling.test", False), Case(DAVE, "sibling.test", True),
+    Case(NOBODY, "nor-person.test", False), Case(CAROL, "nor-person.test", True),
+    Case(ALICE, "nor-person.test", False),
+    Case(NOBODY, "accept-admins.test", True),
+    Case(NOBODY, "accept-admins.test", False, path="/admin/x"),
+    Case(ALICE, "accept-admins.test", True, path="/admin/x"),
+    Case(BOB, "accept-admins.test", False, path="/admin/x"),
+    Case(NOBODY, "accept-deny-ops.test", False), Case(BOB, "accept-deny-ops.test", True),
+    Case(DAVE, "accept-deny-ops.test", False),
 ]
 TCP_CASES = [
     Case(ALICE, "db.test:5432", True, "CONNECT", ""),  # a deny on GET does not touch it
     Case(BOB, "db.test:5432", False, "CONNECT", ""),
     Case(BOB, "cache.test:6379", True, "CONNECT", ""),  # a CONNECT's path is empty
     Case(NOBODY, "cache.test:6379", False, "CONNECT", ""),
+    Case(NOBODY, "notdb.test:7000", False, "CONNECT", ""),  # unknown: sign in first
+    Case(BOB, "notdb.test:7000", True, "CONNECT", ""),
+    Case(DAVE, "notdb.test:7000", False, "CONNECT", ""),
 ]
 USERS = (ALICE, BOB, CAROL, DAVE, EVE)
+SIGN_IN_PATH = {"accept-admins.test": "/admin/"}
 
 
 class Env:
@@ -209,7 +243,9 @@ class Env:
         if key not in self.cookies:
             browser = Browser()
             name = host.split(":")[0]  # a TCP route's people sign in on its HTTP route
-            browser.sign_in(f"http://{name}:{self.port}/", who)
+            # where a route lets people not signed in through, they sign in where it
+            # does not
+            browser.sign_in(f"http://{name}:{self.port}{SIGN_IN_PATH.get(name, '/')}", who)
             jar = browser.cookies.get(name, {})
             self.cookies[key] = "; ".join(f"{k}={v}" for k, v in jar.items())
         return self.cookies[key]
