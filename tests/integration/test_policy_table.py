@@ -13,11 +13,15 @@ The same table goes through ``gateway policy check``'s evaluator
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import datetime
 import io
 import json
+import os
 import socket
+import sys
+import time
 from collections.abc import Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass
@@ -40,9 +44,11 @@ from tests.support.peers import (
     oidc_provider,
     tcp_service,
 )
-from tests.support.processes import free_port
+from tests.support.processes import ManagedProcess, free_port
+from tests.support.rawhttp import read_until
 
 pytestmark = pytest.mark.integration
+PEERS = Path(__file__).resolve().parents[1] / "peers"
 
 NOW = datetime.datetime.now(datetime.UTC)
 DAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
@@ -252,7 +258,8 @@ class Env:
 
 
 def daemon_config(port: int, upstream: str, tcp_port: int, issuer: str, client_id: str,
-                  client_secret: str) -> dict[str, Any]:
+                  client_secret: str, ws_upstream: str = "http://127.0.0.1:9"
+                  ) -> dict[str, Any]:
     routes: list[dict[str, Any]] = [
         {"from": f"http://{host}:{port}", "to": upstream, **fields}
         for host, fields in ROUTES.items()]
@@ -261,6 +268,13 @@ def daemon_config(port: int, upstream: str, tcp_port: int, issuer: str, client_i
     # the TCP routes' hosts also get an HTTP route, where their people sign in
     routes += [{"from": f"http://{host.split(':')[0]}:{port}", "to": upstream,
                 "allow_any_authenticated_user": True} for host in TCP_ROUTES]
+    # a websocket on a not rule: rechecked while open (test_a_websocket_...); /signin/
+    # needs a signed-in person under either meaning of not, so people sign in there
+    routes.append({"from": f"http://ws-not.test:{port}", "to": ws_upstream,
+                   "allow_websockets": True,
+                   "policy": [{"allow": {"not": [{"groups": {"has": "ops"}}]}},
+                              {"deny": {"and": [{"http_path": {"starts_with": "/signin/"}},
+                                                {"not": [AUTHENTICATED]}]}}]})
     return {
         "insecure_server": True, "address": f"127.0.0.1:{port}",
         "authenticate_service_url": f"http://auth.test:{port}",
@@ -286,8 +300,13 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
             tmp, redirect_uris=[f"http://auth.test:{port}/oauth2/callback"]))
         up = stack.enter_context(echo_upstream(tmp, name="app"))
         tcp = stack.enter_context(tcp_service(tmp))
+        ws_port = free_port()
+        ws = stack.enter_context(ManagedProcess([sys.executable, str(PEERS / "ws_echo.py"),
+                                                 "--port", str(ws_port)], log_dir=tmp,
+                                                name="ws"))
+        ws.wait_for_log_line("READY", 10)
         config = daemon_config(port, up.url, tcp.port, op.issuer, op.client_id,
-                               op.client_secret)
+                               op.client_secret, f"http://127.0.0.1:{ws_port}")
         gw = stack.enter_context(gateway_daemon(tmp, config, port=port))
         e = Env()
         e.gw, e.up, e.tcp, e.port, e.cookies = gw, up, tcp, port, {}
@@ -374,6 +393,41 @@ def test_forward_auth(env: Env, case: Case) -> None:
 @pytest.mark.parametrize("case", TCP_CASES, ids=str)
 def test_connect(env: Env, case: Case) -> None:
     assert connect(env, case) is case.allowed
+
+
+def test_a_websocket_on_a_not_rule_ends_with_the_session(env: Env) -> None:
+    """An open websocket is authorized again every second: once its person signs out, the
+    request has no person, for whom ``not: [groups has ops]`` is unknown, not true, so
+    the connection ends (before, it stayed open for nobody)."""
+    sys.path.insert(0, str(PEERS))
+    from ws_echo import frame
+
+    browser = Browser()
+    origin = f"http://ws-not.test:{env.port}"
+    browser.sign_in(f"{origin}/signin/", BOB)
+    cookie = "; ".join(f"{k}={v}" for k, v in browser.cookies.get("ws-not.test", {}).items())
+    with socket.create_connection(("127.0.0.1", env.port), timeout=10) as sock:
+        key = base64.b64encode(os.urandom(16)).decode()
+        sock.sendall((f"GET /chat HTTP/1.1\r\nHost: ws-not.test:{env.port}\r\n"
+                      f"Cookie: {cookie}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                      f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n"
+                      ).encode())
+        head = read_until(sock, b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 101 "), head[:200]
+        sock.sendall(frame(1, b"still here", mask=b"abcd"))
+        assert frame(1, b"still here") in read_until(sock, b"still here", head)
+        browser.sign_out(origin)
+        sock.settimeout(0.5)
+        deadline = time.monotonic() + 5  # the recheck runs every second
+        closed = False
+        while time.monotonic() < deadline and not closed:
+            try:
+                closed = sock.recv(65536) == b""
+            except TimeoutError:
+                continue
+            except ConnectionResetError:
+                closed = True
+        assert closed, "the websocket stayed open after sign-out"
 
 
 def test_a_denial_is_logged_with_its_rule_and_request_id(env: Env) -> None:
