@@ -13,8 +13,9 @@ from gateway.config.routes import Route
 
 def open_without_sign_in(route: Route) -> tuple[str, ...]:
     """The rules of ``route``'s policy that may let in someone not signed in (a route
-    with ``policy``; the allow fields alone never do, CORS preflights aside)."""
-    if route.policy_document is None:
+    with ``policy``; the allow fields alone never do, CORS preflights aside, and an
+    ssh:// route signs everyone in before it decides)."""
+    if route.policy_document is None or route.ssh is not None:
         return ()
     return admits_without_sign_in(route.policy)
 

@@ -23,14 +23,18 @@ from hypothesis import strategies as st
 from twisted.trial.unittest import SynchronousTestCase
 
 from gateway.cli import main
+from gateway.cli.check import open_without_sign_in
 from gateway.config.errors import Problems
+from gateway.config.material import Reader
 from gateway.config.ppl import Facts, Policy, parse_document
 from gateway.config.ppl.unsigned import admits_without_sign_in
 from gateway.config.ppl.verdict import NO_ALLOW_MATCHED, NOT_SIGNED_IN, UNKNOWN
+from gateway.config.routes import parse_policy
 
 from .config.helpers import IDENTITY, base_config, write
 from .test_policy_specialize import request, rule
 
+KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl"
 NOBODY = Facts(method="GET", path="/", client_ip="10.1.2.3")
 CONTRACTORS = {"groups": {"has": "contractors"}}
 ADMINS = {"groups": {"has": "admins"}}
@@ -266,6 +270,19 @@ class CommandTests(SynchronousTestCase):
             "the route is counted as public",
             "warning: policy[2].policy: lets some requests in without sign-in (allow[0]); "
             "the route is counted as public"])
+
+    def test_an_ssh_route_is_never_open_without_sign_in(self) -> None:
+        """Native SSH signs everyone in before any decision: ``accept`` there is no
+        public route."""
+        problems = Problems()
+        routes = parse_policy([
+            {"from": "ssh://db", "to": "ssh://127.0.0.1", "ssh_upstream_host_keys": [KEY],
+             "policy": {"allow": {"or": [{"accept": True}]}}},
+            {"from": "https://web.test", "to": "http://127.0.0.1:9",
+             "policy": {"allow": {"or": [{"accept": True}]}}}],
+            Reader(tempfile.gettempdir()), problems, 30.0)
+        self.assertEqual(problems.errors, [])
+        self.assertEqual([open_without_sign_in(r) for r in routes], [(), ("allow[0]",)])
 
     def test_policy_check_traces_unknown_entries(self) -> None:
         path = self.config([self.route("not.test", policy={
