@@ -6,10 +6,37 @@ import os
 from typing import TextIO
 
 from gateway.config import ConfigErrors, Snapshot, load_snapshot
+from gateway.config.errors import Problem
+from gateway.config.ppl.unsigned import admits_without_sign_in
+from gateway.config.routes import Route
 
 
-def summary(snapshot: Snapshot) -> str:
-    """One line: services, listeners and routes of a valid configuration."""
+def open_without_sign_in(route: Route) -> tuple[str, ...]:
+    """The rules of ``route``'s policy that may let in someone not signed in (a route
+    with ``policy``; the allow fields alone never do, CORS preflights aside, and an
+    ssh:// route signs everyone in before it decides)."""
+    if route.policy_document is None or route.ssh is not None:
+        return ()
+    return admits_without_sign_in(route.policy)
+
+
+def public_warnings(snapshot: Snapshot) -> list[Problem]:
+    """One warning per route whose policy may let in a request without sign-in: such a
+    route is public for those requests, and counted so."""
+    out = []
+    for route in snapshot.routes:
+        rules = open_without_sign_in(route)
+        if rules:
+            out.append(Problem(f"policy[{route.index}].policy",
+                               f"lets some requests in without sign-in ({', '.join(rules)}"
+                               "); the route is counted as public"))
+    return out
+
+
+def summary(snapshot: Snapshot, warnings: int | None = None) -> str:
+    """One line: services, listeners and routes of a valid configuration. A route is
+    public when it skips authorization or its policy may let someone in without sign-in;
+    ``warnings`` counts the load's and ``public_warnings``'."""
     o = snapshot.options
     scheme = "http" if o.insecure_server else "https"
     listeners = [f"{scheme}://{o.address}"]
@@ -17,13 +44,16 @@ def summary(snapshot: Snapshot) -> str:
         listeners.append(f"redirect http://{o.http_redirect_addr}")
     if o.metrics_address:
         listeners.append(f"metrics {o.metrics_address}")
-    public = sum(1 for r in snapshot.routes if r.allow_public_unauthenticated_access)
+    public = sum(1 for r in snapshot.routes
+                 if r.allow_public_unauthenticated_access or open_without_sign_in(r))
+    if warnings is None:
+        warnings = len(snapshot.warnings) + len(public_warnings(snapshot))
     tcp = sum(1 for r in snapshot.routes if r.tcp)
     hosts = len({r.host for r in snapshot.routes})
     return (
         f"ok: {snapshot.source}: services={o.services} listeners={', '.join(listeners)} "
         f"routes={len(snapshot.routes)} (hosts={hosts}, public={public}, tcp={tcp}) "
-        f"warnings={len(snapshot.warnings)}"
+        f"warnings={warnings}"
     )
 
 
@@ -38,7 +68,8 @@ def run_check(path: str | None, out: TextIO, err: TextIO) -> int:
         for warning in exc.warnings:
             err.write(f"warning: {warning}\n")
         return 1
-    for warning in snapshot.warnings:
+    warnings = [*snapshot.warnings, *public_warnings(snapshot)]
+    for warning in warnings:
         err.write(f"warning: {warning}\n")
-    out.write(summary(snapshot) + "\n")
+    out.write(summary(snapshot, len(warnings)) + "\n")
     return 0

@@ -27,9 +27,13 @@ EXAMPLE = REPO_ROOT / "conf" / "policy.example.yaml"
 
 
 def test_example_passes_check_as_shipped(capsys: pytest.CaptureFixture[str]) -> None:
+    """The status route lets everyone in (``accept``): it is counted as public, with the
+    one warning that says so (it was counted as not public: issue 39 part 3)."""
     assert run_check(str(EXAMPLE), sys.stdout, sys.stderr) == 0
     out = capsys.readouterr()
-    assert "routes=3 (hosts=3, public=0, tcp=0) warnings=0" in out.out, out
+    assert "routes=3 (hosts=3, public=1, tcp=0) warnings=1" in out.out, out
+    assert out.err == ("warning: policy[1].policy: lets some requests in without sign-in "
+                       "(allow[0]); the route is counted as public\n"), out
 
 
 def test_readme_shows_the_example() -> None:

@@ -88,6 +88,9 @@ def routes(sshd: CertSshd, policy: dict[str, Any]) -> list[dict[str, Any]]:
         sshd.route("fwd", ssh_allow_port_forwarding=True, allowed_users=[ALICE]),
         sshd.route("wrongkey", ssh_upstream_host_keys=[WRONG_KEY],
                    allow_any_authenticated_user=True),
+        # everyone but Bob: for someone not signed in ``not`` of a criterion about the
+        # person is unknown, so they sign in first and are decided as themselves
+        sshd.route("notbob", policy={"allow": {"not": [{"email": {"is": BOB}}]}}),
     ]
 
 
@@ -304,6 +307,28 @@ def test_no_login_name(env: Env, first: First) -> None:
     refused = env.ssh("fwd", "true")
     assert refused.returncode == 255
     assert "name the login for route fwd: ssh alice@fwd@HOST" in refused.stderr.decode()
+
+
+def test_a_not_rule_signs_people_in_then_decides_with_who_they_are(env: Env, first: First
+                                                                    ) -> None:
+    """``allow: {not: [{email: {is: BOB}}]}`` (issue 39 part 3): a connection with a key
+    nobody has signed in with goes to sign-in, never to the server; once signed in, the
+    rule is decided with the person: Carol is let in, Bob is refused."""
+    carol_key = keygen(env.tmp / "keys" / "carol-notbob", "carol's other laptop")
+    before = env.sshd.log().count("Connection from")
+    batch = env.ssh(f"{env.sshd.user}@notbob", "true", key=carol_key)  # cannot sign in
+    assert batch.returncode == 255, batch.stderr.decode()
+    assert env.sshd.log().count("Connection from") == before
+    proc, seen, _ = sign_in(env, f"{env.sshd.user}@notbob", "echo carol-in",
+                            login="carol@other.test", key=carol_key)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, (seen + err).decode()
+    assert out == b"carol-in\n"
+    bob_key = keygen(env.tmp / "keys" / "bob-notbob", "bob's other laptop")
+    proc, seen, _ = sign_in(env, f"{env.sshd.user}@notbob", "true", login=BOB, key=bob_key)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 255
+    assert f"signed in as {BOB}; route notbob:" in err.decode(), (seen + err).decode()
 
 
 def test_local_forward_only_where_the_route_allows_it(env: Env, first: First) -> None:

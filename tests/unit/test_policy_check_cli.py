@@ -350,8 +350,10 @@ class JsonTests(CliCase):
         self.assertEqual(doc["decision"]["message"], "sign-in required")
         self.assertEqual(doc["identity"], {"signed_in": False})
         states = [(n["path"], n["state"]) for n in walk(doc["trace"]["rules"][0])]
+        # a criterion about the person is unknown for nobody signed in, not a miss
         self.assertEqual(states, [("allow[0]", "hit"), ("allow[0].or", "hit"),
-                                  ("allow[0].or[0]", "miss"), ("allow[0].or[1]", "hit"),
+                                  ("allow[0].or[0]", "unknown: not signed in"),
+                                  ("allow[0].or[1]", "hit"),
                                   ("allow[0].or[2]", "not evaluated")])
 
 

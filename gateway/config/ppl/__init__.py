@@ -9,6 +9,11 @@ public face for deciding, with the builders of ``Facts`` from sessions and reque
 - ``compile.Policy``: ``evaluate(facts) -> Verdict``, ``explain(facts) -> Trace``, ``reads``
 - ``legacy.legacy_rules``: the allow fields as rules
 - ``specialize.specialize``: a policy for one person, only its request criteria left
+- ``unsigned.admits_without_sign_in``: the allow rules that may let in a request without
+  a session (for ``gateway check``)
+
+Criteria about the person are unknown, not false, for someone not signed in (three-valued:
+``compile``).
 """
 
 from __future__ import annotations

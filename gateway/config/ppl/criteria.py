@@ -66,6 +66,8 @@ class Spec:
     kind: str
     reads: frozenset[str] = frozenset()
     sub: bool = False  # takes a sub-path: ``claim/NAME``
+    # about the person: unknown for someone not signed in (``compile``'s three values)
+    person: bool = False
 
 
 def _flag(value: Any, where: str, problems: Problems) -> Flag | None:
@@ -100,12 +102,13 @@ def _claim_name(value: Any, where: str, problems: Problems) -> ClaimName | None:
 CRITERIA: dict[str, Spec] = {
     "accept": Spec(_flag, CLOSED),
     "reject": Spec(_flag, CLOSED),
+    # not ``person``: whether anyone is signed in is known for someone who is not (no)
     "authenticated_user": Spec(_flag, USER),
-    "user": Spec(_exact, USER),
-    "email": Spec(_lower, USER),
-    "domain": Spec(_lower, DOMAIN),
-    "groups": Spec(parse_has, GROUP),
-    "claim": Spec(parse_has, CLAIM, sub=True),
+    "user": Spec(_exact, USER, person=True),
+    "email": Spec(_lower, USER, person=True),
+    "domain": Spec(_lower, DOMAIN, person=True),
+    "groups": Spec(parse_has, GROUP, person=True),
+    "claim": Spec(parse_has, CLAIM, sub=True, person=True),
     "http_method": Spec(_upper, METHOD_KIND, frozenset({METHOD})),
     "http_path": Spec(_exact, PATH_KIND, frozenset({PATH})),
     "source_ip": Spec(parse_networks, NETWORK, frozenset({CLIENT_IP})),
@@ -118,8 +121,11 @@ CRITERIA: dict[str, Spec] = {
     # asked, so in a route's policy this never matches (a warning at load says so)
     "gateway_routes": Spec(_flag, PATH_KIND),
     "ssh_username": Spec(_exact, SSH_USER, frozenset({SSH_USERNAME})),
-    "ssh_username_matches_email": Spec(_flag, SSH_USER, frozenset({SSH_USERNAME})),
-    "ssh_username_matches_claim": Spec(_claim_name, SSH_USER, frozenset({SSH_USERNAME})),
+    # these two compare the login name with the person's e-mail or claim: about the person
+    "ssh_username_matches_email": Spec(_flag, SSH_USER, frozenset({SSH_USERNAME}),
+                                       person=True),
+    "ssh_username_matches_claim": Spec(_claim_name, SSH_USER, frozenset({SSH_USERNAME}),
+                                       person=True),
 }
 
 

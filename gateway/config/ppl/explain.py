@@ -20,6 +20,7 @@ from gateway.config.ppl.verdict import (
     MISS,
     NO_ALLOW_MATCHED,
     NOT_EVALUATED,
+    UNKNOWN,
     TraceNode,
     Verdict,
 )
@@ -68,12 +69,18 @@ def _none_of(path: str, reasons: list[Verdict]) -> Verdict:
 
 
 def trace(node: Node, facts: Facts) -> TraceNode:
-    """``node`` evaluated on ``facts``, with every entry hit, missed or not evaluated
-    (after the entry that settled its operator)."""
-    state = HIT if node.test(facts) is not None else MISS
+    """``node`` evaluated on ``facts``, with every entry hit, missed, unknown (about the
+    person, for someone not signed in) or not evaluated (after the entry that settled its
+    operator)."""
+    if facts.authenticated:
+        state = HIT if node.test(facts) is not None else MISS
+    else:
+        value = node.tri(facts)
+        state = HIT if value else MISS if value is False else UNKNOWN
     if not node.op:
         return TraceNode(node.path, node.text, state)
     # the entry outcome that settles each operator: a miss for and/nor, a hit otherwise
+    # (an unknown entry settles none: a later one may still)
     settles = MISS if node.op in (AND, NOR) else HIT
     children: list[TraceNode] = []
     settled = False

@@ -171,15 +171,12 @@ class Specialized:
 
     def __init__(self, policy: Policy, person: Facts) -> None:
         writer = _Writer(person)
-        for rule in policy.deny_rules + policy.allow_rules:
-            if writer.verdict(rule):
-                break
+        if not person.authenticated:
+            # nobody signed in: criteria about the person are unknown, not false
+            # (``compile``), and deciders remember no such decision; the whole policy
+            writer.lines.append(f"return {writer.const(policy.evaluate)}({_FACTS})")
         else:
-            if policy.allow_rules:  # why none matched, from the whole facts (refusals only)
-                writer.lines.append(f"return {writer.const(refusal)}("
-                                    f"{writer.const(policy.allow_rules)}, {_FACTS})")
-            else:
-                writer.lines.append(f"return {writer.const(policy.no_allow_verdict)}")
+            self._write(policy, writer)
         body = writer.lines
         if writer.facts:  # the request's whole facts, for a criterion not written inline
             body = [f"f = {_FACTS}", *body]
@@ -188,6 +185,17 @@ class Specialized:
         namespace: dict[str, Any] = {"__builtins__": {}, "P": person, **writer.names}
         exec(compile(self.source, "<policy specialised>", "exec"), namespace)
         self.decide: Decide = namespace["decide"]
+
+    @staticmethod
+    def _write(policy: Policy, writer: _Writer) -> None:
+        for rule in policy.deny_rules + policy.allow_rules:
+            if writer.verdict(rule):
+                return
+        if policy.allow_rules:  # why none matched, from the whole facts (refusals only)
+            writer.lines.append(f"return {writer.const(refusal)}("
+                                f"{writer.const(policy.allow_rules)}, {_FACTS})")
+        else:
+            writer.lines.append(f"return {writer.const(policy.no_allow_verdict)}")
 
     def evaluate(self, facts: Facts) -> Verdict:
         """``decide`` on the request fields of ``facts`` (whose person must be this

@@ -16,9 +16,14 @@ from typing import Any
 ALLOW_MATCHED = "policy-allow-matched"
 DENY_MATCHED = "policy-deny-matched"
 NO_ALLOW_MATCHED = "policy-no-allow-matched"
+# someone not signed in, where a rule's outcome depends on who they are: sign in first
+NOT_SIGNED_IN = "policy-unknown-not-signed-in"
 
 # ``TraceNode.state``
 HIT, MISS, NOT_EVALUATED = "hit", "miss", "not evaluated"
+# a criterion about the person (or an operator over one) for someone not signed in; also
+# ``Verdict.outcome`` of the rule that made a decision wait for sign-in
+UNKNOWN = "unknown: not signed in"
 
 KIND_TEXT = {
     "closed": "this route is closed",
@@ -72,7 +77,8 @@ class Verdict:
 @dataclass(frozen=True, slots=True)
 class TraceNode:
     """One rule, operator or criterion as evaluated: ``state`` is ``hit`` (it matched),
-    ``miss`` or ``not evaluated`` (an earlier entry already settled its operator)."""
+    ``miss``, ``unknown: not signed in`` (it asks about the person, and nobody is signed
+    in) or ``not evaluated`` (an earlier entry already settled its operator)."""
 
     path: str
     text: str
