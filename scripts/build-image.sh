@@ -119,18 +119,18 @@ archive=$out/gateway-$version.tar
 mkdir -p "$cache"
 exec 9>"$cache/lock"
 flock 9
-tag_all() {
-    podman tag "$NAME:$key" "$NAME:$version" "$NAME:latest"
+tag_all() {  # $1: the image as found (built, kept in storage, or loaded)
+    podman tag "$1" "$NAME:$key" "$NAME:$version" "$NAME:latest"
 }
 if [ "$rebuild" = no ] && podman image exists "$NAME:$key"; then
-    tag_all
+    tag_all "$NAME:$key"
     echo "build-image: cached ($key)" >&2
     echo "$NAME:$version"
     exit 0
 fi
 if [ "$rebuild" = no ] && [ -f "$archive" ]; then
     podman load --quiet --input "$archive" >/dev/null
-    tag_all
+    tag_all "$NAME:$version"  # (the name the archive holds)
     echo "build-image: loaded $archive" >&2
     echo "$NAME:$version"
     exit 0
@@ -186,7 +186,7 @@ buildah config \
 buildah commit --quiet --format docker --timestamp "$SOURCE_DATE_EPOCH" --rm \
     "$container" "$NAME:$key" >/dev/null
 container=""
-tag_all
+tag_all "$NAME:$key"
 mkdir -p "$out"
 podman save --quiet --format docker-archive --output "$work/image.tar" "$NAME:$version"
 mv "$work/image.tar" "$archive"
