@@ -8,7 +8,8 @@
 # No base image is pulled (none can be, here or at an air-gapped site): the root file
 # system is made from Debian's packages by mmdebstrap (variant "extract": the packages'
 # files, no maintainer scripts, no shell, no apt), and the gateway is the virtualenv of the
-# .deb that scripts/build-deb.sh builds (/opt/gateway, exactly the locked packages).
+# .deb that scripts/build-deb.sh builds (/opt/gateway: the locked packages, less the
+# build tools and the libraries' test suites).
 # buildah commits it as one layer in Docker's image format (OCI's has no HEALTHCHECK).
 #
 # The image runs as uid 65532 (gateway), with /var/lib/gateway its one writable place
@@ -47,7 +48,8 @@ DPKG_EXCLUDES=(
 )
 
 # mmdebstrap's extract hook (it runs this script again with the root directory; the
-# "extract" variant runs no customize hooks): the gateway's files, its user, the writable volume and the CA bundle.
+# "extract" variant runs no customize hooks): the gateway's files, its user, the
+# writable volume and the CA bundle.
 if [ "${1:-}" = "--customize" ]; then
     root=${2:?} deb=${3:?}
     # The packages that were unpacked, as dpkg's status, so that image scanners
