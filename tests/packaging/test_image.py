@@ -193,6 +193,27 @@ def test_sighup_reloads_the_mounted_config(demo: Demo) -> None:
     assert "configuration reloaded (SIGHUP)" in gateway.logs()
 
 
+def test_edit_of_the_mounted_config_is_watched(image: str, tmp_path: Path) -> None:
+    """Without a signal: the gateway's file watch (polling, --poll-interval 0.2 here)
+    sees a rename inside the mounted directory and serves the added route."""
+    port = free_port()
+    config: dict[str, Any] = {"insecure_server": True, "address": f"127.0.0.1:{port}",
+                              "policy": []}
+    etc = config_dir(tmp_path, config)
+    with running(image, "--config", CONFIG_IN_IMAGE, "--poll-interval", "0.2",
+                 options=("--read-only", "--volume", f"{etc}:/etc/gateway:ro")) as gateway:
+        wait_until(lambda: http_ok(f"http://127.0.0.1:{port}/ping"), 30, what="/ping")
+        url = f"http://added.localhost:{port}/"
+        assert Browser().request("GET", url).status == 404
+        config["policy"] = [{"from": f"http://added.localhost:{port}",
+                             "to": "http://127.0.0.1:1",  # nothing listens: 503 once routed
+                             "allow_public_unauthenticated_access": True}]
+        write_config(etc, config)
+        wait_until(lambda: Browser().request("GET", url).status == 503, 15,
+                   what="the added route served after the edit")
+        assert "configuration reloaded" in gateway.logs()
+
+
 def test_sigterm_stops_in_order(image: str, tmp_path: Path) -> None:
     """podman stop (SIGTERM) ends the gateway through its orderly shutdown, exit status
     0, well before podman's SIGKILL; settings from the environment alone."""
