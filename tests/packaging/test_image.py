@@ -2,8 +2,7 @@
 through it (sign-in with the local identity provider, a public route), as uid 65532 on a
 read-only root file system, its HEALTHCHECK, reloads of the mounted configuration (on
 SIGHUP, and by the file watch), an orderly stop on SIGTERM, a bad configuration refused
-with its key; and
-deploy/compose.yaml (two workers behind one port, Redis as the databroker).
+with its key; and deploy/compose.yaml (two workers behind one port, Redis as the databroker).
 
 Skipped, saying why, where podman cannot run (not root, tools missing); under CI
 (setup-dev.sh installs and configures podman) they run. The image is built once per
