@@ -39,6 +39,9 @@ myst_heading_anchors = 4
 myst_enable_extensions = ["colon_fence", "deflist"]
 # Every cross-reference must resolve (sphinx-build -n); links to URLs are not fetched.
 nitpicky = True
+# Options such as --config stay two hyphens (and quotes stay as typed) on every page; with
+# it off, the HTML build's doctrees also serve the man build unchanged.
+smartquotes = False
 suppress_warnings: list[str] = []
 
 html_theme = "alabaster"

@@ -113,7 +113,8 @@ def settings_markdown(table: Mapping[str, Any] | None = None, *, labels: bool = 
         if info.bootstrap:
             facts.append("Bootstrap-only (restart to change)")
         if info.extension:
-            facts.append("{doc}`beyond the reference </explanation/compatibility>`")
+            facts.append("{doc}`beyond the reference </explanation/compatibility>`" if labels
+                         else "beyond the reference")
         label = [f"(setting-{key})="] if labels else []
         lines += [*label, f"### `{key}`", "", setting_text(info, table), "",
                   " · ".join(facts), ""]
@@ -126,14 +127,14 @@ def route_fields_markdown(table: Mapping[str, Any] | None = None, *,
     lines = ["## Route fields", ""]
     for key, doc in ROUTE_FIELDS.items():
         text = doc.strip() or str(table.get(key, "")).strip()
-        label = [f"(route-{key})="] if labels else []
+        label = [f"(field-{key})="] if labels else []
         lines += [*label, f"### `{key}`", "", text, ""]
     lines += ["## Redirect fields", "",
               "The fields of a route's `redirect` mapping (a route with `redirect` answers "
               "with it instead of proxying).", ""]
     for key, doc in REDIRECT_FIELDS.items():
         text = doc.strip() or str(table.get(f"redirect.{key}", "")).strip()
-        label = [f"(route-redirect-{key})="] if labels else []
+        label = [f"(field-redirect-{key})="] if labels else []
         lines += [*label, f"### `redirect.{key}`", "", text, ""]
     return "\n".join(lines)
 
