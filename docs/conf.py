@@ -16,7 +16,6 @@ from gateway import __version__  # noqa: E402
 
 project = "gateway"
 author = "gateway developers"
-copyright = "gateway developers"
 version = release = __version__
 
 
@@ -54,11 +53,11 @@ html_show_sourcelink = False
 man_pages = [
     ("reference/man/gateway", "gateway",
      "identity-aware access proxy: check a configuration, explain a policy, open TCP "
-     "tunnels", [author], 1),
+     "tunnels", [], 1),
     ("reference/man/gateway-daemon", "gateway-daemon",
-     "the gateway daemon, run as twistd gateway", [author], 8),
+     "the gateway daemon, run as twistd gateway", [], 8),
     ("reference/man/gateway.yaml", "gateway.yaml",
-     "configuration file of the gateway", [author], 5),
+     "configuration file of the gateway", [], 5),
 ]
 man_show_urls = False
 man_make_section_directory = False
