@@ -1,0 +1,47 @@
+"""Examples in the documentation are what the code does: the `gateway policy check` runs
+shown in the first-policy tutorial and the CLI reference print, line for line, what the
+command prints for conf/policy.example.yaml, with the exit status shown."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import shlex
+
+import pytest
+
+from gateway.cli import main
+from tests.docs.pages import DOCS, marked_blocks
+
+
+def run_transcript(transcript: str) -> None:
+    """A ``$ gateway ...`` command (``\\``-continued), its output, ``$ echo $?`` and the
+    status: the command is run in the repository and must print that output."""
+    lines = transcript.rstrip("\n").split("\n")
+    assert lines[0].startswith("$ gateway "), lines[0]
+    command = [lines[0]]
+    while command[-1].endswith("\\"):
+        command.append(lines[len(command)])
+    shown = lines[len(command):]
+    assert shown[-2] == "$ echo $?", shown[-2:]
+    words = shlex.split(" ".join(line.rstrip("\\") for line in command).lstrip("$ "))
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.chdir(DOCS.parent):
+        code = main(words[1:])
+    assert out.getvalue().rstrip("\n").split("\n") == shown[:-2]
+    assert code == int(shown[-1])
+
+
+def cli_reference_transcript() -> str:
+    text = (DOCS / "reference" / "cli.md").read_text(encoding="utf-8")
+    section = text.split("(cli-policy-check)=", 1)[1]
+    return "$ gateway policy check" + section.split("\n$ gateway policy check", 1)[1].split(
+        "\n```", 1)[0]
+
+
+@pytest.mark.parametrize("transcript", [
+    pytest.param(lambda: marked_blocks("tutorials/first-policy.md")["alice"], id="tutorial"),
+    pytest.param(cli_reference_transcript, id="cli-reference"),
+])
+def test_policy_check_transcripts(transcript: object) -> None:
+    run_transcript(transcript())  # type: ignore[operator]
