@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import contextlib
 import io
+import re
 import shlex
 
 import pytest
 
 from gateway.cli import main
+from gateway.config.audit_fields import AUDIT_FIELDS
 from tests.docs.pages import DOCS, marked_blocks
 
 
@@ -45,3 +47,14 @@ def cli_reference_transcript() -> str:
 ])
 def test_policy_check_transcripts(transcript: object) -> None:
     run_transcript(transcript())  # type: ignore[operator]
+
+
+def test_audit_field_table_is_the_codes_list() -> None:
+    """The reference's table of audit fields names every field of AUDIT_FIELDS, in the
+    order they are written, and no other."""
+    text = (DOCS / "reference" / "logs.md").read_text(encoding="utf-8")
+    table = text.split("(audit-fields)=", 1)[1]
+    rows = [line for line in table.splitlines() if line.startswith("| `")]
+    named = [name for row in rows
+             for name in re.findall(r"`([a-z_]+)`", row.split(" | ", 1)[0])]
+    assert named == list(AUDIT_FIELDS)
