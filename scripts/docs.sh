@@ -2,7 +2,7 @@
 # Builds the documentation site (docs/, Sphinx + MyST) as the tests do, strictly: warnings
 # are errors, every cross-reference and heading anchor must resolve (no network). Then
 # builds the man pages and refreshes the prebuilt copies the Debian package installs
-# (debian/man/; tests/unit/test_docs_build.py fails while they are stale).
+# (debian/man/; tests/docs/test_build.py fails while they are stale).
 #   bash scripts/docs.sh        # -> .cache/docs/html/index.html, debian/man/*
 # Needs the docs extra: .venv/bin/pip install -e '.[docs]' (scripts/setup-dev.sh).
 set -euo pipefail

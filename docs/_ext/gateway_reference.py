@@ -11,7 +11,7 @@ A page asks for a table with a line of its own, ``<!-- generated: NAME -->``; th
 ``source-read`` hook below replaces the line with the Markdown made here, so the built
 pages always show the schema of the code they were built with. Where the schema has no
 description (the criteria have none), the text comes from ``docs/reference/
-descriptions.yaml``, keyed by name; ``tests/unit/test_docs_reference.py`` fails on a
+descriptions.yaml``, keyed by name; ``tests/docs/test_reference.py`` fails on a
 missing or stale entry.
 """
 
