@@ -88,8 +88,16 @@ def render_default(info: SettingInfo) -> str:
     return f"`{value}`"
 
 
+def plain_text(text: str) -> str:
+    """Schema text as Markdown: shown as written (``',<weight>'`` is no HTML tag, ``*`` no
+    emphasis), except for its `code` spans."""
+    parts = re.split(r"(`[^`]*`)", text)
+    return "".join(part if part.startswith("`") else re.sub(r"([<*\[\]])", r"\\\1", part)
+                   for part in parts)
+
+
 def setting_text(info: SettingInfo, table: Mapping[str, Any]) -> str:
-    return info.doc.strip() or str(table.get(info.key, "")).strip()
+    return plain_text(info.doc.strip()) or str(table.get(info.key, "")).strip()
 
 
 def settings_markdown(table: Mapping[str, Any] | None = None, *, labels: bool = True) -> str:
@@ -126,14 +134,14 @@ def route_fields_markdown(table: Mapping[str, Any] | None = None, *,
     table = descriptions()["route_fields"] if table is None else table
     lines = ["## Route fields", ""]
     for key, doc in ROUTE_FIELDS.items():
-        text = doc.strip() or str(table.get(key, "")).strip()
+        text = plain_text(doc.strip()) or str(table.get(key, "")).strip()
         label = [f"(field-{key})="] if labels else []
         lines += [*label, f"### `{key}`", "", text, ""]
     lines += ["## Redirect fields", "",
               "The fields of a route's `redirect` mapping (a route with `redirect` answers "
               "with it instead of proxying).", ""]
     for key, doc in REDIRECT_FIELDS.items():
-        text = doc.strip() or str(table.get(f"redirect.{key}", "")).strip()
+        text = plain_text(doc.strip()) or str(table.get(f"redirect.{key}", "")).strip()
         label = [f"(field-redirect-{key})="] if labels else []
         lines += [*label, f"### `redirect.{key}`", "", text, ""]
     return "\n".join(lines)

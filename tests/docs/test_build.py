@@ -93,6 +93,8 @@ def test_generated_pages_have_exactly_the_schema(html: Built) -> None:
     routes = ids_with_prefix(reference / "routes.html", "field-")
     assert routes == html_ids([*ROUTE_FIELDS, *(f"redirect-{k}" for k in REDIRECT_FIELDS)])
     assert ids_with_prefix(reference / "policy.html", "criterion-") == html_ids(CRITERIA)
+    # the schema's text is shown as written: ',<weight>' is no HTML tag
+    assert "optionally ',&lt;weight&gt;'" in (reference / "routes.html").read_text()
 
 
 def man_text(path: Path) -> tuple[str, str]:

@@ -87,3 +87,8 @@ def test_defaults_are_written_as_in_a_file() -> None:
     assert generator.render_default(SETTINGS["cookie_secure"]) == "`true`"
     assert generator.render_default(SETTINGS["certificates"]) == "unset"
     assert generator.go_duration(0.5) == "500ms"
+
+
+def test_schema_text_is_shown_as_written() -> None:
+    assert generator.plain_text("each optionally ',<weight>', *not* [a link] `a<b*`") == (
+        "each optionally ',\\<weight>', \\*not\\* \\[a link\\] `a<b*`")
