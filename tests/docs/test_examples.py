@@ -58,3 +58,26 @@ def test_audit_field_table_is_the_codes_list() -> None:
     named = [name for row in rows
              for name in re.findall(r"`([a-z_]+)`", row.split(" | ", 1)[0])]
     assert named == list(AUDIT_FIELDS)
+
+
+@pytest.mark.parametrize(("page", "example"), [
+    ("reference/policy.md", "policy.example.yaml"),
+    ("tutorials/first-policy.md", "policy.example.yaml"),
+    ("tutorials/tcp-tunnel.md", "tcp.example.yaml"),
+    ("tutorials/native-ssh.md", "ssh.example.yaml"),
+])
+def test_pages_show_the_shipped_examples(page: str, example: str) -> None:
+    """The pages that show a configuration include the shipped file itself (which its
+    integration test runs), so the page cannot drift from what is tested."""
+    text = (DOCS / page).read_text(encoding="utf-8")
+    assert f"```{{literalinclude}} {'../' * (page.count('/') + 1)}conf/{example}\n" in text
+    assert (DOCS.parent / "conf" / example).is_file()
+
+
+@pytest.mark.parametrize(("page", "example"), [
+    ("how-to/otlp.md", "conf/otel.example.yaml"),
+    ("how-to/otlp.md", "conf/tracing.example.yaml"),
+    ("how-to/forward-auth.md", "conf/forward-auth/"),
+])
+def test_pages_point_at_the_examples(page: str, example: str) -> None:
+    assert example in (DOCS / page).read_text(encoding="utf-8")
