@@ -28,7 +28,8 @@ TIERS: tuple[tuple[str, ...], ...] = (
     ("directory", "authorize"),
     ("tls", "observability", "pages"),
     ("autocert", "sessions", "net"),
-    ("config", "twisted_ext", "budget", "caches", "private_dirs", "wire", "__init__"),
+    ("config", "twisted_ext", "adapters", "budget", "caches", "private_dirs", "wire",
+     "__init__"),
 )
 DATAPLANE: tuple[tuple[str, ...], ...] = (
     ("listeners",),
