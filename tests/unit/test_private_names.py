@@ -572,6 +572,10 @@ class CheckerTests(SynchronousTestCase):
             "class Ours(StreamServerEndpointService):\n    pass\n"
             "class Mine(Ours):\n    def start(self):\n"
             "        self._raiseSynchronously = True\n"), ["_raiseSynchronously"])
+        self.assertEqual(snippet_findings(  # and through one in another module
+            "from gateway.cli.tcp.stdio import StdioEnds\n"
+            "class Mine(StdioEnds):\n    def f(self):\n        return self._writer\n"),
+            ["_writer"])
 
     def test_ours_is_not_reported(self) -> None:
         self.assertEqual(snippet_findings(
