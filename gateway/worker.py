@@ -11,7 +11,6 @@ import signal
 import sys
 from collections.abc import Sequence
 
-from twisted.internet._posixstdio import StandardIO
 from twisted.logger import globalLogBeginner
 
 from gateway.config import ConfigErrors, load_snapshot
@@ -19,6 +18,7 @@ from gateway.config.source import ConfigSource
 from gateway.observability import logging as gateway_logging
 from gateway.tree import apply_logging, build_service_tree
 from gateway.twisted_ext.dispatch import lean_dispatch
+from gateway.twisted_ext.stdio import PosixStandardIO
 from gateway.workers.child import (
     SupervisorLink,
     WorkerLog,
@@ -57,7 +57,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     source = root.getServiceNamed("config")
     assert isinstance(source, ConfigSource)
     link.source = source
-    StandardIO(link, stdin=0, stdout=REPLY_FD, reactor=reactor)
+    PosixStandardIO(link, stdin=0, stdout=REPLY_FD, reactor=reactor)
     root.privilegedStartService()
     reactor.callWhenRunning(root.startService)
     reactor.addSystemEventTrigger("before", "shutdown", setattr, link, "stopping", True)

@@ -26,6 +26,7 @@ from gateway.observability.tracing.service import TracingService
 from gateway.services.base import SnapshotService
 from gateway.tls.server import ServerTLS
 from gateway.tls.store import CertificateStore, build_store
+from gateway.twisted_ext.listen import raise_at_start
 
 if TYPE_CHECKING:
     from gateway.observability.tracing.tracer import Tracer
@@ -80,7 +81,7 @@ class ProxyService(SnapshotService):
         listener = StreamServerEndpointService(endpoint(self.address), factory)
         listener.name = "listener"
         # A port that cannot be bound must stop the daemon at start-up, not be logged.
-        listener._raiseSynchronously = True
+        raise_at_start(listener)
         MultiService.addService(self, listener)
         if options.http_redirect_addr:
             self.redirect_address = options.http_redirect_addr
@@ -93,7 +94,7 @@ class ProxyService(SnapshotService):
                 LimitedFactory(redirects, core.limit, reactor),
             )
             redirect.name = "http-redirect"
-            redirect._raiseSynchronously = True
+            raise_at_start(redirect)
             MultiService.addService(self, redirect)
 
     def apply(self, snapshot: Snapshot) -> None:

@@ -58,6 +58,7 @@ from gateway.ssh.upstream import (
     host_key_algorithms,
     trusted_blobs,
 )
+from gateway.twisted_ext.listen import raise_at_start
 
 log = Logger(namespace="gateway.ssh")
 
@@ -112,7 +113,7 @@ class SshService(MultiService):
             else TCP6ServerEndpoint(reactor, port, interface=host) if ":" in host
             else TCP4ServerEndpoint(reactor, port, interface=host))
         listener = StreamServerEndpointService(endpoint, self.factory)
-        listener._raiseSynchronously = True
+        raise_at_start(listener)
         MultiService.addService(self, listener)
         recheck = TimerService(limits.RECHECK_SECONDS, self._recheck_all)
         recheck.clock = reactor

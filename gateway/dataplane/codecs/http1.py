@@ -33,7 +33,7 @@ from gateway.net.pipe import CLOSE_GRACE, Pipe
 from gateway.pages.answer import error_answer
 from gateway.pages.layout import look_of
 from gateway.tls.connection import ConnectionTLS
-from gateway.twisted_ext.fastio import direct_writer, write_now
+from gateway.twisted_ext.fastio import direct_writer, maybe_pause_producer, write_now
 from gateway.wire.responses import status_line
 
 MAX_TARGET = 8 * 1024
@@ -359,9 +359,7 @@ class Http1Connection(ConnectionTLS, Protocol):
         # Twisted pauses a producer only on a write past the buffer limit: if the writes
         # of this read already passed it, pause now, as an early registration would have.
         wire = getattr(transport, "transport", transport)  # under TLS, the TCP connection
-        maybe_pause = getattr(wire, "_maybePauseProducer", None)
-        if maybe_pause is not None:
-            maybe_pause()
+        maybe_pause_producer(wire)
 
     def send_continue(self) -> None:
         self.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
