@@ -10,4 +10,5 @@ one, and ``setup.cfg`` bounds Twisted and pyOpenSSL to the versions it was check
 - ``tlsio``: the listener's TLS transport with a lean data path;
 - ``connect``: ``connectProtocol`` without its reference cycles;
 - ``ssh_hostcert``: Conch's SSH client accepting a host key certificate.
+- ``exit_status``: a SIGTERM stop that went in order exits 0, not re-raised by twistd.
 """

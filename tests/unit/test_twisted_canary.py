@@ -32,6 +32,7 @@ ATTRIBUTES: list[tuple[str, str, tuple[str, ...], str]] = [
                               "SSL_MODE_RELEASE_BUFFERS"), "twisted_ext/tlsio.py"),
     ("twisted.internet._sslverify", "", ("ClientTLSOptions",), "tls/client.py"),
     ("twisted.internet._posixstdio", "", ("StandardIO",), "worker.py"),
+    ("twisted.internet.base", "ReactorBase", ("_exitSignal",), "twisted_ext/exit_status.py"),
     ("txredisapi", "", ("_SentinelEndpoint", "_makeEndpoint"), "databroker/kv_tls.py"),
     ("twisted.conch.ssh.transport", "SSHClientTransport",
      ("ssh_KEX_DH_GEX_GROUP", "_generateECSharedSecret", "_encodeECPublicKey", "_keySetup"),
