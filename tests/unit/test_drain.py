@@ -7,15 +7,19 @@ what is left."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from hyperframe.frame import Frame, GoAwayFrame, RstStreamFrame
 from twisted.internet.testing import MemoryReactorClock, StringTransport
 from twisted.trial.unittest import SynchronousTestCase
 
+from gateway.config.settings import Options
 from gateway.dataplane.codecs.switch import ProtocolSwitch
 from gateway.dataplane.core import ProxyCore
 from gateway.dataplane.routing.plan import build_plan
 from gateway.services.drain import DRAINING, POLL_INTERVAL, SHUTTING_DOWN, Drain, DrainResult
+from gateway.ssh.service import Active, SshService
+from gateway.workers.supervisor import STOP_TIMEOUT
 from tests.support import h2frames as f
 from tests.unit.test_http1 import SNAPSHOT, Http1TestCase, get, parse
 from tests.unit.test_http2_codec import H2TestCase
@@ -226,3 +230,43 @@ class H2DrainTests(H2TestCase):
         assert isinstance(goaway, GoAwayFrame)
         self.assertEqual(goaway.last_stream_id, 0)
         self.assertTrue(self.transport.disconnecting)
+
+
+class SshDrainTests(SynchronousTestCase):
+    """SSH sessions are long-lived: kept through the drain, then closed with a
+    disconnect message OpenSSH prints ("the gateway is shutting down")."""
+
+    def test_sessions_stay_then_are_told_why(self) -> None:
+        told: list[tuple[int, bytes]] = []
+
+        class Transport:
+            def sendDisconnect(self, code: int, message: bytes) -> None:
+                told.append((code, message))
+
+        stopped: list[bool] = []
+
+        class Listener:
+            def stopService(self) -> None:
+                stopped.append(True)
+
+        service = SshService.__new__(SshService)
+        service.listener = Listener()  # type: ignore[assignment]
+        service.active = {"c1": Active(Transport(), None, "s", None, 0.0, 1,  # type: ignore[arg-type]
+                                       "allowed")}
+        service.drain_begin()
+        self.assertEqual(stopped, [True])
+        self.assertEqual(service.drain_poll(), 1)
+        self.assertEqual(told, [])
+        self.assertEqual(service.drain_cut(SHUTTING_DOWN), 1)
+        self.assertEqual(told, [(11, b"the gateway is shutting down")])  # BY_APPLICATION
+
+
+def test_systemd_unit_waits_for_the_drain_and_the_supervisor() -> None:
+    """systemd's SIGKILL (TimeoutStopSec) must come after the default drain and the
+    supervisor's own SIGKILL fallback, or a stop would cut what the drain lets finish."""
+    unit = (Path(__file__).resolve().parents[2] / "debian" / "gateway.service").read_text()
+    (line,) = [ln for ln in unit.splitlines() if ln.startswith("TimeoutStopSec=")]
+    seconds = float(line.partition("=")[2].removesuffix("s"))
+    default = Options.shutdown_drain_timeout
+    assert 0 < default < 10  # inside podman's and docker's 10 s stop grace
+    assert seconds > default + STOP_TIMEOUT
