@@ -149,6 +149,14 @@ class Http1DrainTests(Http1TestCase):
         self.assertEqual([(r.status, r.body) for r in responses], [(200, b"abcd")])
         self.assertClosed()
 
+    def test_tunnel_stays_until_the_drain_cuts_it(self) -> None:
+        """A websocket or CONNECT pipe is long-lived by nature: left to the drain's
+        deadline (the proxy service's ``drain_cut``)."""
+        self.conn.pipe = object()  # type: ignore[assignment]
+        self.conn.drain()
+        self.assertOpen()
+        self.assertFalse(self.conn.draining)
+
     def test_ping_answers_503_while_draining(self) -> None:
         """A health check already on its way when the drain begins says not ready, so
         a load balancer that still had the connection sends no more."""
