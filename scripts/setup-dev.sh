@@ -4,13 +4,14 @@
 #   Debian packages (python3-venv, redis-server, curl, nginx, caddy, haproxy, wrk, h2load,
 #   iproute2, pebble, chromium, slapd + ldap-utils, prometheus (promtool),
 #   openssh-server + openssh-client and postgresql (peers of the `gateway tcp` tests),
-#   asciinema (plays the recordings of native SSH sessions in their tests),
+#   asciinema (plays the recordings of native SSH sessions in their tests), man-db (renders
+#   the man pages the docs build makes),
 #   tomcat10 and jetty9 (upstreams of the path-parameter tests; their services stay off),
 #   dpkg-dev, debhelper, dh-virtualenv, lintian, python3-seccomp (the Debian package tests);
 #   podman, runc, buildah, mmdebstrap, podman-compose and CNI's dnsname plugin (the
 #   container image tests; and the one podman setting these machines need);
 #   Node.js only if missing),
-#   a virtualenv in .venv with the project (editable) and its test tools,
+#   a virtualenv in .venv with the project (editable), its test tools and the docs build,
 #   the npm packages of the test identity provider (tests/peers/oidc).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -32,6 +33,7 @@ command -v promtool >/dev/null 2>&1 || need_apt+=(prometheus)
 [ -x /usr/sbin/sshd ] || need_apt+=(openssh-server)
 command -v ssh >/dev/null 2>&1 || need_apt+=(openssh-client)
 command -v asciinema >/dev/null 2>&1 || need_apt+=(asciinema)  # plays native SSH recordings
+command -v man >/dev/null 2>&1 || need_apt+=(man-db)  # renders the man pages (tests/docs)
 compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null || need_apt+=(postgresql)
 [ -f /usr/share/tomcat10/bin/bootstrap.jar ] || need_apt+=(tomcat10)  # path-parameter tests
 [ -f /usr/share/jetty9/start.jar ] || need_apt+=(jetty9)
@@ -67,7 +69,7 @@ fi
 stamp=.venv/.gateway-installed
 if [ ! -f "$stamp" ] || [ setup.cfg -nt "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
     .venv/bin/python -m pip install -q --upgrade pip
-    .venv/bin/python -m pip install -q -e '.[test]'
+    .venv/bin/python -m pip install -q -e '.[test,docs]'
     touch "$stamp"
 fi
 
