@@ -2,7 +2,8 @@
 connections are refused at once, an idle keep-alive connection is closed, a request in
 flight to a slow upstream is answered (HTTP/1.1 with ``connection: close``, HTTP/2 after
 a GOAWAY NO_ERROR), a health check on its way says 503, the drain timeout or a second
-SIGTERM cuts what is left, and the daemon exits 0; with ``workers: 2`` too.
+SIGTERM cuts what is left, and the daemon exits 0; with ``workers: 2`` too; a native
+SSH session goes on until the timeout and is then told why.
 
 Before the drain, a SIGTERM 0.7 s into a 2 s request stopped every service within
 about a millisecond and the client got no response at all."""
@@ -14,6 +15,7 @@ import json
 import os
 import signal
 import socket
+import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,8 +26,16 @@ from hyperframe.frame import DataFrame, HeadersFrame
 
 from tests.support import h2frames as f
 from tests.support.daemon import Daemon, gateway_daemon
-from tests.support.peers import Upstream, echo_upstream, redis_server
+from tests.support.peers import Upstream, echo_upstream, oidc_provider, redis_server
 from tests.support.processes import free_port, wait_until
+from tests.support.ssh_native import (
+    cert_sshd,
+    gateway_keys,
+    read_until,
+    sign_in_ssh,
+    ssh_argv,
+)
+from tests.support.tcp_client import callback_uri, signing_in_config
 
 pytestmark = pytest.mark.integration
 
@@ -204,3 +214,37 @@ def test_workers_drain_too(tmp_path: Path, redis_url: str) -> None:
         assert any(e.get("ended_by") == "done" and e.get("cut") == 0 for e in gw.log_events()
                    if str(e.get("message", "")).startswith("drained in"))
         slow.close()
+
+
+def test_ssh_session_goes_on_through_the_drain_then_is_told_why(tmp_path: Path) -> None:
+    """A native SSH session is long-lived: it goes on until shutdown_drain_timeout, then
+    OpenSSH prints the gateway's disconnect message; new SSH connections are refused."""
+    keys = gateway_keys(tmp_path)
+    port, ssh_port = free_port(), free_port()
+    with cert_sshd(tmp_path, keys.ca_public) as sshd, \
+            oidc_provider(tmp_path, [callback_uri(port)]) as op:
+        config = {**signing_in_config(op, port, [sshd.route(allow_any_authenticated_user=True)]),
+                  **keys.settings(ssh_port), "shutdown_drain_timeout": "2s"}
+        with gateway_daemon(tmp_path, config, port=port) as gw:
+            wait_until(lambda: gw.logged("ssh: listening"), 10, what="ssh listener")
+            proc, seen, _ = sign_in_ssh(ssh_argv(keys.client_key, ssh_port,
+                                                 f"{sshd.user}@db", "echo held; sleep 60"),
+                                        "alice@example.test")
+            try:
+                read_until(proc.stdout, b"held", 30)
+                signalled = time.monotonic()
+                os.kill(gw.process.pid or 0, signal.SIGTERM)
+                wait_until(lambda: refused(ssh_port), 2, what="new SSH connections refused")
+                with pytest.raises(subprocess.TimeoutExpired):
+                    proc.wait(timeout=1.0)  # still going, a second into the drain
+                _, err = proc.communicate(timeout=10)
+            finally:
+                if proc.poll() is None:
+                    proc.kill()
+                    proc.wait(10)
+            took = time.monotonic() - signalled
+            assert 1.9 < took < 5.0, took
+            assert b"the gateway is shutting down" in err, (seen + err).decode()
+            assert exit_code(gw, 10) == 0
+            end = drained(gw)
+            assert (end["started"], end["cut"], end["ended_by"]) == (1, 1, "timeout")
