@@ -32,6 +32,11 @@ from gateway.workers.role import WorkerRole
 def main(argv: Sequence[str] | None = None) -> None:
     args = parse_arguments(sys.argv[1:] if argv is None else argv)
     signal.signal(signal.SIGHUP, signal.SIG_IGN)  # reloads come from the supervisor
+    # Stops come from the supervisor too (SIGTERM): a Ctrl-C reaches every process of
+    # the terminal's group, and the supervisor's SIGTERM right after it would be a
+    # second stop signal, which cuts the drain short (services.drain). Twisted leaves
+    # an ignored SIGINT ignored.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     observer = WorkerLog(gateway_logging.observer(), args.index)
     globalLogBeginner.beginLoggingTo([observer], redirectStandardIO=False)
     try:

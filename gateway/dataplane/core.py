@@ -37,7 +37,13 @@ def handshake_timeout(timeout_read: float) -> float:
 
 
 class Watched(Protocol):
+    """An open client connection (a codec, or the switch before its first byte)."""
+
+    transport: Any
+
     def check_deadlines(self, now: float) -> None: ...
+
+    def drain(self) -> None: ...  # the gateway is stopping (services.drain)
 
 
 class Checked(Protocol):
@@ -62,6 +68,7 @@ class ProxyCore:
         self.tunnels: set[Checked] = set()
         self.limit = ConnectionLimit(0, [self.connections])
         self.penalties = Penalties()  # addresses whose HTTP/2 connections keep being cut
+        self.draining = False  # the gateway is stopping: /ping answers 503 (services.drain)
         self._watchdog = LoopingCall(self._check_all)
         self._watchdog.clock = reactor
         self._watchdog_interval = watchdog_interval

@@ -58,6 +58,7 @@ class ProxyService(SnapshotService):
         self.tls: ServerTLS | None = None
         self.health = HealthManager(reactor)
         self.challenges: PendingChallenges | None = None
+        self.listeners: list[StreamServerEndpointService] = []  # stopped first by a drain
         self.autocert: AutocertService | None = None
         if options.autocert and not options.insecure_server:
             self.challenges = PendingChallenges()
@@ -83,6 +84,7 @@ class ProxyService(SnapshotService):
         # A port that cannot be bound must stop the daemon at start-up, not be logged.
         raise_at_start(listener)
         MultiService.addService(self, listener)
+        self.listeners.append(listener)
         if options.http_redirect_addr:
             self.redirect_address = options.http_redirect_addr
             core = self.core
@@ -96,6 +98,7 @@ class ProxyService(SnapshotService):
             redirect.name = "http-redirect"
             raise_at_start(redirect)
             MultiService.addService(self, redirect)
+            self.listeners.append(redirect)
 
     def apply(self, snapshot: Snapshot) -> None:
         if snapshot.options.address != self.address:
@@ -148,3 +151,33 @@ class ProxyService(SnapshotService):
     def stopService(self) -> Deferred[None] | None:
         self.health.stop()
         return SnapshotService.stopService(self)
+
+    # -- the gateway's stop (``services.drain``)
+
+    def drain_begin(self) -> None:
+        """Stop accepting on every listener (the HTTP one and the redirect listener; a
+        redirect connection open now ends with its answer), say not-ready on ``/ping``,
+        and ask each connection to wind down."""
+        for listener in self.listeners:
+            listener.stopService()  # (again at the service's stop: then a no-op)
+        if self.core is not None:
+            self.core.draining = True
+        self.drain_poll()
+
+    def drain_poll(self) -> int:
+        if self.core is None:
+            return 0
+        for conn in list(self.core.connections):
+            conn.drain()
+        return len(self.core.connections)
+
+    def drain_cut(self, reason: str) -> int:
+        """Close whatever is still open (tunnels, websockets, responses still going)."""
+        if self.core is None:
+            return 0
+        left = list(self.core.connections)
+        for conn in left:
+            if conn.transport is not None:
+                conn.transport.abortConnection()
+        self.core.connections.clear()
+        return len(left)

@@ -115,6 +115,7 @@ class SshService(MultiService):
         listener = StreamServerEndpointService(endpoint, self.factory)
         raise_at_start(listener)
         MultiService.addService(self, listener)
+        self.listener = listener
         recheck = TimerService(limits.RECHECK_SECONDS, self._recheck_all)
         recheck.clock = reactor
         MultiService.addService(self, recheck)
@@ -149,6 +150,21 @@ class SshService(MultiService):
             if active.bridge is not None:
                 active.bridge.close_recordings()
         return stopped.addCallback(lambda _: self.recorder.stop())
+
+    # -- the gateway's stop (``services.drain``): sessions are long-lived by nature,
+    # kept until shutdown_drain_timeout, then closed with a message saying why
+
+    def drain_begin(self) -> None:
+        self.listener.stopService()  # (again at the service's stop: then a no-op)
+
+    def drain_poll(self) -> int:
+        return len(self.active)
+
+    def drain_cut(self, reason: str) -> int:
+        left = list(self.active)
+        for connection_id in left:
+            self._close(connection_id, reason)
+        return len(left)
 
     def _userauth(self, ssh: GatewayServerTransport) -> GatewayUserAuth:
         return GatewayUserAuth(ssh, self)

@@ -18,5 +18,6 @@ pyOpenSSL to the versions it was checked on.
 - ``conch_kex``: Conch's table of key exchanges;
 - ``client_tls``: ``ClientTLSOptions`` around connections we make;
 - ``stdio``: the POSIX ``StandardIO``, and whether its standard output is gone;
-- ``listen``: a listening service that fails the start when it cannot listen.
+- ``listen``: a listening service that fails the start when it cannot listen;
+- ``exit_status``: a SIGTERM stop that went in order exits 0, not re-raised by twistd.
 """

@@ -123,6 +123,7 @@ class Http1Connection(ConnectionTLS, Protocol):
         self._early = b""  # bytes after an upgrade/CONNECT head, for the pipe
         self._flow: _ResponseFlow | None = None
         self._flow_from: Any = None  # the upstream connection of a flow not registered yet
+        self.draining = False  # the gateway is stopping (``drain``)
 
     # -- connection
 
@@ -297,7 +298,7 @@ class Http1Connection(ConnectionTLS, Protocol):
             exchange.tunnel_sink = self
             exchange.keep_alive = False
         else:
-            exchange.keep_alive = parser.should_keep_alive()
+            exchange.keep_alive = parser.should_keep_alive() and not self.draining
             if parser.should_upgrade():
                 exchange.keep_alive = False  # after an upgrade attempt the parser is spent
                 exchange.upgrade = upgrade
@@ -511,6 +512,25 @@ class Http1Connection(ConnectionTLS, Protocol):
         if not self.queue and core.timeout_idle and \
                 now - self.last_activity > core.timeout_idle:
             self.close_connection()  # (sets ``closing``)
+
+    # -- the gateway's stop (``services.drain``)
+
+    def drain(self) -> None:
+        """The gateway is stopping: an idle connection closes now; one with a request in
+        flight finishes it and then closes, the response saying ``connection: close``
+        when it has not begun yet (a later pipelined request is not read). A tunnel or
+        an upgraded connection stays until the drain's deadline. Called again at every
+        poll of the drain, so it must change nothing the second time."""
+        if self.pipe is not None or self.close_started is not None:
+            return
+        if not self.queue and self.current is None:
+            self.close_connection()
+            return
+        self.draining = True  # a head still arriving is answered with connection: close
+        for exchange in self.queue:
+            exchange.keep_alive = False
+        if all(exchange.response_started for exchange in self.queue):
+            self.closing = True  # ``exchange_done`` closes; no request is read after it
 
 
 def _parser_reason(exc: Exception) -> str:

@@ -118,7 +118,9 @@ class Exchange(UpstreamRelay):
         core = self.core
         path = self.path
         if path == "/ping" or path == "/healthz":
-            if self.method in (b"GET", b"HEAD"):
+            if self.method in (b"GET", b"HEAD") and core.draining:
+                self.local(503, b"draining\n")  # stopping: a load balancer sends no more
+            elif self.method in (b"GET", b"HEAD"):
                 self.local(200, b"OK\n")
             else:
                 self.fail(405, "", ((b"allow", b"GET, HEAD"),))
