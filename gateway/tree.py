@@ -157,7 +157,8 @@ def _add_ssh(root: MultiService, source: ConfigSource, reactor: Any,
         log.warn("ssh_address {address} is not served: restart the gateway to listen "
                  "on it", address=address)
         return
-    root.addService(SshService(source, reactor, identity, broker.store, inherited=fd))
+    root.addService(SshService(source, reactor, identity, broker.store, broker.follower,
+                               inherited=fd))
 
 
 def build_supervisor_tree(

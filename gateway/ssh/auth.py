@@ -296,6 +296,8 @@ class GatewayUserAuth(service.SSHService):
     async def _wait(self, ticket: str, target: Target, key_fingerprint: str) -> None:
         session = await self.gate.wait_sign_in(self.ssh, ticket)
         self.confirmed = session is not None
+        if self.stopped:  # the connection ended, which ended the wait: nobody to tell
+            return
         if session is None:
             disconnect(self.ssh, transport.DISCONNECT_NO_MORE_AUTH_METHODS_AVAILABLE,
                        "the sign-in was not completed in time; connect again")

@@ -35,6 +35,7 @@ from gateway.config.snapshot import Snapshot
 from gateway.config.source import ConfigSource
 from gateway.config.ssh import SigningKey, SshRoute, fingerprint, load_private_key
 from gateway.config.values import parse_address
+from gateway.databroker.follower import ChangeFollower
 from gateway.databroker.records import RecordStore
 from gateway.databroker.ssh_records import bound_session_id
 from gateway.dataplane.listeners.shared import AdoptedEndpoint
@@ -123,11 +124,13 @@ def _ca(snapshot: Snapshot) -> SigningKey:
 
 class SshService(MultiService):
     def __init__(self, source: ConfigSource, reactor: Any, holder: IdentityHolder,
-                 records: RecordStore, inherited: int | None = None) -> None:
+                 records: RecordStore, changes: ChangeFollower,
+                 inherited: int | None = None) -> None:
         """``reactor`` is also the service's one clock (``_now``: wall time in
-        production, a ``MemoryReactorClock`` in tests); ``inherited``: the listening
-        descriptor a worker's supervisor bound for ``ssh_address`` (adopted instead of
-        binding)."""
+        production, a ``MemoryReactorClock`` in tests); ``changes``: the databroker's
+        change stream, which wakes connections waiting for their sign-in;
+        ``inherited``: the listening descriptor a worker's supervisor bound for
+        ``ssh_address`` (adopted instead of binding)."""
         MultiService.__init__(self)
         self.reactor = reactor
         self.connect: Dialer = connect  # how ``dial`` reaches a server
@@ -136,7 +139,8 @@ class SshService(MultiService):
         self.active: dict[str, Active] = {}
         self.recorder = Recorder(reactor)  # its thread starts with the first recording
         options = source.current.options
-        self.sign_ins = SignInDesk(records, reactor, lambda: holder.identity.auth_origin,
+        self.sign_ins = SignInDesk(records, reactor, changes,
+                                   lambda: holder.identity.auth_origin,
                                    SSH_SIGN_IN, options.ssh_max_pending_sign_ins_per_address,
                                    options.ssh_max_pending_sign_ins)
         self._apply(source.current)
@@ -216,7 +220,7 @@ class SshService(MultiService):
 
     def end_sign_in(self, ssh: GatewayServerTransport, ticket: str, confirmed: bool
                     ) -> None:
-        self.sign_ins.end(ticket, confirmed)
+        self.sign_ins.end(ssh, ticket, confirmed)
 
     async def wait_sign_in(self, ssh: GatewayServerTransport, ticket: str
                            ) -> Session | None:

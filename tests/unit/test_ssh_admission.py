@@ -20,6 +20,7 @@ from twisted.trial.unittest import SynchronousTestCase
 
 from gateway.config.snapshot import load_snapshot
 from gateway.config.source import ConfigSource
+from gateway.databroker.follower import ChangeFollower
 from gateway.databroker.memory_records import MemoryRecordStore
 from gateway.sessions.model import Session
 from gateway.ssh import pins
@@ -86,7 +87,8 @@ class Service:
         holder: Any = SimpleNamespace(identity=SimpleNamespace(
             decider=decider, auth_origin="https://authenticate.example"), store=None)
         source = ConfigSource(str(path), snapshot, self.reactor, poll_interval=0)
-        self.service = SshService(source, self.reactor, holder, self.records)
+        changes = ChangeFollower(self.reactor, self.records)
+        self.service = SshService(source, self.reactor, holder, self.records, changes)
 
     def session(self, email: str = "alice@example.com", left: float = 3600.0) -> Session:
         now = self.reactor.seconds()
