@@ -19,10 +19,8 @@ watch kicks it), within the follower's interval for Redis.
 
 from __future__ import annotations
 
-from typing import Any
-
 from twisted.internet.defer import Deferred, ensureDeferred
-from twisted.internet.interfaces import IDelayedCall
+from twisted.internet.interfaces import IDelayedCall, IReactorTime
 from twisted.logger import Logger
 
 from gateway.databroker.follower import ChangeFollower
@@ -33,9 +31,8 @@ log = Logger(namespace="gateway.ssh")
 
 
 class SignInWaits:
-    """``clock``: the reactor (``IReactorTime``)."""
-
-    def __init__(self, records: RecordStore, clock: Any, changes: ChangeFollower) -> None:
+    def __init__(self, records: RecordStore, clock: IReactorTime, changes: ChangeFollower
+                 ) -> None:
         self.records = records
         self.clock = clock
         # ticket -> the waiting connections' Deferreds by the connection's id (one each;
