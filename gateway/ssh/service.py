@@ -15,9 +15,9 @@ import hashlib
 import os
 import secrets
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from twisted.application.internet import StreamServerEndpointService, TimerService
 from twisted.application.service import MultiService
@@ -33,7 +33,13 @@ from gateway.authenticate.ssh_sign_in import SSH_SIGN_IN
 from gateway.config.routes import Route
 from gateway.config.snapshot import Snapshot
 from gateway.config.source import ConfigSource
-from gateway.config.ssh import SigningKey, SshRoute, fingerprint, load_private_key
+from gateway.config.ssh import (
+    Revocations,
+    SigningKey,
+    SshRoute,
+    fingerprint,
+    load_private_key,
+)
 from gateway.config.values import parse_address
 from gateway.databroker.follower import ChangeFollower
 from gateway.databroker.records import RecordStore
@@ -110,7 +116,13 @@ class Provision:
     held: pins.Claim | None
 
 
-Dialer = Callable[..., Awaitable[UpstreamConnection]]
+class Dialer(Protocol):
+    """How ``dial`` reaches a server: ``upstream.connect`` (tests give a fake)."""
+
+    def __call__(self, reactor: Any, host: str, port: int, login: str, issued: Issued,
+                 check: HostKeyCheck, host_key_algs: list[bytes], *,
+                 revoked: Revocations | None = None, route: str = ""
+                 ) -> Awaitable[UpstreamConnection]: ...
 
 
 def _host_keys(snapshot: Snapshot) -> list[keys.Key]:
