@@ -167,7 +167,7 @@ def _add_ssh(root: MultiService, source: ConfigSource, reactor: Any,
         log.warn("ssh_address {address} is not served: restart the gateway to listen "
                  "on it", address=address)
         return None
-    ssh = SshService(source, reactor, identity, broker.store, inherited=fd)
+    ssh = SshService(source, reactor, identity, broker.store, broker.follower, inherited=fd)
     root.addService(ssh)
     return ssh
 

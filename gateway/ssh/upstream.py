@@ -15,7 +15,6 @@ the CA that signed it among the route's CAs: the route's entries
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -148,8 +147,9 @@ class UpstreamTransport(CheckedTransport, CertifiedHostKeyClient):
 
     def __init__(self, check: HostKeyCheck, host_key_algorithms: list[bytes],
                  auth: CertificateAuth, ready: Deferred[UpstreamConnection],
-                 host: str = "", now: Callable[[], float] = time.time,
+                 host: str, now: Callable[[], float],
                  revoked: Revocations | None = None, route: str = "") -> None:
+        """``now``: the reactor's clock (a host certificate's validity)."""
         self.check = check
         self.revoked = revoked or Revocations()  # refused whatever else trusts them
         self.route = route  # (for the log)

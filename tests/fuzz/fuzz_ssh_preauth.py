@@ -86,7 +86,8 @@ class Gate(FakeGate):
             return JumpConnection(lambda: {"db"}, lambda route: None, target.route)
         return BridgeConnection(SilentUpstream(), Context(
             connection_id="fuzz", route=target.route, login=target.login, user="fuzz",
-            client="127.0.0.1", allow_port_forwarding=True, recordings=lambda *a: None))
+            client="127.0.0.1", allow_port_forwarding=True, recordings=lambda *a: None,
+            clock=lambda: 0.0))
 
 
 def operations(data: bytes) -> list[tuple[str, bytes]]:

@@ -7,6 +7,7 @@ and the gateway's upstream client against a server transport."""
 from __future__ import annotations
 
 import struct
+import time
 from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric import ed25519
@@ -192,8 +193,8 @@ class UpstreamHostKeyTests(SynchronousTestCase):
         ready.addErrback(lambda _: None)
         issued = Issued(ed25519.Ed25519PrivateKey.generate(), b"", 1, 0)
         auth = CertificateAuth("root", issued, UpstreamConnection(ready))
-        client = UpstreamTransport(pinned_check(()), [b"ssh-ed25519"], auth, ready,
-                                   route="db")
+        client = UpstreamTransport(pinned_check(()), [b"ssh-ed25519"], auth, ready, "",
+                                   time.time, route="db")
         factory = GatewayFactory(MemoryReactorClock(), [HOST_KEY],
                                  lambda ssh: GatewayUserAuth(ssh, Gate()))
         server: Any = factory.buildProtocol(ADDRESS)
