@@ -8,8 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gateway.authorize.policy import Facts
-from gateway.config.ppl.nodes import ClaimName, Strings, criteria_of
 from gateway.config.routes import Route
+from gateway.policy.nodes import ClaimName, Strings, criteria_of
 from gateway.sessions.model import Session
 
 # what policies see as the method of an SSH login (no http_method rule matches it)

@@ -25,7 +25,7 @@ from gateway.authorize.policy import (
     method_text,
 )
 from gateway.config.errors import Problems
-from gateway.config.ppl import Policy, parse_document
+from gateway.policy import Policy, parse_document
 from gateway.sessions.model import Session
 
 NOW = 1_800_000_000.0

@@ -16,8 +16,8 @@ from gateway.authorize.evaluate import evaluate
 from gateway.authorize.hook import RequestInfo
 from gateway.authorize.policy import facts_for, legacy_ppl, legacy_rules
 from gateway.config.errors import Problems
-from gateway.config.ppl import Document, Facts, Policy, parse_document
 from gateway.config.routes import Route
+from gateway.policy import Document, Facts, Policy, parse_document
 from gateway.sessions.model import Session
 
 NOW = 1_800_000_000.0

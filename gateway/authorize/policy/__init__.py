@@ -1,4 +1,4 @@
-"""Route policies for deciding: the policy language (``gateway.config.ppl``, where routes
+"""Route policies for deciding: the policy language (``gateway.policy``, where routes
 compile it at load) and the ``Facts`` a decision gives it.
 
     facts = facts_for(request, session_view, now, groups_available=...)
@@ -19,7 +19,7 @@ from gateway.authorize.policy.facts import (
     identity_facts,
     method_text,
 )
-from gateway.config.ppl import (
+from gateway.policy import (
     ALLOW_MATCHED,
     CLIENT_CERT,
     CLIENT_IP,

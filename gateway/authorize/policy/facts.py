@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Protocol
 
 from gateway.authorize.evaluate import is_cors_preflight
-from gateway.config.ppl import CertFacts, Facts
+from gateway.policy import CertFacts, Facts
 from gateway.sessions.model import Session
 
 # The methods requests use, as text without decoding each time.

@@ -19,7 +19,6 @@ from twisted.internet.defer import Deferred
 from twisted.python.failure import Failure
 
 from gateway.authorize.hook import Allow, Authorizer, Decision, Deny, RequestInfo
-from gateway.config.ppl import METHOD
 from gateway.dataplane.core import ProxyCore
 from gateway.dataplane.exchange.access import access_log
 from gateway.dataplane.exchange.base import Sink, policy_certificate
@@ -29,6 +28,7 @@ from gateway.dataplane.forwardauth.target import Target, TargetError, find_targe
 from gateway.dataplane.routing.plan import RoutePlan
 from gateway.dataplane.routing.router import own_path
 from gateway.observability.audit import AUDIT, credential_of
+from gateway.policy import METHOD
 
 Pairs = tuple[tuple[bytes, bytes], ...]
 

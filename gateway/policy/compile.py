@@ -24,10 +24,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from gateway.config.ppl.criteria import CRITERIA, POLICY, REQUEST_FACTS, common_kind
-from gateway.config.ppl.explain import refusal, trace
-from gateway.config.ppl.facts import Facts
-from gateway.config.ppl.nodes import (
+from gateway.policy.criteria import CRITERIA, POLICY, REQUEST_FACTS, common_kind
+from gateway.policy.explain import refusal, trace
+from gateway.policy.facts import Facts
+from gateway.policy.nodes import (
     ALLOW,
     AND,
     NOR,
@@ -39,8 +39,8 @@ from gateway.config.ppl.nodes import (
     Operator,
     Rule,
 )
-from gateway.config.ppl.predicates import Predicate, predicate
-from gateway.config.ppl.verdict import (
+from gateway.policy.predicates import Predicate, predicate
+from gateway.policy.verdict import (
     ALLOW_MATCHED,
     DENY_MATCHED,
     NO_ALLOW_MATCHED,
