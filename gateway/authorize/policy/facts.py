@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from gateway.authorize.evaluate import is_cors_preflight
 from gateway.policy import CertFacts, Facts
 from gateway.sessions.model import Session
 
@@ -28,6 +27,18 @@ class RequestFacts(Protocol):
     def headers(self) -> list[tuple[bytes, bytes]]: ...
     @property
     def client_ip(self) -> str: ...
+
+
+def is_cors_preflight(method: bytes, headers: list[tuple[bytes, bytes]]) -> bool:
+    """``OPTIONS`` with non-empty ``Origin`` and ``Access-Control-Request-Method``.
+
+    Exactly ``OPTIONS``: methods are case-sensitive (RFC 9110 9.1), and the decision
+    caches skip exactly ``OPTIONS``; an ``options`` request (HTTP/2 lets one through)
+    taken for a preflight would leave an allow for the session's next requests."""
+    if method != b"OPTIONS":
+        return False
+    present = {name.lower() for name, value in headers if value.strip()}
+    return b"origin" in present and b"access-control-request-method" in present
 
 
 def method_text(method: bytes) -> str:
