@@ -14,6 +14,7 @@ from gateway.authenticate.endpoints import Endpoints
 from gateway.authenticate.identity import Identity
 from gateway.authorize.assertion import AssertionSigner
 from gateway.authorize.hook import Decision, RequestInfo
+from gateway.authorize.ssh_logins import AuthorizeSsh
 from gateway.config.routes import Route
 from gateway.config.snapshot import Snapshot
 from gateway.databroker.broker import Databroker
@@ -52,6 +53,8 @@ class IdentityHolder:
         self.identity = Identity(reactor, snapshot, self.store, self.signer,
                                  directory=broker.directory, spent=self.spent)
         self.endpoints = Endpoints(self.identity, snapshot.routes, broker.store)
+        # the SSH service's entrance, deciding with the snapshot in force
+        self.authorize_ssh = AuthorizeSsh(lambda: self.identity.decider)
 
     def apply(self, snapshot: Snapshot) -> None:
         """After the databroker's ``apply`` (it may start or stop directory data)."""
