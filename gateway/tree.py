@@ -122,6 +122,7 @@ def build_service_tree(
             if sighup is not None:
                 sighup.also.append(audit.reopen)
             root.addService(ProxyService(source, reactor, authorizer=authorizer,
+                                         sign_in_app=identity,
                                          inherited=worker.inherited if worker else None))
             if options.ssh_address:
                 _add_ssh(root, source, reactor, identity, broker, worker)

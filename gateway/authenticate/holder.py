@@ -1,6 +1,7 @@
-"""The data plane's authorizer across reloads: a new ``Identity`` per snapshot, with
+"""The data plane's authorizer and sign-in web app across reloads (two protocols,
+``Authorizer`` and ``SignInApp``): a new ``Identity`` and ``Endpoints`` per snapshot, with
 the databroker's session store and directory and the signing key kept (sessions survive
-reloads)."""
+reloads); and the SSH service's entrance (``authorize_ssh``)."""
 
 from __future__ import annotations
 
@@ -65,6 +66,8 @@ class IdentityHolder:
 
     def authorize(self, request: RequestInfo, route: Route) -> Decision | Deferred[Decision]:
         return self.identity.decider.authorize(request, route)
+
+    # -- SignInApp
 
     def handles(self, host: str, path: str) -> bool:
         return self.endpoints.handles(host, path)
