@@ -125,6 +125,7 @@ def build_service_tree(
             if sighup is not None:
                 sighup.also.append(audit.reopen)
             proxy = ProxyService(source, reactor, authorizer=authorizer,
+                                 sign_in_app=identity,
                                  inherited=worker.inherited if worker else None)
             root.addService(proxy)
             drained.append(proxy)

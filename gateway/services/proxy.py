@@ -10,7 +10,7 @@ from twisted.application.service import MultiService
 from twisted.internet.defer import Deferred
 from twisted.internet.error import CannotListenError
 
-from gateway.authorize.hook import Authorizer
+from gateway.authorize.hook import Authorizer, SignInApp
 from gateway.autocert.challenge import PendingChallenges
 from gateway.autocert.service import AutocertService
 from gateway.config.snapshot import Snapshot
@@ -39,7 +39,7 @@ class ProxyService(SnapshotService):
     label = "proxy"
 
     def __init__(self, source: ConfigSource, reactor: Any,
-                 authorizer: Authorizer | None = None,
+                 authorizer: Authorizer | None = None, sign_in_app: SignInApp | None = None,
                  inherited: Mapping[str, int] | None = None) -> None:
         """``inherited``: listening descriptors by address (a worker's, bound by its
         supervisor), adopted instead of binding."""
@@ -72,7 +72,7 @@ class ProxyService(SnapshotService):
                 return
             self.tls = ServerTLS(store)
         self.core = ProxyCore(reactor, build_plan(snapshot), tls=self.tls is not None,
-                              authorizer=authorizer)
+                              authorizer=authorizer, sign_in_app=sign_in_app)
         self.tracing = TracingService(reactor, options, self._tracer_changed)
         MultiService.addService(self, self.tracing)
         factory = listener_factory(

@@ -30,6 +30,7 @@ from twisted.logger import Logger
 
 from gateway.authenticate.holder import IdentityHolder
 from gateway.authenticate.ssh_sign_in import SSH_SIGN_IN
+from gateway.authorize.ssh_logins import who
 from gateway.config.routes import Route
 from gateway.config.snapshot import Snapshot
 from gateway.config.source import ConfigSource
@@ -45,14 +46,12 @@ from gateway.databroker.follower import ChangeFollower
 from gateway.databroker.records import RecordStore
 from gateway.databroker.ssh_records import bound_session_id
 from gateway.dataplane.listeners.shared import AdoptedEndpoint
-from gateway.observability.audit import AUDIT
 from gateway.sessions.model import Session
 from gateway.ssh import limits, pins
 from gateway.ssh.asciicast import Cast
 from gateway.ssh.auth import GatewayUserAuth, Refused
 from gateway.ssh.bridge import BridgeConnection, Context
 from gateway.ssh.certs import Issued, issue
-from gateway.ssh.decision import decide_login, default_login, who
 from gateway.ssh.jump import JumpConnection
 from gateway.ssh.metrics import BYTES, CONNECTIONS, OPEN
 from gateway.ssh.names import Target
@@ -148,6 +147,7 @@ class SshService(MultiService):
         self.reactor = reactor
         self.connect: Dialer = connect  # how ``dial`` reaches a server
         self.holder = holder
+        self.authorize = holder.authorize_ssh  # every decision and its audit event
         self.records = records
         self.active: dict[str, Active] = {}
         self.recorder = Recorder(reactor)  # its thread starts with the first recording
@@ -272,8 +272,7 @@ class SshService(MultiService):
         """The route's decision (audited) and the recording rule, for a login (the one
         the policy gives when the user name names none); a user name that names no route
         is a jump host."""
-        decider = self.holder.identity.decider
-        view, _ = decider.decision_session(session)
+        view = self.authorize.view(session)
         person = who(view) or who(session)
         route = self.routes.get(target.route)
         if route is None and not target.login and not ssh.jump_route:
@@ -283,16 +282,14 @@ class SshService(MultiService):
             raise Refused(f"signed in as {person}; there is no SSH route {target.route}")
         now = self._now()
         if not target.login:
-            login, how = default_login(route, target.route, view, ssh.client_ip, now,
-                                       groups_available=decider.groups_available)
+            login, how = self.authorize.default_login(route, target.route, view,
+                                                      ssh.client_ip, now)
             if not login:
                 self._log_refusal(ssh, target, person, "no-login")
                 raise Refused(how)
             target = Target(login, target.route)  # the one login the policy gives them
-        decision = decide_login(route, target.route, target.login, view, ssh.client_ip,
-                                now, groups_available=decider.groups_available)
-        self._audit(now, route, target, view, ssh.client_ip, "ssh", decision.allowed,
-                    decision.reason)
+        decision = self.authorize.login(route, target.route, target.login, view,
+                                        ssh.client_ip, now)
         if not decision.allowed:
             self._log_refusal(ssh, target, person, decision.reason)
             raise Refused(decision.message)
@@ -388,17 +385,6 @@ class SshService(MultiService):
         log.info("ssh: {user} connected as a jump host", user=person, client=ssh.client_ip,
                  connection=connection_id, decision="allowed", reason="jump")
         return JumpConnection(lambda: set(self.routes), inner, target.route)
-
-    @staticmethod
-    def _audit(now: float, route: Route, target: Target, view: Session, client: str,
-               via: str, allowed: bool, reason: str, connection_id: str = "") -> None:
-        """The decision in the audit stream (``audit_log``, ``audit_log_file``, OTLP),
-        like the data plane's: ``via`` ssh (a login) or recheck (an open connection
-        closed), ``ssh_user`` the login."""
-        if AUDIT.enabled:
-            AUDIT.decision(now, connection_id, "", target.route, route.from_url,
-                           view.user_id, view.email, client, "", "", "", via, "key",
-                           allowed, 0, reason, ssh_user=target.login)
 
     def _log_refusal(self, ssh: GatewayServerTransport, target: Target, person: str,
                      reason: str) -> None:
@@ -576,15 +562,11 @@ class SshService(MultiService):
         if route is None:
             self._close(connection_id, f"route {active.target.route} was removed")
             return
-        decider = identity.decider
-        view, _ = decider.decision_session(session)
-        decision = decide_login(route, active.target.route, active.target.login, view,
-                                active.ssh.client_ip, now,
-                                groups_available=decider.groups_available)
+        decision = self.authorize.recheck(route, active.target.route, active.target.login,
+                                          session, active.ssh.client_ip, now, connection_id)
         if not decision.allowed:
-            self._audit(now, route, active.target, view, active.ssh.client_ip, "recheck",
-                        False, decision.reason, connection_id)
             log.info("ssh: {user} no longer allowed as {login} on route {route}: {reason}",
-                     user=who(view), login=active.target.login, route=active.target.route,
+                     user=who(self.authorize.view(session)), login=active.target.login,
+                     route=active.target.route,
                      reason=decision.reason, connection=connection_id)
             self._close(connection_id, decision.message)

@@ -32,6 +32,10 @@ TIERS: tuple[tuple[str, ...], ...] = (
     ("autocert", "sessions", "net"),
     ("config", "twisted_ext", "adapters", "budget", "caches", "private_dirs", "wire",
      "__init__"),
+    # The policy language: pure, imports nothing of the gateway; config compiles a
+    # route's policy with the route (so a bad one is refused at load), authorize decides
+    # with it, the CLI explains it.
+    ("policy",),
 )
 DATAPLANE: tuple[tuple[str, ...], ...] = (
     ("listeners",),

@@ -16,7 +16,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Protocol
 
 from gateway.authorize.hook import Allow
-from gateway.config.ppl import CLIENT_CERT
 from gateway.dataplane.core import ProxyCore
 from gateway.dataplane.exchange.access import log_access
 from gateway.dataplane.exchange.stage import DONE, FINAL, HEAD, RESPONDING, Stage
@@ -25,6 +24,7 @@ from gateway.dataplane.upstream.hosts import UpstreamHost
 from gateway.dataplane.upstream.http1_client import UpstreamConnection
 from gateway.pages.answer import error_answer
 from gateway.pages.layout import look_of
+from gateway.policy import CLIENT_CERT
 from gateway.tls.client_certs import ClientCertPolicy
 from gateway.wire.headers import trusted_hop
 from gateway.wire.request_id import request_id_for

@@ -125,8 +125,7 @@ class Exchange(UpstreamRelay):
             else:
                 self.fail(405, "", ((b"allow", b"GET, HEAD"),))
             return
-        authorizer = core.authorizer
-        if authorizer.handles(self.host, path):
+        if core.sign_in_app.handles(self.host, path):
             if self.method == b"POST" and self.body_kind and not self.request_done:
                 self.internal_body = bytearray()  # answered at request_complete
                 return
@@ -250,9 +249,9 @@ class Exchange(UpstreamRelay):
         """Let the identity layer answer its own endpoints; True when it did."""
         if self.trace is not None:
             with active(self.trace.server):  # sign-in: the provider's and storage calls
-                result = self.core.authorizer.internal(self.request_info(), body)
+                result = self.core.sign_in_app.internal(self.request_info(), body)
         else:
-            result = self.core.authorizer.internal(self.request_info(), body)
+            result = self.core.sign_in_app.internal(self.request_info(), body)
         if result is None:
             return False
         if isinstance(result, Deferred):

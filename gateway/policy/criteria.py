@@ -8,10 +8,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from gateway.config.errors import Problems
-from gateway.config.ppl.certificate import parse_certificate
-from gateway.config.ppl.network import parse_networks
-from gateway.config.ppl.nodes import (
+from gateway.policy.certificate import parse_certificate
+from gateway.policy.network import parse_networks
+from gateway.policy.nodes import (
     Certificate,
     ClaimName,
     Criterion,
@@ -24,8 +23,9 @@ from gateway.config.ppl.nodes import (
     TimeWindow,
     Weekdays,
 )
-from gateway.config.ppl.operands import describe_strings, parse_has, parse_strings, show
-from gateway.config.ppl.times import (
+from gateway.policy.operands import describe_strings, parse_has, parse_strings, show
+from gateway.policy.problems import Problems
+from gateway.policy.times import (
     UTC,
     clock_text,
     days_text,

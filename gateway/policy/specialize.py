@@ -23,12 +23,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from gateway.config.ppl.compile import Node, Policy
-from gateway.config.ppl.criteria import CLOSED, IDENTITY_KINDS
-from gateway.config.ppl.explain import refusal
-from gateway.config.ppl.facts import CertFacts, Facts
-from gateway.config.ppl.network import network_test
-from gateway.config.ppl.nodes import (
+from gateway.policy.compile import Node, Policy
+from gateway.policy.criteria import CLOSED, IDENTITY_KINDS
+from gateway.policy.explain import refusal
+from gateway.policy.facts import CertFacts, Facts
+from gateway.policy.network import network_test
+from gateway.policy.nodes import (
     AND,
     NOR,
     NOT,
@@ -39,8 +39,8 @@ from gateway.config.ppl.nodes import (
     Strings,
     TimeWindow,
 )
-from gateway.config.ppl.predicates import DAY, UTC_ZONES, lone_members
-from gateway.config.ppl.verdict import Verdict
+from gateway.policy.predicates import DAY, UTC_ZONES, lone_members
+from gateway.policy.verdict import Verdict
 
 # Criteria whose outcome the person's facts settle: who they are (and accept/reject).
 _FIXED_KINDS = IDENTITY_KINDS | {CLOSED}

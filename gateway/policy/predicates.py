@@ -12,9 +12,9 @@ import datetime as dt
 import zoneinfo
 from collections.abc import Callable
 
-from gateway.config.ppl.facts import CertFacts, Facts
-from gateway.config.ppl.network import network_test
-from gateway.config.ppl.nodes import (
+from gateway.policy.facts import CertFacts, Facts
+from gateway.policy.network import network_test
+from gateway.policy.nodes import (
     Certificate,
     ClaimName,
     Criterion,

@@ -12,10 +12,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from gateway.config.errors import Problems, did_you_mean
-from gateway.config.ppl.criteria import CRITERIA, describe
-from gateway.config.ppl.nodes import ACTIONS, OPERATORS, Criterion, Document, Operator, Rule
-from gateway.config.ppl.operands import show
+from gateway.policy.criteria import CRITERIA, describe
+from gateway.policy.nodes import ACTIONS, OPERATORS, Criterion, Document, Operator, Rule
+from gateway.policy.operands import show
+from gateway.policy.problems import Problems, did_you_mean
 
 MAX_DEPTH = 16
 

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from gateway.config.ppl.compile import Node, Policy
-from gateway.config.ppl.criteria import CRITERIA
-from gateway.config.ppl.nodes import AND, NOR, NOT, OR, RULE
+from gateway.policy.compile import Node, Policy
+from gateway.policy.criteria import CRITERIA
+from gateway.policy.nodes import AND, NOR, NOT, OR, RULE
 
 Value = bool | None  # None: unknown
 Values = frozenset[Value]

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from gateway.config.ppl.criteria import common_kind
-from gateway.config.ppl.nodes import ALLOW, AND, NOR, NOT, OR, RULE
-from gateway.config.ppl.verdict import (
+from gateway.policy.criteria import common_kind
+from gateway.policy.nodes import ALLOW, AND, NOR, NOT, OR, RULE
+from gateway.policy.verdict import (
     HIT,
     MISS,
     NO_ALLOW_MATCHED,
@@ -26,8 +26,8 @@ from gateway.config.ppl.verdict import (
 )
 
 if TYPE_CHECKING:
-    from gateway.config.ppl.compile import Node
-    from gateway.config.ppl.facts import Facts
+    from gateway.policy.compile import Node
+    from gateway.policy.facts import Facts
 
 def refusal(allow_rules: tuple[Node, ...], facts: Facts) -> Verdict:
     """The verdict when none of ``allow_rules`` (each tested and missed) matched."""

@@ -1,4 +1,6 @@
-"""The authorization decision for one request on one route: pure, no I/O.
+"""The allow fields' own decision, as the gateway made it before they were compiled into
+the route's policy: kept as the oracle the compiled fields are held to
+(``test_policy_legacy``'s property test), not used by the gateway. Pure, no I/O.
 
 Allow rules are OR-ed (reference, Authentication 5): public access and CORS preflight need
 no session; everything else needs a valid one. The result is a ``Decision`` value with
@@ -7,60 +9,53 @@ stable reason codes, logged by the caller as one structured event.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
 
-from gateway.authorize.claims import claims_allowed
-from gateway.authorize.email import email_domain
+from gateway.authorize.allow_fields import (
+    ANY_AUTHENTICATED_USER,
+    CLAIM_OK,
+    CLAIMS_UNAUTHORIZED,
+    CORS_PREFLIGHT,
+    DOMAIN_OK,
+    DOMAIN_UNAUTHORIZED,
+    EMAIL_OK,
+    EMAIL_UNAUTHORIZED,
+    GROUP_OK,
+    GROUPS_NEED_SERVICE_ACCOUNT,
+    GROUPS_UNAUTHORIZED,
+    NO_ALLOW_RULE_MATCHED,
+    PUBLIC,
+    SESSION_EXPIRED,
+    USER_ID_OK,
+    USER_UNAUTHENTICATED,
+    Decision,
+)
+from gateway.authorize.email import is_mailbox
+from gateway.authorize.policy.facts import is_cors_preflight
 from gateway.config.routes import Route
 from gateway.sessions.model import Session
 
-# Stable reason codes: log fields and tests depend on these strings.
-PUBLIC = "public"
-CORS_PREFLIGHT = "cors-preflight"
-USER_UNAUTHENTICATED = "user-unauthenticated"
-SESSION_EXPIRED = "session-expired"
-ANY_AUTHENTICATED_USER = "any-authenticated-user"
-EMAIL_OK = "email-ok"
-USER_ID_OK = "user-id-ok"
-DOMAIN_OK = "domain-ok"
-GROUP_OK = "group-ok"
-CLAIM_OK = "claim-ok"
-EMAIL_UNAUTHORIZED = "email-unauthorized"
-DOMAIN_UNAUTHORIZED = "domain-unauthorized"
-GROUPS_UNAUTHORIZED = "groups-unauthorized"
-GROUPS_NEED_SERVICE_ACCOUNT = "groups-need-service-account"
-CLAIMS_UNAUTHORIZED = "claims-unauthorized"
-NO_ALLOW_RULE_MATCHED = "no-allow-rule-matched"
+
+def claims_allowed(
+    required: Mapping[str, tuple[str, ...]], have: Mapping[str, tuple[str, ...]]
+) -> bool:
+    """True when, for any required claim, some required value is among the user's values."""
+    for key, values in required.items():
+        present = have.get(key)
+        if present and not set(values).isdisjoint(present):
+            return True
+    return False
 
 
-@dataclass(frozen=True, slots=True)
-class Decision:
-    """Allowed or not, the HTTP status it implies (200, 401 or 403), and why."""
-
-    allowed: bool
-    status: int
-    reasons: tuple[str, ...]
-
-    @property
-    def reason(self) -> str:
-        """The first (main) reason code."""
-        return self.reasons[0] if self.reasons else ""
+def email_domain(address: str) -> str:
+    """The domain of a mailbox, lower-cased; ``""`` when ``address`` is not one."""
+    if not is_mailbox(address):
+        return ""
+    return address.rpartition("@")[2].lower()
 
 
 def _allow(*reasons: str) -> Decision:
     return Decision(True, 200, reasons)
-
-
-def is_cors_preflight(method: bytes, headers: list[tuple[bytes, bytes]]) -> bool:
-    """``OPTIONS`` with non-empty ``Origin`` and ``Access-Control-Request-Method``.
-
-    Exactly ``OPTIONS``: methods are case-sensitive (RFC 9110 9.1), and the decision
-    caches skip exactly ``OPTIONS``; an ``options`` request (HTTP/2 lets one through)
-    taken for a preflight would leave an allow for the session's next requests."""
-    if method != b"OPTIONS":
-        return False
-    present = {name.lower() for name, value in headers if value.strip()}
-    return b"origin" in present and b"access-control-request-method" in present
 
 
 def evaluate(

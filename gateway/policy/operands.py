@@ -13,8 +13,8 @@ import json
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from gateway.config.errors import Problems, did_you_mean
-from gateway.config.ppl.nodes import LIST_MATCHERS, STRING_MATCHERS, Has, StringMatch, Strings
+from gateway.policy.nodes import LIST_MATCHERS, STRING_MATCHERS, Has, StringMatch, Strings
+from gateway.policy.problems import Problems, did_you_mean
 
 _LISTS = ("in", "not_in")
 

@@ -11,9 +11,9 @@ import ipaddress
 from collections.abc import Callable
 from typing import Any
 
-from gateway.config.errors import Problems
-from gateway.config.ppl.nodes import Networks
-from gateway.config.ppl.operands import show
+from gateway.policy.nodes import Networks
+from gateway.policy.operands import show
+from gateway.policy.problems import Problems
 
 _PARSED: dict[str, tuple[int, int] | None] = {}
 _PARSED_MAX = 4096

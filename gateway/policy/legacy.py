@@ -23,8 +23,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Protocol
 
-from gateway.config.ppl.criteria import describe
-from gateway.config.ppl.nodes import (
+from gateway.policy.criteria import describe
+from gateway.policy.nodes import (
     ALLOW,
     OR,
     Criterion,

@@ -24,10 +24,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from gateway.config.ppl.criteria import CRITERIA, POLICY, REQUEST_FACTS, common_kind
-from gateway.config.ppl.explain import refusal, trace
-from gateway.config.ppl.facts import Facts
-from gateway.config.ppl.nodes import (
+from gateway.policy.criteria import CORS, CRITERIA, POLICY, REQUEST_FACTS, common_kind
+from gateway.policy.explain import refusal, trace
+from gateway.policy.facts import Facts
+from gateway.policy.nodes import (
     ALLOW,
     AND,
     NOR,
@@ -39,8 +39,8 @@ from gateway.config.ppl.nodes import (
     Operator,
     Rule,
 )
-from gateway.config.ppl.predicates import Predicate, predicate
-from gateway.config.ppl.verdict import (
+from gateway.policy.predicates import Predicate, predicate
+from gateway.policy.verdict import (
     ALLOW_MATCHED,
     DENY_MATCHED,
     NO_ALLOW_MATCHED,
@@ -253,7 +253,11 @@ class Policy:
         self._allow = tuple(r.test for r in self.allow_rules)
         self._deny = tuple(r.test for r in self.deny_rules)
         self.reads: frozenset[str] = frozenset().union(*(r.reads for r in rules))
-        self.per_request = bool(self.reads & REQUEST_FACTS)  # decided again per request
+        # decided again per request. Not for ``cors_preflight`` alone: a preflight is an
+        # OPTIONS request, which no decision cache keeps or answers, and for every other
+        # request it is false, so a decision remembered for one holds for the next (the
+        # allow fields' ``cors_allow_preflight`` would otherwise make each request decide).
+        self.per_request = bool(self.reads & REQUEST_FACTS - {CORS})
         self._none = Verdict(False, ALLOW, "", "no allow rule", POLICY, NO_ALLOW_MATCHED)
 
     def evaluate(self, facts: Facts) -> Verdict:

@@ -15,9 +15,9 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from gateway.config.errors import Problems, did_you_mean
-from gateway.config.ppl.nodes import Certificate, Strings
-from gateway.config.ppl.operands import parse_strings, show
+from gateway.policy.nodes import Certificate, Strings
+from gateway.policy.operands import parse_strings, show
+from gateway.policy.problems import Problems, did_you_mean
 
 CERT_KEYS = ("fingerprint", "spki_hash", "san_email", "san_dns", "san_uri")
 _LONG = re.compile(r"[0-9A-F]{2}(?::[0-9A-F]{2}){31}")

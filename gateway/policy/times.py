@@ -15,9 +15,9 @@ import zoneinfo
 from collections.abc import Mapping
 from typing import Any
 
-from gateway.config.errors import Problems, did_you_mean
-from gateway.config.ppl.nodes import DateRange, TimeWindow, Weekdays
-from gateway.config.ppl.operands import show
+from gateway.policy.nodes import DateRange, TimeWindow, Weekdays
+from gateway.policy.operands import show
+from gateway.policy.problems import Problems, did_you_mean
 
 UTC = "UTC"
 DAY_NAMES = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")

@@ -1,7 +1,8 @@
 """The policy language of routes: Pomerium's PPL, parsed at load, compiled to functions.
 
-Pure: no Twisted, no I/O once parsed (time zones are read when the policy is). It sits
-under ``config`` because a route's policy is compiled with the route, so that
+Pure: no Twisted, no I/O once parsed (time zones are read when the policy is), and
+nothing of the gateway imported (``problems.Problems`` names the sink it reports to). It
+is the lowest tier: ``config`` compiles a route's policy with the route, so that
 ``gateway check`` and a reload refuse a bad one; ``gateway.authorize.policy`` is its
 public face for deciding, with the builders of ``Facts`` from sessions and requests.
 
@@ -18,8 +19,8 @@ Criteria about the person are unknown, not false, for someone not signed in (thr
 
 from __future__ import annotations
 
-from gateway.config.ppl.compile import Policy
-from gateway.config.ppl.criteria import (
+from gateway.policy.compile import Policy
+from gateway.policy.criteria import (
     CLIENT_CERT,
     CLIENT_IP,
     CLOCK,
@@ -30,12 +31,12 @@ from gateway.config.ppl.criteria import (
     REQUEST_FACTS,
     SSH_USERNAME,
 )
-from gateway.config.ppl.facts import CertFacts, Facts
-from gateway.config.ppl.grammar import parse_document
-from gateway.config.ppl.legacy import LegacyFields, legacy_ppl, legacy_rules
-from gateway.config.ppl.nodes import Document
-from gateway.config.ppl.specialize import Specialized, specialize
-from gateway.config.ppl.verdict import (
+from gateway.policy.facts import CertFacts, Facts
+from gateway.policy.grammar import parse_document
+from gateway.policy.legacy import LegacyFields, legacy_ppl, legacy_rules
+from gateway.policy.nodes import Document
+from gateway.policy.specialize import Specialized, specialize
+from gateway.policy.verdict import (
     ALLOW_MATCHED,
     DENY_MATCHED,
     KIND_TEXT,
