@@ -24,10 +24,10 @@ from typing import Any
 
 import yaml
 
-from gateway.config.ppl.criteria import CRITERIA
 from gateway.config.route_parts import REDIRECT_FIELDS
 from gateway.config.routes import ROUTE_FIELDS
 from gateway.config.settings import SETTINGS, Kind, SettingInfo
+from gateway.policy.criteria import CRITERIA
 
 DOCS = Path(__file__).resolve().parents[1]
 DESCRIPTIONS = DOCS / "reference" / "descriptions.yaml"

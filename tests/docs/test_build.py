@@ -14,10 +14,10 @@ from urllib.parse import unquote, urlsplit
 
 import pytest
 
-from gateway.config.ppl.criteria import CRITERIA
 from gateway.config.route_parts import REDIRECT_FIELDS
 from gateway.config.routes import ROUTE_FIELDS
 from gateway.config.settings import SETTINGS
+from gateway.policy.criteria import CRITERIA
 from tests.docs.build import Built
 
 REPO = Path(__file__).resolve().parents[2]

@@ -7,10 +7,10 @@ from __future__ import annotations
 import re
 import sys
 
-from gateway.config.ppl.criteria import CRITERIA
 from gateway.config.route_parts import REDIRECT_FIELDS
 from gateway.config.routes import ROUTE_FIELDS
 from gateway.config.settings import SETTINGS
+from gateway.policy.criteria import CRITERIA
 from tests.docs.pages import DOCS
 
 sys.path.insert(0, str(DOCS / "_ext"))

@@ -18,6 +18,7 @@ from twisted.internet.defer import Deferred, ensureDeferred
 from twisted.internet.testing import MemoryReactorClock
 from twisted.trial.unittest import SynchronousTestCase
 
+from gateway.authorize.ssh_logins import AuthorizeSsh
 from gateway.config.snapshot import load_snapshot
 from gateway.config.source import ConfigSource
 from gateway.databroker.follower import ChangeFollower
@@ -85,7 +86,8 @@ class Service:
         decider = SimpleNamespace(decision_session=lambda s: (s, None),
                                   groups_available=True)
         holder: Any = SimpleNamespace(identity=SimpleNamespace(
-            decider=decider, auth_origin="https://authenticate.example"), store=None)
+            decider=decider, auth_origin="https://authenticate.example"), store=None,
+            authorize_ssh=AuthorizeSsh(lambda: decider))
         source = ConfigSource(str(path), snapshot, self.reactor, poll_interval=0)
         changes = ChangeFollower(self.reactor, self.records)
         self.service = SshService(source, self.reactor, holder, self.records, changes)
