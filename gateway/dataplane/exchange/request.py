@@ -45,7 +45,9 @@ class Exchange(UpstreamRelay):
 
     def request_body(self, data: bytes) -> None:
         self.received += len(data)
-        if self.finished:
+        if self.finished or not data:
+            # nothing to send; and a chunked upload's empty piece (HTTP/2 allows an
+            # empty DATA frame) would be the last-chunk, ending the body upstream early
             return
         if self.internal_body is not None:
             if len(self.internal_body) + len(data) > 16384:
