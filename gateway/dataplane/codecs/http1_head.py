@@ -113,7 +113,7 @@ def read_head(method: bytes, target: bytes, headers: list[Header],
     except BadTarget as exc:
         raise Refused(400, str(exc)) from None
     return (host.decode("latin-1").lower(), path.decode("latin-1"),
-            parameters.decode("latin-1"), query, headers,
+            parameters.decode("latin-1") if parameters else "", query, headers,
             body_kind, expect_continue, upgrade, tokens, trace_context)
 
 
