@@ -18,6 +18,7 @@ from gateway.config.routes import Route
 from gateway.dataplane.core import ProxyCore
 from gateway.dataplane.exchange import stage as stages
 from gateway.dataplane.exchange.base import ExchangeBase
+from gateway.dataplane.exchange.head import ConnectionFacts, RequestHead
 from gateway.dataplane.exchange.request import Exchange
 from gateway.dataplane.exchange.stage import (
     AUTHORIZING,
@@ -49,10 +50,20 @@ ROUTES = [
 SNAPSHOT = load(base_config(policy=ROUTES, shared_secret=SECRET, cookie_secret=SECRET, **IDENTITY))
 
 
+FACTS = ConnectionFacts("192.0.2.7")  # a plain connection: no TLS facts
+
+
+def request_head(host: str, path: str, method: bytes = b"GET") -> RequestHead:
+    """A whole request's head as a codec hands it over (a CONNECT's path is empty)."""
+    connect = method == b"CONNECT"
+    return RequestHead(method, host.encode() if connect else path.encode(), b"1.1",
+                       [(b"host", host.encode())], host, path, complete=True,
+                       connect=connect)
+
+
 class RecordingSink:
     """The client's side: what a codec would have written, and its pauses."""
 
-    client_ip = "192.0.2.7"
     chunked_framing = False
 
     def __init__(self) -> None:
@@ -77,12 +88,6 @@ class RecordingSink:
 
     def flush(self) -> None:
         pass
-
-    def misdirected(self, host: str, routed: bool) -> str:
-        return ""
-
-    def client_cert_problem(self, policy: Any) -> str | None:
-        return None
 
     def exchange_done(self, exchange: ExchangeBase) -> None:
         self.done.append(exchange)
@@ -145,15 +150,9 @@ class ExchangeStageTests(SynchronousTestCase):
 
     def exchange(self, host: str = "app.example.com", path: str = "/x",
                  method: bytes = b"GET") -> Exchange:
-        """A request as a codec leaves it: fields filled in, the head complete."""
-        exchange = Exchange(self.sink, self.core)
+        """A request as a codec leaves it: its head read, complete."""
+        exchange = Exchange(self.sink, self.core, FACTS, request_head(host, path, method))
         self.assertIs(exchange.stage, HEAD)
-        exchange.method = method
-        exchange.target = path.encode()
-        exchange.path = path
-        exchange.host = host
-        exchange.headers = [(b"host", host.encode())]
-        exchange.request_done = True
         exchange.head_complete()
         self.assertIs(exchange.stage, READY)
         self.assertTrue(exchange.ready)
@@ -176,10 +175,7 @@ class ExchangeStageTests(SynchronousTestCase):
     def test_a_head_begun_at_once_skips_ready(self) -> None:
         """A codec begins a request that need not wait straight from HEAD (READY is for
         one that waits its turn); it is ready all the same."""
-        exchange = Exchange(self.sink, self.core)
-        exchange.method, exchange.target, exchange.path = b"GET", b"/x", "/x"
-        exchange.host, exchange.headers = "app.example.com", [(b"host", b"app.example.com")]
-        exchange.request_done = True
+        exchange = Exchange(self.sink, self.core, FACTS, request_head("app.example.com", "/x"))
         self.assertFalse(exchange.ready)
         exchange.begin()
         self.assertIs(exchange.stage, CONNECTING)
@@ -276,8 +272,6 @@ class ExchangeStageTests(SynchronousTestCase):
 
     def test_a_connect_becomes_a_tunnel_through_its_tunnel_sink(self) -> None:
         exchange = self.exchange(host="db.example.com:5432", path="", method=b"CONNECT")
-        exchange.connect = True
-        exchange.tunnel_sink = self.sink
         exchange.begin()
         self.assertIs(exchange.stage, CONNECTING)
         _, _, factory, _, _ = self.reactor.tcpClients[-1]
@@ -316,7 +310,7 @@ class StageTableTests(SynchronousTestCase):
         whether ``enter`` makes it or the data plane writes ``stage`` itself."""
         reactor = MemoryReactorClock()
         core = ProxyCore(reactor, build_plan(SNAPSHOT), tls=True)
-        exchange = Exchange(RecordingSink(), core)
+        exchange = Exchange(RecordingSink(), core, FACTS)
         with self.assertRaises(stage_check.IllegalMove):
             exchange.enter(WAITING)
         with self.assertRaises(stage_check.IllegalMove):
@@ -333,7 +327,7 @@ class StageTableTests(SynchronousTestCase):
         false on an exchange that is over: the check refuses it."""
         reactor = MemoryReactorClock()
         core = ProxyCore(reactor, build_plan(SNAPSHOT), tls=True)
-        exchange = Exchange(RecordingSink(), core)
+        exchange = Exchange(RecordingSink(), core, FACTS)
         exchange.stage = ROUTING
         with self.assertRaises(stage_check.IllegalMove):
             exchange.stage = DONE

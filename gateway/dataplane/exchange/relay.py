@@ -18,7 +18,8 @@ from twisted.python.failure import Failure
 from zope.interface import implementer
 
 from gateway.dataplane.exchange.access import log_access
-from gateway.dataplane.exchange.base import NO_NAMES, ExchangeBase, Sink
+from gateway.dataplane.exchange.base import ExchangeBase, Sink
+from gateway.dataplane.exchange.head import NO_NAMES
 from gateway.dataplane.exchange.measure import observe_upstream
 from gateway.dataplane.exchange.request_head import upstream_request_head
 from gateway.dataplane.exchange.stage import CONNECTING, DONE, RESPONDING, TUNNEL, WAITING
@@ -117,14 +118,14 @@ class UpstreamRelay(ExchangeBase):
             return
         self.upstream = conn
         self.stage = WAITING
-        conn.send(self, upstream_request_head(self), self.method == b"HEAD")
+        conn.send(self, upstream_request_head(self), self.head.method == b"HEAD")
         if self.pending:
             for chunk in self.pending:
                 conn.write(chunk)
             self.pending = []
             self.pending_size = 0
             self.sink.resume_reading("connect")
-        if self.body_kind and not self.request_done and conn.transport is not None:
+        if self.head.framing and not self.request_done and conn.transport is not None:
             conn.transport.registerProducer(_UploadThrottle(self.sink), True)  # type: ignore
 
     def _connect_failed(self, failure: Failure) -> None:
@@ -144,7 +145,8 @@ class UpstreamRelay(ExchangeBase):
             return
         plan = self.plan
         assert plan is not None
-        if status == 101 and not self.upgrade:
+        head = self.head
+        if status == 101 and not head.upgrade:
             self._unrequested_switch()
             return
         self.stage = RESPONDING
@@ -177,7 +179,7 @@ class UpstreamRelay(ExchangeBase):
             out.append((name, value))
         out.extend(plan.response_headers)
         out.append((b"x-request-id", self.rid or self.request_id_bytes()))
-        no_body = (self.method == b"HEAD" or status in (204, 304) or upgrading)
+        no_body = (head.method == b"HEAD" or status in (204, 304) or upgrading)
         self.chunked_out = not no_body and not has_length and self.sink.chunked_framing
         if self.chunked_out:
             out.append((b"transfer-encoding", b"chunked"))
@@ -253,7 +255,7 @@ class UpstreamRelay(ExchangeBase):
         if upstream is not None:
             upstream.abort()
         if before_response and self.reused and not self.retried and not self.body_sent \
-                and self.method in _IDEMPOTENT:
+                and self.head.method in _IDEMPOTENT:
             # A pooled connection the upstream had just closed: try once on a fresh one.
             self.retried = True
             observe_upstream(self)  # the failed attempt counts as an upstream request

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from twisted.logger import Logger
 
-from gateway.dataplane.exchange.base import BODY_CHUNKED, NO_NAMES
+from gateway.dataplane.exchange.head import BODY_CHUNKED, NO_NAMES
 from gateway.dataplane.routing.router import upstream_path
 from gateway.observability.tracing.propagation import CONTEXT_HEADERS
 from gateway.sessions.bearer import programmatic_token
@@ -72,14 +72,15 @@ def upstream_request_head(exchange: ExchangeBase) -> bytes:
     route = plan.route
     upstream = host.upstream
     core = exchange.core
-    path = upstream_path(route, upstream, exchange.path).encode("latin-1")
-    if exchange.path_parameters:  # /app;jsessionid=1: routed as /app, forwarded whole
-        path += exchange.path_parameters.encode("latin-1")
+    head = exchange.head
+    path = upstream_path(route, upstream, head.path).encode("latin-1")
+    if head.path_parameters:  # /app;jsessionid=1: routed as /app, forwarded whole
+        path += head.path_parameters.encode("latin-1")
     actions = plan.request_actions
     if actions is None:
         actions = plan.request_actions = request_actions(plan)
-    named = exchange.connection_tokens
-    parts = [exchange.method, b" ", path, exchange.query, b" HTTP/1.1\r\n"]
+    named = head.connection_tokens
+    parts = [head.method, b" ", path, head.query, b" HTTP/1.1\r\n"]
     incoming_host = b""
     xff: bytes | None = None
     xfp: bytes | None = None
@@ -96,7 +97,7 @@ def upstream_request_head(exchange: ExchangeBase) -> bytes:
     # format are applied here (an upstream could otherwise replay them to the gateway).
     own_cookie = allow.strip_cookie if allow is not None else core.cookie_name
     names = NAME_INFO
-    for name, value in exchange.headers:
+    for name, value in head.headers:
         info = names.get(name)
         if info is None:
             info = learn_name(name)
@@ -148,7 +149,7 @@ def upstream_request_head(exchange: ExchangeBase) -> bytes:
             rewrite_from = value
         parts += (name, b": ", value, b"\r\n")
     if not incoming_host:
-        incoming_host = exchange.host.encode("latin-1")
+        incoming_host = head.host.encode("latin-1")
     # Host
     if route.preserve_host_header:
         host_value = incoming_host
@@ -156,16 +157,16 @@ def upstream_request_head(exchange: ExchangeBase) -> bytes:
         host_value = route.host_rewrite.encode("latin-1")
     elif rewrite_from is not None:
         host_value = rewrite_from
-    elif route.host_path_regex is not None and route.host_path_regex.search(exchange.path):
+    elif route.host_path_regex is not None and route.host_path_regex.search(head.path):
         host_value = route.host_path_regex.sub(
-            route.host_path_regex_rewrite_substitution, exchange.path, count=1
+            route.host_path_regex_rewrite_substitution, head.path, count=1
         ).encode("latin-1")
     else:
         host_value = host.host_header
     parts += (b"host: ", host_value, b"\r\n")
     trusted = core.xff_trusted_hops
     if not core.skip_xff_append:
-        ip = exchange.sink.client_ip.encode()
+        ip = exchange.facts.peer.encode()
         xff = xff + b", " + ip if xff else ip
     if xff:
         parts += (b"x-forwarded-for: ", xff, b"\r\n")
@@ -192,10 +193,10 @@ def upstream_request_head(exchange: ExchangeBase) -> bytes:
     if trace is not None:
         for name, value in trace.upstream_headers():
             parts += (name, b": ", value, b"\r\n")
-    if exchange.body_kind == BODY_CHUNKED:
+    if head.framing == BODY_CHUNKED:
         parts.append(b"transfer-encoding: chunked\r\n")
-    if exchange.upgrade:
-        parts += (b"connection: upgrade\r\nupgrade: ", exchange.upgrade, b"\r\n")
+    if head.upgrade:
+        parts += (b"connection: upgrade\r\nupgrade: ", head.upgrade, b"\r\n")
     parts.append(b"\r\n")
     return b"".join(parts)
 
@@ -211,7 +212,7 @@ def _underscore_dropped(exchange: ExchangeBase, name: bytes, low: bytes,
             "dropped the client header {header} on {host}{path} from {client}: with '_' "
             "read as '-' it names a header the gateway sets",
             header=name.decode("latin-1"), host=exchange.host, path=exchange.path,
-            client=exchange.sink.client_ip,
+            client=exchange.facts.peer,
         )
         return True
     return bool(exchange.core.underscores_drop)

@@ -17,7 +17,6 @@ from gateway.dataplane.exchange.tunnel import Tunnel
 from gateway.dataplane.http2.fields import NOT_FORWARDED
 from gateway.dataplane.http2.protocol import MAX_FRAME_SIZE, ErrorCode
 from gateway.net.pipe import Pipe
-from gateway.tls.client_certs import ClientCertPolicy
 
 if TYPE_CHECKING:
     from twisted.internet.interfaces import ITransport
@@ -39,7 +38,6 @@ class StreamSink:
         self.owner = owner
         self.stream_id = stream_id
         self.state = state  # the engine's: read, never written here
-        self.client_ip = owner.client_ip
         self.exchange: Exchange | None = None
         self.pending = bytearray()
         self.end_pending = False
@@ -147,15 +145,6 @@ class StreamSink:
     def flush(self) -> None:
         """Send what h2 has queued (after an upstream read, or when a stream ends)."""
         self.owner.flush()
-
-    def misdirected(self, host: str, routed: bool) -> str:
-        return self.owner.misdirected(host, routed)
-
-    def client_cert_problem(self, policy: ClientCertPolicy) -> str | None:
-        return self.owner.client_cert_problem(policy)
-
-    def client_certificate(self) -> bytes:
-        return self.owner.client_certificate()
 
     def abort(self) -> None:
         """The response cannot be finished (its upstream failed mid-body): reset the
