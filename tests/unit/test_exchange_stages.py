@@ -58,7 +58,7 @@ def request_head(host: str, path: str, method: bytes = b"GET") -> RequestHead:
     connect = method == b"CONNECT"
     return RequestHead(method, host.encode() if connect else path.encode(), b"1.1",
                        [(b"host", host.encode())], host, path, complete=True,
-                       connect=connect)
+                       connect=connect, request_id=b"")
 
 
 class RecordingSink:
@@ -180,6 +180,25 @@ class ExchangeStageTests(SynchronousTestCase):
         exchange.begin()
         self.assertIs(exchange.stage, CONNECTING)
         self.assertTrue(exchange.ready)
+
+    def test_the_request_id_is_chosen_with_the_head(self) -> None:
+        """The client's X-Request-Id when valid, else a new one, from the moment the
+        exchange has its head (the upstream head, the response and the log share it)."""
+        def made(request_id: bytes | None) -> bytes:
+            head = request_head("app.example.com", "/x")
+            head.request_id = request_id
+            return Exchange(self.sink, self.core, FACTS, head).rid
+
+        self.assertEqual(made(b"abc-1"), b"abc-1")
+        self.assertRegex(made(b"not valid"), rb"^[0-9a-f]{32}$")
+        self.assertRegex(made(b""), rb"^[0-9a-f]{32}$")
+        self.assertEqual(made(None), b"")  # a head refused before it was read: on first use
+        exchange = Exchange(self.sink, self.core, FACTS)
+        self.assertEqual(exchange.rid, b"")
+        head = request_head("app.example.com", "/x")
+        head.request_id = b"abc-2"
+        exchange.head_read(head)
+        self.assertEqual(exchange.rid, b"abc-2")
 
     def test_a_response_head_is_the_responding_stage(self) -> None:
         exchange = self.exchange()

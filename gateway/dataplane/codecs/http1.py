@@ -83,8 +83,8 @@ class _ResponseFlow:
             return
         self.conn.write_blocked_since = 0.0
         head = self.conn.queue[0] if self.conn.queue else None
-        if head is not None and head.plan is not None:
-            head.deadline = self.conn.core.reactor.seconds() + head.plan.timeout
+        if head is not None:
+            head.client_reads()
         if self.paused:
             self.paused = False
             self.upstream.resumeProducing()

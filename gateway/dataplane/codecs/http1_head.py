@@ -27,12 +27,13 @@ Header = tuple[bytes, bytes]
 
 # The request fields the codec reads itself, by lower-case name (one lookup per field
 # instead of a chain of comparisons; most names are none of these).
-_HOST, _CONTENT_LENGTH, _TRANSFER_ENCODING, _EXPECT, _UPGRADE, _CONNECTION, _CONTEXT = range(7)
+(_HOST, _CONTENT_LENGTH, _TRANSFER_ENCODING, _EXPECT, _UPGRADE, _CONNECTION, _CONTEXT,
+ _REQUEST_ID) = range(8)
 _FRAMING_FIELDS = {
     **dict.fromkeys(CONTEXT_NAMES, _CONTEXT),
     b"host": _HOST, b"content-length": _CONTENT_LENGTH,
     b"transfer-encoding": _TRANSFER_ENCODING, b"expect": _EXPECT, b"upgrade": _UPGRADE,
-    b"connection": _CONNECTION,
+    b"connection": _CONNECTION, b"x-request-id": _REQUEST_ID,
 }
 
 
@@ -55,7 +56,8 @@ def read_head(method: bytes, target: bytes, headers: list[Header],
     reject``; ``keep_alive`` and ``upgrading``: what llhttp found (an Upgrade without
     ``Connection: upgrade`` is ignored, h2c included: not offered here, the request is
     answered in HTTP/1.1)."""
-    host = upgrade = b""
+    host = upgrade = request_id = b""
+    given_id = False
     hosts = 0
     lengths: set[bytes] | None = None
     chunked = expect_continue = trace_context = False
@@ -86,6 +88,10 @@ def read_head(method: bytes, target: bytes, headers: list[Header],
             upgrade = value.strip()
         elif field == _CONNECTION:
             tokens = tokens | named_tokens(value)
+        elif field == _REQUEST_ID:
+            if not given_id:
+                given_id = True
+                request_id = value
         else:
             trace_context = True
     body_kind = BODY_CHUNKED if chunked else BODY_NONE
@@ -98,7 +104,7 @@ def read_head(method: bytes, target: bytes, headers: list[Header],
         authority = connect_target(target, host, hosts, body_kind != BODY_NONE)
         return RequestHead(method, target, b"1.1", headers, authority, "", "", b"", BODY_NONE,
                            False, False, expect_continue, upgrade, True, tokens,
-                           trace_context)
+                           trace_context, request_id)
     # where the request goes (RFC 9112 3.2): an absolute-form target's authority
     # replaces the Host header, for the upstream as much as for routing
     absolute = absolute_form(target) if not target.startswith(b"/") else None
@@ -121,7 +127,7 @@ def read_head(method: bytes, target: bytes, headers: list[Header],
     return RequestHead(method, target, b"1.1", headers, host.decode("latin-1").lower(),
                        path.decode("latin-1"), parameters.decode("latin-1"), query,
                        body_kind, not body_kind and not upgrade, keep_alive, expect_continue,
-                       upgrade, False, tokens, trace_context)
+                       upgrade, False, tokens, trace_context, request_id)
 
 
 def absolute_form(target: bytes) -> tuple[bytes, bytes] | None:

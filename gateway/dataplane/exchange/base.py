@@ -28,7 +28,7 @@ from gateway.dataplane.upstream.http1_client import UpstreamConnection
 from gateway.pages.answer import error_answer
 from gateway.pages.layout import look_of
 from gateway.wire.headers import trusted_hop
-from gateway.wire.request_id import request_id_for
+from gateway.wire.request_id import checked_request_id, request_id_for
 
 if TYPE_CHECKING:
     from twisted.internet.defer import Deferred
@@ -108,9 +108,9 @@ class ExchangeBase:
 
     def __init__(self, sink: Sink, core: ProxyCore, facts: ConnectionFacts,
                  head: RequestHead = NO_HEAD) -> None:
-        # Observability state. The X-Request-Id as sent: chosen with the upstream request
-        # head, or on first use.
-        self.rid = b""
+        # Observability state. The X-Request-Id: the client's when valid, else a new one,
+        # chosen with the head (on first use for a head refused before it was read).
+        self.rid = b"" if head.request_id is None else checked_request_id(head.request_id)
         self.received = 0  # request body bytes read from the client
         self.upstream_host: UpstreamHost | None = None  # picked (kept after release_host)
         self.upstream_started: float | None = None  # when the upstream request began
@@ -166,6 +166,8 @@ class ExchangeBase:
         self.keep_alive = head.keep_alive
         self.expect_continue = head.expect_continue
         self.request_done = head.complete
+        if head.request_id is not None:
+            self.rid = checked_request_id(head.request_id)
 
     # The request's own fields, read through the head (outside the hot path: the
     # exchange's own code reads ``self.head``).
@@ -287,12 +289,13 @@ class ExchangeBase:
             own = {name.lower() for name, _ in headers}
             out = [pair for pair in out if pair[0].lower() not in own]
         out.extend(headers)
-        # one id: a page of the identity layer brings the one it showed (taken from, or
-        # added to, the request's headers, as request_id_bytes would have)
+        # one id: a page of the identity layer brings the one it showed (the request's
+        # when valid, as ours; else one it made and added to the request's headers),
+        # which the access log then names too
         shown = next((v for n, v in headers if n.lower() == b"x-request-id"), None)
         if shown is None:
             out.append((b"x-request-id", self.request_id_bytes()))
-        elif not self.rid:
+        else:
             self.rid = shown
         if body and not any(name == b"content-type" for name, _ in headers):
             out.extend(_PLAIN)

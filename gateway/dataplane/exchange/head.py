@@ -33,13 +33,15 @@ class RequestHead:
     ``expect_continue``, ``upgrade`` (the protocol an upgrade asks for; a CONNECT's
     Upgrade value), ``connect`` (CONNECT to a tcp+https route: a tunnel, not a request),
     ``connection_tokens`` (the names ``Connection`` lists) and ``trace_context`` (a
-    trace header came, so tracing searches for a parent).
+    trace header came, so tracing searches for a parent), ``request_id`` (the first
+    ``X-Request-Id`` value, b"" when none came; None for a head refused before it was
+    read whole).
 
     Positional and slotted: one is built per request, on the hottest path."""
 
     __slots__ = ("complete", "connect", "connection_tokens", "expect_continue", "framing",
                  "headers", "host", "keep_alive", "method", "path", "path_parameters",
-                 "query", "target", "trace_context", "upgrade", "version")
+                 "query", "request_id", "target", "trace_context", "upgrade", "version")
 
     def __init__(self, method: bytes, target: bytes, version: bytes, headers: list[Header],
                  host: str = "", path: str = "/", path_parameters: str = "",
@@ -47,7 +49,7 @@ class RequestHead:
                  keep_alive: bool = True, expect_continue: bool = False,
                  upgrade: bytes = b"", connect: bool = False,
                  connection_tokens: frozenset[bytes] = NO_NAMES,
-                 trace_context: bool = False) -> None:
+                 trace_context: bool = False, request_id: bytes | None = None) -> None:
         self.method = method
         self.target = target
         self.version = version
@@ -64,6 +66,7 @@ class RequestHead:
         self.connect = connect
         self.connection_tokens = connection_tokens
         self.trace_context = trace_context
+        self.request_id = request_id
 
 
 # An exchange whose head has not been read yet (HTTP/1.1 makes the exchange at the

@@ -194,6 +194,13 @@ class UpstreamRelay(ExchangeBase):
         if upstream is not None and upstream.transport is not None and not upgrading:
             self.sink.start_response_flow(upstream)
 
+    def client_reads(self) -> None:
+        """The client reads the response again after a full buffer paused it: the
+        route timeout runs afresh."""
+        plan = self.plan
+        if plan is not None:
+            self.deadline = self.core.reactor.seconds() + plan.timeout
+
     def flush_head(self) -> None:
         """Write a response head still held back (called after each upstream read)."""
         self._send(b"")

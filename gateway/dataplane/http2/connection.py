@@ -412,7 +412,8 @@ class H2Connection(Protocol):
         not): the head of a refused one is what it was read as, for its answer and log."""
         headers: list[tuple[bytes, bytes]] = []
         cookies: list[bytes] = []
-        method = target = authority = host = b""
+        method = target = authority = host = request_id = b""
+        given_id = False
         has_length = trace_context = False
         for name, value in fields:
             if name == b":method":
@@ -432,6 +433,9 @@ class H2Connection(Protocol):
                     has_length = True
                 elif name in CONTEXT_NAMES:  # HTTP/2 names are lower case
                     trace_context = True
+                elif name == b"x-request-id" and not given_id:
+                    given_id = True
+                    request_id = value
                 headers.append((name, value))
         if cookies:
             headers.append((b"cookie", b"; ".join(cookies)))  # RFC 9113 8.2.3
@@ -451,7 +455,7 @@ class H2Connection(Protocol):
                 else:
                     return RequestHead(method, target, b"2", headers, where, "", "", b"",
                                        BODY_NONE, True, True, False, b"", True, NO_NAMES,
-                                       trace_context), ""
+                                       trace_context, request_id), ""
         elif problem is None and not where:
             problem = "the request has no authority"
         elif problem is None:
@@ -464,9 +468,10 @@ class H2Connection(Protocol):
                 return RequestHead(method, target, b"2", headers, where,
                                    path.decode("latin-1"), parameters.decode("latin-1"),
                                    query, framing, ended, True, False, b"", False, NO_NAMES,
-                                   trace_context), ""
+                                   trace_context, request_id), ""
         return RequestHead(method, target, b"2", headers, where, "/", "", b"", framing, ended,
-                           True, False, b"", False, NO_NAMES, trace_context), problem or ""
+                           True, False, b"", False, NO_NAMES, trace_context,
+                           request_id), problem or ""
 
     def _stalled(self) -> int:
         """Streams whose response bytes wait for a window that stays shut."""
