@@ -21,7 +21,7 @@ from gateway.config.ppl import CLIENT_CERT
 from gateway.dataplane.core import ProxyCore
 from gateway.dataplane.exchange.access import log_access
 from gateway.dataplane.exchange.head import NO_HEAD, ConnectionFacts, RequestHead
-from gateway.dataplane.exchange.stage import DONE, FINAL, HEAD, RESPONDING, Stage
+from gateway.dataplane.exchange.stage import DONE, FINAL, HEAD, Stage, responding
 from gateway.dataplane.routing.plan import RoutePlan
 from gateway.dataplane.upstream.hosts import UpstreamHost
 from gateway.dataplane.upstream.http1_client import UpstreamConnection
@@ -145,8 +145,9 @@ class ExchangeBase:
         self.pending_size = 0
         self.allow: Allow | None = None
         self.deadline = 0.0
-        # a response head was made for the client (kept once DONE: the codec asks
-        # whether anything was answered)
+        # a response head was made for the client. Not the stage: it stays once DONE
+        # (the HTTP/1.1 codec asks whether anything was answered), and it is taken back
+        # when a head held back (not written yet) is dropped for an answer of our own.
         self.response_started = False
         self.head_pending: tuple[int, bytes, list[tuple[bytes, bytes]], bool, bool] | None = None
         self.chunked_out = False
@@ -212,14 +213,16 @@ class ExchangeBase:
 
     def enter(self, stage: Stage) -> None:
         """Move to ``stage``, keeping ``finished`` beside it: every move that may end
-        the exchange (to ``DONE`` or ``TUNNEL``) is made here. The four moves of every
-        relayed request that cannot end it (to ROUTING, CONNECTING, WAITING and
-        RESPONDING) write ``stage`` where they happen: a call costs about a thousand
-        instructions, and the four cost 2 % of a request's CPU.
+        the exchange (to ``DONE`` or ``TUNNEL``, or to AUTHORIZING and READY, which are
+        off the common path) is made here; the four of every relayed request are the
+        functions of ``stage`` (``routing``, ``connecting``, ``waiting``,
+        ``responding``).
 
-        Whether a move is one ``stage.NEXT`` lists is checked by the test suite for
-        every write of ``stage``, made here or not (``tests/support/stage_check.py``);
-        here the check would cost each request more than the moves themselves."""
+        ``finished`` is kept beside the stage rather than derived from it: the data
+        plane reads it a dozen times a request, and a property would be a call each
+        time. Whether a move is one ``stage.NEXT`` lists is checked by the test suite
+        for every write of ``stage``, here or in ``stage`` (``tests/support/
+        stage_check.py``), which also holds that only this method ends an exchange."""
         self.stage = stage
         self.finished = stage >= FINAL
 
@@ -281,7 +284,7 @@ class ExchangeBase:
         # An upstream response may have begun (its head held back) and registered its
         # flow on the client transport: this answer replaces it, so that flow ends here.
         self.sink.stop_response_flow()
-        self.enter(RESPONDING)
+        responding(self)
         self.status = status
         self.response_started = True
         out = list((self.plan if self.plan is not None else self.core.plan).response_headers)

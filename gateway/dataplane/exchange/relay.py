@@ -22,7 +22,7 @@ from gateway.dataplane.exchange.base import ExchangeBase, Sink
 from gateway.dataplane.exchange.head import NO_NAMES
 from gateway.dataplane.exchange.measure import observe_upstream
 from gateway.dataplane.exchange.request_head import upstream_request_head
-from gateway.dataplane.exchange.stage import CONNECTING, DONE, RESPONDING, TUNNEL, WAITING
+from gateway.dataplane.exchange.stage import DONE, TUNNEL, connecting, responding, waiting
 from gateway.dataplane.upstream.hosts import UpstreamHost
 from gateway.dataplane.upstream.http1_client import UpstreamConnection
 from gateway.dataplane.upstream.pool import Pool
@@ -96,7 +96,7 @@ class UpstreamRelay(ExchangeBase):
             self.trace.start_upstream(self)
         # The route timeout runs from the end of the request (as Envoy's does).
         self.deadline = now + plan.timeout if self.request_done else 0.0
-        self.stage = CONNECTING  # a move that cannot end the exchange (see ``enter``)
+        connecting(self)
         if self.expect_continue:
             self.expect_continue = False
             self.sink.send_continue()
@@ -117,7 +117,7 @@ class UpstreamRelay(ExchangeBase):
             self.core.pool.release(conn)
             return
         self.upstream = conn
-        self.stage = WAITING
+        waiting(self)
         conn.send(self, upstream_request_head(self), self.head.method == b"HEAD")
         if self.pending:
             for chunk in self.pending:
@@ -149,7 +149,7 @@ class UpstreamRelay(ExchangeBase):
         if status == 101 and not head.upgrade:
             self._unrequested_switch()
             return
-        self.stage = RESPONDING
+        responding(self)
         self.deadline = self.core.reactor.seconds() + plan.timeout
         self.status = self.upstream_status = status
         out: list[tuple[bytes, bytes]] = []

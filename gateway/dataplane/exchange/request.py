@@ -21,13 +21,7 @@ from gateway.dataplane.exchange.base import policy_certificate
 from gateway.dataplane.exchange.forward_auth import serve_forward_auth
 from gateway.dataplane.exchange.head import BODY_CHUNKED
 from gateway.dataplane.exchange.relay import UpstreamRelay
-from gateway.dataplane.exchange.stage import (
-    AUTHORIZING,
-    DONE,
-    READY,
-    ROUTING,
-    UPSTREAM_BOUND,
-)
+from gateway.dataplane.exchange.stage import AUTHORIZING, DONE, READY, UPSTREAM_BOUND, routing
 from gateway.dataplane.exchange.traced import end_decision_span
 from gateway.dataplane.exchange.tunnel import open_tunnel
 from gateway.dataplane.routing.plan import RoutePlan
@@ -113,7 +107,7 @@ class Exchange(UpstreamRelay):
         self.enter(READY)
 
     def begin(self) -> None:
-        self.stage = ROUTING  # a move that cannot end the exchange (see ``enter``)
+        routing(self)
         tracer = self.core.tracer
         if tracer is not None:
             tracer.begin(self)

@@ -1,6 +1,10 @@
-"""Where an exchange is in its life: one value, ``ExchangeBase.stage``. A move that may
-end the exchange is made by ``ExchangeBase.enter``; ``NEXT`` lists the moves, and the
-test suite checks every write of the stage against it (``tests/support/stage_check.py``).
+"""Where an exchange is in its life: one value, ``ExchangeBase.stage``, changed only by
+the moves named here (``routing``, ``connecting``, ``waiting``, ``responding``: the four
+of every relayed request, none of which can end it) and by ``ExchangeBase.enter`` (every
+move that may end it, which keeps ``finished`` beside the stage). ``NEXT`` lists the
+allowed moves, and the test suite checks every write of the stage against it
+(``tests/support/stage_check.py``); the data plane itself does not ask, since the check
+would cost each request more than the moves do.
 
 The response side of an exchange moves through these stages; the request side (has
 the whole body arrived) is the separate ``request_done`` flag, since a body may still
@@ -25,6 +29,7 @@ may answer locally (RESPONDING, then DONE).
 from __future__ import annotations
 
 from enum import IntEnum
+from typing import Protocol
 
 
 class Stage(IntEnum):
@@ -59,3 +64,29 @@ NEXT: dict[Stage, frozenset[Stage]] = {
     DONE: frozenset(),
 }
 assert all(RESPONDING in NEXT[stage] and DONE in NEXT[stage] for stage in _BEFORE_RESPONSE)
+
+
+class Staged(Protocol):
+    stage: Stage
+
+
+def routing(exchange: Staged) -> None:
+    """The codec begins the request (from HEAD, or READY once its turn came)."""
+    exchange.stage = ROUTING
+
+
+def connecting(exchange: Staged) -> None:
+    """The request is bound for an upstream host: a connection is being had (routed and
+    allowed, or retried on a fresh one after a pooled one failed)."""
+    exchange.stage = CONNECTING
+
+
+def waiting(exchange: Staged) -> None:
+    """The request head is sent upstream; the response head has not come."""
+    exchange.stage = WAITING
+
+
+def responding(exchange: Staged) -> None:
+    """A response head was made for the client (the upstream's, or the gateway's own
+    answer through ``ExchangeBase.local``)."""
+    exchange.stage = RESPONDING
