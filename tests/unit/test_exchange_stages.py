@@ -64,8 +64,6 @@ def request_head(host: str, path: str, method: bytes = b"GET") -> RequestHead:
 class RecordingSink:
     """The client's side: what a codec would have written, and its pauses."""
 
-    chunked_framing = False
-
     def __init__(self) -> None:
         self.heads: list[tuple[int, list[tuple[bytes, bytes]]]] = []
         self.body = b""
@@ -76,7 +74,7 @@ class RecordingSink:
         self.connects: list[Tunnel] = []
 
     def write_head(self, status: int, reason: bytes, headers: list[tuple[bytes, bytes]],
-                   body: bool, close: bool, first_body: bytes = b"") -> None:
+                   framing: int, close: bool, first_body: bytes = b"") -> None:
         self.heads.append((status, headers))
         self.body += first_body
 

@@ -24,7 +24,12 @@ from zope.interface import implementer
 from gateway.dataplane.codecs.http1_head import Refused, read_head
 from gateway.dataplane.core import ProxyCore
 from gateway.dataplane.exchange.base import ExchangeBase
-from gateway.dataplane.exchange.head import ConnectionFacts, RequestHead
+from gateway.dataplane.exchange.head import (
+    BODY_CHUNKED,
+    BODY_LENGTH,
+    ConnectionFacts,
+    RequestHead,
+)
 from gateway.dataplane.exchange.recheck import UpgradeWatch
 from gateway.dataplane.exchange.request import Exchange
 from gateway.dataplane.exchange.tunnel import Tunnel
@@ -104,7 +109,6 @@ class _ResponseFlow:
 class Http1Connection(Protocol):
     """One client connection."""
 
-    chunked_framing = True
     transport: Any
 
     def __init__(self, core: ProxyCore) -> None:
@@ -128,6 +132,7 @@ class Http1Connection(Protocol):
         self._early = b""  # bytes after an upgrade/CONNECT head, for the pipe
         self._flow: _ResponseFlow | None = None
         self._flow_from: Any = None  # the upstream connection of a flow not registered yet
+        self.chunked = False  # the response being written has a chunked body
 
     # -- connection
 
@@ -224,7 +229,7 @@ class Http1Connection(Protocol):
             own = {name for name, _ in page}
             self.write_head(status, b"", [
                 *(p for p in self.core.plan.response_headers if p[0].lower() not in own),
-                *headers, *page, (b"content-length", b"%d" % len(body))], True, True, body)
+                *headers, *page, (b"content-length", b"%d" % len(body))], BODY_LENGTH, True, body)
         self.close_connection()
 
     def close_connection(self) -> None:
@@ -320,10 +325,15 @@ class Http1Connection(Protocol):
     # -- Sink for exchanges
 
     def write_head(self, status: int, reason: bytes, headers: list[tuple[bytes, bytes]],
-                   body: bool, close: bool, first_body: bytes = b"") -> None:
+                   framing: int, close: bool, first_body: bytes = b"") -> None:
         parts = [status_line(status, reason)]
         for name, value in headers:
             parts += (name, b": ", value, b"\r\n")
+        if framing == BODY_CHUNKED:  # a body of unknown length
+            self.chunked = True
+            parts.append(b"transfer-encoding: chunked\r\n")
+            if first_body:
+                first_body = b"%x\r\n%s\r\n" % (len(first_body), first_body)
         if close:
             self.closing = True
             parts.append(b"connection: close\r\n")
@@ -331,10 +341,14 @@ class Http1Connection(Protocol):
         self.write(b"".join(parts))
 
     def write_body(self, data: bytes) -> None:
+        if self.chunked:
+            data = b"%x\r\n%s\r\n" % (len(data), data)
         self.write(data)
 
     def end_body(self) -> None:
-        pass
+        if self.chunked:
+            self.chunked = False
+            self.write(b"0\r\n\r\n")
 
     def flush(self) -> None:
         """The end of an upstream read (writes themselves leave at once, see ``write``):

@@ -20,7 +20,7 @@ from gateway.authorize.hook import Allow
 from gateway.config.ppl import CLIENT_CERT
 from gateway.dataplane.core import ProxyCore
 from gateway.dataplane.exchange.access import log_access
-from gateway.dataplane.exchange.head import NO_HEAD, ConnectionFacts, RequestHead
+from gateway.dataplane.exchange.head import BODY_LENGTH, NO_HEAD, ConnectionFacts, RequestHead
 from gateway.dataplane.exchange.stage import DONE, FINAL, HEAD, Stage, responding
 from gateway.dataplane.routing.plan import RoutePlan
 from gateway.dataplane.upstream.hosts import UpstreamHost
@@ -42,11 +42,15 @@ _PLAIN = ((b"content-type", b"text/plain; charset=utf-8"),)
 
 
 class Sink(Protocol):
-    """The downstream side of one exchange's response (implemented by each codec)."""
+    """The downstream side of one exchange's response (implemented by each codec).
 
-    chunked_framing: bool  # HTTP/1.1 frames unknown-length bodies itself; HTTP/2 does not
+    ``write_head``'s ``framing`` says how the body that follows is delimited
+    (``head.BODY_*``): none, by the ``content-length`` among ``headers``, or by the
+    codec (HTTP/1.1 chunks it, HTTP/2 ends the stream); ``write_body`` and ``end_body``
+    frame it accordingly."""
+
     def write_head(self, status: int, reason: bytes, headers: list[tuple[bytes, bytes]],
-                   body: bool, close: bool, first_body: bytes = b"") -> None: ...
+                   framing: int, close: bool, first_body: bytes = b"") -> None: ...
     def write_body(self, data: bytes) -> None: ...
     def end_body(self) -> None: ...
     def flush(self) -> None: ...
@@ -98,7 +102,7 @@ class ExchangeBase:
     which cost more than a microsecond and made every field access a hashed lookup."""
 
     __slots__ = (
-        "allow", "body_sent", "chunked_out", "connecting", "core", "deadline",
+        "allow", "body_sent", "connecting", "core", "deadline",
         "decision_reason", "detail", "email", "expect_continue", "facts", "finished", "head",
         "head_pending", "host_state", "internal_body", "keep_alive", "pending",
         "pending_size", "plan", "received", "request_done", "response_started", "retried",
@@ -149,8 +153,7 @@ class ExchangeBase:
         # (the HTTP/1.1 codec asks whether anything was answered), and it is taken back
         # when a head held back (not written yet) is dropped for an answer of our own.
         self.response_started = False
-        self.head_pending: tuple[int, bytes, list[tuple[bytes, bytes]], bool, bool] | None = None
-        self.chunked_out = False
+        self.head_pending: tuple[int, bytes, list[tuple[bytes, bytes]], int, bool] | None = None
         self.status = 0
         self.sent = 0
         self.reused = False
@@ -306,7 +309,7 @@ class ExchangeBase:
         close = not self.keep_alive or not self.request_done
         if not self.request_done:
             self.keep_alive = False
-        self.sink.write_head(status, b"", out, True, close)
+        self.sink.write_head(status, b"", out, BODY_LENGTH, close)
         if body and self.head.method != b"HEAD":
             self.sink.write_body(body)
             self.sent = len(body)

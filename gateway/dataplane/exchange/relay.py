@@ -19,7 +19,12 @@ from zope.interface import implementer
 
 from gateway.dataplane.exchange.access import log_access
 from gateway.dataplane.exchange.base import ExchangeBase, Sink
-from gateway.dataplane.exchange.head import NO_NAMES
+from gateway.dataplane.exchange.head import (
+    BODY_CHUNKED,
+    BODY_LENGTH,
+    BODY_NONE,
+    NO_NAMES,
+)
 from gateway.dataplane.exchange.measure import observe_upstream
 from gateway.dataplane.exchange.request_head import upstream_request_head
 from gateway.dataplane.exchange.stage import DONE, TUNNEL, connecting, responding, waiting
@@ -70,7 +75,7 @@ class UpstreamRelay(ExchangeBase):
     def _send_body(self, data: bytes) -> None:
         self.body_sent = True
         if self.upstream is not None:
-            self.upstream.write(data)
+            self.upstream.write_body(data)
             return
         self.pending.append(data)
         self.pending_size += len(data)
@@ -118,14 +123,20 @@ class UpstreamRelay(ExchangeBase):
             return
         self.upstream = conn
         waiting(self)
-        conn.send(self, upstream_request_head(self), self.head.method == b"HEAD")
+        head = self.head
+        conn.send(self, upstream_request_head(self), head.method == b"HEAD",
+                  head.framing == BODY_CHUNKED)
         if self.pending:
             for chunk in self.pending:
-                conn.write(chunk)
+                conn.write_body(chunk)
             self.pending = []
             self.pending_size = 0
             self.sink.resume_reading("connect")
-        if self.head.framing and not self.request_done and conn.transport is not None:
+        if not head.framing:
+            return
+        if self.request_done:
+            conn.end_body()  # the whole body came before the connection
+        elif conn.transport is not None:
             conn.transport.registerProducer(_UploadThrottle(self.sink), True)  # type: ignore
 
     def _connect_failed(self, failure: Failure) -> None:
@@ -179,15 +190,14 @@ class UpstreamRelay(ExchangeBase):
             out.append((name, value))
         out.extend(plan.response_headers)
         out.append((b"x-request-id", self.rid or self.request_id_bytes()))
-        no_body = (head.method == b"HEAD" or status in (204, 304) or upgrading)
-        self.chunked_out = not no_body and not has_length and self.sink.chunked_framing
-        if self.chunked_out:
-            out.append((b"transfer-encoding", b"chunked"))
+        # a body of unknown length is the sink's to delimit (HTTP/1.1 chunks it)
+        framing = BODY_NONE if head.method == b"HEAD" or status in (204, 304) or upgrading \
+            else BODY_LENGTH if has_length else BODY_CHUNKED
         self.response_started = True
         close = not self.keep_alive and not upgrading
         # Held until the first body bytes or the end of this read, so head and body
         # usually leave in one send.
-        self.head_pending = (status, reason, out, not no_body, close)
+        self.head_pending = (status, reason, out, framing, close)
         if upgrading:
             self.flush_head()
         upstream = self.upstream
@@ -220,8 +230,6 @@ class UpstreamRelay(ExchangeBase):
             return
         self.deadline = self.core.reactor.seconds() + (self.plan.timeout if self.plan else 30)
         self.sent += len(data)
-        if self.chunked_out:
-            data = b"%x\r\n%s\r\n" % (len(data), data)
         self._send(data)
 
     def upstream_complete(self) -> None:
@@ -236,7 +244,7 @@ class UpstreamRelay(ExchangeBase):
                 upstream.reusable = False  # answered before the body was sent
             self.core.pool.release(upstream)
         self.release_host(failed=self.status >= 500)
-        self._send(b"0\r\n\r\n" if self.chunked_out else b"")
+        self._send(b"")
         # no flush before the end: ``exchange_done`` flushes, so an HTTP/2 response's
         # HEADERS, DATA and END_STREAM leave in one frame sequence, one write
         self.sink.end_body()

@@ -52,8 +52,6 @@ class Exchange(UpstreamRelay):
                 return
             self.internal_body += data
             return
-        if self.head.framing == BODY_CHUNKED:
-            data = b"%x\r\n%s\r\n" % (len(data), data)
         self._send_body(data)
 
     def request_complete(self) -> None:
@@ -68,12 +66,17 @@ class Exchange(UpstreamRelay):
         head = self.head
         if self.stage in UPSTREAM_BOUND and self.plan is not None and not head.connect:
             self.deadline = self.core.reactor.seconds() + self.plan.timeout
+        if not head.framing:
+            return
         if head.framing == BODY_CHUNKED:
-            self._send_body(b"0\r\n\r\n")
+            # its end is bytes on the wire: a request that sent them is not retried
+            self.body_sent = True
         upstream = self.upstream
-        if upstream is not None and head.framing and upstream.transport is not None:
-            upstream.transport.unregisterProducer()  # type: ignore[attr-defined]
-            self.sink.resume_reading("upload")
+        if upstream is not None:  # (else ``attach`` ends the body)
+            upstream.end_body()
+            if upstream.transport is not None:
+                upstream.transport.unregisterProducer()  # type: ignore[attr-defined]
+                self.sink.resume_reading("upload")
 
     def abandon(self, detail: str) -> None:
         """The gateway gives up on the client (e.g. ``timeout_write``): log what was

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from twisted.logger import Logger
 
-from gateway.dataplane.exchange.head import BODY_CHUNKED, NO_NAMES
+from gateway.dataplane.exchange.head import NO_NAMES
 from gateway.dataplane.routing.header_table import (
     AUTHORIZATION,
     COOKIE,
@@ -151,8 +151,6 @@ def upstream_request_head(exchange: ExchangeBase) -> bytes:
     if trace is not None:
         for name, value in trace.upstream_headers():
             parts += (name, b": ", value, b"\r\n")
-    if head.framing == BODY_CHUNKED:
-        parts.append(b"transfer-encoding: chunked\r\n")
     if head.upgrade:
         parts += (b"connection: upgrade\r\nupgrade: ", head.upgrade, b"\r\n")
     parts.append(b"\r\n")

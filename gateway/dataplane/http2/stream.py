@@ -32,8 +32,6 @@ FLUSH_EVERY = 64 * 1024
 class StreamSink:
     """The ``Sink`` of one HTTP/2 stream."""
 
-    chunked_framing = False
-
     def __init__(self, owner: H2Connection, stream_id: int, state: Stream) -> None:
         self.owner = owner
         self.stream_id = stream_id
@@ -58,10 +56,11 @@ class StreamSink:
 
     # Sink
     def write_head(self, status: int, reason: bytes, headers: list[tuple[bytes, bytes]],
-                   body: bool, close: bool, first_body: bytes = b"") -> None:
-        # (the engine refuses a head for a stream that is closed: no check of our own)
+                   framing: int, close: bool, first_body: bytes = b"") -> None:
+        # (the engine refuses a head for a stream that is closed: no check of our own;
+        # a body of any framing is delimited by END_STREAM)
         if self.owner.h2.send_response_head(self.stream_id, status, headers, NOT_FORWARDED,
-                                            end_stream=not body and not first_body) \
+                                            end_stream=not framing and not first_body) \
                 and first_body:
             self.write_body(first_body)
 
