@@ -12,7 +12,7 @@ them, unexplained outcomes, latency; the faults; sessions across the Redis resta
 gateways' descriptors, memory, tracebacks and health probe) and exits 1 when anything is
 unexplained, a request stalled, a traceback was logged, descriptors or memory grew, a
 session was lost or the health probe failed; 2 when the environment could not be set up.
-Everything listens on 127.0.0.1; see bench/README.md ("Soak").
+Everything listens on 127.0.0.1; see docs/development/benchmarks.md ("Soak").
 """
 
 from __future__ import annotations

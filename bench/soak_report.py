@@ -20,7 +20,7 @@ FIXED_FD_TOLERANCE = 3
 #: to +9.3 MiB (allocator pools reaching the peak concurrency); a leak of 100 bytes per
 #: request at the soak's ~300 requests/s (54 MiB in 30 minutes) exceeds the 36 MiB a
 #: release run allows.
-#: See bench/README.md, "Soak".
+#: See docs/development/benchmarks.md, "Soak".
 RSS_TOLERANCE_MIB = 24.0
 RSS_TOLERANCE_FRACTION = 0.20
 RSS_TOLERANCE_MIB_PER_HOUR = 24.0

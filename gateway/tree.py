@@ -22,6 +22,7 @@ from gateway.databroker.broker import Databroker
 from gateway.observability import logging as gateway_logging
 from gateway.observability.audit_service import AuditService
 from gateway.observability.metrics_push import MetricsPushService
+from gateway.services.drain import Drain, Drainable, DrainingRoot
 from gateway.services.logical import AuthenticateService, AuthorizeService, DataBrokerService
 from gateway.services.metrics import MetricsService, count_requests
 from gateway.services.proxy import ProxyService
@@ -66,7 +67,9 @@ def build_service_tree(
     workers)."""
     if worker is None and snapshot.options.workers > 1:
         return build_supervisor_tree(snapshot, path, reactor, poll_interval)
-    root = MultiService()
+    draining = DrainingRoot(reactor)  # its stop drains the listeners below first (services.drain)
+    root: MultiService = draining
+    drained: list[Drainable] = []
     source = ConfigSource(path, snapshot, reactor,
                           poll_interval=0 if worker is not None else poll_interval)
     source.name = "config"
@@ -121,28 +124,36 @@ def build_service_tree(
             root.addService(audit)
             if sighup is not None:
                 sighup.also.append(audit.reopen)
-            root.addService(ProxyService(source, reactor, authorizer=authorizer,
-                                         inherited=worker.inherited if worker else None))
+            proxy = ProxyService(source, reactor, authorizer=authorizer,
+                                 sign_in_app=identity,
+                                 inherited=worker.inherited if worker else None)
+            root.addService(proxy)
+            drained.append(proxy)
             if options.ssh_address:
-                _add_ssh(root, source, reactor, identity, broker, worker)
+                ssh = _add_ssh(root, source, reactor, identity, broker, worker)
+                if ssh is not None:
+                    drained.append(ssh)
     push = MetricsPushService(reactor, snapshot)  # otel_metrics_exporter: otlp
     source.subscribe(push.apply)
     root.addService(push)
     if worker is not None:
         if options.metrics_address:  # served by the supervisor, from every worker's counts
             count_requests(options)
-        root.addService(ReadyService(reactor, options.services, announce=worker.announce))
-        return root
-    if options.metrics_address:
-        root.addService(MetricsService(source, reactor))
-    root.addService(ReadyService(reactor, options.services))
-    _log_startup(snapshot)
+        ready = ReadyService(reactor, options.services, announce=worker.announce)
+    else:
+        if options.metrics_address:
+            root.addService(MetricsService(source, reactor))
+        ready = ReadyService(reactor, options.services)
+        _log_startup(snapshot)
+    root.addService(ready)
+    draining.drain = Drain(reactor, lambda: source.current.options.shutdown_drain_timeout,
+                           drained, on_begin=[ready.stopping])
     return root
 
 
 def _add_ssh(root: MultiService, source: ConfigSource, reactor: Any,
              identity: IdentityHolder, broker: Databroker, worker: WorkerRole | None
-             ) -> None:
+             ) -> Drainable | None:
     """Native SSH (imported only when configured). A worker serves it on the socket
     its supervisor bound for ``ssh_address``, like the HTTP listener: connections are
     spread over the workers by the kernel, and what a connection's life needs (key
@@ -156,8 +167,10 @@ def _add_ssh(root: MultiService, source: ConfigSource, reactor: Any,
         # set or changed by a reload since the supervisor bound its sockets
         log.warn("ssh_address {address} is not served: restart the gateway to listen "
                  "on it", address=address)
-        return
-    root.addService(SshService(source, reactor, identity, broker.store, inherited=fd))
+        return None
+    ssh = SshService(source, reactor, identity, broker.store, broker.follower, inherited=fd)
+    root.addService(ssh)
+    return ssh
 
 
 def build_supervisor_tree(
@@ -167,7 +180,7 @@ def build_supervisor_tree(
     config source (they reload with its snapshots) and the metrics endpoint (theirs,
     merged); the data plane runs in the workers only."""
     options = snapshot.options
-    root = MultiService()
+    root: MultiService = DrainingRoot(reactor)  # (the workers drain: exit status only)
     source = ConfigSource(path, snapshot, reactor, poll_interval=poll_interval)
     source.name = "config"
     root.addService(source)

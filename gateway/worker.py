@@ -11,7 +11,6 @@ import signal
 import sys
 from collections.abc import Sequence
 
-from twisted.internet._posixstdio import StandardIO
 from twisted.logger import globalLogBeginner
 
 from gateway.config import ConfigErrors, load_snapshot
@@ -19,6 +18,7 @@ from gateway.config.source import ConfigSource
 from gateway.observability import logging as gateway_logging
 from gateway.tree import apply_logging, build_service_tree
 from gateway.twisted_ext.dispatch import lean_dispatch
+from gateway.twisted_ext.stdio import PosixStandardIO
 from gateway.workers.child import (
     SupervisorLink,
     WorkerLog,
@@ -32,6 +32,11 @@ from gateway.workers.role import WorkerRole
 def main(argv: Sequence[str] | None = None) -> None:
     args = parse_arguments(sys.argv[1:] if argv is None else argv)
     signal.signal(signal.SIGHUP, signal.SIG_IGN)  # reloads come from the supervisor
+    # Stops come from the supervisor too (SIGTERM): a Ctrl-C reaches every process of
+    # the terminal's group, and the supervisor's SIGTERM right after it would be a
+    # second stop signal, which cuts the drain short (services.drain). Twisted leaves
+    # an ignored SIGINT ignored.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     observer = WorkerLog(gateway_logging.observer(), args.index)
     globalLogBeginner.beginLoggingTo([observer], redirectStandardIO=False)
     try:
@@ -57,7 +62,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     source = root.getServiceNamed("config")
     assert isinstance(source, ConfigSource)
     link.source = source
-    StandardIO(link, stdin=0, stdout=REPLY_FD, reactor=reactor)
+    PosixStandardIO(link, stdin=0, stdout=REPLY_FD, reactor=reactor)
     root.privilegedStartService()
     reactor.callWhenRunning(root.startService)
     reactor.addSystemEventTrigger("before", "shutdown", setattr, link, "stopping", True)

@@ -4,11 +4,14 @@
 #   Debian packages (python3-venv, redis-server, curl, nginx, caddy, haproxy, wrk, h2load,
 #   iproute2, pebble, chromium, slapd + ldap-utils, prometheus (promtool),
 #   openssh-server + openssh-client and postgresql (peers of the `gateway tcp` tests),
-#   asciinema (plays the recordings of native SSH sessions in their tests),
+#   asciinema (plays the recordings of native SSH sessions in their tests), man-db (renders
+#   the man pages the docs build makes),
 #   tomcat10 and jetty9 (upstreams of the path-parameter tests; their services stay off),
 #   dpkg-dev, debhelper, dh-virtualenv, lintian, python3-seccomp (the Debian package tests);
+#   podman, runc, buildah, mmdebstrap, podman-compose and CNI's dnsname plugin (the
+#   container image tests; and the one podman setting these machines need);
 #   Node.js only if missing),
-#   a virtualenv in .venv with the project (editable) and its test tools,
+#   a virtualenv in .venv with the project (editable), its test tools and the docs build,
 #   the npm packages of the test identity provider (tests/peers/oidc).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -30,6 +33,7 @@ command -v promtool >/dev/null 2>&1 || need_apt+=(prometheus)
 [ -x /usr/sbin/sshd ] || need_apt+=(openssh-server)
 command -v ssh >/dev/null 2>&1 || need_apt+=(openssh-client)
 command -v asciinema >/dev/null 2>&1 || need_apt+=(asciinema)  # plays native SSH recordings
+command -v man >/dev/null 2>&1 || need_apt+=(man-db)  # renders the man pages (tests/docs)
 compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null || need_apt+=(postgresql)
 [ -f /usr/share/tomcat10/bin/bootstrap.jar ] || need_apt+=(tomcat10)  # path-parameter tests
 [ -f /usr/share/jetty9/start.jar ] || need_apt+=(jetty9)
@@ -65,7 +69,7 @@ fi
 stamp=.venv/.gateway-installed
 if [ ! -f "$stamp" ] || [ setup.cfg -nt "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
     .venv/bin/python -m pip install -q --upgrade pip
-    .venv/bin/python -m pip install -q -e '.[test]'
+    .venv/bin/python -m pip install -q -e '.[test,docs]'
     touch "$stamp"
 fi
 
@@ -93,4 +97,37 @@ if [ ${#need_deb[@]} -gt 0 ]; then
     export DEBIAN_FRONTEND=noninteractive
     apt-get update -q
     apt-get install -y -q --no-install-recommends "${need_deb[@]}"
+fi
+
+# Building and running the container image (scripts/build-image.sh, tests/packaging/
+# test_image.py): rootful podman with runc (crun, podman's default, fails on these
+# machines: "cgroups in hybrid mode not supported"; the tests pass --runtime runc
+# --cgroup-manager=cgroupfs), buildah to commit, mmdebstrap for the root file system,
+# podman-compose for deploy/compose.yaml, dnsname so that its services find each other
+# by name on CNI networks.
+need_oci=()
+command -v podman >/dev/null 2>&1 || need_oci+=(podman)
+command -v runc >/dev/null 2>&1 || need_oci+=(runc)
+command -v buildah >/dev/null 2>&1 || need_oci+=(buildah)
+command -v mmdebstrap >/dev/null 2>&1 || need_oci+=(mmdebstrap)
+command -v podman-compose >/dev/null 2>&1 || need_oci+=(podman-compose)
+[ -x /usr/lib/cni/dnsname ] || need_oci+=(golang-github-containernetworking-plugin-dnsname)
+if [ ${#need_oci[@]} -gt 0 ]; then
+    if [ "$(id -u)" -ne 0 ]; then
+        echo "setup-dev: please install: ${need_oci[*]} (apt-get install -y ...)" >&2
+        exit 1
+    fi
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -q
+    apt-get install -y -q --no-install-recommends "${need_oci[@]}"
+fi
+# Without it every `podman run` fails here: "setrlimit RLIMIT_NOFILE/NPROC: operation not
+# permitted". This machine's setting (test and CI machines only), never the image's; a
+# containers.conf someone already wrote is left alone.
+conf=/etc/containers/containers.conf
+if [ "$(id -u)" -eq 0 ] && [ ! -e "$conf" ]; then
+    mkdir -p /etc/containers
+    printf '[containers]\ndefault_ulimits = []\n' > "$conf"
+elif [ -e "$conf" ] && ! grep -q '^default_ulimits' "$conf"; then
+    echo "setup-dev: note: $conf has no 'default_ulimits = []' under [containers]; podman run may fail with setrlimit errors" >&2
 fi

@@ -1,6 +1,7 @@
-"""The data plane's authorizer across reloads: a new ``Identity`` per snapshot, with
+"""The data plane's authorizer and sign-in web app across reloads (two protocols,
+``Authorizer`` and ``SignInApp``): a new ``Identity`` and ``Endpoints`` per snapshot, with
 the databroker's session store and directory and the signing key kept (sessions survive
-reloads)."""
+reloads); and the SSH service's entrance (``authorize_ssh``)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from gateway.authenticate.endpoints import Endpoints
 from gateway.authenticate.identity import Identity
 from gateway.authorize.assertion import AssertionSigner
 from gateway.authorize.hook import Decision, RequestInfo
+from gateway.authorize.ssh_logins import AuthorizeSsh
 from gateway.config.routes import Route
 from gateway.config.snapshot import Snapshot
 from gateway.databroker.broker import Databroker
@@ -52,6 +54,8 @@ class IdentityHolder:
         self.identity = Identity(reactor, snapshot, self.store, self.signer,
                                  directory=broker.directory, spent=self.spent)
         self.endpoints = Endpoints(self.identity, snapshot.routes, broker.store)
+        # the SSH service's entrance, deciding with the snapshot in force
+        self.authorize_ssh = AuthorizeSsh(lambda: self.identity.decider)
 
     def apply(self, snapshot: Snapshot) -> None:
         """After the databroker's ``apply`` (it may start or stop directory data)."""
@@ -62,6 +66,8 @@ class IdentityHolder:
 
     def authorize(self, request: RequestInfo, route: Route) -> Decision | Deferred[Decision]:
         return self.identity.decider.authorize(request, route)
+
+    # -- SignInApp
 
     def handles(self, host: str, path: str) -> bool:
         return self.endpoints.handles(host, path)

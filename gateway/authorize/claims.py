@@ -51,17 +51,6 @@ def claim_string(value: Any) -> str:
     return str(value)
 
 
-def claims_allowed(
-    required: Mapping[str, tuple[str, ...]], have: Mapping[str, tuple[str, ...]]
-) -> bool:
-    """True when, for any required claim, some required value is among the user's values."""
-    for key, values in required.items():
-        present = have.get(key)
-        if present and not set(values).isdisjoint(present):
-            return True
-    return False
-
-
 def session_from_claims(claims: Mapping[str, Any], session_id: str, now: float,
                         lifetime: float, *, id_token: str = "", access_token: str = "",
                         refresh_token: str = "", token_expires_at: float = 0.0) -> Session:

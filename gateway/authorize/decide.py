@@ -1,9 +1,10 @@
 """Every request to a route that is not public, decided: the data plane's ``Authorizer``
 call, per configuration snapshot.
 
-The decision itself is pure: the route's compiled policy (``route.policy``, for a route
-with a ``policy``) or ``evaluate`` (a route with only the allow fields; the two agree),
-over the session as decisions see it and the request's facts. Around it are the
+The decision itself is pure: the route's compiled policy (``route.policy``: its
+``policy`` rules and its allow fields, one engine for every route) over the session as
+decisions see it and the request's facts; a route with only the allow fields logs their
+codes (``allow_fields``). Around it are the
 session's lookup, its fetch from another process or its token refresh when needed, and
 caches that keep the answer while nothing it rests on changes (a policy that reads the
 request, ``REQUEST_FACTS``, is asked again for every request):
@@ -28,12 +29,12 @@ from typing import Any, NamedTuple, Protocol
 from twisted.internet.defer import Deferred, ensureDeferred
 from twisted.logger import Logger
 
-from gateway.authorize import answers
+from gateway.authorize import allow_fields, answers
 from gateway.authorize.assertion import AssertionSigner, claim_headers
 from gateway.authorize.email import REFUSAL_TEXT, decision_view
-from gateway.authorize.evaluate import evaluate
 from gateway.authorize.hook import Allow, Decision, Deny, RequestInfo
 from gateway.authorize.policy import (
+    CLIENT_CERT,
     CertFacts,
     Specialized,
     Verdict,
@@ -259,34 +260,15 @@ class Decider:
         if session is not None:
             claimed = session.email
             session, refusal = self.decision_session(session)
-        if route.policy_document is not None:
-            return self._decide_policy(request, route, session, own_token, now, refusal,
-                                       claimed)
-        key: tuple[str, int, bool] | None = None
-        if session is not None and request.method != b"OPTIONS":
-            # Decision and identity headers per (session record, route) for a short
-            # while: the record object changes when the session is refreshed or ended.
-            key = (session.id, route.index, own_token)
-            hit = self._decisions.get(key)
-            if hit is not None and hit.session is session and now < hit.until:
-                return hit.allow
-        decision = evaluate(route, request.method, request.headers, session, now,
-                            self.groups_available, refusal)
-        if decision.allowed:
-            allow = self._allow(route, session, own_token, decision.reason)
-            if key is not None and session is not None:
-                self._decisions.put(key, Decided(session, now + DECISION_TTL, allow))
-            return allow
-        if decision.status == 401:
-            return self.sign_in.sign_in_answer(request)
-        return self._denied(request, route, session, decision.reasons, refusal, claimed)
+        return self._decide_policy(request, route, session, own_token, now, refusal, claimed)
 
     def _decide_policy(self, request: RequestInfo, route: Route, session: Session | None,
                        own_token: bool, now: float, refusal: str, claimed: str) -> Decision:
-        """``_decide`` for a route with a ``policy``: its rules and allow fields, compiled
-        (``route.policy``). The identity headers are kept per (session record, route)
-        as for any route; the verdict too unless the policy reads the request (method,
-        path, address, certificate, clock), when it is made again for each request."""
+        """``_decide``: the route's ``policy`` rules and allow fields, compiled
+        (``route.policy``). The identity headers are kept per (session record, route);
+        the verdict too unless the policy reads the request (method, path, address,
+        certificate, clock), when it is made again for each request. A route with only
+        the allow fields names their codes (``allow_fields``) in the log."""
         key: tuple[str, int, bool] | None = None
         hit: Decided | None = None
         if session is not None and request.method != b"OPTIONS":
@@ -300,20 +282,26 @@ class Decider:
         if verdict.allowed:
             if hit is not None:
                 return self._with_reason(hit.allow, verdict)
-            allow = self._allow(route, session, own_token, decision_reason(verdict))
+            reason = (decision_reason(verdict) if route.policy_document is not None
+                      else allow_fields.allowed_code(verdict))
+            allow = self._allow(route, session, own_token, reason)
             if key is not None and session is not None:
                 self._decisions.put(key, Decided(session, now + DECISION_TTL, allow))
             return allow
         if session is None or not session.user_id or not session.valid(now):
             return self.sign_in.sign_in_answer(request)
+        if route.policy_document is None:
+            return self._denied(request, route, session, allow_fields.refused_codes(
+                route, self.groups_available, refusal), refusal, claimed)
         return self._denied(request, route, session, (decision_reason(verdict),), refusal, claimed,
                             verdict)
 
     def _verdict(self, request: RequestInfo, route: Route, session: Session | None,
                  now: float) -> Verdict:
         """The route's policy on this request, for ``session`` as decisions see it."""
+        cert = self._cert(request) if CLIENT_CERT in route.policy.reads else None
         facts = facts_for(request, session, now, groups_available=self.groups_available,
-                          client_cert=self._cert(request))
+                          client_cert=cert)
         return route.policy.evaluate(facts)
 
     @staticmethod

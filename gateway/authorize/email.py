@@ -96,13 +96,6 @@ def email_refusal(address: str, claims: Mapping[str, tuple[str, ...]],
     return ""
 
 
-def email_domain(address: str) -> str:
-    """The domain of a mailbox, lower-cased; ``""`` when ``address`` is not one."""
-    if not is_mailbox(address):
-        return ""
-    return address.rpartition("@")[2].lower()
-
-
 REFUSAL_TEXT = {
     EMAIL_INVALID: "your provider sent an e-mail address that is not one valid address",
     EMAIL_UNVERIFIED: "your provider has not verified this address",

@@ -5,6 +5,9 @@ The data plane asks an ``Authorizer`` about every request to a route that is not
 (public routes skip the call): the identity layer's (``gateway.authenticate.holder``), or
 a split proxy's remote one (``gateway.rpc.authorize_client``). ``NotYetAuthorizer``, the
 data plane's default where neither is given, answers 401 for every such route.
+
+The gateway's own endpoints (sign-in, sign-out, the account pages) are not decisions: the
+router asks the sign-in web app for them (``SignInApp``), a protocol of its own.
 """
 
 from __future__ import annotations
@@ -74,14 +77,6 @@ class Authorizer(Protocol):
     def authorize(self, request: RequestInfo, route: Route) -> Decision | Deferred[Decision]:
         ...
 
-    def handles(self, host: str, path: str) -> bool:
-        """Whether ``internal`` may answer this request (the gateway's own endpoints)."""
-        ...
-
-    def internal(self, request: RequestInfo, body: bytes = b""
-                 ) -> Decision | Deferred[Decision] | None:
-        ...
-
     def sign_in(self, request: RequestInfo) -> Decision:
         """A redirect that starts sign-in and returns to ``request``'s URL, whatever the
         client accepts (forward auth: the third-party proxy asks for a browser)."""
@@ -95,11 +90,30 @@ class NotYetAuthorizer:
         return Deny(401, b"401 Unauthorized: this route requires sign-in\n",
                     reason="authentication-unavailable")
 
+    def sign_in(self, request: RequestInfo) -> Decision:
+        return self.authorize(request, None)
+
+
+class SignInApp(Protocol):
+    """The gateway's own endpoints (``/.gateway/...`` and the authenticate host), which
+    the router hands their requests before any route: ``gateway.authenticate.endpoints``
+    for the snapshot in force (through the holder)."""
+
+    def handles(self, host: str, path: str) -> bool:
+        """Whether ``internal`` may answer this request."""
+        ...
+
+    def internal(self, request: RequestInfo, body: bytes = b""
+                 ) -> Decision | Deferred[Decision] | None:
+        """The answer, or ``None`` to let the request go on to its route."""
+        ...
+
+
+class NoSignInApp:
+    """No endpoints of the gateway's own (no sign-in configured, or a test's core)."""
+
     def handles(self, host: str, path: str) -> bool:
         return False
 
     def internal(self, request: RequestInfo, body: bytes = b"") -> Decision | None:
         return None
-
-    def sign_in(self, request: RequestInfo) -> Decision:
-        return self.authorize(request, None)

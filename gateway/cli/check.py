@@ -7,8 +7,8 @@ from typing import TextIO
 
 from gateway.config import ConfigErrors, Snapshot, load_snapshot
 from gateway.config.errors import Problem
-from gateway.config.ppl.unsigned import admits_without_sign_in
 from gateway.config.routes import Route
+from gateway.policy.unsigned import admits_without_sign_in
 
 
 def open_without_sign_in(route: Route) -> tuple[str, ...]:

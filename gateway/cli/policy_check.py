@@ -23,9 +23,9 @@ from typing import Any, TextIO
 
 from cryptography import x509
 
+from gateway.authorize.allow_fields import refused_codes
 from gateway.authorize.decide import decision_reason, denial_message
 from gateway.authorize.email import decision_view
-from gateway.authorize.evaluate import evaluate
 from gateway.authorize.hook import RequestInfo
 from gateway.authorize.policy import CLIENT_IP, Verdict, cert_facts, facts_for
 from gateway.cli.policy_inputs import (
@@ -201,17 +201,15 @@ def refusal_sentence(route: Route, verdict: Verdict, request: RequestInfo,
                      session: Session | None, now: float, groups_available: bool,
                      refusal: str, claimed: str) -> str:
     """What the refused person is told: sign in, or ``Decider._denied``'s sentence (a
-    route without ``policy`` is refused by ``evaluate``, whose reasons pick the words)."""
+    route without ``policy`` is refused in its allow fields' codes, which pick the
+    words)."""
     if session is None or not session.user_id or not session.valid(now):
         return SIGN_IN_REQUIRED
     who = session.email or session.user_id
     if route.policy_document is not None:
         return denial_message(who, (decision_reason(verdict),), refusal, claimed, verdict)
-    decision = evaluate(route, request.method, request.headers, session, now,
-                        groups_available, refusal)
-    if decision.status == 401:
-        return SIGN_IN_REQUIRED
-    return denial_message(who, decision.reasons, refusal, claimed)
+    return denial_message(who, refused_codes(route, groups_available, refusal), refusal,
+                          claimed)
 
 
 def _is_address(text: str) -> bool:

@@ -12,9 +12,9 @@ from typing import Any
 from gateway.authorize.email import REFUSAL_TEXT
 from gateway.authorize.policy import CertFacts, Trace, legacy_ppl, legacy_rules
 from gateway.cli.policy_inputs import Target
-from gateway.config.ppl.times import instant_text
 from gateway.config.routes import Route
 from gateway.observability.request_metrics import route_label
+from gateway.policy.times import instant_text
 from gateway.sessions.model import Session
 
 ALLOWED, DENIED = 0, 1

@@ -6,9 +6,12 @@ in a file at once (buildbot's ConfigErrors, synapse's ConfigError with a path).
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+
+from gateway.policy.problems import did_you_mean
+
+__all__ = ["ConfigErrors", "Problem", "Problems", "did_you_mean"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,10 +59,3 @@ class Problems:
     def raise_if_any(self, source: str = "") -> None:
         if self.errors:
             raise ConfigErrors(self.errors, source, self.warnings)
-
-
-def did_you_mean(key: object, known: Iterable[str]) -> str:
-    """``; did you mean 'x'?`` for the closest of ``known``, or nothing. ``key`` may be
-    any YAML key (``1:``, ``null:``), not only a string."""
-    close = difflib.get_close_matches(str(key), list(known), n=1)
-    return f"; did you mean {close[0]!r}?" if close else ""

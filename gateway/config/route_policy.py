@@ -11,8 +11,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from gateway.config.errors import Problems
-from gateway.config.ppl import parse_document
-from gateway.config.ppl.nodes import ALLOW
+from gateway.policy import parse_document
+from gateway.policy.nodes import ALLOW
 
 LEGACY_ALLOW = ("allow_public_unauthenticated_access", "allow_any_authenticated_user",
                 "cors_allow_preflight", "allowed_users", "allowed_domains", "allowed_groups",

@@ -16,7 +16,6 @@ import re2
 
 from gateway.config.errors import Problems, did_you_mean
 from gateway.config.material import Reader
-from gateway.config.ppl import Document, Policy, route_policy
 from gateway.config.route_parts import (
     HeaderRewrite,
     Redirect,
@@ -45,6 +44,7 @@ from gateway.config.upstreams import (
     parse_to,
 )
 from gateway.config.values import parse_bool, parse_duration, parse_list, parse_map, split_url
+from gateway.policy import Document, Policy, route_policy
 
 ROUTE_FIELDS: dict[str, str] = {
     "from": "External URL (https:// or tcp+https://host:port), no path.",

@@ -159,6 +159,12 @@ class Options:
     timeout_read: float = _s(30.0, Kind.DURATION, "Global server read timeout.")
     timeout_write: float = _s(0.0, Kind.DURATION, "Global server write timeout (0: none).")
     timeout_idle: float = _s(300.0, Kind.DURATION, "Global server idle timeout.")
+    shutdown_drain_timeout: float = _s(
+        8.0, Kind.DURATION,
+        "On SIGTERM: how long requests, tunnels and SSH sessions in flight may go on "
+        "(new connections refused) before they are closed; 0: closed at once (beyond "
+        "the reference).", extension=True,
+    )
     grpc_address: str = _s(
         "", Kind.ADDRESS, "Where gRPC is served (:443; :5443 in all-in-one mode)."
     )

@@ -19,10 +19,10 @@ from gateway.config.errors import Problems
 from gateway.config.kvstore_dsn import BadConnectionString, parse_dsn
 from gateway.config.material import Pem, Reader, key_matches_certificate, load_key, load_material
 from gateway.config.otel import problems as otel_problems
-from gateway.config.ppl.nodes import criteria_of
 from gateway.config.routes import Route
 from gateway.config.settings import Options, default_autocert_dir
 from gateway.config.values import decode_base64, decode_secret
+from gateway.policy.nodes import criteria_of
 
 _EPHEMERAL: dict[str, bytes] = {}
 

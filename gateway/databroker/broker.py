@@ -121,7 +121,7 @@ class Databroker(Service):
         Service.startService(self)
         self.follower.start()
         watch = getattr(self.store, "watch", None)
-        if watch is not None:  # a remote store: its change stream says when to sync
+        if watch is not None:  # a remote store's change stream, the memory store's writes
             watch(self.follower.kick)
         if self.directory is not None:
             self.directory.reload()

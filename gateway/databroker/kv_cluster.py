@@ -27,6 +27,7 @@ from twisted.internet.defer import Deferred
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
+from gateway.adapters.txredis import TLSFor, handler_factory
 from gateway.databroker.cluster_slots import (
     SLOTS,
     Address,
@@ -38,7 +39,6 @@ from gateway.databroker.cluster_slots import (
     slot_owners,
 )
 from gateway.databroker.kv_reconnect import keep_reconnecting
-from gateway.databroker.kv_tls import TLSFor
 
 #: Redirects one request follows before it gives up (a slot moving twice is plenty).
 MAX_REDIRECTS = 5
@@ -107,7 +107,7 @@ class ClusterClient:
             self._execute(args, self.clock.seconds() + self.reply_timeout))
 
     def pool_factories(self) -> list[Any]:
-        return [handler._factory for handler in self._pools.values()]
+        return [handler_factory(handler) for handler in self._pools.values()]
 
     def disconnect(self) -> Deferred[None]:
         self._closed = True
@@ -143,7 +143,7 @@ class ClusterClient:
                     return await self._bounded(
                         Deferred.fromCoroutine(self._asking(node, args)), remaining)
                 pool = self._pool(node)
-                wait = remaining if pool._factory.size else min(remaining, CONNECT_WAIT)
+                wait = remaining if handler_factory(pool).size else min(remaining, CONNECT_WAIT)
                 return await self._bounded(pool.execute_command(*args), wait)
             except txredisapi.ResponseError as error:
                 message = str(error)
@@ -188,7 +188,7 @@ class ClusterClient:
 
     async def _asking(self, node: Address, args: Sequence[Arg]) -> Any:
         """``ASKING`` and the command on one connection, so that nothing runs between."""
-        factory = self._pool(node)._factory
+        factory = handler_factory(self._pool(node))
         conn = await factory.getConnection()
         try:
             asked = conn.execute_command("ASKING")
@@ -212,7 +212,7 @@ class ClusterClient:
         if slot is not None and (owner := self._owners[slot]) is not None:
             return owner
         nodes = self._masters or self.seeds
-        live = [n for n in nodes if n in self._pools and self._pools[n]._factory.size]
+        live = [n for n in nodes if n in self._pools and handler_factory(self._pools[n]).size]
         choice = live or nodes
         self._turn += 1
         return choice[self._turn % len(choice)]
@@ -229,9 +229,9 @@ class ClusterClient:
                 ssl_context_factory=self.tls_for(host) if self.tls_for else False,
                 connectTimeout=self.reply_timeout, replyTimeout=self.reply_timeout)
             self._pools[node] = handler
-            keep_reconnecting(handler._factory, f"kvstore cluster: {host}:{port}")
+            keep_reconnecting(handler_factory(handler), f"kvstore cluster: {host}:{port}")
             if self.on_new_pool is not None:
-                self.on_new_pool(handler._factory)
+                self.on_new_pool(handler_factory(handler))
         return handler
 
 
@@ -279,12 +279,13 @@ class ClusterClient:
         refreshing.addBoth(done)
 
     async def _refresh(self) -> None:
-        live = [n for n in self._masters if n in self._pools and self._pools[n]._factory.size]
+        live = [n for n in self._masters
+                if n in self._pools and handler_factory(self._pools[n]).size]
         candidates = list(dict.fromkeys([*live, *self._masters, *self.seeds]))
         problems = []
         for node in candidates:
             pool = self._pool(node)
-            wait = QUERY_WAIT if pool._factory.size else CONNECT_WAIT
+            wait = QUERY_WAIT if handler_factory(pool).size else CONNECT_WAIT
             try:
                 reply = await self._bounded(pool.execute_command("CLUSTER", "SLOTS"), wait)
             except (txredisapi.RedisError, defer.TimeoutError) as error:

@@ -10,10 +10,11 @@ from typing import Any
 import txredisapi
 from twisted.internet.defer import Deferred
 
+from gateway.adapters.txredis import TLSFor, TLSSentinel, handler_factory
 from gateway.config.kvstore_dsn import KVSettings
 from gateway.databroker.kv_cluster import ClusterClient
 from gateway.databroker.kv_reconnect import keep_reconnecting
-from gateway.databroker.kv_tls import TLSFor, TLSSentinel, tls_for_hosts
+from gateway.databroker.kv_tls import tls_for_hosts
 from gateway.observability.metrics import (
     KVSTORE_WAIT_COUNT,
     KVSTORE_WAIT_DURATION_MS,
@@ -53,8 +54,8 @@ def connect(settings: KVSettings, reply_timeout: float, tls_for: TLSFor | None,
             host=host, port=port, dbid=settings.db, poolsize=POOL_SIZE, reconnect=True,
             username=settings.username or None,
             ssl_context_factory=tls(host) if tls else False, **common)
-    keep_reconnecting(redis._factory)
-    _watched(redis._factory, service)
+    keep_reconnecting(handler_factory(redis))
+    _watched(handler_factory(redis), service)
     return redis
 
 

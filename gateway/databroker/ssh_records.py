@@ -14,7 +14,13 @@ import json
 import secrets
 from dataclasses import dataclass
 
-from gateway.databroker.records import SSH_HOST_KEY, SSH_KEY, SSH_SIGN_IN, RecordStore
+from gateway.databroker.records import (
+    SSH_HOST_KEY,
+    SSH_KEY,
+    SSH_SIGN_IN,
+    Record,
+    RecordStore,
+)
 
 SIGN_IN_SECONDS = 300.0
 
@@ -48,12 +54,17 @@ async def read_sign_in(records: RecordStore, ticket: str, now: float
                        ) -> PendingSignIn | None:
     if not ticket or len(ticket) > 64:
         return None
-    record = await records.get(SSH_SIGN_IN, ticket)
+    return sign_in_of(await records.get(SSH_SIGN_IN, ticket), now)
+
+
+def sign_in_of(record: Record | None, now: float) -> PendingSignIn | None:
+    """The pending sign-in an ``ssh.sign_in`` record holds (None: deleted, expired or
+    unreadable), as read or as the change stream brings it."""
     if record is None or record.deleted:
         return None
     try:
         data = json.loads(record.data)
-        pending = PendingSignIn(ticket, str(data["fp"]), str(data["client"]),
+        pending = PendingSignIn(record.id, str(data["fp"]), str(data["client"]),
                                 str(data["route"]), str(data["login"]), float(data["exp"]),
                                 str(data.get("sid", "")))
     except (ValueError, KeyError, TypeError):

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from twisted.internet.task import LoopingCall
 from twisted.logger import Logger
 
-from gateway.authorize.hook import Authorizer, NotYetAuthorizer
+from gateway.authorize.hook import Authorizer, NoSignInApp, NotYetAuthorizer, SignInApp
 from gateway.dataplane.limit import ConnectionLimit, auto_max_connections
 from gateway.dataplane.penalty import Penalties
 from gateway.dataplane.routing.plan import Plan
@@ -37,7 +37,13 @@ def handshake_timeout(timeout_read: float) -> float:
 
 
 class Watched(Protocol):
+    """An open client connection (a codec, or the switch before its first byte)."""
+
+    transport: Any
+
     def check_deadlines(self, now: float) -> None: ...
+
+    def drain(self) -> None: ...  # the gateway is stopping (services.drain)
 
 
 class Checked(Protocol):
@@ -50,18 +56,21 @@ class ProxyCore:
     """What every downstream connection of one listener shares."""
 
     def __init__(self, reactor: Any, plan: Plan, *, tls: bool,
-                 authorizer: Authorizer | None = None, watchdog_interval: float = 0.25) -> None:
+                 authorizer: Authorizer | None = None, sign_in_app: SignInApp | None = None,
+                 watchdog_interval: float = 0.25) -> None:
         self.reactor = reactor
         self.plan = plan
         self.scheme = "https" if tls else "http"
         self.scheme_bytes = self.scheme.encode()
         self.authorizer: Authorizer = authorizer or NotYetAuthorizer()
+        self.sign_in_app: SignInApp = sign_in_app or NoSignInApp()
         self.tracer: Tracer | None = None  # set by the proxy service while tracing is on
         self.pool = Pool(reactor)
         self.connections: set[Watched] = set()
         self.tunnels: set[Checked] = set()
         self.limit = ConnectionLimit(0, [self.connections])
         self.penalties = Penalties()  # addresses whose HTTP/2 connections keep being cut
+        self.draining = False  # the gateway is stopping: /ping answers 503 (services.drain)
         self._watchdog = LoopingCall(self._check_all)
         self._watchdog.clock = reactor
         self._watchdog_interval = watchdog_interval

@@ -12,13 +12,17 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from opentelemetry._logs import LogRecord, SeverityNumber
-from opentelemetry.sdk._logs import ReadableLogRecord
-from opentelemetry.sdk._logs.export import LogRecordExporter, LogRecordExportResult
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
 from gateway import __version__
+from gateway.adapters.otel_logs import (
+    LogRecord,
+    LogRecordExporter,
+    LogRecordExportResult,
+    ReadableLogRecord,
+    SeverityNumber,
+)
 from gateway.observability.bounded_queue import BoundedQueue
 
 Event = tuple[float, dict[str, Any]]  # (time in seconds, the event's fields)

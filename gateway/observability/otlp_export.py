@@ -14,10 +14,10 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from opentelemetry.sdk._logs.export import LogRecordExporter
 from opentelemetry.sdk.metrics.export import MetricExporter
 from opentelemetry.sdk.trace.export import SpanExporter
 
+from gateway.adapters.otel_logs import LogRecordExporter, grpc_log_exporter, http_log_exporter
 from gateway.config.otel import Target
 
 # The exporters report through the standard library's logging, which nothing here
@@ -97,13 +97,5 @@ def metric_exporter(target: Target) -> MetricExporter:
 
 def log_exporter(target: Target) -> LogRecordExporter:
     if target.protocol == "grpc":
-        from opentelemetry.exporter.otlp.proto.grpc._log_exporter import (
-            OTLPLogExporter as GrpcLogs,
-        )
-
-        return GrpcLogs(**_grpc_arguments(target))
-    from opentelemetry.exporter.otlp.proto.http._log_exporter import (
-        OTLPLogExporter as HttpLogs,
-    )
-
-    return HttpLogs(**_http_arguments(target))
+        return grpc_log_exporter(**_grpc_arguments(target))
+    return http_log_exporter(**_http_arguments(target))

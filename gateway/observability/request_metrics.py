@@ -20,8 +20,8 @@ from collections.abc import Iterable, Iterator
 
 from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
-from prometheus_client.utils import floatToGoString
 
+from gateway.adapters.prometheus import float_to_go_string
 from gateway.config.routes import Route
 
 # Milliseconds: a loopback answer takes a fraction of one, a slow upstream tens of seconds.
@@ -175,7 +175,7 @@ def _cumulative(bounds: tuple[str, ...], row: list[float], start: int
 
 def _le(bounds: tuple[float, ...]) -> tuple[str, ...]:
     """``le`` values as prometheus-client's own histograms spell them."""
-    return tuple(str(floatToGoString(b)) for b in bounds)  # type: ignore[no-untyped-call]
+    return tuple(float_to_go_string(b) for b in bounds)
 
 
 _DURATION_LE = _le(DURATION_BUCKETS_MS)

@@ -16,8 +16,6 @@ import shlex
 from dataclasses import dataclass
 from typing import Any
 
-from gateway.config.ppl import REQUEST_FACTS
-from gateway.config.ppl.nodes import criteria_of
 from gateway.config.routes import Route
 from gateway.pages.layout import (
     HTML,
@@ -32,6 +30,8 @@ from gateway.pages.layout import (
     page_headers,
     utc,
 )
+from gateway.policy import REQUEST_FACTS
+from gateway.policy.nodes import criteria_of
 
 # The request facts that make a decision hold for one request only (``Policy.reads``;
 # ``cors`` is left out: it is true for CORS preflights, which nobody opens).

@@ -90,13 +90,6 @@ class RemoteAuthorizer:
         return d.addCallbacks(self._answered, self._failed, (request, key),
                               errbackArgs=(request,))
 
-    def handles(self, host: str, path: str) -> bool:
-        return self.local.handles(host, path)
-
-    def internal(self, request: RequestInfo, body: bytes = b""
-                 ) -> Decision | Deferred[Decision] | None:
-        return self.local.internal(request, body)
-
     def sign_in(self, request: RequestInfo) -> Decision:
         return self.local.sign_in(request)
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from grpc_health.v1._async import HealthServicer
+from grpc_health.v1.health import aio as health_aio
 from twisted.application.service import Service
 from twisted.internet.defer import Deferred
 from twisted.logger import Logger
@@ -94,7 +94,7 @@ class GrpcServerService(Service):
         metrics = ServerMetricsInterceptor(o.service_label)  # first: it sees refusals too
         server = grpc.aio.server(interceptors=[metrics, interceptor], options=server_options(
             o.grpc_server_max_connection_age, o.grpc_server_max_connection_age_grace))
-        health = HealthServicer()
+        health = health_aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(health, server)
         for servicer, add, _name in self.offers:
             add(servicer, server)

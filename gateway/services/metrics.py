@@ -40,6 +40,7 @@ from gateway.observability.request_metrics import REQUESTS
 from gateway.services.base import SnapshotService
 from gateway.tls.pem import add_pem_certs
 from gateway.tls.store import server_context
+from gateway.twisted_ext.listen import raise_at_start
 from gateway.workers.merge import MergedCollector, merge_expositions
 
 log = Logger(namespace="gateway.metrics")
@@ -157,7 +158,7 @@ class MetricsService(SnapshotService):
             count_requests(o)
         listener = StreamServerEndpointService(
             server_endpoint(reactor, snapshot.options.metrics_address), factory)
-        listener._raiseSynchronously = True
+        raise_at_start(listener)
         MultiService.addService(self, listener)
 
     def apply(self, snapshot: Snapshot) -> None:

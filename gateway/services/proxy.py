@@ -10,7 +10,7 @@ from twisted.application.service import MultiService
 from twisted.internet.defer import Deferred
 from twisted.internet.error import CannotListenError
 
-from gateway.authorize.hook import Authorizer
+from gateway.authorize.hook import Authorizer, SignInApp
 from gateway.autocert.challenge import PendingChallenges
 from gateway.autocert.service import AutocertService
 from gateway.config.snapshot import Snapshot
@@ -26,6 +26,7 @@ from gateway.observability.tracing.service import TracingService
 from gateway.services.base import SnapshotService
 from gateway.tls.server import ServerTLS
 from gateway.tls.store import CertificateStore, build_store
+from gateway.twisted_ext.listen import raise_at_start
 
 if TYPE_CHECKING:
     from gateway.observability.tracing.tracer import Tracer
@@ -38,7 +39,7 @@ class ProxyService(SnapshotService):
     label = "proxy"
 
     def __init__(self, source: ConfigSource, reactor: Any,
-                 authorizer: Authorizer | None = None,
+                 authorizer: Authorizer | None = None, sign_in_app: SignInApp | None = None,
                  inherited: Mapping[str, int] | None = None) -> None:
         """``inherited``: listening descriptors by address (a worker's, bound by its
         supervisor), adopted instead of binding."""
@@ -57,6 +58,7 @@ class ProxyService(SnapshotService):
         self.tls: ServerTLS | None = None
         self.health = HealthManager(reactor)
         self.challenges: PendingChallenges | None = None
+        self.listeners: list[StreamServerEndpointService] = []  # stopped first by a drain
         self.autocert: AutocertService | None = None
         if options.autocert and not options.insecure_server:
             self.challenges = PendingChallenges()
@@ -70,7 +72,7 @@ class ProxyService(SnapshotService):
                 return
             self.tls = ServerTLS(store)
         self.core = ProxyCore(reactor, build_plan(snapshot), tls=self.tls is not None,
-                              authorizer=authorizer)
+                              authorizer=authorizer, sign_in_app=sign_in_app)
         self.tracing = TracingService(reactor, options, self._tracer_changed)
         MultiService.addService(self, self.tracing)
         factory = listener_factory(
@@ -80,8 +82,9 @@ class ProxyService(SnapshotService):
         listener = StreamServerEndpointService(endpoint(self.address), factory)
         listener.name = "listener"
         # A port that cannot be bound must stop the daemon at start-up, not be logged.
-        listener._raiseSynchronously = True
+        raise_at_start(listener)
         MultiService.addService(self, listener)
+        self.listeners.append(listener)
         if options.http_redirect_addr:
             self.redirect_address = options.http_redirect_addr
             core = self.core
@@ -93,8 +96,9 @@ class ProxyService(SnapshotService):
                 LimitedFactory(redirects, core.limit, reactor),
             )
             redirect.name = "http-redirect"
-            redirect._raiseSynchronously = True
+            raise_at_start(redirect)
             MultiService.addService(self, redirect)
+            self.listeners.append(redirect)
 
     def apply(self, snapshot: Snapshot) -> None:
         if snapshot.options.address != self.address:
@@ -147,3 +151,33 @@ class ProxyService(SnapshotService):
     def stopService(self) -> Deferred[None] | None:
         self.health.stop()
         return SnapshotService.stopService(self)
+
+    # -- the gateway's stop (``services.drain``)
+
+    def drain_begin(self) -> None:
+        """Stop accepting on every listener (the HTTP one and the redirect listener; a
+        redirect connection open now ends with its answer), say not-ready on ``/ping``,
+        and ask each connection to wind down."""
+        for listener in self.listeners:
+            listener.stopService()  # (again at the service's stop: then a no-op)
+        if self.core is not None:
+            self.core.draining = True
+        self.drain_poll()
+
+    def drain_poll(self) -> int:
+        if self.core is None:
+            return 0
+        for conn in list(self.core.connections):
+            conn.drain()
+        return len(self.core.connections)
+
+    def drain_cut(self, reason: str) -> int:
+        """Close whatever is still open (tunnels, websockets, responses still going)."""
+        if self.core is None:
+            return 0
+        left = list(self.core.connections)
+        for conn in left:
+            if conn.transport is not None:
+                conn.transport.abortConnection()
+        self.core.connections.clear()
+        return len(left)

@@ -88,6 +88,12 @@ class ReadyService(Service):
         log.info("gateway ready: services={services} pid={pid}", services=self.services,
                  pid=os.getpid(), systemd=notified)
 
+    def stopping(self) -> None:
+        """The stop begins (a drain first, ``services.drain``): no longer ready."""
+        if self.ready and self.announce is None:
+            notify_systemd(b"STOPPING=1\nSTATUS=draining")
+        self.ready = False
+
     def stopService(self) -> None:
         if self.ready and self.announce is None:
             notify_systemd(b"STOPPING=1")

@@ -6,14 +6,14 @@ compression (a decompression bomb before authentication is not worth the bytes).
 
 from __future__ import annotations
 
-from twisted.conch.ssh import _kex
+from gateway.twisted_ext.conch_kex import supported_key_exchanges
 
 CIPHERS = [b"aes256-ctr", b"aes192-ctr", b"aes128-ctr"]
 MACS = [b"hmac-sha2-512", b"hmac-sha2-256"]
 _KEX_PREFERENCE = [b"mlkem768x25519-sha256", b"curve25519-sha256",
                    b"curve25519-sha256@libssh.org", b"ecdh-sha2-nistp256",
                    b"ecdh-sha2-nistp384", b"ecdh-sha2-nistp521"]
-KEY_EXCHANGES = [k for k in _KEX_PREFERENCE if k in _kex.getSupportedKeyExchanges()]
+KEY_EXCHANGES = [k for k in _KEX_PREFERENCE if k in supported_key_exchanges()]
 COMPRESSIONS = [b"none"]
 # signature algorithms of user keys (publickey auth) and of server host keys
 SIGNATURES = [b"ssh-ed25519", b"ecdsa-sha2-nistp256", b"ecdsa-sha2-nistp384",

@@ -16,15 +16,20 @@ client's address (``transport``).
 from __future__ import annotations
 
 import struct
+from collections.abc import Coroutine
 from typing import Any, Protocol
 
 from twisted.conch.ssh import keys, service, transport
 from twisted.conch.ssh.common import NS, getNS
 from twisted.internet.defer import Deferred, ensureDeferred
 from twisted.logger import Logger
+from twisted.python.failure import Failure
 
 from gateway.config.ssh import fingerprint
+from gateway.sessions.model import Session
 from gateway.ssh import algorithms, limits
+from gateway.ssh.bridge import BridgeConnection
+from gateway.ssh.jump import JumpConnection
 from gateway.ssh.names import BadUserName, Target, parse_login, parse_user
 from gateway.ssh.sign_ins import TooManySignIns
 from gateway.ssh.transport import GatewayServerTransport, disconnect
@@ -44,10 +49,15 @@ class Refused(Exception):
     """The person may not log in; ``str(self)`` is the line they read."""
 
 
+# the connection service an admitted person gets: relayed to the route's server, or a
+# jump host's
+Admitted = BridgeConnection | JumpConnection
+
+
 class Gate(Protocol):
     """What authenticating asks of the SSH service (``gateway.ssh.service``)."""
 
-    async def bound_session(self, key_fingerprint: str) -> Any:
+    async def bound_session(self, key_fingerprint: str) -> Session | None:
         """The live session the key is bound to, or None."""
         ...
 
@@ -63,12 +73,14 @@ class Gate(Protocol):
         person confirmed it)."""
         ...
 
-    async def wait_sign_in(self, ssh: GatewayServerTransport, ticket: str) -> Any:
-        """The session that confirmed ``ticket``, or None (timed out)."""
+    async def wait_sign_in(self, ssh: GatewayServerTransport, ticket: str
+                           ) -> Session | None:
+        """The session that confirmed ``ticket``, or None (the ticket expired, or the
+        connection ended: ``end_sign_in`` ends the wait)."""
         ...
 
-    async def admit(self, ssh: GatewayServerTransport, target: Target, session: Any,
-                    key_fingerprint: str) -> Any:
+    async def admit(self, ssh: GatewayServerTransport, target: Target, session: Session,
+                    key_fingerprint: str) -> Admitted:
         """Decide and reach the server: the connection service to start, or
         ``Refused``."""
         ...
@@ -215,16 +227,16 @@ class GatewayUserAuth(service.SSHService):
         self.proven = (user, key_fingerprint)
         self._run(self._bound_or_ask(target, key_fingerprint))
 
-    def _run(self, work: Any) -> None:
+    def _run(self, work: Coroutine[Any, Any, None]) -> None:
         self.busy = True
         d: Deferred[None] = ensureDeferred(work)
 
-        def failed(reason: Any) -> None:
+        def failed(reason: Failure) -> None:
             log.failure("ssh: authentication failed unexpectedly", reason)
             disconnect(self.ssh, transport.DISCONNECT_BY_APPLICATION,
                        "the gateway could not complete the login; try again")
 
-        def done(_: Any) -> None:
+        def done(_: object) -> None:
             self.busy = False
 
         d.addErrback(failed).addBoth(done)
@@ -284,13 +296,16 @@ class GatewayUserAuth(service.SSHService):
     async def _wait(self, ticket: str, target: Target, key_fingerprint: str) -> None:
         session = await self.gate.wait_sign_in(self.ssh, ticket)
         self.confirmed = session is not None
+        if self.stopped:  # the connection ended, which ended the wait: nobody to tell
+            return
         if session is None:
             disconnect(self.ssh, transport.DISCONNECT_NO_MORE_AUTH_METHODS_AVAILABLE,
                        "the sign-in was not completed in time; connect again")
             return
         await self._admit(target, session, key_fingerprint)
 
-    async def _admit(self, target: Target, session: Any, key_fingerprint: str) -> None:
+    async def _admit(self, target: Target, session: Session, key_fingerprint: str
+                     ) -> None:
         try:
             connection = await self.gate.admit(self.ssh, target, session, key_fingerprint)
         except Refused as refused:
@@ -299,9 +314,7 @@ class GatewayUserAuth(service.SSHService):
             return
         if self.ssh.lost or getattr(self.ssh.transport, "disconnecting", False):
             # the person left while the server was being reached: nothing to bridge
-            abandon = getattr(connection, "abandon", None)
-            if abandon is not None:
-                abandon()
+            connection.abandon()
             return
         self.ssh.mark_authenticated()
         self._send(MSG_USERAUTH_SUCCESS, b"")

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import struct
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -47,13 +46,13 @@ class Context:
     client: str
     allow_port_forwarding: bool
     recordings: Callable[[str, int, int, str], Recording | None]  # (title, w, h, term)
+    clock: Callable[[], float]  # the service's (recordings' times, durations)
     # an exec or subsystem session without a terminal: the file its command and exit
     # status go to when it ends (None: not recorded)
     exec_records: Callable[[], RecordFile | None] = lambda: None
     # ``ssh_recording_required``: a session starts only once its recording's file is
     # there (a failure later closes the connection: the service's on_failure)
     recording_required: bool = False
-    clock: Callable[[], float] = time.time
     bytes_in: int = 0  # from the person
     bytes_out: int = 0  # to the person
     channels: int = 0

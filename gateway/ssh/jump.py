@@ -113,6 +113,10 @@ class JumpConnection(CheckedConnection):
         self.inner = inner
         self.label = label  # "NAME": what the person typed, for refusals
 
+    def abandon(self) -> None:
+        """The person left before this service started: nothing to close (a jump's
+        inner connections are made only through its channels)."""
+
     def gotGlobalRequest(self, requestType: bytes, data: bytes) -> int:
         return 0
 

@@ -193,3 +193,9 @@ def protocol_error(wire: Any, role: str, why: str, message: str,
     wire.sendPacket(MSG_DISCONNECT, struct.pack(">L", DISCONNECT_PROTOCOL_ERROR)
                     + NS(b"protocol error: " + why.encode()) + NS(b""))
     wire.transport.loseConnection()
+    # no honest client sends what the checks refuse: before authentication, a strike
+    # against its address, as for the server's other rules (a signed-in person is
+    # known by name instead; a server the gateway dials has no strikes)
+    strike = getattr(wire, "strike", None)
+    if strike is not None and not getattr(wire, "authenticated", True):
+        strike("protocol_error")

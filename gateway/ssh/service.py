@@ -15,8 +15,9 @@ import hashlib
 import os
 import secrets
 import time
+from collections.abc import Awaitable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from twisted.application.internet import StreamServerEndpointService, TimerService
 from twisted.application.service import MultiService
@@ -29,22 +30,28 @@ from twisted.logger import Logger
 
 from gateway.authenticate.holder import IdentityHolder
 from gateway.authenticate.ssh_sign_in import SSH_SIGN_IN
+from gateway.authorize.ssh_logins import who
 from gateway.config.routes import Route
 from gateway.config.snapshot import Snapshot
 from gateway.config.source import ConfigSource
-from gateway.config.ssh import SigningKey, fingerprint, load_private_key
+from gateway.config.ssh import (
+    Revocations,
+    SigningKey,
+    SshRoute,
+    fingerprint,
+    load_private_key,
+)
 from gateway.config.values import parse_address
+from gateway.databroker.follower import ChangeFollower
 from gateway.databroker.records import RecordStore
 from gateway.databroker.ssh_records import bound_session_id
 from gateway.dataplane.listeners.shared import AdoptedEndpoint
-from gateway.observability.audit import AUDIT
 from gateway.sessions.model import Session
 from gateway.ssh import limits, pins
 from gateway.ssh.asciicast import Cast
 from gateway.ssh.auth import GatewayUserAuth, Refused
 from gateway.ssh.bridge import BridgeConnection, Context
-from gateway.ssh.certs import issue
-from gateway.ssh.decision import decide_login, default_login, who
+from gateway.ssh.certs import Issued, issue
 from gateway.ssh.jump import JumpConnection
 from gateway.ssh.metrics import BYTES, CONNECTIONS, OPEN
 from gateway.ssh.names import Target
@@ -53,11 +60,13 @@ from gateway.ssh.sign_ins import SignInDesk
 from gateway.ssh.transport import GatewayFactory, GatewayServerTransport, disconnect
 from gateway.ssh.upstream import (
     HostKeyCheck,
+    UpstreamConnection,
     UpstreamFailed,
     connect,
     host_key_algorithms,
     trusted_blobs,
 )
+from gateway.twisted_ext.listen import raise_at_start
 
 log = Logger(namespace="gateway.ssh")
 
@@ -78,6 +87,44 @@ class Active:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
+@dataclass(frozen=True, slots=True)
+class Admission:
+    """What ``decide`` lets in: the route, its server, the login (the one the policy
+    gives when the user name named none), the person and the decision's reason."""
+
+    route: Route
+    server: SshRoute
+    target: Target
+    person: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class JumpHost:
+    """``decide``'s answer for a user name that names no route: a jump host's outer
+    connection, whose inner connections are each decided for their route."""
+
+    person: str
+
+
+@dataclass(frozen=True, slots=True)
+class Provision:
+    """What reaching the server needs: the certificate, and for a trust-on-first-use
+    route its pin claim (``held``; None for a route that lists its host keys)."""
+
+    issued: Issued
+    held: pins.Claim | None
+
+
+class Dialer(Protocol):
+    """How ``dial`` reaches a server: ``upstream.connect`` (tests give a fake)."""
+
+    def __call__(self, reactor: Any, host: str, port: int, login: str, issued: Issued,
+                 check: HostKeyCheck, host_key_algs: list[bytes], *,
+                 revoked: Revocations | None = None, route: str = ""
+                 ) -> Awaitable[UpstreamConnection]: ...
+
+
 def _host_keys(snapshot: Snapshot) -> list[keys.Key]:
     return [keys.Key(load_private_key(k)) for k in snapshot.ssh_material.host_keys]
 
@@ -89,17 +136,24 @@ def _ca(snapshot: Snapshot) -> SigningKey:
 
 class SshService(MultiService):
     def __init__(self, source: ConfigSource, reactor: Any, holder: IdentityHolder,
-                 records: RecordStore, inherited: int | None = None) -> None:
-        """``inherited``: the listening descriptor a worker's supervisor bound for
+                 records: RecordStore, changes: ChangeFollower,
+                 inherited: int | None = None) -> None:
+        """``reactor`` is also the service's one clock (``_now``: wall time in
+        production, a ``MemoryReactorClock`` in tests); ``changes``: the databroker's
+        change stream, which wakes connections waiting for their sign-in;
+        ``inherited``: the listening descriptor a worker's supervisor bound for
         ``ssh_address`` (adopted instead of binding)."""
         MultiService.__init__(self)
         self.reactor = reactor
+        self.connect: Dialer = connect  # how ``dial`` reaches a server
         self.holder = holder
+        self.authorize = holder.authorize_ssh  # every decision and its audit event
         self.records = records
         self.active: dict[str, Active] = {}
         self.recorder = Recorder(reactor)  # its thread starts with the first recording
         options = source.current.options
-        self.sign_ins = SignInDesk(records, reactor, lambda: holder.identity.auth_origin,
+        self.sign_ins = SignInDesk(records, reactor, changes,
+                                   lambda: holder.identity.auth_origin,
                                    SSH_SIGN_IN, options.ssh_max_pending_sign_ins_per_address,
                                    options.ssh_max_pending_sign_ins)
         self._apply(source.current)
@@ -112,8 +166,9 @@ class SshService(MultiService):
             else TCP6ServerEndpoint(reactor, port, interface=host) if ":" in host
             else TCP4ServerEndpoint(reactor, port, interface=host))
         listener = StreamServerEndpointService(endpoint, self.factory)
-        listener._raiseSynchronously = True
+        raise_at_start(listener)
         MultiService.addService(self, listener)
+        self.listener = listener
         recheck = TimerService(limits.RECHECK_SECONDS, self._recheck_all)
         recheck.clock = reactor
         MultiService.addService(self, recheck)
@@ -149,10 +204,27 @@ class SshService(MultiService):
                 active.bridge.close_recordings()
         return stopped.addCallback(lambda _: self.recorder.stop())
 
+    # -- the gateway's stop (``services.drain``): sessions are long-lived by nature,
+    # kept until shutdown_drain_timeout, then closed with a message saying why
+
+    def drain_begin(self) -> None:
+        self.listener.stopService()  # (again at the service's stop: then a no-op)
+
+    def drain_poll(self) -> int:
+        return len(self.active)
+
+    def drain_cut(self, reason: str) -> int:
+        left = list(self.active)
+        for connection_id in left:
+            self._close(connection_id, reason)
+        return len(left)
+
     def _userauth(self, ssh: GatewayServerTransport) -> GatewayUserAuth:
         return GatewayUserAuth(ssh, self)
 
     def _now(self) -> float:
+        """Every time the service reads: sessions' and certificates' validity, the
+        audit's and the logs' times, recordings' days and clocks."""
         return float(self.reactor.seconds())
 
     # -- the Gate
@@ -162,12 +234,12 @@ class SshService(MultiService):
         session = store.get(sid)
         if session is None and store.needs_fetch:
             session = await store.fetch(sid)
-        if session is None or not session.valid(time.time()):
+        if session is None or not session.valid(self._now()):
             return None
         return session
 
     async def bound_session(self, key_fingerprint: str) -> Session | None:
-        sid = await bound_session_id(self.records, key_fingerprint, time.time())
+        sid = await bound_session_id(self.records, key_fingerprint, self._now())
         return await self._session(sid) if sid else None
 
     async def start_sign_in(self, ssh: GatewayServerTransport, target: Target,
@@ -177,7 +249,7 @@ class SshService(MultiService):
 
     def end_sign_in(self, ssh: GatewayServerTransport, ticket: str, confirmed: bool
                     ) -> None:
-        self.sign_ins.end(ticket, confirmed)
+        self.sign_ins.end(ssh, ticket, confirmed)
 
     async def wait_sign_in(self, ssh: GatewayServerTransport, ticket: str
                            ) -> Session | None:
@@ -186,75 +258,110 @@ class SshService(MultiService):
 
     async def admit(self, ssh: GatewayServerTransport, target: Target, session: Session,
                     key_fingerprint: str) -> BridgeConnection | JumpConnection:
-        decider = self.holder.identity.decider
-        view, _ = decider.decision_session(session)
+        """decide → provision (certificate, pin) → dial → register; a refusal at any
+        step is logged there and raised as ``Refused``."""
+        decided = self.decide(ssh, target, session)
+        if isinstance(decided, JumpHost):
+            return self._jump(ssh, target, session, decided.person)
+        provision = await self.provision(decided, session)
+        upstream = await self.dial(ssh, decided, provision)
+        return self.register(ssh, decided, session, provision, upstream, key_fingerprint)
+
+    def decide(self, ssh: GatewayServerTransport, target: Target, session: Session
+               ) -> Admission | JumpHost:
+        """The route's decision (audited) and the recording rule, for a login (the one
+        the policy gives when the user name names none); a user name that names no route
+        is a jump host."""
+        view = self.authorize.view(session)
         person = who(view) or who(session)
         route = self.routes.get(target.route)
         if route is None and not target.login and not ssh.jump_route:
-            return self._jump(ssh, target, session, person)
+            return JumpHost(person)
         if route is None or route.ssh is None:
             self._log_refusal(ssh, target, person, "no-such-route")
             raise Refused(f"signed in as {person}; there is no SSH route {target.route}")
+        now = self._now()
         if not target.login:
-            login, how = default_login(route, target.route, view, ssh.client_ip,
-                                       time.time(),
-                                       groups_available=decider.groups_available)
+            login, how = self.authorize.default_login(route, target.route, view,
+                                                      ssh.client_ip, now)
             if not login:
                 self._log_refusal(ssh, target, person, "no-login")
                 raise Refused(how)
             target = Target(login, target.route)  # the one login the policy gives them
-        decision = decide_login(route, target.route, target.login, view, ssh.client_ip,
-                                time.time(), groups_available=decider.groups_available)
-        self._audit(route, target, view, ssh.client_ip, "ssh", decision.allowed,
-                    decision.reason)
+        decision = self.authorize.login(route, target.route, target.login, view,
+                                        ssh.client_ip, now)
         if not decision.allowed:
             self._log_refusal(ssh, target, person, decision.reason)
             raise Refused(decision.message)
-        ssh_route = route.ssh
-        if ssh_route.recording_required and not self._records(route):
+        if route.ssh.recording_required and not self._records(route):
             self._log_refusal(ssh, target, person, "recording-unavailable")
             raise Refused(f"signed in as {person}; route {target.route} requires a "
                           "recording and the gateway records none (ssh_recording_dir, "
                           "ssh_recording)")
-        key_id = f"{person} session:{hashlib.sha256(session.id.encode()).hexdigest()[:16]}"
-        issued = issue(self.ca, target.login, key_id, ssh_route.certificate_ttl, time.time(),
-                       port_forwarding=ssh_route.allow_port_forwarding)
-        held = None if ssh_route.host_keys else await pins.claim(
-            self.records, ssh_route.name, secrets.token_hex(8),
+        return Admission(route, route.ssh, target, person, decision.reason)
+
+    async def provision(self, admission: Admission, session: Session) -> Provision:
+        """The certificate for the login (valid from the service's clock), and for a
+        trust-on-first-use route the pin to compare with or the right to pin."""
+        server = admission.server
+        key_id = f"{admission.person} session:" \
+                 f"{hashlib.sha256(session.id.encode()).hexdigest()[:16]}"
+        issued = issue(self.ca, admission.target.login, key_id, server.certificate_ttl,
+                       self._now(), port_forwarding=server.allow_port_forwarding)
+        held = None if server.host_keys else await pins.claim(
+            self.records, server.name, secrets.token_hex(8),
             lambda seconds: deferLater(self.reactor, seconds))
+        return Provision(issued, held)
+
+    async def dial(self, ssh: GatewayServerTransport, admission: Admission,
+                   provision: Provision) -> UpstreamConnection:
+        """The server, logged in with the certificate; a server that cannot be reached
+        or refuses is ``Refused`` (and a right to pin it never used is given back)."""
+        server = admission.server
         try:
-            upstream = await connect(self.reactor, ssh_route.host, ssh_route.port,
-                                     target.login, issued, self._host_key_check(route, held),
-                                     host_key_algorithms(ssh_route.host_keys),
-                                     revoked=ssh_route.revoked, route=ssh_route.name)
+            return await self.connect(
+                self.reactor, server.host, server.port, admission.target.login,
+                provision.issued, self._host_key_check(admission.route, provision.held),
+                host_key_algorithms(server.host_keys), revoked=server.revoked,
+                route=server.name)
         except UpstreamFailed as failed:
+            held = provision.held
             if held is not None and held.may_pin:  # (never met a key)
                 ensureDeferred(pins.give_up(self.records, held))
-            self._log_refusal(ssh, target, person, f"upstream: {failed}")
-            raise Refused(f"signed in as {person}; route {target.route}: {failed}") from None
+            self._log_refusal(ssh, admission.target, admission.person,
+                              f"upstream: {failed}")
+            raise Refused(f"signed in as {admission.person}; route "
+                          f"{admission.target.route}: {failed}") from None
+
+    def register(self, ssh: GatewayServerTransport, admission: Admission, session: Session,
+                 provision: Provision, upstream: UpstreamConnection, key_fingerprint: str
+                 ) -> BridgeConnection:
+        """The bridge between the person and the server, among the open connections
+        (decided again every ``RECHECK_SECONDS``), ended with either side."""
+        route, server, target = admission.route, admission.server, admission.target
         connection_id = secrets.token_hex(8)
         ctx = Context(connection_id=connection_id, route=target.route, login=target.login,
-                      user=person, client=ssh.client_ip,
-                      allow_port_forwarding=ssh_route.allow_port_forwarding,
+                      user=admission.person, client=ssh.client_ip,
+                      allow_port_forwarding=server.allow_port_forwarding,
                       recordings=lambda title, w, h, term: self._recording(
                           route, connection_id, ctx, title, w, h, term),
                       exec_records=lambda: self._record_file(
                           route, connection_id, ctx, ".exec.json", whole=True),
-                      recording_required=ssh_route.recording_required)
+                      recording_required=server.recording_required, clock=self._now)
         bridge = BridgeConnection(upstream, ctx)
-        active = Active(ssh, bridge, session.id, target, time.time(), issued.serial,
-                        decision.reason)
-        self.active[connection_id] = active
+        serial = provision.issued.serial
+        self.active[connection_id] = Active(ssh, bridge, session.id, target, self._now(),
+                                            serial, admission.reason)
         CONNECTIONS.labels("allowed").inc()
         OPEN.inc()
         ssh.on_lost = lambda: self._ended(connection_id)
         if ssh.lost:  # gone while the server was being reached
             self._ended(connection_id)
         upstream.lost = lambda: self._close(connection_id, "the server closed the connection")
-        log.info("ssh: {user} logged in as {login} on route {route}", user=person,
+        log.info("ssh: {user} logged in as {login} on route {route}", user=admission.person,
                  login=target.login, route=target.route, client=ssh.client_ip,
-                 decision="allowed", reason=decision.reason, connection=connection_id,
-                 certificate_serial=issued.serial, key=key_fingerprint)
+                 decision="allowed", reason=admission.reason, connection=connection_id,
+                 certificate_serial=serial, key=key_fingerprint)
         return bridge
 
     def _jump(self, ssh: GatewayServerTransport, target: Target, session: Session,
@@ -271,24 +378,13 @@ class SshService(MultiService):
             built.jump_route = route
             return built
 
-        self.active[connection_id] = Active(ssh, None, session.id, target, time.time(), 0,
+        self.active[connection_id] = Active(ssh, None, session.id, target, self._now(), 0,
                                             "jump")
         OPEN.inc()
         ssh.on_lost = lambda: self._ended(connection_id)
         log.info("ssh: {user} connected as a jump host", user=person, client=ssh.client_ip,
                  connection=connection_id, decision="allowed", reason="jump")
         return JumpConnection(lambda: set(self.routes), inner, target.route)
-
-    @staticmethod
-    def _audit(route: Route, target: Target, view: Session, client: str, via: str,
-               allowed: bool, reason: str, connection_id: str = "") -> None:
-        """The decision in the audit stream (``audit_log``, ``audit_log_file``, OTLP),
-        like the data plane's: ``via`` ssh (a login) or recheck (an open connection
-        closed), ``ssh_user`` the login."""
-        if AUDIT.enabled:
-            AUDIT.decision(time.time(), connection_id, "", target.route, route.from_url,
-                           view.user_id, view.email, client, "", "", "", via, "key",
-                           allowed, 0, reason, ssh_user=target.login)
 
     def _log_refusal(self, ssh: GatewayServerTransport, target: Target, person: str,
                      reason: str) -> None:
@@ -353,7 +449,7 @@ class SshService(MultiService):
         directory = self.snapshot.options.ssh_recording_dir
         if not self._records(route):
             return ""
-        day = time.strftime("%Y-%m-%d", time.gmtime(time.time()))
+        day = time.strftime("%Y-%m-%d", time.gmtime(self._now()))
         return os.path.join(directory, day,
                             f"{connection_id}-{len(ctx.recording_files)}{suffix}")
 
@@ -371,7 +467,7 @@ class SshService(MultiService):
         if file is None:
             return None
         assert route.ssh is not None
-        return Recording(file, Cast(width, height, term, time.time(), title,
+        return Recording(file, Cast(width, height, term, self._now(), title,
                                     route.ssh.record_input))
 
     def _recording_failed(self, route: Route, connection_id: str, reason: str) -> None:
@@ -401,7 +497,7 @@ class SshService(MultiService):
         if active.bridge is None:
             log.info("ssh: jump connection of {user} ended", connection=connection_id,
                      client=active.ssh.client_ip, reason=active.reason,
-                     duration=round(time.time() - active.started, 3),
+                     duration=round(self._now() - active.started, 3),
                      ended=active.ended or "closed")
             return
         ctx = active.bridge.ctx
@@ -412,7 +508,7 @@ class SshService(MultiService):
                  connection=connection_id, decision="allowed", reason=active.reason,
                  certificate_serial=active.serial, bytes_in=ctx.bytes_in,
                  bytes_out=ctx.bytes_out, channels=ctx.channels,
-                 duration=round(time.time() - active.started, 3),
+                 duration=round(self._now() - active.started, 3),
                  recordings=ctx.recording_files, recording_errors=ctx.recording_errors,
                  ended=active.ended or "closed")
 
@@ -446,7 +542,7 @@ class SshService(MultiService):
         session = store.get(active.session_id)
         if session is None and store.needs_fetch:
             session = await store.fetch(active.session_id)
-        now = time.time()
+        now = self._now()
         if session is None:
             self._close(connection_id, "your session has ended (signed out or revoked)")
             return
@@ -466,15 +562,11 @@ class SshService(MultiService):
         if route is None:
             self._close(connection_id, f"route {active.target.route} was removed")
             return
-        decider = identity.decider
-        view, _ = decider.decision_session(session)
-        decision = decide_login(route, active.target.route, active.target.login, view,
-                                active.ssh.client_ip, now,
-                                groups_available=decider.groups_available)
+        decision = self.authorize.recheck(route, active.target.route, active.target.login,
+                                          session, active.ssh.client_ip, now, connection_id)
         if not decision.allowed:
-            self._audit(route, active.target, view, active.ssh.client_ip, "recheck", False,
-                        decision.reason, connection_id)
             log.info("ssh: {user} no longer allowed as {login} on route {route}: {reason}",
-                     user=who(view), login=active.target.login, route=active.target.route,
+                     user=who(self.authorize.view(session)), login=active.target.login,
+                     route=active.target.route,
                      reason=decision.reason, connection=connection_id)
             self._close(connection_id, decision.message)

@@ -20,7 +20,8 @@ process that serves the connection:
 The counts are this process's own (with ``workers`` > 1, or several gateways on one
 Redis, each has its share): a shared count would cost the databroker a write and a read
 per sign-in, and the unauthenticated connections are bounded per process too. Plain
-bookkeeping besides the records; the clock is the reactor's.
+bookkeeping besides the records; the clock is the reactor's. A connection waits for its
+confirmation through the change stream (``sign_in_waits``).
 """
 
 from __future__ import annotations
@@ -30,17 +31,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from twisted.internet.task import deferLater
 from twisted.logger import Logger
 
+from gateway.databroker.follower import ChangeFollower
 from gateway.databroker.records import RecordStore
-from gateway.databroker.ssh_records import SIGN_IN_SECONDS, read_sign_in, start_sign_in
+from gateway.databroker.ssh_records import SIGN_IN_SECONDS, start_sign_in
 from gateway.dataplane.penalty import client_key
-from gateway.ssh import limits
 from gateway.ssh.metrics import PENDING_SIGN_INS, SIGN_INS_REFUSED
+from gateway.ssh.sign_in_waits import SignInWaits
 
 log = Logger(namespace="gateway.ssh")
-POLL_SECONDS = 0.5  # how often a pending sign-in is looked at
 REUSE_LEFT = 60.0  # a ticket with less time left than this is not shown again
 
 
@@ -137,17 +137,19 @@ class PendingSignIns:
 
 class SignInDesk:
     """The sign-in part of the SSH ``Gate``: starts (or shows again) a pending sign-in,
-    waits for its confirmation, and releases it once its person is let in.
-    ``origin()`` is the authenticate service's origin (the sign-in page's), read at each
-    start so that a reload takes effect."""
+    waits for its confirmation (``changes``: the databroker's change stream), and
+    releases it once its person is let in. ``origin()`` is the authenticate service's
+    origin (the sign-in page's), read at each start so that a reload takes effect."""
 
-    def __init__(self, records: RecordStore, reactor: Any, origin: Callable[[], str],
-                 page: str, per_address: int, total: int) -> None:
+    def __init__(self, records: RecordStore, reactor: Any, changes: ChangeFollower,
+                 origin: Callable[[], str], page: str, per_address: int, total: int
+                 ) -> None:
         self.records = records
         self.reactor = reactor
         self.origin = origin
         self.page = page
         self.pending = PendingSignIns(per_address, total)
+        self.waits = SignInWaits(records, reactor, changes)
 
     def configure(self, per_address: int, total: int) -> None:
         """A reload's bounds: for new sign-ins (pending ones are not ended)."""
@@ -190,26 +192,18 @@ class SignInDesk:
                  fingerprint=key_fingerprint, client=client)
         return url, record.ticket
 
-    async def wait(self, ssh: Any, ticket: str) -> str:
-        """The session id that confirmed ``ticket`` ("": the connection is gone, or the
-        ticket expired: ``SIGN_IN_SECONDS`` after it started, however often it was
-        shown)."""
-        for _ in range(int(limits.SIGN_IN_WAIT / POLL_SECONDS) + 1):
-            await deferLater(self.reactor, POLL_SECONDS)
-            wire: Any = ssh.transport
-            if wire is None or getattr(wire, "disconnected", False):
-                return ""
-            pending = await read_sign_in(self.records, ticket, self.reactor.seconds())
-            if pending is None:
-                return ""
-            if pending.session_id:
-                return pending.session_id
-        return ""
+    async def wait(self, connection: object, ticket: str) -> str:
+        """The session id that confirmed ``ticket`` ("": the connection ended its wait,
+        ``end``, or the ticket expired: ``SIGN_IN_SECONDS`` after it started, however
+        often it was shown)."""
+        return await self.waits.wait(ticket, connection)
 
-    def end(self, ticket: str, confirmed: bool) -> None:
-        """A connection waiting on ``ticket`` is done with it. A confirmed ticket is no
-        longer pending (its record lives out its 5 minutes, so that the page can be
-        reloaded); an unconfirmed one stays pending until it expires: its person may
-        still confirm it, and the same key connecting again is shown it."""
+    def end(self, connection: object, ticket: str, confirmed: bool) -> None:
+        """``connection`` is done with ``ticket`` (it ended, or was let in): its wait, if
+        any, ends. A confirmed ticket is no longer pending (its record lives out its 5
+        minutes, so that the page can be reloaded); an unconfirmed one stays pending
+        until it expires: its person may still confirm it, and the same key connecting
+        again is shown it."""
+        self.waits.stop(ticket, connection)
         if confirmed:
             self.pending.release(ticket)

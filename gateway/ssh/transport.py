@@ -10,7 +10,8 @@ as for HTTP/2 (``gateway.dataplane.penalty``, whose bookkeeping this reuses in a
 breaks is a strike against the client's address: too many failed attempts (every
 unanswered keyboard-interactive ask is one), too many keys offered, too many pending
 sign-ins from its address, too much data before authentication, a malformed or
-out-of-turn authentication message. Three within 30 s and the address's new
+out-of-turn authentication message, any message the checks of ``message_checks``
+refuse (a protocol error). Three within 30 s and the address's new
 connections are held unread for a while and closed (``tarpit``) for 10 s, doubling
 while it goes on. No strike for the login grace running out or a sign-in not
 completed (a person at a browser, a slow network: ``timeout_read`` is none for HTTP/2

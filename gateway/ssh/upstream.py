@@ -15,11 +15,10 @@ the CA that signed it among the route's CAs: the route's entries
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from typing import Any
 
-from twisted.conch.ssh import _kex, connection, keys, service, transport
+from twisted.conch.ssh import connection, keys, service, transport
 from twisted.conch.ssh.common import NS
 from twisted.internet.defer import Deferred, fail, succeed
 from twisted.internet.endpoints import TCP4ClientEndpoint, TCP6ClientEndpoint
@@ -39,6 +38,7 @@ from gateway.ssh.host_cert import (
 )
 from gateway.ssh.message_checks import CheckedConnection, CheckedTransport
 from gateway.ssh.transport import refuse_channel
+from gateway.twisted_ext.conch_kex import is_elliptic_curve
 from gateway.twisted_ext.ssh_hostcert import CertifiedHostKeyClient
 
 log = Logger(namespace="gateway.ssh")
@@ -51,7 +51,7 @@ CONNECT_TIMEOUT = 10.0
 HostKeyCheck = Callable[[bytes, bool], bool]
 # Conch's client does ECDH only (not the ML-KEM hybrids the server offers), and a host
 # certificate's key exchange is handled for ECDH only (``twisted_ext.ssh_hostcert``)
-CLIENT_KEY_EXCHANGES = [k for k in algorithms.KEY_EXCHANGES if _kex.isEllipticCurve(k)]
+CLIENT_KEY_EXCHANGES = [k for k in algorithms.KEY_EXCHANGES if is_elliptic_curve(k)]
 CERTIFICATE_HOST_KEYS = list(CERTIFICATE_ALGORITHMS)
 # What a server whose host key (or certificate) the gateway refuses is told: nothing of
 # why (Conch's client would send its internal error's text); the why is in the log.
@@ -147,8 +147,9 @@ class UpstreamTransport(CheckedTransport, CertifiedHostKeyClient):
 
     def __init__(self, check: HostKeyCheck, host_key_algorithms: list[bytes],
                  auth: CertificateAuth, ready: Deferred[UpstreamConnection],
-                 host: str = "", now: Callable[[], float] = time.time,
+                 host: str, now: Callable[[], float],
                  revoked: Revocations | None = None, route: str = "") -> None:
+        """``now``: the reactor's clock (a host certificate's validity)."""
         self.check = check
         self.revoked = revoked or Revocations()  # refused whatever else trusts them
         self.route = route  # (for the log)

@@ -14,11 +14,11 @@ from typing import Any
 
 from cryptography import x509
 from OpenSSL import SSL
-from twisted.internet._sslverify import ClientTLSOptions
 from twisted.internet.interfaces import IOpenSSLClientConnectionCreator
 from zope.interface import implementer
 
 from gateway.tls.pem import add_pem_certs, use_chain
+from gateway.twisted_ext.client_tls import ClientTLSOptions
 
 
 @dataclass(frozen=True, slots=True)

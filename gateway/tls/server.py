@@ -17,6 +17,7 @@ from twisted.internet.interfaces import IOpenSSLServerConnectionCreator
 from zope.interface import implementer
 
 from gateway.tls.store import CertificateStore, ServerCertificate
+from gateway.twisted_ext.tlsio import tls_connection
 
 
 @implementer(IOpenSSLServerConnectionCreator)
@@ -67,7 +68,7 @@ def connection_tls(transport: Any) -> tuple[str, ServerCertificate | None, Any]:
 def peer_chain(transport: Any) -> list[x509.Certificate]:
     """The client's certificate chain (leaf first), empty when it sent none."""
     for candidate in (transport, getattr(transport, "transport", None)):
-        connection = getattr(candidate, "_tlsConnection", None)
+        connection = tls_connection(candidate)
         if connection is not None:
             leaf = connection.get_peer_certificate(as_cryptography=True)
             if leaf is None:

@@ -14,6 +14,11 @@ from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IStreamClientEndpoint
 from twisted.internet.protocol import Factory, Protocol
 
+# read with getattr: the canary test is what notices a rename
+RELIES_ON_INSTANCE = (
+    ("twisted.internet.endpoints", "_WrappingProtocol", ("_wrappedProtocol",)),
+)
+
 
 class _OneProtocol(Factory):
     """A factory handing out one protocol already built."""

@@ -23,6 +23,13 @@ from typing import Any
 from twisted.internet.epollreactor import EPollReactor
 from twisted.python import log
 
+RELIES_ON = (
+    ("twisted.internet.epollreactor", "EPollReactor", ("_doReadOrWrite", "doPoll")),
+)
+RELIES_ON_INSTANCE = (
+    ("twisted.internet.epollreactor", "EPollReactor", ("_poller", "_selectables")),
+)
+
 
 def _do_poll(self: Any, timeout: float | None) -> None:
     """``EPollReactor.doPoll``, dispatching without ``log.callWithLogger``."""

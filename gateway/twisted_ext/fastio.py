@@ -6,6 +6,9 @@ byte leaves. When the transport's buffers are empty this sends at once (like asy
 transports do) and hands only an unsent remainder to ``write``. It relies on
 ``twisted.internet.abstract.FileDescriptor``'s buffer attributes and falls back to the
 ordinary ``write`` for anything else (TLS, PROXY-protocol wrappers, closing transports).
+The same buffer attributes tell the splice pipe that nothing is queued before it
+(``nothing_queued``), and the HTTP/1.1 codec pauses a response's producer the way a
+write past the limit would (``maybe_pause_producer``).
 """
 
 from __future__ import annotations
@@ -13,6 +16,14 @@ from __future__ import annotations
 from typing import Any
 
 from twisted.internet import tcp
+
+RELIES_ON_INSTANCE = (
+    ("twisted.internet.abstract", "FileDescriptor",
+     ("_tempDataBuffer", "dataBuffer", "offset", "_writeDisconnected")),
+)
+RELIES_ON = (
+    ("twisted.internet.tcp", "Connection", ("_maybePauseProducer",)),
+)
 
 _PLAIN = (tcp.Server, tcp.Client)
 
@@ -39,3 +50,17 @@ def write_now(transport: Any, data: bytes) -> None:
         return
     if sent < len(data):
         transport.write(data[sent:])
+
+
+def nothing_queued(transport: Any) -> bool:
+    """Whether a plain TCP transport's write buffers (both of them) are empty."""
+    return not transport.dataBuffer and not transport._tempDataBuffer
+
+
+def maybe_pause_producer(transport: Any) -> None:
+    """Pause ``transport``'s streaming producer now if its send buffer is already past
+    the limit, as Twisted does on the write that passes it; nothing on a transport
+    without that check (``FileDescriptor._maybePauseProducer``)."""
+    maybe_pause = getattr(transport, "_maybePauseProducer", None)
+    if maybe_pause is not None:
+        maybe_pause()

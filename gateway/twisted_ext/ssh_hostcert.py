@@ -11,11 +11,9 @@ exchange's signature must be that key's (of the plain algorithm: OpenSSH signs w
 ``ssh-ed25519``, ``rsa-sha2-512``... under a certificate). The exchange hash covers
 the certificate blob as sent. Any other algorithm goes to Conch unchanged.
 
-Private names relied on (``tests/unit/test_twisted_canary.py``):
-``SSHClientTransport._generateECSharedSecret``, ``_encodeECPublicKey``, ``_keySetup``,
-the ``ecPriv``/``ecPub`` it keeps, the base's ``ourKexInitPayload`` and
-``otherKexInitPayload``, and ``twisted.conch.ssh._kex``'s ``getHashProcessor`` and
-``isEllipticCurve``.
+Private names relied on: ``RELIES_ON`` (checked by ``tests/unit/test_twisted_canary.py``).
+The public-looking attributes it reads (``ecPriv``/``ecPub``, the key exchange
+payloads) are set by Conch's methods, not documented: the canary looks for them too.
 """
 
 from __future__ import annotations
@@ -25,6 +23,19 @@ from typing import Any
 from twisted.conch.ssh import _kex, keys, transport
 from twisted.conch.ssh.common import NS, getNS
 from twisted.internet.defer import Deferred
+
+RELIES_ON = (
+    ("twisted.conch.ssh.transport", "SSHClientTransport",
+     ("ssh_KEX_DH_GEX_GROUP", "_generateECSharedSecret", "_encodeECPublicKey",
+      "_keySetup")),
+    ("twisted.conch.ssh._kex", "", ("getHashProcessor", "isEllipticCurve")),
+)
+RELIES_ON_INSTANCE = (
+    ("twisted.conch.ssh.transport", "SSHClientTransport", ("ecPriv", "ecPub")),
+    ("twisted.conch.ssh.transport", "SSHTransportBase",
+     ("ourKexInitPayload", "otherKexInitPayload", "otherVersionString", "kexAlg",
+      "keyAlg")),
+)
 
 
 class CertifiedHostKeyClient(transport.SSHClientTransport):

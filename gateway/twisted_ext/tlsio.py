@@ -27,6 +27,9 @@ replaces only the steady-state calls after the handshake:
   (``SSL_MODE_RELEASE_BUFFERS``, as nginx does): an idle TLS connection costs ~28 KiB
   instead of ~50 KiB, for a malloc/free pair per record.
 
+``tls_connection`` hands the pyOpenSSL connection of a TLS transport to the code that
+reads the client's certificate chain from it.
+
 The preallocated buffers are shared by every connection: the reactor thread is the
 only user and the bytes are copied out before anything else can run.
 """
@@ -45,6 +48,26 @@ from twisted.python.failure import Failure
 
 from gateway.twisted_ext.fastio import direct_writer, write_now
 
+RELIES_ON = (
+    ("twisted.protocols.tls", "TLSMemoryBIOProtocol",
+     ("_checkHandshakeStatus", "_flushSendBIO", "_flushReceiveBIO", "_write",
+      "_shutdownTLS", "_unbufferPendingWrites", "_tlsShutdownFinished")),
+    ("OpenSSL.SSL", "Connection", ("_raise_ssl_error",)),
+    ("OpenSSL._util", "", ("ffi", "lib")),
+    ("OpenSSL._util", "lib", ("SSL_read", "SSL_write", "SSL_pending", "SSL_get_error",
+                              "BIO_read", "BIO_write", "BIO_get_mem_data",
+                              "SSL_ERROR_WANT_READ", "SSL_set_mode",
+                              "SSL_MODE_RELEASE_BUFFERS")),
+)
+RELIES_ON_INSTANCE = (
+    ("twisted.protocols.tls", "TLSMemoryBIOProtocol",
+     ("_tlsConnection", "_appSendBuffer", "_handshakeDone", "_lostTLSConnection",
+      "_producer", "_aborted")),
+    ("OpenSSL.SSL", "Connection", ("_ssl", "_context", "_into_ssl", "_from_ssl")),
+    ("OpenSSL.SSL", "Context", ("_verify_helper", "_alpn_select_helper", "_ocsp_helper")),
+    ("OpenSSL.SSL", "_CallbackExceptionHelper", ("_problems",)),
+)
+
 READ_SIZE = 1 << 16  # > one TLS record (16 KiB + overhead): one SSL_read per record
 OUT_SIZE = 1 << 16
 RECORD = 1 << 14  # the most one SSL_write sends (pyOpenSSL allows partial writes)
@@ -62,6 +85,12 @@ _BIO_get_mem_data = _lib.BIO_get_mem_data
 _WANT_READ = _lib.SSL_ERROR_WANT_READ
 _from_buffer = _ffi.from_buffer
 _unpack = _ffi.unpack  # char* + length -> bytes, one copy
+
+
+def tls_connection(transport: Any) -> Any:
+    """The pyOpenSSL ``Connection`` of a Twisted TLS transport, or None (plain text):
+    the client's certificate chain is read from it (``tls/server.py``)."""
+    return getattr(transport, "_tlsConnection", None)
 
 
 def _callback_problem(connection: Any) -> bool:

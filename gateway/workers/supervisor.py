@@ -10,8 +10,11 @@
 - Reload: the supervisor's ``ConfigSource`` watches the files and takes SIGHUP as
   before; each snapshot it accepts is sent, with the file's bytes, to every worker,
   so all of them build the snapshot that was validated.
-- Stop (SIGTERM, SIGINT): every worker gets SIGTERM and stops as a single gateway
-  does; after ``STOP_TIMEOUT`` one still running gets SIGKILL.
+- Stop (SIGTERM, SIGINT): every worker gets SIGTERM and drains and stops as a single
+  gateway does (``services.drain``); the supervisor closes its copies of the listening
+  sockets at once, so new connections are refused rather than queued for nobody. One
+  still running ``shutdown_drain_timeout`` + ``STOP_TIMEOUT`` later gets SIGKILL. A
+  second SIGTERM or SIGINT is passed on: the workers cut what is left and stop at once.
 """
 
 from __future__ import annotations
@@ -19,9 +22,11 @@ from __future__ import annotations
 import base64
 import contextlib
 import os
+import signal
 import socket
 import sys
 from collections.abc import Mapping
+from types import FrameType
 from typing import Any
 
 from twisted.application.service import Service
@@ -39,7 +44,7 @@ from gateway.workers.control import FIRST_LISTEN_FD, REPLY_FD, ControlReceiver, 
 
 log = Logger(namespace="gateway.workers")
 
-STOP_TIMEOUT = 30.0
+STOP_TIMEOUT = 30.0  # after the workers' drain: their services' stop
 METRICS_TIMEOUT = 5.0
 # A worker that lived at least this long is restarted after RESTART_MIN; one dying
 # younger waits RESTART_MIN doubled at each such death in a row, up to RESTART_MAX.
@@ -188,6 +193,8 @@ class WorkerSupervisor(Service):
         self._stopped: defer.Deferred[None] | None = None
         self._metrics_id = 0
         self._unsubscribe: Any = None
+        self._kill_timeout = STOP_TIMEOUT
+        self.signals = True  # False in unit tests: no process-wide handlers
 
     # -- life ------------------------------------------------------------------
     def privilegedStartService(self) -> None:
@@ -289,24 +296,43 @@ class WorkerSupervisor(Service):
             return defer.succeed(None)
         stopped: defer.Deferred[None] = defer.Deferred()
         self._stopped = stopped
-        log.info("stopping {count} workers", count=len(live))
+        drain = self.source.current.options.shutdown_drain_timeout
+        log.info("stopping {count} workers (each drains for up to {drain:g} s)",
+                 count=len(live), drain=drain)
         for worker in live:
             worker.signal("TERM")
-        kill = self.reactor.callLater(STOP_TIMEOUT, self._kill_all)
+        # The workers stop listening as their drain begins; without this the sockets,
+        # still open here, would take connections that no worker accepts.
+        self.listeners.close()
+        previous = {number: signal.signal(number, self._signalled_again)
+                    for number in (signal.SIGTERM, signal.SIGINT)} if self.signals else {}
+        self._kill_timeout = drain + STOP_TIMEOUT
+        kill = self.reactor.callLater(self._kill_timeout, self._kill_all)
 
         def done(result: None) -> None:
             if kill.active():
                 kill.cancel()
-            self.listeners.close()
+            for number, handler in previous.items():
+                signal.signal(number, handler)
         stopped.addCallback(done)
         return stopped
+
+    def _signalled_again(self, signum: int, frame: FrameType | None) -> None:
+        self.reactor.callFromThread(self.stop_now)
+
+    def stop_now(self) -> None:
+        """A second SIGTERM or SIGINT while the workers drain: they stop at once."""
+        log.info("second stop signal: the workers stop now")
+        for worker in self.workers:
+            if worker is not None and worker.alive:
+                worker.signal("TERM")
 
     def _kill_all(self) -> None:
         for worker in self.workers:
             if worker is not None and worker.alive:
-                log.warn("worker {index} (pid {pid}) still running {timeout} s after "
+                log.warn("worker {index} (pid {pid}) still running {timeout:g} s after "
                          "SIGTERM: killing it", index=worker.index, pid=worker.pid,
-                         timeout=STOP_TIMEOUT)
+                         timeout=self._kill_timeout)
                 worker.signal("KILL")
 
     # -- what the workers are told ---------------------------------------------

@@ -1,6 +1,7 @@
 """The fuzz targets in the test suite: every corpus input replayed (deterministic, no
 atheris needed), then a bounded coverage-guided run of every target (about a minute in
-all, each in its own subprocess; see ``run.py``, and README "Fuzzing" for long runs).
+all, each in its own subprocess; see ``run.py``, and docs/development/fuzzing.md for long
+runs).
 
 A replayed input that breaks a target's contract fails with the input named; a crash
 found by the bounded run fails with the crashing input printed. Finding nothing passes.

@@ -1,4 +1,5 @@
-"""conf/policy.example.yaml, the README's "Policy" configuration: it passes ``gateway
+"""conf/policy.example.yaml, the configuration the policy reference and the first-policy
+tutorial include (tests/docs/test_examples.py holds them to it): it passes ``gateway
 check`` as shipped, and run with only its ports moved (the gateway's :8080, the
 provider's :9000, the app's :8081), people signed in at the real provider get exactly
 what its rules say, at whatever time the test runs (its night and weekend rules are
@@ -34,14 +35,6 @@ def test_example_passes_check_as_shipped(capsys: pytest.CaptureFixture[str]) -> 
     assert "routes=3 (hosts=3, public=1, tcp=0) warnings=1" in out.out, out
     assert out.err == ("warning: policy[1].policy: lets some requests in without sign-in "
                        "(allow[0]); the route is counted as public\n"), out
-
-
-def test_readme_shows_the_example() -> None:
-    """The README's "Policy" configuration is the example's, setting for setting."""
-    readme = (REPO_ROOT / "README.md").read_text()
-    section = readme.split("### Policy", 1)[1]
-    block = section.split("```yaml\n", 1)[1].split("```", 1)[0]
-    assert yaml.safe_load(block) == yaml.safe_load(EXAMPLE.read_text())
 
 
 def night_in_berlin() -> bool:

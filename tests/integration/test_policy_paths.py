@@ -1,6 +1,6 @@
 """The policy language where a decision comes from other than a browser's cookie on a
 plain listener: ``source_ip`` behind a PROXY protocol balancer (v1 and v2; a balancer's
-own ``UNKNOWN``/``LOCAL`` header leaves the balancer as the client, as the README says),
+own ``UNKNOWN``/``LOCAL`` header leaves the balancer as the client, as docs/how-to/tls.md says),
 and a programmatic token (``Authorization: Gateway``) on a route whose policy reads the
 person and the request."""
 

@@ -5,7 +5,7 @@ HTTP/2) in front of nginx, the echo upstream, a websocket echo and a fault-injec
 upstream, with sessions in Redis and sign-in at node-oidc-provider, while the echo
 upstream, Redis, nginx and the identity provider are each taken down once and the
 config is rewritten every 3 s. About 50-60 s in all. The 30-minute run that judges a
-release is ``bench/soak.py --duration 1800`` (bench/README.md, "Soak").
+release is ``bench/soak.py --duration 1800`` (docs/development/benchmarks.md, "Soak").
 """
 
 from __future__ import annotations

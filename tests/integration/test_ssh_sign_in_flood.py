@@ -16,10 +16,7 @@ gets past the sign-in."""
 
 from __future__ import annotations
 
-import json
 import socket
-import subprocess
-import sys
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -36,6 +33,7 @@ from tests.support.kvstore import kv_gateway_config
 from tests.support.peers import redis_server
 from tests.support.processes import free_port, wait_until
 from tests.support.ssh_native import gateway_keys
+from tests.support.ssh_raw_flood import flood
 from tests.support.tcp_client import signing_in_config
 
 pytestmark = pytest.mark.integration
@@ -85,14 +83,6 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
     with gateway_daemon(tmp, config, port=port) as gateway:
         wait_until(lambda: gateway.logged("ssh: listening"), 10, what="ssh listener")
         yield Env(gateway, ssh_port, metrics_port)
-
-
-def flood(port: int, asks: int = 2000) -> dict[str, object]:
-    done = subprocess.run([sys.executable, "-m", "tests.support.ssh_raw_flood",
-                           "--port", str(port), "--asks", str(asks), "--seconds", "10"],
-                          capture_output=True, timeout=60, check=True)
-    result: dict[str, object] = json.loads(done.stdout)
-    return result
 
 
 def greeted(port: int, wait: float = 2.0) -> bool:

@@ -1,8 +1,10 @@
-"""conf/tcp.example.yaml, the README's "TCP services" configuration: it passes
-``gateway check`` exactly as shipped, and it runs with only its ports moved (the
-gateway's :8080, the provider's :9000 and the three services' usual ports), with a real
-sshd, PostgreSQL and redis-server behind it and the README's three client commands in
-front: ssh with a ProxyCommand, psql and redis-cli through local listeners."""
+"""conf/tcp.example.yaml, the configuration of the TCP tunnel tutorial
+(docs/tutorials/tcp-tunnel.md, which includes the file itself: tests/docs/test_examples.py
+holds it to that): it passes ``gateway check`` exactly as shipped, and it runs with only
+its ports moved (the gateway's :8080, the provider's :9000 and the three services' usual
+ports), with a real sshd, PostgreSQL and redis-server behind it and the tutorial's three
+client commands in front: ssh with a ProxyCommand, psql and redis-cli through local
+listeners."""
 
 from __future__ import annotations
 
@@ -33,6 +35,7 @@ from tests.support.tcp_client import (
 
 pytestmark = pytest.mark.integration
 EXAMPLE = REPO_ROOT / "conf" / "tcp.example.yaml"
+TUTORIAL = REPO_ROOT / "docs" / "tutorials" / "tcp-tunnel.md"
 
 
 def moved(text: str, replacements: dict[str, str]) -> str:
@@ -48,15 +51,23 @@ def test_example_passes_check_as_shipped(capsys: pytest.CaptureFixture[str]) -> 
     assert "routes=3 (hosts=3, public=0, tcp=3) warnings=0" in out.out, out
 
 
-def test_readme_shows_the_example() -> None:
-    """The README's "TCP services" configuration is the example's, setting for setting."""
-    readme = (REPO_ROOT / "README.md").read_text()
-    section = readme.split("### TCP services", 1)[1]
-    block = section.split("```yaml\n", 1)[1].split("```", 1)[0]
-    assert yaml.safe_load(block) == yaml.safe_load(EXAMPLE.read_text())
+def test_tutorial_shows_the_commands_run_here() -> None:
+    """The three client commands the tutorial shows are the ones run below (with the
+    ports the test moves)."""
+    page = TUTORIAL.read_text()
+    for command in (
+        "ssh -o ProxyCommand='gateway tcp --listen - --gateway-url "
+        "http://ssh.localhost:8080 %h:%p' \\\n    alice@ssh.localhost",
+        "gateway tcp --gateway-url http://db.localhost:8080 db.localhost:5432",
+        "psql -h 127.0.0.1 -p 40123 -U postgres",
+        "gateway tcp --listen 127.0.0.1:6380 --gateway-url http://redis.localhost:8080 "
+        "redis.localhost:6379",
+        "redis-cli -h 127.0.0.1 -p 6380 PING",
+    ):
+        assert command in page, command
 
 
-def test_readme_commands_against_the_example(tmp_path: Path, require_binary: Any) -> None:
+def test_tutorial_commands_against_the_example(tmp_path: Path, require_binary: Any) -> None:
     for name in ("sshd", "ssh"):
         require_binary(name, SSH_HINT)
     require_binary("psql", POSTGRES_HINT)

@@ -29,11 +29,6 @@ def test_example_passes_check_as_shipped(capsys: pytest.CaptureFixture[str]) -> 
     assert "warnings=0" in out.out, out
 
 
-def test_readme_points_at_the_example() -> None:
-    readme = (REPO_ROOT / "README.md").read_text()
-    assert "conf/tracing.example.yaml" in readme.split("### Tracing", 1)[1]
-
-
 def test_example_runs(tmp_path: Path) -> None:
     text = EXAMPLE.read_text()
     port = free_port()

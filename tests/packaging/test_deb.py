@@ -47,6 +47,8 @@ def test_package_contents(deb: Path) -> None:
                  "/usr/lib/tmpfiles.d/gateway.conf", "/etc/gateway/config.yaml",
                  "/etc/gateway/secrets/", "/etc/gateway/tls/",
                  "/usr/share/man/man1/gateway.1.gz",
+                 "/usr/share/man/man8/gateway-daemon.8.gz",
+                 "/usr/share/man/man5/gateway.yaml.5.gz",
                  "/usr/share/doc/gateway/examples/config.example.yaml",
                  "/opt/gateway/lib/python3.11/site-packages/twisted/plugins/gateway_plugin.py",
                  "/opt/gateway/lib/python3.11/site-packages/twisted/plugins/dropin.cache"):
@@ -122,6 +124,23 @@ def test_installed_files_user_and_modes(installed: None) -> None:
     assert run("/usr/bin/gateway", "version").stdout.startswith(f"gateway {__version__} ")
     help_text = run("/opt/gateway/bin/twistd", "--help").stdout
     assert re.search(r"^\s+gateway\s", help_text, re.M)
+
+
+def test_man_pages_work_after_install(installed: None) -> None:
+    """`man gateway` (and the daemon's and the configuration's pages) as a user would
+    ask for them after `apt install`: found by name in /usr/share/man and rendered
+    without a warning (the configuration's page lists the settings)."""
+    env = {**os.environ, "LC_ALL": "C.UTF-8", "MANWIDTH": "80", "MANPAGER": "cat",
+           "PAGER": "cat"}
+    for section, name, needle in (("1", "gateway", "gateway policy check"),
+                                  ("8", "gateway-daemon", "SIGHUP"),
+                                  ("5", "gateway.yaml", "idp_provider_url")):
+        shown = run("man", "--warnings", section, name, env=env)
+        assert f"/usr/share/man/man{section}/{name}.{section}.gz" == run(
+            "man", "-w", section, name, env=env).stdout.strip()
+        assert shown.stderr == "", (name, shown.stderr)
+        assert re.search(rf"^{re.escape(name.upper())}\({section}\)", shown.stdout), name
+        assert needle in shown.stdout, (name, needle)
 
 
 def test_shipped_config_fails_loudly_until_filled(installed: None) -> None:

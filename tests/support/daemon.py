@@ -107,7 +107,10 @@ def gateway_daemon(tmpdir: Path, config: Mapping[str, Any], *, env: Mapping[str,
     ``ready_port``: the port that says it is up, when not ``address``'s (a databroker
     process serves only gRPC)."""
     port = port or free_port()
-    merged = {"insecure_server": True, **config, "address": f"127.0.0.1:{port}"}
+    # A test's stop waits for what it left open (a tunnel, an SSH session) at most 1 s,
+    # not the 8 s default drain; tests of the drain set their own.
+    merged = {"insecure_server": True, "shutdown_drain_timeout": "1s", **config,
+              "address": f"127.0.0.1:{port}"}
     path = tmpdir / "gateway.yaml"
     path.write_text(yaml.safe_dump(merged))
     notify = ReadyWatch()

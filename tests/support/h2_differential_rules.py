@@ -247,8 +247,8 @@ def after_error(exc: h2.exceptions.ProtocolError, frame: bytes, state: State) ->
     # RFC 9113 4.3: "A decoding error in a field block MUST be treated as a connection
     # error (Section 5.4.1) of type COMPRESSION_ERROR." h2 says PROTOCOL_ERROR for every
     # HPACK error; the engine says COMPRESSION_ERROR, but for a table size update past the
-    # 4096 it advertises, which both answer PROTOCOL_ERROR (README "HTTP/2 limits",
-    # header_table_size).
+    # 4096 it advertises, which both answer PROTOCOL_ERROR (docs/reference/http.md,
+    # "HTTP/2 limits", header_table_size).
     if isinstance(cause, hpack.exceptions.InvalidTableSizeError):
         return Verdict(code=ErrorCode.PROTOCOL_ERROR)
     if isinstance(cause, hpack.exceptions.HPACKDecodingError):

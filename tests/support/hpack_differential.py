@@ -10,7 +10,7 @@ Error classes, as the engine answers them:
   table, an integer or string running past the block, bad Huffman coding, a table size
   update after a field) — GOAWAY COMPRESSION_ERROR;
 - ``header_table_size``: a table size update above the size we advertise — GOAWAY
-  PROTOCOL_ERROR (README "HTTP/2 limits");
+  PROTOCOL_ERROR (docs/reference/http.md, "HTTP/2 limits");
 - ``max_header_list_size``: a decoded list past the size we advertise — GOAWAY
   ENHANCE_YOUR_CALM.
 """

@@ -25,6 +25,7 @@ class FakeSSH:
     graces: int = 0  # times the login grace was extended
     strikes: list[str] = field(default_factory=list)
     transport: Any = field(default_factory=lambda: _Wire())
+    on_lost: Any = None  # set by the service's ``register``
 
     def sendPacket(self, kind: int, payload: bytes) -> None:
         assert self.disconnected is None, "a packet after the disconnect"

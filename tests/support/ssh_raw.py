@@ -189,6 +189,7 @@ class RawSSH:
         self.client = RawClient()
         self.out = Outbox()
         self.closed = False  # the server closed the TCP connection
+        self._answered = 0  # packets ``answer`` has looked at
         self.client.makeConnection(self.out)
         self._flush()
         self.wait(lambda: self.client.secure, "the key exchange")
@@ -239,6 +240,22 @@ class RawSSH:
 
         self.wait(seen, f"a packet of kind {kinds}", timeout)
         return found[0]
+
+    def answer(self, *kinds: int, timeout: float | None = None) -> tuple[int, bytes] | None:
+        """The next packet (after those already taken by ``answer``) whose kind is among
+        ``kinds``, or None once the server has closed the connection without one."""
+        deadline = time.monotonic() + (timeout or self.timeout)
+        while True:
+            while self._answered < len(self.client.received):
+                packet = self.client.received[self._answered]
+                self._answered += 1
+                if packet[0] in kinds:
+                    return packet
+            if self.closed:
+                return None
+            if time.monotonic() > deadline:
+                raise AssertionError(f"a packet of kind {kinds}: not seen in time")
+            self._read(deadline)
 
     def disconnected(self, timeout: float | None = None) -> tuple[int, bytes]:
         """The server's DISCONNECT (code, description), once the connection is closed."""

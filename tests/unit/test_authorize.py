@@ -14,13 +14,16 @@ from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 from twisted.trial.unittest import SynchronousTestCase
 
 from gateway.authorize import assertion
+from gateway.authorize.allow_fields import Decision, decision
 from gateway.authorize.assertion import AssertionSigner, claim_headers, jwk_thumbprint
-from gateway.authorize.claims import claims_allowed, flatten_claims
-from gateway.authorize.evaluate import Decision, evaluate
+from gateway.authorize.claims import flatten_claims
+from gateway.authorize.hook import RequestInfo
+from gateway.authorize.policy import facts_for
 from gateway.config.routes import Route
 from gateway.sessions.model import Session
 
 from .config.helpers import IDENTITY, base_config, load
+from .legacy_oracle import claims_allowed
 
 NOW = 1_700_000_000.0
 HOST = "app.example.com"
@@ -58,8 +61,12 @@ def session(**fields: Any) -> Session:
 
 
 def decide(r: Route, s: Session | None, method: bytes = b"GET",
-           headers: list[tuple[bytes, bytes]] | None = None, groups: bool = True) -> Decision:
-    return evaluate(r, method, headers or [], s, NOW, groups)
+           headers: list[tuple[bytes, bytes]] | None = None, groups: bool = True,
+           refused: str = "") -> Decision:
+    """The route's compiled policy (its allow fields as rules), in the fields' codes."""
+    request = RequestInfo(method, "https", HOST, "/", b"", headers or [], "192.0.2.1")
+    verdict = r.policy.evaluate(facts_for(request, s, NOW, groups_available=groups))
+    return decision(r, verdict, s, NOW, groups, refused)
 
 
 def pem(key: assertion.SigningKey) -> bytes:

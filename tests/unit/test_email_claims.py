@@ -21,15 +21,14 @@ from gateway.authorize.email import (
     EMAIL_INVALID,
     EMAIL_UNVERIFIED,
     decision_view,
-    email_domain,
     email_refusal,
     is_mailbox,
 )
-from gateway.authorize.evaluate import evaluate
 from gateway.authorize.hook import Allow, Deny
 
 from .config.helpers import SECRET
-from .test_authorize import NOW, route, session
+from .legacy_oracle import email_domain
+from .test_authorize import NOW, decide, route, session
 from .test_identity import APP, BROWSER, JSON, IdentityCase, header, request, snapshot
 
 VALID = [
@@ -102,7 +101,7 @@ class EvaluateTests(SynchronousTestCase):
         """Even handed the raw session, the domain rule sees no domain in the text."""
         r = route(allowed_domains=["example.test"])
         raw = session(email="mallory@evil.example@example.test")
-        decision = evaluate(r, b"GET", [], raw, NOW, False)
+        decision = decide(r, raw, groups=False)
         self.assertEqual((decision.allowed, decision.status), (False, 403))
         self.assertEqual(decision.reasons, ("domain-unauthorized",))
 
@@ -110,7 +109,7 @@ class EvaluateTests(SynchronousTestCase):
         r = route(allowed_users=["a@example.test"], allowed_domains=["example.test"],
                   allowed_idp_claims={"email": ["a@example.test"]})
         view = session(email="")
-        decision = evaluate(r, b"GET", [], view, NOW, False, EMAIL_UNVERIFIED)
+        decision = decide(r, view, groups=False, refused=EMAIL_UNVERIFIED)
         self.assertEqual(decision.reasons, ("email-unauthorized", EMAIL_UNVERIFIED,
                                             "domain-unauthorized", "claims-unauthorized"))
 
@@ -118,7 +117,7 @@ class EvaluateTests(SynchronousTestCase):
         """A refused address is no address; the user id, groups and claims still count."""
         r = route(allowed_users=["mallory-id"], allowed_domains=["example.test"])
         view = session(user_id="mallory-id", email="")
-        decision = evaluate(r, b"GET", [], view, NOW, False, EMAIL_INVALID)
+        decision = decide(r, view, groups=False, refused=EMAIL_INVALID)
         self.assertTrue(decision.allowed)
         self.assertEqual(decision.reasons, ("user-id-ok",))
 

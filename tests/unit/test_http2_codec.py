@@ -276,6 +276,20 @@ class RelayTests(H2TestCase):
         self.assertIn(b"\r\ntransfer-encoding: chunked", head)
         self.assertEqual(body, b"5\r\nhello\r\n0\r\n\r\n")
 
+    def test_empty_data_frames_do_not_end_a_chunked_upload(self) -> None:
+        """An empty DATA frame (RFC 9113 allows them) in a body sent upstream chunked was
+        written as a zero-size chunk: the last-chunk, ending the body early, so the rest
+        of the body reached the upstream connection as the start of another request.
+        Found by the h2_frames fuzz target (the upstream parser met "0" as a method)."""
+        stream = self.request(b"/upload", method=b"POST", end_stream=False)
+        self.client.send_data(stream, b"", end_stream=False)
+        self.client.send_data(stream, b"hello", end_stream=False)
+        self.client.send_data(stream, b"", end_stream=True)
+        self.pump()
+        head, _, body = self.upstream().received().partition(b"\r\n\r\n")
+        self.assertIn(b"\r\ntransfer-encoding: chunked", head)
+        self.assertEqual(body, b"5\r\nhello\r\n0\r\n\r\n")
+
     def test_reset_aborts_upstream(self) -> None:
         """A stream the client resets aborts its upstream connection."""
         stream = self.request(b"/x")

@@ -9,7 +9,7 @@ import yaml
 from twisted.trial.unittest import SynchronousTestCase
 
 from gateway.config.errors import Problems
-from gateway.config.ppl import CertFacts, Facts, Policy, parse_document
+from gateway.policy import CertFacts, Facts, Policy, parse_document
 
 FINGERPRINT = "17859273e8a980631d367b2d5a6a6635412b0f22835f69e47b3f65624546a704"
 SPKI = "FsDbM0rUYIiL3V339eIKqiz6HPSB+Pz2WeAWhqlqh8U="

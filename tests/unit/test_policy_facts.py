@@ -15,7 +15,6 @@ from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 from cryptography.x509.oid import NameOID
 from twisted.trial.unittest import SynchronousTestCase
 
-from gateway.authorize.evaluate import is_cors_preflight
 from gateway.authorize.hook import RequestInfo
 from gateway.authorize.policy import (
     Facts,
@@ -24,8 +23,9 @@ from gateway.authorize.policy import (
     identity_facts,
     method_text,
 )
+from gateway.authorize.policy.facts import is_cors_preflight
 from gateway.config.errors import Problems
-from gateway.config.ppl import Policy, parse_document
+from gateway.policy import Policy, parse_document
 from gateway.sessions.model import Session
 
 NOW = 1_800_000_000.0

@@ -10,7 +10,7 @@ from typing import Any
 
 from twisted.trial.unittest import SynchronousTestCase
 
-from gateway.config.ppl import Facts
+from gateway.policy import Facts
 
 from .test_policy_criteria import ANONYMOUS, SIGNED, compiled
 

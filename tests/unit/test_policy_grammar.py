@@ -15,8 +15,9 @@ from twisted.trial.unittest import SynchronousTestCase
 
 from gateway.config import load_snapshot
 from gateway.config.errors import Problems
-from gateway.config.ppl import parse_document
-from gateway.config.ppl.nodes import (
+from gateway.config.source import ConfigSource
+from gateway.policy import parse_document
+from gateway.policy.nodes import (
     Criterion,
     Document,
     Flag,
@@ -27,7 +28,6 @@ from gateway.config.ppl.nodes import (
     StringMatch,
     Strings,
 )
-from gateway.config.source import ConfigSource
 
 from .config.helpers import IDENTITY, base_config, errors_of, load, write
 

@@ -1,5 +1,6 @@
 """The allow fields as policy rules: their PPL equivalents, and a property test that a
-random route decides exactly as ``gateway.authorize.evaluate`` does, for random
+random route decides exactly as the allow fields' own engine did (``legacy_oracle``, the
+gateway's decision before they were compiled), with the same reason codes, for random
 identities (as decisions see them) and requests."""
 
 from __future__ import annotations
@@ -11,14 +12,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from twisted.trial.unittest import SynchronousTestCase
 
+from gateway.authorize.allow_fields import decision as in_codes
 from gateway.authorize.email import decision_view
-from gateway.authorize.evaluate import evaluate
 from gateway.authorize.hook import RequestInfo
 from gateway.authorize.policy import facts_for, legacy_ppl, legacy_rules
 from gateway.config.errors import Problems
-from gateway.config.ppl import Document, Facts, Policy, parse_document
 from gateway.config.routes import Route
+from gateway.policy import Document, Facts, Policy, parse_document
 from gateway.sessions.model import Session
+
+from .legacy_oracle import evaluate
 
 NOW = 1_800_000_000.0
 
@@ -156,3 +159,10 @@ class EquivalenceTests(SynchronousTestCase):
         self.assertEqual(verdict.allowed, decision.allowed, (decision, str(verdict)))
         self.assertEqual(decision.status == 401,
                          not verdict.allowed and not facts.authenticated)
+        # the codes the access log and the audit stream name (``allow_fields``)
+        compiled = in_codes(legacy, verdict, session, NOW, groups_available, refusal)
+        self.assertEqual(compiled.status, decision.status, (decision, str(verdict)))
+        if decision.status != 401:
+            self.assertEqual(compiled.reason if decision.allowed else compiled.reasons,
+                             decision.reason if decision.allowed else decision.reasons,
+                             (decision, str(verdict)))

@@ -11,7 +11,7 @@ import yaml
 from twisted.trial.unittest import SynchronousTestCase
 
 from gateway.config.errors import Problems
-from gateway.config.ppl import Facts, Policy, parse_document
+from gateway.policy import Facts, Policy, parse_document
 
 # Two independent criteria A (the path starts with /a) and B (the method is POST).
 A, B = "{http_path: {starts_with: /a}}", "{http_method: POST}"

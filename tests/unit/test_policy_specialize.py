@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from twisted.trial.unittest import SynchronousTestCase
 
 from gateway.config.errors import Problems
-from gateway.config.ppl import CertFacts, Facts, Policy, parse_document, specialize
+from gateway.policy import CertFacts, Facts, Policy, parse_document, specialize
 
 PERSON_CRITERIA: list[dict[str, Any]] = [
     {"authenticated_user": True}, {"email": {"is": "a@x.test"}},

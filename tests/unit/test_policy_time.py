@@ -11,7 +11,7 @@ import yaml
 from twisted.trial.unittest import SynchronousTestCase
 
 from gateway.config.errors import Problems
-from gateway.config.ppl import Facts, Policy, parse_document
+from gateway.policy import Facts, Policy, parse_document
 
 
 def at(text: str, zone: str = "UTC") -> float:

@@ -26,10 +26,10 @@ from gateway.cli import main
 from gateway.cli.check import open_without_sign_in
 from gateway.config.errors import Problems
 from gateway.config.material import Reader
-from gateway.config.ppl import Facts, Policy, parse_document
-from gateway.config.ppl.unsigned import admits_without_sign_in
-from gateway.config.ppl.verdict import NO_ALLOW_MATCHED, NOT_SIGNED_IN, UNKNOWN
 from gateway.config.routes import parse_policy
+from gateway.policy import Facts, Policy, parse_document
+from gateway.policy.unsigned import admits_without_sign_in
+from gateway.policy.verdict import NO_ALLOW_MATCHED, NOT_SIGNED_IN, UNKNOWN
 
 from .config.helpers import IDENTITY, base_config, write
 from .test_policy_specialize import request, rule

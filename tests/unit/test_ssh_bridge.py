@@ -35,7 +35,7 @@ class FakeUpstream(connection.SSHConnection):
 def context(forwarding: bool = False) -> Context:
     return Context(connection_id="c", route="db", login="root", user="alice@example.com",
                    client="192.0.2.1", allow_port_forwarding=forwarding,
-                   recordings=lambda *a: None)
+                   recordings=lambda *a: None, clock=lambda: 0.0)
 
 
 def open_packet(kind: bytes, sender: int = 5, window: int = 1 << 20, extra: bytes = b""

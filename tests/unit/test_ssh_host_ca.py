@@ -11,6 +11,7 @@ import hashlib
 import hmac
 import struct
 import tempfile
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -663,7 +664,7 @@ class KeyExchangeTests(SynchronousTestCase):
         client = UpstreamTransport(pinned_check(()), [b"ssh-ed25519"],
                                    CertificateAuth("root", None,  # type: ignore[arg-type]
                                                    UpstreamConnection(Deferred())),
-                                   ready, HOST)
+                                   ready, HOST, time.time)
         client.revoked_shown = "the server's host key SHA256:abc"
         client.connectionLost(None)
         failure = self.failureResultOf(ready, UpstreamFailed)
@@ -678,7 +679,7 @@ class RekeyTests(SynchronousTestCase):
         conn = UpstreamConnection(Deferred())
         client = UpstreamTransport(pinned_check(()), [b"ssh-ed25519"],
                                    CertificateAuth("root", None, conn),  # type: ignore[arg-type]
-                                   Deferred(), HOST)
+                                   Deferred(), HOST, time.time)
         sent: list[tuple[int, bytes]] = []
         client.sendPacket = lambda kind, payload: sent.append((kind, payload))  # type: ignore[method-assign]
         for _ in range(3):

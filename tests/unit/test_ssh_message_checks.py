@@ -7,6 +7,7 @@ and the gateway's upstream client against a server transport."""
 from __future__ import annotations
 
 import struct
+import time
 from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric import ed25519
@@ -19,6 +20,7 @@ from twisted.internet.testing import MemoryReactorClock, StringTransport
 from twisted.logger import globalLogPublisher
 from twisted.trial.unittest import SynchronousTestCase
 
+from gateway.observability.metrics import REGISTRY
 from gateway.ssh.auth import GatewayUserAuth
 from gateway.ssh.certs import Issued
 from gateway.ssh.message_checks import State, fault
@@ -71,6 +73,11 @@ class FaultTests(SynchronousTestCase):
         self.assertIn("cut short", fault(raw.GLOBAL_REQUEST, NS(b"x"), table, 0) or "")
         self.assertIn("cut short", fault(raw.CHANNEL_OPEN, NS(b"session") + b"\x00" * 11,
                                          table, 0) or "")
+
+
+def strikes() -> float:
+    return REGISTRY.get_sample_value("gateway_ssh_strikes_total",
+                                     {"rule": "protocol_error"}) or 0.0
 
 
 class Events:
@@ -150,6 +157,22 @@ class ServerTests(SynchronousTestCase):
         self.link.send(32, NS(b"\x05"))  # KEX_DH_GEX_INIT
         self.assert_protocol_error("a KEX_DH_GEX_INIT outside a key exchange")
 
+    def test_a_protocol_error_is_a_strike_against_the_address(self) -> None:
+        """Issue 39: a client that keeps breaking the protocol is penalised like one
+        that keeps failing authentication (each connection cost the server a key
+        exchange); before, the cut was the only consequence."""
+        before = strikes()
+        self.link.send(4, b"\x01")
+        self.assert_protocol_error("a malformed DEBUG (error)")
+        self.assertEqual(strikes(), before + 1)
+
+    def test_a_signed_in_persons_protocol_error_is_no_strike(self) -> None:
+        self.authenticate()
+        before = strikes()
+        self.link.send(*raw.CHANNEL_MESSAGES["window_adjust"](7))
+        self.assert_protocol_error("a CHANNEL_WINDOW_ADJUST for channel 7, which is not open")
+        self.assertEqual(strikes(), before)
+
     def test_nothing_is_read_after_a_disconnect(self) -> None:
         """Requests read together with the one that ended the connection (here the
         11th failure) went on to the service, which answered (and disconnected) again."""
@@ -170,8 +193,8 @@ class UpstreamHostKeyTests(SynchronousTestCase):
         ready.addErrback(lambda _: None)
         issued = Issued(ed25519.Ed25519PrivateKey.generate(), b"", 1, 0)
         auth = CertificateAuth("root", issued, UpstreamConnection(ready))
-        client = UpstreamTransport(pinned_check(()), [b"ssh-ed25519"], auth, ready,
-                                   route="db")
+        client = UpstreamTransport(pinned_check(()), [b"ssh-ed25519"], auth, ready, "",
+                                   time.time, route="db")
         factory = GatewayFactory(MemoryReactorClock(), [HOST_KEY],
                                  lambda ssh: GatewayUserAuth(ssh, Gate()))
         server: Any = factory.buildProtocol(ADDRESS)

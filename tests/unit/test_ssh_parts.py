@@ -16,6 +16,7 @@ from twisted.internet.address import IPv4Address
 from twisted.internet.testing import MemoryReactorClock, StringTransport
 from twisted.trial.unittest import SynchronousTestCase
 
+from gateway.authorize.ssh_logins import decide_login, no_login_message
 from gateway.config.errors import Problems
 from gateway.config.material import Reader
 from gateway.config.routes import parse_policy
@@ -23,7 +24,6 @@ from gateway.sessions.model import Session
 from gateway.ssh import limits
 from gateway.ssh.asciicast import Cast
 from gateway.ssh.certs import issue
-from gateway.ssh.decision import decide_login, no_login_message
 from gateway.ssh.names import BadUserName, Target, parse_user
 from gateway.ssh.recorder import Recorder, Recording
 from gateway.ssh.transport import GatewayFactory, GatewayServerTransport
@@ -102,7 +102,7 @@ class DecisionTests(SynchronousTestCase):
     def test_default_login_from_the_policy(self) -> None:
         from types import MappingProxyType
 
-        from gateway.ssh.decision import default_login, policy_logins
+        from gateway.authorize.ssh_logins import default_login, policy_logins
 
         r = route({"policy": {"allow": {"or": [
             {"ssh_username_matches_email": True},

@@ -28,7 +28,7 @@ class FakeServerSide:
 def person() -> tuple[PersonSide, FakeServerSide]:
     ctx = Context(connection_id="c", route="db", login="root", user="alice@example.test",
                   client="127.0.0.1", allow_port_forwarding=False,
-                  recordings=lambda title, w, h, term: None)
+                  recordings=lambda title, w, h, term: None, clock=lambda: 0.0)
     side = PersonSide(b"session", ctx, 1 << 20, 32768, conn=None)  # type: ignore[arg-type]
     server = FakeServerSide()
     side.peer = server  # type: ignore[assignment]

@@ -21,6 +21,7 @@ from twisted.logger import globalLogPublisher
 from twisted.trial.unittest import SynchronousTestCase
 
 from gateway.config.ssh import fingerprint
+from gateway.databroker.follower import ChangeFollower
 from gateway.databroker.memory_records import MemoryRecordStore
 from gateway.databroker.records import SSH_SIGN_IN
 from gateway.databroker.ssh_records import SIGN_IN_SECONDS, confirm_sign_in, read_sign_in
@@ -51,7 +52,7 @@ class DeskGate(FakeGate):
                                      key_fingerprint)
 
     def end_sign_in(self, ssh: Any, ticket: str, confirmed: bool) -> None:
-        self.desk.end(ticket, confirmed)
+        self.desk.end(ssh, ticket, confirmed)
 
     async def wait_sign_in(self, ssh: Any, ticket: str) -> Any:
         return await self.desk.wait(ssh, ticket) or None
@@ -67,7 +68,11 @@ class Desk:
         self.reactor = MemoryReactorClock()
         self.reactor.advance(1_000_000.0)
         self.records = MemoryRecordStore(self.reactor.seconds)
-        self.desk = SignInDesk(self.records, self.reactor, lambda: "https://auth.example",
+        self.follower = ChangeFollower(self.reactor, self.records)
+        self.follower.start()
+        self.records.watch(self.follower.kick)
+        self.desk = SignInDesk(self.records, self.reactor, self.follower,
+                               lambda: "https://auth.example",
                                "/.gateway/ssh/", per_address, total)
         self.gate = DeskGate(self.desk)
 

@@ -85,6 +85,7 @@ class SupervisorTests(SynchronousTestCase):
         self.listeners = SharedListeners(["127.0.0.1:0"], 2)
         self.supervisor = WorkerSupervisor(self.source, self.reactor, 2, self.listeners,
                                            argv=["worker"], environ={"NOTIFY_SOCKET": "@x"})
+        self.supervisor.signals = False  # (no process-wide handlers in the test run)
         self.supervisor.privilegedStartService()
         self.supervisor.startService()
         self.addCleanup(self.listeners.close)
@@ -141,15 +142,23 @@ class SupervisorTests(SynchronousTestCase):
         self.assertEqual(base64.b64decode(message["config"]), newer.file_bytes)
 
     def test_stop_terms_then_kills_and_waits_for_all(self) -> None:
+        """The SIGKILL comes only after the workers' drain (shutdown_drain_timeout, 8 s
+        by default) and their services' stop; the listening sockets close at once."""
         self.process(1).end(killed())  # its restart is pending: stopping cancels it
         stopped = self.supervisor.stopService()
+        self.assertEqual(self.listeners.sockets, {})
+        kill_at = self.snapshot.options.shutdown_drain_timeout + sup.STOP_TIMEOUT
         self.assertFalse([c for c in self.reactor.getDelayedCalls()
-                          if c.active() and c.getTime() < sup.STOP_TIMEOUT])
+                          if c.active() and c.getTime() < kill_at])
         first = self.process(0)
         self.assertEqual(first.signals, ["TERM"])
         self.assertNoResult(stopped)
-        self.reactor.advance(sup.STOP_TIMEOUT)
-        self.assertEqual(first.signals, ["TERM", "KILL"])
+        self.reactor.advance(kill_at - 0.1)
+        self.assertEqual(first.signals, ["TERM"])
+        self.supervisor.stop_now()  # a second SIGTERM: passed on
+        self.assertEqual(first.signals, ["TERM", "TERM"])
+        self.reactor.advance(0.1)
+        self.assertEqual(first.signals, ["TERM", "TERM", "KILL"])
         first.end(killed())
         self.successResultOf(stopped)
         self.assertEqual(len(self.reactor.spawned), 2)  # nothing restarted

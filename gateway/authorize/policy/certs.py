@@ -14,7 +14,7 @@ from functools import lru_cache
 from cryptography import x509
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
-from gateway.config.ppl import CertFacts
+from gateway.policy import CertFacts
 
 
 @lru_cache(maxsize=1024)

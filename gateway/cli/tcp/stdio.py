@@ -17,6 +17,8 @@ from twisted.internet.error import ConnectionAborted, ConnectionDone
 from twisted.internet.stdio import StandardIO
 from twisted.python.failure import Failure
 
+from gateway.twisted_ext.stdio import writer_gone
+
 
 class StdioEnds(StandardIO):
     """``StandardIO`` that can be aborted like a socket: both descriptors are closed at
@@ -25,7 +27,7 @@ class StdioEnds(StandardIO):
 
     def loseConnection(self) -> None:
         super().loseConnection()  # type: ignore[no-untyped-call]
-        if getattr(self, "_writer", None) is None and not self.disconnected:  # stdout gone
+        if writer_gone(self) and not self.disconnected:  # stdout gone
             self.connectionLost(Failure(ConnectionDone()))  # type: ignore[attr-defined]
 
     def abortConnection(self) -> None:

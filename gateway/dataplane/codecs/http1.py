@@ -38,7 +38,7 @@ from gateway.dataplane.upstream.http1_client import NoCallbacks, UpstreamConnect
 from gateway.net.pipe import CLOSE_GRACE, Pipe
 from gateway.pages.answer import error_answer
 from gateway.pages.layout import look_of
-from gateway.twisted_ext.fastio import direct_writer, write_now
+from gateway.twisted_ext.fastio import direct_writer, maybe_pause_producer, write_now
 from gateway.wire.responses import status_line
 
 MAX_TARGET = 8 * 1024
@@ -133,6 +133,7 @@ class Http1Connection(Protocol):
         self._flow: _ResponseFlow | None = None
         self._flow_from: Any = None  # the upstream connection of a flow not registered yet
         self.chunked = False  # the response being written has a chunked body
+        self.draining = False  # the gateway is stopping (``drain``)
 
     # -- connection
 
@@ -298,7 +299,8 @@ class Http1Connection(Protocol):
         method = parser.get_method()
         try:
             head = read_head(method, self.target, self.headers, self.core.reject_parameters,
-                             parser.should_keep_alive(), parser.should_upgrade())
+                             parser.should_keep_alive() and not self.draining,
+                             parser.should_upgrade())
         except Refused:
             # logged with what was read of it
             exchange.head_read(RequestHead(method, self.target, b"1.1", self.headers))
@@ -365,9 +367,7 @@ class Http1Connection(Protocol):
         # Twisted pauses a producer only on a write past the buffer limit: if the writes
         # of this read already passed it, pause now, as an early registration would have.
         wire = getattr(transport, "transport", transport)  # under TLS, the TCP connection
-        maybe_pause = getattr(wire, "_maybePauseProducer", None)
-        if maybe_pause is not None:
-            maybe_pause()
+        maybe_pause_producer(wire)
 
     def send_continue(self) -> None:
         self.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
@@ -519,6 +519,25 @@ class Http1Connection(Protocol):
         if not self.queue and core.timeout_idle and \
                 now - self.last_activity > core.timeout_idle:
             self.close_connection()  # (sets ``closing``)
+
+    # -- the gateway's stop (``services.drain``)
+
+    def drain(self) -> None:
+        """The gateway is stopping: an idle connection closes now; one with a request in
+        flight finishes it and then closes, the response saying ``connection: close``
+        when it has not begun yet (a later pipelined request is not read). A tunnel or
+        an upgraded connection stays until the drain's deadline. Called again at every
+        poll of the drain, so it must change nothing the second time."""
+        if self.pipe is not None or self.close_started is not None:
+            return
+        if not self.queue and self.current is None:
+            self.close_connection()
+            return
+        self.draining = True  # a head still arriving is answered with connection: close
+        for exchange in self.queue:
+            exchange.last_on_connection()
+        if all(exchange.response_started for exchange in self.queue):
+            self.closing = True  # ``exchange_done`` closes; no request is read after it
 
 
 def _parser_reason(exc: Exception) -> str:

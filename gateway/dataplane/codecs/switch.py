@@ -122,6 +122,15 @@ class ProtocolSwitch(Protocol):
     def connectionLost(self, reason: Failure = connectionDone) -> None:
         self.core.connections.discard(self)
 
+    def drain(self) -> None:
+        """The gateway is stopping (``services.drain``): a connection that has sent no
+        request byte yet is idle, and closed; one whose first bytes are in becomes its
+        codec with them, and drains there."""
+        transport: Any = self.transport
+        if not self.buffer and transport is not None:
+            self.core.connections.discard(self)
+            transport.abortConnection()
+
     def check_deadlines(self, now: float) -> None:
         transport: Any = self.transport
         core = self.core

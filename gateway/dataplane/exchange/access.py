@@ -28,6 +28,7 @@ from twisted.logger import Logger
 
 from gateway.authorize.hook import Allow, Deny
 from gateway.dataplane.exchange.measure import Measured, observe_exchange
+from gateway.dataplane.routing.plan import RoutePlan
 from gateway.observability.audit import AUDIT, credential_of
 from gateway.observability.logging import LEVELS
 from gateway.observability.request_metrics import REQUESTS
@@ -77,6 +78,19 @@ class Logged(Measured, Protocol):
     def client_address(self) -> str: ...
 
 
+class Audited(Protocol):
+    """What an audit event reads of the exchange that decided (forward auth's too)."""
+
+    @property
+    def plan(self) -> RoutePlan | None: ...
+    @property
+    def trace_id(self) -> str: ...
+    @property
+    def request_id(self) -> str: ...
+
+    def client_address(self) -> str: ...
+
+
 def log_access(exchange: Logged, status: int) -> None:
     """Count and log the exchange, which ended with ``status``. Also where a traced
     exchange's spans end: every way an exchange ends is logged here."""
@@ -120,7 +134,8 @@ def log_access(exchange: Logged, status: int) -> None:
 
 
 def audit(exchange: Logged, status: int, now: float) -> None:
-    """The decision of an HTTP request or CONNECT (forward auth reports its own)."""
+    """The decision of an HTTP request or CONNECT (forward auth's is written when it
+    answers, with the forwarded request: ``audit_event`` for both)."""
     plan = exchange.plan
     assert plan is not None
     allow = exchange.allow
@@ -130,25 +145,35 @@ def audit(exchange: Logged, status: int, now: float) -> None:
             "cookie" if user_id else "none"
     else:
         credential = credential_of(exchange.headers, user_id)
-    AUDIT.decision(
-        now, exchange.request_id, exchange.trace_id, plan.metric_labels[1],
-        plan.route.from_url, user_id, exchange.email, exchange.client_address(),
-        exchange.method.decode("latin-1"), exchange.host, exchange.path,
-        "connect" if exchange.connect else "http", credential, allow is not None, status,
-        exchange.decision_reason or (allow.reason if allow is not None else ""))
+    audit_event(exchange, now, "connect" if exchange.connect else "http",
+                exchange.method, exchange.host, exchange.path, user_id, exchange.email,
+                credential, allow is not None, status,
+                exchange.decision_reason or (allow.reason if allow is not None else ""))
 
 
 def audit_revoked(exchange: Logged, decision: Deny) -> None:
     """An open tunnel or upgraded connection refused by its periodic check
     (``recheck.py``), and so closed: one event, ``via: recheck``, with the status the
     decision implies (the client gets no answer, the connection ends)."""
-    plan = exchange.plan
-    if not AUDIT.enabled or plan is None:
+    if not AUDIT.enabled or exchange.plan is None:
         return
     user_id = decision.user_id or exchange.user_id
+    audit_event(exchange, exchange.core.reactor.seconds(), "recheck", exchange.method,
+                exchange.host, exchange.path, user_id, decision.email or exchange.email,
+                credential_of(exchange.headers, user_id), False, decision.status,
+                decision.reason)
+
+
+def audit_event(exchange: Audited, when: float, via: str, method: bytes, host: str,
+                path: str, user_id: str, email: str, credential: str, allowed: bool,
+                status: int, reason: str) -> None:
+    """The one writer of an HTTP decision's audit event (a request, a CONNECT, a
+    forward-auth question, a recheck that closed a connection): the route, the request's
+    ids and the client's address are the exchange's; what was decided about, the
+    caller's (forward auth decides the forwarded request, not its own)."""
+    plan = exchange.plan
+    assert plan is not None
     AUDIT.decision(
-        exchange.core.reactor.seconds(), exchange.request_id, exchange.trace_id,
-        plan.metric_labels[1], str(plan.route.from_url), user_id,
-        decision.email or exchange.email, exchange.client_address(),
-        exchange.method.decode("latin-1"), exchange.host, exchange.path, "recheck",
-        credential_of(exchange.headers, user_id), False, decision.status, decision.reason)
+        when, exchange.request_id, exchange.trace_id, plan.metric_labels[1],
+        str(plan.route.from_url), user_id, email, exchange.client_address(),
+        method.decode("latin-1"), host, path, via, credential, allowed, status, reason)

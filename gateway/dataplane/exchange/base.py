@@ -17,7 +17,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Protocol
 
 from gateway.authorize.hook import Allow
-from gateway.config.ppl import CLIENT_CERT
 from gateway.dataplane.core import ProxyCore
 from gateway.dataplane.exchange.access import log_access
 from gateway.dataplane.exchange.head import BODY_LENGTH, NO_HEAD, ConnectionFacts, RequestHead
@@ -27,6 +26,7 @@ from gateway.dataplane.upstream.hosts import UpstreamHost
 from gateway.dataplane.upstream.http1_client import UpstreamConnection
 from gateway.pages.answer import error_answer
 from gateway.pages.layout import look_of
+from gateway.policy import CLIENT_CERT
 from gateway.wire.headers import trusted_hop
 from gateway.wire.request_id import checked_request_id, request_id_for
 
@@ -172,6 +172,11 @@ class ExchangeBase:
         self.request_done = head.complete
         if head.request_id is not None:
             self.rid = checked_request_id(head.request_id)
+
+    def last_on_connection(self) -> None:
+        """The connection closes after this exchange (the gateway is draining): its
+        response says ``connection: close`` when it has not begun yet."""
+        self.keep_alive = False
 
     # The request's own fields, read through the head (outside the hot path: the
     # exchange's own code reads ``self.head``).

@@ -19,9 +19,8 @@ from twisted.internet.defer import Deferred
 from twisted.python.failure import Failure
 
 from gateway.authorize.hook import Allow, Authorizer, Decision, Deny, RequestInfo
-from gateway.config.ppl import METHOD
 from gateway.dataplane.core import ProxyCore
-from gateway.dataplane.exchange.access import access_log
+from gateway.dataplane.exchange.access import access_log, audit_event
 from gateway.dataplane.exchange.base import Sink, policy_certificate
 from gateway.dataplane.exchange.head import ConnectionFacts
 from gateway.dataplane.exchange.stage import AUTHORIZING, Stage
@@ -30,6 +29,7 @@ from gateway.dataplane.forwardauth.target import Target, TargetError, find_targe
 from gateway.dataplane.routing.plan import RoutePlan
 from gateway.dataplane.routing.router import own_path
 from gateway.observability.audit import AUDIT, credential_of
+from gateway.policy import METHOD
 
 Pairs = tuple[tuple[bytes, bytes], ...]
 
@@ -143,15 +143,11 @@ def _decided(decision: Decision, exchange: Exchange, mode: Mode, target: Target,
     answer: Decision = authorizer.sign_in(info) if refused is None else refused
     exchange.user_id, exchange.email = decision.user_id, decision.email
     if AUDIT.enabled:
-        plan = exchange.plan
-        assert plan is not None
-        AUDIT.decision(
-            exchange.core.reactor.seconds(), exchange.request_id, exchange.trace_id,
-            plan.metric_labels[1], str(plan.route.from_url), decision.user_id,
-            decision.email, exchange.client_address(), target.method.decode("latin-1"),
-            target.host, target.path, "forward-auth",
-            credential_of(exchange.headers, decision.user_id), isinstance(decision, Allow),
-            answer.status if isinstance(answer, Deny) else 200, decision.reason)
+        audit_event(exchange, exchange.core.reactor.seconds(), "forward-auth",
+                    target.method, target.host, target.path, decision.user_id,
+                    decision.email, credential_of(exchange.headers, decision.user_id),
+                    isinstance(decision, Allow),
+                    answer.status if isinstance(answer, Deny) else 200, decision.reason)
     _answer(exchange, mode, target, answer)
 
 

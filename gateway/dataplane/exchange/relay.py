@@ -226,8 +226,8 @@ class UpstreamRelay(ExchangeBase):
             self.sink.write_body(data)
 
     def upstream_body(self, data: bytes) -> None:
-        if self.finished:
-            return
+        if self.finished or not data:
+            return  # (an empty chunk to the client would be the last-chunk)
         self.deadline = self.core.reactor.seconds() + (self.plan.timeout if self.plan else 30)
         self.sent += len(data)
         self._send(data)

@@ -42,7 +42,9 @@ class Exchange(UpstreamRelay):
 
     def request_body(self, data: bytes) -> None:
         self.received += len(data)
-        if self.finished:
+        if self.finished or not data:
+            # nothing to send; and a chunked upload's empty piece (HTTP/2 allows an
+            # empty DATA frame) would be the last-chunk, ending the body upstream early
             return
         if self.internal_body is not None:
             if len(self.internal_body) + len(data) > 16384:
@@ -124,13 +126,14 @@ class Exchange(UpstreamRelay):
         path = head.path
         host = head.host
         if path == "/ping" or path == "/healthz":
-            if head.method in (b"GET", b"HEAD"):
+            if head.method in (b"GET", b"HEAD") and core.draining:
+                self.local(503, b"draining\n")  # stopping: a load balancer sends no more
+            elif head.method in (b"GET", b"HEAD"):
                 self.local(200, b"OK\n")
             else:
                 self.fail(405, "", ((b"allow", b"GET, HEAD"),))
             return
-        authorizer = core.authorizer
-        if authorizer.handles(host, path):
+        if core.sign_in_app.handles(host, path):
             if head.method == b"POST" and head.framing and not self.request_done:
                 self.internal_body = bytearray()  # answered at request_complete
                 return
@@ -254,9 +257,9 @@ class Exchange(UpstreamRelay):
         """Let the identity layer answer its own endpoints; True when it did."""
         if self.trace is not None:
             with active(self.trace.server):  # sign-in: the provider's and storage calls
-                result = self.core.authorizer.internal(self.request_info(), body)
+                result = self.core.sign_in_app.internal(self.request_info(), body)
         else:
-            result = self.core.authorizer.internal(self.request_info(), body)
+            result = self.core.sign_in_app.internal(self.request_info(), body)
         if result is None:
             return False
         if isinstance(result, Deferred):

@@ -54,7 +54,13 @@ from gateway.dataplane.http2.guard import (
     next_turn_end,
     stall_timeout,
 )
-from gateway.dataplane.http2.protocol import MAX_CONCURRENT_STREAMS, ErrorCode, H2Error
+from gateway.dataplane.http2.protocol import (
+    GOAWAY,
+    MAX_CONCURRENT_STREAMS,
+    ErrorCode,
+    H2Error,
+    frame,
+)
 from gateway.dataplane.http2.stream import CONNECTION_HIGH_WATER, HIGH_WATER, StreamSink
 from gateway.net.pipe import CLOSE_GRACE
 from gateway.observability.tracing.propagation import CONTEXT_NAMES
@@ -99,6 +105,8 @@ class H2Connection(Protocol):
         # until it is handled, a turn at a time) and the call that handles the next turn.
         self.backlog: bytes | None = None
         self._turn: Any = None
+        # The gateway is stopping (``drain``): the last stream id the GOAWAY named.
+        self.drain_last: int | None = None
 
     def connectionMade(self) -> None:
         transport: Any = self.transport
@@ -377,6 +385,8 @@ class H2Connection(Protocol):
 
     def _request(self, stream_id: int, fields: list[tuple[bytes, bytes]],
                  ended: bool) -> None:
+        if self._refused_after_goaway(stream_id):
+            return
         if len(self.streams) >= MAX_CONCURRENT_STREAMS:  # the engine allows up to the cap
             self.reset(stream_id, ErrorCode.REFUSED_STREAM)
             cut = self.guard.refused(self.core.reactor.seconds())
@@ -586,3 +596,29 @@ class H2Connection(Protocol):
             self.h2.close()
             self.flush()
             self.close_connection()
+
+    # -- the gateway's stop (``services.drain``)
+
+    def drain(self) -> None:
+        """The gateway is stopping: GOAWAY NO_ERROR naming the highest stream taken
+        (RFC 9113 6.8; the client opens no more and may retry later ones elsewhere);
+        the open streams finish, and the connection closes once none is left. The
+        engine goes on reading (bodies, WINDOW_UPDATEs for the responses finishing).
+        Called again at every poll of the drain."""
+        if self.close_started is not None or self.transport is None:
+            return
+        if self.drain_last is None:
+            self.drain_last = self.h2.highest_inbound_stream_id
+            self.h2.out += frame(GOAWAY, 0, 0, self.drain_last.to_bytes(4, "big")
+                                 + ErrorCode.NO_ERROR.to_bytes(4, "big"))
+            self.flush()
+        if not self.streams:
+            self.close_connection()
+
+    def _refused_after_goaway(self, stream_id: int) -> bool:
+        """A stream the client opened after the drain's GOAWAY (crossing it on the
+        wire) is refused: REFUSED_STREAM tells it nothing was done, safe to retry."""
+        if self.drain_last is None or stream_id <= self.drain_last:
+            return False
+        self.reset(stream_id, ErrorCode.REFUSED_STREAM)
+        return True

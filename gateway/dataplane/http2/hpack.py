@@ -16,10 +16,9 @@ a decoder that lowered its table (nghttp2 does) expects that update.
 
 from __future__ import annotations
 
-from hpack.exceptions import HPACKDecodingError
-from hpack.huffman_table import decode_huffman
-from hpack.table import HeaderTable
+from hpack import HPACKDecodingError
 
+from gateway.adapters.hpack_tables import STATIC_TABLE, decode_huffman
 from gateway.dataplane.http2.protocol import (
     HEADER_TABLE_SIZE,
     MAX_HEADER_LIST_SIZE,
@@ -29,7 +28,7 @@ from gateway.dataplane.http2.protocol import (
 
 Header = tuple[bytes, bytes]
 
-STATIC: tuple[Header, ...] = tuple(HeaderTable.STATIC_TABLE)
+STATIC: tuple[Header, ...] = STATIC_TABLE
 _STATIC_COUNT = len(STATIC)  # 61
 _ENTRY_OVERHEAD = 32  # RFC 7541 4.1
 _MAX_INTEGER_SHIFT = 28  # integers above 2**28 are never legitimate here

@@ -29,6 +29,7 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from gateway.net.pipe import PipeBase
+from gateway.twisted_ext.fastio import nothing_queued
 
 log = Logger()
 
@@ -49,7 +50,7 @@ def can_splice(transport: Any) -> bool:
     """A plain, connected TCP transport with nothing left in its write buffer."""
     return (available() and type(transport) in (tcp.Server, tcp.Client)
             and transport.connected and not transport.disconnecting
-            and not transport.dataBuffer and not transport._tempDataBuffer
+            and nothing_queued(transport)
             and transport.producer is None)
 
 

@@ -17,16 +17,15 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Any
 
 from opentelemetry.exporter.zipkin.json import ZipkinExporter
-from opentelemetry.exporter.zipkin.json.v2 import JsonV2Encoder
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SpanExporter
 from opentelemetry.sdk.trace.sampling import ALWAYS_ON, ParentBased
 
 from gateway import __version__
+from gateway.adapters.zipkin import ZipkinV2Encoder
 from gateway.config import otel
 from gateway.config.settings import Options
 from gateway.config.values import parse_address
@@ -54,17 +53,6 @@ logging.getLogger("opentelemetry").addHandler(logging.NullHandler())
 logging.getLogger("opentelemetry").propagate = False
 
 
-class _ZipkinV2(JsonV2Encoder):
-    """The SDK's encoder writes ``"kind": null`` for an internal span; the v2 model has
-    no such value (a local span has no kind), so it is left out."""
-
-    def _encode_span(self, span: Any, encoded_local_endpoint: Any) -> dict[str, Any]:
-        encoded: dict[str, Any] = super()._encode_span(span, encoded_local_endpoint)
-        if encoded.get("kind") is None:
-            encoded.pop("kind", None)
-        return encoded
-
-
 def agent_address(address: str) -> str:
     host, port = parse_address(address or "localhost:8126")
     host = host or "localhost"
@@ -80,7 +68,7 @@ def exporter_for(options: Options, service: str) -> SpanExporter:
     if provider == "httptrace":
         zipkin = ZipkinExporter(endpoint=options.tracing_httptrace_endpoint,
                                 timeout=EXPORT_TIMEOUT)
-        zipkin.encoder = _ZipkinV2()  # type: ignore[assignment]
+        zipkin.encoder = ZipkinV2Encoder()  # type: ignore[assignment]
         return zipkin
     if provider == "thrifttrace":
         if options.tracing_thrifttrace_collector_endpoint:
