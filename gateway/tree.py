@@ -17,7 +17,7 @@ from twisted.logger import Logger
 from gateway import __version__
 from gateway.authenticate.holder import IdentityHolder
 from gateway.config import Snapshot
-from gateway.config.source import ConfigSource
+from gateway.config.running import ConfigSource
 from gateway.databroker.broker import Databroker
 from gateway.observability import logging as gateway_logging
 from gateway.observability.audit_service import AuditService

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from twisted.logger import globalLogBeginner
 
 from gateway.config import ConfigErrors, load_snapshot
-from gateway.config.source import ConfigSource
+from gateway.config.running import ConfigSource
 from gateway.observability import logging as gateway_logging
 from gateway.tree import apply_logging, build_service_tree
 from gateway.twisted_ext.dispatch import lean_dispatch

@@ -43,7 +43,7 @@ from gateway.authenticate.targets import (
     safe_target,
 )
 from gateway.authorize import answers
-from gateway.authorize.hook import Decision, Deny, RequestInfo
+from gateway.authorize.hook import Decision, Reply, RequestInfo
 from gateway.config.routes import Route
 from gateway.databroker.records import RecordStore
 from gateway.dataplane.routing.router import own_path
@@ -96,7 +96,7 @@ class Endpoints:
             if refused is not None:
                 return refused
         if on_auth and path == JWKS:
-            return Deny(200, json.dumps(ident.signer.jwks()).encode(),
+            return Reply(200, json.dumps(ident.signer.jwks()).encode(),
                         ((b"content-type", b"application/json"),), reason="jwks")
         if on_auth and path == SIGN_IN:
             return self._start(request)
@@ -120,7 +120,7 @@ class Endpoints:
 
     def _error(self, status: int, message: str, headers: list[tuple[bytes, bytes]],
                reason: str, extra: tuple[tuple[bytes, bytes], ...] = (),
-               actions: tuple[Action, ...] = ()) -> Deny:
+               actions: tuple[Action, ...] = ()) -> Reply:
         return answers.error(status, message, headers, reason, extra, look=self.identity.look,
                            actions=actions)
 
@@ -182,7 +182,7 @@ class Endpoints:
 
         return ensureDeferred(go())
 
-    def _provider_down(self, exc: Exception, request: RequestInfo) -> Deny:
+    def _provider_down(self, exc: Exception, request: RequestInfo) -> Reply:
         log.error("identity provider unavailable: {error}", error=str(exc))
         return self._error(503, "The identity provider cannot be reached; try again later.",
                            request.headers, "provider-unavailable")
@@ -266,17 +266,17 @@ class Endpoints:
         sealed = ident.shared.seal("sign-in", {"uri": route_url, "programmatic": target},
                                   ident.clock() + STATE_TTL)
         url = f"{ident.auth_origin}{SIGN_IN}?" + urlencode({"gateway_redirect": sealed})
-        return Deny(200, url.encode(), ((b"content-type", b"text/plain; charset=utf-8"),),
+        return Reply(200, url.encode(), ((b"content-type", b"text/plain; charset=utf-8"),),
                     reason="programmatic-login")
 
     def _to_client(self, session: Session, target: str,
-                   extra: tuple[tuple[bytes, bytes], ...] = ()) -> Deny:
+                   extra: tuple[tuple[bytes, bytes], ...] = ()) -> Reply:
         token = self.identity.shared.seal("programmatic", {"sid": session.id}, session.expires_at)
         sep = "&" if "?" in target else "?"
         return answers.redirect(f"{target}{sep}{urlencode({'gateway_jwt': token})}", extra)
 
     def _to_route(self, session: Session, uri: str,
-                  extra: tuple[tuple[bytes, bytes], ...] = ()) -> Deny:
+                  extra: tuple[tuple[bytes, bytes], ...] = ()) -> Reply:
         ident = self.identity
         parts = urlsplit(uri)
         sealed = ident.shared.seal("handoff", {"sid": session.id, "uri": uri},

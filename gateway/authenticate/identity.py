@@ -46,7 +46,7 @@ from gateway.authorize import answers
 from gateway.authorize.assertion import AssertionSigner
 from gateway.authorize.claims import claim_groups, flatten_claims, session_from_claims
 from gateway.authorize.decide import Decider
-from gateway.authorize.hook import Decision, Deny, RequestInfo
+from gateway.authorize.hook import Decision, Reply, RequestInfo
 from gateway.config.snapshot import Snapshot
 from gateway.pages.layout import Action, look_of
 from gateway.sessions.cookie import set_cookie_headers
@@ -162,7 +162,7 @@ class Identity:
             return await result if isinstance(result, Deferred) else result
         return ensureDeferred(read())
 
-    def storage_unavailable(self, request: RequestInfo, exc: Exception) -> Deny:
+    def storage_unavailable(self, request: RequestInfo, exc: Exception) -> Reply:
         """The answer when the session store cannot be read: never a guess."""
         log.error("session storage unavailable: {error}", error=str(exc))
         return self.error(503, "Sessions cannot be read right now; try again shortly.",
@@ -228,7 +228,7 @@ class Identity:
         return updated
 
     def error(self, status: int, message: str, headers: list[tuple[bytes, bytes]],
-              reason: str, extra: tuple[tuple[bytes, bytes], ...] = (), **more: Any) -> Deny:
+              reason: str, extra: tuple[tuple[bytes, bytes], ...] = (), **more: Any) -> Reply:
         """An error page of the family with this snapshot's look."""
         return answers.error(status, message, headers, reason, extra, look=self.look, **more)
 
@@ -245,13 +245,13 @@ class Identity:
         return Action("Sign in as someone else", f"{self.auth_origin}{SIGN_IN}", "get",
                       (("gateway_redirect", sealed),), primary=False)
 
-    def sign_in_answer(self, request: RequestInfo) -> Deny:
+    def sign_in_answer(self, request: RequestInfo) -> Reply:
         if not answers.wants_html(request.headers):
             return self.error(401, "Sign in to reach this route.", request.headers,
                               "user-unauthenticated")
         return self.sign_in(request)
 
-    def sign_in(self, request: RequestInfo) -> Deny:
+    def sign_in(self, request: RequestInfo) -> Reply:
         """302 to the authenticate host's sign-in with ``request``'s URL sealed in it."""
         if not self.auth_origin:
             return self.error(401, "Sign in to reach this route.", request.headers,

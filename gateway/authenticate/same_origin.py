@@ -20,7 +20,7 @@ from urllib.parse import urlsplit
 
 from twisted.logger import Logger
 
-from gateway.authorize.hook import Deny, RequestInfo
+from gateway.authorize.hook import Reply, RequestInfo
 from gateway.config.routes import Route
 from gateway.dataplane.routing.router import bracket_host, normalise_host, route_host_keys
 from gateway.wire.cross_origin import cross_origin, origin_of
@@ -69,7 +69,7 @@ class SameOrigin:
         return known | {used} if used else known
 
     def refusal(self, request: RequestInfo, endpoint: str, *, navigation: bool = False
-                ) -> Deny | None:
+                ) -> Reply | None:
         """403 (the error page) and one log line when a browser sent ``request`` from
         another origin; None when it may go on to its endpoint (and its token)."""
         refused = cross_origin(request.headers, self.origins(request), navigation=navigation)

@@ -18,7 +18,7 @@ from twisted.logger import Logger
 
 from gateway.authenticate.targets import form_params
 from gateway.authorize import answers
-from gateway.authorize.hook import Decision, Deny, RequestInfo
+from gateway.authorize.hook import Decision, Reply, RequestInfo
 from gateway.databroker.records import RecordStore
 from gateway.databroker.ssh_records import confirm_sign_in, read_sign_in
 from gateway.pages.layout import Action
@@ -44,7 +44,7 @@ class SshSignIn:
             return ensureDeferred(self._answer(request, body, session))
         return self.identity.with_session(request, signed_in)
 
-    def _error(self, status: int, message: str, request: RequestInfo, reason: str) -> Deny:
+    def _error(self, status: int, message: str, request: RequestInfo, reason: str) -> Reply:
         return answers.error(status, message, request.headers, reason, look=self.identity.look)
 
     async def _answer(self, request: RequestInfo, body: bytes, session: Session) -> Decision:

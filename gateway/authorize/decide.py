@@ -32,7 +32,7 @@ from twisted.logger import Logger
 from gateway.authorize import allow_fields, answers
 from gateway.authorize.assertion import AssertionSigner, claim_headers
 from gateway.authorize.email import REFUSAL_TEXT, decision_view
-from gateway.authorize.hook import Allow, Decision, Deny, RequestInfo
+from gateway.authorize.hook import Allow, Decision, Reply, RequestInfo
 from gateway.authorize.policy import (
     CLIENT_CERT,
     CertFacts,
@@ -63,7 +63,7 @@ DECISION_TTL = 30.0  # well inside the assertion's reuse window
 class SignIn(Protocol):
     """What deciding needs from sign-in (``gateway.authenticate.identity.Identity``)."""
 
-    def sign_in_answer(self, request: RequestInfo) -> Deny:
+    def sign_in_answer(self, request: RequestInfo) -> Reply:
         """No session: a redirect to sign in (browsers) or 401."""
         ...
 
@@ -324,7 +324,7 @@ class Decider:
 
     def _denied(self, request: RequestInfo, route: Route, session: Session | None,
                 reasons: tuple[str, ...], refusal: str, claimed: str,
-                verdict: Verdict | None = None) -> Deny:
+                verdict: Verdict | None = None) -> Reply:
         text = ", ".join(reasons)
         log.info("access denied to {host}{path} for {user}: {reasons}", host=request.host,
                  path=request.path, user=(session.email or session.user_id) if session else "-",
@@ -343,7 +343,7 @@ class Decider:
         return replace(denied, user_id=session.user_id, email=session.email)
 
     def error(self, status: int, message: str, headers: list[tuple[bytes, bytes]],
-              reason: str, extra: tuple[tuple[bytes, bytes], ...] = (), **more: Any) -> Deny:
+              reason: str, extra: tuple[tuple[bytes, bytes], ...] = (), **more: Any) -> Reply:
         """An error page of the family with this snapshot's look."""
         return answers.error(status, message, headers, reason, extra, look=self.look,
                              **more)

@@ -59,18 +59,19 @@ class Allow:
 
 
 @dataclass(frozen=True, slots=True)
-class Deny:
-    """Answer the client directly; the upstream is never contacted."""
+class Reply:
+    """Answer the client here; the upstream is never contacted. A refusal (401, 403, a
+    redirect to sign in) or one of the gateway's own pages (200s of ``/.gateway/``)."""
 
     status: int
     body: bytes
     headers: Pairs = ()
     reason: str = ""
-    user_id: str = ""  # who was refused, when signed in (for the access log)
+    user_id: str = ""  # who was answered, when signed in (for the access log)
     email: str = ""
 
 
-Decision = Allow | Deny
+Decision = Allow | Reply
 
 
 class Authorizer(Protocol):
@@ -87,7 +88,7 @@ class NotYetAuthorizer:
     """Every non-public route is refused until sign-in exists."""
 
     def authorize(self, request: RequestInfo, route: Route | None) -> Decision:
-        return Deny(401, b"401 Unauthorized: this route requires sign-in\n",
+        return Reply(401, b"401 Unauthorized: this route requires sign-in\n",
                     reason="authentication-unavailable")
 
     def sign_in(self, request: RequestInfo) -> Decision:

@@ -30,7 +30,7 @@ from gateway.authorize.hook import RequestInfo
 from gateway.authorize.policy import CLIENT_IP, Verdict, cert_facts, facts_for
 from gateway.cli.policy_inputs import (
     InputError,
-    Target,
+    ProbeRequest,
     build_session,
     der,
     parse_claims,
@@ -135,7 +135,7 @@ def _person(snapshot: Snapshot, args: argparse.Namespace, groups: list[str] | No
     return decision_view(session, o.idp_allow_unverified_email)
 
 
-def route_plan(snapshot: Snapshot, target: Target) -> RoutePlan:
+def route_plan(snapshot: Snapshot, target: ProbeRequest) -> RoutePlan:
     """The route the data plane gives this request to (``Exchange.begin``'s order), or
     ``NotRouted`` saying what answers instead."""
     plan = build_plan(snapshot)

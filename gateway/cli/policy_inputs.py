@@ -77,7 +77,7 @@ class InputError(ValueError):
 
 
 @dataclass(frozen=True, slots=True)
-class Target:
+class ProbeRequest:
     """The request as the data plane would see it: ``host`` as its Host header (lower
     case) or a CONNECT's ``host:port``; ``path`` normalised (``""`` for CONNECT)."""
 
@@ -93,7 +93,7 @@ class Target:
         return self.scheme == "tcp+https"
 
 
-def parse_target(url: str, method: str | None, reject_parameters: bool = False) -> Target:
+def parse_target(url: str, method: str | None, reject_parameters: bool = False) -> ProbeRequest:
     """``--url`` and ``--method``: an http(s) URL (method GET unless given) or a
     ``tcp+https://host:port`` URL (always CONNECT, path empty)."""
     tcp = _TCP.fullmatch(url)
@@ -108,7 +108,7 @@ def parse_target(url: str, method: str | None, reject_parameters: bool = False) 
         except (BadTarget, UnicodeEncodeError):
             raise InputError(f"--url {url}: write tcp+https://HOST:PORT, as the route's "
                              "from: names it") from None
-        return Target(url, "tcp+https", b"CONNECT", authority, "", b"")
+        return ProbeRequest(url, "tcp+https", b"CONNECT", authority, "", b"")
     match = _HTTP.fullmatch(url)
     if match is None:
         raise InputError(f"--url {url}: expected an http://, https:// or tcp+https:// URL")
@@ -135,7 +135,7 @@ def parse_target(url: str, method: str | None, reject_parameters: bool = False) 
     except BadTarget as exc:
         raise InputError(f"--url {url}: the gateway refuses this request target with 400: "
                          f"{exc}") from None
-    return Target(url, scheme, verb.encode("latin-1"), authority.lower(),
+    return ProbeRequest(url, scheme, verb.encode("latin-1"), authority.lower(),
                   path.decode("latin-1"), query)
 
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from gateway.authorize.email import REFUSAL_TEXT
 from gateway.authorize.policy import CertFacts, Trace, legacy_ppl, legacy_rules
-from gateway.cli.policy_inputs import Target
+from gateway.cli.policy_inputs import ProbeRequest
 from gateway.config.routes import Route
 from gateway.observability.request_metrics import route_label
 from gateway.policy.times import instant_text
@@ -34,7 +34,7 @@ class Certificate:
 class Report:
     """Everything one check found; ``status`` is the command's exit status."""
 
-    target: Target
+    target: ProbeRequest
     route: Route
     now: float
     client_ip: str

@@ -41,7 +41,7 @@ RATIO_SAMPLERS = frozenset({"traceidratio", "parentbased_traceidratio"})
 
 
 @dataclass(frozen=True)
-class Target:
+class SignalExport:
     """Where one signal goes: ``endpoint`` is the full URL (HTTP) or the gRPC target
     URL; ``timeout`` in seconds; TLS files may be empty."""
 
@@ -73,7 +73,7 @@ def _headers(raw: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
     return tuple((name.strip().lower(), unquote(value).strip()) for name, value in raw.items())
 
 
-def target(options: Options, signal: str) -> Target:
+def target(options: Options, signal: str) -> SignalExport:
     """The effective OTLP settings of ``signal`` (``traces`` may have its own)."""
     own = signal == "traces"
     protocol = (options.otel_exporter_otlp_traces_protocol if own else "") or \
@@ -87,7 +87,7 @@ def target(options: Options, signal: str) -> Target:
         options.otel_exporter_otlp_headers
     timeout_ms = (options.otel_exporter_otlp_traces_timeout if own else 0) or \
         options.otel_exporter_otlp_timeout
-    return Target(signal, protocol, endpoint, _headers(headers), timeout_ms / 1000.0,
+    return SignalExport(signal, protocol, endpoint, _headers(headers), timeout_ms / 1000.0,
                   options.otel_exporter_otlp_certificate,
                   options.otel_exporter_otlp_client_certificate,
                   options.otel_exporter_otlp_client_key)

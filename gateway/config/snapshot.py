@@ -17,9 +17,9 @@ from dataclasses import dataclass, field
 from gateway.config.coerce import coerce_settings
 from gateway.config.errors import Problem, Problems
 from gateway.config.material import Reader
+from gateway.config.raw import read_sources
 from gateway.config.routes import Route, parse_policy
 from gateway.config.settings import SETTINGS, Options
-from gateway.config.sources import read_sources
 from gateway.config.ssh import SshMaterial, load_ssh_material
 from gateway.config.validate import Material, derive, validate
 from gateway.config.values import dumps_canonical

@@ -64,7 +64,7 @@ def message_of(fields: tuple[str, ...]) -> tuple[str, tuple[str, ...]]:
 
 
 def reasons_and_rule(reason: str) -> tuple[list[str], str]:
-    """A decision's reason as logged (``Allow.reason``, ``Deny.reason``) split into its
+    """A decision's reason as logged (``Allow.reason``, ``Reply.reason``) split into its
     codes and, for the policy language (``decide.decision_reason``: ``code rule
     criterion: outcome``), the rule that decided."""
     if reason.startswith(_DENIED_PREFIX):

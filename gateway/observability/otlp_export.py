@@ -1,4 +1,4 @@
-"""The SDK's OTLP exporters (spans, metrics, log records) for one ``config.otel.Target``.
+"""The SDK's OTLP exporters (spans, metrics, log records) for one ``config.otel.SignalExport``.
 
 Over HTTP the protobuf body is POSTed to the target's URL; over gRPC the target's URL
 names the collector and its scheme whether TLS is used. TLS to the collector: the CA
@@ -18,7 +18,7 @@ from opentelemetry.sdk.metrics.export import MetricExporter
 from opentelemetry.sdk.trace.export import SpanExporter
 
 from gateway.adapters.otel_logs import LogRecordExporter, grpc_log_exporter, http_log_exporter
-from gateway.config.otel import Target
+from gateway.config.otel import SignalExport
 
 # The exporters report through the standard library's logging, which nothing here
 # shows: the services that own them count and log failures themselves.
@@ -33,7 +33,7 @@ def _read(path: str) -> bytes | None:
         return f.read()
 
 
-def _grpc_arguments(target: Target) -> dict[str, Any]:
+def _grpc_arguments(target: SignalExport) -> dict[str, Any]:
     import grpc
 
     arguments: dict[str, Any] = {"endpoint": target.endpoint, "headers": dict(target.headers),
@@ -49,7 +49,7 @@ def _grpc_arguments(target: Target) -> dict[str, Any]:
     return arguments
 
 
-def _http_arguments(target: Target) -> dict[str, Any]:
+def _http_arguments(target: SignalExport) -> dict[str, Any]:
     arguments: dict[str, Any] = {"endpoint": target.endpoint, "headers": dict(target.headers),
                                  "timeout": target.timeout}
     if target.certificate:
@@ -67,7 +67,7 @@ def _http_arguments(target: Target) -> dict[str, Any]:
     return arguments
 
 
-def span_exporter(target: Target) -> SpanExporter:
+def span_exporter(target: SignalExport) -> SpanExporter:
     if target.protocol == "grpc":
         from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (
             OTLPSpanExporter as GrpcSpans,
@@ -81,7 +81,7 @@ def span_exporter(target: Target) -> SpanExporter:
     return HttpSpans(**_http_arguments(target))
 
 
-def metric_exporter(target: Target) -> MetricExporter:
+def metric_exporter(target: SignalExport) -> MetricExporter:
     if target.protocol == "grpc":
         from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import (
             OTLPMetricExporter as GrpcMetrics,
@@ -95,7 +95,7 @@ def metric_exporter(target: Target) -> MetricExporter:
     return HttpMetrics(**_http_arguments(target))
 
 
-def log_exporter(target: Target) -> LogRecordExporter:
+def log_exporter(target: SignalExport) -> LogRecordExporter:
     if target.protocol == "grpc":
         return grpc_log_exporter(**_grpc_arguments(target))
     return http_log_exporter(**_http_arguments(target))

@@ -26,11 +26,11 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from gateway.authenticate.holder import IdentityHolder
-from gateway.authorize.hook import Decision, Deny, RequestInfo
+from gateway.authorize.hook import Decision, Reply, RequestInfo
 from gateway.config.routes import Route
+from gateway.rpc.aio_thread import AsyncioThread
 from gateway.rpc.authorize_server import SERVICE_NAME
 from gateway.rpc.authorize_wire import decision_from_pb, request_to_pb, route_key
-from gateway.rpc.bridge import AsyncioThread
 from gateway.rpc.failover import FailoverClient
 from gateway.rpc.log_limit import MismatchLog
 from gateway.rpc.protos import authorize_pb2 as pb
@@ -109,7 +109,7 @@ class RemoteAuthorizer:
                           "503", host=request.host, path=request.path, proxy_route=key,
                           authorize_route=answer.route_key or "none")
             return self._error(request, MISMATCH, "authorize-route-mismatch")
-        if isinstance(decision, Deny):
+        if isinstance(decision, Reply):
             _adopt_request_id(request, decision)
         elif carries_assertion(decision):
             ours = published_kid(self.local.signer)
@@ -123,11 +123,11 @@ class RemoteAuthorizer:
         log.debug("authorize unavailable: {error}", error=failure.getErrorMessage())
         return self._error(request, UNAVAILABLE, "authorize-unavailable")
 
-    def _error(self, request: RequestInfo, message: str, reason: str) -> Deny:
+    def _error(self, request: RequestInfo, message: str, reason: str) -> Reply:
         return self.local.identity.error(503, message, request.headers, reason)
 
 
-def _adopt_request_id(request: RequestInfo, decision: Deny) -> None:
+def _adopt_request_id(request: RequestInfo, decision: Reply) -> None:
     """The id on authorize's page becomes this request's (the access log shows it)."""
     if any(n.lower() == REQUEST_ID for n, _ in request.headers):
         return

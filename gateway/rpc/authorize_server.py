@@ -28,8 +28,8 @@ from twisted.logger import Logger
 from gateway.authenticate.holder import IdentityHolder
 from gateway.config.snapshot import Snapshot
 from gateway.dataplane.routing.plan import Plan, build_plan
+from gateway.rpc.aio_thread import AsyncioThread
 from gateway.rpc.authorize_wire import decision_to_pb, request_from_pb, route_key
-from gateway.rpc.bridge import AsyncioThread
 from gateway.rpc.log_limit import MismatchLog
 from gateway.rpc.protos import authorize_pb2 as pb
 from gateway.rpc.protos import authorize_pb2_grpc as pb_grpc

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from gateway.authorize.hook import Allow, Decision, Deny, RequestInfo
+from gateway.authorize.hook import Allow, Decision, Reply, RequestInfo
 from gateway.config.routes import Route
 from gateway.rpc.protos import authorize_pb2 as pb
 from gateway.sessions.bearer import programmatic_token
@@ -103,5 +103,5 @@ def decision_from_pb(message: pb.CheckResponse) -> Decision | None:
         return Allow(_pairs(a.headers), frozenset(a.remove), a.strip_cookie)
     if kind == "deny":
         d = message.deny
-        return Deny(d.status, d.body, _pairs(d.headers), d.reason)
+        return Reply(d.status, d.body, _pairs(d.headers), d.reason)
     return None

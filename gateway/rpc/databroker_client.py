@@ -24,7 +24,7 @@ from twisted.internet.defer import Deferred
 from twisted.logger import Logger
 
 from gateway.databroker.records import Changes, Record, StorageUnavailable
-from gateway.rpc.bridge import AsyncioThread
+from gateway.rpc.aio_thread import AsyncioThread
 from gateway.rpc.channels import ServiceTarget
 from gateway.rpc.convert import changes_from_pb, record_from_pb
 from gateway.rpc.failover import FailoverClient, Unavailable

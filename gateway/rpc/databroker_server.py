@@ -18,7 +18,7 @@ import grpc
 
 from gateway.databroker.cipher import RecordKeyError
 from gateway.databroker.records import RecordStore, StorageUnavailable
-from gateway.rpc.bridge import AsyncioThread
+from gateway.rpc.aio_thread import AsyncioThread
 from gateway.rpc.change_signal import ChangeSignal
 from gateway.rpc.convert import changes_to_pb, record_to_pb
 from gateway.rpc.protos import databroker_pb2 as pb

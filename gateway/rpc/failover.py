@@ -18,8 +18,8 @@ from typing import Any
 import grpc
 from twisted.logger import Logger
 
+from gateway.rpc.aio_thread import AsyncioThread
 from gateway.rpc.auth import CallCredentials
-from gateway.rpc.bridge import AsyncioThread
 from gateway.rpc.channels import ServiceTarget, open_channel, parse_service_url
 from gateway.rpc.metrics import observe_client
 

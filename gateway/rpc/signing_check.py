@@ -31,7 +31,7 @@ from twisted.python.failure import Failure
 
 from gateway.authorize.assertion import AssertionSigner
 from gateway.authorize.hook import Allow
-from gateway.rpc.bridge import AsyncioThread
+from gateway.rpc.aio_thread import AsyncioThread
 from gateway.rpc.failover import FailoverClient
 from gateway.rpc.log_limit import MismatchLog
 from gateway.rpc.protos import authorize_pb2 as pb

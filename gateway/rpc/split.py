@@ -22,15 +22,15 @@ from twisted.application.service import IService, MultiService, Service
 from twisted.internet.defer import Deferred
 
 from gateway.authenticate.holder import IdentityHolder
+from gateway.config.running import ConfigSource
 from gateway.config.snapshot import Snapshot
-from gateway.config.source import ConfigSource
 from gateway.databroker.broker import Databroker
 from gateway.databroker.records import RecordStore
 from gateway.observability.tracing.service import TracingService
+from gateway.rpc.aio_thread import AsyncioThread, BridgeService
 from gateway.rpc.authorize_client import RemoteAuthorizer, authorize_failover
 from gateway.rpc.authorize_server import SERVICE_NAME as AUTHORIZE_SERVICE
 from gateway.rpc.authorize_server import AuthorizeDecider, AuthorizeServicer
-from gateway.rpc.bridge import AsyncioThread, BridgeService
 from gateway.rpc.change_signal import ChangeSignal
 from gateway.rpc.databroker_client import RemoteRecordStore
 from gateway.rpc.databroker_server import SERVICE_NAME, DatabrokerServicer

@@ -8,8 +8,8 @@ from twisted.application.service import MultiService
 from twisted.internet.defer import Deferred
 from twisted.logger import Logger
 
+from gateway.config.running import ConfigSource
 from gateway.config.snapshot import Snapshot
-from gateway.config.source import ConfigSource
 
 
 class SnapshotService(MultiService):

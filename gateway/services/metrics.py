@@ -31,9 +31,9 @@ from twisted.web.resource import Resource
 from twisted.web.server import NOT_DONE_YET, Request, Site
 from zope.interface import implementer
 
+from gateway.config.running import ConfigSource
 from gateway.config.settings import Options
 from gateway.config.snapshot import Snapshot
-from gateway.config.source import ConfigSource
 from gateway.dataplane.listeners.stack import server_endpoint
 from gateway.observability.metrics import REGISTRY, watch_config
 from gateway.observability.request_metrics import REQUESTS

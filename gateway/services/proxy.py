@@ -13,8 +13,8 @@ from twisted.internet.error import CannotListenError
 from gateway.authorize.hook import Authorizer, SignInApp
 from gateway.autocert.challenge import PendingChallenges
 from gateway.autocert.service import AutocertService
+from gateway.config.running import ConfigSource
 from gateway.config.snapshot import Snapshot
-from gateway.config.source import ConfigSource
 from gateway.dataplane.codecs.switch import HTTPFactory
 from gateway.dataplane.core import ProxyCore
 from gateway.dataplane.health.manager import HealthManager

@@ -28,9 +28,9 @@ from twisted.python.failure import Failure
 from gateway.config.ssh import fingerprint
 from gateway.sessions.model import Session
 from gateway.ssh import algorithms, limits
-from gateway.ssh.bridge import BridgeConnection
+from gateway.ssh.channel_relay import BridgeConnection
 from gateway.ssh.jump import JumpConnection
-from gateway.ssh.names import BadUserName, Target, parse_login, parse_user
+from gateway.ssh.names import BadUserName, LoginTarget, parse_login, parse_user
 from gateway.ssh.sign_ins import TooManySignIns
 from gateway.ssh.transport import GatewayServerTransport, disconnect
 
@@ -61,7 +61,7 @@ class Gate(Protocol):
         """The live session the key is bound to, or None."""
         ...
 
-    async def start_sign_in(self, ssh: GatewayServerTransport, target: Target,
+    async def start_sign_in(self, ssh: GatewayServerTransport, target: LoginTarget,
                             key_fingerprint: str) -> tuple[str, str]:
         """(the URL to show, the ticket to wait on), or ``TooManySignIns``; the
         connection says when it is done with the ticket (``end_sign_in``)."""
@@ -79,7 +79,7 @@ class Gate(Protocol):
         connection ended: ``end_sign_in`` ends the wait)."""
         ...
 
-    async def admit(self, ssh: GatewayServerTransport, target: Target, session: Session,
+    async def admit(self, ssh: GatewayServerTransport, target: LoginTarget, session: Session,
                     key_fingerprint: str) -> Admitted:
         """Decide and reach the server: the connection service to start, or
         ``Refused``."""
@@ -107,7 +107,7 @@ class GatewayUserAuth(service.SSHService):
         self.proven: tuple[bytes, str] | None = None  # (user name, key fingerprint)
         # the connection's one sign-in, from the first ask: its link, ticket, target and
         # key (a later ask, even naming another target, shows the same link)
-        self.sign_in: tuple[str, str, Target, str] | None = None
+        self.sign_in: tuple[str, str, LoginTarget, str] | None = None
         self.answered = False  # the client answered the link (INFO_RESPONSE)
         self.stopped = False
         self.confirmed = False  # the sign-in's person confirmed it
@@ -181,7 +181,7 @@ class GatewayUserAuth(service.SSHService):
         else:
             self._fail()
 
-    def _publickey(self, user: bytes, target: Target | None, rest: bytes) -> None:
+    def _publickey(self, user: bytes, target: LoginTarget | None, rest: bytes) -> None:
         try:
             has_signature = rest[0]
             algorithm, blob, tail = getNS(rest[1:], 2)
@@ -241,7 +241,7 @@ class GatewayUserAuth(service.SSHService):
 
         d.addErrback(failed).addBoth(done)
 
-    async def _bound_or_ask(self, target: Target, key_fingerprint: str) -> None:
+    async def _bound_or_ask(self, target: LoginTarget, key_fingerprint: str) -> None:
         session = await self.gate.bound_session(key_fingerprint)
         if session is None:
             # proven but not bound: keyboard-interactive signs the person in (the banner
@@ -252,7 +252,7 @@ class GatewayUserAuth(service.SSHService):
             return
         await self._admit(target, session, key_fingerprint)
 
-    def _interactive(self, target: Target) -> None:
+    def _interactive(self, target: LoginTarget) -> None:
         assert self.proven is not None
         if self.sign_in is not None:
             # asked again instead of answering (RFC 4256 lets a new request abandon the
@@ -262,7 +262,7 @@ class GatewayUserAuth(service.SSHService):
             return
         self._run(self._ask(target, self.proven[1]))
 
-    async def _ask(self, target: Target, key_fingerprint: str) -> None:
+    async def _ask(self, target: LoginTarget, key_fingerprint: str) -> None:
         try:
             url, ticket = await self.gate.start_sign_in(self.ssh, target, key_fingerprint)
         except TooManySignIns as refused:
@@ -293,7 +293,7 @@ class GatewayUserAuth(service.SSHService):
         _, ticket, target, key_fingerprint = self.sign_in
         self._run(self._wait(ticket, target, key_fingerprint))
 
-    async def _wait(self, ticket: str, target: Target, key_fingerprint: str) -> None:
+    async def _wait(self, ticket: str, target: LoginTarget, key_fingerprint: str) -> None:
         session = await self.gate.wait_sign_in(self.ssh, ticket)
         self.confirmed = session is not None
         if self.stopped:  # the connection ended, which ended the wait: nobody to tell
@@ -304,7 +304,7 @@ class GatewayUserAuth(service.SSHService):
             return
         await self._admit(target, session, key_fingerprint)
 
-    async def _admit(self, target: Target, session: Session, key_fingerprint: str
+    async def _admit(self, target: LoginTarget, session: Session, key_fingerprint: str
                      ) -> None:
         try:
             connection = await self.gate.admit(self.ssh, target, session, key_fingerprint)

@@ -62,6 +62,8 @@ _LAYOUT: dict[int, tuple[str, int, int, int, State | None]] = {
     connection.MSG_CHANNEL_SUCCESS: ("CHANNEL_SUCCESS", 4, 0, 0, State.OPEN),
     connection.MSG_CHANNEL_FAILURE: ("CHANNEL_FAILURE", 4, 0, 0, State.OPEN),
 }
+_CHANNEL_DATA = connection.MSG_CHANNEL_DATA
+_TWO_IDS = struct.Struct(">2L").unpack_from  # a CHANNEL_DATA's channel and string length
 _GLOBAL_REPLIES = {connection.MSG_REQUEST_SUCCESS: "REQUEST_SUCCESS",
                    connection.MSG_REQUEST_FAILURE: "REQUEST_FAILURE"}
 _WHY = {State.UNKNOWN: "which is not open", State.PENDING: "which is still being opened",
@@ -126,6 +128,16 @@ class CheckedConnection(connection.SSHConnection):
         wire: Any = self.transport
         if wire is None or closing(wire):
             return None  # disconnected already: what was read after it is dropped
+        if messageNum == _CHANNEL_DATA and len(packet) >= 8:
+            # every relayed byte comes this way: what ``fault`` asks of a CHANNEL_DATA,
+            # inline; anything it does not pass goes the long way, which says why
+            channel_id, size = _TWO_IDS(packet, 0)
+            open_channel = self.channels.get(channel_id)
+            if open_channel is not None and 8 + size <= len(packet) and \
+                    not open_channel.remoteClosed and \
+                    open_channel in self.channelsToRemoteChannel:
+                base_: Any = super()
+                return base_.packetReceived(messageNum, packet)
         why = fault(messageNum, packet, self.channel_state,
                     len(self.deferreds.get("global", [])))
         if why is None:

@@ -21,14 +21,14 @@ class BadUserName(ValueError):
 
 
 @dataclass(frozen=True, slots=True)
-class Target:
+class LoginTarget:
     """Who to log in as (``""``: not named) on which route."""
 
     login: str
     route: str
 
 
-def parse_login(raw: bytes, route: str) -> Target:
+def parse_login(raw: bytes, route: str) -> LoginTarget:
     """The user name of a connection whose route is already known (the inner
     connection of a jump, ``ssh -J gateway root@db``): a login name only."""
     try:
@@ -37,11 +37,11 @@ def parse_login(raw: bytes, route: str) -> Target:
         raise BadUserName("the user name must be ASCII") from None
     if not _LOGIN.fullmatch(text):
         raise BadUserName(f"{text[:64]!r} is not a login name")
-    return Target(text, route)
+    return LoginTarget(text, route)
 
 
-def parse_user(raw: bytes) -> Target:
-    """``alice@db`` -> Target("alice", "db"); ``db`` -> Target("", "db"). The route is
+def parse_user(raw: bytes) -> LoginTarget:
+    """``alice@db`` -> LoginTarget("alice", "db"); ``db`` -> LoginTarget("", "db"). The route is
     after the last ``@``; names are ASCII, route names lower-cased."""
     if len(raw) > MAX_NAME:
         raise BadUserName("the user name is too long")
@@ -55,4 +55,4 @@ def parse_user(raw: bytes) -> Target:
         raise BadUserName("name the route as LOGIN@ROUTE")
     if at and not _LOGIN.fullmatch(login):
         raise BadUserName(f"{login!r} is not a login name")
-    return Target(login, route)
+    return LoginTarget(login, route)

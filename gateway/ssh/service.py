@@ -32,8 +32,8 @@ from gateway.authenticate.holder import IdentityHolder
 from gateway.authenticate.ssh_sign_in import SSH_SIGN_IN
 from gateway.authorize.ssh_logins import who
 from gateway.config.routes import Route
+from gateway.config.running import ConfigSource
 from gateway.config.snapshot import Snapshot
-from gateway.config.source import ConfigSource
 from gateway.config.ssh import (
     Revocations,
     SigningKey,
@@ -50,11 +50,11 @@ from gateway.sessions.model import Session
 from gateway.ssh import limits, pins
 from gateway.ssh.asciicast import Cast
 from gateway.ssh.auth import GatewayUserAuth, Refused
-from gateway.ssh.bridge import BridgeConnection, Context
 from gateway.ssh.certs import Issued, issue
+from gateway.ssh.channel_relay import BridgeConnection, Context
 from gateway.ssh.jump import JumpConnection
 from gateway.ssh.metrics import BYTES, CONNECTIONS, OPEN
-from gateway.ssh.names import Target
+from gateway.ssh.names import LoginTarget
 from gateway.ssh.recorder import Recorder, RecordFile, Recording
 from gateway.ssh.sign_ins import SignInDesk
 from gateway.ssh.transport import GatewayFactory, GatewayServerTransport, disconnect
@@ -78,7 +78,7 @@ class Active:
     ssh: GatewayServerTransport
     bridge: BridgeConnection | None  # None: a jump host's outer connection
     session_id: str
-    target: Target
+    target: LoginTarget
     started: float
     serial: int
     reason: str
@@ -94,7 +94,7 @@ class Admission:
 
     route: Route
     server: SshRoute
-    target: Target
+    target: LoginTarget
     person: str
     reason: str
 
@@ -242,7 +242,7 @@ class SshService(MultiService):
         sid = await bound_session_id(self.records, key_fingerprint, self._now())
         return await self._session(sid) if sid else None
 
-    async def start_sign_in(self, ssh: GatewayServerTransport, target: Target,
+    async def start_sign_in(self, ssh: GatewayServerTransport, target: LoginTarget,
                             key_fingerprint: str) -> tuple[str, str]:
         return await self.sign_ins.start(ssh.client_ip, target.route, target.login,
                                          key_fingerprint)
@@ -256,7 +256,7 @@ class SshService(MultiService):
         session_id = await self.sign_ins.wait(ssh, ticket)
         return await self._session(session_id) if session_id else None
 
-    async def admit(self, ssh: GatewayServerTransport, target: Target, session: Session,
+    async def admit(self, ssh: GatewayServerTransport, target: LoginTarget, session: Session,
                     key_fingerprint: str) -> BridgeConnection | JumpConnection:
         """decide → provision (certificate, pin) → dial → register; a refusal at any
         step is logged there and raised as ``Refused``."""
@@ -267,7 +267,7 @@ class SshService(MultiService):
         upstream = await self.dial(ssh, decided, provision)
         return self.register(ssh, decided, session, provision, upstream, key_fingerprint)
 
-    def decide(self, ssh: GatewayServerTransport, target: Target, session: Session
+    def decide(self, ssh: GatewayServerTransport, target: LoginTarget, session: Session
                ) -> Admission | JumpHost:
         """The route's decision (audited) and the recording rule, for a login (the one
         the policy gives when the user name names none); a user name that names no route
@@ -287,7 +287,7 @@ class SshService(MultiService):
             if not login:
                 self._log_refusal(ssh, target, person, "no-login")
                 raise Refused(how)
-            target = Target(login, target.route)  # the one login the policy gives them
+            target = LoginTarget(login, target.route)  # the one login the policy gives them
         decision = self.authorize.login(route, target.route, target.login, view,
                                         ssh.client_ip, now)
         if not decision.allowed:
@@ -364,7 +364,7 @@ class SshService(MultiService):
                  certificate_serial=serial, key=key_fingerprint)
         return bridge
 
-    def _jump(self, ssh: GatewayServerTransport, target: Target, session: Session,
+    def _jump(self, ssh: GatewayServerTransport, target: LoginTarget, session: Session,
               person: str) -> JumpConnection:
         """A user name that names no route: the connection of a jump host (``ssh -J``),
         whose channels to route names carry connections the gateway terminates."""
@@ -386,7 +386,7 @@ class SshService(MultiService):
                  connection=connection_id, decision="allowed", reason="jump")
         return JumpConnection(lambda: set(self.routes), inner, target.route)
 
-    def _log_refusal(self, ssh: GatewayServerTransport, target: Target, person: str,
+    def _log_refusal(self, ssh: GatewayServerTransport, target: LoginTarget, person: str,
                      reason: str) -> None:
         CONNECTIONS.labels("denied").inc()
         log.info("ssh: {user} refused as {login} on route {route}: {reason}", user=person,

@@ -11,7 +11,8 @@ breaks is a strike against the client's address: too many failed attempts (every
 unanswered keyboard-interactive ask is one), too many keys offered, too many pending
 sign-ins from its address, too much data before authentication, a malformed or
 out-of-turn authentication message, any message the checks of ``message_checks``
-refuse (a protocol error). Three within 30 s and the address's new
+refuse (a protocol error), asking for the authentication service a second time.
+Three within 30 s and the address's new
 connections are held unread for a while and closed (``tarpit``) for 10 s, doubling
 while it goes on. No strike for the login grace running out or a sign-in not
 completed (a person at a browser, a slow network: ``timeout_read`` is none for HTTP/2
@@ -70,6 +71,7 @@ class GatewayServerTransport(CheckedTransport, transport.SSHServerTransport):
     client_ip = ""
     _grace: IDelayedCall | None = None
     _extended = False
+    userauth_started = False  # one ssh-userauth service per connection
     on_lost: Callable[[], None] | None = None
 
     def connectionMade(self) -> None:
@@ -190,6 +192,13 @@ class GatewayFactory(SSHFactory):
             self.unauthenticated.pop(ip, None)
 
     def getService(self, transport: Any, service: bytes) -> Any:
-        if service == b"ssh-userauth" and not transport.authenticated:
-            return lambda: self.userauth(transport)
-        return None
+        if service != b"ssh-userauth" or transport.authenticated:
+            return None
+        if transport.userauth_started:
+            # A second ssh-userauth would be a fresh service, its attempts and its
+            # pending sign-in forgotten: a way round the bounds on each. OpenSSH asks
+            # once; Conch answers None with DISCONNECT_SERVICE_NOT_AVAILABLE.
+            transport.strike("service_again")
+            return None
+        transport.userauth_started = True
+        return lambda: self.userauth(transport)

@@ -22,7 +22,7 @@ from twisted.logger import ILogObserver, LogEvent, Logger
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
-from gateway.config.source import ConfigSource
+from gateway.config.running import ConfigSource
 from gateway.observability.metrics import REGISTRY
 from gateway.workers.control import MAX_MESSAGE, ControlReceiver, Message, decode
 

@@ -36,8 +36,8 @@ from twisted.internet.protocol import ProcessProtocol
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
+from gateway.config.running import ConfigSource
 from gateway.config.snapshot import Snapshot
-from gateway.config.source import ConfigSource
 from gateway.config.values import parse_address
 from gateway.dataplane.listeners.shared import bind_shared
 from gateway.workers.control import FIRST_LISTEN_FD, REPLY_FD, ControlReceiver, Message

@@ -17,7 +17,7 @@ Contract:
 - no USERAUTH_SUCCESS, and the gate is never asked to admit anyone: nobody without a
   valid signature from the key they name gets past publickey;
 - the number of failures answered never exceeds the attempt limit before a disconnect;
-- ``parse_user`` gives a Target of a valid route name or raises ``BadUserName``;
+- ``parse_user`` gives a LoginTarget of a valid route name or raises ``BadUserName``;
   ``parse_host_key_line`` gives a key of the type it names or raises ValueError;
   ``parse_host_ca_line`` gives a CA of a CA key type, None or ValueError;
   ``parse_revoked_line`` gives a key blob, None or ValueError;

@@ -2,7 +2,7 @@
 transport (``gateway.ssh.transport``) after a real key exchange with the raw test client
 (``tests/support/ssh_raw.py``, in memory), its ``ssh-userauth`` (``gateway.ssh.auth``)
 and, once a bound key proved itself, the person's connection service
-(``gateway.ssh.bridge`` with ``message_checks``) over a server side that never answers,
+(``gateway.ssh.channel_relay`` with ``message_checks``) over a server side that never answers,
 or for a user name without a login the jump's outer connection (``gateway.ssh.jump``).
 
 Input: a first byte choosing the gate (bit 0: the proven key is bound to a session, so
@@ -46,7 +46,7 @@ with instrumented("gateway.ssh"):
 
     from gateway.ssh import limits
     from gateway.ssh.auth import GatewayUserAuth
-    from gateway.ssh.bridge import BridgeConnection, Context
+    from gateway.ssh.channel_relay import BridgeConnection, Context
     from gateway.ssh.jump import JumpConnection
     from gateway.ssh.transport import GatewayFactory
     from gateway.ssh.upstream import UpstreamConnection

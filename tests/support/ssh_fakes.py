@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gateway.ssh.auth import Refused
-from gateway.ssh.names import Target
+from gateway.ssh.names import LoginTarget
 
 
 @dataclass
@@ -66,14 +66,14 @@ class FakeGate:
     bound: Any = None
     confirmed: Any = None
     refusal: str = ""
-    admitted: list[tuple[Target, Any, str]] = field(default_factory=list)
-    asked: list[tuple[Target, str]] = field(default_factory=list)
+    admitted: list[tuple[LoginTarget, Any, str]] = field(default_factory=list)
+    asked: list[tuple[LoginTarget, str]] = field(default_factory=list)
     ended: list[str] = field(default_factory=list)
 
     async def bound_session(self, key_fingerprint: str) -> Any:
         return self.bound
 
-    async def start_sign_in(self, ssh: Any, target: Target, key_fingerprint: str
+    async def start_sign_in(self, ssh: Any, target: LoginTarget, key_fingerprint: str
                             ) -> tuple[str, str]:
         self.asked.append((target, key_fingerprint))
         return "https://authenticate.example.com/.gateway/ssh/TICKET", "TICKET"
@@ -84,7 +84,7 @@ class FakeGate:
     async def wait_sign_in(self, ssh: Any, ticket: str) -> Any:
         return self.confirmed
 
-    async def admit(self, ssh: Any, target: Target, session: Any, key_fingerprint: str
+    async def admit(self, ssh: Any, target: LoginTarget, session: Any, key_fingerprint: str
                     ) -> Any:
         if self.refusal:
             raise Refused(self.refusal)

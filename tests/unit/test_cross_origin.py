@@ -18,7 +18,7 @@ from gateway.authenticate.endpoints import Endpoints
 from gateway.authenticate.identity import Identity
 from gateway.authenticate.same_origin import REFUSED, SameOrigin
 from gateway.authenticate.targets import SIGN_OUT
-from gateway.authorize.hook import Deny, RequestInfo
+from gateway.authorize.hook import Reply, RequestInfo
 from gateway.databroker.follower import ChangeFollower
 from gateway.databroker.memory_records import MemoryRecordStore
 from gateway.databroker.session_records import RecordSessionStore
@@ -189,7 +189,7 @@ class SignOutTests(IdentityCase):
                              (None, "https://evil.example"), (None, "null"),
                              ("none", None), ("cross-site", None)):
             decision = self.sign_out(alice, b"POST", hdrs(site, origin))
-            self.assertIsInstance(decision, Deny)
+            self.assertIsInstance(decision, Reply)
             self.assertEqual(decision.status, 403, (site, origin))
             self.assertIn(REFUSED.split(",")[0].encode(), decision.body)
             self.assertIsNotNone(self.store.get(alice.id))
@@ -256,7 +256,7 @@ class SshAllowTests(IdentityCase):
         self.endpoints = Endpoints(self.identity, records=self.records)
         self.alice = self.session()
 
-    def allow(self, headers: list[tuple[bytes, bytes]]) -> tuple[Deny, str | None]:
+    def allow(self, headers: list[tuple[bytes, bytes]]) -> tuple[Reply, str | None]:
         pending = self.successResultOf(ensureDeferred(start_sign_in(
             self.records, "SHA256:abc", "127.0.0.1:5000", "db", "root", self.clock())))
         body = urlencode({"csrf": self.identity.csrf_token(self.alice)}).encode()
@@ -265,7 +265,7 @@ class SshAllowTests(IdentityCase):
             [*headers, self.cookie(self.alice)], "192.0.2.1"), body)
         if isinstance(decision, Deferred):
             decision = self.successResultOf(decision)
-        assert isinstance(decision, Deny)
+        assert isinstance(decision, Reply)
         bound = self.successResultOf(ensureDeferred(read_sign_in(
             self.records, pending.ticket, self.clock())))
         assert bound is not None

@@ -24,7 +24,7 @@ from gateway.authorize.email import (
     email_refusal,
     is_mailbox,
 )
-from gateway.authorize.hook import Allow, Deny
+from gateway.authorize.hook import Allow, Reply
 
 from .config.helpers import SECRET
 from .legacy_oracle import email_domain
@@ -153,7 +153,7 @@ class IdentityEmailTests(IdentityCase):
     def test_unverified_address_is_refused_with_a_reason(self) -> None:
         eve = self.session(UNVERIFIED)
         decision = self.authorize(headers=[BROWSER, self.cookie(eve)])
-        self.assertIsInstance(decision, Deny)
+        self.assertIsInstance(decision, Reply)
         self.assertEqual(decision.status, 403)
         self.assertIn(b"your provider has not verified this address", decision.body)
         self.assertIn(b"Signed in as <strong>eve-id</strong>", decision.body)
@@ -221,7 +221,7 @@ class IdentityEmailTests(IdentityCase):
     def test_who_am_i_says_why_the_address_is_not_used(self) -> None:
         eve = self.session(UNVERIFIED)
         page = who_am_i(self.identity, request("/.gateway/", headers=[JSON, self.cookie(eve)]))
-        assert isinstance(page, Deny)
+        assert isinstance(page, Reply)
         doc = json.loads(page.body)
         self.assertEqual(doc["email"], "")
         self.assertNotIn("email", doc["claims"])
@@ -229,7 +229,7 @@ class IdentityEmailTests(IdentityCase):
         self.assertEqual(doc["email_not_used"]["claimed"], "alice@example.com")
         html = who_am_i(self.identity, request("/.gateway/",
                                                 headers=[BROWSER, self.cookie(eve)]))
-        assert isinstance(html, Deny)
+        assert isinstance(html, Reply)
         self.assertIn(b"your provider has not verified this address", html.body)
 
     def test_directory_does_not_match_a_refused_address(self) -> None:

@@ -13,7 +13,7 @@ from twisted.internet.defer import Deferred
 from twisted.internet.testing import MemoryReactorClock, StringTransport
 from twisted.trial.unittest import SynchronousTestCase
 
-from gateway.authorize.hook import Allow, Deny, RequestInfo
+from gateway.authorize.hook import Allow, Reply, RequestInfo
 from gateway.config.routes import Route
 from gateway.dataplane.core import ProxyCore
 from gateway.dataplane.exchange import stage as stages
@@ -116,10 +116,10 @@ class LaterAuthorizer:
     """Decides every request later: ``decide`` fires the pending decision."""
 
     def __init__(self) -> None:
-        self.pending: list[Deferred[Allow | Deny]] = []
+        self.pending: list[Deferred[Allow | Reply]] = []
 
-    def authorize(self, request: RequestInfo, route: Route) -> Deferred[Allow | Deny]:
-        decision: Deferred[Allow | Deny] = Deferred()
+    def authorize(self, request: RequestInfo, route: Route) -> Deferred[Allow | Reply]:
+        decision: Deferred[Allow | Reply] = Deferred()
         self.pending.append(decision)
         return decision
 
@@ -129,10 +129,10 @@ class LaterAuthorizer:
     def internal(self, request: RequestInfo, body: bytes = b"") -> None:
         return None
 
-    def sign_in(self, request: RequestInfo) -> Deny:
-        return Deny(401, b"", ())
+    def sign_in(self, request: RequestInfo) -> Reply:
+        return Reply(401, b"", ())
 
-    def decide(self, decision: Allow | Deny) -> None:
+    def decide(self, decision: Allow | Reply) -> None:
         self.pending.pop(0).callback(decision)
 
 
@@ -274,7 +274,7 @@ class ExchangeStageTests(SynchronousTestCase):
     def test_a_denial_that_comes_later_is_answered(self) -> None:
         exchange = self.exchange(host="private.example.com")
         exchange.begin()
-        self.authorizer.decide(Deny(403, b"no", (), reason="test"))
+        self.authorizer.decide(Reply(403, b"no", (), reason="test"))
         self.assertIs(exchange.stage, DONE)
         self.assertEqual(([s for s, _ in self.sink.heads], self.sink.body), ([403], b"no"))
         self.assertEqual(self.reactor.tcpClients, [])

@@ -21,7 +21,7 @@ from twisted.trial.unittest import SynchronousTestCase
 
 from gateway.authenticate.holder import IdentityHolder
 from gateway.authenticate.targets import SIGN_IN
-from gateway.authorize.hook import Allow, Decision, Deny, RequestInfo
+from gateway.authorize.hook import Allow, Decision, Reply, RequestInfo
 from gateway.databroker.follower import ChangeFollower
 from gateway.databroker.memory_records import MemoryRecordStore
 from gateway.databroker.session_records import RecordSessionStore
@@ -30,7 +30,7 @@ from gateway.dataplane.core import ProxyCore
 from gateway.dataplane.exchange.access import loggable_query
 from gateway.dataplane.forwardauth.answer import Mode, mode_of, outcome
 from gateway.dataplane.forwardauth.target import (
-    Target,
+    CheckedRequest,
     TargetError,
     find_target,
     parse_url,
@@ -69,7 +69,8 @@ SNAPSHOT = load(base_config(
     cookie_secret=base64.b64encode(b"c" * 32).decode()))
 
 
-def target(query: str = "", headers: Headers | None = None, method: bytes = b"GET") -> Target:
+def target(query: str = "", headers: Headers | None = None,
+           method: bytes = b"GET") -> CheckedRequest:
     return find_target(query.encode("latin-1"), list(headers or []), method)
 
 
@@ -324,8 +325,8 @@ class AnswerTests(SynchronousTestCase):
     def test_unauthenticated(self) -> None:
         """/verify: always 401, never a redirect; elsewhere: the sign-in redirect (None
         asks the caller for a fresh one when the identity layer answered 401)."""
-        redirect = Deny(302, b"", ((b"location", b"https://auth/x"),), reason="redirect")
-        plain = Deny(401, b"sign in", reason="user-unauthenticated")
+        redirect = Reply(302, b"", ((b"location", b"https://auth/x"),), reason="redirect")
+        plain = Reply(401, b"sign in", reason="user-unauthenticated")
         for decision in (redirect, plain):
             answer = outcome(Mode.VERIFY, decision, [(b"Accept", b"text/html")])
             assert answer is not None
@@ -336,7 +337,7 @@ class AnswerTests(SynchronousTestCase):
 
     def test_other_answers_pass_through(self) -> None:
         for status in (403, 495, 503):
-            denied = Deny(status, b"no", reason="x")
+            denied = Reply(status, b"no", reason="x")
             self.assertIs(outcome(Mode.VERIFY, denied, []), denied)
             self.assertIs(outcome(Mode.CHECK, denied, []), denied)
 

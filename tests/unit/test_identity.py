@@ -34,7 +34,7 @@ from gateway.authenticate.targets import (
     safe_target,
 )
 from gateway.authorize.assertion import AssertionSigner
-from gateway.authorize.hook import Allow, Deny, RequestInfo
+from gateway.authorize.hook import Allow, Reply, RequestInfo
 from gateway.config.snapshot import Snapshot
 from gateway.databroker.follower import ChangeFollower
 from gateway.databroker.memory_records import MemoryRecordStore
@@ -83,19 +83,19 @@ def request(path: str = "/", query: str | bytes = b"", *, host: str = APP,
                        "192.0.2.1")
 
 
-def header(decision: Deny | Allow, name: bytes) -> bytes | None:
+def header(decision: Reply | Allow, name: bytes) -> bytes | None:
     for key, value in decision.headers:
         if key.lower() == name:
             return value
     return None
 
 
-def headers_named(decision: Deny, name: bytes) -> list[bytes]:
+def headers_named(decision: Reply, name: bytes) -> list[bytes]:
     return [v for k, v in decision.headers if k.lower() == name]
 
 
 def location(decision: Any) -> str:
-    assert isinstance(decision, Deny), decision
+    assert isinstance(decision, Reply), decision
     value = header(decision, b"location")
     assert value is not None, decision
     return value.decode("latin-1")
@@ -249,7 +249,7 @@ class AuthorizeTests(IdentityCase):
     def test_json_client_gets_401(self) -> None:
         """A JSON client without a session gets 401 JSON, not a redirect."""
         decision = self.authorize(headers=[JSON])
-        self.assertIsInstance(decision, Deny)
+        self.assertIsInstance(decision, Reply)
         self.assertEqual(decision.status, 401)
         self.assertIsNone(header(decision, b"location"))
         self.assertEqual(header(decision, b"content-type"), b"application/json")
@@ -307,7 +307,7 @@ class AuthorizeTests(IdentityCase):
         """A signed-in user not on the route's list gets a 403 page saying so."""
         bob = self.session(BOB)
         decision = self.authorize(headers=[BROWSER, self.cookie(bob)])
-        self.assertIsInstance(decision, Deny)
+        self.assertIsInstance(decision, Reply)
         self.assertEqual(decision.status, 403)
         self.assertIn(b"text/html", header(decision, b"content-type") or b"")
         self.assertIn(b"Signed in as <strong>bob@example.com</strong>", decision.body)
@@ -767,7 +767,7 @@ class EndpointTests(IdentityCase):
         """/.gateway/anything is 404 on a route host; ordinary paths go to routing."""
         for path in ("/.gateway/anything", "/.gateway/sign_in", "/.gateway/callback/x"):
             decision = self.internal(path)
-            self.assertIsInstance(decision, Deny, path)
+            self.assertIsInstance(decision, Reply, path)
             self.assertEqual(decision.status, 404, path)
             self.assertTrue(self.endpoints.handles(APP, path), path)
         self.assertEqual(self.internal("/.gateway/nothing", host=AUTH).status, 404)

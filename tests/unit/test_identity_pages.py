@@ -14,7 +14,7 @@ from urllib.parse import parse_qs, urlencode, urlsplit
 from twisted.internet.defer import Deferred, succeed
 
 from gateway.authenticate.targets import SIGN_IN, SIGN_OUT
-from gateway.authorize.hook import Deny
+from gateway.authorize.hook import Reply
 from gateway.sessions.model import Session
 
 from .test_identity import (
@@ -92,7 +92,7 @@ class PagesCase(IdentityCase):
         headers = [accept] + ([self.cookie(session)] if session else [])
         return self.internal("/.gateway/", host=host, headers=headers)
 
-    def assertNoSecrets(self, decision: Deny, session: Session) -> None:
+    def assertNoSecrets(self, decision: Reply, session: Session) -> None:
         cookie = self.cookie(session)[1].split(b"=", 1)[1]
         for secret in (b"SECRET", session.id.encode(), cookie,
                        self.snapshot.material.cookie_secret,

@@ -24,7 +24,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 from twisted.trial.unittest import SynchronousTestCase
 
-from gateway.authorize.hook import Allow, Deny, RequestInfo
+from gateway.authorize.hook import Allow, Reply, RequestInfo
 from gateway.cli import main
 from gateway.config import load_snapshot
 
@@ -659,14 +659,14 @@ class DeciderAgreementTests(IdentityCase, CliCase):
         self.identity.provider = None
 
     def decide(self, host: str, claims: dict[str, Any] | None, method: str, path: str,
-               ip: str) -> Allow | Deny:
+               ip: str) -> Allow | Reply:
         headers = [JSON]
         if claims is not None:
             headers.append(self.cookie(self.session(claims)))
         [route_] = [r for r in self.snapshot.routes if r.host == host]
         decision = self.identity.decider.authorize(
             RequestInfo(method.encode(), "https", host, path, b"", headers, ip), route_)
-        assert isinstance(decision, (Allow, Deny)), decision
+        assert isinstance(decision, (Allow, Reply)), decision
         return decision
 
     def test_agreement(self) -> None:

@@ -11,7 +11,7 @@ from typing import Any
 
 from twisted.logger import globalLogPublisher
 
-from gateway.authorize.hook import Allow, Deny, RequestInfo
+from gateway.authorize.hook import Allow, Reply, RequestInfo
 
 from .config.helpers import base_config, load
 from .test_identity import APP, AUTH, BROWSER, IDENTITY, JSON, SIGNED_OUT, Headers, IdentityCase
@@ -53,9 +53,9 @@ class PolicyDecideCase(IdentityCase):
         globalLogPublisher.addObserver(self.logged.append)
         self.addCleanup(globalLogPublisher.removeObserver, self.logged.append)
 
-    def decide(self, info: RequestInfo) -> Allow | Deny:
+    def decide(self, info: RequestInfo) -> Allow | Reply:
         decision = self.identity.decider.authorize(info, self.route)
-        assert isinstance(decision, (Allow, Deny)), decision
+        assert isinstance(decision, (Allow, Reply)), decision
         return decision
 
 
@@ -73,7 +73,7 @@ class PolicyDecisionTests(PolicyDecideCase):
     def test_a_deny_rule_wins_and_the_page_says_what_kind(self) -> None:
         cookie = self.cookie(self.session())
         decision = self.decide(request(b"DELETE", headers=[JSON, cookie]))
-        assert isinstance(decision, Deny)
+        assert isinstance(decision, Reply)
         self.assertEqual(decision.status, 403)
         self.assertIn("deny[0].or[0] http_method", decision.reason)
         message = json.dumps(json.loads(decision.body))
@@ -85,21 +85,21 @@ class PolicyDecisionTests(PolicyDecideCase):
     def test_the_network_rule_reads_the_client_address(self) -> None:
         cookie = self.cookie(self.session())
         decision = self.decide(request(client_ip="198.51.100.9", headers=[JSON, cookie]))
-        assert isinstance(decision, Deny)
+        assert isinstance(decision, Reply)
         self.assertIn("Your network is not allowed", decision.body.decode())
         self.assertNotIn("198.51.100", decision.body.decode())
 
     def test_someone_no_rule_allows_is_refused_in_words(self) -> None:
         cookie = self.cookie(self.session({"sub": "bob-id", "email": "bob@example.com"}))
         decision = self.decide(request(headers=[JSON, cookie]))
-        assert isinstance(decision, Deny)
+        assert isinstance(decision, Reply)
         self.assertEqual(decision.status, 403)
         self.assertNotIn("alice@example.com", decision.body.decode())
         self.assertNotIn("staff", decision.body.decode())
 
     def test_nobody_signed_in_is_sent_to_sign_in(self) -> None:
         decision = self.decide(request())
-        assert isinstance(decision, Deny)
+        assert isinstance(decision, Reply)
         self.assertEqual(decision.status, 302)
 
     def test_a_remembered_decision_is_not_reused_for_another_method(self) -> None:
@@ -113,9 +113,9 @@ class PolicyDecisionTests(PolicyDecideCase):
         assert isinstance(again, Allow)
         self.assertEqual(again.headers, first.headers)  # identity headers made once
         self.assertIsInstance(self.decide(request(b"DELETE", headers=[BROWSER, cookie])),
-                              Deny)
+                              Reply)
         self.assertIsInstance(self.decide(request(client_ip="198.51.100.1",
-                                                  headers=[BROWSER, cookie])), Deny)
+                                                  headers=[BROWSER, cookie])), Reply)
         self.assertIsInstance(self.decide(request(headers=[BROWSER, cookie])), Allow)
 
 
@@ -133,7 +133,7 @@ class TimeOfDayTests(PolicyDecideCase):
         self.assertIsInstance(self.decide(request(headers=[BROWSER, cookie])), Allow)
         self.clock.now += 50  # 22:14:10
         decision = self.decide(request(headers=[JSON, cookie]))
-        assert isinstance(decision, Deny)
+        assert isinstance(decision, Reply)
         self.assertIn("closed at this time of day", decision.body.decode())
 
 
@@ -175,8 +175,8 @@ class LowerCaseOptionsTests(PolicyDecideCase):
                               Allow)
         self.assertIsInstance(self.decide(request(b"options", headers=[JSON, cookie,
                                                                       *self.PREFLIGHT])),
-                              Deny)
-        self.assertIsInstance(self.decide(request(headers=[JSON, cookie])), Deny)
+                              Reply)
+        self.assertIsInstance(self.decide(request(headers=[JSON, cookie])), Reply)
 
     def test_the_allow_fields_alone_too(self) -> None:
         snapshot = load(base_config(**{**IDENTITY, "authenticate_service_url": f"https://{AUTH}",
@@ -189,8 +189,8 @@ class LowerCaseOptionsTests(PolicyDecideCase):
         cookie = self.cookie(self.session({"sub": "bob-id", "email": "bob@example.com"}))
         self.assertIsInstance(self.decide(request(b"options", headers=[JSON, cookie,
                                                                       *self.PREFLIGHT])),
-                              Deny)
-        self.assertIsInstance(self.decide(request(headers=[JSON, cookie])), Deny)
+                              Reply)
+        self.assertIsInstance(self.decide(request(headers=[JSON, cookie])), Reply)
 
 
 class ConfigWarningTests(PolicyDecideCase):
@@ -217,7 +217,7 @@ class DenialPageTests(PolicyDecideCase):
     def test_the_page_says_what_kind_of_rule_refused(self) -> None:
         cookie = self.cookie(self.session())
         decision = self.decide(request(b"DELETE", headers=[BROWSER, cookie]))
-        assert isinstance(decision, Deny)
+        assert isinstance(decision, Reply)
         page = decision.body.decode()
         self.assertIn("This kind of request is not allowed on this route.", page)
         self.assertIn("People the route&#x27;s policy lets in", page)

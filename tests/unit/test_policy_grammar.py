@@ -15,7 +15,7 @@ from twisted.trial.unittest import SynchronousTestCase
 
 from gateway.config import load_snapshot
 from gateway.config.errors import Problems
-from gateway.config.source import ConfigSource
+from gateway.config.running import ConfigSource
 from gateway.policy import parse_document
 from gateway.policy.nodes import (
     Criterion,

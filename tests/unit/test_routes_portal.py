@@ -16,7 +16,7 @@ from twisted.trial.unittest import SynchronousTestCase
 from gateway.authenticate.endpoints import Endpoints
 from gateway.authenticate.identity import Identity
 from gateway.authorize.assertion import AssertionSigner
-from gateway.authorize.hook import Deny
+from gateway.authorize.hook import Reply
 from gateway.config.snapshot import Snapshot
 from gateway.databroker.follower import ChangeFollower
 from gateway.databroker.memory_records import MemoryRecordStore
@@ -125,13 +125,13 @@ class PortalCase(SynchronousTestCase):
         return self.identity.new_session(dict(claims), "idtoken", "access", "", NOW + 3600)
 
     def portal(self, session: Session | None, accept: tuple[bytes, bytes] = JSON, *,
-               host: str = APP, path: str = "/.gateway/routes", query: str = "") -> Deny:
+               host: str = APP, path: str = "/.gateway/routes", query: str = "") -> Reply:
         cookie = [cookie_header([v for _, v in self.identity.session_cookie(session)])] \
             if session is not None else []
         decision = self.endpoints.internal(
             request(path, query, host=host, headers=[accept, *cookie]))
         self.assertNotIsInstance(decision, Deferred)
-        assert isinstance(decision, Deny), decision
+        assert isinstance(decision, Reply), decision
         return decision
 
     def listed(self, claims: dict[str, Any]) -> list[str]:
@@ -172,7 +172,7 @@ class WhoSeesWhatTests(PortalCase):
                 decision = self.identity.decider.authorize(ask, r)
                 self.assertNotIsInstance(decision, Deferred)
                 url = r.from_url + ("" if r.tcp else path)
-                self.assertEqual(not isinstance(decision, Deny), url in seen,
+                self.assertEqual(not isinstance(decision, Reply), url in seen,
                                  f"{claims['email']} on {url}: {decision}")
 
     def test_a_refused_e_mail_address_opens_nothing_it_names(self) -> None:
@@ -216,7 +216,7 @@ class WhatIsShownTests(PortalCase):
             self) -> None:
         decision = self.endpoints.internal(request(
             "/.gateway/routes", host="app.test:8443", headers=[JSON, self.cookie(ALICE)]))
-        assert isinstance(decision, Deny)
+        assert isinstance(decision, Reply)
         db = next(r for r in json.loads(decision.body)["routes"] if r["type"] == "tcp")
         self.assertEqual(db["command"],
                          "gateway tcp --gateway-url https://app.test:8443 db.test:5432")
@@ -341,6 +341,6 @@ class WhoAmILinkTests(PortalCase):
         decision = self.endpoints.internal(request(
             "/.gateway/", host=APP, headers=[BROWSER, cookie_header(
                 [v for _, v in self.identity.session_cookie(self.session(ALICE))])]))
-        assert isinstance(decision, Deny)
+        assert isinstance(decision, Reply)
         self.assertIn('<a class=button href="/.gateway/routes">Your routes</a>',
                       decision.body.decode())

@@ -7,7 +7,7 @@ from __future__ import annotations
 from twisted.internet.testing import MemoryReactorClock, StringTransport
 from twisted.trial.unittest import SynchronousTestCase
 
-from gateway.authorize.hook import Decision, Deny, RequestInfo
+from gateway.authorize.hook import Decision, Reply, RequestInfo
 from gateway.config.routes import Route
 from gateway.dataplane.codecs.http1 import Http1Connection
 from gateway.dataplane.core import ProxyCore
@@ -24,10 +24,10 @@ class Decisions:
 
     def authorize(self, request: RequestInfo, route: Route) -> Decision:
         self.asked.append(request.path)
-        return Deny(403, b"route refused\n", reason="test")
+        return Reply(403, b"route refused\n", reason="test")
 
     def sign_in(self, request: RequestInfo) -> Decision:
-        return Deny(401, b"sign in\n")
+        return Reply(401, b"sign in\n")
 
 
 class App:
@@ -41,7 +41,7 @@ class App:
 
     def internal(self, request: RequestInfo, body: bytes = b"") -> Decision | None:
         self.asked.append(request.path)
-        return Deny(200, b"hello from the app\n", reason="own-endpoint")
+        return Reply(200, b"hello from the app\n", reason="own-endpoint")
 
 
 class SignInAppTests(SynchronousTestCase):

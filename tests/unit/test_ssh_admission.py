@@ -19,15 +19,15 @@ from twisted.internet.testing import MemoryReactorClock
 from twisted.trial.unittest import SynchronousTestCase
 
 from gateway.authorize.ssh_logins import AuthorizeSsh
+from gateway.config.running import ConfigSource
 from gateway.config.snapshot import load_snapshot
-from gateway.config.source import ConfigSource
 from gateway.databroker.follower import ChangeFollower
 from gateway.databroker.memory_records import MemoryRecordStore
 from gateway.sessions.model import Session
 from gateway.ssh import pins
 from gateway.ssh.auth import Refused
-from gateway.ssh.bridge import BridgeConnection
-from gateway.ssh.names import Target
+from gateway.ssh.channel_relay import BridgeConnection
+from gateway.ssh.names import LoginTarget
 from gateway.ssh.service import Admission, JumpHost, Provision, SshService
 from gateway.ssh.upstream import UpstreamConnection, UpstreamFailed
 from tests.support.ssh_fakes import FakeSSH
@@ -97,7 +97,7 @@ class Service:
         return Session("sid-1", "user-1", email, now - 10, now + left)
 
     def admission(self, route: str = "db", login: str = "alice") -> Admission:
-        decided = self.service.decide(FakeSSH(), Target(login, route),  # type: ignore[arg-type]
+        decided = self.service.decide(FakeSSH(), LoginTarget(login, route),  # type: ignore[arg-type]
                                       self.session())
         assert isinstance(decided, Admission)
         return decided
@@ -108,23 +108,23 @@ class DecideTests(SynchronousTestCase):
         s = Service()
         decided = s.admission()
         self.assertEqual((decided.target, decided.person, decided.server.name),
-                         (Target("alice", "db"), "alice@example.com", "db"))
+                         (LoginTarget("alice", "db"), "alice@example.com", "db"))
         self.assertIn("allowed_users", decided.reason)
 
     def test_a_refusal_is_the_line_the_person_reads(self) -> None:
         s = Service()
         with self.assertRaises(Refused) as refused:
-            s.service.decide(FakeSSH(), Target("bob", "db"),  # type: ignore[arg-type]
+            s.service.decide(FakeSSH(), LoginTarget("bob", "db"),  # type: ignore[arg-type]
                              s.session("bob@example.com"))
         self.assertIn("signed in as bob@example.com; route db", str(refused.exception))
 
     def test_no_such_route_and_a_jump_host(self) -> None:
         s = Service()
         with self.assertRaises(Refused) as refused:
-            s.service.decide(FakeSSH(), Target("alice", "nowhere"),  # type: ignore[arg-type]
+            s.service.decide(FakeSSH(), LoginTarget("alice", "nowhere"),  # type: ignore[arg-type]
                              s.session())
         self.assertIn("there is no SSH route nowhere", str(refused.exception))
-        jump = s.service.decide(FakeSSH(), Target("", "nowhere"),  # type: ignore[arg-type]
+        jump = s.service.decide(FakeSSH(), LoginTarget("", "nowhere"),  # type: ignore[arg-type]
                                 s.session())
         self.assertEqual(jump, JumpHost("alice@example.com"))
 
@@ -134,11 +134,11 @@ class DecideTests(SynchronousTestCase):
         s = Service()
         session = s.session(left=60)
         ssh: Any = FakeSSH()
-        self.assertIsInstance(s.service.decide(ssh, Target("alice", "db"), session),
+        self.assertIsInstance(s.service.decide(ssh, LoginTarget("alice", "db"), session),
                               Admission)
         s.reactor.advance(61)
         with self.assertRaises(Refused) as refused:
-            s.service.decide(ssh, Target("alice", "db"), session)
+            s.service.decide(ssh, LoginTarget("alice", "db"), session)
         self.assertIn("your session has ended", str(refused.exception))
 
     def test_a_route_that_requires_a_recording_the_gateway_cannot_make(self) -> None:
@@ -217,7 +217,7 @@ class RegisterTests(SynchronousTestCase):
         self.assertIsInstance(self.bridge, BridgeConnection)
         (active,) = self.s.service.active.values()
         self.assertEqual((active.session_id, active.target, active.serial, active.started),
-                         ("sid-1", Target("alice", "db"), self.serial, NOW))
+                         ("sid-1", LoginTarget("alice", "db"), self.serial, NOW))
         self.s.reactor.advance(7)
         self.assertEqual(self.bridge.ctx.clock(), NOW + 7)  # recordings' clock too
 
@@ -262,7 +262,7 @@ class AdmitTests(SynchronousTestCase):
         service.decide, service.provision = step("decide", decide), step("provision",
                                                                           provision)
         service.dial, service.register = step("dial", dial), step("register", register)
-        bridge = _done(s.service.admit(FakeSSH(), Target("alice", "db"),  # type: ignore[arg-type]
+        bridge = _done(s.service.admit(FakeSSH(), LoginTarget("alice", "db"),  # type: ignore[arg-type]
                                        s.session(), "SHA256:key"))
         self.assertIsInstance(bridge, BridgeConnection)
         self.assertEqual(steps, ["decide", "provision", "dial", "register"])

@@ -15,7 +15,7 @@ from twisted.trial.unittest import SynchronousTestCase
 from gateway.config.ssh import fingerprint
 from gateway.ssh import limits
 from gateway.ssh.auth import GatewayUserAuth
-from gateway.ssh.names import Target
+from gateway.ssh.names import LoginTarget
 from tests.support.ssh_fakes import FakeGate, FakeSSH
 
 FAILURE, SUCCESS, BANNER, PK_OK, INFO_REQUEST = 51, 52, 53, 60, 60
@@ -59,7 +59,7 @@ class UserAuthTests(SynchronousTestCase):
         self.gate.bound = "session"
         self.send(signed(self.ssh, self.key, b"alice@db"))
         self.assertEqual(self.gate.admitted,
-                         [(Target("alice", "db"), "session", fingerprint(self.blob))])
+                         [(LoginTarget("alice", "db"), "session", fingerprint(self.blob))])
         self.assertEqual(self.ssh.kinds(), [SUCCESS])
         self.assertTrue(self.ssh.authenticated)
         self.assertEqual(self.ssh.service, "bridge")
@@ -183,7 +183,7 @@ class AbandonedTests(SynchronousTestCase):
         bridge = Bridge()
 
         class LeavingGate(FakeGate):
-            async def admit(self, ssh: Any, target: Target, session: Any,
+            async def admit(self, ssh: Any, target: LoginTarget, session: Any,
                             key_fingerprint: str) -> Any:
                 ssh.lost = True
                 return bridge

@@ -13,7 +13,10 @@ from typing import Any
 from cryptography.hazmat.primitives.asymmetric import ed25519
 from twisted.conch.ssh import keys
 from twisted.conch.ssh.common import NS
-from twisted.conch.ssh.transport import DISCONNECT_PROTOCOL_ERROR
+from twisted.conch.ssh.transport import (
+    DISCONNECT_PROTOCOL_ERROR,
+    DISCONNECT_SERVICE_NOT_AVAILABLE,
+)
 from twisted.internet.address import IPv4Address
 from twisted.internet.defer import Deferred
 from twisted.internet.testing import MemoryReactorClock, StringTransport
@@ -172,6 +175,24 @@ class ServerTests(SynchronousTestCase):
         self.link.send(*raw.CHANNEL_MESSAGES["window_adjust"](7))
         self.assert_protocol_error("a CHANNEL_WINDOW_ADJUST for channel 7, which is not open")
         self.assertEqual(strikes(), before)
+
+    def test_a_second_userauth_service_is_refused(self) -> None:
+        """A second SERVICE_REQUEST for ssh-userauth made a fresh service: its failed
+        attempts and its pending sign-in forgotten, so the one-sign-in-per-connection
+        bound and the failure limit were reset at will (found by the ssh_preauth fuzz
+        target once it asserted one sign-in per connection)."""
+        before = REGISTRY.get_sample_value("gateway_ssh_strikes_total",
+                                           {"rule": "service_again"}) or 0.0
+        self.link.send(raw.SERVICE_REQUEST, NS(b"ssh-userauth"))
+        self.assertIn(raw.SERVICE_ACCEPT, [k for k, _ in self.link.client.received])
+        self.link.send(raw.SERVICE_REQUEST, NS(b"ssh-userauth"))
+        self.assertEqual(self.link.client.received.count((raw.SERVICE_ACCEPT,
+                                                          NS(b"ssh-userauth"))), 1)
+        assert self.link.client.disconnect is not None
+        self.assertEqual(self.link.client.disconnect[0], DISCONNECT_SERVICE_NOT_AVAILABLE)
+        self.assertTrue(self.link.server_wire.disconnecting)
+        self.assertEqual(REGISTRY.get_sample_value("gateway_ssh_strikes_total",
+                                                   {"rule": "service_again"}), before + 1)
 
     def test_nothing_is_read_after_a_disconnect(self) -> None:
         """Requests read together with the one that ended the connection (here the

@@ -24,7 +24,7 @@ from gateway.sessions.model import Session
 from gateway.ssh import limits
 from gateway.ssh.asciicast import Cast
 from gateway.ssh.certs import issue
-from gateway.ssh.names import BadUserName, Target, parse_user
+from gateway.ssh.names import BadUserName, LoginTarget, parse_user
 from gateway.ssh.recorder import Recorder, Recording
 from gateway.ssh.transport import GatewayFactory, GatewayServerTransport
 
@@ -33,9 +33,10 @@ KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh
 
 class NameTests(SynchronousTestCase):
     def test_login_and_route(self) -> None:
-        self.assertEqual(parse_user(b"alice@db"), Target("alice", "db"))
-        self.assertEqual(parse_user(b"db"), Target("", "db"))
-        self.assertEqual(parse_user(b"svc_1.x-y@DB.internal"), Target("svc_1.x-y", "db.internal"))
+        self.assertEqual(parse_user(b"alice@db"), LoginTarget("alice", "db"))
+        self.assertEqual(parse_user(b"db"), LoginTarget("", "db"))
+        self.assertEqual(parse_user(b"svc_1.x-y@DB.internal"),
+                         LoginTarget("svc_1.x-y", "db.internal"))
 
     def test_refused(self) -> None:
         for raw in (b"", b"@db", b"alice@", b"al ice@db", b"alice@db@", b"-x@db",
@@ -236,7 +237,7 @@ class LoginTests(SynchronousTestCase):
     def test_inner_connection_of_a_jump_names_only_the_login(self) -> None:
         from gateway.ssh.names import parse_login
 
-        self.assertEqual(parse_login(b"root", "db"), Target("root", "db"))
+        self.assertEqual(parse_login(b"root", "db"), LoginTarget("root", "db"))
         for raw in (b"root@db", b"", b"ro ot", "é".encode()):
             with self.assertRaises(BadUserName):
                 parse_login(raw, "db")

@@ -9,7 +9,7 @@ from typing import Any
 from twisted.internet.defer import Deferred
 from twisted.trial.unittest import SynchronousTestCase
 
-from gateway.ssh.bridge import Context, PersonSide
+from gateway.ssh.channel_relay import Context, PersonSide
 
 
 class FakeServerSide:

@@ -29,7 +29,7 @@ from gateway.dataplane import penalty
 from gateway.ssh import limits
 from gateway.ssh.auth import GatewayUserAuth
 from gateway.ssh.metrics import PENDING_SIGN_INS, REFUSED, SIGN_INS_REFUSED
-from gateway.ssh.names import Target
+from gateway.ssh.names import LoginTarget
 from gateway.ssh.sign_ins import SignInDesk
 from gateway.ssh.transport import GatewayFactory, GatewayServerTransport
 from tests.support.ssh_fakes import FakeGate, FakeSSH
@@ -46,7 +46,7 @@ class DeskGate(FakeGate):
         super().__init__()
         self.desk = desk
 
-    async def start_sign_in(self, ssh: Any, target: Target, key_fingerprint: str
+    async def start_sign_in(self, ssh: Any, target: LoginTarget, key_fingerprint: str
                             ) -> tuple[str, str]:
         return await self.desk.start(ssh.client_ip, target.route, target.login,
                                      key_fingerprint)

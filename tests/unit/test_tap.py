@@ -19,7 +19,7 @@ from twisted.trial.unittest import SynchronousTestCase
 from gateway import tap, tree
 from gateway.cli import main as cli_main
 from gateway.config import load_snapshot
-from gateway.config.source import ConfigSource
+from gateway.config.running import ConfigSource
 
 from .config.helpers import IDENTITY, SECRET, base_config, write
 

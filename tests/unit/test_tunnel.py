@@ -14,7 +14,7 @@ from twisted.internet.testing import MemoryReactorClock, StringTransport
 from twisted.python.failure import Failure
 from twisted.trial.unittest import SynchronousTestCase
 
-from gateway.authorize.hook import Allow, Decision, Deny, RequestInfo
+from gateway.authorize.hook import Allow, Decision, Reply, RequestInfo
 from gateway.dataplane.codecs.http1 import Http1Connection
 from gateway.dataplane.core import ProxyCore
 from gateway.dataplane.exchange.head import ConnectionFacts
@@ -226,7 +226,7 @@ class SwitchableAuthorizer:
             return fail(KeyError("session store exploded"))
         if self.allowed:
             return Allow()
-        return Deny(401, b"signed out", reason="unauthenticated")
+        return Reply(401, b"signed out", reason="unauthenticated")
 
     def handles(self, host: str, path: str) -> bool:
         return False

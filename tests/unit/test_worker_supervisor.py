@@ -14,7 +14,7 @@ from twisted.internet.testing import MemoryReactorClock
 from twisted.python.failure import Failure
 from twisted.trial.unittest import SynchronousTestCase
 
-from gateway.config.source import ConfigSource
+from gateway.config.running import ConfigSource
 from gateway.workers import supervisor as sup
 from gateway.workers.control import REPLY_FD, encode
 from gateway.workers.supervisor import SharedListeners, WorkerProcess, WorkerSupervisor

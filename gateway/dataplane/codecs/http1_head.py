@@ -125,7 +125,8 @@ def read_head(method: bytes, target: bytes, headers: list[Header],
     else:
         upgrade = b""
     return RequestHead(method, target, b"1.1", headers, host.decode("latin-1").lower(),
-                       path.decode("latin-1"), parameters.decode("latin-1"), query,
+                       path.decode("latin-1"),
+                       parameters.decode("latin-1") if parameters else "", query,
                        body_kind, not body_kind and not upgrade, keep_alive, expect_continue,
                        upgrade, False, tokens, trace_context, request_id)
 

@@ -26,7 +26,7 @@ from typing import Any, Protocol
 
 from twisted.logger import Logger
 
-from gateway.authorize.hook import Allow, Deny
+from gateway.authorize.hook import Allow, Reply
 from gateway.dataplane.exchange.measure import Measured, observe_exchange
 from gateway.dataplane.routing.plan import RoutePlan
 from gateway.observability.audit import AUDIT, credential_of
@@ -151,7 +151,7 @@ def audit(exchange: Logged, status: int, now: float) -> None:
                 exchange.decision_reason or (allow.reason if allow is not None else ""))
 
 
-def audit_revoked(exchange: Logged, decision: Deny) -> None:
+def audit_revoked(exchange: Logged, decision: Reply) -> None:
     """An open tunnel or upgraded connection refused by its periodic check
     (``recheck.py``), and so closed: one event, ``via: recheck``, with the status the
     decision implies (the client gets no answer, the connection ends)."""

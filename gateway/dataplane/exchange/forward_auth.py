@@ -18,14 +18,14 @@ from typing import Any, Protocol
 from twisted.internet.defer import Deferred
 from twisted.python.failure import Failure
 
-from gateway.authorize.hook import Allow, Authorizer, Decision, Deny, RequestInfo
+from gateway.authorize.hook import Allow, Authorizer, Decision, Reply, RequestInfo
 from gateway.dataplane.core import ProxyCore
 from gateway.dataplane.exchange.access import access_log, audit_event
 from gateway.dataplane.exchange.base import Sink, policy_certificate
 from gateway.dataplane.exchange.head import ConnectionFacts
 from gateway.dataplane.exchange.stage import AUTHORIZING, Stage
 from gateway.dataplane.forwardauth.answer import Mode, allowed, mode_of, outcome
-from gateway.dataplane.forwardauth.target import Target, TargetError, find_target, route_for
+from gateway.dataplane.forwardauth.target import CheckedRequest, TargetError, find_target, route_for
 from gateway.dataplane.routing.plan import RoutePlan
 from gateway.dataplane.routing.router import own_path
 from gateway.observability.audit import AUDIT, credential_of
@@ -130,14 +130,14 @@ def serve_forward_auth(exchange: Exchange) -> None:
     _decided(decision, exchange, mode, target, authorizer, info)
 
 
-def _later(decision: Decision, exchange: Exchange, mode: Mode, target: Target,
+def _later(decision: Decision, exchange: Exchange, mode: Mode, target: CheckedRequest,
            authorizer: Authorizer, info: RequestInfo) -> None:
     exchange.sink.resume_reading("authorize")
     if not exchange.finished:
         _decided(decision, exchange, mode, target, authorizer, info)
 
 
-def _decided(decision: Decision, exchange: Exchange, mode: Mode, target: Target,
+def _decided(decision: Decision, exchange: Exchange, mode: Mode, target: CheckedRequest,
              authorizer: Authorizer, info: RequestInfo) -> None:
     refused = outcome(mode, decision, exchange.headers)
     answer: Decision = authorizer.sign_in(info) if refused is None else refused
@@ -147,11 +147,11 @@ def _decided(decision: Decision, exchange: Exchange, mode: Mode, target: Target,
                     target.method, target.host, target.path, decision.user_id,
                     decision.email, credential_of(exchange.headers, decision.user_id),
                     isinstance(decision, Allow),
-                    answer.status if isinstance(answer, Deny) else 200, decision.reason)
+                    answer.status if isinstance(answer, Reply) else 200, decision.reason)
     _answer(exchange, mode, target, answer)
 
 
-def _answer(exchange: Exchange, mode: Mode, target: Target, decision: Decision) -> None:
+def _answer(exchange: Exchange, mode: Mode, target: CheckedRequest, decision: Decision) -> None:
     if isinstance(decision, Allow):  # sign_in never allows; kept total for the types
         decision = allowed(decision)
     exchange.detail = (f"forward-auth {mode.value}: {target.host}{target.path} "
@@ -159,7 +159,7 @@ def _answer(exchange: Exchange, mode: Mode, target: Target, decision: Decision) 
     exchange.local(decision.status, decision.body, decision.headers)
 
 
-def _reason(decision: Deny) -> str:
+def _reason(decision: Reply) -> str:
     return decision.reason or str(decision.status)
 
 

@@ -15,7 +15,7 @@ from typing import Any, Protocol, cast
 from twisted.internet.defer import Deferred
 from twisted.python.failure import Failure
 
-from gateway.authorize.hook import Deny, RequestInfo
+from gateway.authorize.hook import Reply, RequestInfo
 from gateway.dataplane.core import ProxyCore
 from gateway.dataplane.exchange.access import Logged, access_log, audit_revoked
 from gateway.dataplane.exchange.head import ConnectionFacts
@@ -96,7 +96,7 @@ class Reauthorized:
 
     def _decided(self, decision: object) -> None:
         self.checking = False
-        if isinstance(decision, Deny):
+        if isinstance(decision, Reply):
             if self.pipe is not None and not self.pipe.closed:
                 audit_revoked(cast(Logged, self.exchange), decision)  # (an ExchangeBase)
             self.end(f"no longer allowed ({decision.reason or decision.status})")

@@ -14,7 +14,7 @@ from __future__ import annotations
 from twisted.internet.defer import Deferred
 from twisted.python.failure import Failure
 
-from gateway.authorize.hook import Allow, Deny, RequestInfo
+from gateway.authorize.hook import Allow, Reply, RequestInfo
 from gateway.config.routes import Route
 from gateway.dataplane.exchange.access import access_log, log_access
 from gateway.dataplane.exchange.base import policy_certificate
@@ -230,7 +230,7 @@ class Exchange(UpstreamRelay):
             self._authorize_traced(plan)
             return
         decision = self.core.authorizer.authorize(self.request_info(), plan.route)
-        if isinstance(decision, (Allow, Deny)):  # (Deferred's isinstance goes through abc)
+        if isinstance(decision, (Allow, Reply)):  # (Deferred's isinstance goes through abc)
             self._apply(decision)
             return
         self.enter(AUTHORIZING)
@@ -270,7 +270,7 @@ class Exchange(UpstreamRelay):
             self._apply(result)
         return True
 
-    def _decided_local(self, decision: Allow | Deny) -> None:
+    def _decided_local(self, decision: Allow | Reply) -> None:
         self.sink.resume_reading("authorize")
         if not self.finished:
             self._apply(decision)
@@ -295,16 +295,16 @@ class Exchange(UpstreamRelay):
         return RequestInfo(head.method, self.core.scheme, head.host, head.path, head.query,
                            head.headers, self.decision_address(), certificate)
 
-    def _decided(self, decision: Allow | Deny) -> None:
+    def _decided(self, decision: Allow | Reply) -> None:
         self.sink.resume_reading("authorize")
         if not self.finished:
             self._apply(decision)
 
-    def _apply(self, decision: Allow | Deny) -> None:
+    def _apply(self, decision: Allow | Reply) -> None:
         self.user_id, self.email = decision.user_id, decision.email
         self.decision_reason = decision.reason
-        if isinstance(decision, Deny):
-            self._deny(decision)
+        if isinstance(decision, Reply):
+            self._reply(decision)
             return
         self.allow = decision
         if self.head.connect:
@@ -318,7 +318,7 @@ class Exchange(UpstreamRelay):
             access_log.failure("authorization failed", failure)
             self.fail(500, "")
 
-    def _deny(self, decision: Deny) -> None:
+    def _reply(self, decision: Reply) -> None:
         self.detail = decision.reason
         if self.head.connect and (decision.status == 401 or 300 <= decision.status < 400):
             # A tunnel client cannot follow a sign-in redirect: 401, and how to sign in.

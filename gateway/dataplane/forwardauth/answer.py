@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from enum import Enum
 
-from gateway.authorize.hook import Allow, Decision, Deny
+from gateway.authorize.hook import Allow, Decision, Reply
 from gateway.dataplane.forwardauth.target import uri_param
 from gateway.pages.answer import error_answer
 from gateway.pages.layout import Look
@@ -42,18 +42,18 @@ def mode_of(path: str, query: bytes) -> Mode:
 
 def unauthenticated(decision: Decision) -> bool:
     """The identity layer's "sign in first": 401, or its redirect to sign-in."""
-    return isinstance(decision, Deny) and (decision.status == 401
+    return isinstance(decision, Reply) and (decision.status == 401
                                            or 300 <= decision.status < 400)
 
 
-def allowed(allow: Allow) -> Deny:
+def allowed(allow: Allow) -> Reply:
     """200 with the identity headers; the body is for people reading logs."""
-    return Deny(200, b"OK\n", ((b"content-type", b"text/plain; charset=utf-8"),
+    return Reply(200, b"OK\n", ((b"content-type", b"text/plain; charset=utf-8"),
                                (b"cache-control", b"no-store"), *allow.headers),
                 reason="allowed")
 
 
-def outcome(mode: Mode, decision: Decision, headers: Headers) -> Deny | None:
+def outcome(mode: Mode, decision: Decision, headers: Headers) -> Reply | None:
     """The answer to a ``/verify`` or check request given the route's decision; None
     when the answer is a fresh sign-in redirect (check requests without a session)."""
     if isinstance(decision, Allow):
@@ -61,7 +61,7 @@ def outcome(mode: Mode, decision: Decision, headers: Headers) -> Deny | None:
     if unauthenticated(decision):
         if mode is Mode.VERIFY:
             body, page = error_answer(401, "Sign in to reach this route.", headers, Look())
-            return Deny(401, body, page, reason="user-unauthenticated")
+            return Reply(401, body, page, reason="user-unauthenticated")
         if decision.status == 401:
             return None
     return decision

@@ -54,7 +54,7 @@ class TargetError(ValueError):
 
 
 @dataclass(frozen=True, slots=True)
-class Target:
+class CheckedRequest:
     """The request being checked, as the data plane would have seen it."""
 
     method: bytes
@@ -74,7 +74,7 @@ class Target:
     def url(self) -> str:
         return f"{self.origin}{self.path}{self.query.decode('latin-1')}"
 
-    def same_resource(self, other: Target) -> bool:
+    def same_resource(self, other: CheckedRequest) -> bool:
         """Host (default port ignored), path and query equal: the scheme may differ
         where TLS ends in front of the proxy."""
         return (_without_default_port(self.scheme, self.host)
@@ -100,8 +100,8 @@ def uri_param(query: bytes) -> str | None:
 
 
 def parse_url(url: str, source: str, method: bytes,
-              reject_parameters: bool = False) -> Target:
-    """An absolute http(s) URL as a ``Target``; ``TargetError`` (400) otherwise. Its path
+              reject_parameters: bool = False) -> CheckedRequest:
+    """An absolute http(s) URL as a ``CheckedRequest``; ``TargetError`` (400) otherwise. Its path
     is read as for a request the gateway carries: without ``;`` parameters (the proxy
     in front forwards its own path; the upstream behind it drops them too)."""
     if any(ord(c) < 0x21 or ord(c) == 0x7F or c == "\\" for c in url):
@@ -121,7 +121,7 @@ def parse_url(url: str, source: str, method: bytes,
         path, _, query = normalise_target(rest.encode("latin-1"), reject_parameters)
     except (BadTarget, UnicodeEncodeError) as exc:
         raise _bad(source, f"its path is refused ({exc})") from None
-    return Target(method, scheme, host, path.decode("latin-1"), query, source)
+    return CheckedRequest(method, scheme, host, path.decode("latin-1"), query, source)
 
 
 def _authority(authority: str) -> str | None:
@@ -159,7 +159,7 @@ def _header(headers: Headers, name: bytes) -> str | None:
     return b",".join(values).decode("latin-1").strip()
 
 
-def _forwarded(headers: Headers, method: bytes, reject_parameters: bool) -> Target | None:
+def _forwarded(headers: Headers, method: bytes, reject_parameters: bool) -> CheckedRequest | None:
     """The X-Forwarded-* source, or None when it is not complete."""
     proto = _header(headers, b"x-forwarded-proto")
     host = _header(headers, b"x-forwarded-host")
@@ -179,7 +179,7 @@ def _forwarded(headers: Headers, method: bytes, reject_parameters: bool) -> Targ
 
 
 def find_target(query: bytes, headers: Headers, method: bytes,
-                reject_parameters: bool = False) -> Target:
+                reject_parameters: bool = False) -> CheckedRequest:
     """The request a forward-auth request (its raw ``query``, ``headers`` and
     ``method``) asks about; ``TargetError`` when there is none or sources disagree.
     ``reject_parameters``: ``path_with_parameters_action: reject``."""
@@ -188,7 +188,7 @@ def find_target(query: bytes, headers: Headers, method: bytes,
         method = forwarded_method.upper().encode("latin-1")
         if _METHOD.fullmatch(method) is None:
             raise TargetError(400, "X-Forwarded-Method is not a method", "bad-method")
-    found: list[Target] = []
+    found: list[CheckedRequest] = []
     uri = uri_param(query)
     if uri is not None:
         found.append(parse_url(uri, "uri", method, reject_parameters))
@@ -210,7 +210,7 @@ def find_target(query: bytes, headers: Headers, method: bytes,
     return first if forwarded_method is not None else replace(first, method_named=False)
 
 
-def route_for(plan: Plan, target: Target) -> RoutePlan | None:
+def route_for(plan: Plan, target: CheckedRequest) -> RoutePlan | None:
     """The HTTP route that serves ``target``: same scheme as its ``from``, the same
     host and port rules and path matching as requests the gateway carries itself."""
     for candidate in plan.by_host.get(target.host, ()):

@@ -15,7 +15,7 @@ from twisted.logger import capturedLogs
 from twisted.trial.unittest import SynchronousTestCase
 
 from gateway.config import load_snapshot
-from gateway.config.source import ConfigSource
+from gateway.config.running import ConfigSource
 
 from .helpers import base_config, errors_of, load, write
 

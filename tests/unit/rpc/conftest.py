@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from twisted.logger import globalLogPublisher
 
-from gateway.rpc.bridge import AsyncioThread
+from gateway.rpc.aio_thread import AsyncioThread
 
 from .loopback import QueueReactor
 

@@ -14,7 +14,7 @@ from twisted.internet.task import Clock
 
 from gateway.config.settings import Options
 from gateway.databroker.memory_records import MemoryRecordStore
-from gateway.rpc.bridge import AsyncioThread
+from gateway.rpc.aio_thread import AsyncioThread
 from gateway.rpc.databroker_server import SERVICE_NAME, DatabrokerServicer
 from gateway.rpc.protos import databroker_pb2_grpc as pb_grpc
 from gateway.rpc.server import GrpcServerService

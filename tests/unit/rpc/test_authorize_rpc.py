@@ -11,10 +11,11 @@ from typing import Any
 from twisted.internet.defer import Deferred, succeed
 
 from gateway.authorize.assertion import AssertionSigner
-from gateway.authorize.hook import Allow, Decision, Deny, RequestInfo
+from gateway.authorize.hook import Allow, Decision, Reply, RequestInfo
 from gateway.config.routes import Route
 from gateway.config.snapshot import Snapshot
 from gateway.dataplane.routing.plan import RoutePlan, build_plan
+from gateway.rpc.aio_thread import AsyncioThread
 from gateway.rpc.authorize_client import RemoteAuthorizer
 from gateway.rpc.authorize_server import (
     SERVICE_NAME,
@@ -28,7 +29,6 @@ from gateway.rpc.authorize_wire import (
     request_to_pb,
     route_key,
 )
-from gateway.rpc.bridge import AsyncioThread
 from gateway.rpc.log_limit import MismatchLog
 from gateway.rpc.protos import authorize_pb2_grpc as pb_grpc
 from gateway.rpc.server import GrpcServerService
@@ -106,7 +106,7 @@ def test_an_ordinary_authorization_header_is_not_sent() -> None:
 def test_decisions_round_trip() -> None:
     allow = Allow(((b"x-gateway-jwt-assertion", b"jwt"), (b"x-email", b"a@b")),
                   frozenset({b"authorization"}), "_gateway")
-    deny = Deny(403, b"<html>no</html>", ((b"content-type", b"text/html"),),
+    deny = Reply(403, b"<html>no</html>", ((b"content-type", b"text/html"),),
                 "denied: email-unauthorized")
     for decision in (allow, deny):
         message = decision_to_pb(decision, "key")
@@ -185,8 +185,8 @@ class LocalIdentity:
         self.signer = signer or AssertionSigner(None, "ES256", "")
 
     @staticmethod
-    def error(status: int, message: str, headers: Any, reason: str) -> Deny:
-        return Deny(status, message.encode(), (), reason)
+    def error(status: int, message: str, headers: Any, reason: str) -> Reply:
+        return Reply(status, message.encode(), (), reason)
 
 
 def start_authorize(bridge: AsyncioThread, decider: Any, secret: bytes = SECRET
@@ -222,7 +222,7 @@ def test_decision_and_mismatch_through_a_server(rig: Any, events: Any) -> None:
         # the proxy's policy differs: its /admin route is another one
         other = plan_for(policy_snapshot(prefix="/adm"), APP, "/admin/1")
         refused = reactor.wait(remote.authorize(info("/admin/1"), other.route))
-        assert isinstance(refused, Deny) and refused.status == 503
+        assert isinstance(refused, Reply) and refused.status == 503
         assert refused.reason == "authorize-route-mismatch"
         reactor.drain()
         text = messages(events)
@@ -240,7 +240,7 @@ def test_nothing_answering_is_a_503_never_an_allow(rig: Any) -> None:
     remote = client(bridge, free_port(), free_port(), timeout=1.0)
     try:
         decision = reactor.wait(remote.authorize(info("/x"), plan_for(snapshot, APP, "/x").route))
-        assert isinstance(decision, Deny) and decision.status == 503
+        assert isinstance(decision, Reply) and decision.status == 503
         assert decision.reason == "authorize-unavailable"
         assert b"unavailable" in decision.body
     finally:
@@ -254,7 +254,7 @@ def test_a_wrong_shared_secret_is_said_and_refused(rig: Any, events: Any) -> Non
     remote = client(bridge, server.port, secret=b"x" * 32)
     try:
         decision = reactor.wait(remote.authorize(info("/x"), plan_for(snapshot, APP, "/x").route))
-        assert isinstance(decision, Deny) and decision.status == 503
+        assert isinstance(decision, Reply) and decision.status == 503
         reactor.drain()
         text = messages(events)
         assert "authorize at http://127.0.0.1" in text and "shared_secret differs" in text
@@ -280,7 +280,7 @@ def test_a_failing_decision_is_a_503_and_failover_finds_the_other_url(rig: Any,
     both = client(bridge, broken.port, good.port)
     try:
         decision = reactor.wait(alone.authorize(info("/x"), plan.route))
-        assert isinstance(decision, Deny) and decision.status == 503
+        assert isinstance(decision, Reply) and decision.status == 503
         assert isinstance(reactor.wait(both.authorize(info("/x"), plan.route)), Allow)
         assert both.client.preferred == 1
         reactor.drain()

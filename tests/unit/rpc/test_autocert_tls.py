@@ -20,8 +20,8 @@ from gateway.config.settings import Options
 from gateway.databroker.memory_records import MemoryRecordStore
 from gateway.databroker.records import SESSION
 from gateway.rpc import autocert_tls
+from gateway.rpc.aio_thread import AsyncioThread
 from gateway.rpc.autocert_tls import AutocertCertificates
-from gateway.rpc.bridge import AsyncioThread
 from gateway.rpc.databroker_client import RemoteRecordStore
 from gateway.rpc.databroker_server import SERVICE_NAME, DatabrokerServicer
 from gateway.rpc.protos import databroker_pb2_grpc as pb_grpc

@@ -15,7 +15,7 @@ from gateway.config.settings import Options
 from gateway.databroker.memory_records import MemoryRecordStore
 from gateway.databroker.records import SESSION, StorageUnavailable
 from gateway.observability.metrics import REGISTRY
-from gateway.rpc.bridge import AsyncioThread
+from gateway.rpc.aio_thread import AsyncioThread
 from gateway.rpc.databroker_client import RemoteRecordStore
 from gateway.rpc.databroker_server import SERVICE_NAME, DatabrokerServicer
 from gateway.rpc.protos import databroker_pb2_grpc as pb_grpc

@@ -14,10 +14,10 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from twisted.internet.defer import Deferred, succeed
 
 from gateway.authorize.assertion import AssertionSigner
-from gateway.authorize.hook import Allow, Decision, Deny, RequestInfo
+from gateway.authorize.hook import Allow, Decision, Reply, RequestInfo
+from gateway.rpc.aio_thread import AsyncioThread
 from gateway.rpc.authorize_client import RemoteAuthorizer
 from gateway.rpc.authorize_server import AuthorizeDecider
-from gateway.rpc.bridge import AsyncioThread
 from gateway.rpc.failover import FailoverClient
 from gateway.rpc.signing_check import SigningKeyCheck, published_kid
 from tests.support.processes import free_port
@@ -91,7 +91,7 @@ def test_an_assertion_signed_with_an_unpublished_key_is_a_503(
         if allowed:
             assert isinstance(decision, Allow)
         else:
-            assert isinstance(decision, Deny) and decision.status == 503
+            assert isinstance(decision, Reply) and decision.status == 503
             assert decision.reason == "signing-key-mismatch"
             assert b"signing_key" in decision.body
             reactor.drain()

@@ -14,11 +14,11 @@ import grpc
 import pytest
 from twisted.application.service import MultiService
 
-from gateway.authorize.hook import Allow, Deny
+from gateway.authorize.hook import Allow, Reply
 from gateway.config.settings import Options
+from gateway.rpc.aio_thread import AsyncioThread
 from gateway.rpc.authorize_client import RemoteAuthorizer
 from gateway.rpc.authorize_server import AuthorizeDecider
-from gateway.rpc.bridge import AsyncioThread
 from gateway.rpc.split import SplitRpc
 
 from .loopback import SECRET, QueueReactor
@@ -72,7 +72,7 @@ def test_stopping_a_split_proxy_closes_its_channels_and_thread(services: Any) ->
     assert {t.name for t in threading.enumerate()} - before == set()
     # a request during the stop gets a 503, and opens no channel again
     after = reactor.wait(remote.authorize(info("/x"), plan.route))
-    assert isinstance(after, Deny) and after.status == 503
+    assert isinstance(after, Reply) and after.status == 503
     assert not remote.client._channels
     reactor.wait(authorize.stopService())
 
@@ -86,5 +86,5 @@ def test_a_closed_client_opens_no_channel_again(services: Any) -> None:
     reactor.wait(remote.close())
     decision = reactor.wait(remote.authorize(info("/x"), plan_for(policy_snapshot(), APP,
                                                                    "/x").route))
-    assert isinstance(decision, Deny) and decision.status == 503
+    assert isinstance(decision, Reply) and decision.status == 503
     assert not remote.client._channels

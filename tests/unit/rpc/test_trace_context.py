@@ -20,9 +20,9 @@ from gateway.databroker.memory_records import MemoryRecordStore
 from gateway.databroker.records import SESSION
 from gateway.observability.tracing.active import active, start_child
 from gateway.observability.tracing.tracer import OpenSpan, Tracer
+from gateway.rpc.aio_thread import AsyncioThread
 from gateway.rpc.authorize_client import RemoteAuthorizer
 from gateway.rpc.authorize_server import SERVICE_NAME, AuthorizeDecider, AuthorizeServicer
-from gateway.rpc.bridge import AsyncioThread
 from gateway.rpc.databroker_client import RemoteRecordStore
 from gateway.rpc.databroker_server import SERVICE_NAME as DATABROKER
 from gateway.rpc.databroker_server import DatabrokerServicer

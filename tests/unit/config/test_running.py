@@ -12,7 +12,7 @@ from twisted.logger import capturedLogs
 from twisted.trial.unittest import SynchronousTestCase
 
 from gateway.config import Snapshot, load_snapshot
-from gateway.config.source import ConfigSource
+from gateway.config.running import ConfigSource
 
 from .helpers import base_config, write
 
@@ -137,7 +137,7 @@ class ConfigSourceTests(SynchronousTestCase):
 class FingerprintTests(SynchronousTestCase):
     def test_deleted_and_recreated_file(self) -> None:
         """A watched file that disappears and comes back counts as a change."""
-        from gateway.config.source import fingerprint
+        from gateway.config.running import fingerprint
 
         path = write(tempfile.mkdtemp(), "x", "1")
         first = fingerprint(frozenset({path}))

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from twisted.internet.defer import CancelledError, Deferred, succeed
 
-from gateway.rpc.bridge import AsyncioThread, BridgeStopped
+from gateway.rpc.aio_thread import AsyncioThread, BridgeStopped
 
 from .loopback import QueueReactor
 
@@ -139,7 +139,7 @@ def test_the_thread_outlives_the_services_under_it() -> None:
     (a databroker draining writes through the thread, say)."""
     from twisted.application.service import Service
 
-    from gateway.rpc.bridge import BridgeService
+    from gateway.rpc.aio_thread import BridgeService
 
     class Draining(Service):
         def __init__(self) -> None:

@@ -11,7 +11,7 @@ from twisted.conch.ssh.common import NS
 from twisted.trial.unittest import SynchronousTestCase
 
 from gateway.ssh import limits
-from gateway.ssh.bridge import BridgeConnection, Context, PersonSide, ServerSide
+from gateway.ssh.channel_relay import BridgeConnection, Context, PersonSide, ServerSide
 
 
 class Wire:
