@@ -15,15 +15,18 @@ from twisted.internet.testing import MemoryReactorClock, StringTransport
 from twisted.trial.unittest import SynchronousTestCase
 
 from gateway.dataplane.codecs.http1 import Http1Connection
+from gateway.dataplane.codecs.http1_head import read_head
 from gateway.dataplane.core import ProxyCore
-from gateway.dataplane.exchange.head import BODY_CHUNKED, BODY_LENGTH, RequestHead
+from gateway.dataplane.exchange.head import BODY_CHUNKED, BODY_LENGTH, RequestHead, request_head
+from gateway.dataplane.http2.head import read_head as read_h2_head
 from gateway.dataplane.routing.plan import build_plan
 
 from .config.helpers import base_config, load
 
 GATEWAY = Path(__file__).resolve().parents[2] / "gateway"
 CODECS = ("dataplane/codecs/http1.py", "dataplane/codecs/http1_head.py",
-          "dataplane/http2/connection.py", "dataplane/http2/stream.py")
+          "dataplane/http2/connection.py", "dataplane/http2/head.py",
+          "dataplane/http2/stream.py")
 
 
 def exchange_writes(source: str) -> list[str]:
@@ -94,3 +97,30 @@ class Http1HandoverTests(SynchronousTestCase):
         self.assertEqual((head.framing, head.complete, head.keep_alive, head.expect_continue,
                           head.connection_tokens),
                          (BODY_LENGTH, False, False, True, frozenset({b"close"})))
+
+
+def unset_slots(head: RequestHead) -> list[str]:
+    return [name for name in RequestHead.__slots__ if not hasattr(head, name)]
+
+
+class EverySlotSetTests(SynchronousTestCase):
+    """The codecs fill a bare ``RequestHead()`` slot by slot for every request (a Python
+    ``__init__`` of seventeen fields cost 0.18 µs a request); a slot left out would fail
+    only where it is read."""
+
+    def test_the_http1_head_has_every_slot(self) -> None:
+        head = read_head(b"GET", b"/a;v=1?q=1", [(b"Host", b"App.example.com")])
+        self.assertEqual((head.host, head.path, head.path_parameters, head.query),
+                         ("app.example.com", "/a", ";v=1", b"?q=1"))
+        self.assertEqual(unset_slots(head), [])
+
+    def test_the_http2_head_has_every_slot(self) -> None:
+        head, problem = read_h2_head(
+            [(b":method", b"GET"), (b":scheme", b"https"), (b":path", b"/a?q=1"),
+             (b":authority", b"app.example.com")], True, False)
+        self.assertEqual((problem, head.path, head.query), ("", "/a", b"?q=1"))
+        self.assertEqual(unset_slots(head), [])
+
+    def test_the_check_sees_an_unset_slot(self) -> None:
+        self.assertIn("method", unset_slots(RequestHead()))
+        self.assertEqual(unset_slots(request_head(b"GET", b"/", b"1.1", [])), [])

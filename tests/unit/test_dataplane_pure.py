@@ -377,15 +377,15 @@ def request_head(route: dict[str, Any], headers: list[tuple[bytes, bytes]], *,
     """The upstream request head's lines for a GET with ``headers`` on ``route``."""
     from types import SimpleNamespace
 
-    from gateway.dataplane.exchange.head import ConnectionFacts, RequestHead
+    from gateway.dataplane.exchange.head import ConnectionFacts, request_head
     from gateway.dataplane.exchange.request_head import upstream_request_head
     from gateway.wire.headers import connection_tokens
     plan = build_plan(snapshot(route)).routes[0]
     core = SimpleNamespace(cookie_name="_gateway", underscores_drop=underscores_drop,
                            xff_trusted_hops=0, skip_xff_append=False, scheme_bytes=b"https")
-    head = RequestHead(b"GET", path.encode(), b"1.1", headers, "from.example.com", path,
-                       path_parameters, connection_tokens=connection_tokens(
-                           [v for n, v in headers if n.lower() == b"connection"]))
+    head = request_head(b"GET", path.encode(), b"1.1", headers, "from.example.com", path,
+                        path_parameters, connection_tokens=connection_tokens(
+                            [v for n, v in headers if n.lower() == b"connection"]))
     exchange = SimpleNamespace(
         plan=plan, host_state=plan.hosts[0], core=core, head=head, allow=None, trace=None,
         host="from.example.com", path=path, facts=ConnectionFacts("127.0.0.9"), rid=b"rid")
@@ -487,15 +487,15 @@ class UpstreamHeadPurityTests(SynchronousTestCase):
     def test_nothing_is_written(self) -> None:
         from types import SimpleNamespace
 
-        from gateway.dataplane.exchange.head import ConnectionFacts, RequestHead
+        from gateway.dataplane.exchange.head import ConnectionFacts, request_head
         from gateway.dataplane.exchange.request_head import upstream_request_head
         plan = build_plan(snapshot(public(set_request_headers={"X-A": "1"}))).routes[0]
         core = SimpleNamespace(cookie_name="_gateway", underscores_drop=False,
                                xff_trusted_hops=0, skip_xff_append=False,
                                scheme_bytes=b"https")
-        head = RequestHead(b"GET", b"/", b"1.1", [(b"Host", b"from.example.com"),
-                                                   (b"X-Request-Id", b"client-id")],
-                           "from.example.com", "/")
+        head = request_head(b"GET", b"/", b"1.1", [(b"Host", b"from.example.com"),
+                                                    (b"X-Request-Id", b"client-id")],
+                            "from.example.com", "/")
         exchange = SimpleNamespace(
             plan=plan, host_state=plan.hosts[0], core=core, head=head, allow=None,
             trace=None, host="from.example.com", path="/",

@@ -19,6 +19,7 @@ from gateway.dataplane.core import ProxyCore
 from gateway.dataplane.exchange import stage as stages
 from gateway.dataplane.exchange.base import ExchangeBase
 from gateway.dataplane.exchange.head import ConnectionFacts, RequestHead
+from gateway.dataplane.exchange.head import request_head as make_head
 from gateway.dataplane.exchange.request import Exchange
 from gateway.dataplane.exchange.stage import (
     AUTHORIZING,
@@ -56,9 +57,9 @@ FACTS = ConnectionFacts("192.0.2.7")  # a plain connection: no TLS facts
 def request_head(host: str, path: str, method: bytes = b"GET") -> RequestHead:
     """A whole request's head as a codec hands it over (a CONNECT's path is empty)."""
     connect = method == b"CONNECT"
-    return RequestHead(method, host.encode() if connect else path.encode(), b"1.1",
-                       [(b"host", host.encode())], host, path, complete=True,
-                       connect=connect, request_id=b"")
+    return make_head(method, host.encode() if connect else path.encode(), b"1.1",
+                     [(b"host", host.encode())], host, path, complete=True,
+                     connect=connect, request_id=b"")
 
 
 class RecordingSink:
@@ -344,12 +345,31 @@ class StageTableTests(SynchronousTestCase):
         false on an exchange that is over: the check refuses it."""
         reactor = MemoryReactorClock()
         core = ProxyCore(reactor, build_plan(SNAPSHOT), tls=True)
-        exchange = Exchange(RecordingSink(), core, FACTS)
-        exchange.stage = ROUTING
+        exchange = Exchange(RecordingSink(), core, FACTS, request_head("app.example.com", "/"))
+        exchange.enter(READY)
         with self.assertRaises(stage_check.IllegalMove):
             exchange.stage = DONE
-        self.assertEqual(stage_check.take(), [("ROUTING", "DONE")])
+        self.assertEqual(stage_check.take(), [("READY", "DONE")])
         self.assertFalse(exchange.finished)
         exchange.enter(DONE)
         self.assertTrue(exchange.finished)
         self.assertEqual(stage_check.take(), [])
+
+    def test_a_move_is_made_by_the_method_named_for_it(self) -> None:
+        """The four moves of every relayed request are plain writes (free in
+        production); the check holds each to the exchange method ``stage.MOVED_BY``
+        names: a write of the same move anywhere else fails."""
+        reactor = MemoryReactorClock()
+        core = ProxyCore(reactor, build_plan(SNAPSHOT), tls=True)
+        exchange = Exchange(RecordingSink(), core, FACTS, request_head("app.example.com", "/"))
+        with self.assertRaises(stage_check.IllegalMove) as raised:
+            exchange.stage = ROUTING  # a legal move, but not made by ``begin``
+        self.assertIn("stage.MOVED_BY", str(raised.exception))
+        self.assertEqual(stage_check.take(), [("HEAD", "ROUTING")])
+        exchange.enter(READY)  # ``enter`` makes READY
+        self.assertEqual((exchange.stage, stage_check.take()), (READY, []))
+
+    def test_every_stage_names_who_moves_to_it(self) -> None:
+        self.assertEqual(set(stages.MOVED_BY), set(Stage))
+        for stage in (READY, AUTHORIZING, TUNNEL, DONE):
+            self.assertIn("enter", stages.MOVED_BY[stage], stage.name)

@@ -28,7 +28,7 @@ from gateway.dataplane.exchange.head import (
     BODY_CHUNKED,
     BODY_LENGTH,
     ConnectionFacts,
-    RequestHead,
+    request_head,
 )
 from gateway.dataplane.exchange.recheck import UpgradeWatch
 from gateway.dataplane.exchange.request import Exchange
@@ -303,13 +303,12 @@ class Http1Connection(Protocol):
                              parser.should_upgrade())
         except Refused:
             # logged with what was read of it
-            exchange.head_read(RequestHead(method, self.target, b"1.1", self.headers))
+            exchange.head_read(request_head(method, self.target, b"1.1", self.headers))
             raise
-        exchange.head_read(head)
         if self.queue and self.queue[0] is exchange:
-            exchange.begin()
+            exchange.begin(head)
         else:
-            exchange.head_complete()  # pipelined: begun when those before it are done
+            exchange.head_complete(head)  # pipelined: begun when those before it are done
 
     def on_body(self, body: bytes) -> None:
         exchange = self.current

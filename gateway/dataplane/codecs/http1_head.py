@@ -12,6 +12,7 @@ from gateway.dataplane.exchange.head import (
     BODY_NONE,
     NO_NAMES,
     RequestHead,
+    request_head,
 )
 from gateway.dataplane.routing.router import normalise_host
 from gateway.observability.tracing.propagation import CONTEXT_NAMES
@@ -102,9 +103,9 @@ def read_head(method: bytes, target: bytes, headers: list[Header],
             body_kind = BODY_LENGTH
     if method == b"CONNECT":
         authority = connect_target(target, host, hosts, body_kind != BODY_NONE)
-        return RequestHead(method, target, b"1.1", headers, authority, "", "", b"", BODY_NONE,
-                           False, False, expect_continue, upgrade, True, tokens,
-                           trace_context, request_id)
+        return request_head(method, target, b"1.1", headers, authority, "", "", b"", BODY_NONE,
+                            False, False, expect_continue, upgrade, True, tokens,
+                            trace_context, request_id)
     # where the request goes (RFC 9112 3.2): an absolute-form target's authority
     # replaces the Host header, for the upstream as much as for routing
     absolute = absolute_form(target) if not target.startswith(b"/") else None
@@ -124,11 +125,25 @@ def read_head(method: bytes, target: bytes, headers: list[Header],
         keep_alive = False  # after an upgrade attempt the parser is spent
     else:
         upgrade = b""
-    return RequestHead(method, target, b"1.1", headers, host.decode("latin-1").lower(),
-                       path.decode("latin-1"),
-                       parameters.decode("latin-1") if parameters else "", query,
-                       body_kind, not body_kind and not upgrade, keep_alive, expect_continue,
-                       upgrade, False, tokens, trace_context, request_id)
+    made = RequestHead()  # every request's: filled in slot by slot (see ``RequestHead``)
+    made.method = method
+    made.target = target
+    made.version = b"1.1"
+    made.headers = headers
+    made.host = host.decode("latin-1").lower()
+    made.path = path.decode("latin-1")
+    made.path_parameters = parameters.decode("latin-1") if parameters else ""
+    made.query = query
+    made.framing = body_kind
+    made.complete = not body_kind and not upgrade
+    made.keep_alive = keep_alive
+    made.expect_continue = expect_continue
+    made.upgrade = upgrade
+    made.connect = False
+    made.connection_tokens = tokens
+    made.trace_context = trace_context
+    made.request_id = request_id
+    return made
 
 
 def absolute_form(target: bytes) -> tuple[bytes, bytes] | None:

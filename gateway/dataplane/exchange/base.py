@@ -20,7 +20,7 @@ from gateway.authorize.hook import Allow
 from gateway.dataplane.core import ProxyCore
 from gateway.dataplane.exchange.access import log_access
 from gateway.dataplane.exchange.head import BODY_LENGTH, NO_HEAD, ConnectionFacts, RequestHead
-from gateway.dataplane.exchange.stage import DONE, FINAL, HEAD, Stage, responding
+from gateway.dataplane.exchange.stage import DONE, FINAL, HEAD, RESPONDING, Stage
 from gateway.dataplane.routing.plan import RoutePlan
 from gateway.dataplane.upstream.hosts import UpstreamHost
 from gateway.dataplane.upstream.http1_client import UpstreamConnection
@@ -164,8 +164,9 @@ class ExchangeBase:
 
     def head_read(self, head: RequestHead) -> None:
         """The codec has read the request head of an exchange it made before the head
-        (HTTP/1.1 makes it at the request's first byte); ``begin`` or ``head_complete``
-        follows unless the codec refuses the head."""
+        (HTTP/1.1 makes it at the request's first byte), and refuses (``begin`` and
+        ``head_complete`` take the head of one it goes on with, and keep the same
+        fields)."""
         self.head = head
         self.keep_alive = head.keep_alive
         self.expect_continue = head.expect_continue
@@ -221,16 +222,17 @@ class ExchangeBase:
 
     def enter(self, stage: Stage) -> None:
         """Move to ``stage``, keeping ``finished`` beside it: every move that may end
-        the exchange (to ``DONE`` or ``TUNNEL``, or to AUTHORIZING and READY, which are
-        off the common path) is made here; the four of every relayed request are the
-        functions of ``stage`` (``routing``, ``connecting``, ``waiting``,
-        ``responding``).
+        the exchange (to ``DONE`` or ``TUNNEL``), and those off the common path (to
+        READY, AUTHORIZING, a tunnel's CONNECTING), are made here; the four of every
+        relayed request that cannot end it are plain writes by the methods
+        ``stage.MOVED_BY`` names (``begin``, ``dispatch``, ``attach``, ``local`` and
+        ``upstream_head``): as calls they cost 1.3 % of a request's CPU.
 
         ``finished`` is kept beside the stage rather than derived from it: the data
         plane reads it a dozen times a request, and a property would be a call each
-        time. Whether a move is one ``stage.NEXT`` lists is checked by the test suite
-        for every write of ``stage``, here or in ``stage`` (``tests/support/
-        stage_check.py``), which also holds that only this method ends an exchange."""
+        time. The test suite checks every write of ``stage`` against ``stage.NEXT``
+        and ``stage.MOVED_BY`` (``tests/support/stage_check.py``), which also holds
+        that only this method ends an exchange."""
         self.stage = stage
         self.finished = stage >= FINAL
 
@@ -292,7 +294,7 @@ class ExchangeBase:
         # An upstream response may have begun (its head held back) and registered its
         # flow on the client transport: this answer replaces it, so that flow ends here.
         self.sink.stop_response_flow()
-        responding(self)
+        self.stage = RESPONDING  # (a plain write: see ``stage.MOVED_BY``)
         self.status = status
         self.response_started = True
         out = list((self.plan if self.plan is not None else self.core.plan).response_headers)

@@ -27,7 +27,7 @@ from gateway.dataplane.exchange.head import (
 )
 from gateway.dataplane.exchange.measure import observe_upstream
 from gateway.dataplane.exchange.request_head import upstream_request_head
-from gateway.dataplane.exchange.stage import DONE, TUNNEL, connecting, responding, waiting
+from gateway.dataplane.exchange.stage import CONNECTING, DONE, RESPONDING, TUNNEL, WAITING
 from gateway.dataplane.upstream.hosts import UpstreamHost
 from gateway.dataplane.upstream.http1_client import UpstreamConnection
 from gateway.dataplane.upstream.pool import Pool
@@ -101,7 +101,7 @@ class UpstreamRelay(ExchangeBase):
             self.trace.start_upstream(self)
         # The route timeout runs from the end of the request (as Envoy's does).
         self.deadline = now + plan.timeout if self.request_done else 0.0
-        connecting(self)
+        self.stage = CONNECTING  # (a plain write: see ``stage.MOVED_BY``)
         if self.expect_continue:
             self.expect_continue = False
             self.sink.send_continue()
@@ -122,7 +122,7 @@ class UpstreamRelay(ExchangeBase):
             self.core.pool.release(conn)
             return
         self.upstream = conn
-        waiting(self)
+        self.stage = WAITING  # (a plain write: see ``stage.MOVED_BY``)
         head = self.head
         conn.send(self, upstream_request_head(self), head.method == b"HEAD",
                   head.framing == BODY_CHUNKED)
@@ -160,7 +160,7 @@ class UpstreamRelay(ExchangeBase):
         if status == 101 and not head.upgrade:
             self._unrequested_switch()
             return
-        responding(self)
+        self.stage = RESPONDING  # (a plain write: see ``stage.MOVED_BY``)
         self.deadline = self.core.reactor.seconds() + plan.timeout
         self.status = self.upstream_status = status
         out: list[tuple[bytes, bytes]] = []

@@ -22,14 +22,7 @@ from twisted.python.failure import Failure
 from zope.interface import implementer
 
 from gateway.dataplane.core import ProxyCore
-from gateway.dataplane.exchange.head import (
-    BODY_CHUNKED,
-    BODY_LENGTH,
-    BODY_NONE,
-    NO_NAMES,
-    ConnectionFacts,
-    RequestHead,
-)
+from gateway.dataplane.exchange.head import ConnectionFacts
 from gateway.dataplane.exchange.request import Exchange
 from gateway.dataplane.http2.engine import H2Engine
 from gateway.dataplane.http2.events import (
@@ -42,7 +35,6 @@ from gateway.dataplane.http2.events import (
     StreamReset,
     WindowOpened,
 )
-from gateway.dataplane.http2.fields import forwarding_problem
 from gateway.dataplane.http2.guard import (
     BUSY_STREAMS,
     STALLED_STREAMS,
@@ -54,6 +46,7 @@ from gateway.dataplane.http2.guard import (
     next_turn_end,
     stall_timeout,
 )
+from gateway.dataplane.http2.head import read_head
 from gateway.dataplane.http2.protocol import (
     GOAWAY,
     MAX_CONCURRENT_STREAMS,
@@ -63,9 +56,7 @@ from gateway.dataplane.http2.protocol import (
 )
 from gateway.dataplane.http2.stream import CONNECTION_HIGH_WATER, HIGH_WATER, StreamSink
 from gateway.net.pipe import CLOSE_GRACE
-from gateway.observability.tracing.propagation import CONTEXT_NAMES
 from gateway.twisted_ext.fastio import direct_writer, write_now
-from gateway.wire.normalize import BadTarget, connect_authority, normalise_target
 
 log = Logger()
 
@@ -393,7 +384,7 @@ class H2Connection(Protocol):
             if cut is not None:
                 self.cut(cut)
             return
-        head, problem = self._head(fields, ended)
+        head, problem = read_head(fields, ended, self.core.reject_parameters)
         stream = StreamSink(self, stream_id, self.h2.stream_state(stream_id))
         self.streams[stream_id] = stream
         exchange = Exchange(stream, self.core, self.facts, head)
@@ -415,74 +406,6 @@ class H2Connection(Protocol):
             self.waiting.append(stream)
             return
         exchange.begin()
-
-    def _head(self, fields: list[tuple[bytes, bytes]],
-              ended: bool) -> tuple[RequestHead, str]:
-        """The request head of a HEADERS block, and why it is refused ("" if it is
-        not): the head of a refused one is what it was read as, for its answer and log."""
-        headers: list[tuple[bytes, bytes]] = []
-        cookies: list[bytes] = []
-        method = target = authority = host = request_id = b""
-        given_id = False
-        has_length = trace_context = False
-        for name, value in fields:
-            if name == b":method":
-                method = value
-            elif name == b":path":
-                target = value
-            elif name == b":authority":
-                authority = value
-            elif name.startswith(b":"):
-                continue
-            elif name == b"cookie":
-                cookies.append(value)
-            else:
-                if name == b"host":
-                    host = value
-                elif name == b"content-length":
-                    has_length = True
-                elif name in CONTEXT_NAMES:  # HTTP/2 names are lower case
-                    trace_context = True
-                elif name == b"x-request-id" and not given_id:
-                    given_id = True
-                    request_id = value
-                headers.append((name, value))
-        if cookies:
-            headers.append((b"cookie", b"; ".join(cookies)))  # RFC 9113 8.2.3
-        where = (authority or host).decode("latin-1").lower()
-        framing = BODY_NONE if ended else (BODY_LENGTH if has_length else BODY_CHUNKED)
-        connect = method == b"CONNECT"
-        problem = forwarding_problem(method, authority or host, None if connect else headers)
-        if problem is None and connect:
-            # RFC 9113 8.5: ``:authority`` host:port and no ``:scheme``/``:path``
-            if target:
-                problem = "CONNECT takes no :path (RFC 9113 8.5)"
-            else:
-                try:
-                    where = connect_authority(authority)
-                except BadTarget as exc:
-                    problem = str(exc)
-                else:
-                    return RequestHead(method, target, b"2", headers, where, "", "", b"",
-                                       BODY_NONE, True, True, False, b"", True, NO_NAMES,
-                                       trace_context, request_id), ""
-        elif problem is None and not where:
-            problem = "the request has no authority"
-        elif problem is None:
-            try:
-                path, parameters, query = normalise_target(target,
-                                                           self.core.reject_parameters)
-            except BadTarget as exc:
-                problem = str(exc)
-            else:
-                return RequestHead(method, target, b"2", headers, where,
-                                   path.decode("latin-1"),
-                                   parameters.decode("latin-1") if parameters else "",
-                                   query, framing, ended, True, False, b"", False, NO_NAMES,
-                                   trace_context, request_id), ""
-        return RequestHead(method, target, b"2", headers, where, "/", "", b"", framing, ended,
-                           True, False, b"", False, NO_NAMES, trace_context,
-                           request_id), problem or ""
 
     def _stalled(self) -> int:
         """Streams whose response bytes wait for a window that stays shut."""
