@@ -25,7 +25,7 @@ from twisted.internet.defer import Deferred, ensureDeferred
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
-from gateway.config.ssh import fingerprint
+from gateway.config.known_hosts import fingerprint
 from gateway.sessions.model import Session
 from gateway.ssh import algorithms, limits
 from gateway.ssh.channel_relay import BridgeConnection

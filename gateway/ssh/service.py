@@ -31,6 +31,7 @@ from twisted.logger import Logger
 from gateway.authenticate.holder import IdentityHolder
 from gateway.authenticate.ssh_sign_in import SSH_SIGN_IN
 from gateway.authorize.ssh_logins import who
+from gateway.config.known_hosts import fingerprint
 from gateway.config.routes import Route
 from gateway.config.running import ConfigSource
 from gateway.config.snapshot import Snapshot
@@ -38,7 +39,6 @@ from gateway.config.ssh import (
     Revocations,
     SigningKey,
     SshRoute,
-    fingerprint,
     load_private_key,
 )
 from gateway.config.values import parse_address

@@ -26,7 +26,8 @@ from twisted.internet.error import ConnectError
 from twisted.internet.protocol import Factory, Protocol
 from twisted.logger import Logger
 
-from gateway.config.ssh import HostKey, Revocations, fingerprint
+from gateway.config.known_hosts import HostKey, fingerprint
+from gateway.config.ssh import Revocations
 from gateway.ssh import algorithms
 from gateway.ssh.certs import Issued
 from gateway.ssh.host_cert import (
