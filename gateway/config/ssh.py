@@ -121,12 +121,12 @@ def parse_ssh_route(item: Mapping[str, Any], base: str, name: str,
                 problems.error(f"{base}.to", f"{target}: must be ssh://HOST[:PORT] only")
             host, port = (parts.hostname or ""), parts.port or 22
     keys: list[HostKey] = []
-    revoked = Revoked(host, port)
+    ledger = RevocationLedger(host, port)
     for index, line in _setting_lines(item, f"{base}.ssh_upstream_host_keys", problems):
         where = f"{base}.ssh_upstream_host_keys[{index}]"
         try:
             if line.startswith("@revoked"):
-                revoked.add(line, where, inline=True)
+                ledger.add(line, where, inline=True)
                 continue
             if line.startswith("@cert-authority"):
                 entry = parse_host_ca_line(line, host, port)
@@ -139,11 +139,11 @@ def parse_ssh_route(item: Mapping[str, Any], base: str, name: str,
             problems.error(where, str(exc))
             continue
         keys.append(entry)
-        revoked.trust(entry, where, inline=True)
-    authorities = _host_cas(item, base, host, port, reader, problems, revoked)
+        ledger.trust(entry, where, inline=True)
+    authorities = _host_cas(item, base, host, port, reader, problems, ledger)
     keys += [a for a in authorities if a not in keys]
-    _revoked_keys_file(item, base, reader, problems, revoked)
-    revoked.check_trusted(problems)
+    _revoked_keys_file(item, base, reader, problems, ledger)
+    ledger.check_trusted(problems)
     values: dict[str, Any] = {}
     for key, field_name in (("ssh_upstream_host_key_tofu", "trust_on_first_use"),
                             ("ssh_allow_port_forwarding", "allow_port_forwarding"),
@@ -177,10 +177,10 @@ def parse_ssh_route(item: Mapping[str, Any], base: str, name: str,
     if len(problems.errors) > before:
         return None
     return SshRoute(name=name, host=host, port=port, host_keys=tuple(keys),
-                    revoked=Revocations(frozenset(revoked.paths), revoked.krl), **values)
+                    revoked=Revocations(frozenset(ledger.paths), ledger.krl), **values)
 
 
-class Revoked:
+class RevocationLedger:
     """A route's ``@revoked`` lines as they are read, each blob with the key path of its
     first line, and where each trusted key was read, for a key both trusted and
     revoked: in the route's own settings that is a config error naming both lines; when
@@ -247,7 +247,8 @@ def _setting_lines(item: Mapping[str, Any], where: str, problems: Problems
 
 
 def _host_cas(item: Mapping[str, Any], base: str, host: str, port: int,
-              reader: Reader | None, problems: Problems, revoked: Revoked) -> list[HostKey]:
+              reader: Reader | None, problems: Problems, ledger: RevocationLedger
+              ) -> list[HostKey]:
     """``ssh_upstream_host_ca`` (each line must be for this route's server) or
     ``ssh_upstream_host_ca_file`` (shared like known_hosts: lines for other hosts are
     skipped, but one must be for this server)."""
@@ -256,7 +257,7 @@ def _host_cas(item: Mapping[str, Any], base: str, host: str, port: int,
     for index, line in _setting_lines(item, where, problems):
         try:
             if line.startswith("@revoked"):
-                revoked.add(line, f"{where}[{index}]", inline=True)
+                ledger.add(line, f"{where}[{index}]", inline=True)
                 continue
             authority = parse_host_ca_line(line, host, port)
         except ValueError as exc:
@@ -267,7 +268,7 @@ def _host_cas(item: Mapping[str, Any], base: str, host: str, port: int,
                            f"{known_hosts_name(host, port)} (the route's to:)")
         else:
             found.append(authority)
-            revoked.trust(authority, f"{where}[{index}]", inline=True)
+            ledger.trust(authority, f"{where}[{index}]", inline=True)
     location = item.get("ssh_upstream_host_ca_file")
     if location is None:
         return found
@@ -290,7 +291,7 @@ def _host_cas(item: Mapping[str, Any], base: str, host: str, port: int,
             continue
         try:
             if line.lstrip().startswith("@revoked"):
-                revoked.add(line.strip(), f"{where} ({location} line {number})", inline=False)
+                ledger.add(line.strip(), f"{where} ({location} line {number})", inline=False)
                 continue
             authority = parse_host_ca_line(line, host, port)
         except ValueError as exc:
@@ -298,7 +299,7 @@ def _host_cas(item: Mapping[str, Any], base: str, host: str, port: int,
             continue
         if authority is not None:
             found.append(authority)
-            revoked.trust(authority, f"{where} ({location} line {number})", inline=False)
+            ledger.trust(authority, f"{where} ({location} line {number})", inline=False)
     if not found and len(problems.errors) == before:
         problems.error(where, f"{location} has no CA for {known_hosts_name(host, port)} "
                               "(the route's to:)")
@@ -306,7 +307,7 @@ def _host_cas(item: Mapping[str, Any], base: str, host: str, port: int,
 
 
 def _revoked_keys_file(item: Mapping[str, Any], base: str, reader: Reader | None,
-                       problems: Problems, revoked: Revoked) -> None:
+                       problems: Problems, ledger: RevocationLedger) -> None:
     """``ssh_upstream_revoked_keys_file``: a KRL, or public keys one a line (as
     OpenSSH's ``RevokedHostKeys``); read with the config, so a reload rereads it."""
     location = item.get("ssh_upstream_revoked_keys_file")
@@ -323,10 +324,10 @@ def _revoked_keys_file(item: Mapping[str, Any], base: str, reader: Reader | None
         return
     try:
         if is_krl(data):
-            revoked.krl, revoked.krl_path = parse_krl(data), where
+            ledger.krl, ledger.krl_path = parse_krl(data), where
         else:
             for blob in parse_key_list(data.decode("utf-8")):
-                revoked.paths.setdefault(blob, where)
+                ledger.paths.setdefault(blob, where)
     except (ValueError, UnicodeDecodeError) as exc:
         problems.error(where, f"{location}: {exc} (an OpenSSH KRL, or public keys one a "
                               "line, is expected)")

@@ -65,7 +65,8 @@ class UpstreamFailed(Exception):
 
 
 class UpstreamConnection(CheckedConnection):
-    """The client side's connection service: channels are opened by the bridge; the
+    """The client side's connection service: channels are opened by the relay
+    (``channel_relay``); the
     server may open none toward the gateway (no forwarded ports, agents or X11)."""
 
     peer_role = "server"
