@@ -44,14 +44,6 @@ class HeaderRewrite:
     value: str
 
 
-def pair(values: dict[str, Any], base: str, pattern: str, substitution: str,
-          item: Mapping[str, Any], problems: Problems) -> None:
-    if values.get(pattern) and substitution not in item:
-        problems.error(f"{base}.{substitution}", f"is required when {pattern} is set")
-    if item.get(substitution) is not None and not values.get(pattern):
-        problems.error(f"{base}.{pattern}", f"is required when {substitution} is set")
-
-
 def parse_claims(value: object, path: str, problems: Problems) -> Mapping[str, tuple[str, ...]]:
     if not isinstance(value, Mapping):
         problems.error(path, f"must be a map of claim name to list of values, got {value!r}")

@@ -15,7 +15,7 @@ import re2
 
 from gateway.config.errors import Problems
 from gateway.config.material import Reader
-from gateway.config.route_parts import pair, parse_route_tls
+from gateway.config.route_parts import parse_route_tls
 from gateway.config.route_policy import parse_route_policy
 from gateway.config.route_schema import UNSET, RouteFieldInfo
 from gateway.config.ssh import parse_ssh_route, reject_http_fields, ssh_only_fields
@@ -146,10 +146,12 @@ def path_rewrites(route: RouteInput, schema: Schema) -> None:
     if "prefix_rewrite" in values and values.get("regex_rewrite_pattern"):
         route.error("", "config: only prefix_rewrite or regex_rewrite_pattern can be "
                         "specified, but not both")
-    pair(values, route.base, "regex_rewrite_pattern", "regex_rewrite_substitution",
-         route.item, route.problems)
-    pair(values, route.base, "host_path_regex_rewrite_pattern",
-         "host_path_regex_rewrite_substitution", route.item, route.problems)
+    for pattern in ("regex_rewrite_pattern", "host_path_regex_rewrite_pattern"):
+        substitution = pattern.replace("_pattern", "_substitution")
+        if values.get(pattern) and substitution not in route.item:
+            route.error(substitution, f"is required when {pattern} is set")
+        if route.item.get(substitution) is not None and not values.get(pattern):
+            route.error(pattern, f"is required when {substitution} is set")
 
 
 def compiled_patterns(route: RouteInput, schema: Schema) -> None:
