@@ -18,9 +18,9 @@ from gateway.config.routes import Route
 from gateway.dataplane.core import ProxyCore
 from gateway.dataplane.exchange import stage as stages
 from gateway.dataplane.exchange.base import ExchangeBase
+from gateway.dataplane.exchange.exchange import Exchange
 from gateway.dataplane.exchange.head import ConnectionFacts, RequestHead
 from gateway.dataplane.exchange.head import request_head as make_head
-from gateway.dataplane.exchange.request import Exchange
 from gateway.dataplane.exchange.stage import (
     AUTHORIZING,
     CONNECTING,

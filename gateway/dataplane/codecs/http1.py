@@ -24,6 +24,7 @@ from zope.interface import implementer
 from gateway.dataplane.codecs.http1_head import Refused, read_head
 from gateway.dataplane.core import ProxyCore
 from gateway.dataplane.exchange.base import ExchangeBase
+from gateway.dataplane.exchange.exchange import Exchange
 from gateway.dataplane.exchange.head import (
     BODY_CHUNKED,
     BODY_LENGTH,
@@ -31,7 +32,6 @@ from gateway.dataplane.exchange.head import (
     request_head,
 )
 from gateway.dataplane.exchange.recheck import UpgradeWatch
-from gateway.dataplane.exchange.request import Exchange
 from gateway.dataplane.exchange.tunnel import Tunnel
 from gateway.dataplane.pipes.splice import SplicePipe, can_splice
 from gateway.dataplane.upstream.http1_client import NoCallbacks, UpstreamConnection

@@ -3,7 +3,7 @@
 ``ExchangeBase`` holds what the codec hands it (``head.RequestHead``, once the head is
 read, and ``head.ConnectionFacts``) and the exchange's own state, whose life is its
 ``stage`` (``stage.Stage``; ``enter`` is the one place it changes);
-``relay.UpstreamRelay`` adds the upstream side and ``request.Exchange`` the request side
+``relay.UpstreamRelay`` adds the upstream side and ``exchange.Exchange`` the request side
 and routing. ``Sink`` is what each codec implements for the response, ``TunnelSink``
 what it implements to turn its connection (or stream) into a tunnel. ``local`` and
 ``fail`` answer without an upstream (every error, redirects, denials).

@@ -35,7 +35,7 @@ Pairs = tuple[tuple[bytes, bytes], ...]
 
 
 class Exchange(Protocol):
-    """What forward auth uses of its exchange (``request.Exchange``)."""
+    """What forward auth uses of its exchange (``exchange.Exchange``)."""
 
     sink: Sink
     facts: ConnectionFacts

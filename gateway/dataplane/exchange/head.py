@@ -109,7 +109,7 @@ class ConnectionFacts:
     policies. TLS facts are read once, on first use (the handshake is over once a
     request arrives); a plain connection has none."""
 
-    __slots__ = ("_served", "_tls", "_verdicts", "peer", "transport")
+    __slots__ = ("_tls", "_verdicts", "peer", "served", "transport")
 
     def __init__(self, peer: str, transport: Any = None) -> None:
         self.peer = peer
@@ -117,7 +117,9 @@ class ConnectionFacts:
         self._tls: tuple[str, Any, Any] | None = None if transport is not None \
             else ("", None, None)
         self._verdicts: dict[int, str | None] | None = None
-        self._served = ""  # the last routed Host found to be servable on this connection
+        # the last routed Host found to be servable on this connection: routing asks
+        # ``misdirected`` only about another (the same host again is the usual request)
+        self.served = ""
 
     def tls_info(self) -> tuple[str, Any, Any]:
         """(SNI, the certificate chosen for it, the store it came from)."""
@@ -130,7 +132,7 @@ class ConnectionFacts:
         421), else "". The SNI's own name is served, and, for a routed host, any name
         the certificate chosen for the SNI would also be chosen for. An answer for a
         routed host holds for the connection's life: SNI and certificate do not change."""
-        if routed and host == self._served:
+        if routed and host == self.served:
             return ""
         sni, certificate, store = self.tls_info()
         if sni and store is not None and host != sni:  # (equal: the usual case, port 443)
@@ -139,7 +141,7 @@ class ConnectionFacts:
                     certificate is not None and not store.covers(certificate, name))):
                 return name
         if routed:
-            self._served = host
+            self.served = host
         return ""
 
     def client_certificate(self) -> bytes:

@@ -39,81 +39,21 @@ log = Logger(namespace="gateway.dataplane.headers")
 
 
 def upstream_request_head(exchange: ExchangeBase) -> bytes:
+    """The request line and header block sent to the upstream for ``exchange`` (routed,
+    with its host picked), ending with the blank line."""
     plan = exchange.plan
     host = exchange.host_state
     assert plan is not None and host is not None
     route = plan.route
-    upstream = host.upstream
     core = exchange.core
     head = exchange.head
-    path = upstream_path(route, upstream, head.path).encode("latin-1")
+    path = upstream_path(route, host.upstream, head.path).encode("latin-1")
     if head.path_parameters:  # /app;jsessionid=1: routed as /app, forwarded whole
         path += head.path_parameters.encode("latin-1")
-    actions = plan.request_actions
-    named = head.connection_tokens
     parts = [head.method, b" ", path, head.query, b" HTTP/1.1\r\n"]
-    incoming_host = b""
-    xff: bytes | None = None
-    xfp: bytes | None = None
-    xfh: bytes | None = None
-    rewrite_from: bytes | None = None
     allow = exchange.allow
-    extra_remove = allow.remove if allow is not None else NO_NAMES
     trace = exchange.trace
-    if trace is not None:  # the caller's trace headers give way to ours
-        extra_remove = extra_remove | CONTEXT_HEADERS
-    # The gateway's own credentials never reach an upstream: a signed-in route's decision
-    # names them; a public route has no decision, so the cookie name and the token
-    # format are applied here (an upstream could otherwise replay them to the gateway).
-    own_cookie = allow.strip_cookie if allow is not None else core.cookie_name
-    names = NAME_INFO
-    for name, value in head.headers:
-        info = names.get(name)
-        if info is None:
-            info = learn_name(name)
-        low, plain = info
-        action = actions.get(low)
-        if action == HOST:
-            incoming_host = value
-            continue
-        if named and low in named:
-            continue  # Upgrade and Connection of an upgrade are added again below
-        if action is None:  # a name the route does not treat specially
-            if plain:  # (no identity prefix, no "_")
-                if not extra_remove or low not in extra_remove:
-                    parts += (name, b": ", value, b"\r\n")
-                continue
-            if low.startswith(IDENTITY_PREFIX) or low in extra_remove:
-                continue
-            if b"_" in low and _underscore_dropped(exchange, name, low, extra_remove):
-                continue
-            parts += (name, b": ", value, b"\r\n")
-            continue
-        if action == SKIP:
-            continue
-        if low in extra_remove:
-            continue
-        if action == XFF:
-            xff = value if xff is None else xff + b", " + value
-            continue
-        if action == XFP:
-            xfp = value
-            continue
-        if action == XFH:
-            xfh = value
-            continue
-        if action == COOKIE and own_cookie:
-            value = strip_cookie(value, own_cookie)
-            if not value:
-                continue
-        elif (action == AUTHORIZATION and allow is None
-              and programmatic_token([(name, value)])) or (
-                action == HOST_SOURCE and b"_" in low
-                and _underscore_dropped(exchange, name, low, extra_remove)):
-            continue  # the gateway's own token on a public route; a dropped "_" name
-        if low == plan.host_header_name:
-            rewrite_from = value
-        parts += (name, b": ", value, b"\r\n")
+    incoming_host, xff, xfp, xfh, rewrite_from = _client_headers(exchange, parts)
     if not incoming_host:
         incoming_host = head.host.encode("latin-1")
     # Host
@@ -145,7 +85,7 @@ def upstream_request_head(exchange: ExchangeBase) -> bytes:
     parts.append(plan.request_headers_block)
     if allow is not None:
         parts.append(allow.head)
-    # the client's own x-request-id was dropped above (it is in plan.request_drop): the
+    # the client's own x-request-id was dropped (it is in plan.request_drop): the
     # exchange's, chosen when it got its head, is the client's if valid
     parts += (b"x-request-id: ", exchange.rid, b"\r\n")
     if trace is not None:
@@ -155,6 +95,79 @@ def upstream_request_head(exchange: ExchangeBase) -> bytes:
         parts += (b"connection: upgrade\r\nupgrade: ", head.upgrade, b"\r\n")
     parts.append(b"\r\n")
     return b"".join(parts)
+
+
+def _client_headers(exchange: ExchangeBase, parts: list[bytes]
+                    ) -> tuple[bytes, bytes | None, bytes | None, bytes | None, bytes | None]:
+    """Append to ``parts`` the client's headers the upstream receives as they came (by
+    the plan's header table); return what the rest of the head is made from: the
+    client's Host, its X-Forwarded-For (joined), -Proto and -Host, and the value of the
+    route's ``host_rewrite_header`` (None for each that did not come)."""
+    plan = exchange.plan
+    assert plan is not None
+    head = exchange.head
+    actions = plan.request_actions
+    named = head.connection_tokens
+    incoming_host = b""
+    xff: bytes | None = None
+    xfp: bytes | None = None
+    xfh: bytes | None = None
+    rewrite_from: bytes | None = None
+    allow = exchange.allow
+    extra_remove = allow.remove if allow is not None else NO_NAMES
+    if exchange.trace is not None:  # the caller's trace headers give way to ours
+        extra_remove = extra_remove | CONTEXT_HEADERS
+    # The gateway's own credentials never reach an upstream: a signed-in route's decision
+    # names them; a public route has no decision, so the cookie name and the token
+    # format are applied here (an upstream could otherwise replay them to the gateway).
+    own_cookie = allow.strip_cookie if allow is not None else exchange.core.cookie_name
+    names = NAME_INFO
+    for name, value in head.headers:
+        info = names.get(name)
+        if info is None:
+            info = learn_name(name)
+        low, plain = info
+        action = actions.get(low)
+        if action == HOST:
+            incoming_host = value
+            continue
+        if named and low in named:
+            continue  # Upgrade and Connection of an upgrade are added again below
+        if action is None:  # a name the route does not treat specially
+            if plain:  # (no identity prefix, no "_")
+                if not extra_remove or low not in extra_remove:
+                    parts += (name, b": ", value, b"\r\n")
+                continue
+            if low.startswith(IDENTITY_PREFIX) or low in extra_remove:
+                continue
+            if b"_" in low and _underscore_dropped(exchange, name, low, extra_remove):
+                continue
+            parts += (name, b": ", value, b"\r\n")
+            continue
+        if action == SKIP or low in extra_remove:
+            continue
+        if action == XFF:
+            xff = value if xff is None else xff + b", " + value
+            continue
+        if action == XFP:
+            xfp = value
+            continue
+        if action == XFH:
+            xfh = value
+            continue
+        if action == COOKIE and own_cookie:
+            value = strip_cookie(value, own_cookie)
+            if not value:
+                continue
+        elif (action == AUTHORIZATION and allow is None
+              and programmatic_token([(name, value)])) or (
+                action == HOST_SOURCE and b"_" in low
+                and _underscore_dropped(exchange, name, low, extra_remove)):
+            continue  # the gateway's own token on a public route; a dropped "_" name
+        if low == plan.host_header_name:
+            rewrite_from = value
+        parts += (name, b": ", value, b"\r\n")
+    return incoming_host, xff, xfp, xfh, rewrite_from
 
 
 def _underscore_dropped(exchange: ExchangeBase, name: bytes, low: bytes,

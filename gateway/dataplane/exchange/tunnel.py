@@ -45,7 +45,7 @@ _CONNECT_MESSAGES = {
 
 
 class Exchange(Logged, Protocol):
-    """What a tunnel uses of its exchange (``request.Exchange``)."""
+    """What a tunnel uses of its exchange (``exchange.Exchange``)."""
 
     sink: Sink
     facts: ConnectionFacts

@@ -22,8 +22,8 @@ from twisted.python.failure import Failure
 from zope.interface import implementer
 
 from gateway.dataplane.core import ProxyCore
+from gateway.dataplane.exchange.exchange import Exchange
 from gateway.dataplane.exchange.head import ConnectionFacts
-from gateway.dataplane.exchange.request import Exchange
 from gateway.dataplane.http2.engine import H2Engine
 from gateway.dataplane.http2.events import (
     ConnectionTerminated,

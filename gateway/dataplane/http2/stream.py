@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from gateway.dataplane.exchange.base import ExchangeBase
-from gateway.dataplane.exchange.request import Exchange
+from gateway.dataplane.exchange.exchange import Exchange
 from gateway.dataplane.exchange.tunnel import Tunnel
 from gateway.dataplane.http2.fields import NOT_FORWARDED
 from gateway.dataplane.http2.protocol import MAX_FRAME_SIZE, ErrorCode

@@ -163,7 +163,10 @@ class Exchange(UpstreamRelay):
             serve_forward_auth(self)
             return
         plan, known = core.plan.lookup(host, path)
-        misdirected = self.facts.misdirected(host, plan is not None)
+        facts = self.facts
+        # (the usual: a routed host this connection was already found to serve, no call)
+        misdirected = "" if plan is not None and host == facts.served \
+            else facts.misdirected(host, plan is not None)
         if misdirected:
             # An HTTP/2 connection reused for a host it was not set up for.
             self.fail(421, f"this connection cannot serve {misdirected}")
@@ -176,7 +179,7 @@ class Exchange(UpstreamRelay):
             self.fail(404, detail)
             return
         self.plan = plan
-        if not self._client_cert_ok(plan):
+        if plan.client_cert is not None and not self._client_cert_ok(plan):
             return
         if own_path(path):
             self.fail(404, "not found")
@@ -226,7 +229,7 @@ class Exchange(UpstreamRelay):
         # over this TLS connection, so a client may reach every TCP route through the
         # gateway's own name (`gateway tcp --gateway-url https://gateway.example.com`).
         self.plan = plan
-        if not self._client_cert_ok(plan):
+        if plan.client_cert is not None and not self._client_cert_ok(plan):
             return
         if plan.public:
             open_tunnel(self)
@@ -234,9 +237,10 @@ class Exchange(UpstreamRelay):
         self._authorize(plan)
 
     def _client_cert_ok(self, plan: RoutePlan) -> bool:
-        """The route's client-certificate policy; False when it answered 495."""
-        if plan.client_cert is None:
-            return True
+        """The route's client-certificate policy (``plan.client_cert``, which the
+        caller has found set: most routes have none, and are not asked with a call);
+        False when it answered 495."""
+        assert plan.client_cert is not None
         problem = self.facts.client_cert_problem(plan.client_cert)
         if problem is None:
             return True
