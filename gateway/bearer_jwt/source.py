@@ -199,21 +199,33 @@ class RemoteKeys(_Scheduled):
                  skipped="".join(f"; skipped {reason}" for reason in keys.skipped))
 
 
+async def learned_issuer(fetch: Fetch, discovery_url: str) -> str:
+    """The issuer a discovery document names (``kubernetes:///`` with a ``jwks_file``)."""
+    named, _ = discovered(await fetch(discovery_url), None)
+    return named
+
+
 class FileKeys(_Scheduled):
     """Keys from a ``jwks_file``: read at start, and again whenever its size, time or
     inode changes (checked every ``poll`` seconds, and on an unknown ``kid``). A file
-    that is missing or unusable is looked at again every ``poll`` seconds."""
+    that is missing or unusable is looked at again every ``poll`` seconds. ``learn``:
+    the issuer, asked once before the first read (``kubernetes:///`` inside a cluster:
+    the API server's discovery document)."""
 
     def __init__(self, provider: str, path: str, clock: IReactorTime, *,
-                 issuer: str = "", poll: float = FILE_POLL) -> None:
+                 issuer: str = "", poll: float = FILE_POLL,
+                 learn: Callable[[], Awaitable[str]] | None = None) -> None:
         super().__init__(clock, poll, poll)  # a file costs a stat: no long backoff
         self.provider = provider
         self.path = path
         self.issuer = issuer
+        self.learn = learn
         self.keys = KeySet(provider, issuer=issuer)
         self._seen: tuple[Any, ...] = ()
 
     async def load(self) -> None:
+        if self.learn is not None and not self.issuer:
+            self.issuer = await self.learn()
         self.read()
 
     def read(self) -> None:

@@ -14,6 +14,7 @@ minutes apart. The policy (what to fetch when, the last good keys, backoff) is
 from __future__ import annotations
 
 from collections.abc import Mapping
+from functools import partial
 from typing import Any
 
 from treq.client import HTTPClient
@@ -24,7 +25,8 @@ from twisted.web.iweb import IPolicyForHTTPS
 from zope.interface import implementer
 
 from gateway.authenticate.oidc import TIMEOUT, _traced
-from gateway.bearer_jwt.source import Fetch, FileKeys, KeysUnusable, RemoteKeys
+from gateway.bearer_jwt.presets import preset
+from gateway.bearer_jwt.source import Fetch, FileKeys, KeysUnusable, RemoteKeys, learned_issuer
 from gateway.tls.client import TLSClientConfig, connection_creator
 
 _ACCEPT: dict[bytes | str, bytes | str] = {"Accept": "application/json"}
@@ -86,3 +88,37 @@ class BearerKeys(Service):
         for source in self.sources.values():
             source.stop()
         Service.stopService(self)
+
+
+def _read_ca(path: str, what: str) -> bytes:
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError as exc:
+        raise ValueError(f"{what}: {path}: {exc.strerror}") from None
+
+
+def key_source(reactor: Any, provider: str, issuer: str, *, jwks_file: str = "",
+               jwks_url: str = "", ca_pem: bytes | None = None) -> RemoteKeys | FileKeys:
+    """The key source a provider's settings describe: ``jwks_file`` (read again on
+    change), else ``jwks_url``, else the issuer's discovery document; the presets
+    (``presets.py``) say where GitHub Actions' and a cluster's are. ``ca_pem``: the
+    provider's ``ca_file`` (else the system store, or the preset's CA). ``ValueError``
+    names a preset file that cannot be read (``kubernetes:///`` outside a cluster)."""
+    known = preset(issuer)
+    token_file = known.token_file if known is not None else ""
+    if ca_pem is None and known is not None and known.ca_file:
+        ca_pem = _read_ca(known.ca_file, f"bearer provider {provider} ({known.name})")
+    fetch = provider_fetch(reactor, ca_pem, token_file)
+    if jwks_file:
+        learn = None
+        if known is not None and known.learn_issuer:
+            url = known.discovery_url
+            learn = partial(learned_issuer, fetch, url)
+        return FileKeys(provider, jwks_file, reactor, learn=learn)
+    if jwks_url:
+        return RemoteKeys(provider, issuer, fetch, reactor, jwks_url=jwks_url)
+    if known is not None:
+        return RemoteKeys(provider, issuer, fetch, reactor, discovery_url=known.discovery_url,
+                          learn_issuer=known.learn_issuer)
+    return RemoteKeys(provider, issuer, fetch, reactor)

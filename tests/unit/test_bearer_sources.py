@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -206,7 +208,9 @@ class Remote(SynchronousTestCase):
 class File(SynchronousTestCase):
     def setUp(self) -> None:
         self.clock = Clock()
-        self.path = Path(self.mktemp())
+        directory = Path(tempfile.mkdtemp())
+        self.addCleanup(shutil.rmtree, directory)
+        self.path = directory / "jwks.json"
         self.path.write_bytes(first_keys())
         self.source = FileKeys("cluster", str(self.path), self.clock, issuer="https://k8s")
         self.source.start()
