@@ -206,6 +206,21 @@ class AdversarialTable(SynchronousTestCase):
             for value in ("evil.example", "elsewhere", "admin", "soon", "rsa-9"):
                 self.assertNotIn(value, header, case.name)
 
+    def test_none_and_hmac_named_as_such_whatever_the_key(self) -> None:
+        """Refused before any key is looked up (the key's allowlist would refuse them too,
+        but the description says what the token tried), with a kid nobody has as well."""
+        for token, text in (
+                (unsigned(), "unsigned tokens (alg none) are never accepted"),
+                (replace_segment(unsigned(), 0, b64(b'{"alg":"none","kid":"nobody"}')),
+                 "unsigned tokens (alg none) are never accepted"),
+                (hs256_with_public_key(), "HMAC algorithms are never accepted"),
+                (replace_segment(hs256_with_public_key(), 0,
+                                 b64(b'{"alg":"HS512","kid":"nobody"}')),
+                 "HMAC algorithms are never accepted")):
+            refused = verify(token, keys(), EXPECT, NOW)
+            assert isinstance(refused, Refused)
+            self.assertEqual((refused.check, refused.description), (v.ALG, text))
+
     def test_the_refusal_carries_a_printable_kid_for_the_log(self) -> None:
         refused = verify(mint(kid="rsa-9"), keys(), EXPECT, NOW)
         assert isinstance(refused, Refused)
