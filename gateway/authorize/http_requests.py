@@ -320,7 +320,7 @@ class Decider:
         denied = self.error(403, message, request.headers, f"denied: {text}", who=who,
                             admits=admits(route, self.groups_available),
                             actions=actions, host=request.host)
-        return replace(denied, user_id=caller.user_id, email=caller.email)
+        return replace(denied, caller=caller)
 
     def error(self, status: int, message: str, headers: list[tuple[bytes, bytes]],
               reason: str, extra: tuple[tuple[bytes, bytes], ...] = (), **more: Any) -> Reply:
@@ -337,5 +337,4 @@ class Decider:
             headers.extend(claim_headers(self.options.jwt_claims_headers, caller))
         return Allow(tuple(headers), frozenset({b"authorization"}) if own_token
                      else frozenset(), strip_cookie=self.options.cookie_name, reason=reason,
-                     user_id=caller.user_id if caller else "",
-                     email=caller.email if caller else "")
+                     caller=caller)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Protocol
 
+from gateway.authorize.caller import Caller
 from gateway.authorize.hook import Allow
 from gateway.dataplane.core import ProxyCore
 from gateway.dataplane.exchange.access import log_access
@@ -103,14 +104,14 @@ class ExchangeBase:
     which cost more than a microsecond and made every field access a hashed lookup."""
 
     __slots__ = (
-        "allow", "body_kind", "body_sent", "chunked_out", "connect", "connecting",
-        "connection_tokens", "core", "deadline", "decision_reason", "detail", "email",
+        "allow", "body_kind", "body_sent", "caller", "chunked_out", "connect", "connecting",
+        "connection_tokens", "core", "deadline", "decision_reason", "detail",
         "expect_continue", "finished", "head_pending", "headers", "host", "host_state",
         "internal_body", "keep_alive", "method", "path", "path_parameters", "pending",
         "pending_size", "plan", "query", "received", "request_done", "response_started",
         "retried", "reused", "rid", "sent", "sink", "stage", "started", "status", "target", "trace",
         "trace_context", "trace_id", "tunnel_sink", "upgrade", "upgrade_sink", "upstream",
-        "upstream_host", "upstream_started", "upstream_status", "user_id",
+        "upstream_host", "upstream_started", "upstream_status",
     )
 
     def __init__(self, sink: Sink, core: ProxyCore) -> None:
@@ -121,8 +122,8 @@ class ExchangeBase:
         self.upstream_host: UpstreamHost | None = None  # picked (kept after release_host)
         self.upstream_started: float | None = None  # when the upstream request began
         self.upstream_status = 0  # the upstream's status code; 0 until a response head
-        self.user_id = ""  # the signed-in user of the authorization decision, if any
-        self.email = ""
+        # who the authorization decision was about (``None``: nobody signed in)
+        self.caller: Caller | None = None
         self.decision_reason = ""  # why the authorization decision denied or allowed
         # Tracing (``core.tracer``): whether the codec saw a trace header; the spans of a
         # sampled exchange; the trace id of a sampled one or of a caller's trace we pass on
@@ -191,6 +192,12 @@ class ExchangeBase:
     def ready(self) -> bool:
         """The request head is complete (the codec has said so)."""
         return self.stage != HEAD
+
+    @property
+    def user_id(self) -> str:
+        """The user id of the caller the decision was about (``""``: nobody signed in),
+        for a traced exchange's span."""
+        return self.caller.user_id if self.caller is not None else ""
 
     @property
     def request_id(self) -> str:
