@@ -41,6 +41,7 @@ from gateway.cli.policy_inputs import (
     read_chain,
 )
 from gateway.cli.policy_report import SIGN_IN_REQUIRED, Certificate, Report, as_json, as_lines
+from gateway.cli.policy_token import TokenCheck, check_token, token_json, token_lines
 from gateway.config import ConfigErrors, Snapshot, load_snapshot
 from gateway.config.routes import Route
 from gateway.dataplane.routing.plan import RoutePlan, build_plan
@@ -66,30 +67,48 @@ def run_policy_check(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             err.write(f"warning: {warning}\n")
         return NOT_CHECKED
     try:
-        report = check(snapshot, args)
+        token = check_token(args)
+        report = check(snapshot, args, token)
     except (InputError, NotRouted) as exc:
         err.write(f"gateway policy check: {exc}\n")
         return NOT_CHECKED
     if args.json:
-        out.write(json.dumps(as_json(report), indent=2) + "\n")
+        document = as_json(report)
+        if token is not None:
+            document["token"] = token_json(token)
+        out.write(json.dumps(document, indent=2) + "\n")
     else:
-        out.write("\n".join(as_lines(report)) + "\n")
+        lines = token_lines(token, args) if token is not None else []
+        out.write("\n".join(lines + as_lines(report)) + "\n")
     return report.status
 
 
-def check(snapshot: Snapshot, args: argparse.Namespace) -> Report:
-    """The report for these arguments (``InputError``, ``NotRouted``)."""
+def check(snapshot: Snapshot, args: argparse.Namespace, token: TokenCheck | None = None
+          ) -> Report:
+    """The report for these arguments (``InputError``, ``NotRouted``); with ``token``
+    (``--token``), the person is the one its verified claims make, or nobody."""
     target = parse_target(args.url, args.method,
                           snapshot.options.path_with_parameters_action == "reject")
-    now = float(int(time.time())) if args.at is None else parse_instant(args.at)
+    now = token.now if token is not None else \
+        float(int(time.time())) if args.at is None else parse_instant(args.at)
     groups = parse_groups(args.groups)
     claims = parse_claims(args.claim)
     chain = read_chain(args.client_cert) if args.client_cert else None
     plan = route_plan(snapshot, target)
     route = plan.route
     notes: list[str] = []
-    caller = _person(snapshot, args, groups, claims, now, notes)
-    refusal = caller.email_refusal if caller is not None else ""
+    if token is not None:
+        # the token's provider already applied its e-mail rule (``Verified``)
+        session = token.session()
+        caller = None if session is None else caller_of(
+            session, allow_unverified_email=True, groups_available=True)
+        refusal = ""
+        if caller is None:
+            notes.append("the token is refused: the gateway answers 401 before any "
+                         "decision; decided as for someone not signed in")
+    else:
+        caller = _person(snapshot, args, groups, claims, now, notes)
+        refusal = caller.email_refusal if caller is not None else ""
     groups_available = bool(snapshot.options.idp_service_account)
     if groups and caller is not None and not groups_available:
         notes.append("groups are not used: idp_service_account is not configured, so the "
