@@ -147,6 +147,14 @@ class Decider:
     def _due_for_refresh(self, session: Session) -> bool:
         return self.sign_in.refresh_due(session) <= self.clock()
 
+    async def renewed(self, session: Session, now: float) -> Session | None:
+        """``session`` with new tokens when they are due at ``now`` (``None``: the
+        refresh failed, which ended it), else ``session`` itself: what another entrance
+        (SSH's, for an open connection) asks before deciding again."""
+        if self.sign_in.refresh_due(session) > now:
+            return session
+        return await self.sign_in.refresh(session)
+
     def _allowed_again(self, request: RequestInfo, route: Route, raw: bytes) -> Allow | None:
         """The decision remembered for this exact Cookie header ``raw`` on this route,
         while nothing it rests on has changed: the session record is the same object (not
