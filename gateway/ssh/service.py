@@ -272,8 +272,8 @@ class SshService(MultiService):
         """The route's decision (audited) and the recording rule, for a login (the one
         the policy gives when the user name names none); a user name that names no route
         is a jump host."""
-        view = self.authorize.view(session)
-        person = who(view) or who(session)
+        caller = self.authorize.caller(session)
+        person = caller.who or who(session)
         route = self.routes.get(target.route)
         if route is None and not target.login and not ssh.jump_route:
             return JumpHost(person)
@@ -282,13 +282,13 @@ class SshService(MultiService):
             raise Refused(f"signed in as {person}; there is no SSH route {target.route}")
         now = self._now()
         if not target.login:
-            login, how = self.authorize.default_login(route, target.route, view,
+            login, how = self.authorize.default_login(route, target.route, caller,
                                                       ssh.client_ip, now)
             if not login:
                 self._log_refusal(ssh, target, person, "no-login")
                 raise Refused(how)
             target = LoginTarget(login, target.route)  # the one login the policy gives them
-        decision = self.authorize.login(route, target.route, target.login, view,
+        decision = self.authorize.login(route, target.route, target.login, caller,
                                         ssh.client_ip, now)
         if not decision.allowed:
             self._log_refusal(ssh, target, person, decision.reason)
@@ -566,7 +566,7 @@ class SshService(MultiService):
                                           session, active.ssh.client_ip, now, connection_id)
         if not decision.allowed:
             log.info("ssh: {user} no longer allowed as {login} on route {route}: {reason}",
-                     user=who(self.authorize.view(session)), login=active.target.login,
+                     user=self.authorize.caller(session).who, login=active.target.login,
                      route=active.target.route,
                      reason=decision.reason, connection=connection_id)
             self._close(connection_id, decision.message)

@@ -18,6 +18,7 @@ from twisted.internet.defer import Deferred, ensureDeferred
 from twisted.internet.testing import MemoryReactorClock
 from twisted.trial.unittest import SynchronousTestCase
 
+from gateway.authorize.caller import caller_of
 from gateway.authorize.ssh_logins import AuthorizeSsh
 from gateway.config.running import ConfigSource
 from gateway.config.snapshot import load_snapshot
@@ -83,8 +84,8 @@ class Service:
         self.reactor = MemoryReactorClock()
         self.reactor.advance(NOW)
         self.records = MemoryRecordStore(self.reactor.seconds)
-        decider = SimpleNamespace(decision_session=lambda s: (s, None),
-                                  groups_available=True)
+        decider = SimpleNamespace(caller=lambda s: caller_of(
+            s, allow_unverified_email=True, groups_available=True))
         holder: Any = SimpleNamespace(identity=SimpleNamespace(
             decider=decider, auth_origin="https://authenticate.example"), store=None,
             authorize_ssh=AuthorizeSsh(lambda: decider))
