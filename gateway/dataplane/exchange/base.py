@@ -105,7 +105,7 @@ class ExchangeBase:
         "allow", "body_sent", "connecting", "core", "deadline",
         "decision_reason", "detail", "email", "expect_continue", "facts", "finished", "head",
         "head_pending", "host_state", "internal_body", "keep_alive", "pending",
-        "pending_size", "plan", "received", "request_done", "response_started", "retried",
+        "pending_size", "plan", "received", "request_done", "retried",
         "reused", "rid", "sent", "sink", "stage", "started", "status", "trace", "trace_id",
         "upstream", "upstream_host", "upstream_started", "upstream_status", "user_id",
     )
@@ -149,11 +149,10 @@ class ExchangeBase:
         self.pending_size = 0
         self.allow: Allow | None = None
         self.deadline = 0.0
-        # a response head was made for the client. Not the stage: it stays once DONE
-        # (the HTTP/1.1 codec asks whether anything was answered), and it is taken back
-        # when a head held back (not written yet) is dropped for an answer of our own.
-        self.response_started = False
         self.head_pending: tuple[int, bytes, list[tuple[bytes, bytes]], int, bool] | None = None
+        # the status of the response head made for the client, 0 while none is (and
+        # again when a head held back, not written yet, is dropped for an answer of
+        # the gateway's own): ``response_started``
         self.status = 0
         self.sent = 0
         self.reused = False
@@ -237,6 +236,14 @@ class ExchangeBase:
         self.finished = stage >= FINAL
 
     @property
+    def response_started(self) -> bool:
+        """A response head was made for the client (it may be held back still). Not the
+        stage, which says only that the exchange is over once DONE: the HTTP/1.1 codec
+        asks then whether anything was answered. Read off the response's status, so
+        not a flag of its own to keep beside the stage."""
+        return self.status != 0
+
+    @property
     def ready(self) -> bool:
         """The request head is complete (the codec has said so)."""
         return self.stage != HEAD
@@ -296,7 +303,6 @@ class ExchangeBase:
         self.sink.stop_response_flow()
         self.stage = RESPONDING  # (a plain write: see ``stage.MOVED_BY``)
         self.status = status
-        self.response_started = True
         out = list((self.plan if self.plan is not None else self.core.plan).response_headers)
         if headers:  # the answer's own headers replace the configured ones of that name
             own = {name.lower() for name, _ in headers}
