@@ -162,10 +162,10 @@ class ExchangeBase:
         self.internal_body: bytearray | None = None
 
     def head_read(self, head: RequestHead) -> None:
-        """The codec has read the request head of an exchange it made before the head
-        (HTTP/1.1 makes it at the request's first byte), and refuses (``begin`` and
-        ``head_complete`` take the head of one it goes on with, and keep the same
-        fields)."""
+        """The head of an exchange made before it was read (HTTP/1.1 makes one at the
+        request's first byte): one the codec refuses, kept for its answer and its log
+        line. The head of a request the codec goes on with is handed to ``begin`` or
+        ``head_complete``, which take it the same way."""
         self.head = head
         self.keep_alive = head.keep_alive
         self.expect_continue = head.expect_continue
