@@ -6,9 +6,16 @@ for the schedule, the real reactor for the sockets); nothing unconfigured is fet
 
 from __future__ import annotations
 
+import os
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
 import pytest
 from twisted.internet import reactor
 from twisted.internet.task import Clock
+from twisted.internet.utils import getProcessOutputAndValue
 from twisted.trial.unittest import TestCase
 
 from gateway.bearer_jwt.expect import BearerExpectations
@@ -104,3 +111,46 @@ class IssuerOverHTTPS(TestCase):
         refused = self.verifier(source).check(self.token(rsa_key("stranger")))
         assert isinstance(refused, Refused)
         self.assertEqual(refused.check, SIGNATURE)
+
+
+FETCH_ONCE = """
+import sys
+from twisted.internet.defer import ensureDeferred
+from twisted.internet.task import react
+from gateway.services.bearer_keys import provider_fetch
+
+async def main(reactor):
+    body = await provider_fetch(reactor)(sys.argv[1])  # no ca_file: the system store
+    print(len(body))
+
+react(lambda reactor: ensureDeferred(main(reactor)))
+"""
+
+
+class SystemStore(TestCase):
+    """Without a ``ca_file`` the system store decides, and ``SSL_CERT_FILE`` is part of
+    it (OpenSSL reads it when the store is loaded: a fresh process for each case)."""
+
+    def setUp(self) -> None:
+        self.server = BearerIssuer([(rsa_key(), "k1")])
+        self.issuer = self.server.start()
+        self.addCleanup(self.server.stop)
+        directory = Path(tempfile.mkdtemp())
+        self.addCleanup(shutil.rmtree, directory)
+        self.ca_file = directory / "ca.pem"
+        self.ca_file.write_bytes(self.server.ca_pem)
+
+    async def fetch(self, **env: str) -> tuple[bytes, int]:
+        environ = {k: v for k, v in os.environ.items() if k != "SSL_CERT_FILE"}
+        out, _, code = await getProcessOutputAndValue(
+            sys.executable, ["-c", FETCH_ONCE, f"{self.issuer}/.well-known/jwks"],
+            env={**environ, **env}, path=str(Path(__file__).resolve().parents[2]))
+        return out, code
+
+    async def test_ssl_cert_file_is_trusted(self) -> None:
+        out, code = await self.fetch(SSL_CERT_FILE=str(self.ca_file))
+        self.assertEqual((code, int(out) > 100), (0, True))
+
+    async def test_without_it_the_test_ca_is_not(self) -> None:
+        _, code = await self.fetch()
+        self.assertNotEqual(code, 0)
