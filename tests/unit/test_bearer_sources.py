@@ -24,6 +24,7 @@ from gateway.bearer_jwt.source import (
     FileKeys,
     RemoteKeys,
 )
+from gateway.services.bearer_keys import BearerKeys
 from tests.support.bearer_tokens import ec_key, jwks_bytes, rsa_key
 
 ISSUER = "https://issuer.example.test"
@@ -247,3 +248,17 @@ class File(SynchronousTestCase):
         self.clock.advance(1)
         self.source.unknown_kid()
         self.assertEqual(list(self.source.keys.keys), ["k1", "k2"])
+
+
+class Service(SynchronousTestCase):
+    def test_sources_run_with_the_service(self) -> None:
+        clock = Clock()
+        answers = Answers()
+        answers.set(JWKS, first_keys())
+        source = RemoteKeys("ci", ISSUER, answers, clock)
+        service = BearerKeys({"ci": source})
+        service.startService()
+        self.assertEqual(list(source.keys.keys), ["k1"])
+        self.assertEqual(len(clock.getDelayedCalls()), 1)
+        service.stopService()
+        self.assertEqual(clock.getDelayedCalls(), [])
