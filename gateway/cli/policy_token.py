@@ -21,9 +21,9 @@ from typing import TYPE_CHECKING, Any
 from gateway.cli.policy_inputs import InputError, parse_instant
 
 if TYPE_CHECKING:  # the verifier (PyJWT, cryptography) is imported when a token is given
+    from gateway.authorize.caller import Caller
     from gateway.bearer_jwt.keys import KeySet
     from gateway.bearer_jwt.verify import Outcome, Verified
-    from gateway.sessions.model import Session
 
 MAX_FILE = 64 * 1024
 
@@ -57,8 +57,9 @@ class TokenCheck:
     said: dict[str, Any]  # what the token says (unverified), for the operator only
     now: float
 
-    def session(self) -> Session | None:
-        return self.verified.session(self.now) if self.verified is not None else None
+    def caller(self) -> Caller | None:
+        """Who the token makes the caller (``None``: refused, the daemon answers 401)."""
+        return self.verified.caller() if self.verified is not None else None
 
 
 def _read(path: str, flag: str) -> bytes:

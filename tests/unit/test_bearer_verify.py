@@ -257,6 +257,13 @@ class Accepted(SynchronousTestCase):
         self.assertEqual(result.claims["repository"], ("example/app",))
         self.assertEqual(result.claims["kubernetes.io.namespace"], ("prod",))
         self.assertEqual(result.claims["email_verified"], ("true",))
+        caller = result.caller()
+        self.assertEqual((caller.provider, caller.user_id, caller.email, caller.groups,
+                          caller.session_id, caller.groups_available, caller.expires_at),
+                         ("ci", result.sub, "ci@example.test", ("deploy", "ops"), "", True,
+                          NOW + 300))
+        self.assertIs(caller.claims, result.claims)
+        self.assertTrue(caller.signed_in(NOW))
         session = result.session(NOW)
         self.assertEqual((session.user_id, session.email, session.groups,
                           session.expires_at), (result.sub, "ci@example.test",

@@ -42,12 +42,14 @@ class TokenCli(CliCase):
                           "--audience", "other", "--audience", AUDIENCE, *extra)
 
     def test_a_good_token_is_the_person(self) -> None:
-        code, out, err = self.run_token(mint())
+        code, out, err = self.run_token(mint(groups=["deployers"]))
         self.assertEqual(code, 0, out + err)
         self.assertIn("token: provider ci, key set", out)
         self.assertIn("  ok     signature: signed with RS256", out)
         self.assertIn("token: verified", out)
-        self.assertIn("who: user repo:example/app:ref:refs/heads/main", out)
+        # the token's groups count (its provider's claim), with no directory configured
+        self.assertIn("who: provider ci, user repo:example/app:ref:refs/heads/main, groups "
+                      "deployers, claims", out)
         self.assertIn("decision: allowed", out)
 
     def test_another_ref_is_denied_by_the_policy(self) -> None:
@@ -87,6 +89,9 @@ class TokenCli(CliCase):
         self.assertEqual([c["check"] for c in document["token"]["checks"]
                           if not c["passed"]], ["audience"])
         self.assertEqual(document["identity"]["signed_in"], False)
+        code, out, err = self.run_token(mint(), "--json")
+        identity = json.loads(out)["identity"]
+        self.assertEqual((code, identity["provider"], identity["groups_used"]), (0, "ci", True))
 
     def test_bearer_prefix_and_public_route(self) -> None:
         code, out, _ = self.run_token("Bearer " + mint(), url="https://public.test/")
