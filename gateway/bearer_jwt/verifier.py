@@ -17,10 +17,14 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
+from twisted.logger import Logger
+
 from gateway.bearer_jwt.expect import KUBERNETES, BearerExpectations
 from gateway.bearer_jwt.jws import OVERSIZE, Malformed, b64url_decode, json_object
 from gateway.bearer_jwt.keys import KeySet
 from gateway.bearer_jwt.verify import ISSUER, UNKNOWN_KID, Refused, Verified, verify
+
+log = Logger(namespace="gateway.bearer")
 
 # Entries hold the flattened claims (a few KiB for a GitHub Actions token): 4096 of them
 # is at most ~20 MB per provider, and more distinct live tokens than that per provider
@@ -125,3 +129,14 @@ def check_any(token: str, verifiers: Sequence[Verifier]) -> Verified | Refused:
             return result
         first = first or result
     return first or Refused(ISSUER, "the issuer (iss) is not one this route accepts")
+
+
+def log_refused(refused: Refused, provider: str, request_id: str) -> None:
+    """The one log line of a refused token: the provider it was checked against (the
+    route's providers, comma-separated, when none was chosen), the ``kid`` it named
+    (bounded, printable), the check and the request id. Never the token or its
+    claims (a caller's token in a log is a credential in a log)."""
+    log.info("bearer token refused by {provider}: {check} (kid {kid}, request "
+             "{request_id}): {description}", provider=provider, check=refused.check,
+             kid=refused.kid or "-", request_id=request_id,
+             description=refused.description)
