@@ -121,7 +121,9 @@ class Refused:
 
     def www_authenticate(self) -> str:
         """The ``WWW-Authenticate`` value of the 401 (RFC 6750 3)."""
-        text = self.description.replace("\\", "").replace('"', "'")
+        # a quoted-string of printable ASCII (a provider id is the operator's text)
+        text = "".join(c if " " <= c <= "~" and c not in '"\\' else "?"
+                       for c in self.description)
         return f'Bearer error="invalid_token", error_description="{text}"'
 
 

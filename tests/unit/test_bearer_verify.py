@@ -221,6 +221,14 @@ class AdversarialTable(SynchronousTestCase):
             assert isinstance(refused, Refused)
             self.assertEqual((refused.check, refused.description), (v.ALG, text))
 
+    def test_the_header_value_is_printable_ascii_whatever_the_provider_id(self) -> None:
+        refused = verify(mint(iss="x"), keys(),
+                         BearerExpectations('çi"\\\n', ISSUER, (AUDIENCE,)), NOW)
+        assert isinstance(refused, Refused)
+        self.assertEqual(refused.www_authenticate(),
+                         'Bearer error="invalid_token", error_description="the issuer (iss) '
+                         "is not provider ?i???'s\"")
+
     def test_the_refusal_carries_a_printable_kid_for_the_log(self) -> None:
         refused = verify(mint(kid="rsa-9"), keys(), EXPECT, NOW)
         assert isinstance(refused, Refused)
