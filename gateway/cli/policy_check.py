@@ -67,7 +67,7 @@ def run_policy_check(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             err.write(f"warning: {warning}\n")
         return NOT_CHECKED
     try:
-        token = check_token(args)
+        token = check_token(args, snapshot)
         report = check(snapshot, args, token)
     except (InputError, NotRouted) as exc:
         err.write(f"gateway policy check: {exc}\n")
@@ -78,7 +78,7 @@ def run_policy_check(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             document["token"] = token_json(token)
         out.write(json.dumps(document, indent=2) + "\n")
     else:
-        lines = token_lines(token, args) if token is not None else []
+        lines = token_lines(token) if token is not None else []
         out.write("\n".join(lines + as_lines(report)) + "\n")
     return report.status
 
