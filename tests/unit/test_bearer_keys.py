@@ -210,6 +210,14 @@ class SeveralProviders(SynchronousTestCase):
         assert isinstance(result, Verified)
         self.assertEqual(result.provider, "ci")
 
+    def test_a_token_seen_before_is_not_even_parsed(self) -> None:
+        token = mint(ec_key(), "ec-1", "ES256", iss="https://k8s.example", aud="gateway")
+        first = check_any(token, [self.ci, self.cluster])
+        parsed: list[str] = []
+        self.patch(verifier_module, "named_issuer", parsed.append)
+        self.assertIs(check_any(token, [self.ci, self.cluster]), first)
+        self.assertEqual((self.runs, parsed), (["cluster"], []))
+
     def test_an_issuer_no_provider_has(self) -> None:
         refused = check_any(mint(iss="https://evil.example"), [self.ci, self.cluster])
         assert isinstance(refused, Refused)
