@@ -154,3 +154,47 @@ class SystemStore(TestCase):
     async def test_without_it_the_test_ca_is_not(self) -> None:
         _, code = await self.fetch()
         self.assertNotEqual(code, 0)
+
+
+class LikeAnApiServer(TestCase):
+    """``kubernetes:///`` in a cluster: the discovery document and keys are fetched with
+    the pod's service-account token (read at each fetch: the kubelet rotates it), and
+    the cluster's issuer is learned from the document."""
+
+    async def test_token_sent_and_reread_issuer_learned(self) -> None:
+        server = BearerIssuer([(rsa_key("cluster"), "c1")])
+        issuer = server.start()
+        self.addCleanup(server.stop)
+        directory = Path(tempfile.mkdtemp())
+        self.addCleanup(shutil.rmtree, directory)
+        token_file = directory / "token"
+        token_file.write_text("sa-token-1\n")
+        server.require("sa-token-1")
+        clock = Clock()
+        source = RemoteKeys("cluster", "kubernetes:///",
+                            provider_fetch(reactor, server.ca_pem, str(token_file)), clock,
+                            discovery_url=f"{issuer}/.well-known/openid-configuration",
+                            learn_issuer=True)
+        self.addCleanup(source.stop)
+        await source.start()
+        self.assertEqual((source.keys.issuer, list(source.keys.keys)), (issuer, ["c1"]))
+        verifier = Verifier(BearerExpectations("cluster", "kubernetes:///", ("gateway",)),
+                            source, reactor.seconds)
+        token = mint_now(rsa_key("cluster"), "c1", iss=issuer, aud="gateway",
+                         sub="system:serviceaccount:prod:deployer",
+                         **{"kubernetes.io": {"namespace": "prod"}})
+        verified = verifier.check(token)
+        assert isinstance(verified, Verified), verified
+        self.assertEqual(verified.claims["kubernetes.io.namespace"], ("prod",))
+        # the kubelet rotates the token: the next fetch sends the new one
+        server.require("sa-token-2")
+        token_file.write_text("sa-token-2\n")
+        server.rotate([(rsa_key("cluster"), "c1"), (ec_key(), "c2")])
+        clock.advance(REFRESH)
+        await source.try_now()
+        self.assertEqual((source.failures, list(source.keys.keys)), (0, ["c1", "c2"]))
+        # a fetch without the right token is refused: the last good keys stay
+        server.require("sa-token-3")
+        clock.advance(REFRESH)
+        await source.try_now()
+        self.assertEqual((source.failures, list(source.keys.keys)), (1, ["c1", "c2"]))
