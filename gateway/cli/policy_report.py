@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gateway.authorize.email import REFUSAL_TEXT
+from gateway.config.providers import IMPLICIT_ID
 from gateway.authorize.policy import CertFacts, Trace, legacy_ppl, legacy_rules
 from gateway.cli.policy_inputs import ProbeRequest
 from gateway.config.routes import Route
@@ -72,6 +73,8 @@ def who_text(report: Report) -> str:
     if session is None:
         return "not signed in"
     parts = [f"user {session.user_id}"]
+    if session.provider != IMPLICIT_ID:  # (the one provider of the idp_* settings)
+        parts.append(f"provider {session.provider}")
     if report.refusal:
         parts.append(f"e-mail {report.claimed} (not used: {REFUSAL_TEXT[report.refusal]})")
     elif session.email:
@@ -140,8 +143,8 @@ def as_json(report: Report) -> dict[str, Any]:
     identity: dict[str, Any] = {"signed_in": session is not None}
     if session is not None:
         identity.update(
-            user_id=session.user_id, email=report.claimed, email_used=not report.refusal
-            and bool(session.email), email_refused=report.refusal,
+            user_id=session.user_id, provider=session.provider, email=report.claimed,
+            email_used=not report.refusal and bool(session.email), email_refused=report.refusal,
             groups=list(session.groups), groups_used=report.groups_available,
             claims={k: list(v) for k, v in sorted(session.claims.items())})
     return {
