@@ -143,6 +143,7 @@ class AssertionSigner:
             "iss": self.issuer, "aud": audience, "sub": session.user_id,
             "user": session.user_id, "email": session.email, "groups": list(groups),
             "iat": int(now), "exp": int(exp), "jti": secrets.token_urlsafe(16),
+            "idp": session.provider,  # the id of the identity provider that signed them in
         }
         if session.name:
             claims["name"] = session.name
@@ -161,6 +162,7 @@ _SESSION_FIELDS: dict[str, Callable[[Session], tuple[str, ...]]] = {
     "sub": lambda s: (s.user_id,) if s.user_id else (),
     "groups": lambda s: s.groups,
     "name": lambda s: (s.name,) if s.name else (),
+    "idp": lambda s: (s.provider,),
 }
 
 
@@ -175,7 +177,8 @@ def claim_headers(mapping: Mapping[str, str], session: Session
                   ) -> tuple[tuple[bytes, bytes], ...]:
     """``jwt_claims_headers`` (header name -> claim) applied to ``session``.
 
-    ``email``, ``user``, ``sub``, ``groups`` and ``name`` come from the session fields
+    ``email``, ``user``, ``sub``, ``groups``, ``name`` and ``idp`` (the provider's id)
+    come from the session fields
     (as in the signed assertion) when set, otherwise from ``session.claims``; lists are
     joined with ``,``; a missing or empty claim gives no header.
     """

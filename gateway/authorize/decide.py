@@ -61,10 +61,19 @@ DECISION_TTL = 30.0  # well inside the assertion's reuse window
 
 
 class SignIn(Protocol):
-    """What deciding needs from sign-in (``gateway.authenticate.identity.Identity``)."""
+    """What deciding needs from sign-in (``gateway.authenticate.sign_in.SignInFlow``)."""
 
-    def sign_in_answer(self, request: RequestInfo) -> Reply:
+    def sign_in_answer(self, request: RequestInfo, route: Route | None = None) -> Reply:
         """No session: a redirect to sign in (browsers) or 401."""
+        ...
+
+    def accepted(self, route: Route) -> tuple[str, ...]:
+        """The identity providers whose sessions ``route`` accepts."""
+        ...
+
+    def refused_provider(self, request: RequestInfo, route: Route, session: Session) -> Reply:
+        """A session of a provider ``route`` does not accept, where the policy needs
+        someone signed in: the page offering the ones it does."""
         ...
 
     def switch_action(self, request: RequestInfo, uri: str = "") -> Action | None: ...
@@ -258,9 +267,20 @@ class Decider:
         now = self.clock()
         refusal = claimed = ""
         if session is not None:
+            if session.provider not in self.sign_in.accepted(route):
+                return self._other_provider(request, route, session, own_token, now)
             claimed = session.email
             session, refusal = self.decision_session(session)
         return self._decide_policy(request, route, session, own_token, now, refusal, claimed)
+
+    def _other_provider(self, request: RequestInfo, route: Route, session: Session,
+                        own_token: bool, now: float) -> Decision:
+        """A session of a provider the route does not accept is no one here: let in
+        only as someone not signed in would be; where that needs sign-in, the page
+        offering the accepted providers (a sign-in redirect would come straight back)."""
+        if session.valid(now) and not self._verdict(request, route, None, now).allowed:
+            return self.sign_in.refused_provider(request, route, session)
+        return self._decide_policy(request, route, None, own_token, now, "", "")
 
     def _decide_policy(self, request: RequestInfo, route: Route, session: Session | None,
                        own_token: bool, now: float, refusal: str, claimed: str) -> Decision:
@@ -289,7 +309,7 @@ class Decider:
                 self._decisions.put(key, Decided(session, now + DECISION_TTL, allow))
             return allow
         if session is None or not session.user_id or not session.valid(now):
-            return self.sign_in.sign_in_answer(request)
+            return self.sign_in.sign_in_answer(request, route)
         if route.policy_document is None:
             return self._denied(request, route, session, allow_fields.refused_codes(
                 route, self.groups_available, refusal), refusal, claimed)
@@ -340,7 +360,8 @@ class Decider:
                             actions=actions, host=request.host)
         if session is None:
             return denied
-        return replace(denied, user_id=session.user_id, email=session.email)
+        return replace(denied, user_id=session.user_id, email=session.email,
+                       provider=session.provider)
 
     def error(self, status: int, message: str, headers: list[tuple[bytes, bytes]],
               reason: str, extra: tuple[tuple[bytes, bytes], ...] = (), **more: Any) -> Reply:
@@ -358,7 +379,8 @@ class Decider:
         return Allow(tuple(headers), frozenset({b"authorization"}) if own_token
                      else frozenset(), strip_cookie=self.options.cookie_name, reason=reason,
                      user_id=session.user_id if session else "",
-                     email=session.email if session else "")
+                     email=session.email if session else "",
+                     provider=session.provider if session else "")
 
 
 def decision_reason(verdict: Verdict) -> str:

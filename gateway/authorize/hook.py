@@ -50,6 +50,7 @@ class Allow:
     reason: str = ""  # why it was allowed (a stable code, for the access log)
     user_id: str = ""  # who was allowed, when signed in (for the access log)
     email: str = ""
+    provider: str = ""  # the identity provider that signed them in
     # ``headers`` as they are written in the upstream request head (made once: a
     # decision is cached and reused for many requests)
     head: bytes = field(init=False, repr=False, compare=False, default=b"")
@@ -69,6 +70,7 @@ class Reply:
     reason: str = ""
     user_id: str = ""  # who was answered, when signed in (for the access log)
     email: str = ""
+    provider: str = ""
 
 
 Decision = Allow | Reply

@@ -86,7 +86,7 @@ def _audit(now: float, route: Route, route_name: str, login: str, view: Session,
     if AUDIT.enabled:
         AUDIT.decision(now, connection_id, "", route_name, route.from_url, view.user_id,
                        view.email, client, "", "", "", via, "key", decision.allowed, 0,
-                       decision.reason, ssh_user=login)
+                       decision.reason, ssh_user=login, provider=view.provider)
 
 
 def who(session: Session) -> str:

@@ -10,9 +10,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from gateway.authorize.email import REFUSAL_TEXT
-from gateway.config.providers import IMPLICIT_ID
 from gateway.authorize.policy import CertFacts, Trace, legacy_ppl, legacy_rules
 from gateway.cli.policy_inputs import ProbeRequest
+from gateway.config.providers import IMPLICIT_ID
 from gateway.config.routes import Route
 from gateway.observability.request_metrics import route_label
 from gateway.policy.times import instant_text

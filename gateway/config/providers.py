@@ -283,3 +283,11 @@ def _params(value: Any, where: str, problems: Problems) -> dict[str, str]:
 def accepted_by_default(providers: tuple[IdentityProvider, ...]) -> tuple[str, ...]:
     """The ids a route accepts when it names none: every interactive provider."""
     return tuple(p.id for p in providers if p.interactive)
+
+
+def accepted_by(named: tuple[str, ...], providers: tuple[IdentityProvider, ...]
+                ) -> tuple[str, ...]:
+    """The interactive providers a route whose ``identity_providers`` is ``named``
+    accepts sessions of, in configuration order (none named: every one)."""
+    wanted = set(named)
+    return tuple(p for p in accepted_by_default(providers) if not wanted or p in wanted)

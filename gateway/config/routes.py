@@ -79,6 +79,10 @@ ROUTE_FIELDS: dict[str, str] = {
     "set_response_headers": "Response headers; win over the global set_response_headers.",
     "rewrite_response_headers": "List of {header, prefix, value} response header rewrites.",
     "pass_identity_headers": "Send X-Gateway-Jwt-Assertion and claim headers upstream.",
+    "identity_providers": "Ids of the identity providers this route accepts (default: every "
+                          "interactive one; beyond the reference).",
+    "pass_bearer_token": "Send the caller's bearer token upstream (default: removed; beyond "
+                         "the reference).",
     "allow_spdy": "Allow SPDY upgrades.",
     "allow_websockets": "Allow websocket upgrades (route timeout only).",
     "tls_skip_verify": "Do not verify the upstream certificate (testing only).",
@@ -114,7 +118,7 @@ _ALLOW_LISTS = ("allowed_domains", "allowed_groups", "allowed_users", "allowed_i
 _BOOLS = (
     "preserve_host_header", "allow_public_unauthenticated_access", "allow_any_authenticated_user",
     "cors_allow_preflight", "pass_identity_headers", "allow_spdy", "allow_websockets",
-    "tls_skip_verify",
+    "tls_skip_verify", "pass_bearer_token",
 )
 
 
@@ -156,6 +160,10 @@ class Route:
     set_response_headers: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     rewrite_response_headers: tuple[HeaderRewrite, ...] = ()
     pass_identity_headers: bool = False
+    # ids of ``identity_providers`` whose sessions (and tokens) this route accepts; ():
+    # every interactive provider (``validate`` checks each id against the providers)
+    identity_providers: tuple[str, ...] = ()
+    pass_bearer_token: bool = False
     allow_spdy: bool = False
     allow_websockets: bool = False
     tls_skip_verify: bool = False
@@ -351,7 +359,8 @@ def _parse_route(
         )
 
     # allow lists
-    for key in ("allowed_domains", "allowed_groups", "allowed_users", "remove_request_headers"):
+    for key in ("allowed_domains", "allowed_groups", "allowed_users", "remove_request_headers",
+                "identity_providers"):
         if key in item and item[key] is not None:
             try:
                 values[key] = parse_list(item[key])

@@ -560,7 +560,16 @@ def _routes_against_globals(options: Options, routes: tuple[Route, ...],
     seen: dict[tuple[str, int | None, str, str, str], int] = {}
     forward_auth = urlsplit(options.forward_auth_url).hostname if options.forward_auth_url \
         else None
+    known = {p.id: p for p in options.identity_providers}
     for route in routes:
+        for position, name in enumerate(route.identity_providers):
+            if name not in known:
+                problems.error(f"policy[{route.index}].identity_providers[{position}]",
+                               f"no identity provider has the id {name!r} (known: "
+                               f"{', '.join(known) or 'none'})")
+        if route.identity_providers and route.allow_public_unauthenticated_access:
+            problems.warn(f"policy[{route.index}].identity_providers",
+                          "has no effect on a public route (nobody is asked to sign in)")
         if forward_auth and route.host == forward_auth.lower():
             problems.warn(f"policy[{route.index}].from",
                           f"{route.host} is the forward_auth_url host, whose requests are "

@@ -261,7 +261,7 @@ class SignerTests(SynchronousTestCase):
             "EdDSA": ed25519.Ed25519PrivateKey.generate(),
             "RS256": rsa.generate_private_key(public_exponent=65537, key_size=2048),
         }
-        s = session(groups=("g1", "admins"), name="Alice")
+        s = replace(session(groups=("g1", "admins"), name="Alice"), provider="corp")
         for algorithm, private in keys.items():
             for key in (pem(private), None):
                 signer = self.signer(algorithm, key)
@@ -272,7 +272,8 @@ class SignerTests(SynchronousTestCase):
                 self.assertEqual(claims, {
                     "iss": ISSUER, "aud": HOST, "sub": "alice-id", "user": "alice-id",
                     "email": "alice@example.com", "groups": ["g1", "admins"],
-                    "iat": int(NOW), "exp": int(NOW + 300), "name": "Alice"}, algorithm)
+                    "iat": int(NOW), "exp": int(NOW + 300), "name": "Alice",
+                    "idp": "corp"}, algorithm)
 
     def test_other_key_does_not_verify(self) -> None:
         """A token does not verify against another signer's key."""

@@ -694,7 +694,7 @@ class DeciderAgreementTests(IdentityCase, CliCase):
                                        authenticate_service_url="https://auth.test")
         self.snapshot = load_snapshot(self.config_path, {})
         self.identity = Identity(None, self.snapshot, self.store, self.signer, self.clock)
-        self.identity.provider = None
+        self.identity.clients.clients.pop("default", None)
 
     def decide(self, host: str, claims: dict[str, Any] | None, method: str, path: str,
                ip: str) -> Allow | Reply:

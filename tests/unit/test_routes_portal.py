@@ -118,7 +118,7 @@ class PortalCase(SynchronousTestCase):
         store = RecordSessionStore(records, ChangeFollower(None, records), complete=True)
         signer = AssertionSigner(None, "ES256", AUTH, clock=self.clock)
         self.identity = Identity(None, self.snapshot, store, signer, self.clock)
-        self.identity.provider = None
+        self.identity.clients.clients.pop("default", None)
         self.endpoints = Endpoints(self.identity, self.snapshot.routes)
 
     def session(self, claims: dict[str, Any]) -> Session:

@@ -61,6 +61,7 @@ class Logged(Measured, Protocol):
     allow: Allow | None
     user_id: str
     email: str
+    provider: str
     decision_reason: str
     trace_id: str
     connect: bool
@@ -119,6 +120,7 @@ def log_access(exchange: Logged, status: int) -> None:
         "route": plan.metric_labels[1] if plan is not None else None,
         "user_id": exchange.user_id or None,
         "email": exchange.email or None,
+        "provider": exchange.provider or None,
         "reason": (exchange.decision_reason or (allow.reason if allow else "")
                    or ("public" if plan is not None and plan.public else "")) or None,
         "detail": exchange.detail or None,
@@ -143,7 +145,8 @@ def audit(exchange: Logged, status: int, now: float) -> None:
     audit_event(exchange, now, "connect" if exchange.connect else "http",
                 exchange.method, exchange.host, exchange.path, user_id, exchange.email,
                 credential, allow is not None, status,
-                exchange.decision_reason or (allow.reason if allow is not None else ""))
+                exchange.decision_reason or (allow.reason if allow is not None else ""),
+                exchange.provider)
 
 
 def audit_revoked(exchange: Logged, decision: Reply) -> None:
@@ -156,12 +159,12 @@ def audit_revoked(exchange: Logged, decision: Reply) -> None:
     audit_event(exchange, exchange.core.reactor.seconds(), "recheck", exchange.method,
                 exchange.host, exchange.path, user_id, decision.email or exchange.email,
                 credential_of(exchange.headers, user_id), False, decision.status,
-                decision.reason)
+                decision.reason, decision.provider or exchange.provider)
 
 
 def audit_event(exchange: Audited, when: float, via: str, method: bytes, host: str,
                 path: str, user_id: str, email: str, credential: str, allowed: bool,
-                status: int, reason: str) -> None:
+                status: int, reason: str, provider: str = "") -> None:
     """The one writer of an HTTP decision's audit event (a request, a CONNECT, a
     forward-auth question, a recheck that closed a connection): the route, the request's
     ids and the client's address are the exchange's; what was decided about, the
@@ -171,4 +174,5 @@ def audit_event(exchange: Audited, when: float, via: str, method: bytes, host: s
     AUDIT.decision(
         when, exchange.request_id, exchange.trace_id, plan.metric_labels[1],
         str(plan.route.from_url), user_id, email, exchange.client_address(),
-        method.decode("latin-1"), host, path, via, credential, allowed, status, reason)
+        method.decode("latin-1"), host, path, via, credential, allowed, status, reason,
+        provider=provider)

@@ -107,7 +107,7 @@ class ExchangeBase:
         "connection_tokens", "core", "deadline", "decision_reason", "detail", "email",
         "expect_continue", "finished", "head_pending", "headers", "host", "host_state",
         "internal_body", "keep_alive", "method", "path", "path_parameters", "pending",
-        "pending_size", "plan", "query", "received", "request_done", "response_started",
+        "pending_size", "plan", "provider", "query", "received", "request_done", "response_started",
         "retried", "reused", "rid", "sent", "sink", "stage", "started", "status", "target", "trace",
         "trace_context", "trace_id", "tunnel_sink", "upgrade", "upgrade_sink", "upstream",
         "upstream_host", "upstream_started", "upstream_status", "user_id",
@@ -123,6 +123,7 @@ class ExchangeBase:
         self.upstream_status = 0  # the upstream's status code; 0 until a response head
         self.user_id = ""  # the signed-in user of the authorization decision, if any
         self.email = ""
+        self.provider = ""  # the identity provider of that user's session
         self.decision_reason = ""  # why the authorization decision denied or allowed
         # Tracing (``core.tracer``): whether the codec saw a trace header; the spans of a
         # sampled exchange; the trace id of a sampled one or of a caller's trace we pass on

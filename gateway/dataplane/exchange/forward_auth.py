@@ -48,6 +48,7 @@ class Exchange(Protocol):
     plan: RoutePlan | None
     user_id: str
     email: str
+    provider: str
     decision_reason: str
     trace_id: str
 
@@ -136,12 +137,14 @@ def _decided(decision: Decision, exchange: Exchange, mode: Mode, target: Checked
     refused = outcome(mode, decision, exchange.headers)
     answer: Decision = authorizer.sign_in(info) if refused is None else refused
     exchange.user_id, exchange.email = decision.user_id, decision.email
+    exchange.provider = decision.provider
     if AUDIT.enabled:
         audit_event(exchange, exchange.core.reactor.seconds(), "forward-auth",
                     target.method, target.host, target.path, decision.user_id,
                     decision.email, credential_of(exchange.headers, decision.user_id),
                     isinstance(decision, Allow),
-                    answer.status if isinstance(answer, Reply) else 200, decision.reason)
+                    answer.status if isinstance(answer, Reply) else 200, decision.reason,
+                    decision.provider)
     _answer(exchange, mode, target, answer)
 
 

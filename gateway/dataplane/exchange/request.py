@@ -295,6 +295,7 @@ class Exchange(UpstreamRelay):
 
     def _apply(self, decision: Allow | Reply) -> None:
         self.user_id, self.email = decision.user_id, decision.email
+        self.provider = decision.provider
         self.decision_reason = decision.reason
         if isinstance(decision, Reply):
             self._reply(decision)
