@@ -38,9 +38,12 @@ class TrustOnly:
 
 
 def https_agent(reactor: Any, ca_pem: bytes) -> Agent:
-    """An agent for one provider whose HTTPS is verified against ``ca_pem``."""
+    """An agent for one provider whose HTTPS is verified against ``ca_pem``. Its
+    connections are not kept: a provider is asked rarely (discovery, keys, a sign-in's
+    code), and each snapshot makes its own agents, whose idle connections nothing would
+    close after a reload."""
     return Agent(reactor, contextFactory=TrustOnly(ca_pem),
-                 pool=HTTPConnectionPool(reactor, persistent=True))
+                 pool=HTTPConnectionPool(reactor, persistent=False))
 
 
 class Clients:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import json
 import re
+import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -223,3 +224,22 @@ def test_a_mix_up_is_refused(setup: Setup) -> None:
     assert setup.gw.logged("sign-in through corp failed")
     genuine = callback(**at_corp)
     assert genuine.status == 302, (genuine.status, genuine.body[:300])
+
+
+def test_chooser_in_chromium(setup: Setup, require_binary: Any) -> None:
+    """A real browser: the chooser's link for the partner's provider, its login pages,
+    and the route's answer naming the provider."""
+    chromium = require_binary("chromium", "apt-get install -y chromium")
+    node = require_binary("node", "apt-get install -y nodejs npm")
+    browser_dir = REPO_ROOT / "tests" / "peers" / "browser"
+    result = subprocess.run(
+        [node, "signin.js", setup.url("wiki", "/chromium"), "pat@partner.test"],
+        cwd=browser_dir, capture_output=True, text=True, timeout=120,
+        env={"CHROMIUM": chromium, "PATH": "/usr/bin:/bin", "CHOOSE": "Partner account"})
+    assert result.returncode == 0, result.stderr[-2000:]
+    seen = json.loads(result.stdout.strip().splitlines()[-1])
+    assert seen["url"] == setup.url("wiki", "/chromium")
+    headers = {k.lower(): v for k, v in json.loads(seen["text"])["headers"]}
+    assert headers["x-gateway-provider"] == "partners"
+    remembered = next(c for c in seen["cookies"] if c["name"] == "_gateway_provider")
+    assert remembered["value"] == "partners" and remembered["httpOnly"] is True
