@@ -116,6 +116,8 @@ def _portal(ident: Identity, routes: tuple[Route, ...], request: RequestInfo,
             continue
         probe = RequestInfo(method.encode(), request.scheme, route.host, path, b"", [],
                             request.client_ip)
+        if session.provider not in ident.flow.accepted(route):
+            continue  # (its page would offer another provider's sign-in)
         facts = facts_for(probe, view, now, groups_available=ident.decider.groups_available)
         if route.policy.evaluate(facts).allowed:
             shown.append(portal_route(route, method=method, path=path,

@@ -99,6 +99,10 @@ def decide_login(route: Route, route_name: str, login: str, session: Session,
     if not session.user_id or not session.valid(now):
         return SshDecision(False, "session-ended",
                            "your session has ended; connect again to sign in")
+    if route.identity_providers and session.provider not in route.identity_providers:
+        return SshDecision(False, f"provider-not-accepted: {session.provider}",
+                           f"signed in through {session.provider}; route {route_name} "
+                           f"accepts sign-ins through {', '.join(route.identity_providers)}")
     facts = ssh_facts(session, login, client_ip, now, groups_available=groups_available)
     verdict = route.policy.evaluate(facts)
     reason = f"{verdict.code} {verdict}"
