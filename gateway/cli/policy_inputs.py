@@ -23,7 +23,7 @@ from gateway.authorize.claims import session_from_claims
 from gateway.sessions.model import Session
 from gateway.wire.normalize import BadTarget, connect_authority, normalise_target
 
-# The user id of someone given only by --email (a provider always sends one; ``facts_for``
+# The user id of someone given only by --email (a provider always sends one; ``facts_of``
 # sees nobody signed in without it). Shown as it is, so nobody mistakes it for a real id.
 NO_USER_ID = "(no --user)"
 # Claims that have arguments of their own.
@@ -60,9 +60,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--email", metavar="E",
                         help="the user's e-mail, used only if decisions may use it")
     parser.add_argument("--groups", metavar="A,B", help="the user's groups, comma-separated")
-    parser.add_argument("--provider", metavar="ID",
-                        help="the id of the identity provider they signed in through "
-                             "(default: the first interactive one)")
     parser.add_argument("--claim", metavar="K=V", action="append", default=[],
                         help="a claim of the provider (repeat; dotted names nest)")
     parser.add_argument("--method", metavar="M", help="the HTTP method (default GET)")

@@ -9,14 +9,14 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from gateway.authorize.caller import Caller
 from gateway.authorize.email import REFUSAL_TEXT
-from gateway.authorize.policy import CertFacts, Trace, legacy_ppl, legacy_rules
 from gateway.cli.policy_inputs import ProbeRequest
 from gateway.config.providers import IMPLICIT_ID
 from gateway.config.routes import Route
 from gateway.observability.request_metrics import route_label
+from gateway.policy import CertFacts, Trace, legacy_ppl, legacy_rules
 from gateway.policy.times import instant_text
-from gateway.sessions.model import Session
 
 ALLOWED, DENIED = 0, 1
 SIGN_IN_REQUIRED = "sign-in required"
@@ -39,7 +39,7 @@ class Report:
     route: Route
     now: float
     client_ip: str
-    session: Session | None  # as decisions see it
+    session: Caller | None  # who the session sign-in would make is
     claimed: str  # the e-mail given, used or not
     refusal: str  # why it is not used ("" when it is)
     groups_available: bool
@@ -73,7 +73,7 @@ def who_text(report: Report) -> str:
     if session is None:
         return "not signed in"
     parts = [f"user {session.user_id}"]
-    if session.provider != IMPLICIT_ID:  # (the one provider of the idp_* settings)
+    if session.provider not in ("", IMPLICIT_ID):  # (the idp_* settings' one)
         parts.append(f"provider {session.provider}")
     if report.refusal:
         parts.append(f"e-mail {report.claimed} (not used: {REFUSAL_TEXT[report.refusal]})")
