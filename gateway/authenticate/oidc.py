@@ -107,10 +107,17 @@ def pkce_pair() -> tuple[str, str]:
 
 
 class Provider:
+    """One provider's client: its own discovery, keys and HTTPS trust (``agent``: an
+    ``IAgent`` trusting the provider's ``ca_file``; ``None``: the system store, which
+    ``SSL_CERT_FILE`` changes as for any OpenSSL client). ``provider_id``: its id in
+    ``identity_providers``, for log lines."""
+
     def __init__(self, reactor: Any, issuer_url: str, client_id: str, client_secret: str,
                  scopes: tuple[str, ...], request_params: dict[str, str],
-                 redirect_uri: str) -> None:
+                 redirect_uri: str, *, agent: Any = None, provider_id: str = "") -> None:
         self.reactor = reactor
+        self.agent = agent
+        self.provider_id = provider_id
         self.issuer_url = issuer_url.rstrip("/")
         self.client_id = client_id
         self.client_secret = client_secret
@@ -123,7 +130,7 @@ class Provider:
 
     async def _get_json(self, url: str, headers: Headers | None = None) -> Any:
         response, body = await _traced("GET", url, headers, lambda h: treq.get(
-            url, headers=h, timeout=TIMEOUT, reactor=self.reactor))
+            url, headers=h, timeout=TIMEOUT, reactor=self.reactor, agent=self.agent))
         if response.code != 200:
             raise OIDCError(f"GET {url} answered {response.code}")
         try:
@@ -141,7 +148,8 @@ class Provider:
             data = await self._get_json(f"{self.issuer_url}/.well-known/openid-configuration")
             if not isinstance(data, dict) or data.get("issuer", "").rstrip("/") != \
                     self.issuer_url:
-                raise OIDCError("discovery document issuer does not match idp_provider_url")
+                raise OIDCError("discovery document issuer does not match the configured "
+                                "issuer (idp_provider_url, identity_providers' issuer)")
             for key in ("authorization_endpoint", "token_endpoint", "jwks_uri"):
                 if not isinstance(data.get(key), str):
                     raise OIDCError(f"discovery document has no {key}")
@@ -197,7 +205,8 @@ class Provider:
         if use_post:
             form = {**form, "client_id": self.client_id, "client_secret": self.client_secret}
         return await _traced("POST", endpoint, _ACCEPT_JSON, lambda h: treq.post(
-            endpoint, data=form, auth=auth, timeout=TIMEOUT, reactor=self.reactor, headers=h))
+            endpoint, data=form, auth=auth, timeout=TIMEOUT, reactor=self.reactor, headers=h,
+            agent=self.agent))
 
     async def _key_for(self, token: str) -> Any:
         header = jwt.get_unverified_header(token)
@@ -246,6 +255,21 @@ class Provider:
         merged = {**info, **claims}
         return Tokens(access, id_token, str(data.get("refresh_token") or previous_refresh),
                       float(data.get("expires_in") or 3600), merged)
+
+    def response_issuer_problem(self, iss: str | None) -> str:
+        """RFC 9207: an authorization response's ``iss`` must be this provider's issuer,
+        and a provider that says it sends one must send it. ``""``: no problem. This is
+        the defence against a mix-up (a code from one provider delivered with another's
+        sign-in): checked before the code is sent anywhere. Needs the discovery document,
+        which starting the sign-in read."""
+        meta = self._metadata or {}
+        if iss is None:
+            if meta.get("authorization_response_iss_parameter_supported") is True:
+                return "the authorization response carries no iss (RFC 9207)"
+            return ""
+        if iss.rstrip("/") != str(meta.get("issuer", self.issuer_url)).rstrip("/"):
+            return f"the authorization response's iss {iss[:120]!r} is not this provider's"
+        return ""
 
     def exchange(self, code: str, verifier: str, nonce: str) -> Deferred[Tokens]:
         async def run() -> Tokens:

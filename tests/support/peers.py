@@ -399,11 +399,14 @@ def oidc_provider(
     timeout: float = 30.0,
     access_token_ttl: int = 3600,
     rotate_refresh_tokens: bool = False,
+    cookie_prefix: str = "",
 ) -> Iterator[OIDCProvider]:
     """Run ``node server.js`` from :data:`OIDC_DIR` (``npm ci`` must have been run).
     ``access_token_ttl`` (seconds) makes tokens expire early, for refresh tests;
     ``rotate_refresh_tokens`` makes each refresh rotate the refresh token and refuse (and
-    revoke the grant of) one used again, logging each refresh granted."""
+    revoke the grant of) one used again, logging each refresh granted. ``cookie_prefix``
+    names the provider's cookies apart from another instance's on 127.0.0.1 (a browser
+    keeps cookies per host, whatever the port)."""
     node = _require_binary("node", NODE_INSTALL_HINT)
     if not (OIDC_DIR / "node_modules" / "oidc-provider" / "package.json").is_file():
         raise PeerSetupError(
@@ -429,6 +432,7 @@ def oidc_provider(
             "TOKEN_AUTH_METHOD": token_auth_method,
             "ACCESS_TOKEN_TTL": str(access_token_ttl),
             "ROTATE_REFRESH_TOKENS": "1" if rotate_refresh_tokens else "0",
+            "COOKIE_PREFIX": cookie_prefix,
         }
         if post_logout_redirect_uris is not None:
             env["POST_LOGOUT_REDIRECT_URIS"] = ",".join(post_logout_redirect_uris)

@@ -13,6 +13,9 @@
 //   POST_LOGOUT_REDIRECT_URIS  comma-separated post-logout redirect URIs
 //                              (default: the origin + "/" of every redirect URI)
 //   TOKEN_AUTH_METHOD          client_secret_basic (default) or client_secret_post, ...
+//   COOKIE_PREFIX              prefix of the provider's cookie names (default: none): a
+//                              second instance on 127.0.0.1 (cookies ignore the port)
+//                              must not read the first one's session and interaction
 //
 // Dev interactions: any login + any password is accepted; the login string becomes `sub`.
 //   email  = login if it contains '@', else `${login}@example.test`
@@ -40,6 +43,7 @@ const POST_LOGOUT_REDIRECT_URIS = csv(
   [...new Set(REDIRECT_URIS.map((u) => `${new URL(u).origin}/`))].join(','),
 );
 const TOKEN_AUTH_METHOD = process.env.TOKEN_AUTH_METHOD || 'client_secret_basic';
+const COOKIE_PREFIX = process.env.COOKIE_PREFIX || '';
 
 const GROUPS = {
   'alice@example.test': ['admins', 'engineering'],
@@ -89,7 +93,14 @@ function accountClaims(id) {
       revocation: { enabled: true },
       rpInitiatedLogout: { enabled: true }, // end_session_endpoint (/session/end)
     },
-    cookies: { keys: ['dev-only-cookie-signing-key'] },
+    cookies: {
+      keys: ['dev-only-cookie-signing-key'],
+      names: {
+        session: `${COOKIE_PREFIX}_session`,
+        interaction: `${COOKIE_PREFIX}_interaction`,
+        resume: `${COOKIE_PREFIX}_interaction_resume`,
+      },
+    },
     async findAccount(ctx, id) {
       return {
         accountId: id,
