@@ -25,6 +25,10 @@ class Session:
     access_token: str = ""
     refresh_token: str = ""
     token_expires_at: float = 0.0
+    # the provider's ``iss`` and the ID token's ``sid`` (its session at the provider),
+    # which a back-channel logout names; "" in sessions stored before they were recorded
+    idp_issuer: str = ""
+    idp_sid: str = ""
 
     def valid(self, now: float) -> bool:
         return now < self.expires_at
