@@ -36,7 +36,7 @@ def new_request_id() -> bytes:
 
 def checked_request_id(given: bytes | None) -> bytes:
     """``given`` (a client's header value) when it is a valid id, else a new id."""
-    if given is not None and _valid(given) is not None:
+    if given and _valid(given) is not None:  # (no regex run for the usual: none given)
         return given
     if not _made:
         _refill()

@@ -377,18 +377,18 @@ def request_head(route: dict[str, Any], headers: list[tuple[bytes, bytes]], *,
     """The upstream request head's lines for a GET with ``headers`` on ``route``."""
     from types import SimpleNamespace
 
+    from gateway.dataplane.exchange.head import ConnectionFacts, request_head
     from gateway.dataplane.exchange.request_head import upstream_request_head
     from gateway.wire.headers import connection_tokens
     plan = build_plan(snapshot(route)).routes[0]
     core = SimpleNamespace(cookie_name="_gateway", underscores_drop=underscores_drop,
                            xff_trusted_hops=0, skip_xff_append=False, scheme_bytes=b"https")
+    head = request_head(b"GET", path.encode(), b"1.1", headers, "from.example.com", path,
+                        path_parameters, connection_tokens=connection_tokens(
+                            [v for n, v in headers if n.lower() == b"connection"]))
     exchange = SimpleNamespace(
-        plan=plan, host_state=plan.hosts[0], core=core, path=path,
-        path_parameters=path_parameters, query=b"", method=b"GET",
-        connection_tokens=connection_tokens([v for n, v in headers
-                                             if n.lower() == b"connection"]),
-        allow=None, trace=None, headers=headers, host="from.example.com",
-        sink=SimpleNamespace(client_ip="127.0.0.9"), rid=b"rid", body_kind=0, upgrade=b"")
+        plan=plan, host_state=plan.hosts[0], core=core, head=head, allow=None, trace=None,
+        host="from.example.com", path=path, facts=ConnectionFacts("127.0.0.9"), rid=b"rid")
     return upstream_request_head(exchange).split(b"\r\n")  # type: ignore[arg-type]
 
 
@@ -468,3 +468,52 @@ class NameInfoTests(SynchronousTestCase):
         for i in range(3000):
             headers.learn_name(b"x-%d" % i)
         self.assertEqual(len(headers.NAME_INFO), 2048)
+
+
+class UpstreamHeadPurityTests(SynchronousTestCase):
+    """``upstream_request_head`` reads the exchange and its plan and writes neither: the
+    route's header table and header block are made with the plan, the request id with
+    the exchange (it wrote all three on a request's way through)."""
+
+    def test_the_header_table_and_block_are_made_with_the_plan(self) -> None:
+        from gateway.dataplane.routing.header_table import HOST, HOST_SOURCE, SKIP
+        plan = build_plan(snapshot(public(set_request_headers={"X-A": "1"},
+                                          host_rewrite_header="X-Up"))).routes[0]
+        self.assertEqual(plan.request_headers_block, b"X-A: 1\r\n")
+        self.assertEqual((plan.request_actions[b"host"], plan.request_actions[b"x-up"],
+                          plan.request_actions[b"x-request-id"], plan.request_actions[b"x-a"]),
+                         (HOST, HOST_SOURCE, SKIP, SKIP))
+
+    def test_nothing_is_written(self) -> None:
+        from types import SimpleNamespace
+
+        from gateway.dataplane.exchange.head import ConnectionFacts, request_head
+        from gateway.dataplane.exchange.request_head import upstream_request_head
+        plan = build_plan(snapshot(public(set_request_headers={"X-A": "1"}))).routes[0]
+        core = SimpleNamespace(cookie_name="_gateway", underscores_drop=False,
+                               xff_trusted_hops=0, skip_xff_append=False,
+                               scheme_bytes=b"https")
+        head = request_head(b"GET", b"/", b"1.1", [(b"Host", b"from.example.com"),
+                                                    (b"X-Request-Id", b"client-id")],
+                            "from.example.com", "/")
+        exchange = SimpleNamespace(
+            plan=plan, host_state=plan.hosts[0], core=core, head=head, allow=None,
+            trace=None, host="from.example.com", path="/",
+            facts=ConnectionFacts("127.0.0.9"), rid=b"the-exchanges-id")
+        exchange_before = dict(vars(exchange))
+        plan_before = {name: getattr(plan, name) for name in plan.__slots__}
+        first = upstream_request_head(exchange)  # type: ignore[arg-type]
+        self.assertEqual(upstream_request_head(exchange), first)  # type: ignore[arg-type]
+        self.assertEqual(vars(exchange), exchange_before)
+        for name, value in plan_before.items():
+            self.assertIs(getattr(plan, name), value, name)
+        self.assertIn(b"\r\nx-request-id: the-exchanges-id\r\n", first)
+        self.assertNotIn(b"client-id", first)
+
+    def test_the_http1_head_carries_the_first_request_id(self) -> None:
+        from gateway.dataplane.codecs.http1_head import read_head
+        head = read_head(b"GET", b"/", [(b"Host", b"a.example.com"),
+                                        (b"X-Request-Id", b"one"), (b"x-request-id", b"two")])
+        self.assertEqual(head.request_id, b"one")
+        self.assertEqual(read_head(b"GET", b"/", [(b"Host", b"a.example.com")]).request_id,
+                         b"")

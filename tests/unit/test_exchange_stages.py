@@ -18,7 +18,9 @@ from gateway.config.routes import Route
 from gateway.dataplane.core import ProxyCore
 from gateway.dataplane.exchange import stage as stages
 from gateway.dataplane.exchange.base import ExchangeBase
-from gateway.dataplane.exchange.request import Exchange
+from gateway.dataplane.exchange.exchange import Exchange
+from gateway.dataplane.exchange.head import ConnectionFacts, RequestHead
+from gateway.dataplane.exchange.head import request_head as make_head
 from gateway.dataplane.exchange.stage import (
     AUTHORIZING,
     CONNECTING,
@@ -49,11 +51,19 @@ ROUTES = [
 SNAPSHOT = load(base_config(policy=ROUTES, shared_secret=SECRET, cookie_secret=SECRET, **IDENTITY))
 
 
+FACTS = ConnectionFacts("192.0.2.7")  # a plain connection: no TLS facts
+
+
+def request_head(host: str, path: str, method: bytes = b"GET") -> RequestHead:
+    """A whole request's head as a codec hands it over (a CONNECT's path is empty)."""
+    connect = method == b"CONNECT"
+    return make_head(method, host.encode() if connect else path.encode(), b"1.1",
+                     [(b"host", host.encode())], host, path, complete=True,
+                     connect=connect, request_id=b"")
+
+
 class RecordingSink:
     """The client's side: what a codec would have written, and its pauses."""
-
-    client_ip = "192.0.2.7"
-    chunked_framing = False
 
     def __init__(self) -> None:
         self.heads: list[tuple[int, list[tuple[bytes, bytes]]]] = []
@@ -65,7 +75,7 @@ class RecordingSink:
         self.connects: list[Tunnel] = []
 
     def write_head(self, status: int, reason: bytes, headers: list[tuple[bytes, bytes]],
-                   body: bool, close: bool, first_body: bytes = b"") -> None:
+                   framing: int, close: bool, first_body: bytes = b"") -> None:
         self.heads.append((status, headers))
         self.body += first_body
 
@@ -77,12 +87,6 @@ class RecordingSink:
 
     def flush(self) -> None:
         pass
-
-    def misdirected(self, host: str, routed: bool) -> str:
-        return ""
-
-    def client_cert_problem(self, policy: Any) -> str | None:
-        return None
 
     def exchange_done(self, exchange: ExchangeBase) -> None:
         self.done.append(exchange)
@@ -145,15 +149,9 @@ class ExchangeStageTests(SynchronousTestCase):
 
     def exchange(self, host: str = "app.example.com", path: str = "/x",
                  method: bytes = b"GET") -> Exchange:
-        """A request as a codec leaves it: fields filled in, the head complete."""
-        exchange = Exchange(self.sink, self.core)
+        """A request as a codec leaves it: its head read, complete."""
+        exchange = Exchange(self.sink, self.core, FACTS, request_head(host, path, method))
         self.assertIs(exchange.stage, HEAD)
-        exchange.method = method
-        exchange.target = path.encode()
-        exchange.path = path
-        exchange.host = host
-        exchange.headers = [(b"host", host.encode())]
-        exchange.request_done = True
         exchange.head_complete()
         self.assertIs(exchange.stage, READY)
         self.assertTrue(exchange.ready)
@@ -176,14 +174,30 @@ class ExchangeStageTests(SynchronousTestCase):
     def test_a_head_begun_at_once_skips_ready(self) -> None:
         """A codec begins a request that need not wait straight from HEAD (READY is for
         one that waits its turn); it is ready all the same."""
-        exchange = Exchange(self.sink, self.core)
-        exchange.method, exchange.target, exchange.path = b"GET", b"/x", "/x"
-        exchange.host, exchange.headers = "app.example.com", [(b"host", b"app.example.com")]
-        exchange.request_done = True
+        exchange = Exchange(self.sink, self.core, FACTS, request_head("app.example.com", "/x"))
         self.assertFalse(exchange.ready)
         exchange.begin()
         self.assertIs(exchange.stage, CONNECTING)
         self.assertTrue(exchange.ready)
+
+    def test_the_request_id_is_chosen_with_the_head(self) -> None:
+        """The client's X-Request-Id when valid, else a new one, from the moment the
+        exchange has its head (the upstream head, the response and the log share it)."""
+        def made(request_id: bytes | None) -> bytes:
+            head = request_head("app.example.com", "/x")
+            head.request_id = request_id
+            return Exchange(self.sink, self.core, FACTS, head).rid
+
+        self.assertEqual(made(b"abc-1"), b"abc-1")
+        self.assertRegex(made(b"not valid"), rb"^[0-9a-f]{32}$")
+        self.assertRegex(made(b""), rb"^[0-9a-f]{32}$")
+        self.assertEqual(made(None), b"")  # a head refused before it was read: on first use
+        exchange = Exchange(self.sink, self.core, FACTS)
+        self.assertEqual(exchange.rid, b"")
+        head = request_head("app.example.com", "/x")
+        head.request_id = b"abc-2"
+        exchange.head_read(head)
+        self.assertEqual(exchange.rid, b"abc-2")
 
     def test_a_response_head_is_the_responding_stage(self) -> None:
         exchange = self.exchange()
@@ -276,8 +290,6 @@ class ExchangeStageTests(SynchronousTestCase):
 
     def test_a_connect_becomes_a_tunnel_through_its_tunnel_sink(self) -> None:
         exchange = self.exchange(host="db.example.com:5432", path="", method=b"CONNECT")
-        exchange.connect = True
-        exchange.tunnel_sink = self.sink
         exchange.begin()
         self.assertIs(exchange.stage, CONNECTING)
         _, _, factory, _, _ = self.reactor.tcpClients[-1]
@@ -316,7 +328,7 @@ class StageTableTests(SynchronousTestCase):
         whether ``enter`` makes it or the data plane writes ``stage`` itself."""
         reactor = MemoryReactorClock()
         core = ProxyCore(reactor, build_plan(SNAPSHOT), tls=True)
-        exchange = Exchange(RecordingSink(), core)
+        exchange = Exchange(RecordingSink(), core, FACTS)
         with self.assertRaises(stage_check.IllegalMove):
             exchange.enter(WAITING)
         with self.assertRaises(stage_check.IllegalMove):
@@ -333,12 +345,31 @@ class StageTableTests(SynchronousTestCase):
         false on an exchange that is over: the check refuses it."""
         reactor = MemoryReactorClock()
         core = ProxyCore(reactor, build_plan(SNAPSHOT), tls=True)
-        exchange = Exchange(RecordingSink(), core)
-        exchange.stage = ROUTING
+        exchange = Exchange(RecordingSink(), core, FACTS, request_head("app.example.com", "/"))
+        exchange.enter(READY)
         with self.assertRaises(stage_check.IllegalMove):
             exchange.stage = DONE
-        self.assertEqual(stage_check.take(), [("ROUTING", "DONE")])
+        self.assertEqual(stage_check.take(), [("READY", "DONE")])
         self.assertFalse(exchange.finished)
         exchange.enter(DONE)
         self.assertTrue(exchange.finished)
         self.assertEqual(stage_check.take(), [])
+
+    def test_a_move_is_made_by_the_method_named_for_it(self) -> None:
+        """The four moves of every relayed request are plain writes (free in
+        production); the check holds each to the exchange method ``stage.MOVED_BY``
+        names: a write of the same move anywhere else fails."""
+        reactor = MemoryReactorClock()
+        core = ProxyCore(reactor, build_plan(SNAPSHOT), tls=True)
+        exchange = Exchange(RecordingSink(), core, FACTS, request_head("app.example.com", "/"))
+        with self.assertRaises(stage_check.IllegalMove) as raised:
+            exchange.stage = ROUTING  # a legal move, but not made by ``begin``
+        self.assertIn("stage.MOVED_BY", str(raised.exception))
+        self.assertEqual(stage_check.take(), [("HEAD", "ROUTING")])
+        exchange.enter(READY)  # ``enter`` makes READY
+        self.assertEqual((exchange.stage, stage_check.take()), (READY, []))
+
+    def test_every_stage_names_who_moves_to_it(self) -> None:
+        self.assertEqual(set(stages.MOVED_BY), set(Stage))
+        for stage in (READY, AUTHORIZING, TUNNEL, DONE):
+            self.assertIn("enter", stages.MOVED_BY[stage], stage.name)

@@ -99,12 +99,12 @@ class _CountingStore:
 
 
 class MisdirectedTests(SynchronousTestCase):
-    """``ConnectionTLS.misdirected``: the 421 check of a request on a TLS connection."""
+    """``ConnectionFacts.misdirected``: the 421 check of a request on a TLS connection."""
 
     def connection(self, sni: str, store: _CountingStore) -> Any:
-        from gateway.tls.connection import ConnectionTLS
+        from gateway.dataplane.exchange.head import ConnectionFacts
 
-        conn = ConnectionTLS()
+        conn = ConnectionFacts("192.0.2.1")
         conn._tls = (sni, object(), store)
         return conn
 
@@ -133,8 +133,8 @@ class MisdirectedTests(SynchronousTestCase):
         self.assertEqual(conn.misdirected("other.test", False), "other.test")
 
     def test_plain_connection_is_never_misdirected(self) -> None:
-        from gateway.tls.connection import ConnectionTLS
+        from gateway.dataplane.exchange.head import ConnectionFacts
 
-        conn = ConnectionTLS()
+        conn = ConnectionFacts("192.0.2.1")
         conn._tls = ("", None, None)
         self.assertEqual(conn.misdirected("any.test", False), "")

@@ -17,6 +17,7 @@ from twisted.trial.unittest import SynchronousTestCase
 from gateway.authorize.hook import Allow, Decision, Reply, RequestInfo
 from gateway.dataplane.codecs.http1 import Http1Connection
 from gateway.dataplane.core import ProxyCore
+from gateway.dataplane.exchange.head import ConnectionFacts
 from gateway.dataplane.routing.plan import build_plan
 from gateway.net.pipe import Pipe
 from gateway.wire.normalize import BadTarget, connect_authority
@@ -352,7 +353,7 @@ class TunnelRecheckFailureTests(_ConnectCase):
         reload, a new client CA) ends its open tunnels."""
         upstream = self.open()
         verdict: list[str | None] = [None]
-        self.conn.client_cert_problem = lambda policy: verdict[0]  # type: ignore[method-assign]
+        self.patch(ConnectionFacts, "client_cert_problem", lambda facts, policy: verdict[0])
         plan, _ = self.core.plan.lookup_tcp("db.example.com:5432")
         assert plan is not None
         plan.client_cert = object()  # type: ignore[assignment]

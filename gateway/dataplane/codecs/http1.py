@@ -24,15 +24,20 @@ from zope.interface import implementer
 from gateway.dataplane.codecs.http1_head import Refused, read_head
 from gateway.dataplane.core import ProxyCore
 from gateway.dataplane.exchange.base import ExchangeBase
+from gateway.dataplane.exchange.exchange import Exchange
+from gateway.dataplane.exchange.head import (
+    BODY_CHUNKED,
+    BODY_LENGTH,
+    ConnectionFacts,
+    request_head,
+)
 from gateway.dataplane.exchange.recheck import UpgradeWatch
-from gateway.dataplane.exchange.request import Exchange
 from gateway.dataplane.exchange.tunnel import Tunnel
 from gateway.dataplane.pipes.splice import SplicePipe, can_splice
 from gateway.dataplane.upstream.http1_client import NoCallbacks, UpstreamConnection
 from gateway.net.pipe import CLOSE_GRACE, Pipe
 from gateway.pages.answer import error_answer
 from gateway.pages.layout import look_of
-from gateway.tls.connection import ConnectionTLS
 from gateway.twisted_ext.fastio import direct_writer, maybe_pause_producer, write_now
 from gateway.wire.responses import status_line
 
@@ -83,8 +88,8 @@ class _ResponseFlow:
             return
         self.conn.write_blocked_since = 0.0
         head = self.conn.queue[0] if self.conn.queue else None
-        if head is not None and head.plan is not None:
-            head.deadline = self.conn.core.reactor.seconds() + head.plan.timeout
+        if head is not None:
+            head.client_reads()
         if self.paused:
             self.paused = False
             self.upstream.resumeProducing()
@@ -101,10 +106,10 @@ class _ResponseFlow:
 
 
 @implementer(IHalfCloseableProtocol)
-class Http1Connection(ConnectionTLS, Protocol):
+class Http1Connection(Protocol):
     """One client connection."""
 
-    chunked_framing = True
+    transport: Any
 
     def __init__(self, core: ProxyCore) -> None:
         self.core = core
@@ -112,6 +117,10 @@ class Http1Connection(ConnectionTLS, Protocol):
         self.queue: deque[Exchange] = deque()
         self.current: Exchange | None = None
         self.client_ip = ""
+        self.facts: ConnectionFacts | None = None  # made at the first request
+        # the request head being read (llhttp hands it over in pieces)
+        self.target = b""
+        self.headers: list[tuple[bytes, bytes]] = []
         self.header_bytes = 0
         self.pauses: set[str] = set()
         self.closing = False
@@ -123,6 +132,7 @@ class Http1Connection(ConnectionTLS, Protocol):
         self._early = b""  # bytes after an upgrade/CONNECT head, for the pipe
         self._flow: _ResponseFlow | None = None
         self._flow_from: Any = None  # the upstream connection of a flow not registered yet
+        self.chunked = False  # the response being written has a chunked body
         self.draining = False  # the gateway is stopping (``drain``)
 
     # -- connection
@@ -204,24 +214,23 @@ class Http1Connection(ConnectionTLS, Protocol):
         if current is not None and not current.finished:
             # Whatever was dispatched for it upstream is aborted, and the access log
             # says what the client was answered (not 499, which means "client left").
-            current.detail = detail
-            current.downstream_lost(status)
+            current.downstream_lost(status, detail)
         for earlier in list(self.queue):
             # Pipelined requests before it still waiting for their answer are aborted
             # too: written after the refusal, their responses would answer the wrong
             # requests.
             if not earlier.response_started and not earlier.finished:
-                earlier.detail = "aborted: a later pipelined request was refused"
-                earlier.downstream_lost(status)
+                earlier.downstream_lost(status,
+                                        "aborted: a later pipelined request was refused")
         self.closing = True
         self.pauses.add("closing")
         if not answered and not any(e.response_started and not e.finished for e in self.queue):
-            body, page = error_answer(status, detail, current.headers if current else [],
+            body, page = error_answer(status, detail, self.headers if current else [],
                                       look_of(self.core.plan.snapshot.options))
             own = {name for name, _ in page}
             self.write_head(status, b"", [
                 *(p for p in self.core.plan.response_headers if p[0].lower() not in own),
-                *headers, *page, (b"content-length", b"%d" % len(body))], True, True, body)
+                *headers, *page, (b"content-length", b"%d" % len(body))], BODY_LENGTH, True, body)
         self.close_connection()
 
     def close_connection(self) -> None:
@@ -250,12 +259,16 @@ class Http1Connection(ConnectionTLS, Protocol):
     def on_message_begin(self) -> None:
         if self.closing:
             raise _Closing()
-        if not self.client_ip:
+        facts = self.facts
+        if facts is None:
             # Here, not in connectionMade: behind a PROXY-protocol wrapper the peer is
             # only known once its header has been read.
             self.client_ip = getattr(self.transport.getPeer(), "host", "")
-        exchange = Exchange(self, self.core)
+            facts = self.facts = ConnectionFacts(self.client_ip, self.transport)
+        exchange = Exchange(self, self.core, facts)
         self.current = exchange
+        self.target = b""
+        self.headers = []
         self.header_bytes = 0
         self.request_started = self.core.reactor.seconds()
         if self.queue:
@@ -263,17 +276,13 @@ class Http1Connection(ConnectionTLS, Protocol):
         self.queue.append(exchange)
 
     def on_url(self, url: bytes) -> None:
-        exchange = self.current
-        assert exchange is not None
-        exchange.target += url
-        if len(exchange.target) > MAX_TARGET:
+        self.target += url
+        if len(self.target) > MAX_TARGET:
             raise Refused(414, f"the request target is longer than {MAX_TARGET} bytes")
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        exchange = self.current
-        assert exchange is not None
         self.header_bytes += len(name) + len(value) + 4
-        headers = exchange.headers
+        headers = self.headers
         headers.append((name, value))
         if self.header_bytes > MAX_HEADER_BYTES or len(headers) > MAX_HEADERS:
             raise Refused(431, f"request headers exceed {MAX_HEADER_BYTES // 1024} KiB or "
@@ -287,31 +296,19 @@ class Http1Connection(ConnectionTLS, Protocol):
         if version != "1.1":
             raise Refused(426, f"HTTP/{version} is not supported; use HTTP/1.1 or HTTP/2",
                           ((b"upgrade", b"HTTP/1.1"),))
-        exchange.method = method = parser.get_method()
-        (exchange.host, exchange.path, exchange.path_parameters, exchange.query,
-         exchange.headers, body_kind, exchange.expect_continue, upgrade,
-         exchange.connection_tokens, exchange.trace_context) = read_head(
-            method, exchange.target, exchange.headers, self.core.reject_parameters)
-        if method == b"CONNECT":
-            exchange.upgrade = upgrade
-            exchange.connect = True
-            exchange.tunnel_sink = self
-            exchange.keep_alive = False
-        else:
-            exchange.keep_alive = parser.should_keep_alive() and not self.draining
-            if parser.should_upgrade():
-                exchange.keep_alive = False  # after an upgrade attempt the parser is spent
-                exchange.upgrade = upgrade
-                exchange.upgrade_sink = self
-            # else: Upgrade without "Connection: upgrade" is ignored (h2c included: not
-            # offered here, the request is answered in HTTP/1.1)
-            exchange.body_kind = body_kind
-            if not body_kind and not exchange.upgrade:
-                exchange.request_done = True  # nothing more to read for this request
+        method = parser.get_method()
+        try:
+            head = read_head(method, self.target, self.headers, self.core.reject_parameters,
+                             parser.should_keep_alive() and not self.draining,
+                             parser.should_upgrade())
+        except Refused:
+            # logged with what was read of it
+            exchange.head_read(request_head(method, self.target, b"1.1", self.headers))
+            raise
         if self.queue and self.queue[0] is exchange:
-            exchange.begin()
+            exchange.begin(head)
         else:
-            exchange.head_complete()  # pipelined: begun when those before it are done
+            exchange.head_complete(head)  # pipelined: begun when those before it are done
 
     def on_body(self, body: bytes) -> None:
         exchange = self.current
@@ -322,17 +319,22 @@ class Http1Connection(ConnectionTLS, Protocol):
         exchange = self.current
         if exchange is not None:
             exchange.request_complete()
-        if exchange is not None and (exchange.upgrade or exchange.connect):
+        if exchange is not None and (exchange.head.upgrade or exchange.head.connect):
             return  # llhttp stops at an upgrade; the rest of the bytes belong to the pipe
         self.current = None
 
     # -- Sink for exchanges
 
     def write_head(self, status: int, reason: bytes, headers: list[tuple[bytes, bytes]],
-                   body: bool, close: bool, first_body: bytes = b"") -> None:
+                   framing: int, close: bool, first_body: bytes = b"") -> None:
         parts = [status_line(status, reason)]
         for name, value in headers:
             parts += (name, b": ", value, b"\r\n")
+        if framing == BODY_CHUNKED:  # a body of unknown length
+            self.chunked = True
+            parts.append(b"transfer-encoding: chunked\r\n")
+            if first_body:
+                first_body = b"%x\r\n%s\r\n" % (len(first_body), first_body)
         if close:
             self.closing = True
             parts.append(b"connection: close\r\n")
@@ -340,10 +342,14 @@ class Http1Connection(ConnectionTLS, Protocol):
         self.write(b"".join(parts))
 
     def write_body(self, data: bytes) -> None:
+        if self.chunked:
+            data = b"%x\r\n%s\r\n" % (len(data), data)
         self.write(data)
 
     def end_body(self) -> None:
-        pass
+        if self.chunked:
+            self.chunked = False
+            self.write(b"0\r\n\r\n")
 
     def flush(self) -> None:
         """The end of an upstream read (writes themselves leave at once, see ``write``):
@@ -528,7 +534,7 @@ class Http1Connection(ConnectionTLS, Protocol):
             return
         self.draining = True  # a head still arriving is answered with connection: close
         for exchange in self.queue:
-            exchange.keep_alive = False
+            exchange.last_on_connection()
         if all(exchange.response_started for exchange in self.queue):
             self.closing = True  # ``exchange_done`` closes; no request is read after it
 

@@ -1,12 +1,19 @@
 """What the HTTP/1.1 codec reads in a request head itself, as plain functions: the
 framing fields (Host, content-length, chunked, Expect, Upgrade, Connection, a trace
-context) and where the request goes (RFC 9112 3.2). A head the gateway will not
-serve raises ``Refused`` with the status to answer.
+context) and where the request goes (RFC 9112 3.2), into one ``RequestHead``. A head
+the gateway will not serve raises ``Refused`` with the status to answer.
 """
 
 from __future__ import annotations
 
-from gateway.dataplane.exchange.base import BODY_CHUNKED, BODY_LENGTH, BODY_NONE, NO_NAMES
+from gateway.dataplane.exchange.head import (
+    BODY_CHUNKED,
+    BODY_LENGTH,
+    BODY_NONE,
+    NO_NAMES,
+    RequestHead,
+    request_head,
+)
 from gateway.dataplane.routing.router import normalise_host
 from gateway.observability.tracing.propagation import CONTEXT_NAMES
 from gateway.wire.headers import NAME_INFO, learn_name, named_tokens
@@ -21,12 +28,13 @@ Header = tuple[bytes, bytes]
 
 # The request fields the codec reads itself, by lower-case name (one lookup per field
 # instead of a chain of comparisons; most names are none of these).
-_HOST, _CONTENT_LENGTH, _TRANSFER_ENCODING, _EXPECT, _UPGRADE, _CONNECTION, _CONTEXT = range(7)
+(_HOST, _CONTENT_LENGTH, _TRANSFER_ENCODING, _EXPECT, _UPGRADE, _CONNECTION, _CONTEXT,
+ _REQUEST_ID) = range(8)
 _FRAMING_FIELDS = {
     **dict.fromkeys(CONTEXT_NAMES, _CONTEXT),
     b"host": _HOST, b"content-length": _CONTENT_LENGTH,
     b"transfer-encoding": _TRANSFER_ENCODING, b"expect": _EXPECT, b"upgrade": _UPGRADE,
-    b"connection": _CONNECTION,
+    b"connection": _CONNECTION, b"x-request-id": _REQUEST_ID,
 }
 
 
@@ -40,21 +48,17 @@ class Refused(Exception):
         self.headers = headers
 
 
-# What ``read_head`` returns, in this order: host, path, the last segment's ``;``
-# parameters (``normalise_target``), query, the header list (an
-# absolute-form target's authority replaces Host in it), body kind (``BODY_*``), Expect
-# 100-continue, the Upgrade value, the Connection tokens, whether a trace context came.
-# A plain tuple: this runs once per request, and an object of its own costs more than
-# the rest of the function's bookkeeping.
-Head = tuple[str, str, str, bytes, list[Header], int, bool, bytes, frozenset[bytes], bool]
-
-
 def read_head(method: bytes, target: bytes, headers: list[Header],
-              reject_parameters: bool = False) -> Head:
-    """What the codec needs of a request head (see ``Head``); ``Refused`` for one the
-    gateway answers itself. A ``CONNECT``'s host is its authority, its path empty.
-    ``reject_parameters``: ``path_with_parameters_action: reject``."""
-    host = upgrade = b""
+              reject_parameters: bool = False, keep_alive: bool = True,
+              upgrading: bool = False) -> RequestHead:
+    """The request head (an absolute-form target's authority replaces Host in its
+    headers); ``Refused`` for one the gateway answers itself. A ``CONNECT``'s host is
+    its authority, its path empty. ``reject_parameters``: ``path_with_parameters_action:
+    reject``; ``keep_alive`` and ``upgrading``: what llhttp found (an Upgrade without
+    ``Connection: upgrade`` is ignored, h2c included: not offered here, the request is
+    answered in HTTP/1.1)."""
+    host = upgrade = request_id = b""
+    given_id = False
     hosts = 0
     lengths: set[bytes] | None = None
     chunked = expect_continue = trace_context = False
@@ -85,6 +89,10 @@ def read_head(method: bytes, target: bytes, headers: list[Header],
             upgrade = value.strip()
         elif field == _CONNECTION:
             tokens = tokens | named_tokens(value)
+        elif field == _REQUEST_ID:
+            if not given_id:
+                given_id = True
+                request_id = value
         else:
             trace_context = True
     body_kind = BODY_CHUNKED if chunked else BODY_NONE
@@ -95,8 +103,9 @@ def read_head(method: bytes, target: bytes, headers: list[Header],
             body_kind = BODY_LENGTH
     if method == b"CONNECT":
         authority = connect_target(target, host, hosts, body_kind != BODY_NONE)
-        return (authority, "", "", b"", headers, BODY_NONE, expect_continue, upgrade, tokens,
-                trace_context)
+        return request_head(method, target, b"1.1", headers, authority, "", "", b"", BODY_NONE,
+                            False, False, expect_continue, upgrade, True, tokens,
+                            trace_context, request_id)
     # where the request goes (RFC 9112 3.2): an absolute-form target's authority
     # replaces the Host header, for the upstream as much as for routing
     absolute = absolute_form(target) if not target.startswith(b"/") else None
@@ -112,9 +121,29 @@ def read_head(method: bytes, target: bytes, headers: list[Header],
         path, parameters, query = normalise_target(target, reject_parameters)
     except BadTarget as exc:
         raise Refused(400, str(exc)) from None
-    return (host.decode("latin-1").lower(), path.decode("latin-1"),
-            parameters.decode("latin-1") if parameters else "", query, headers,
-            body_kind, expect_continue, upgrade, tokens, trace_context)
+    if upgrading:
+        keep_alive = False  # after an upgrade attempt the parser is spent
+    else:
+        upgrade = b""
+    made = RequestHead()  # every request's: filled in slot by slot (see ``RequestHead``)
+    made.method = method
+    made.target = target
+    made.version = b"1.1"
+    made.headers = headers
+    made.host = host.decode("latin-1").lower()
+    made.path = path.decode("latin-1")
+    made.path_parameters = parameters.decode("latin-1") if parameters else ""
+    made.query = query
+    made.framing = body_kind
+    made.complete = not body_kind and not upgrade
+    made.keep_alive = keep_alive
+    made.expect_continue = expect_continue
+    made.upgrade = upgrade
+    made.connect = False
+    made.connection_tokens = tokens
+    made.trace_context = trace_context
+    made.request_id = request_id
+    return made
 
 
 def absolute_form(target: bytes) -> tuple[bytes, bytes] | None:

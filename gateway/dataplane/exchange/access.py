@@ -54,17 +54,22 @@ def access_enabled() -> bool:
 class Logged(Measured, Protocol):
     """What the access log reads of an exchange (an ``ExchangeBase``)."""
 
-    host: str
-    path: str
-    query: bytes
+    @property
+    def host(self) -> str: ...
+    @property
+    def path(self) -> str: ...
+    @property
+    def query(self) -> bytes: ...
     detail: str
     allow: Allow | None
     user_id: str
     email: str
     decision_reason: str
     trace_id: str
-    connect: bool
-    headers: list[tuple[bytes, bytes]]
+    @property
+    def connect(self) -> bool: ...
+    @property
+    def headers(self) -> list[tuple[bytes, bytes]]: ...
     trace: Any  # tracer.RequestTrace | None
 
     @property

@@ -1,8 +1,9 @@
 """What every part of an exchange shares: its state, its downstream side, its own answers.
 
-``ExchangeBase`` holds the request fields the codec fills in and the exchange's
+``ExchangeBase`` holds what the codec hands it (``head.RequestHead``, once the head is
+read, and ``head.ConnectionFacts``) and the exchange's own state, whose life is its
 ``stage`` (``stage.Stage``; ``enter`` is the one place it changes);
-``relay.UpstreamRelay`` adds the upstream side and ``request.Exchange`` the request side
+``relay.UpstreamRelay`` adds the upstream side and ``exchange.Exchange`` the request side
 and routing. ``Sink`` is what each codec implements for the response, ``TunnelSink``
 what it implements to turn its connection (or stream) into a tunnel. ``local`` and
 ``fail`` answer without an upstream (every error, redirects, denials).
@@ -18,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from gateway.authorize.hook import Allow
 from gateway.dataplane.core import ProxyCore
 from gateway.dataplane.exchange.access import log_access
+from gateway.dataplane.exchange.head import BODY_LENGTH, NO_HEAD, ConnectionFacts, RequestHead
 from gateway.dataplane.exchange.stage import DONE, FINAL, HEAD, RESPONDING, Stage
 from gateway.dataplane.routing.plan import RoutePlan
 from gateway.dataplane.upstream.hosts import UpstreamHost
@@ -25,9 +27,8 @@ from gateway.dataplane.upstream.http1_client import UpstreamConnection
 from gateway.pages.answer import error_answer
 from gateway.pages.layout import look_of
 from gateway.policy import CLIENT_CERT
-from gateway.tls.client_certs import ClientCertPolicy
 from gateway.wire.headers import trusted_hop
-from gateway.wire.request_id import request_id_for
+from gateway.wire.request_id import checked_request_id, request_id_for
 
 if TYPE_CHECKING:
     from twisted.internet.defer import Deferred
@@ -37,24 +38,22 @@ if TYPE_CHECKING:
     from gateway.dataplane.routing.plan import Pairs
     from gateway.observability.tracing.tracer import RequestTrace
 
-BODY_NONE, BODY_LENGTH, BODY_CHUNKED = 0, 1, 2
-NO_NAMES: frozenset[bytes] = frozenset()  # (one shared empty set, not one per request)
 _PLAIN = ((b"content-type", b"text/plain; charset=utf-8"),)
 
 
 class Sink(Protocol):
-    """The downstream side of one exchange's response (implemented by each codec)."""
+    """The downstream side of one exchange's response (implemented by each codec).
 
-    client_ip: str
-    chunked_framing: bool  # HTTP/1.1 frames unknown-length bodies itself; HTTP/2 does not
+    ``write_head``'s ``framing`` says how the body that follows is delimited
+    (``head.BODY_*``): none, by the ``content-length`` among ``headers``, or by the
+    codec (HTTP/1.1 chunks it, HTTP/2 ends the stream); ``write_body`` and ``end_body``
+    frame it accordingly."""
+
     def write_head(self, status: int, reason: bytes, headers: list[tuple[bytes, bytes]],
-                   body: bool, close: bool, first_body: bytes = b"") -> None: ...
+                   framing: int, close: bool, first_body: bytes = b"") -> None: ...
     def write_body(self, data: bytes) -> None: ...
     def end_body(self) -> None: ...
     def flush(self) -> None: ...
-    def misdirected(self, host: str, routed: bool) -> str: ...
-    def client_cert_problem(self, policy: ClientCertPolicy) -> str | None: ...
-    def client_certificate(self) -> bytes: ...
     def exchange_done(self, exchange: ExchangeBase) -> None: ...
     def abort(self) -> None: ...
     def pause_reading(self, reason: str) -> None: ...
@@ -65,8 +64,8 @@ class Sink(Protocol):
 
 
 class TunnelSink(Protocol):
-    """A codec's side of a CONNECT tunnel (both codecs; given to the exchange of a
-    CONNECT request as ``tunnel_sink``)."""
+    """A codec's side of a CONNECT tunnel (both codecs: the ``Sink`` of a CONNECT's
+    exchange is also its ``TunnelSink``)."""
 
     def start_connect(self, tunnel: Tunnel, upstream: ITransport) -> None:
         """Answer 200 to a CONNECT and join ``upstream`` through a pipe whose idle
@@ -76,8 +75,8 @@ class TunnelSink(Protocol):
 
 
 class UpgradeSink(Protocol):
-    """A codec's side of an upgrade (websocket, SPDY): HTTP/1.1 only, given to the
-    exchange of a request that asks for one as ``upgrade_sink``."""
+    """A codec's side of an upgrade (websocket, SPDY): HTTP/1.1 only, whose ``Sink`` is
+    also its ``UpgradeSink``."""
 
     def start_tunnel(self, exchange: ExchangeBase, upstream: UpstreamConnection,
                      rest: bytes, idle_timeout: float) -> None:
@@ -86,13 +85,13 @@ class UpgradeSink(Protocol):
         ...
 
 
-def policy_certificate(sink: Sink, plan: RoutePlan | None) -> bytes:
+def policy_certificate(facts: ConnectionFacts, plan: RoutePlan | None) -> bytes:
     """The client certificate a route's policy may read: only one the route checks
     against its CA (``client_cert``, a 495 otherwise). A certificate nobody checked
     proves only that its sender holds the key, not what its names say."""
     if plan is None or plan.client_cert is None or CLIENT_CERT not in plan.route.policy.reads:
         return b""
-    return sink.client_certificate()
+    return facts.client_certificate()
 
 
 class ExchangeBase:
@@ -103,20 +102,19 @@ class ExchangeBase:
     which cost more than a microsecond and made every field access a hashed lookup."""
 
     __slots__ = (
-        "allow", "body_kind", "body_sent", "chunked_out", "connect", "connecting",
-        "connection_tokens", "core", "deadline", "decision_reason", "detail", "email",
-        "expect_continue", "finished", "head_pending", "headers", "host", "host_state",
-        "internal_body", "keep_alive", "method", "path", "path_parameters", "pending",
-        "pending_size", "plan", "query", "received", "request_done", "response_started",
-        "retried", "reused", "rid", "sent", "sink", "stage", "started", "status", "target", "trace",
-        "trace_context", "trace_id", "tunnel_sink", "upgrade", "upgrade_sink", "upstream",
-        "upstream_host", "upstream_started", "upstream_status", "user_id",
+        "allow", "body_sent", "connecting", "core", "deadline",
+        "decision_reason", "detail", "email", "expect_continue", "facts", "finished", "head",
+        "head_pending", "host_state", "internal_body", "keep_alive", "pending",
+        "pending_size", "plan", "received", "request_done", "response_started", "retried",
+        "reused", "rid", "sent", "sink", "stage", "started", "status", "trace", "trace_id",
+        "upstream", "upstream_host", "upstream_started", "upstream_status", "user_id",
     )
 
-    def __init__(self, sink: Sink, core: ProxyCore) -> None:
-        # Observability state. The X-Request-Id as sent: chosen with the upstream request
-        # head, or on first use.
-        self.rid = b""
+    def __init__(self, sink: Sink, core: ProxyCore, facts: ConnectionFacts,
+                 head: RequestHead = NO_HEAD) -> None:
+        # Observability state. The X-Request-Id: the client's when valid, else a new one,
+        # chosen with the head (on first use for a head refused before it was read).
+        self.rid = b"" if head.request_id is None else checked_request_id(head.request_id)
         self.received = 0  # request body bytes read from the client
         self.upstream_host: UpstreamHost | None = None  # picked (kept after release_host)
         self.upstream_started: float | None = None  # when the upstream request began
@@ -124,35 +122,25 @@ class ExchangeBase:
         self.user_id = ""  # the signed-in user of the authorization decision, if any
         self.email = ""
         self.decision_reason = ""  # why the authorization decision denied or allowed
-        # Tracing (``core.tracer``): whether the codec saw a trace header; the spans of a
-        # sampled exchange; the trace id of a sampled one or of a caller's trace we pass on
-        # unsampled (logged when not empty).
-        self.trace_context = False
+        # Tracing (``core.tracer``): the spans of a sampled exchange; the trace id of a
+        # sampled one or of a caller's trace we pass on unsampled (logged when not empty).
         self.trace: RequestTrace | None = None
         self.trace_id = ""
         self.sink = sink
-        self.tunnel_sink: TunnelSink | None = None  # set by the codec for a CONNECT
-        self.upgrade_sink: UpgradeSink | None = None  # ... for an upgrade request
+        self.facts = facts
         self.core = core
         self.stage = HEAD
         # over (answered, cut off, left by the client, or a tunnel): read often, so kept
         # beside the stage, and set only with it (``enter``)
         self.finished = False
         self.started = core.reactor.seconds()
-        self.method = b""
-        self.target = b""
-        self.path = "/"  # normalised, without ";" parameters: what routing and policy see
-        self.path_parameters = ""  # the last segment's, put back after the upstream path
-        self.query = b""
-        self.host = ""
-        self.headers: list[tuple[bytes, bytes]] = []
-        self.keep_alive = True
-        self.upgrade = b""
-        self.connect = False  # CONNECT to a tcp+https route: a tunnel, not a request
-        self.connection_tokens: frozenset[bytes] = NO_NAMES
-        self.expect_continue = False
-        self.body_kind = BODY_NONE
-        self.request_done = False  # the request side: the whole body has arrived
+        # The request as the codec read it. Three of its facts change with the exchange,
+        # which keeps them: whether the connection stays open after it, whether a 100
+        # Continue is still owed, whether the request side is over (the whole body came).
+        self.head = head
+        self.keep_alive = head.keep_alive
+        self.expect_continue = head.expect_continue
+        self.request_done = head.complete
         self.plan: RoutePlan | None = None
         self.host_state: UpstreamHost | None = None
         self.upstream: UpstreamConnection | None = None
@@ -161,11 +149,11 @@ class ExchangeBase:
         self.pending_size = 0
         self.allow: Allow | None = None
         self.deadline = 0.0
-        # a response head was made for the client (kept once DONE: the codec asks
-        # whether anything was answered)
+        # a response head was made for the client. Not the stage: it stays once DONE
+        # (the HTTP/1.1 codec asks whether anything was answered), and it is taken back
+        # when a head held back (not written yet) is dropped for an answer of our own.
         self.response_started = False
-        self.head_pending: tuple[int, bytes, list[tuple[bytes, bytes]], bool, bool] | None = None
-        self.chunked_out = False
+        self.head_pending: tuple[int, bytes, list[tuple[bytes, bytes]], int, bool] | None = None
         self.status = 0
         self.sent = 0
         self.reused = False
@@ -174,16 +162,77 @@ class ExchangeBase:
         self.detail = ""
         self.internal_body: bytearray | None = None
 
+    def head_read(self, head: RequestHead) -> None:
+        """The codec has read the request head of an exchange it made before the head
+        (HTTP/1.1 makes it at the request's first byte), and refuses (``begin`` and
+        ``head_complete`` take the head of one it goes on with, and keep the same
+        fields)."""
+        self.head = head
+        self.keep_alive = head.keep_alive
+        self.expect_continue = head.expect_continue
+        self.request_done = head.complete
+        if head.request_id is not None:
+            self.rid = checked_request_id(head.request_id)
+
+    def last_on_connection(self) -> None:
+        """The connection closes after this exchange (the gateway is draining): its
+        response says ``connection: close`` when it has not begun yet."""
+        self.keep_alive = False
+
+    # The request's own fields, read through the head (outside the hot path: the
+    # exchange's own code reads ``self.head``).
+    @property
+    def method(self) -> bytes:
+        return self.head.method
+
+    @property
+    def host(self) -> str:
+        return self.head.host
+
+    @property
+    def path(self) -> str:
+        return self.head.path
+
+    @property
+    def query(self) -> bytes:
+        return self.head.query
+
+    @property
+    def headers(self) -> list[tuple[bytes, bytes]]:
+        return self.head.headers
+
+    @property
+    def connect(self) -> bool:
+        return self.head.connect
+
+    @property
+    def upgrade(self) -> bytes:
+        return self.head.upgrade
+
+    @property
+    def tunnel_sink(self) -> TunnelSink | None:
+        """The codec's side of a CONNECT's tunnel: its sink (both codecs implement it)."""
+        return self.sink if self.head.connect else None  # type: ignore[return-value]
+
+    @property
+    def upgrade_sink(self) -> UpgradeSink | None:
+        """The codec's side of an upgrade: its sink (HTTP/1.1 alone asks for one)."""
+        return self.sink if self.head.upgrade and not self.head.connect \
+            else None  # type: ignore[return-value]
+
     def enter(self, stage: Stage) -> None:
         """Move to ``stage``, keeping ``finished`` beside it: every move that may end
-        the exchange (to ``DONE`` or ``TUNNEL``) is made here. The four moves of every
-        relayed request that cannot end it (to ROUTING, CONNECTING, WAITING and
-        RESPONDING) write ``stage`` where they happen: a call costs about a thousand
-        instructions, and the four cost 2 % of a request's CPU.
+        the exchange (to ``DONE`` or ``TUNNEL``), and those off the common path (to
+        READY, AUTHORIZING, a tunnel's CONNECTING), are made here; the four of every
+        relayed request that cannot end it are plain writes by the methods
+        ``stage.MOVED_BY`` names (``begin``, ``dispatch``, ``attach``, ``local`` and
+        ``upstream_head``): as calls they cost 1.3 % of a request's CPU.
 
-        Whether a move is one ``stage.NEXT`` lists is checked by the test suite for
-        every write of ``stage``, made here or not (``tests/support/stage_check.py``);
-        here the check would cost each request more than the moves themselves."""
+        ``finished`` is kept beside the stage rather than derived from it: the data
+        plane reads it a dozen times a request, and a property would be a call each
+        time. The test suite checks every write of ``stage`` against ``stage.NEXT``
+        and ``stage.MOVED_BY`` (``tests/support/stage_check.py``), which also holds
+        that only this method ends an exchange."""
         self.stage = stage
         self.finished = stage >= FINAL
 
@@ -201,7 +250,7 @@ class ExchangeBase:
     def request_id_bytes(self) -> bytes:
         rid = self.rid
         if not rid:
-            rid = self.rid = request_id_for(self.headers)
+            rid = self.rid = request_id_for(self.head.headers)
         return rid
 
     def client_address(self) -> str:
@@ -210,8 +259,8 @@ class ExchangeBase:
         (the peer when it holds fewer)."""
         hops = self.core.xff_trusted_hops
         if not hops:
-            return self.sink.client_ip
-        return self._trusted_hop(hops) or self.sink.client_ip
+            return self.facts.peer
+        return self._trusted_hop(hops) or self.facts.peer
 
     def decision_address(self) -> str:
         """The client address decisions read (``source_ip``): ``client_address``, but
@@ -220,11 +269,11 @@ class ExchangeBase:
         an inner one directly), not the client: an address it matched would be theirs."""
         hops = self.core.xff_trusted_hops
         if not hops:
-            return self.sink.client_ip
+            return self.facts.peer
         return self._trusted_hop(hops) or ""
 
     def _trusted_hop(self, hops: int) -> str | None:
-        incoming = b", ".join(v for n, v in self.headers if n.lower() == b"x-forwarded-for")
+        incoming = b", ".join(v for n, v in self.head.headers if n.lower() == b"x-forwarded-for")
         return trusted_hop(incoming, hops)
 
     # -- answers of our own
@@ -232,8 +281,9 @@ class ExchangeBase:
     def fail(self, status: int, detail: str, headers: Pairs = ()) -> None:
         """An error answered by the gateway, shaped for the client (HTML page for
         browsers, JSON on request, plain text otherwise), with the request id to quote."""
-        body, page = error_answer(status, detail, self.headers,
-                                  look_of(self.core.plan.snapshot.options), host=self.host,
+        head = self.head
+        body, page = error_answer(status, detail, head.headers,
+                                  look_of(self.core.plan.snapshot.options), host=head.host,
                                   rid=self.request_id)
         self.local(status, body, (*headers, *page))
 
@@ -244,7 +294,7 @@ class ExchangeBase:
         # An upstream response may have begun (its head held back) and registered its
         # flow on the client transport: this answer replaces it, so that flow ends here.
         self.sink.stop_response_flow()
-        self.enter(RESPONDING)
+        self.stage = RESPONDING  # (a plain write: see ``stage.MOVED_BY``)
         self.status = status
         self.response_started = True
         out = list((self.plan if self.plan is not None else self.core.plan).response_headers)
@@ -252,12 +302,13 @@ class ExchangeBase:
             own = {name.lower() for name, _ in headers}
             out = [pair for pair in out if pair[0].lower() not in own]
         out.extend(headers)
-        # one id: a page of the identity layer brings the one it showed (taken from, or
-        # added to, the request's headers, as request_id_bytes would have)
+        # one id: a page of the identity layer brings the one it showed (the request's
+        # when valid, as ours; else one it made and added to the request's headers),
+        # which the access log then names too
         shown = next((v for n, v in headers if n.lower() == b"x-request-id"), None)
         if shown is None:
             out.append((b"x-request-id", self.request_id_bytes()))
-        elif not self.rid:
+        else:
             self.rid = shown
         if body and not any(name == b"content-type" for name, _ in headers):
             out.extend(_PLAIN)
@@ -265,8 +316,8 @@ class ExchangeBase:
         close = not self.keep_alive or not self.request_done
         if not self.request_done:
             self.keep_alive = False
-        self.sink.write_head(status, b"", out, True, close)
-        if body and self.method != b"HEAD":
+        self.sink.write_head(status, b"", out, BODY_LENGTH, close)
+        if body and self.head.method != b"HEAD":
             self.sink.write_body(body)
             self.sent = len(body)
         self.sink.end_body()

@@ -22,6 +22,7 @@ from gateway.authorize.hook import Allow, Authorizer, Decision, Reply, RequestIn
 from gateway.dataplane.core import ProxyCore
 from gateway.dataplane.exchange.access import access_log, audit_event
 from gateway.dataplane.exchange.base import Sink, policy_certificate
+from gateway.dataplane.exchange.head import ConnectionFacts
 from gateway.dataplane.exchange.stage import AUTHORIZING, Stage
 from gateway.dataplane.forwardauth.answer import Mode, allowed, mode_of, outcome
 from gateway.dataplane.forwardauth.target import CheckedRequest, TargetError, find_target, route_for
@@ -34,14 +35,19 @@ Pairs = tuple[tuple[bytes, bytes], ...]
 
 
 class Exchange(Protocol):
-    """What forward auth uses of its exchange (``request.Exchange``)."""
+    """What forward auth uses of its exchange (``exchange.Exchange``)."""
 
     sink: Sink
+    facts: ConnectionFacts
     core: ProxyCore
-    method: bytes
-    path: str
-    query: bytes
-    headers: list[tuple[bytes, bytes]]
+    @property
+    def method(self) -> bytes: ...
+    @property
+    def path(self) -> str: ...
+    @property
+    def query(self) -> bytes: ...
+    @property
+    def headers(self) -> list[tuple[bytes, bytes]]: ...
     @property
     def finished(self) -> bool: ...
     detail: str
@@ -93,12 +99,12 @@ def serve_forward_auth(exchange: Exchange) -> None:
     authorizer: Authorizer = exchange.core.authorizer
     info = RequestInfo(target.method, target.scheme, target.host, target.path, target.query,
                        exchange.headers, exchange.decision_address(),
-                       policy_certificate(exchange.sink, plan))
+                       policy_certificate(exchange.facts, plan))
     if mode is Mode.SIGN_IN:
         _answer(exchange, mode, target, authorizer.sign_in(info))
         return
     if plan.client_cert is not None:
-        problem = exchange.sink.client_cert_problem(plan.client_cert)
+        problem = exchange.facts.client_cert_problem(plan.client_cert)
         if problem is not None:
             exchange.detail = f"forward-auth {mode.value}: {problem}"
             exchange.fail(495, "invalid client certificate")

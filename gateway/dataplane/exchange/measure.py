@@ -43,7 +43,8 @@ class Measured(Protocol):
 
     core: ProxyCore
     plan: RoutePlan | None
-    method: bytes
+    @property
+    def method(self) -> bytes: ...
     started: float
     received: int
     sent: int

@@ -21,6 +21,7 @@ from twisted.python.failure import Failure
 from gateway.authorize.hook import Reply, RequestInfo
 from gateway.dataplane.core import ProxyCore
 from gateway.dataplane.exchange.access import Logged, access_log, audit_revoked
+from gateway.dataplane.exchange.head import ConnectionFacts
 from gateway.dataplane.routing.plan import RoutePlan
 from gateway.sessions.live import Unwatch
 
@@ -31,11 +32,13 @@ class Watched(Protocol):
     """What a re-authorized pipe uses of its exchange."""
 
     core: ProxyCore
-    host: str
-    path: str
     detail: str
-    sink: Any
+    facts: ConnectionFacts
 
+    @property
+    def host(self) -> str: ...
+    @property
+    def path(self) -> str: ...
     def request_info(self, plan: RoutePlan | None = None) -> RequestInfo: ...
 
 
@@ -84,7 +87,7 @@ class Reauthorized:
             self.end(refused)
             return
         if plan.client_cert is not None and \
-                exchange.sink.client_cert_problem(plan.client_cert) is not None:
+                exchange.facts.client_cert_problem(plan.client_cert) is not None:
             self.end("the client certificate is no longer accepted")
             return
         if plan.public:

@@ -18,7 +18,13 @@ from twisted.python.failure import Failure
 from zope.interface import implementer
 
 from gateway.dataplane.exchange.access import log_access
-from gateway.dataplane.exchange.base import NO_NAMES, ExchangeBase, Sink
+from gateway.dataplane.exchange.base import ExchangeBase, Sink
+from gateway.dataplane.exchange.head import (
+    BODY_CHUNKED,
+    BODY_LENGTH,
+    BODY_NONE,
+    NO_NAMES,
+)
 from gateway.dataplane.exchange.measure import observe_upstream
 from gateway.dataplane.exchange.request_head import upstream_request_head
 from gateway.dataplane.exchange.stage import CONNECTING, DONE, RESPONDING, TUNNEL, WAITING
@@ -69,7 +75,7 @@ class UpstreamRelay(ExchangeBase):
     def _send_body(self, data: bytes) -> None:
         self.body_sent = True
         if self.upstream is not None:
-            self.upstream.write(data)
+            self.upstream.write_body(data)
             return
         self.pending.append(data)
         self.pending_size += len(data)
@@ -95,7 +101,7 @@ class UpstreamRelay(ExchangeBase):
             self.trace.start_upstream(self)
         # The route timeout runs from the end of the request (as Envoy's does).
         self.deadline = now + plan.timeout if self.request_done else 0.0
-        self.stage = CONNECTING  # a move that cannot end the exchange (see ``enter``)
+        self.stage = CONNECTING  # (a plain write: see ``stage.MOVED_BY``)
         if self.expect_continue:
             self.expect_continue = False
             self.sink.send_continue()
@@ -116,15 +122,21 @@ class UpstreamRelay(ExchangeBase):
             self.core.pool.release(conn)
             return
         self.upstream = conn
-        self.stage = WAITING
-        conn.send(self, upstream_request_head(self), self.method == b"HEAD")
+        self.stage = WAITING  # (a plain write: see ``stage.MOVED_BY``)
+        head = self.head
+        conn.send(self, upstream_request_head(self), head.method == b"HEAD",
+                  head.framing == BODY_CHUNKED)
         if self.pending:
             for chunk in self.pending:
-                conn.write(chunk)
+                conn.write_body(chunk)
             self.pending = []
             self.pending_size = 0
             self.sink.resume_reading("connect")
-        if self.body_kind and not self.request_done and conn.transport is not None:
+        if not head.framing:
+            return
+        if self.request_done:
+            conn.end_body()  # the whole body came before the connection
+        elif conn.transport is not None:
             conn.transport.registerProducer(_UploadThrottle(self.sink), True)  # type: ignore
 
     def _connect_failed(self, failure: Failure) -> None:
@@ -144,10 +156,11 @@ class UpstreamRelay(ExchangeBase):
             return
         plan = self.plan
         assert plan is not None
-        if status == 101 and not self.upgrade:
+        head = self.head
+        if status == 101 and not head.upgrade:
             self._unrequested_switch()
             return
-        self.stage = RESPONDING
+        self.stage = RESPONDING  # (a plain write: see ``stage.MOVED_BY``)
         self.deadline = self.core.reactor.seconds() + plan.timeout
         self.status = self.upstream_status = status
         out: list[tuple[bytes, bytes]] = []
@@ -177,20 +190,26 @@ class UpstreamRelay(ExchangeBase):
             out.append((name, value))
         out.extend(plan.response_headers)
         out.append((b"x-request-id", self.rid or self.request_id_bytes()))
-        no_body = (self.method == b"HEAD" or status in (204, 304) or upgrading)
-        self.chunked_out = not no_body and not has_length and self.sink.chunked_framing
-        if self.chunked_out:
-            out.append((b"transfer-encoding", b"chunked"))
+        # a body of unknown length is the sink's to delimit (HTTP/1.1 chunks it)
+        framing = BODY_NONE if head.method == b"HEAD" or status in (204, 304) or upgrading \
+            else BODY_LENGTH if has_length else BODY_CHUNKED
         self.response_started = True
         close = not self.keep_alive and not upgrading
         # Held until the first body bytes or the end of this read, so head and body
         # usually leave in one send.
-        self.head_pending = (status, reason, out, not no_body, close)
+        self.head_pending = (status, reason, out, framing, close)
         if upgrading:
             self.flush_head()
         upstream = self.upstream
         if upstream is not None and upstream.transport is not None and not upgrading:
             self.sink.start_response_flow(upstream)
+
+    def client_reads(self) -> None:
+        """The client reads the response again after a full buffer paused it: the
+        route timeout runs afresh."""
+        plan = self.plan
+        if plan is not None:
+            self.deadline = self.core.reactor.seconds() + plan.timeout
 
     def flush_head(self) -> None:
         """Write a response head still held back (called after each upstream read)."""
@@ -211,8 +230,6 @@ class UpstreamRelay(ExchangeBase):
             return  # (an empty chunk to the client would be the last-chunk)
         self.deadline = self.core.reactor.seconds() + (self.plan.timeout if self.plan else 30)
         self.sent += len(data)
-        if self.chunked_out:
-            data = b"%x\r\n%s\r\n" % (len(data), data)
         self._send(data)
 
     def upstream_complete(self) -> None:
@@ -227,7 +244,7 @@ class UpstreamRelay(ExchangeBase):
                 upstream.reusable = False  # answered before the body was sent
             self.core.pool.release(upstream)
         self.release_host(failed=self.status >= 500)
-        self._send(b"0\r\n\r\n" if self.chunked_out else b"")
+        self._send(b"")
         # no flush before the end: ``exchange_done`` flushes, so an HTTP/2 response's
         # HEADERS, DATA and END_STREAM leave in one frame sequence, one write
         self.sink.end_body()
@@ -253,7 +270,7 @@ class UpstreamRelay(ExchangeBase):
         if upstream is not None:
             upstream.abort()
         if before_response and self.reused and not self.retried and not self.body_sent \
-                and self.method in _IDEMPOTENT:
+                and self.head.method in _IDEMPOTENT:
             # A pooled connection the upstream had just closed: try once on a fresh one.
             self.retried = True
             observe_upstream(self)  # the failed attempt counts as an upstream request

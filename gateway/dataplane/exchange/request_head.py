@@ -4,7 +4,9 @@ Hop-by-hop headers (and those the client named in ``Connection``) are stripped, 
 identity headers a client might forge, the route's removals and the ones the authorization
 decision removes; then Host is chosen (preserved, rewritten, from a header, from the path,
 or the upstream's), X-Forwarded-For/-Proto/-Host are set, and the route's and the
-decision's headers added. A pure function of the exchange: nothing is sent here.
+decision's headers added, with the exchange's request id. A pure function of the
+exchange: it reads the exchange and its plan (whose header table ``header_table`` made
+with the plan) and writes neither; nothing is sent here.
 """
 
 from __future__ import annotations
@@ -13,96 +15,120 @@ from typing import TYPE_CHECKING
 
 from twisted.logger import Logger
 
-from gateway.dataplane.exchange.base import BODY_CHUNKED, NO_NAMES
+from gateway.dataplane.exchange.head import NO_NAMES
+from gateway.dataplane.routing.header_table import (
+    AUTHORIZATION,
+    COOKIE,
+    HOST,
+    HOST_SOURCE,
+    SKIP,
+    XFF,
+    XFH,
+    XFP,
+)
 from gateway.dataplane.routing.router import upstream_path
 from gateway.observability.tracing.propagation import CONTEXT_HEADERS
 from gateway.sessions.bearer import programmatic_token
 from gateway.sessions.cookie import strip_cookie
-from gateway.wire.headers import (
-    HOP_BY_HOP,
-    IDENTITY_PREFIX,
-    NAME_INFO,
-    learn_name,
-    underscore_twin,
-)
-from gateway.wire.request_id import checked_request_id
+from gateway.wire.headers import IDENTITY_PREFIX, NAME_INFO, learn_name, underscore_twin
 
 if TYPE_CHECKING:
     from gateway.dataplane.exchange.base import ExchangeBase
-    from gateway.dataplane.routing.plan import RoutePlan
 
 log = Logger(namespace="gateway.dataplane.headers")
 
 
-# What ``upstream_request_head`` does with a header whose lower-case name the route's
-# table (``request_actions``) lists; any other name is forwarded after the generic checks.
-_SKIP = 0  # hop-by-hop, or removed by the route (remove/set_request_headers, claims)
-_HOST = 1
-_REQUEST_ID = 2  # removed; kept aside, the upstream gets it back if valid
-_XFF = 3
-_XFP = 4
-_XFH = 5
-_COOKIE = 6
-_AUTHORIZATION = 7
-_HOST_SOURCE = 8  # host_rewrite_header: the upstream's Host comes from it
-
-
-def request_actions(plan: RoutePlan) -> dict[bytes, int]:
-    """The route's header table, in the precedence the checks had written out in turn:
-    Host first, then hop-by-hop, then the route's removals, then the names the gateway
-    sets or filters. One dictionary lookup per header replaces a dozen comparisons."""
-    actions: dict[bytes, int] = {}
-    source = plan.host_header_name
-    if source and not source.startswith(IDENTITY_PREFIX):
-        actions[source] = _HOST_SOURCE
-    actions.update({b"cookie": _COOKIE, b"authorization": _AUTHORIZATION,
-                    b"x-forwarded-for": _XFF, b"x-forwarded-proto": _XFP,
-                    b"x-forwarded-host": _XFH})
-    actions.update(dict.fromkeys(plan.request_drop, _SKIP))
-    actions[b"x-request-id"] = _REQUEST_ID
-    actions.update(dict.fromkeys(HOP_BY_HOP, _SKIP))
-    actions[b"host"] = _HOST
-    return actions
-
-
 def upstream_request_head(exchange: ExchangeBase) -> bytes:
+    """The request line and header block sent to the upstream for ``exchange`` (routed,
+    with its host picked), ending with the blank line."""
     plan = exchange.plan
     host = exchange.host_state
     assert plan is not None and host is not None
     route = plan.route
-    upstream = host.upstream
     core = exchange.core
-    path = upstream_path(route, upstream, exchange.path).encode("latin-1")
-    if exchange.path_parameters:  # /app;jsessionid=1: routed as /app, forwarded whole
-        path += exchange.path_parameters.encode("latin-1")
+    head = exchange.head
+    path = upstream_path(route, host.upstream, head.path).encode("latin-1")
+    if head.path_parameters:  # /app;jsessionid=1: routed as /app, forwarded whole
+        path += head.path_parameters.encode("latin-1")
+    parts = [head.method, b" ", path, head.query, b" HTTP/1.1\r\n"]
+    allow = exchange.allow
+    trace = exchange.trace
+    incoming_host, xff, xfp, xfh, rewrite_from = _client_headers(exchange, parts)
+    if not incoming_host:
+        incoming_host = head.host.encode("latin-1")
+    # Host
+    if route.preserve_host_header:
+        host_value = incoming_host
+    elif route.host_rewrite:
+        host_value = route.host_rewrite.encode("latin-1")
+    elif rewrite_from is not None:
+        host_value = rewrite_from
+    elif route.host_path_regex is not None and route.host_path_regex.search(head.path):
+        host_value = route.host_path_regex.sub(
+            route.host_path_regex_rewrite_substitution, head.path, count=1
+        ).encode("latin-1")
+    else:
+        host_value = host.host_header
+    parts += (b"host: ", host_value, b"\r\n")
+    trusted = core.xff_trusted_hops
+    if not core.skip_xff_append:
+        ip = exchange.facts.peer.encode()
+        xff = xff + b", " + ip if xff else ip
+    if xff:
+        parts += (b"x-forwarded-for: ", xff, b"\r\n")
+    if not (trusted and xfp):
+        xfp = core.scheme_bytes
+    parts += (b"x-forwarded-proto: ", xfp, b"\r\n")
+    if not (trusted and xfh):
+        xfh = incoming_host
+    parts += (b"x-forwarded-host: ", xfh, b"\r\n")
+    parts.append(plan.request_headers_block)
+    if allow is not None:
+        parts.append(allow.head)
+    # the client's own x-request-id was dropped (it is in plan.request_drop): the
+    # exchange's, chosen when it got its head, is the client's if valid
+    parts += (b"x-request-id: ", exchange.rid, b"\r\n")
+    if trace is not None:
+        for name, value in trace.upstream_headers():
+            parts += (name, b": ", value, b"\r\n")
+    if head.upgrade:
+        parts += (b"connection: upgrade\r\nupgrade: ", head.upgrade, b"\r\n")
+    parts.append(b"\r\n")
+    return b"".join(parts)
+
+
+def _client_headers(exchange: ExchangeBase, parts: list[bytes]
+                    ) -> tuple[bytes, bytes | None, bytes | None, bytes | None, bytes | None]:
+    """Append to ``parts`` the client's headers the upstream receives as they came (by
+    the plan's header table); return what the rest of the head is made from: the
+    client's Host, its X-Forwarded-For (joined), -Proto and -Host, and the value of the
+    route's ``host_rewrite_header`` (None for each that did not come)."""
+    plan = exchange.plan
+    assert plan is not None
+    head = exchange.head
     actions = plan.request_actions
-    if actions is None:
-        actions = plan.request_actions = request_actions(plan)
-    named = exchange.connection_tokens
-    parts = [exchange.method, b" ", path, exchange.query, b" HTTP/1.1\r\n"]
+    named = head.connection_tokens
     incoming_host = b""
     xff: bytes | None = None
     xfp: bytes | None = None
     xfh: bytes | None = None
     rewrite_from: bytes | None = None
-    given_id: bytes | None = None
     allow = exchange.allow
     extra_remove = allow.remove if allow is not None else NO_NAMES
-    trace = exchange.trace
-    if trace is not None:  # the caller's trace headers give way to ours
+    if exchange.trace is not None:  # the caller's trace headers give way to ours
         extra_remove = extra_remove | CONTEXT_HEADERS
     # The gateway's own credentials never reach an upstream: a signed-in route's decision
     # names them; a public route has no decision, so the cookie name and the token
     # format are applied here (an upstream could otherwise replay them to the gateway).
-    own_cookie = allow.strip_cookie if allow is not None else core.cookie_name
+    own_cookie = allow.strip_cookie if allow is not None else exchange.core.cookie_name
     names = NAME_INFO
-    for name, value in exchange.headers:
+    for name, value in head.headers:
         info = names.get(name)
         if info is None:
             info = learn_name(name)
         low, plain = info
         action = actions.get(low)
-        if action == _HOST:
+        if action == HOST:
             incoming_host = value
             continue
         if named and low in named:
@@ -118,86 +144,30 @@ def upstream_request_head(exchange: ExchangeBase) -> bytes:
                 continue
             parts += (name, b": ", value, b"\r\n")
             continue
-        if action == _SKIP:
+        if action == SKIP or low in extra_remove:
             continue
-        if action == _REQUEST_ID:
-            if given_id is None:
-                given_id = value
-            continue
-        if low in extra_remove:
-            continue
-        if action == _XFF:
+        if action == XFF:
             xff = value if xff is None else xff + b", " + value
             continue
-        if action == _XFP:
+        if action == XFP:
             xfp = value
             continue
-        if action == _XFH:
+        if action == XFH:
             xfh = value
             continue
-        if action == _COOKIE and own_cookie:
+        if action == COOKIE and own_cookie:
             value = strip_cookie(value, own_cookie)
             if not value:
                 continue
-        elif (action == _AUTHORIZATION and allow is None
+        elif (action == AUTHORIZATION and allow is None
               and programmatic_token([(name, value)])) or (
-                action == _HOST_SOURCE and b"_" in low
+                action == HOST_SOURCE and b"_" in low
                 and _underscore_dropped(exchange, name, low, extra_remove)):
             continue  # the gateway's own token on a public route; a dropped "_" name
         if low == plan.host_header_name:
             rewrite_from = value
         parts += (name, b": ", value, b"\r\n")
-    if not incoming_host:
-        incoming_host = exchange.host.encode("latin-1")
-    # Host
-    if route.preserve_host_header:
-        host_value = incoming_host
-    elif route.host_rewrite:
-        host_value = route.host_rewrite.encode("latin-1")
-    elif rewrite_from is not None:
-        host_value = rewrite_from
-    elif route.host_path_regex is not None and route.host_path_regex.search(exchange.path):
-        host_value = route.host_path_regex.sub(
-            route.host_path_regex_rewrite_substitution, exchange.path, count=1
-        ).encode("latin-1")
-    else:
-        host_value = host.host_header
-    parts += (b"host: ", host_value, b"\r\n")
-    trusted = core.xff_trusted_hops
-    if not core.skip_xff_append:
-        ip = exchange.sink.client_ip.encode()
-        xff = xff + b", " + ip if xff else ip
-    if xff:
-        parts += (b"x-forwarded-for: ", xff, b"\r\n")
-    if not (trusted and xfp):
-        xfp = core.scheme_bytes
-    parts += (b"x-forwarded-proto: ", xfp, b"\r\n")
-    if not (trusted and xfh):
-        xfh = incoming_host
-    parts += (b"x-forwarded-host: ", xfh, b"\r\n")
-    block = plan.request_headers_block
-    if block is None:
-        block = plan.request_headers_block = b"".join(
-            b"%s: %s\r\n" % pair for pair in plan.request_headers)
-    parts.append(block)
-    if allow is not None:
-        parts.append(allow.head)
-    # the client's own x-request-id was dropped above (it is in plan.request_drop) and
-    # comes back here only if valid
-    # (found while the head was copied: ``request_id`` needs no second pass)
-    rid = exchange.rid
-    if not rid:
-        rid = exchange.rid = checked_request_id(given_id)
-    parts += (b"x-request-id: ", rid, b"\r\n")
-    if trace is not None:
-        for name, value in trace.upstream_headers():
-            parts += (name, b": ", value, b"\r\n")
-    if exchange.body_kind == BODY_CHUNKED:
-        parts.append(b"transfer-encoding: chunked\r\n")
-    if exchange.upgrade:
-        parts += (b"connection: upgrade\r\nupgrade: ", exchange.upgrade, b"\r\n")
-    parts.append(b"\r\n")
-    return b"".join(parts)
+    return incoming_host, xff, xfp, xfh, rewrite_from
 
 
 def _underscore_dropped(exchange: ExchangeBase, name: bytes, low: bytes,
@@ -211,7 +181,7 @@ def _underscore_dropped(exchange: ExchangeBase, name: bytes, low: bytes,
             "dropped the client header {header} on {host}{path} from {client}: with '_' "
             "read as '-' it names a header the gateway sets",
             header=name.decode("latin-1"), host=exchange.host, path=exchange.path,
-            client=exchange.sink.client_ip,
+            client=exchange.facts.peer,
         )
         return True
     return bool(exchange.core.underscores_drop)

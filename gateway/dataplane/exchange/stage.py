@@ -1,6 +1,13 @@
-"""Where an exchange is in its life: one value, ``ExchangeBase.stage``. A move that may
-end the exchange is made by ``ExchangeBase.enter``; ``NEXT`` lists the moves, and the
-test suite checks every write of the stage against it (``tests/support/stage_check.py``).
+"""Where an exchange is in its life: one value, ``ExchangeBase.stage``. ``NEXT`` lists
+the allowed moves, and ``MOVED_BY`` names the one exchange method that makes each: the
+four moves of every relayed request, none of which can end it, are plain writes of the
+slot by the method named for them (``begin`` to ROUTING, ``dispatch`` to CONNECTING,
+``attach`` to WAITING, ``local`` and ``upstream_head`` to RESPONDING; as calls of a
+function here they cost 1.3 % of a request's CPU in ``bench/inproc.py``), every other
+move, and every one that may end the exchange, is made by ``ExchangeBase.enter``, which
+keeps ``finished`` beside the stage. The test suite holds every write of the stage to
+both tables (``tests/support/stage_check.py``); the data plane itself does not ask,
+since the check would cost each request more than the moves do.
 
 The response side of an exchange moves through these stages; the request side (has
 the whole body arrived) is the separate ``request_done`` flag, since a body may still
@@ -59,3 +66,20 @@ NEXT: dict[Stage, frozenset[Stage]] = {
     DONE: frozenset(),
 }
 assert all(RESPONDING in NEXT[stage] and DONE in NEXT[stage] for stage in _BEFORE_RESPONSE)
+
+# The exchange method that makes each move (a write of ``stage`` anywhere else fails the
+# test that made it): ``enter`` for every move that may end the exchange or is off the
+# common path; the name of the one method that writes it for the four of every relayed
+# request (``__init__`` sets the first stage).
+MOVED_BY: dict[Stage, frozenset[str]] = {
+    HEAD: frozenset({"__init__"}),
+    READY: frozenset({"enter"}),
+    ROUTING: frozenset({"begin"}),
+    AUTHORIZING: frozenset({"enter"}),
+    CONNECTING: frozenset({"dispatch", "enter"}),  # enter: a CONNECT's tunnel
+    WAITING: frozenset({"attach"}),
+    RESPONDING: frozenset({"local", "upstream_head"}),
+    TUNNEL: frozenset({"enter"}),
+    DONE: frozenset({"enter"}),
+}
+assert all(MOVED_BY[stage] == {"enter"} for stage in Stage if stage >= FINAL)

@@ -25,6 +25,7 @@ from gateway.authorize.hook import RequestInfo
 from gateway.dataplane.core import ProxyCore
 from gateway.dataplane.exchange.access import Logged, log_access
 from gateway.dataplane.exchange.base import Sink, TunnelSink
+from gateway.dataplane.exchange.head import ConnectionFacts
 from gateway.dataplane.exchange.recheck import Reauthorized
 from gateway.dataplane.exchange.stage import CONNECTING, TUNNEL, Stage
 from gateway.dataplane.routing.plan import RoutePlan
@@ -44,18 +45,24 @@ _CONNECT_MESSAGES = {
 
 
 class Exchange(Logged, Protocol):
-    """What a tunnel uses of its exchange (``request.Exchange``)."""
+    """What a tunnel uses of its exchange (``exchange.Exchange``)."""
 
     sink: Sink
-    tunnel_sink: TunnelSink | None
+    facts: ConnectionFacts
+    @property
+    def tunnel_sink(self) -> TunnelSink | None: ...
     core: ProxyCore
     plan: RoutePlan | None
     host_state: UpstreamHost | None
     connecting: Deferred[Any] | None
-    method: bytes
-    host: str
-    path: str
-    query: bytes
+    @property
+    def method(self) -> bytes: ...
+    @property
+    def host(self) -> str: ...
+    @property
+    def path(self) -> str: ...
+    @property
+    def query(self) -> bytes: ...
     started: float
     keep_alive: bool
     status: int
@@ -224,7 +231,7 @@ def _connected(exchange: Exchange, upstream: TunnelUpstream) -> None:
     exchange.enter(TUNNEL)  # from here on the pipe owns both connections
     exchange.status = 200
     sink = exchange.tunnel_sink
-    assert sink is not None  # the codec gives a CONNECT's exchange its tunnel side
+    assert sink is not None  # a CONNECT's sink is its tunnel side (both codecs)
     sink.start_connect(tunnel, transport)
     if tunnel.pipe is None:  # the client's side went away meanwhile: no tunnel
         transport.loseConnection()

@@ -22,8 +22,8 @@ from twisted.python.failure import Failure
 from zope.interface import implementer
 
 from gateway.dataplane.core import ProxyCore
-from gateway.dataplane.exchange.base import BODY_CHUNKED, BODY_LENGTH
-from gateway.dataplane.exchange.request import Exchange
+from gateway.dataplane.exchange.exchange import Exchange
+from gateway.dataplane.exchange.head import ConnectionFacts
 from gateway.dataplane.http2.engine import H2Engine
 from gateway.dataplane.http2.events import (
     ConnectionTerminated,
@@ -35,7 +35,6 @@ from gateway.dataplane.http2.events import (
     StreamReset,
     WindowOpened,
 )
-from gateway.dataplane.http2.fields import forwarding_problem
 from gateway.dataplane.http2.guard import (
     BUSY_STREAMS,
     STALLED_STREAMS,
@@ -47,6 +46,7 @@ from gateway.dataplane.http2.guard import (
     next_turn_end,
     stall_timeout,
 )
+from gateway.dataplane.http2.head import read_head
 from gateway.dataplane.http2.protocol import (
     GOAWAY,
     MAX_CONCURRENT_STREAMS,
@@ -56,10 +56,7 @@ from gateway.dataplane.http2.protocol import (
 )
 from gateway.dataplane.http2.stream import CONNECTION_HIGH_WATER, HIGH_WATER, StreamSink
 from gateway.net.pipe import CLOSE_GRACE
-from gateway.observability.tracing.propagation import CONTEXT_NAMES
-from gateway.tls.connection import ConnectionTLS
 from gateway.twisted_ext.fastio import direct_writer, write_now
-from gateway.wire.normalize import BadTarget, connect_authority, normalise_target
 
 log = Logger()
 
@@ -69,8 +66,10 @@ RELEASES_PER_TURN = 16
 
 
 @implementer(IPushProducer)
-class H2Connection(ConnectionTLS, Protocol):
+class H2Connection(Protocol):
     """One HTTP/2 client connection (after ALPN ``h2`` or the h2c preface)."""
+
+    transport: Any
 
     def __init__(self, core: ProxyCore) -> None:
         self.core = core
@@ -79,6 +78,7 @@ class H2Connection(ConnectionTLS, Protocol):
         self.h2 = H2Engine()
         self.streams: dict[int, StreamSink] = {}
         self.client_ip = ""
+        self.facts = ConnectionFacts("")  # (connectionMade: the peer's)
         self.last_activity = 0.0
         self.write_blocked_since = 0.0
         self.close_started: float | None = None
@@ -108,6 +108,7 @@ class H2Connection(ConnectionTLS, Protocol):
         now = self.last_activity = self.core.reactor.seconds()
         # the client (after any PROXY header: this codec starts on the first bytes)
         self.client_ip = getattr(transport.getPeer(), "host", "")
+        self.facts = ConnectionFacts(self.client_ip, transport)
         if self.core.penalties.refuses(self.client_ip, now):
             # its connections keep being cut (refused at the accept, unless behind a
             # PROXY-protocol balancer): told why, and closed without a byte more read
@@ -383,63 +384,21 @@ class H2Connection(ConnectionTLS, Protocol):
             if cut is not None:
                 self.cut(cut)
             return
+        head, problem = read_head(fields, ended, self.core.reject_parameters)
         stream = StreamSink(self, stream_id, self.h2.stream_state(stream_id))
         self.streams[stream_id] = stream
-        exchange = Exchange(stream, self.core)
+        exchange = Exchange(stream, self.core, self.facts, head)
         stream.exchange = exchange
-        headers: list[tuple[bytes, bytes]] = []
-        cookies: list[bytes] = []
-        authority = host = b""
-        has_length = False
-        for name, value in fields:
-            if name == b":method":
-                exchange.method = value
-            elif name == b":path":
-                exchange.target = value
-            elif name == b":authority":
-                authority = value
-            elif name.startswith(b":"):
-                continue
-            elif name == b"cookie":
-                cookies.append(value)
-            else:
-                if name == b"host":
-                    host = value
-                elif name == b"content-length":
-                    has_length = True
-                elif name in CONTEXT_NAMES:  # HTTP/2 names are lower case
-                    exchange.trace_context = True
-                headers.append((name, value))
-        if cookies:
-            headers.append((b"cookie", b"; ".join(cookies)))  # RFC 9113 8.2.3
-        exchange.headers = headers
-        exchange.keep_alive = True
-        exchange.host = (authority or host).decode("latin-1").lower()
-        exchange.body_kind = 0 if ended else (BODY_LENGTH if has_length else BODY_CHUNKED)
-        exchange.request_done = ended
-        connect = exchange.method == b"CONNECT"
-        problem = forwarding_problem(exchange.method, authority or host,
-                                     None if connect else headers)
-        if problem is not None:
+        if problem:
             exchange.fail(400, problem)
             return
-        if connect:
+        if head.connect:
+            # RFC 9113 8.5: the stream's DATA frames are the tunnel's bytes; they wait
+            # (unacknowledged) for the tunnel
             stream.early_end = ended
-            self._connect(stream, exchange, authority)
+            stream.pause_reading("connect")
+            exchange.begin()
             return
-        if not exchange.host:
-            exchange.fail(400, "the request has no authority")
-            return
-        try:
-            path, parameters, query = normalise_target(exchange.target,
-                                                       self.core.reject_parameters)
-        except BadTarget as exc:
-            exchange.fail(400, str(exc))
-            return
-        exchange.path = path.decode("latin-1")
-        if parameters:  # (rare: the slot's default is "", and a decode per request costs)
-            exchange.path_parameters = parameters.decode("latin-1")
-        exchange.query = query
         if self.buffered and self._stalled() >= STALLED_STREAMS:
             # the client reads none of what it asked for: no more upstream work for it
             # until it does (its frames are still read: WINDOW_UPDATEs and bodies)
@@ -459,25 +418,6 @@ class H2Connection(ConnectionTLS, Protocol):
             if stream.stream_id in self.streams and exchange is not None \
                     and not exchange.finished and not stream.closed:
                 exchange.begin()
-
-    def _connect(self, stream: StreamSink, exchange: Exchange, authority: bytes) -> None:
-        """RFC 9113 8.5: ``:method CONNECT`` with ``:authority`` host:port and no
-        ``:scheme``/``:path``; the stream's DATA frames are the tunnel's bytes."""
-        if exchange.target:
-            exchange.fail(400, "CONNECT takes no :path (RFC 9113 8.5)")
-            return
-        try:
-            exchange.host = connect_authority(authority)
-        except BadTarget as exc:
-            exchange.fail(400, str(exc))
-            return
-        exchange.path = ""
-        exchange.connect = True
-        exchange.tunnel_sink = stream
-        exchange.body_kind = 0
-        exchange.request_done = True
-        stream.pause_reading("connect")  # DATA waits (unacknowledged) for the tunnel
-        exchange.begin()
 
     def _drop(self, stream: StreamSink, why: str, by_client: bool = False) -> None:
         """The stream is over (the client reset it, or we give up on it): drop it and

@@ -12,12 +12,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from gateway.dataplane.exchange.base import ExchangeBase
-from gateway.dataplane.exchange.request import Exchange
+from gateway.dataplane.exchange.exchange import Exchange
 from gateway.dataplane.exchange.tunnel import Tunnel
 from gateway.dataplane.http2.fields import NOT_FORWARDED
 from gateway.dataplane.http2.protocol import MAX_FRAME_SIZE, ErrorCode
 from gateway.net.pipe import Pipe
-from gateway.tls.client_certs import ClientCertPolicy
 
 if TYPE_CHECKING:
     from twisted.internet.interfaces import ITransport
@@ -33,13 +32,10 @@ FLUSH_EVERY = 64 * 1024
 class StreamSink:
     """The ``Sink`` of one HTTP/2 stream."""
 
-    chunked_framing = False
-
     def __init__(self, owner: H2Connection, stream_id: int, state: Stream) -> None:
         self.owner = owner
         self.stream_id = stream_id
         self.state = state  # the engine's: read, never written here
-        self.client_ip = owner.client_ip
         self.exchange: Exchange | None = None
         self.pending = bytearray()
         self.end_pending = False
@@ -60,10 +56,11 @@ class StreamSink:
 
     # Sink
     def write_head(self, status: int, reason: bytes, headers: list[tuple[bytes, bytes]],
-                   body: bool, close: bool, first_body: bytes = b"") -> None:
-        # (the engine refuses a head for a stream that is closed: no check of our own)
+                   framing: int, close: bool, first_body: bytes = b"") -> None:
+        # (the engine refuses a head for a stream that is closed: no check of our own;
+        # a body of any framing is delimited by END_STREAM)
         if self.owner.h2.send_response_head(self.stream_id, status, headers, NOT_FORWARDED,
-                                            end_stream=not body and not first_body) \
+                                            end_stream=not framing and not first_body) \
                 and first_body:
             self.write_body(first_body)
 
@@ -147,15 +144,6 @@ class StreamSink:
     def flush(self) -> None:
         """Send what h2 has queued (after an upstream read, or when a stream ends)."""
         self.owner.flush()
-
-    def misdirected(self, host: str, routed: bool) -> str:
-        return self.owner.misdirected(host, routed)
-
-    def client_cert_problem(self, policy: ClientCertPolicy) -> str | None:
-        return self.owner.client_cert_problem(policy)
-
-    def client_certificate(self) -> bytes:
-        return self.owner.client_certificate()
 
     def abort(self) -> None:
         """The response cannot be finished (its upstream failed mid-body): reset the

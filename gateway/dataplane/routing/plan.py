@@ -14,6 +14,7 @@ from urllib.parse import urlsplit
 
 from gateway.config.routes import OVERRIDE_HEADERS, Route
 from gateway.config.snapshot import Snapshot
+from gateway.dataplane.routing.header_table import request_actions
 from gateway.dataplane.routing.router import normalise_host, path_matches, route_host_keys
 from gateway.dataplane.upstream.balancer import Balancer, make_balancer
 from gateway.dataplane.upstream.hosts import UpstreamHost, hosts_for
@@ -55,10 +56,15 @@ class RoutePlan:
     # rows of the request metrics this route counted into (exchange/measure.py)
     metric_rows: dict[tuple[Any, ...], list[float]] = field(default_factory=dict)
     # what the upstream request head does with each header name this route treats
-    # specially, and the route's own request headers as ready bytes: made at first use
-    # (exchange/request_head.py)
-    request_actions: dict[bytes, int] | None = None
-    request_headers_block: bytes | None = None
+    # specially (``header_table``), and the route's own request headers as ready bytes:
+    # made with the plan, read by exchange/request_head.py
+    request_actions: dict[bytes, int] = field(init=False)
+    request_headers_block: bytes = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.request_actions = request_actions(self.host_header_name, self.request_drop)
+        self.request_headers_block = b"".join(b"%s: %s\r\n" % pair
+                                              for pair in self.request_headers)
 
     def matches(self, path: str) -> bool:
         return path_matches(self.route, path)
