@@ -112,7 +112,8 @@ def build_service_tree(
     if needs_identity:
         assert broker is not None
         bearer = None
-        if not options.remote_authorize:  # where decisions are made: bearer keys
+        if (options.runs("proxy") or options.services == "authorize") \
+                and not options.remote_authorize:  # where routes' requests are decided
             bearer = BearerVerifiers(reactor)
             root.addService(bearer)
         identity = IdentityHolder(reactor, snapshot, broker,
