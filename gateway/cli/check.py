@@ -81,7 +81,7 @@ def run_check(path: str | None, out: TextIO, err: TextIO) -> int:
 def accepted_providers(snapshot: Snapshot) -> list[str]:
     """With ``identity_providers`` in use, one line per route that signs people in: the
     providers whose sessions it accepts (none with only the idp_* settings' provider:
-    every route accepts that one)."""
+    every route accepts that one), and the bearer providers whose tokens it accepts."""
     providers = snapshot.options.identity_providers
     if all(p.implicit for p in providers):
         return []
@@ -91,6 +91,9 @@ def accepted_providers(snapshot: Snapshot) -> list[str]:
             continue
         accepted = accepted_by(route.identity_providers, providers)
         label = route.name or route.from_url
+        bearer = [p.id for p in providers
+                  if p.bearer is not None and p.id in route.identity_providers]
         lines.append(f"policy[{route.index}] {label}: accepts "
-                     + (", ".join(accepted) if accepted else "no sign-in"))
+                     + (", ".join(accepted) if accepted else "no sign-in")
+                     + (f"; bearer tokens of {', '.join(bearer)}" if bearer else ""))
     return lines
