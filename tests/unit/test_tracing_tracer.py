@@ -29,10 +29,12 @@ SPAN = 0x00F067AA0BA902B7
 
 
 def exchange(headers: list[tuple[bytes, bytes]] | None = None) -> Any:
+    # the codec flags a caller's trace context on the request head
+    head = SimpleNamespace(headers=headers or [], trace_context=bool(headers))
     return SimpleNamespace(
-        headers=headers or [], method=b"GET", path="/p", host="app.test", detail="",
-        core=SimpleNamespace(scheme="https"), plan=None, host_state=None, reused=False,
-        trace=None, trace_id="", trace_context=bool(headers), user_id="",
+        head=head, headers=head.headers, method=b"GET", path="/p", host="app.test",
+        detail="", core=SimpleNamespace(scheme="https"), plan=None, host_state=None,
+        reused=False, trace=None, trace_id="", user_id="",
         client_address=lambda: "192.0.2.1")
 
 
