@@ -254,14 +254,20 @@ class Decider:
         """``own_token``: the request carries a programmatic token (``Authorization:
         Gateway``), which the upstream must not see."""
         caller = self.caller(session) if session is not None else None
-        return self._decide_policy(request, route, caller, own_token, self.clock())
+        return self.decide_caller(request, route, caller, own_token, self.clock())
 
-    def _decide_policy(self, request: RequestInfo, route: Route, caller: Caller | None,
-                       own_token: bool, now: float) -> Decision:
-        """``decide``, its answer remembered: the identity headers per (session record,
-        route); the verdict too unless the policy reads the request (method, path,
-        address, certificate, clock), when it is made again for each request. A route
-        with only the allow fields names their codes (``allow_fields``) in the log."""
+    def decide_caller(self, request: RequestInfo, route: Route, caller: Caller | None,
+                      own_token: bool, now: float) -> Decision:
+        """``decide`` for ``caller`` (a session's, or one with no session behind it:
+        issue 42's bearer tokens come in here), its answer remembered per session: the
+        identity headers per (session record, route); the verdict too unless the policy
+        reads the request (method, path, address, certificate, clock), when it is made
+        again for each request. A caller with no session is decided on every request
+        (its assertion is still the signer's, cached per caller). Nobody signed in gets
+        ``SignIn``'s answer; someone refused, the 403 page. A route with only the allow
+        fields names their codes (``allow_fields``) in the log. ``own_token``: the
+        request's ``Authorization`` is the caller's credential, which the upstream must
+        not see."""
         key: tuple[str, int, bool] | None = None
         hit: Decided | None = None
         if caller is not None and caller.session_id and request.method != b"OPTIONS":
