@@ -72,12 +72,16 @@ class SignIn(Protocol):
 
 
 class Decided(NamedTuple):
+    """A decision remembered per (session, route, token): ``decide_caller``."""
+
     caller: Caller  # who the decision saw (``caller``: one object per record)
     until: float
     allow: Allow
 
 
 class Remembered(NamedTuple):
+    """An allow remembered per (Cookie header, route): ``_allowed_again``."""
+
     sid: str
     session: Session  # the record (not the view): ``store.get`` returns this object
     until: float
@@ -89,13 +93,17 @@ class Remembered(NamedTuple):
 
 
 class Known(NamedTuple):
+    """The caller a session record is, per directory version: ``caller``."""
+
     record: Session
     directory_version: int
     caller: Caller
 
 
 class Decider:
-    """The per-snapshot ``Authorizer.authorize``; one per ``Identity``."""
+    """The HTTP entrance: the per-snapshot ``Authorizer.authorize`` (the proxy's and
+    forward auth's); one per ``Identity``. It also makes the caller a session is for
+    the SSH entrance (``caller``, ``renewed``)."""
 
     def __init__(self, snapshot: Snapshot, sessions: SessionLookup, store: SessionStore,
                  signer: AssertionSigner, sign_in: SignIn, clock: Callable[[], float],
@@ -111,7 +119,7 @@ class Decider:
         self.directory = directory
         self.groups_available = bool(o.idp_service_account)
         self.allow_unverified_email = o.idp_allow_unverified_email
-        # (session id, route index, programmatic token): ``_decide``
+        # (session id, route index, programmatic token): ``decide_caller``
         self._decisions: FifoCache[tuple[str, int, bool], Decided] = \
             FifoCache(DECISION_CACHE)
         # (Cookie header, route index): ``_allowed_again``
