@@ -24,7 +24,7 @@ from gateway.observability.audit_service import AuditService
 from gateway.observability.metrics_push import MetricsPushService
 from gateway.services.drain import Drain, Drainable, DrainingRoot
 from gateway.services.logical import AuthenticateService, AuthorizeService, DataBrokerService
-from gateway.services.metrics import MetricsService, count_requests
+from gateway.services.metrics_endpoint import MetricsEndpointService, count_requests
 from gateway.services.proxy import ProxyService
 from gateway.services.ready import ReadyService
 from gateway.workers.role import WorkerRole
@@ -142,7 +142,7 @@ def build_service_tree(
         ready = ReadyService(reactor, options.services, announce=worker.announce)
     else:
         if options.metrics_address:
-            root.addService(MetricsService(source, reactor))
+            root.addService(MetricsEndpointService(source, reactor))
         ready = ReadyService(reactor, options.services)
         _log_startup(snapshot)
     root.addService(ready)
@@ -195,7 +195,7 @@ def build_supervisor_tree(
                                SharedListeners(addresses, options.workers))
     root.addService(workers)
     if options.metrics_address:
-        root.addService(MetricsService(source, reactor, gather=workers.gather_metrics))
+        root.addService(MetricsEndpointService(source, reactor, gather=workers.gather_metrics))
     root.addService(ReadyService(reactor, options.services, wait=workers.ready))
     _log_startup(snapshot)
     return root

@@ -1,6 +1,6 @@
 """The reference pages that are generated from the code's own schema: every global
 setting (``gateway.config.settings.SETTINGS``), every route and redirect field
-(``ROUTE_FIELDS``, ``REDIRECT_FIELDS``) and every policy criterion (``CRITERIA``).
+(``ROUTE_SCHEMA``, ``REDIRECT_FIELDS``) and every policy criterion (``CRITERIA``).
 
 It lives beside the documentation, not in the ``gateway`` package: only the Sphinx
 build and the tests read it, never the daemon or the CLI, so the Debian package's
@@ -25,7 +25,7 @@ from typing import Any
 import yaml
 
 from gateway.config.route_parts import REDIRECT_FIELDS
-from gateway.config.routes import ROUTE_FIELDS
+from gateway.config.routes import ROUTE_SCHEMA
 from gateway.config.settings import SETTINGS, Kind, SettingInfo
 from gateway.policy.criteria import CRITERIA
 
@@ -133,8 +133,8 @@ def route_fields_markdown(table: Mapping[str, Any] | None = None, *,
                           labels: bool = True) -> str:
     table = descriptions()["route_fields"] if table is None else table
     lines = ["## Route fields", ""]
-    for key, doc in ROUTE_FIELDS.items():
-        text = plain_text(doc.strip()) or str(table.get(key, "")).strip()
+    for key, info in ROUTE_SCHEMA.items():
+        text = plain_text(info.doc.strip()) or str(table.get(key, "")).strip()
         label = [f"(field-{key})="] if labels else []
         lines += [*label, f"### `{key}`", "", text, ""]
     lines += ["## Redirect fields", "",

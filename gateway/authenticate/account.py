@@ -13,9 +13,10 @@ from twisted.internet.defer import Deferred
 
 from gateway.authenticate.targets import ROUTES, SIGN_OUT, query_params
 from gateway.authorize import answers
+from gateway.authorize.caller import Caller
+from gateway.authorize.decide import decide, http_asked
 from gateway.authorize.email import REFUSAL_TEXT
 from gateway.authorize.hook import Decision, RequestInfo
-from gateway.authorize.policy import facts_for
 from gateway.config.routes import Route
 from gateway.dataplane.routing.router import path_matches, route_host_keys
 from gateway.pages.layout import Action, Look, origin
@@ -73,11 +74,12 @@ def _answer(ident: Identity, request: RequestInfo, session: Session | None, page
 
 
 def _profile(ident: Identity, request: RequestInfo, session: Session) -> Decision:
-    view, refusal = ident.decider.decision_session(session)  # what routes see of it
+    caller = ident.decider.caller(session)  # what routes see of it
+    refusal = caller.email_refusal
     profile = Profile(
-        email=view.email, user_id=view.user_id, name=view.name,
-        groups=_groups(ident, view), claims=view.claims, started=view.issued_at,
-        expires=view.expires_at, identity_provider=ident.options.idp_provider_url,
+        email=caller.email, user_id=caller.user_id, name=caller.name,
+        groups=_groups(ident, caller), claims=caller.claims, started=session.issued_at,
+        expires=caller.expires_at, identity_provider=ident.options.idp_provider_url,
         host=request.host, email_claimed=session.email if refusal else "",
         email_refused=refusal, email_refused_text=REFUSAL_TEXT.get(refusal, ""))
     actions = [Action("Sign out", SIGN_OUT, "post", (("csrf", ident.csrf_token(session)),))]
@@ -101,7 +103,7 @@ def _portal(ident: Identity, routes: tuple[Route, ...], request: RequestInfo,
     one is listed only if it allows without. Listed only if allowed; public routes are,
     marked; redirects are no place to open; a route whose entry address routing gives
     to an earlier route (the same address, or a broader path) is left out."""
-    view, _ = ident.decider.decision_session(session)
+    caller = ident.decider.caller(session)
     now = ident.clock()
     gateway_url = _gateway_url(request)
     shown: list[PortalRoute] = []
@@ -116,11 +118,10 @@ def _portal(ident: Identity, routes: tuple[Route, ...], request: RequestInfo,
             continue
         probe = RequestInfo(method.encode(), request.scheme, route.host, path, b"", [],
                             request.client_ip)
-        facts = facts_for(probe, view, now, groups_available=ident.decider.groups_available)
-        if route.policy.evaluate(facts).allowed:
+        if decide(route.policy, caller, http_asked(probe, now)).allowed:
             shown.append(portal_route(route, method=method, path=path,
                                       gateway_url=gateway_url))
-    portal = Portal(view.email or session.user_id, now, tuple(shown), request.host)
+    portal = Portal(caller.who, now, tuple(shown), request.host)
     actions = (Action("Who am I?", "/.gateway/", "get", primary=False),)
     body, page = render_portal(portal, ident.look, actions, as_json=wants_json(request))
     return answers.answer(200, body, page, "routes-portal")
@@ -161,13 +162,13 @@ def _with_targets(ident: Identity, session: Session, destination: str) -> Look:
     return replace(ident.look, form_targets=tuple(t for t in targets if t))
 
 
-def _groups(ident: Identity, session: Session) -> tuple[Group, ...]:
+def _groups(ident: Identity, caller: Caller) -> tuple[Group, ...]:
     """Directory groups (name and id) when a directory is synced, else the groups claim."""
     directory: Any = ident.directory
     if directory is not None and hasattr(directory, "group_details"):
         return tuple(Group(name or gid, gid) for gid, name in
-                     directory.group_details(session.user_id, session.email))
-    return tuple(Group(g) for g in session.groups)
+                     directory.group_details(caller.user_id, caller.email))
+    return tuple(Group(g) for g in caller.groups)
 
 
 def sign_out_confirmation(ident: Identity, session: Session, target: str) -> Decision:
@@ -193,4 +194,4 @@ def signed_out_page(ident: Identity, session: Session,
 
 def _who(ident: Identity, session: Session) -> str:
     """Who a page says is signed in: the e-mail routes may use, else the user id."""
-    return ident.decider.decision_session(session)[0].email or session.user_id
+    return ident.decider.caller(session).who

@@ -17,7 +17,7 @@ deleting it (sign-out) ends the session on every host.
 
 This module holds the per-snapshot sign-in state: the sealers, session cookies, step 1's
 redirect, token refresh and new sessions. It builds the request's session lookup
-(``gateway.sessions.lookup``) and the decider (``gateway.authorize.decide``), which asks
+(``gateway.sessions.lookup``) and the decider (``gateway.authorize.http_requests``), which asks
 it for sign-in answers and refreshes. The endpoints of steps 2-4, programmatic login and
 sign-out are in ``endpoints``, the pure target checks in ``targets``.
 """
@@ -45,8 +45,8 @@ from gateway.authenticate.targets import SIGN_IN, STATE_TTL
 from gateway.authorize import answers
 from gateway.authorize.assertion import AssertionSigner
 from gateway.authorize.claims import claim_groups, flatten_claims, session_from_claims
-from gateway.authorize.decide import Decider
 from gateway.authorize.hook import Decision, Reply, RequestInfo
+from gateway.authorize.http_requests import Decider
 from gateway.config.snapshot import Snapshot
 from gateway.pages.layout import Action, look_of
 from gateway.sessions.cookie import set_cookie_headers
@@ -171,7 +171,7 @@ class Identity:
     def csrf_token(self, session: Session) -> str:
         return hmac.new(self.csrf_key, session.id.encode(), hashlib.sha256).hexdigest()
 
-    # -- what the decider asks (``gateway.authorize.decide.SignIn``)
+    # -- what the decider asks (``gateway.authorize.http_requests.SignIn``)
 
     def refresh_due(self, session: Session) -> float:
         if session.refresh_token and self.provider is not None:

@@ -60,7 +60,7 @@ class SshSignIn:
             return self._error(400, "This SSH sign-in link is invalid or has expired; "
                                     "connect again for a new one.", request,
                                "bad-ssh-sign-in")
-        who = ident.decider.decision_session(session)[0].email or session.user_id
+        who = ident.decider.caller(session).who
         if pending.session_id:
             body_html, page = ssh_signed_in(who, ident.look)
             return answers.answer(200, body_html, page, "ssh-sign-in-done")

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from gateway.authorize.caller import Caller
 from gateway.config.routes import Route
 from gateway.policy import Verdict
-from gateway.sessions.model import Session
 
 # Stable reason codes: log fields and tests depend on these strings.
 PUBLIC = "public"
@@ -63,19 +63,18 @@ class Decision:
         return self.reasons[0] if self.reasons else ""
 
 
-def decision(route: Route, verdict: Verdict, session: Session | None, now: float,
-             groups_available: bool, email_refused: str = "") -> Decision:
-    """``verdict`` (the route's compiled policy for ``session`` as decisions see it, at
-    ``now``) in the allow fields' codes. ``email_refused``: the code of the e-mail the
-    provider sent when it was refused, added after the codes of the fields that needed
-    it."""
+def decision(route: Route, verdict: Verdict, caller: Caller | None, now: float) -> Decision:
+    """``verdict`` (the route's compiled policy for ``caller`` at ``now``) in the allow
+    fields' codes; the code of an e-mail the provider sent that was refused
+    (``Caller.email_refusal``) after the codes of the fields that needed it."""
     if verdict.allowed:
         return Decision(True, 200, (allowed_code(verdict),))
-    if session is None or not session.user_id:
+    if caller is None or not caller.user_id:
         return Decision(False, 401, (USER_UNAUTHENTICATED,))
-    if not session.valid(now):
+    if not caller.signed_in(now):
         return Decision(False, 401, (SESSION_EXPIRED,))
-    return Decision(False, 403, refused_codes(route, groups_available, email_refused))
+    return Decision(False, 403, refused_codes(route, caller.groups_available,
+                                              caller.email_refusal))
 
 
 def allowed_code(verdict: Verdict) -> str:

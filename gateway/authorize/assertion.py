@@ -4,7 +4,8 @@ Reference, Authentication 6 and the ``signing_key`` setting: the assertion is si
 ``signing_key``/``signing_key_algorithm`` and verifiable with the JWKS endpoint, which is
 empty when no key is configured (a per-process ephemeral key signs instead). The ``kid``
 is the hex SHA-256 of the RFC 7638 thumbprint input of the public JWK, as the original
-(its test key gives kid ``5b419ade...813c``). Claim headers are unsigned copies.
+(its test key gives kid ``5b419ade...813c``). Claim headers are unsigned copies. Both
+are made of a ``Caller`` (who is asking), with or without a session behind it.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import jwt
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 
-from gateway.sessions.model import Session
+from gateway.authorize.caller import Caller
 from gateway.sessions.sealed import b64url
 
 LIFETIME = 300.0
@@ -84,11 +85,6 @@ def _public_members(key: SigningKey) -> dict[str, str]:
     return {"alg": "RS256", "n": _b64url_int(rsa_numbers.n), "e": _b64url_int(rsa_numbers.e)}
 
 
-def session_groups(session: Session) -> tuple[str, ...]:
-    """Directory groups, else the IdP's ``groups`` claim."""
-    return session.groups or tuple(session.claims.get("groups", ()))
-
-
 @dataclass(frozen=True, slots=True)
 class _Signed:
     token: str
@@ -97,7 +93,7 @@ class _Signed:
 
 
 class AssertionSigner:
-    """Signs per-session, per-audience assertions; caches each until shortly before expiry."""
+    """Signs per-caller, per-audience assertions; caches each until shortly before expiry."""
 
     def __init__(self, key_pem: bytes | None, algorithm: str, issuer: str, *,
                  clock: Callable[[], float] = time.time) -> None:
@@ -112,7 +108,7 @@ class AssertionSigner:
         members = _public_members(self._key)
         self.kid = jwk_thumbprint({"kty": kty, **members})
         self._jwk = {"use": "sig", "kty": kty, "kid": self.kid, **members}
-        self._cache: OrderedDict[tuple[str, str], _Signed] = OrderedDict()
+        self._cache: OrderedDict[tuple[str, str, str, str], _Signed] = OrderedDict()
 
     def public_jwk(self) -> dict[str, str]:
         """The public key as a JWK (EC members: use, kty, kid, crv, alg, x, y)."""
@@ -128,24 +124,25 @@ class AssertionSigner:
             serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
         return base64.b64encode(der).decode("ascii")
 
-    def sign(self, session: Session, audience: str) -> str:
-        """The assertion for ``session`` toward the route host ``audience``."""
+    def sign(self, caller: Caller, audience: str) -> str:
+        """The assertion for ``caller`` toward the route host ``audience``."""
         now = self._clock()
-        groups = session_groups(session)
-        identity = (session.user_id, session.email, groups, session.name, session.expires_at)
-        key = (session.id, audience)
+        groups = caller.assertion_groups
+        identity = (caller.user_id, caller.email, groups, caller.name, caller.expires_at)
+        # one per session; a caller with none (a bearer token) is one per user
+        key = (caller.provider, caller.session_id, caller.user_id, audience)
         cached = self._cache.get(key)
         if cached is not None and cached.identity == identity and now < cached.exp - RENEW_BEFORE:
             self._cache.move_to_end(key)
             return cached.token
-        exp = min(now + LIFETIME, session.expires_at)
+        exp = min(now + LIFETIME, caller.expires_at)
         claims: dict[str, Any] = {
-            "iss": self.issuer, "aud": audience, "sub": session.user_id,
-            "user": session.user_id, "email": session.email, "groups": list(groups),
+            "iss": self.issuer, "aud": audience, "sub": caller.user_id,
+            "user": caller.user_id, "email": caller.email, "groups": list(groups),
             "iat": int(now), "exp": int(exp), "jti": secrets.token_urlsafe(16),
         }
-        if session.name:
-            claims["name"] = session.name
+        if caller.name:
+            claims["name"] = caller.name
         token = jwt.encode(claims, self._key, algorithm=self.algorithm,
                            headers={"kid": self.kid})
         self._cache[key] = _Signed(token, float(int(exp)), identity)
@@ -155,7 +152,7 @@ class AssertionSigner:
         return token
 
 
-_SESSION_FIELDS: dict[str, Callable[[Session], tuple[str, ...]]] = {
+_CALLER_FIELDS: dict[str, Callable[[Caller], tuple[str, ...]]] = {
     "email": lambda s: (s.email,) if s.email else (),
     "user": lambda s: (s.user_id,) if s.user_id else (),
     "sub": lambda s: (s.user_id,) if s.user_id else (),
@@ -171,19 +168,19 @@ def _header_value(values: tuple[str, ...]) -> bytes:
     return text.encode("utf-8")
 
 
-def claim_headers(mapping: Mapping[str, str], session: Session
+def claim_headers(mapping: Mapping[str, str], caller: Caller
                   ) -> tuple[tuple[bytes, bytes], ...]:
-    """``jwt_claims_headers`` (header name -> claim) applied to ``session``.
+    """``jwt_claims_headers`` (header name -> claim) applied to ``caller``.
 
-    ``email``, ``user``, ``sub``, ``groups`` and ``name`` come from the session fields
-    (as in the signed assertion) when set, otherwise from ``session.claims``; lists are
+    ``email``, ``user``, ``sub``, ``groups`` and ``name`` come from the caller's fields
+    (as in the signed assertion) when set, otherwise from ``caller.claims``; lists are
     joined with ``,``; a missing or empty claim gives no header.
     """
     out: list[tuple[bytes, bytes]] = []
     for header, claim in mapping.items():
-        field = _SESSION_FIELDS.get(claim)
-        values = (field(session) if field is not None else ()) or tuple(
-            session.claims.get(claim, ()))
+        field = _CALLER_FIELDS.get(claim)
+        values = (field(caller) if field is not None else ()) or tuple(
+            caller.claims.get(claim, ()))
         if values:
             out.append((header.encode("latin-1"), _header_value(values)))
     return tuple(out)

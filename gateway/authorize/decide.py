@@ -1,390 +1,122 @@
-"""Every request to a route that is not public, decided: the data plane's ``Authorizer``
-call, per configuration snapshot.
+"""The decision: ``decide(policy, caller, asked) -> Verdict``, and its facts.
 
-The decision itself is pure: the route's compiled policy (``route.policy``: its
-``policy`` rules and its allow fields, one engine for every route) over the session as
-decisions see it and the request's facts; a route with only the allow fields logs their
-codes (``allow_fields``). Around it are the
-session's lookup, its fetch from another process or its token refresh when needed, and
-caches that keep the answer while nothing it rests on changes (a policy that reads the
-request, ``REQUEST_FACTS``, is asked again for every request):
+Pure: no I/O, no cache, no clock of its own. Every entrance calls it (the HTTP
+entrance ``http_requests.Decider``, the SSH entrance ``ssh_logins.AuthorizeSsh``, the
+routes portal, ``gateway policy check`` through ``facts_of``), each describing what is
+asked in one place (``http_asked``, ``ssh_asked``); the caches are the entrances'
+business, around it. ``facts_of`` is the one place a caller and what they ask become
+the policy's ``Facts``.
 
-- the decision per (session record, route, programmatic token or not), for
-  ``DECISION_TTL`` (the record object changes when the session is refreshed or ended);
-- a browser's next request to a route it was allowed on, per exact Cookie header and
-  route (``_allowed_again``), answered without opening its cookie or deciding again;
-- the session as decisions see it (``decision_session``: no e-mail the provider did not
-  vouch for, the directory's groups), per record and directory version.
+A caller that is missing, has no user id or has expired is decided as someone not signed
+in: no criterion about the person matches them (``Caller.signed_in``).
 
-Sign-in is not decided here: a request without a session gets what ``SignIn`` answers
-(the authenticate layer's redirect or 401), and tokens are refreshed through it.
+    verdict = decide(route.policy, caller, http_asked(request, now))
+    trace = route.policy.explain(facts_of(caller, asked))   # gateway policy check
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from dataclasses import replace
-from typing import Any, NamedTuple, Protocol
+from dataclasses import dataclass
+from typing import Protocol
 
-from twisted.internet.defer import Deferred, ensureDeferred
-from twisted.logger import Logger
+from gateway.authorize.caller import Caller
+from gateway.policy import CertFacts, Facts, Policy, Verdict
 
-from gateway.authorize import allow_fields, answers
-from gateway.authorize.assertion import AssertionSigner, claim_headers
-from gateway.authorize.email import REFUSAL_TEXT, decision_view
-from gateway.authorize.hook import Allow, Decision, Reply, RequestInfo
-from gateway.authorize.policy import (
-    CLIENT_CERT,
-    CertFacts,
-    Specialized,
-    Verdict,
-    cert_facts,
-    facts_for,
-    identity_facts,
-    method_text,
-    specialize,
-)
-from gateway.caches import FifoCache
-from gateway.config.routes import Route
-from gateway.config.snapshot import Snapshot
-from gateway.observability.request_metrics import route_label
-from gateway.observability.tracing.active import start_child
-from gateway.pages.layout import Action, look_of
-from gateway.pages.rules import admits
-from gateway.sessions.lookup import COOKIE_CACHE, SessionLookup, cookie_and_authorization
-from gateway.sessions.model import Session
-from gateway.sessions.store import DirectoryGroups, SessionStore
-
-log = Logger()
-DECISION_CACHE = 20_000
-DECISION_TTL = 30.0  # well inside the assertion's reuse window
+# what policies see as the method of an SSH login
+SSH_METHOD = "SSH"
+# The methods requests use, as text without decoding each time.
+_METHODS = {m.encode(): m for m in (
+    "GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS", "CONNECT", "TRACE")}
 
 
-class SignIn(Protocol):
-    """What deciding needs from sign-in (``gateway.authenticate.identity.Identity``)."""
+@dataclass(slots=True)
+class Asked:
+    """What is asked, from where, when: the request's side of a decision. ``method``
+    upper case (``CONNECT`` for tunnels, ``SSH`` for a login); ``path`` as routing sees
+    it (empty for CONNECT and SSH); ``client_ip`` as the gateway determined it;
+    ``client_cert`` a certificate the route verified; ``cors_preflight``; ``internal``:
+    the gateway's own endpoints; ``ssh_username``: the login asked for (``None`` on
+    HTTP); ``now``: epoch seconds. (Not frozen: one is made per decision.)"""
 
-    def sign_in_answer(self, request: RequestInfo) -> Reply:
-        """No session: a redirect to sign in (browsers) or 401."""
-        ...
-
-    def switch_action(self, request: RequestInfo, uri: str = "") -> Action | None: ...
-
-    def refresh_due(self, session: Session) -> float:
-        """When the session's tokens must be refreshed (infinity: never)."""
-        ...
-
-    def refresh(self, session: Session) -> Awaitable[Session | None]: ...
-
-
-class Decided(NamedTuple):
-    session: Session  # the record as decisions saw it
-    until: float
-    allow: Allow
+    now: float
+    method: str = "GET"
+    path: str = "/"
+    client_ip: str = ""
+    client_cert: CertFacts | None = None
+    cors_preflight: bool = False
+    internal: bool = False
+    ssh_username: str | None = None
 
 
-class Remembered(NamedTuple):
-    sid: str
-    session: Session  # the record (not the view): ``store.get`` returns this object
-    until: float
-    allow: Allow
-    directory_version: int
-    # the route's policy for the person the decision saw, when it reads the request and
-    # so decides again
-    judge: Specialized | None
+def decide(policy: Policy, caller: Caller | None, asked: Asked) -> Verdict:
+    """Whether ``policy`` lets ``caller`` (``None``: nobody signed in) do what is
+    ``asked``, and which rule and criterion decided."""
+    return policy.evaluate(facts_of(caller, asked))
 
 
-class View(NamedTuple):
-    record: Session
-    directory_version: int
-    session: Session  # as decisions see it
-    refusal: str  # why its e-mail was refused ("" when it was not)
+def facts_of(caller: Caller | None, asked: Asked) -> Facts:
+    """The policy's facts for ``caller`` asking ``asked``: the one place they are made."""
+    if caller is None or not caller.signed_in(asked.now):
+        return Facts(method=asked.method, path=asked.path, client_ip=asked.client_ip,
+                     client_cert=asked.client_cert, cors_preflight=asked.cors_preflight,
+                     internal=asked.internal, ssh_username=asked.ssh_username,
+                     now=asked.now)
+    return Facts(authenticated=True, user_id=caller.user_id, email=caller.email,
+                 groups=caller.groups, groups_available=caller.groups_available,
+                 claims=caller.claims, method=asked.method, path=asked.path,
+                 client_ip=asked.client_ip, client_cert=asked.client_cert,
+                 cors_preflight=asked.cors_preflight, internal=asked.internal,
+                 ssh_username=asked.ssh_username, now=asked.now)
 
 
-class Decider:
-    """The per-snapshot ``Authorizer.authorize``; one per ``Identity``."""
-
-    def __init__(self, snapshot: Snapshot, sessions: SessionLookup, store: SessionStore,
-                 signer: AssertionSigner, sign_in: SignIn, clock: Callable[[], float],
-                 directory: DirectoryGroups | None = None) -> None:
-        o = snapshot.options
-        self.options = o
-        self.look = look_of(o)
-        self.sessions = sessions
-        self.store = store
-        self.signer = signer
-        self.sign_in = sign_in
-        self.clock = clock
-        self.directory = directory
-        self.groups_available = bool(o.idp_service_account)
-        self.allow_unverified_email = o.idp_allow_unverified_email
-        # (session id, route index, programmatic token): ``_decide``
-        self._decisions: FifoCache[tuple[str, int, bool], Decided] = \
-            FifoCache(DECISION_CACHE)
-        # (Cookie header, route index): ``_allowed_again``
-        self._allowed: FifoCache[tuple[bytes, int], Remembered] = FifoCache(COOKIE_CACHE)
-        self._views: FifoCache[str, View] = FifoCache(DECISION_CACHE)
-        self._refusals_logged: set[str] = set()
-
-    def authorize(self, request: RequestInfo, route: Route) -> Decision | Deferred[Decision]:
-        span = start_child("session lookup", client=False)  # None unless traced
-        raw, authorization = cookie_and_authorization(request.headers)
-        if span is None and raw and not authorization:
-            allowed = self._allowed_again(request, route, raw)
-            if allowed is not None:
-                return allowed
-        session, sid, token = self.sessions.find(request.headers, raw, authorization)
-        if span is not None:
-            span.set("gateway.session.found", session is not None)
-            span.set("gateway.session.fetch", session is None and bool(sid)
-                     and self.store.needs_fetch)
-            span.end()
-        own_token = bool(token)
-        if session is None and sid and self.store.needs_fetch:
-            # A session another process created, or this one has not read yet.
-            return ensureDeferred(self._fetch_then_decide(request, route, sid, own_token))
-        if session is not None and self._due_for_refresh(session):
-            return ensureDeferred(self._refresh_then_decide(request, route, session,
-                                                            own_token))
-        decision = self._decide(request, route, session, own_token)
-        if session is not None and sid and not own_token and isinstance(decision, Allow):
-            self._remember_allowed(request, route, raw, sid, session, decision)
-        return decision
-
-    def _due_for_refresh(self, session: Session) -> bool:
-        return self.sign_in.refresh_due(session) <= self.clock()
-
-    def _allowed_again(self, request: RequestInfo, route: Route, raw: bytes) -> Allow | None:
-        """The decision remembered for this exact Cookie header ``raw`` on this route,
-        while nothing it rests on has changed: the session record is the same object (not
-        ended, refreshed or replaced), and neither the cookie, the session, the tokens
-        (refresh) nor the decision cache has expired. (Requests with an Authorization
-        header take the full path: it may be a programmatic token.)"""
-        if request.method == b"OPTIONS":
-            return None
-        hit = self._allowed.get((raw, route.index))
-        if hit is None:
-            return None
-        now = self.clock()
-        if now < hit.until and self.store.get(hit.sid) is hit.session and (
-                self.directory is None or self.directory.version == hit.directory_version):
-            judge = hit.judge
-            if judge is None:
-                return hit.allow
-            # the identity is the same; the request is another: its policy decides again
-            # (not a CORS preflight: an OPTIONS request, the only kind one is, never
-            # comes here)
-            verdict = judge.decide(method_text(request.method), request.path,
-                                   request.client_ip,
-                                   self._cert(request) if request.client_cert else None,
-                                   False, now)
-            if verdict.allowed:
-                return self._with_reason(hit.allow, verdict)
-        return None
-
-    def _remember_allowed(self, request: RequestInfo, route: Route, raw: bytes, sid: str,
-                          session: Session, allow: Allow) -> None:
-        """Keep ``allow`` for ``_allowed_again``, valid as long as each thing that made
-        the full path answer it is: the cookie's seal, the session, the tokens before
-        their refresh, the decision cache's entry."""
-        if request.method == b"OPTIONS":
-            return
-        # (a header too long to cache has no remembered token: nothing is kept for it)
-        sealed_until = self.sessions.cookie_sealed_until(raw, sid)
-        decided = self._decisions.get((session.id, route.index, False))
-        if sealed_until is None or decided is None or decided.allow is not allow:
-            return
-        until = min(sealed_until, decided.until, session.expires_at,
-                    self.sign_in.refresh_due(session))
-        version = self.directory.version if self.directory is not None else 0
-        judge = None
-        if route.policy_document is not None and route.policy.per_request:
-            judge = specialize(route.policy, identity_facts(
-                decided.session, self.clock(), groups_available=self.groups_available))
-        self._allowed.put((raw, route.index),
-                          Remembered(sid, session, until, allow, version, judge))
-
-    async def _fetch_then_decide(self, request: RequestInfo, route: Route, sid: str,
-                                 own_token: bool) -> Decision:
-        try:
-            session = await self.store.fetch(sid)
-        except Exception as exc:  # storage down or unreadable: never a false "allowed"
-            log.error("session storage unavailable: {error}", error=str(exc))
-            return self.error(503, "Sessions cannot be read right now; try again shortly.",
-                              request.headers, "session-storage-unavailable")
-        if session is not None and not session.valid(self.clock()):
-            session = None
-        if session is not None and self._due_for_refresh(session):
-            return await self._refresh_then_decide(request, route, session, own_token)
-        return self._decide(request, route, session, own_token)
-
-    async def _refresh_then_decide(self, request: RequestInfo, route: Route,
-                                   session: Session, own_token: bool) -> Decision:
-        refreshed = await self.sign_in.refresh(session)
-        return self._decide(request, route, refreshed, own_token)
-
-    def decision_session(self, session: Session) -> tuple[Session, str]:
-        """The session as every decision and what it hands on see it, and why its e-mail
-        was refused (``""``: it was not): without an e-mail the provider did not vouch
-        for (``gateway.authorize.email``), and with its directory groups when
-        ``idp_service_account`` describes a directory (matched by that e-mail too).
-
-        One object per session record and directory version, so decision caches keyed
-        on the object see a change of either; the same object as the record when there
-        is nothing to change."""
-        version = self.directory.version if self.directory is not None else 0
-        hit = self._views.get(session.id)
-        if hit is not None and hit.record is session and hit.directory_version == version:
-            return hit.session, hit.refusal
-        view, refusal = decision_view(session, self.allow_unverified_email)
-        if refusal and session.id not in self._refusals_logged:
-            if len(self._refusals_logged) >= DECISION_CACHE:
-                self._refusals_logged.clear()
-            self._refusals_logged.add(session.id)
-            log.warn("the e-mail {claimed!r} of user {user_id} is not used for access "
-                     "decisions: {why} ({reason}); rules that need an e-mail address do "
-                     "not match", claimed=session.email, user_id=session.user_id,
-                     why=REFUSAL_TEXT[refusal], reason=refusal)
-        if self.directory is not None:
-            view = replace(view, groups=self.directory.groups_for(view.user_id, view.email))
-        elif not refusal:
-            return session, ""
-        self._views.put(session.id, View(session, version, view, refusal))
-        return view, refusal
-
-    def _decide(self, request: RequestInfo, route: Route, session: Session | None,
-                own_token: bool) -> Decision:
-        """``own_token``: the request carries a programmatic token (``Authorization:
-        Gateway``), which the upstream must not see."""
-        now = self.clock()
-        refusal = claimed = ""
-        if session is not None:
-            claimed = session.email
-            session, refusal = self.decision_session(session)
-        return self._decide_policy(request, route, session, own_token, now, refusal, claimed)
-
-    def _decide_policy(self, request: RequestInfo, route: Route, session: Session | None,
-                       own_token: bool, now: float, refusal: str, claimed: str) -> Decision:
-        """``_decide``: the route's ``policy`` rules and allow fields, compiled
-        (``route.policy``). The identity headers are kept per (session record, route);
-        the verdict too unless the policy reads the request (method, path, address,
-        certificate, clock), when it is made again for each request. A route with only
-        the allow fields names their codes (``allow_fields``) in the log."""
-        key: tuple[str, int, bool] | None = None
-        hit: Decided | None = None
-        if session is not None and request.method != b"OPTIONS":
-            key = (session.id, route.index, own_token)
-            hit = self._decisions.get(key)
-            if hit is not None and (hit.session is not session or now >= hit.until):
-                hit = None
-            if hit is not None and not route.policy.per_request:
-                return hit.allow
-        verdict = self._verdict(request, route, session, now)
-        if verdict.allowed:
-            if hit is not None:
-                return self._with_reason(hit.allow, verdict)
-            reason = (decision_reason(verdict) if route.policy_document is not None
-                      else allow_fields.allowed_code(verdict))
-            allow = self._allow(route, session, own_token, reason)
-            if key is not None and session is not None:
-                self._decisions.put(key, Decided(session, now + DECISION_TTL, allow))
-            return allow
-        if session is None or not session.user_id or not session.valid(now):
-            return self.sign_in.sign_in_answer(request)
-        if route.policy_document is None:
-            return self._denied(request, route, session, allow_fields.refused_codes(
-                route, self.groups_available, refusal), refusal, claimed)
-        return self._denied(request, route, session, (decision_reason(verdict),), refusal, claimed,
-                            verdict)
-
-    def _verdict(self, request: RequestInfo, route: Route, session: Session | None,
-                 now: float) -> Verdict:
-        """The route's policy on this request, for ``session`` as decisions see it."""
-        cert = self._cert(request) if CLIENT_CERT in route.policy.reads else None
-        facts = facts_for(request, session, now, groups_available=self.groups_available,
-                          client_cert=cert)
-        return route.policy.evaluate(facts)
-
-    @staticmethod
-    def _cert(request: RequestInfo) -> CertFacts | None:
-        """The client certificate's facts (``None``: none, or not a certificate, which
-        matches no certificate criterion)."""
-        if not request.client_cert:
-            return None
-        try:
-            return cert_facts(request.client_cert)
-        except ValueError:
-            return None
-
-    @staticmethod
-    def _with_reason(allow: Allow, verdict: Verdict) -> Allow:
-        """``allow`` (its identity headers made once) naming the rule that let this
-        request in (a policy reading the request may match another rule each time)."""
-        reason = verdict.reason
-        return allow if allow.reason == reason else replace(allow, reason=reason)
-
-    def _denied(self, request: RequestInfo, route: Route, session: Session | None,
-                reasons: tuple[str, ...], refusal: str, claimed: str,
-                verdict: Verdict | None = None) -> Reply:
-        text = ", ".join(reasons)
-        log.info("access denied to {host}{path} for {user}: {reasons}", host=request.host,
-                 path=request.path, user=(session.email or session.user_id) if session else "-",
-                 reasons=text, user_id=session.user_id if session else None,
-                 route=route_label(route), client=request.client_ip)
-        who = (session.email or session.user_id) if session else ""
-        message = denial_message(who, reasons, refusal, claimed, verdict)
-        actions = tuple(a for a in (self.sign_in.switch_action(request),
-                                    Action("Who am I?", "/.gateway/", "get", primary=False))
-                        if a is not None)
-        denied = self.error(403, message, request.headers, f"denied: {text}", who=who,
-                            admits=admits(route, self.groups_available),
-                            actions=actions, host=request.host)
-        if session is None:
-            return denied
-        return replace(denied, user_id=session.user_id, email=session.email)
-
-    def error(self, status: int, message: str, headers: list[tuple[bytes, bytes]],
-              reason: str, extra: tuple[tuple[bytes, bytes], ...] = (), **more: Any) -> Reply:
-        """An error page of the family with this snapshot's look."""
-        return answers.error(status, message, headers, reason, extra, look=self.look,
-                             **more)
-
-    def _allow(self, route: Route, session: Session | None, own_token: bool,
-               reason: str = "") -> Allow:
-        headers: list[tuple[bytes, bytes]] = []
-        if route.pass_identity_headers and session is not None:
-            headers.append((b"x-gateway-jwt-assertion",
-                            self.signer.sign(session, route.host).encode()))
-            headers.extend(claim_headers(self.options.jwt_claims_headers, session))
-        return Allow(tuple(headers), frozenset({b"authorization"}) if own_token
-                     else frozenset(), strip_cookie=self.options.cookie_name, reason=reason,
-                     user_id=session.user_id if session else "",
-                     email=session.email if session else "")
+def caller_facts(caller: Caller | None, now: float) -> Facts:
+    """Who ``caller`` is at ``now``, with no request: what an entrance keeps beside a
+    remembered decision (``gateway.policy.specialize`` decides with it)."""
+    return facts_of(caller, Asked(now))
 
 
-def decision_reason(verdict: Verdict) -> str:
-    """A policy's decision for the log: its code and the rule and criterion that decided
-    (``policy-deny-matched deny[0].or[1] source_ip: matched``)."""
-    return verdict.reason
+class HttpRequest(Protocol):
+    """What of an HTTP request a decision reads (``gateway.authorize.hook.RequestInfo``)."""
+
+    @property
+    def method(self) -> bytes: ...
+    @property
+    def path(self) -> str: ...
+    @property
+    def headers(self) -> list[tuple[bytes, bytes]]: ...
+    @property
+    def client_ip(self) -> str: ...
 
 
-def denial_message(who: str, reasons: tuple[str, ...], refusal: str, claimed: str,
-                   verdict: Verdict | None = None) -> str:
-    """The sentence a signed-in person who is refused reads (the 403 page, its JSON, and
-    ``gateway policy check``): a policy's kind of condition, in words and without the
-    policy's values; for the allow fields, that the route does not let them in; why
-    their e-mail is not used when a rule needed it. A policy's sentence names no one:
-    the page shows who is signed in beside it, and leaves out a sentence that repeats
-    that."""
-    if verdict is not None:
-        message = verdict.text[:1].upper() + verdict.text[1:] + "."
-    else:
-        message = (f"You are signed in as {who}, but this route does not allow you in."
-                   if who else "You are signed in, but this route does not allow you in.")
-    if refusal and (refusal in reasons or (verdict is not None
-                                           and verdict.kind in ("user", "domain"))):
-        address = f" ({claimed})" if claimed != who else ""
-        message = (f"This route needs your e-mail address, and {REFUSAL_TEXT[refusal]}"
-                   f"{address}.")
-    if "groups-need-service-account" in reasons:
-        message += " Group rules need idp_service_account, which is not configured."
-    return message
+def http_asked(request: HttpRequest, now: float, *, client_cert: CertFacts | None = None,
+               internal: bool = False, path: str | None = None) -> Asked:
+    """What an HTTP ``request`` (or CONNECT, or forward auth's) asks. ``path`` replaces
+    the request's (forward auth decides the forwarded one)."""
+    return Asked(now, method_text(request.method),
+                 request.path if path is None else path, request.client_ip, client_cert,
+                 is_cors_preflight(request.method, request.headers), internal)
+
+
+def ssh_asked(login: str, client_ip: str, now: float) -> Asked:
+    """What an SSH login as ``login`` asks: no path, the method ``SSH`` (no
+    ``http_method`` rule matches it)."""
+    return Asked(now, SSH_METHOD, "", client_ip, ssh_username=login)
+
+
+def is_cors_preflight(method: bytes, headers: list[tuple[bytes, bytes]]) -> bool:
+    """``OPTIONS`` with non-empty ``Origin`` and ``Access-Control-Request-Method``.
+
+    Exactly ``OPTIONS``: methods are case-sensitive (RFC 9110 9.1), and the decision
+    caches skip exactly ``OPTIONS``; an ``options`` request (HTTP/2 lets one through)
+    taken for a preflight would leave an allow for the session's next requests."""
+    if method != b"OPTIONS":
+        return False
+    present = {name.lower() for name, value in headers if value.strip()}
+    return b"origin" in present and b"access-control-request-method" in present
+
+
+def method_text(method: bytes) -> str:
+    """The method as ``http_method`` compares it: text, upper case (a lower-case
+    ``delete`` is refused by a rule about ``DELETE``, not let past it)."""
+    text = _METHODS.get(method)
+    return text if text is not None else method.decode("latin-1").upper()

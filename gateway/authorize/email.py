@@ -10,8 +10,8 @@ Two ways it does not:
   the provider saying nothing (several never send it): the address is used.
 
 A refused address is no address: the rules that need one do not match, the assertion,
-claim headers, directory matching and the user page do not carry it. Pure functions,
-no I/O.
+claim headers, directory matching and the user page do not carry it
+(``gateway.authorize.caller.caller_of`` leaves it out). Pure functions, no I/O.
 """
 
 from __future__ import annotations
@@ -19,10 +19,6 @@ from __future__ import annotations
 import re
 import unicodedata
 from collections.abc import Mapping
-from dataclasses import replace
-from types import MappingProxyType
-
-from gateway.sessions.model import Session
 
 # Stable reason codes (log fields, the 403 page and tests depend on them).
 EMAIL_INVALID = "email-invalid"
@@ -100,15 +96,3 @@ REFUSAL_TEXT = {
     EMAIL_INVALID: "your provider sent an e-mail address that is not one valid address",
     EMAIL_UNVERIFIED: "your provider has not verified this address",
 }
-
-
-def decision_view(session: Session, allow_unverified: bool) -> tuple[Session, str]:
-    """``session`` as decisions see it, and the refusal's reason code: with the address
-    refused, no ``email`` field and no ``email`` claim (claim headers fall back to the
-    claim, and ``allowed_idp_claims`` could name it), everything else as it is. The
-    same object when nothing is refused."""
-    refusal = email_refusal(session.email, session.claims, allow_unverified)
-    if not refusal:
-        return session, ""
-    claims = MappingProxyType({k: v for k, v in session.claims.items() if k != "email"})
-    return replace(session, email="", claims=claims), refusal

@@ -12,6 +12,8 @@ from gateway import __version__
 from gateway.cli.check import run_check
 from gateway.cli.policy_inputs import EPILOG as POLICY_CHECK_EPILOG
 from gateway.cli.policy_inputs import add_arguments as add_policy_check_arguments
+from gateway.cli.policy_token import EPILOG as POLICY_TOKEN_EPILOG
+from gateway.cli.policy_token import add_arguments as add_policy_token_arguments
 from gateway.cli.tcp.options import EPILOG as TCP_EPILOG
 from gateway.cli.tcp.options import add_arguments as add_tcp_arguments
 
@@ -39,9 +41,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         description="Print the route that serves a URL, what its policy decides for a\n"
         "person, request and instant, and the evaluation of every rule (hit, miss,\n"
         "not evaluated), with the daemon's own route lookup and evaluator.",
-        epilog=POLICY_CHECK_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=f"{POLICY_CHECK_EPILOG}\n\n{POLICY_TOKEN_EPILOG}",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_policy_check_arguments(policy_check)
+    add_policy_token_arguments(policy_check)
     tcp = commands.add_parser(
         "tcp", help="tunnel a local port or stdin/stdout to a TCP service through the gateway",
         description="Open tunnels to a TCP service behind the gateway (a route from: "

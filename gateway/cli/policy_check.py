@@ -2,10 +2,10 @@
 someone at some instant, and the evaluation of every rule (hit, miss, not evaluated).
 
 Nothing here decides: the route is found as the data plane finds it (``Plan.lookup`` on
-the normalised path, ``Plan.lookup_tcp`` for ``tcp+https``), the person is the session
-sign-in would build, seen as decisions see it (``decision_view``), and the verdict and
-trace are the route's compiled policy (``route.policy.explain``) on ``facts_for``'s
-facts: the daemon's own evaluator, so the two never disagree.
+the normalised path, ``Plan.lookup_tcp`` for ``tcp+https``), the person is the caller
+the session sign-in would build is (``caller_of``), and the verdict and trace are the
+route's compiled policy (``route.policy.explain``) on ``facts_of``'s facts: the daemon's
+own evaluator, so the two never disagree.
 
 Exit status: 0 allowed (or no decision: a public or redirect route), 1 denied, 2 no route,
 a bad configuration or a bad argument.
@@ -24,10 +24,11 @@ from typing import Any, TextIO
 from cryptography import x509
 
 from gateway.authorize.allow_fields import refused_codes
-from gateway.authorize.decide import decision_reason, denial_message
-from gateway.authorize.email import decision_view
+from gateway.authorize.answers import denial_message
+from gateway.authorize.caller import Caller, caller_of
+from gateway.authorize.certificates import cert_facts
+from gateway.authorize.decide import facts_of, http_asked
 from gateway.authorize.hook import RequestInfo
-from gateway.authorize.policy import CLIENT_IP, Verdict, cert_facts, facts_for
 from gateway.cli.policy_inputs import (
     InputError,
     ProbeRequest,
@@ -40,11 +41,12 @@ from gateway.cli.policy_inputs import (
     read_chain,
 )
 from gateway.cli.policy_report import SIGN_IN_REQUIRED, Certificate, Report, as_json, as_lines
+from gateway.cli.policy_token import TokenCheck, check_token, token_json, token_lines
 from gateway.config import ConfigErrors, Snapshot, load_snapshot
 from gateway.config.routes import Route
 from gateway.dataplane.routing.plan import RoutePlan, build_plan
 from gateway.dataplane.routing.router import own_path
-from gateway.sessions.model import Session
+from gateway.policy import CLIENT_IP, Verdict
 
 NOT_CHECKED = 2  # no route, a bad configuration or argument
 
@@ -65,31 +67,50 @@ def run_policy_check(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             err.write(f"warning: {warning}\n")
         return NOT_CHECKED
     try:
-        report = check(snapshot, args)
+        token = check_token(args)
+        report = check(snapshot, args, token)
     except (InputError, NotRouted) as exc:
         err.write(f"gateway policy check: {exc}\n")
         return NOT_CHECKED
     if args.json:
-        out.write(json.dumps(as_json(report), indent=2) + "\n")
+        document = as_json(report)
+        if token is not None:
+            document["token"] = token_json(token)
+        out.write(json.dumps(document, indent=2) + "\n")
     else:
-        out.write("\n".join(as_lines(report)) + "\n")
+        lines = token_lines(token, args) if token is not None else []
+        out.write("\n".join(lines + as_lines(report)) + "\n")
     return report.status
 
 
-def check(snapshot: Snapshot, args: argparse.Namespace) -> Report:
-    """The report for these arguments (``InputError``, ``NotRouted``)."""
+def check(snapshot: Snapshot, args: argparse.Namespace, token: TokenCheck | None = None
+          ) -> Report:
+    """The report for these arguments (``InputError``, ``NotRouted``); with ``token``
+    (``--token``), the person is the one its verified claims make, or nobody."""
     target = parse_target(args.url, args.method,
                           snapshot.options.path_with_parameters_action == "reject")
-    now = float(int(time.time())) if args.at is None else parse_instant(args.at)
+    now = token.now if token is not None else \
+        float(int(time.time())) if args.at is None else parse_instant(args.at)
     groups = parse_groups(args.groups)
     claims = parse_claims(args.claim)
     chain = read_chain(args.client_cert) if args.client_cert else None
     plan = route_plan(snapshot, target)
     route = plan.route
     notes: list[str] = []
-    session, refusal = _person(snapshot, args, groups, claims, now, notes)
+    if token is not None:
+        # the token's provider already applied its e-mail rule (``Verified``)
+        session = token.session()
+        caller = None if session is None else caller_of(
+            session, allow_unverified_email=True, groups_available=True)
+        refusal = ""
+        if caller is None:
+            notes.append("the token is refused: the gateway answers 401 before any "
+                         "decision; decided as for someone not signed in")
+    else:
+        caller = _person(snapshot, args, groups, claims, now, notes)
+        refusal = caller.email_refusal if caller is not None else ""
     groups_available = bool(snapshot.options.idp_service_account)
-    if groups and session is not None and not groups_available:
+    if groups and caller is not None and not groups_available:
         notes.append("groups are not used: idp_service_account is not configured, so the "
                      "gateway has no group data and no groups criterion matches")
     if not args.ip:
@@ -98,7 +119,7 @@ def check(snapshot: Snapshot, args: argparse.Namespace) -> Report:
     elif not _is_address(args.ip):
         notes.append(f"--ip {args.ip} is not an IP address: it matches no source_ip")
     certificate = _certificate(plan, chain, notes)
-    found = partial(Report, target, route, now, args.ip, session, args.email or "", refusal,
+    found = partial(Report, target, route, now, args.ip, caller, args.email or "", refusal,
                     groups_available, certificate,
                     route_checks_certificates=plan.client_cert is not None)
     if route.redirect is not None:  # answered before authorization, as public routes are
@@ -108,31 +129,28 @@ def check(snapshot: Snapshot, args: argparse.Namespace) -> Report:
     request = RequestInfo(target.method, target.scheme, target.host, target.path,
                           target.query, [(b"host", target.host.encode("latin-1"))], args.ip)
     used = certificate.facts if certificate is not None and certificate.used else None
-    facts = facts_for(request, session, now, groups_available=groups_available,
-                      client_cert=used)
-    trace = route.policy.explain(facts)
+    trace = route.policy.explain(facts_of(caller, http_asked(request, now, client_cert=used)))
     sentence = "" if trace.verdict.allowed else refusal_sentence(
-        route, trace.verdict, request, session, now, groups_available, refusal,
-        args.email or "")
+        route, trace.verdict, caller, now, groups_available)
     return found("decided", trace, sentence, tuple(notes))
 
 
 def _person(snapshot: Snapshot, args: argparse.Namespace, groups: list[str] | None,
-            claims: dict[str, Any], now: float, notes: list[str]
-            ) -> tuple[Session | None, str]:
-    """The session sign-in would make, as decisions see it (``decision_view``: no e-mail
-    the provider did not vouch for), and why its e-mail is not used (``""``: it is)."""
+            claims: dict[str, Any], now: float, notes: list[str]) -> Caller | None:
+    """Who the session sign-in would make is, as decisions see them (``caller_of``: no
+    e-mail the provider did not vouch for; ``Caller.email_refusal`` says why)."""
     o = snapshot.options
     session = build_session(args.user, args.email, groups, claims, now, o.cookie_expire)
     if session is None:
         if groups is not None or claims:
             notes.append("--groups and --claim describe someone signed in: give --user or "
                          "--email too (without them nobody is signed in)")
-        return None, ""
+        return None
     if not args.user:
         notes.append(f"no --user: criteria on the user id see the placeholder "
                      f"{session.user_id!r}")
-    return decision_view(session, o.idp_allow_unverified_email)
+    return caller_of(session, allow_unverified_email=o.idp_allow_unverified_email,
+                     groups_available=bool(o.idp_service_account))
 
 
 def route_plan(snapshot: Snapshot, target: ProbeRequest) -> RoutePlan:
@@ -197,19 +215,18 @@ def _certificate(plan: RoutePlan, chain: list[x509.Certificate] | None,
     return Certificate(facts, True, problem)
 
 
-def refusal_sentence(route: Route, verdict: Verdict, request: RequestInfo,
-                     session: Session | None, now: float, groups_available: bool,
-                     refusal: str, claimed: str) -> str:
+def refusal_sentence(route: Route, verdict: Verdict, caller: Caller | None, now: float,
+                     groups_available: bool) -> str:
     """What the refused person is told: sign in, or ``Decider._denied``'s sentence (a
     route without ``policy`` is refused in its allow fields' codes, which pick the
     words)."""
-    if session is None or not session.user_id or not session.valid(now):
+    if caller is None or not caller.signed_in(now):
         return SIGN_IN_REQUIRED
-    who = session.email or session.user_id
+    refusal, claimed = caller.email_refusal, caller.claimed_email
     if route.policy_document is not None:
-        return denial_message(who, (decision_reason(verdict),), refusal, claimed, verdict)
-    return denial_message(who, refused_codes(route, groups_available, refusal), refusal,
-                          claimed)
+        return denial_message(caller.who, (verdict.reason,), refusal, claimed, verdict)
+    return denial_message(caller.who, refused_codes(route, groups_available, refusal),
+                          refusal, claimed)
 
 
 def _is_address(text: str) -> bool:

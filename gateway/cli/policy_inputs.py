@@ -23,7 +23,7 @@ from gateway.authorize.claims import session_from_claims
 from gateway.sessions.model import Session
 from gateway.wire.normalize import BadTarget, connect_authority, normalise_target
 
-# The user id of someone given only by --email (a provider always sends one; ``facts_for``
+# The user id of someone given only by --email (a provider always sends one; ``facts_of``
 # sees nobody signed in without it). Shown as it is, so nobody mistakes it for a real id.
 NO_USER_ID = "(no --user)"
 # Claims that have arguments of their own.

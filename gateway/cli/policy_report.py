@@ -9,13 +9,13 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from gateway.authorize.caller import Caller
 from gateway.authorize.email import REFUSAL_TEXT
-from gateway.authorize.policy import CertFacts, Trace, legacy_ppl, legacy_rules
 from gateway.cli.policy_inputs import ProbeRequest
 from gateway.config.routes import Route
 from gateway.observability.request_metrics import route_label
+from gateway.policy import CertFacts, Trace, legacy_ppl, legacy_rules
 from gateway.policy.times import instant_text
-from gateway.sessions.model import Session
 
 ALLOWED, DENIED = 0, 1
 SIGN_IN_REQUIRED = "sign-in required"
@@ -38,7 +38,7 @@ class Report:
     route: Route
     now: float
     client_ip: str
-    session: Session | None  # as decisions see it
+    session: Caller | None  # who the session sign-in would make is
     claimed: str  # the e-mail given, used or not
     refusal: str  # why it is not used ("" when it is)
     groups_available: bool

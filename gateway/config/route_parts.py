@@ -1,5 +1,5 @@
-"""Parsers for the parts of a route object: redirects, header rewrites, claims, TLS
-material and load-balancing settings. Each records problems under the route's path."""
+"""Parsers for the parts of a route object: redirects, header rewrites, claims and TLS
+material. Each records problems under the route's path."""
 
 from __future__ import annotations
 
@@ -10,14 +10,6 @@ from typing import Any
 
 from gateway.config.errors import Problems
 from gateway.config.material import Pem, Reader, key_matches_certificate, load_material
-from gateway.config.upstreams import (
-    LB_POLICIES,
-    parse_health_checks,
-    parse_least_request,
-    parse_maglev,
-    parse_outlier_detection,
-    parse_ring_hash,
-)
 from gateway.config.values import parse_bool
 
 REDIRECT_FIELDS: dict[str, str] = {
@@ -50,14 +42,6 @@ class HeaderRewrite:
     header: str
     prefix: str
     value: str
-
-
-def pair(values: dict[str, Any], base: str, pattern: str, substitution: str,
-          item: Mapping[str, Any], problems: Problems) -> None:
-    if values.get(pattern) and substitution not in item:
-        problems.error(f"{base}.{substitution}", f"is required when {pattern} is set")
-    if item.get(substitution) is not None and not values.get(pattern):
-        problems.error(f"{base}.{pattern}", f"is required when {substitution} is set")
 
 
 def parse_claims(value: object, path: str, problems: Problems) -> Mapping[str, tuple[str, ...]]:
@@ -167,34 +151,3 @@ def parse_route_tls(item: Mapping[str, Any], base: str, reader: Reader, problems
     cert, key = values["tls_client_cert"], values["tls_client_key"]
     if cert and key and not key_matches_certificate(cert, key):
         problems.error(base, "tls_client_key does not match tls_client_cert")
-
-
-def parse_route_lb(item: Mapping[str, Any], base: str, problems: Problems,
-                    values: dict[str, Any]) -> None:
-    if item.get("lb_policy") is not None:
-        policy = str(item["lb_policy"]).upper()
-        if policy not in LB_POLICIES:
-            problems.error(
-                f"{base}.lb_policy",
-                f"{item['lb_policy']!r} is not one of {', '.join(LB_POLICIES)}",
-            )
-        values["lb_policy"] = policy
-    policy_configs = (
-        ("least_request_lb_config", "LEAST_REQUEST", parse_least_request),
-        ("ring_hash_lb_config", "RING_HASH", parse_ring_hash),
-        ("maglev_lb_config", "MAGLEV", parse_maglev),
-    )
-    for key, policy_name, parser in policy_configs:
-        if item.get(key) is None:
-            continue
-        values[key] = parser(item[key], f"{base}.{key}", problems)
-        if values.get("lb_policy", "ROUND_ROBIN") != policy_name:
-            problems.error(f"{base}.{key}", f"only applies with lb_policy: {policy_name}")
-    if item.get("health_checks") is not None:
-        values["health_checks"] = parse_health_checks(
-            item["health_checks"], f"{base}.health_checks", problems
-        )
-    if item.get("outlier_detection") is not None:
-        values["outlier_detection"] = parse_outlier_detection(
-            item["outlier_detection"], f"{base}.outlier_detection", problems
-        )

@@ -1,4 +1,5 @@
-"""Native SSH: the global keys (host keys, the user CA) and the SSH fields of a route.
+"""Native SSH: the global keys (host keys, the user CA) and the SSH fields of a route
+(the key formats they are written in: ``known_hosts``).
 
 A route ``from: ssh://NAME`` is reached as ``ssh LOGIN@NAME@gateway``; its ``to:
 ssh://HOST:PORT`` is the server the gateway logs into with a certificate its user CA
@@ -9,31 +10,28 @@ from __future__ import annotations
 
 import base64
 import binascii
-import hashlib
-import hmac
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from cryptography.exceptions import UnsupportedAlgorithm
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519
 
 from gateway.config.errors import Problems
+from gateway.config.known_hosts import (
+    HostKey,
+    known_hosts_name,
+    parse_host_ca_line,
+    parse_host_key_line,
+    parse_key_list,
+    parse_revoked_line,
+)
 from gateway.config.material import Reader
 from gateway.config.ssh_krl import Krl, is_krl, parse_krl
 from gateway.config.values import parse_bool, parse_duration, parse_list, split_url
 
 DEFAULT_CERTIFICATE_TTL = 300.0
 MAX_CERTIFICATE_TTL = 3600.0
-# key types the gateway accepts for its own keys and pins for servers: no DSA, and no RSA
-# (whose ssh-rsa signatures are SHA-1 unless both sides agree otherwise)
-HOST_KEY_TYPES = ("ssh-ed25519", "ecdsa-sha2-nistp256", "ecdsa-sha2-nistp384",
-                  "ecdsa-sha2-nistp521", "rsa-sha2-256", "rsa-sha2-512", "ssh-rsa")
-# key types of host CAs (an RSA CA's certificates must be signed with SHA-2: host_cert)
-CA_KEY_TYPES = ("ssh-ed25519", "ecdsa-sha2-nistp256", "ecdsa-sha2-nistp384",
-                "ecdsa-sha2-nistp521", "ssh-rsa")
-
 SSH_ROUTE_FIELDS: dict[str, str] = {
     "ssh_upstream_host_keys": "The server's host keys: known_hosts lines or `TYPE BASE64`; "
                               "`@revoked HOSTS TYPE BASE64` lines refuse a key "
@@ -60,20 +58,6 @@ SSH_ROUTE_FIELDS: dict[str, str] = {
 }
 
 SigningKey = ed25519.Ed25519PrivateKey | ec.EllipticCurvePrivateKey
-
-
-@dataclass(frozen=True, slots=True)
-class HostKey:
-    """One of a route's known_hosts entries: a server key (its type and wire blob), or
-    with ``authority`` a CA whose host certificates the server may show instead
-    (``@cert-authority``, ``ssh_upstream_host_ca``)."""
-
-    type: str
-    blob: bytes
-    authority: bool = False
-
-    def fingerprint(self) -> str:
-        return fingerprint(self.blob)
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,150 +98,6 @@ class Revocations:
         return self.krl is not None and self.krl.certificate_revoked(ca_blob, serial, key_id)
 
 
-def fingerprint(blob: bytes) -> str:
-    """OpenSSH's ``SHA256:...`` fingerprint of a key blob."""
-    digest = hashlib.sha256(blob).digest()
-    return "SHA256:" + base64.b64encode(digest).decode().rstrip("=")
-
-
-def parse_host_key_line(line: str) -> HostKey:
-    """A known_hosts line (``host[,host] TYPE BASE64 [comment]``, markers refused) or
-    ``TYPE BASE64``; raises ValueError naming what is wrong."""
-    parts = line.split()
-    if parts and parts[0].startswith("@"):
-        raise ValueError(f"{parts[0]} lines are not supported; give the key itself")
-    if len(parts) >= 2 and parts[0] in HOST_KEY_TYPES:
-        kind, data = parts[0], parts[1]
-    elif len(parts) >= 3 and parts[1] in HOST_KEY_TYPES:
-        kind, data = parts[1], parts[2]
-    else:
-        raise ValueError(f"expected a known_hosts line or `TYPE BASE64`, got {line[:80]!r}")
-    return HostKey(kind, _key_blob(kind, data))
-
-
-def parse_revoked_line(line: str, host: str, port: int) -> bytes | None:
-    """A known_hosts ``@revoked HOSTS TYPE BASE64 [comment]`` line: the key's blob, or
-    None when HOSTS do not name ``host`` (on ``port``); ValueError naming what is
-    wrong. Any key type: a revoked key is refused whatever it is."""
-    parts = line.split()
-    if len(parts) < 4 or parts[0] != "@revoked":
-        raise ValueError(f"expected `@revoked HOSTS TYPE BASE64`, got {line[:80]!r}")
-    patterns, kind, data = parts[1], parts[2], parts[3]
-    if kind not in HOST_KEY_TYPES and kind not in CA_KEY_TYPES:
-        raise ValueError(f"{kind[:40]!r} is not a key type the gateway knows (one of "
-                         f"{', '.join(dict.fromkeys(HOST_KEY_TYPES + CA_KEY_TYPES))})")
-    blob = _key_blob(kind, data)
-    return blob if hosts_match(patterns, host, port) else None
-
-
-def parse_host_ca_line(line: str, host: str, port: int) -> HostKey | None:
-    """A host CA: ``TYPE BASE64 [comment]`` (its .pub file) or a known_hosts line
-    ``@cert-authority HOSTS TYPE BASE64 [comment]``. None when the line's HOSTS do not
-    name ``host`` (on ``port``, as known_hosts writes it: ``[host]:port`` unless 22);
-    ValueError naming what is wrong otherwise."""
-    parts = line.split()
-    patterns = ""
-    if parts and parts[0].startswith("@"):
-        if parts[0] != "@cert-authority":
-            raise ValueError(f"{parts[0]} lines are not supported; give the CA's public key "
-                             "or an @cert-authority line")
-        if len(parts) < 4:
-            raise ValueError("expected `@cert-authority HOSTS TYPE BASE64`, got "
-                             f"{line[:80]!r}")
-        patterns, parts = parts[1], parts[2:]
-    if len(parts) < 2 or parts[0] not in CA_KEY_TYPES:
-        raise ValueError("expected the CA's public key `TYPE BASE64` (TYPE one of "
-                         f"{', '.join(CA_KEY_TYPES)}) or an @cert-authority line, got "
-                         f"{line[:80]!r}")
-    kind = parts[0]
-    blob = _key_blob(kind, parts[1])
-    try:
-        serialization.load_ssh_public_key(f"{kind} {parts[1]}".encode())
-    except (ValueError, UnsupportedAlgorithm) as exc:
-        raise ValueError(f"the {kind} key does not parse ({exc})") from None
-    if patterns and not hosts_match(patterns, host, port):
-        return None
-    return HostKey(kind, blob, authority=True)
-
-
-def hosts_match(patterns: str, host: str, port: int) -> bool:
-    """OpenSSH's known_hosts host field: comma-separated patterns with ``*`` and ``?``,
-    ``!`` negating (a negated match wins), or one hashed ``|1|SALT|HASH`` entry; the
-    name is ``host``, or ``[host]:port`` for a port other than 22."""
-    name = host.lower() if port == 22 else f"[{host.lower()}]:{port}"
-    if patterns.startswith("|1|"):
-        salt_hash = patterns[3:].split("|")
-        if len(salt_hash) != 2:
-            return False
-        try:
-            salt, digest = (base64.b64decode(v, validate=True) for v in salt_hash)
-        except (binascii.Error, ValueError):
-            return False
-        return hmac.compare_digest(
-            hmac.new(salt, name.encode(), hashlib.sha1).digest(), digest)
-    matched = False
-    for pattern in patterns.lower().split(","):
-        negated = pattern.startswith("!")
-        if _glob(pattern[1:] if negated else pattern, name):
-            if negated:
-                return False
-            matched = True
-    return matched
-
-
-def _glob(pattern: str, name: str) -> bool:
-    """``*`` and ``?`` wildcards, in time proportional to the pattern's length times the
-    name's (a regular expression of many ``*`` backtracks exponentially): on a mismatch
-    after a ``*``, that ``*`` takes one more character and matching resumes."""
-    p = n = 0
-    star, mark = -1, 0
-    while n < len(name):
-        if p < len(pattern) and pattern[p] in ("?", name[n]):
-            p, n = p + 1, n + 1
-        elif p < len(pattern) and pattern[p] == "*":
-            star, mark, p = p, n, p + 1
-        elif star >= 0:
-            p, mark = star + 1, mark + 1
-            n = mark
-        else:
-            return False
-    return all(c == "*" for c in pattern[p:])
-
-
-def _key_blob(kind: str, data: str) -> bytes:
-    try:
-        blob = base64.b64decode(data, validate=True)
-    except (binascii.Error, ValueError):
-        raise ValueError(f"the {kind} key is not valid base64") from None
-    if _blob_type(blob) != kind:
-        raise ValueError(f"the key data is not a {kind} key")
-    return blob
-
-
-def parse_key_list(text: str) -> set[bytes]:
-    """A text file of public keys (``TYPE BASE64 [comment]``, the form OpenSSH's
-    ``RevokedHostKeys`` takes besides a KRL): their blobs. ValueError naming the line."""
-    out: set[bytes] = set()
-    for number, line in enumerate(text.splitlines(), 1):
-        parts = line.split()
-        if not parts or parts[0].startswith("#"):
-            continue
-        if len(parts) < 2:
-            raise ValueError(f"line {number}: expected `TYPE BASE64`")
-        try:
-            out.add(_key_blob(parts[0], parts[1]))
-        except ValueError as exc:
-            raise ValueError(f"line {number}: {exc}") from None
-    return out
-
-
-def _blob_type(blob: bytes) -> str:
-    if len(blob) < 4:
-        return ""
-    size = int.from_bytes(blob[:4], "big")
-    return blob[4:4 + size].decode("ascii", "replace") if size <= len(blob) - 4 else ""
-
-
 def parse_ssh_route(item: Mapping[str, Any], base: str, name: str,
                     problems: Problems, reader: Reader | None = None) -> SshRoute | None:
     """The SSH fields of route ``base`` (``from: ssh://name``); None after a problem.
@@ -281,17 +121,17 @@ def parse_ssh_route(item: Mapping[str, Any], base: str, name: str,
                 problems.error(f"{base}.to", f"{target}: must be ssh://HOST[:PORT] only")
             host, port = (parts.hostname or ""), parts.port or 22
     keys: list[HostKey] = []
-    revoked = Revoked(host, port)
+    ledger = RevocationLedger(host, port)
     for index, line in _setting_lines(item, f"{base}.ssh_upstream_host_keys", problems):
         where = f"{base}.ssh_upstream_host_keys[{index}]"
         try:
             if line.startswith("@revoked"):
-                revoked.add(line, where, inline=True)
+                ledger.add(line, where, inline=True)
                 continue
             if line.startswith("@cert-authority"):
                 entry = parse_host_ca_line(line, host, port)
                 if entry is None:
-                    raise ValueError(f"its hosts are not {_known_hosts_name(host, port)} "
+                    raise ValueError(f"its hosts are not {known_hosts_name(host, port)} "
                                      "(the route's to:)")
             else:
                 entry = parse_host_key_line(line)
@@ -299,11 +139,11 @@ def parse_ssh_route(item: Mapping[str, Any], base: str, name: str,
             problems.error(where, str(exc))
             continue
         keys.append(entry)
-        revoked.trust(entry, where, inline=True)
-    authorities = _host_cas(item, base, host, port, reader, problems, revoked)
+        ledger.trust(entry, where, inline=True)
+    authorities = _host_cas(item, base, host, port, reader, problems, ledger)
     keys += [a for a in authorities if a not in keys]
-    _revoked_keys_file(item, base, reader, problems, revoked)
-    revoked.check_trusted(problems)
+    _revoked_keys_file(item, base, reader, problems, ledger)
+    ledger.check_trusted(problems)
     values: dict[str, Any] = {}
     for key, field_name in (("ssh_upstream_host_key_tofu", "trust_on_first_use"),
                             ("ssh_allow_port_forwarding", "allow_port_forwarding"),
@@ -337,10 +177,10 @@ def parse_ssh_route(item: Mapping[str, Any], base: str, name: str,
     if len(problems.errors) > before:
         return None
     return SshRoute(name=name, host=host, port=port, host_keys=tuple(keys),
-                    revoked=Revocations(frozenset(revoked.paths), revoked.krl), **values)
+                    revoked=Revocations(frozenset(ledger.paths), ledger.krl), **values)
 
 
-class Revoked:
+class RevocationLedger:
     """A route's ``@revoked`` lines as they are read, each blob with the key path of its
     first line, and where each trusted key was read, for a key both trusted and
     revoked: in the route's own settings that is a config error naming both lines; when
@@ -365,7 +205,7 @@ class Revoked:
         blob = parse_revoked_line(line, self.host, self.port)
         if blob is None:
             if inline:
-                raise ValueError(f"its hosts are not {_known_hosts_name(self.host, self.port)}"
+                raise ValueError(f"its hosts are not {known_hosts_name(self.host, self.port)}"
                                  " (the route's to:)")
             return
         self.paths.setdefault(blob, where)
@@ -407,7 +247,8 @@ def _setting_lines(item: Mapping[str, Any], where: str, problems: Problems
 
 
 def _host_cas(item: Mapping[str, Any], base: str, host: str, port: int,
-              reader: Reader | None, problems: Problems, revoked: Revoked) -> list[HostKey]:
+              reader: Reader | None, problems: Problems, ledger: RevocationLedger
+              ) -> list[HostKey]:
     """``ssh_upstream_host_ca`` (each line must be for this route's server) or
     ``ssh_upstream_host_ca_file`` (shared like known_hosts: lines for other hosts are
     skipped, but one must be for this server)."""
@@ -416,7 +257,7 @@ def _host_cas(item: Mapping[str, Any], base: str, host: str, port: int,
     for index, line in _setting_lines(item, where, problems):
         try:
             if line.startswith("@revoked"):
-                revoked.add(line, f"{where}[{index}]", inline=True)
+                ledger.add(line, f"{where}[{index}]", inline=True)
                 continue
             authority = parse_host_ca_line(line, host, port)
         except ValueError as exc:
@@ -424,10 +265,10 @@ def _host_cas(item: Mapping[str, Any], base: str, host: str, port: int,
             continue
         if authority is None:
             problems.error(f"{where}[{index}]", "its @cert-authority hosts are not "
-                           f"{_known_hosts_name(host, port)} (the route's to:)")
+                           f"{known_hosts_name(host, port)} (the route's to:)")
         else:
             found.append(authority)
-            revoked.trust(authority, f"{where}[{index}]", inline=True)
+            ledger.trust(authority, f"{where}[{index}]", inline=True)
     location = item.get("ssh_upstream_host_ca_file")
     if location is None:
         return found
@@ -450,7 +291,7 @@ def _host_cas(item: Mapping[str, Any], base: str, host: str, port: int,
             continue
         try:
             if line.lstrip().startswith("@revoked"):
-                revoked.add(line.strip(), f"{where} ({location} line {number})", inline=False)
+                ledger.add(line.strip(), f"{where} ({location} line {number})", inline=False)
                 continue
             authority = parse_host_ca_line(line, host, port)
         except ValueError as exc:
@@ -458,15 +299,15 @@ def _host_cas(item: Mapping[str, Any], base: str, host: str, port: int,
             continue
         if authority is not None:
             found.append(authority)
-            revoked.trust(authority, f"{where} ({location} line {number})", inline=False)
+            ledger.trust(authority, f"{where} ({location} line {number})", inline=False)
     if not found and len(problems.errors) == before:
-        problems.error(where, f"{location} has no CA for {_known_hosts_name(host, port)} "
+        problems.error(where, f"{location} has no CA for {known_hosts_name(host, port)} "
                               "(the route's to:)")
     return found
 
 
 def _revoked_keys_file(item: Mapping[str, Any], base: str, reader: Reader | None,
-                       problems: Problems, revoked: Revoked) -> None:
+                       problems: Problems, ledger: RevocationLedger) -> None:
     """``ssh_upstream_revoked_keys_file``: a KRL, or public keys one a line (as
     OpenSSH's ``RevokedHostKeys``); read with the config, so a reload rereads it."""
     location = item.get("ssh_upstream_revoked_keys_file")
@@ -483,17 +324,13 @@ def _revoked_keys_file(item: Mapping[str, Any], base: str, reader: Reader | None
         return
     try:
         if is_krl(data):
-            revoked.krl, revoked.krl_path = parse_krl(data), where
+            ledger.krl, ledger.krl_path = parse_krl(data), where
         else:
             for blob in parse_key_list(data.decode("utf-8")):
-                revoked.paths.setdefault(blob, where)
+                ledger.paths.setdefault(blob, where)
     except (ValueError, UnicodeDecodeError) as exc:
         problems.error(where, f"{location}: {exc} (an OpenSSH KRL, or public keys one a "
                               "line, is expected)")
-
-
-def _known_hosts_name(host: str, port: int) -> str:
-    return host if port == 22 else f"[{host}]:{port}"
 
 
 def reject_http_fields(item: Mapping[str, Any], base: str, problems: Problems) -> None:

@@ -100,7 +100,7 @@ class MetricsPushService(Service):
         if not otel.metrics_over_otlp(options):
             return
         if options.runs("proxy") or options.services == "authenticate":
-            REQUESTS.enable(options.service_label)  # (as services.metrics.count_requests)
+            REQUESTS.enable(options.service_label)  # (as services.metrics_endpoint.count_requests)
         from opentelemetry.sdk.resources import Resource
 
         from gateway.observability.otlp_export import metric_exporter

@@ -3,8 +3,8 @@
 Pure: no Twisted, no I/O once parsed (time zones are read when the policy is), and
 nothing of the gateway imported (``problems.Problems`` names the sink it reports to). It
 is the lowest tier: ``config`` compiles a route's policy with the route, so that
-``gateway check`` and a reload refuse a bad one; ``gateway.authorize.policy`` is its
-public face for deciding, with the builders of ``Facts`` from sessions and requests.
+``gateway check`` and a reload refuse a bad one; ``gateway.authorize.decide`` decides
+with it, and builds the ``Facts`` of a caller and what they ask.
 
 - ``grammar.parse_document``: a ``policy`` value -> ``Document`` (problems at key paths)
 - ``compile.Policy``: ``evaluate(facts) -> Verdict``, ``explain(facts) -> Trace``, ``reads``

@@ -1,8 +1,8 @@
 """What a policy decision may look at: who (as decisions see them), which request, when.
 
-Built once per decision by the caller (``gateway.authorize.policy.facts_for`` builds it
-from a session and a request), so its constructor does the little normalising there is:
-the e-mail lower-cased and its domain taken once, instead of in every criterion.
+Built once per decision (``gateway.authorize.decide.facts_of`` builds it from who is
+asking and what they ask), so its constructor does the little normalising there is: the
+e-mail lower-cased and its domain taken once, instead of in every criterion.
 """
 
 from __future__ import annotations
@@ -30,8 +30,8 @@ class Facts:
     """One decision's inputs.
 
     Identity (all empty unless ``authenticated``): ``user_id``; ``email``, the address
-    usable for decisions (``Decider.decision_session``; ``""`` when there is none or it
-    was refused), lower-cased here, and its ``domain``; ``groups`` and whether group data
+    usable for decisions (``gateway.authorize.caller.Caller.email``; ``""`` when there is
+    none or it was refused), lower-cased here, and its ``domain``; ``groups`` and whether group data
     exists at all (``groups_available``); ``claims`` flattened as
     ``gateway.authorize.claims.flatten_claims`` gives them.
 

@@ -26,7 +26,7 @@ from twisted.logger import Logger
 from gateway.databroker.records import Changes, Record, StorageUnavailable
 from gateway.rpc.aio_thread import AsyncioThread
 from gateway.rpc.channels import ServiceTarget
-from gateway.rpc.convert import changes_from_pb, record_from_pb
+from gateway.rpc.databroker_wire import changes_from_pb, record_from_pb
 from gateway.rpc.failover import FailoverClient, Unavailable
 from gateway.rpc.protos import databroker_pb2 as pb
 from gateway.rpc.protos import databroker_pb2_grpc as pb_grpc

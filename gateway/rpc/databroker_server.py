@@ -20,7 +20,7 @@ from gateway.databroker.cipher import RecordKeyError
 from gateway.databroker.records import RecordStore, StorageUnavailable
 from gateway.rpc.aio_thread import AsyncioThread
 from gateway.rpc.change_signal import ChangeSignal
-from gateway.rpc.convert import changes_to_pb, record_to_pb
+from gateway.rpc.databroker_wire import changes_to_pb, record_to_pb
 from gateway.rpc.protos import databroker_pb2 as pb
 from gateway.rpc.protos import databroker_pb2_grpc as pb_grpc
 from gateway.rpc.trace_context import ServerTracing

@@ -4,7 +4,7 @@ route's server with a short-lived certificate from its own user CA, recording se
 
 Pure parts (``names``, ``decision``, ``certs``, ``host_cert``, ``asciicast``,
 ``algorithms``, ``limits``) are plain functions and values; the protocols
-(``transport``, ``auth``, ``upstream``, ``bridge``, ``jump``) only move bytes and act on
+(``transport``, ``auth``, ``upstream``, ``channel_relay``, ``jump``) only move bytes and act on
 their results;
 ``recorder`` writes recordings on a thread of its own; ``service`` is the Twisted
 service ``gateway.tree`` adds for ``ssh_address``.

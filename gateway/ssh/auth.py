@@ -25,10 +25,10 @@ from twisted.internet.defer import Deferred, ensureDeferred
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
-from gateway.config.ssh import fingerprint
+from gateway.config.known_hosts import fingerprint
 from gateway.sessions.model import Session
 from gateway.ssh import algorithms, limits
-from gateway.ssh.channel_relay import BridgeConnection
+from gateway.ssh.channel_relay import RelayedConnection
 from gateway.ssh.jump import JumpConnection
 from gateway.ssh.names import BadUserName, LoginTarget, parse_login, parse_user
 from gateway.ssh.sign_ins import TooManySignIns
@@ -51,7 +51,7 @@ class Refused(Exception):
 
 # the connection service an admitted person gets: relayed to the route's server, or a
 # jump host's
-Admitted = BridgeConnection | JumpConnection
+Admitted = RelayedConnection | JumpConnection
 
 
 class Gate(Protocol):
@@ -313,7 +313,7 @@ class GatewayUserAuth(service.SSHService):
                        str(refused))
             return
         if self.ssh.lost or getattr(self.ssh.transport, "disconnecting", False):
-            # the person left while the server was being reached: nothing to bridge
+            # the person left while the server was being reached: nothing to relay
             connection.abandon()
             return
         self.ssh.mark_authenticated()

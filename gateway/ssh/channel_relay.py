@@ -196,7 +196,7 @@ class PersonSide(Relay):
     """The channel the person opened."""
 
     def __init__(self, kind: bytes, ctx: Context, window: int, max_packet: int,
-                 conn: BridgeConnection) -> None:
+                 conn: RelayedConnection) -> None:
         super().__init__(localWindow=limits.WINDOW, localMaxPacket=limits.MAX_PACKET,
                          remoteWindow=window, remoteMaxPacket=max_packet, conn=conn)
         self.name = kind
@@ -351,7 +351,7 @@ class PersonSide(Relay):
                  recording=self.recording.path if self.recording is not None else "")
 
 
-class BridgeConnection(CheckedConnection):
+class RelayedConnection(CheckedConnection):
     """The person's ``ssh-connection`` service, relayed to ``upstream``."""
 
     def __init__(self, upstream: UpstreamConnection, ctx: Context) -> None:

@@ -32,7 +32,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 from cryptography.hazmat.primitives.serialization import ssh
 
-from gateway.config.ssh import fingerprint
+from gateway.config.known_hosts import fingerprint
 
 NOT_YET_VALID_SKEW = 60.0
 MIN_RSA_BITS = 2048

@@ -31,6 +31,7 @@ from twisted.logger import Logger
 from gateway.authenticate.holder import IdentityHolder
 from gateway.authenticate.ssh_sign_in import SSH_SIGN_IN
 from gateway.authorize.ssh_logins import who
+from gateway.config.known_hosts import fingerprint
 from gateway.config.routes import Route
 from gateway.config.running import ConfigSource
 from gateway.config.snapshot import Snapshot
@@ -38,7 +39,6 @@ from gateway.config.ssh import (
     Revocations,
     SigningKey,
     SshRoute,
-    fingerprint,
     load_private_key,
 )
 from gateway.config.values import parse_address
@@ -51,7 +51,7 @@ from gateway.ssh import limits, pins
 from gateway.ssh.asciicast import Cast
 from gateway.ssh.auth import GatewayUserAuth, Refused
 from gateway.ssh.certs import Issued, issue
-from gateway.ssh.channel_relay import BridgeConnection, Context
+from gateway.ssh.channel_relay import Context, RelayedConnection
 from gateway.ssh.jump import JumpConnection
 from gateway.ssh.metrics import BYTES, CONNECTIONS, OPEN
 from gateway.ssh.names import LoginTarget
@@ -76,7 +76,7 @@ class Active:
     """An admitted connection, decided again every ``RECHECK_SECONDS``."""
 
     ssh: GatewayServerTransport
-    bridge: BridgeConnection | None  # None: a jump host's outer connection
+    relay: RelayedConnection | None  # None: a jump host's outer connection
     session_id: str
     target: LoginTarget
     started: float
@@ -200,8 +200,8 @@ class SshService(MultiService):
     def stopService(self) -> Any:
         stopped = MultiService.stopService(self)
         for active in list(self.active.values()):  # (their recordings' ends are queued)
-            if active.bridge is not None:
-                active.bridge.close_recordings()
+            if active.relay is not None:
+                active.relay.close_recordings()
         return stopped.addCallback(lambda _: self.recorder.stop())
 
     # -- the gateway's stop (``services.drain``): sessions are long-lived by nature,
@@ -257,7 +257,7 @@ class SshService(MultiService):
         return await self._session(session_id) if session_id else None
 
     async def admit(self, ssh: GatewayServerTransport, target: LoginTarget, session: Session,
-                    key_fingerprint: str) -> BridgeConnection | JumpConnection:
+                    key_fingerprint: str) -> RelayedConnection | JumpConnection:
         """decide → provision (certificate, pin) → dial → register; a refusal at any
         step is logged there and raised as ``Refused``."""
         decided = self.decide(ssh, target, session)
@@ -272,8 +272,8 @@ class SshService(MultiService):
         """The route's decision (audited) and the recording rule, for a login (the one
         the policy gives when the user name names none); a user name that names no route
         is a jump host."""
-        view = self.authorize.view(session)
-        person = who(view) or who(session)
+        caller = self.authorize.caller(session)
+        person = caller.who or who(session)
         route = self.routes.get(target.route)
         if route is None and not target.login and not ssh.jump_route:
             return JumpHost(person)
@@ -282,13 +282,13 @@ class SshService(MultiService):
             raise Refused(f"signed in as {person}; there is no SSH route {target.route}")
         now = self._now()
         if not target.login:
-            login, how = self.authorize.default_login(route, target.route, view,
+            login, how = self.authorize.default_login(route, target.route, caller,
                                                       ssh.client_ip, now)
             if not login:
                 self._log_refusal(ssh, target, person, "no-login")
                 raise Refused(how)
             target = LoginTarget(login, target.route)  # the one login the policy gives them
-        decision = self.authorize.login(route, target.route, target.login, view,
+        decision = self.authorize.login(route, target.route, target.login, caller,
                                         ssh.client_ip, now)
         if not decision.allowed:
             self._log_refusal(ssh, target, person, decision.reason)
@@ -335,8 +335,8 @@ class SshService(MultiService):
 
     def register(self, ssh: GatewayServerTransport, admission: Admission, session: Session,
                  provision: Provision, upstream: UpstreamConnection, key_fingerprint: str
-                 ) -> BridgeConnection:
-        """The bridge between the person and the server, among the open connections
+                 ) -> RelayedConnection:
+        """The relay between the person and the server, among the open connections
         (decided again every ``RECHECK_SECONDS``), ended with either side."""
         route, server, target = admission.route, admission.server, admission.target
         connection_id = secrets.token_hex(8)
@@ -348,9 +348,9 @@ class SshService(MultiService):
                       exec_records=lambda: self._record_file(
                           route, connection_id, ctx, ".exec.json", whole=True),
                       recording_required=server.recording_required, clock=self._now)
-        bridge = BridgeConnection(upstream, ctx)
+        relay = RelayedConnection(upstream, ctx)
         serial = provision.issued.serial
-        self.active[connection_id] = Active(ssh, bridge, session.id, target, self._now(),
+        self.active[connection_id] = Active(ssh, relay, session.id, target, self._now(),
                                             serial, admission.reason)
         CONNECTIONS.labels("allowed").inc()
         OPEN.inc()
@@ -362,7 +362,7 @@ class SshService(MultiService):
                  login=target.login, route=target.route, client=ssh.client_ip,
                  decision="allowed", reason=admission.reason, connection=connection_id,
                  certificate_serial=serial, key=key_fingerprint)
-        return bridge
+        return relay
 
     def _jump(self, ssh: GatewayServerTransport, target: LoginTarget, session: Session,
               person: str) -> JumpConnection:
@@ -475,8 +475,8 @@ class SshService(MultiService):
         ``ssh_recording_required`` the connection is closed."""
         assert route.ssh is not None
         active = self.active.get(connection_id)
-        if active is not None and active.bridge is not None:
-            active.bridge.ctx.recording_errors.append(reason)
+        if active is not None and active.relay is not None:
+            active.relay.ctx.recording_errors.append(reason)
         required = route.ssh.recording_required
         log.error("ssh: recording of connection {connection} on route {route} failed: "
                   "{reason}; {consequence}", connection=connection_id,
@@ -494,13 +494,13 @@ class SshService(MultiService):
         if active is None:
             return
         OPEN.dec()
-        if active.bridge is None:
+        if active.relay is None:
             log.info("ssh: jump connection of {user} ended", connection=connection_id,
                      client=active.ssh.client_ip, reason=active.reason,
                      duration=round(self._now() - active.started, 3),
                      ended=active.ended or "closed")
             return
-        ctx = active.bridge.ctx
+        ctx = active.relay.ctx
         BYTES.labels("in").inc(ctx.bytes_in)
         BYTES.labels("out").inc(ctx.bytes_out)
         log.info("ssh: connection of {user} as {login} on route {route} ended",
@@ -517,8 +517,8 @@ class SshService(MultiService):
         if active is None or active.ended:
             return
         active.ended = message
-        if active.bridge is not None:
-            active.bridge.say(message)
+        if active.relay is not None:
+            active.relay.say(message)
         disconnect(active.ssh, transport.DISCONNECT_BY_APPLICATION, message)
 
     def _recheck_all(self) -> None:
@@ -556,7 +556,7 @@ class SshService(MultiService):
                                            "again to sign in")
                 return
             session = refreshed
-        if active.bridge is None:
+        if active.relay is None:
             return  # a jump host: each inner connection is decided for its route
         route = self.routes.get(active.target.route)
         if route is None:
@@ -566,7 +566,7 @@ class SshService(MultiService):
                                           session, active.ssh.client_ip, now, connection_id)
         if not decision.allowed:
             log.info("ssh: {user} no longer allowed as {login} on route {route}: {reason}",
-                     user=who(self.authorize.view(session)), login=active.target.login,
+                     user=self.authorize.caller(session).who, login=active.target.login,
                      route=active.target.route,
                      reason=decision.reason, connection=connection_id)
             self._close(connection_id, decision.message)

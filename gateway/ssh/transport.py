@@ -2,7 +2,7 @@
 login grace time, a cap on unauthenticated connections per client address and in all,
 a bound on what is buffered before authentication, and the penalty for addresses that
 keep breaking the rules. What happens after the key exchange is the ``auth`` service's,
-then the ``bridge``'s.
+then the ``channel_relay``'s.
 
 **Strikes.** Each bound cuts one connection, but a client reconnects after every cut. So,
 as for HTTP/2 (``gateway.dataplane.penalty``, whose bookkeeping this reuses in a

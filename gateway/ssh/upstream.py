@@ -26,7 +26,8 @@ from twisted.internet.error import ConnectError
 from twisted.internet.protocol import Factory, Protocol
 from twisted.logger import Logger
 
-from gateway.config.ssh import HostKey, Revocations, fingerprint
+from gateway.config.known_hosts import HostKey, fingerprint
+from gateway.config.ssh import Revocations
 from gateway.ssh import algorithms
 from gateway.ssh.certs import Issued
 from gateway.ssh.host_cert import (
@@ -64,7 +65,8 @@ class UpstreamFailed(Exception):
 
 
 class UpstreamConnection(CheckedConnection):
-    """The client side's connection service: channels are opened by the bridge; the
+    """The client side's connection service: channels are opened by the relay
+    (``channel_relay``); the
     server may open none toward the gateway (no forwarded ports, agents or X11)."""
 
     peer_role = "server"

@@ -1,6 +1,6 @@
 """Fuzz target: the SSH server's authentication (``gateway.ssh.auth.GatewayUserAuth``)
 with the user-name parser under it (``gateway.ssh.names``) and the host key lines of
-routes (``gateway.config.ssh.parse_host_key_line``).
+routes (``gateway.config.known_hosts.parse_host_key_line``).
 
 Input: a sequence of packets, each a selector byte and a length-prefixed body. The
 selector's low bit picks the message (USERAUTH_REQUEST or INFO_RESPONSE); its second bit
@@ -29,10 +29,10 @@ from __future__ import annotations
 
 from tests.fuzz.harness import describe, fuzz, instrumented
 
-with instrumented("gateway.ssh", "gateway.config.ssh"):
+with instrumented("gateway.ssh", "gateway.config.known_hosts"):
     from twisted.conch.ssh.common import NS
 
-    from gateway.config.ssh import (
+    from gateway.config.known_hosts import (
         CA_KEY_TYPES,
         HOST_KEY_TYPES,
         hosts_match,

@@ -46,7 +46,7 @@ with instrumented("gateway.ssh"):
 
     from gateway.ssh import limits
     from gateway.ssh.auth import GatewayUserAuth
-    from gateway.ssh.channel_relay import BridgeConnection, Context
+    from gateway.ssh.channel_relay import Context, RelayedConnection
     from gateway.ssh.jump import JumpConnection
     from gateway.ssh.transport import GatewayFactory
     from gateway.ssh.upstream import UpstreamConnection
@@ -84,7 +84,7 @@ class Gate(FakeGate):
         await super().admit(ssh, target, session, key_fingerprint)
         if not target.login:  # as the service does for a name that is no route: a jump
             return JumpConnection(lambda: {"db"}, lambda route: None, target.route)
-        return BridgeConnection(SilentUpstream(), Context(
+        return RelayedConnection(SilentUpstream(), Context(
             connection_id="fuzz", route=target.route, login=target.login, user="fuzz",
             client="127.0.0.1", allow_port_forwarding=True, recordings=lambda *a: None,
             clock=lambda: 0.0))

@@ -30,8 +30,8 @@ from gateway.authorize.allow_fields import (
     USER_UNAUTHENTICATED,
     Decision,
 )
+from gateway.authorize.decide import is_cors_preflight
 from gateway.authorize.email import is_mailbox
-from gateway.authorize.policy.facts import is_cors_preflight
 from gateway.config.routes import Route
 from gateway.sessions.model import Session
 

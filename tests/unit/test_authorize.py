@@ -16,9 +16,11 @@ from twisted.trial.unittest import SynchronousTestCase
 from gateway.authorize import assertion
 from gateway.authorize.allow_fields import Decision, decision
 from gateway.authorize.assertion import AssertionSigner, claim_headers, jwk_thumbprint
+from gateway.authorize.caller import Caller
 from gateway.authorize.claims import flatten_claims
+from gateway.authorize.decide import decide as decide_policy
+from gateway.authorize.decide import http_asked
 from gateway.authorize.hook import RequestInfo
-from gateway.authorize.policy import facts_for
 from gateway.config.routes import Route
 from gateway.sessions.model import Session
 
@@ -60,13 +62,22 @@ def session(**fields: Any) -> Session:
     return Session(**values)
 
 
+def caller(s: Session, groups: bool = True, refused: str = "") -> Caller:
+    """The caller of exactly ``s``'s fields (its e-mail used as it is, whatever it is;
+    ``refused``: the code of an address that was refused)."""
+    return Caller(s.user_id, s.email, s.groups, s.claims, s.expires_at,
+                  groups_available=groups, session_id=s.id, name=s.name,
+                  claimed_email=s.email, email_refusal=refused)
+
+
 def decide(r: Route, s: Session | None, method: bytes = b"GET",
            headers: list[tuple[bytes, bytes]] | None = None, groups: bool = True,
            refused: str = "") -> Decision:
     """The route's compiled policy (its allow fields as rules), in the fields' codes."""
     request = RequestInfo(method, "https", HOST, "/", b"", headers or [], "192.0.2.1")
-    verdict = r.policy.evaluate(facts_for(request, s, NOW, groups_available=groups))
-    return decision(r, verdict, s, NOW, groups, refused)
+    who = caller(s, groups, refused) if s is not None else None
+    verdict = decide_policy(r.policy, who, http_asked(request, NOW))
+    return decision(r, verdict, who, NOW)
 
 
 def pem(key: assertion.SigningKey) -> bytes:
@@ -266,7 +277,7 @@ class SignerTests(SynchronousTestCase):
             for key in (pem(private), None):
                 signer = self.signer(algorithm, key)
                 self.assertIs(signer.ephemeral, key is None)
-                claims = self.verify(signer, signer.sign(s, HOST))
+                claims = self.verify(signer, signer.sign(caller(s), HOST))
                 jti = claims.pop("jti")
                 self.assertTrue(isinstance(jti, str) and len(jti) >= 16)
                 self.assertEqual(claims, {
@@ -277,7 +288,7 @@ class SignerTests(SynchronousTestCase):
     def test_other_key_does_not_verify(self) -> None:
         """A token does not verify against another signer's key."""
         a, b = self.signer(), self.signer()
-        token = a.sign(session(), HOST)
+        token = a.sign(caller(session()), HOST)
         with self.assertRaises(jwt.InvalidSignatureError):
             jwt.decode(token, key=jwt.PyJWK(b.public_jwk()), algorithms=["ES256"],
                        audience=HOST, options={"verify_exp": False})
@@ -286,7 +297,8 @@ class SignerTests(SynchronousTestCase):
     def test_optional_name_and_group_fallback(self) -> None:
         """No name claim without a name; groups fall back to the IdP groups claim."""
         signer = self.signer()
-        claims = self.verify(signer, signer.sign(session(claims={"groups": ("idp",)}), HOST))
+        who = caller(session(claims={"groups": ("idp",)}))
+        claims = self.verify(signer, signer.sign(who, HOST))
         self.assertNotIn("name", claims)
         self.assertEqual(claims["groups"], ["idp"])
 
@@ -296,21 +308,22 @@ class SignerTests(SynchronousTestCase):
         for expires_at, exp in [(NOW + 3600, NOW + 300), (NOW + 100, NOW + 100),
                                 (NOW + 300, NOW + 300)]:
             s = session(id=f"s-{expires_at}", expires_at=expires_at)
-            self.assertEqual(self.verify(signer, signer.sign(s, HOST))["exp"], int(exp))
+            signed = signer.sign(caller(s), HOST)
+            self.assertEqual(self.verify(signer, signed)["exp"], int(exp))
 
     def test_cache(self) -> None:
         """A token is reused until 30 s before exp, per session and audience."""
         signer, s = self.signer(), session()
-        first = signer.sign(s, HOST)
+        first = signer.sign(caller(s), HOST)
         self.now = NOW + 269
-        self.assertEqual(signer.sign(s, HOST), first)
-        self.assertNotEqual(signer.sign(s, "other.example.com"), first)
+        self.assertEqual(signer.sign(caller(s), HOST), first)
+        self.assertNotEqual(signer.sign(caller(s), "other.example.com"), first)
         self.now = NOW + 270
-        renewed = signer.sign(s, HOST)
+        renewed = signer.sign(caller(s), HOST)
         self.assertNotEqual(renewed, first)
         self.assertEqual(self.verify(signer, renewed)["exp"], int(NOW + 570))
-        self.assertEqual(signer.sign(s, HOST), renewed)
-        changed = signer.sign(replace(s, groups=("new",)), HOST)
+        self.assertEqual(signer.sign(caller(s), HOST), renewed)
+        changed = signer.sign(caller(replace(s, groups=("new",))), HOST)
         self.assertNotEqual(changed, renewed)
         self.assertEqual(self.verify(signer, changed)["groups"], ["new"])
 
@@ -318,16 +331,16 @@ class SignerTests(SynchronousTestCase):
         """The oldest cached token is evicted beyond the cache size."""
         self.patch(assertion, "CACHE_SIZE", 2)
         signer = self.signer()
-        tokens = {i: signer.sign(session(id=f"s{i}"), HOST) for i in range(3)}
-        self.assertEqual(signer.sign(session(id="s2"), HOST), tokens[2])
-        self.assertNotEqual(signer.sign(session(id="s0"), HOST), tokens[0])
+        tokens = {i: signer.sign(caller(session(id=f"s{i}")), HOST) for i in range(3)}
+        self.assertEqual(signer.sign(caller(session(id="s2")), HOST), tokens[2])
+        self.assertNotEqual(signer.sign(caller(session(id="s0")), HOST), tokens[0])
 
     def test_original_jwks(self) -> None:
         """The original's test key gives its exact JWKS and kid (case 54)."""
         signer = self.signer("ES256", ORIGINAL_KEY)
         self.assertEqual(json.dumps(signer.jwks(), separators=(",", ":")), ORIGINAL_JWKS)
         self.assertEqual(signer.kid, json.loads(ORIGINAL_JWKS)["keys"][0]["kid"])
-        header = jwt.get_unverified_header(signer.sign(session(), HOST))
+        header = jwt.get_unverified_header(signer.sign(caller(session()), HOST))
         self.assertEqual(header["kid"], signer.kid)
 
     def test_jwk_shapes(self) -> None:
@@ -383,7 +396,7 @@ class SignerTests(SynchronousTestCase):
 class ClaimHeaderTests(SynchronousTestCase):
     def headers(self, setting: Any, s: Session) -> tuple[tuple[bytes, bytes], ...]:
         options = load(base_config(jwt_claims_headers=setting, **IDENTITY)).options
-        return claim_headers(options.jwt_claims_headers, s)
+        return claim_headers(options.jwt_claims_headers, caller(s))
 
     def test_list_form(self) -> None:
         """Listed claims become X-Gateway-Claim-<Name>, arrays joined by ',' (case 53)."""

@@ -11,23 +11,23 @@ from typing import Any
 
 from twisted.trial.unittest import SynchronousTestCase
 
+from gateway.authorize.caller import Caller
 from gateway.authorize.ssh_logins import AuthorizeSsh
 from gateway.config.routes import Route
 from gateway.observability.audit import AUDIT
 from gateway.sessions.model import Session
 
-from .test_ssh_parts import route, session
+from .test_ssh_parts import caller, person, route, session
 
 
 class Decider:
-    """The two things the entrance asks of a decider."""
+    """What the entrance asks of a decider: the caller a session is."""
 
-    def __init__(self, groups_available: bool = False, email: str | None = None) -> None:
-        self.groups_available = groups_available
+    def __init__(self, email: str | None = None) -> None:
         self.email = email  # the address decisions see (None: the session's)
 
-    def decision_session(self, s: Session) -> tuple[Session, str]:
-        return (s if self.email is None else replace(s, email=self.email)), ""
+    def caller(self, s: Session) -> Caller:
+        return caller(s if self.email is None else replace(s, email=self.email))
 
 
 class EntranceTests(SynchronousTestCase):
@@ -42,8 +42,8 @@ class EntranceTests(SynchronousTestCase):
 
     def test_a_login_is_audited_whatever_its_outcome(self) -> None:
         now = time.time()
-        allowed = self.entrance.login(self.route, "db", "root", session(), "192.0.2.1", now)
-        denied = self.entrance.login(self.route, "db", "root", session("bob@example.com"),
+        allowed = self.entrance.login(self.route, "db", "root", person(), "192.0.2.1", now)
+        denied = self.entrance.login(self.route, "db", "root", person("bob@example.com"),
                                      "192.0.2.1", now)
         self.assertEqual((allowed.allowed, denied.allowed), (True, False))
         self.assertEqual([(e["via"], e["decision"], e["ssh_user"], e["route"], e["email"])
@@ -66,6 +66,6 @@ class EntranceTests(SynchronousTestCase):
                           event["email"]), ("recheck", "deny", "c-1", "bob@example.com"))
 
     def test_the_person_as_the_current_decider_sees_them(self) -> None:
-        self.assertEqual(self.entrance.view(session()).email, "alice@example.com")
+        self.assertEqual(self.entrance.caller(session()).email, "alice@example.com")
         self.decider = Decider(email="")
-        self.assertEqual(self.entrance.view(session()).email, "")
+        self.assertEqual(self.entrance.caller(session()).email, "")

@@ -17,10 +17,10 @@ from twisted.trial.unittest import SynchronousTestCase
 
 from gateway.authenticate.account import who_am_i
 from gateway.authenticate.identity import Identity
+from gateway.authorize.caller import caller_of
 from gateway.authorize.email import (
     EMAIL_INVALID,
     EMAIL_UNVERIFIED,
-    decision_view,
     email_refusal,
     is_mailbox,
 )
@@ -81,19 +81,21 @@ class MailboxTests(SynchronousTestCase):
         self.assertEqual(email_refusal("a@b@c.test", {}, True), EMAIL_INVALID)
         self.assertEqual(email_refusal("", unverified, False), "")
 
-    def test_view_drops_the_address_and_its_claim(self) -> None:
+    def test_caller_drops_the_address_and_its_claim(self) -> None:
         """With the address refused, neither the field nor the ``email`` claim remains
         (claim headers fall back to the claim); the rest is kept. Nothing refused: the
-        very same object."""
+        session's claims as they are."""
         claims = MappingProxyType({"email": ("a@b.test",), "email_verified": ("false",),
                                    "team": ("x",)})
         record = session(email="a@b.test", claims=claims)
-        view, refusal = decision_view(record, False)
-        self.assertEqual(refusal, EMAIL_UNVERIFIED)
-        self.assertEqual(view.email, "")
+        view = caller_of(record, allow_unverified_email=False, groups_available=False)
+        self.assertEqual(view.email_refusal, EMAIL_UNVERIFIED)
+        self.assertEqual((view.email, view.claimed_email), ("", "a@b.test"))
         self.assertEqual(dict(view.claims), {"email_verified": ("false",), "team": ("x",)})
-        self.assertEqual((view.id, view.user_id), (record.id, record.user_id))
-        self.assertIs(decision_view(record, True)[0], record)
+        self.assertEqual((view.session_id, view.user_id), (record.id, record.user_id))
+        kept = caller_of(record, allow_unverified_email=True, groups_available=False)
+        self.assertEqual((kept.email, kept.email_refusal), ("a@b.test", ""))
+        self.assertIs(kept.claims, record.claims)
 
 
 class EvaluateTests(SynchronousTestCase):

@@ -26,7 +26,7 @@ TIERS: tuple[tuple[str, ...], ...] = (
     ("rpc",),
     ("services", "ssh"),
     ("workers", "authenticate", "cli"),
-    ("dataplane", "databroker"),
+    ("dataplane", "databroker", "bearer_jwt"),
     ("directory", "authorize"),
     ("tls", "observability", "pages"),
     ("autocert", "sessions", "net"),

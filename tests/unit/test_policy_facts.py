@@ -1,5 +1,6 @@
-"""``Facts`` from the gateway's own objects: a session as decisions see it, a request,
-a client certificate."""
+"""``Facts`` from the gateway's own objects: a caller (a session as decisions see it,
+``caller_of``), what a request or an SSH login asks, a client certificate; and the one
+decision, ``decide``."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import base64
 import datetime as dt
 import hashlib
 from types import MappingProxyType
+from typing import Any
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes
@@ -15,22 +17,45 @@ from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 from cryptography.x509.oid import NameOID
 from twisted.trial.unittest import SynchronousTestCase
 
-from gateway.authorize.hook import RequestInfo
-from gateway.authorize.policy import (
-    Facts,
-    cert_facts,
-    facts_for,
-    identity_facts,
+from gateway.authorize.caller import Caller, caller_of
+from gateway.authorize.certificates import cert_facts
+from gateway.authorize.decide import (
+    SSH_METHOD,
+    Asked,
+    caller_facts,
+    decide,
+    facts_of,
+    http_asked,
+    is_cors_preflight,
     method_text,
+    ssh_asked,
 )
-from gateway.authorize.policy.facts import is_cors_preflight
+from gateway.authorize.hook import RequestInfo
 from gateway.config.errors import Problems
-from gateway.policy import Policy, parse_document
+from gateway.policy import Facts, Policy, parse_document
 from gateway.sessions.model import Session
 
 NOW = 1_800_000_000.0
 SESSION = Session("sid", "u-1", "Ada@Example.com", NOW - 60, NOW + 3600,
                   claims=MappingProxyType({"dept": ("ops",)}), groups=("eng",))
+
+
+def caller(session: Session | None, groups_available: bool) -> Caller | None:
+    return None if session is None else caller_of(
+        session, allow_unverified_email=False, groups_available=groups_available)
+
+
+def facts_for(request: RequestInfo, session: Session | None, now: float, *,
+              groups_available: bool, client_cert: Any = None, internal: bool = False,
+              path: str | None = None) -> Facts:
+    """The facts the HTTP entrance decides on: the session's caller asking ``request``."""
+    return facts_of(caller(session, groups_available),
+                    http_asked(request, now, client_cert=client_cert, internal=internal,
+                               path=path))
+
+
+def identity_facts(session: Session | None, now: float, *, groups_available: bool) -> Facts:
+    return caller_facts(caller(session, groups_available), now)
 
 
 def request(method: bytes = b"GET", headers: list[tuple[bytes, bytes]] | None = None,
@@ -102,6 +127,70 @@ class FactsForTests(SynchronousTestCase):
         self.assertEqual(Facts(email="a@b@c.test").domain, "")
         self.assertEqual(Facts(email="@c.test").domain, "")
         self.assertEqual(Facts(email="").domain, "")
+
+
+class CallerTests(SynchronousTestCase):
+    """``caller_of`` is the one place a session becomes the person decisions see; a
+    caller needs no session (a bearer token's, issue 42) and is decided alike."""
+
+    def test_of_a_session(self) -> None:
+        who = caller_of(SESSION, allow_unverified_email=False, groups_available=True)
+        self.assertEqual((who.user_id, who.email, who.groups, dict(who.claims)),
+                         ("u-1", "Ada@Example.com", ("eng",), {"dept": ("ops",)}))
+        self.assertEqual((who.session_id, who.provider, who.expires_at, who.who),
+                         ("sid", "", NOW + 3600, "Ada@Example.com"))
+        self.assertTrue(who.signed_in(NOW) and not who.signed_in(NOW + 3600))
+
+    def test_refused_email_and_directory_groups(self) -> None:
+        """A refused address is no address (nor claim); the directory's groups are
+        looked up with the address decisions use."""
+        asked: list[tuple[str, str]] = []
+
+        class Directory:
+            version = 1
+
+            def groups_for(self, user_id: str, email: str) -> tuple[str, ...]:
+                asked.append((user_id, email))
+                return ("dir",)
+
+        record = Session("sid", "u-1", "a@b.test", NOW - 60, NOW + 60, claims=MappingProxyType(
+            {"email": ("a@b.test",), "email_verified": ("false",)}), groups=("idp",))
+        who = caller_of(record, allow_unverified_email=False, groups_available=True,
+                        directory=Directory())
+        self.assertEqual((who.email, who.claimed_email, who.email_refusal, who.groups),
+                         ("", "a@b.test", "email-unverified", ("dir",)))
+        self.assertNotIn("email", who.claims)
+        self.assertEqual(asked, [("u-1", "")])
+
+    def test_without_a_session(self) -> None:
+        """A caller with no session behind it is decided on what it is."""
+        policy = compiled({"allow": {"and": [{"claim/repository": "example/app"}]}})
+        bot = Caller("repo:example/app", "", (), MappingProxyType(
+            {"repository": ("example/app",)}), NOW + 60, provider="github-actions")
+        self.assertTrue(decide(policy, bot, Asked(NOW)).allowed)
+        self.assertFalse(decide(policy, bot, Asked(NOW + 60)).allowed)
+        self.assertFalse(decide(policy, None, Asked(NOW)).allowed)
+
+
+class DecideTests(SynchronousTestCase):
+    def test_ssh_login(self) -> None:
+        """An SSH login asks with the method ``SSH``, no path, the login name."""
+        asked = ssh_asked("deploy", "192.0.2.1", NOW)
+        self.assertEqual((asked.method, asked.path, asked.ssh_username, asked.client_ip),
+                         (SSH_METHOD, "", "deploy", "192.0.2.1"))
+        policy = compiled({"allow": {"and": [{"ssh_username": "deploy"},
+                                             {"user": "u-1"}]}})
+        who = caller(SESSION, True)
+        self.assertTrue(decide(policy, who, asked).allowed)
+        self.assertFalse(decide(policy, who, ssh_asked("root", "192.0.2.1", NOW)).allowed)
+        self.assertFalse(decide(policy, who, http_asked(request(), NOW)).allowed)
+
+
+def compiled(rules: dict[str, Any]) -> Policy:
+    problems = Problems()
+    document = parse_document(rules, "policy", problems)
+    assert document is not None, problems.errors
+    return Policy(document)
 
 
 class IdentityFactsTests(SynchronousTestCase):

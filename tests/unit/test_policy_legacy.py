@@ -5,6 +5,7 @@ identities (as decisions see them) and requests."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from types import MappingProxyType
 from typing import Any
 
@@ -13,12 +14,12 @@ from hypothesis import strategies as st
 from twisted.trial.unittest import SynchronousTestCase
 
 from gateway.authorize.allow_fields import decision as in_codes
-from gateway.authorize.email import decision_view
+from gateway.authorize.caller import caller_of
+from gateway.authorize.decide import facts_of, http_asked
 from gateway.authorize.hook import RequestInfo
-from gateway.authorize.policy import facts_for, legacy_ppl, legacy_rules
 from gateway.config.errors import Problems
 from gateway.config.routes import Route
-from gateway.policy import Document, Facts, Policy, parse_document
+from gateway.policy import Document, Facts, Policy, legacy_ppl, legacy_rules, parse_document
 from gateway.sessions.model import Session
 
 from .legacy_oracle import evaluate
@@ -150,17 +151,22 @@ class EquivalenceTests(SynchronousTestCase):
         """Allowed exactly when ``evaluate`` allows; refused for want of a session (401)
         exactly when the policy refuses someone not signed in."""
         refusal = ""
+        caller = None
         if session is not None:
-            session, refusal = decision_view(session, allow_unverified)
+            caller = caller_of(session, allow_unverified_email=allow_unverified,
+                               groups_available=groups_available)
+            refusal = caller.email_refusal
+            # the oracle decides on the session as decisions see it
+            session = replace(session, email=caller.email, claims=caller.claims)
         decision = evaluate(legacy, request.method, request.headers, session, NOW,
                             groups_available, refusal)
-        facts = facts_for(request, session, NOW, groups_available=groups_available)
+        facts = facts_of(caller, http_asked(request, NOW))
         verdict = legacy.policy.evaluate(facts)
         self.assertEqual(verdict.allowed, decision.allowed, (decision, str(verdict)))
         self.assertEqual(decision.status == 401,
                          not verdict.allowed and not facts.authenticated)
         # the codes the access log and the audit stream name (``allow_fields``)
-        compiled = in_codes(legacy, verdict, session, NOW, groups_available, refusal)
+        compiled = in_codes(legacy, verdict, caller, NOW)
         self.assertEqual(compiled.status, decision.status, (decision, str(verdict)))
         if decision.status != 401:
             self.assertEqual(compiled.reason if decision.allowed else compiled.reasons,

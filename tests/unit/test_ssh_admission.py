@@ -1,6 +1,6 @@
 """The SSH service's admission, step by step (issue 40, item 4): ``decide`` (the route's
 decision and the recording rule), ``provision`` (the certificate, the pin claim),
-``dial`` (the server, through an injected connector) and ``register`` (the bridge among
+``dial`` (the server, through an injected connector) and ``register`` (the relay among
 the open connections), each alone, on a ``MemoryReactorClock`` that is the service's one
 clock: sessions' and certificates' validity follow it, not the wall clock."""
 
@@ -18,6 +18,7 @@ from twisted.internet.defer import Deferred, ensureDeferred
 from twisted.internet.testing import MemoryReactorClock
 from twisted.trial.unittest import SynchronousTestCase
 
+from gateway.authorize.caller import caller_of
 from gateway.authorize.ssh_logins import AuthorizeSsh
 from gateway.config.running import ConfigSource
 from gateway.config.snapshot import load_snapshot
@@ -26,7 +27,7 @@ from gateway.databroker.memory_records import MemoryRecordStore
 from gateway.sessions.model import Session
 from gateway.ssh import pins
 from gateway.ssh.auth import Refused
-from gateway.ssh.channel_relay import BridgeConnection
+from gateway.ssh.channel_relay import RelayedConnection
 from gateway.ssh.names import LoginTarget
 from gateway.ssh.service import Admission, JumpHost, Provision, SshService
 from gateway.ssh.upstream import UpstreamConnection, UpstreamFailed
@@ -83,8 +84,8 @@ class Service:
         self.reactor = MemoryReactorClock()
         self.reactor.advance(NOW)
         self.records = MemoryRecordStore(self.reactor.seconds)
-        decider = SimpleNamespace(decision_session=lambda s: (s, None),
-                                  groups_available=True)
+        decider = SimpleNamespace(caller=lambda s: caller_of(
+            s, allow_unverified_email=True, groups_available=True))
         holder: Any = SimpleNamespace(identity=SimpleNamespace(
             decider=decider, auth_origin="https://authenticate.example"), store=None,
             authorize_ssh=AuthorizeSsh(lambda: decider))
@@ -209,17 +210,17 @@ class RegisterTests(SynchronousTestCase):
         self.serial = provision.issued.serial
         self.upstream = UpstreamConnection(Deferred())
         self.ssh = FakeSSH()
-        self.bridge = self.s.service.register(
+        self.relay = self.s.service.register(
             self.ssh, admission, self.s.session(), provision,  # type: ignore[arg-type]
             self.upstream, "SHA256:key")
 
-    def test_the_bridge_is_among_the_open_connections(self) -> None:
-        self.assertIsInstance(self.bridge, BridgeConnection)
+    def test_the_relay_is_among_the_open_connections(self) -> None:
+        self.assertIsInstance(self.relay, RelayedConnection)
         (active,) = self.s.service.active.values()
         self.assertEqual((active.session_id, active.target, active.serial, active.started),
                          ("sid-1", LoginTarget("alice", "db"), self.serial, NOW))
         self.s.reactor.advance(7)
-        self.assertEqual(self.bridge.ctx.clock(), NOW + 7)  # recordings' clock too
+        self.assertEqual(self.relay.ctx.clock(), NOW + 7)  # recordings' clock too
 
     def test_the_persons_side_ending_ends_it(self) -> None:
         self.ssh.on_lost()
@@ -262,7 +263,7 @@ class AdmitTests(SynchronousTestCase):
         service.decide, service.provision = step("decide", decide), step("provision",
                                                                           provision)
         service.dial, service.register = step("dial", dial), step("register", register)
-        bridge = _done(s.service.admit(FakeSSH(), LoginTarget("alice", "db"),  # type: ignore[arg-type]
+        relay = _done(s.service.admit(FakeSSH(), LoginTarget("alice", "db"),  # type: ignore[arg-type]
                                        s.session(), "SHA256:key"))
-        self.assertIsInstance(bridge, BridgeConnection)
+        self.assertIsInstance(relay, RelayedConnection)
         self.assertEqual(steps, ["decide", "provision", "dial", "register"])

@@ -12,7 +12,7 @@ from twisted.conch.ssh import keys
 from twisted.conch.ssh.common import NS
 from twisted.trial.unittest import SynchronousTestCase
 
-from gateway.config.ssh import fingerprint
+from gateway.config.known_hosts import fingerprint
 from gateway.ssh import limits
 from gateway.ssh.auth import GatewayUserAuth
 from gateway.ssh.names import LoginTarget

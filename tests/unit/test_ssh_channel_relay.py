@@ -1,4 +1,4 @@
-"""The bridge's channels on recording transports: which channels and requests pass,
+"""The relay's channels on recording transports: which channels and requests pass,
 and the order of data, EOF and exit status when a window is full."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from twisted.conch.ssh.common import NS
 from twisted.trial.unittest import SynchronousTestCase
 
 from gateway.ssh import limits
-from gateway.ssh.channel_relay import BridgeConnection, Context, PersonSide, ServerSide
+from gateway.ssh.channel_relay import Context, PersonSide, RelayedConnection, ServerSide
 
 
 class Wire:
@@ -43,15 +43,15 @@ def open_packet(kind: bytes, sender: int = 5, window: int = 1 << 20, extra: byte
     return NS(kind) + struct.pack(">3L", sender, window, 32768) + extra
 
 
-class BridgeTests(SynchronousTestCase):
+class RelayTests(SynchronousTestCase):
     def setUp(self) -> None:
         self.up = FakeUpstream()
-        self.bridge = BridgeConnection(self.up, context())
+        self.relay = RelayedConnection(self.up, context())
         self.wire = Wire()
-        self.bridge.transport = self.wire  # type: ignore[assignment]
+        self.relay.transport = self.wire  # type: ignore[assignment]
 
     def open_session(self, window: int = 1 << 20) -> tuple[PersonSide, ServerSide]:
-        self.bridge.ssh_CHANNEL_OPEN(open_packet(b"session", window=window))
+        self.relay.ssh_CHANNEL_OPEN(open_packet(b"session", window=window))
         server, _ = self.up.opened[-1]
         self.up.localToRemoteChannel[0] = 9
         self.up.channelsToRemoteChannel[server] = 9
@@ -64,7 +64,7 @@ class BridgeTests(SynchronousTestCase):
         return person, server
 
     def test_session_opens_once_the_server_confirmed(self) -> None:
-        self.bridge.ssh_CHANNEL_OPEN(open_packet(b"session"))
+        self.relay.ssh_CHANNEL_OPEN(open_packet(b"session"))
         self.assertEqual(self.wire.sent, [])  # nothing until the server answers
         server, _ = self.up.opened[0]
         server.channelOpen(b"")
@@ -73,25 +73,25 @@ class BridgeTests(SynchronousTestCase):
     def test_port_forwarding_refused_unless_the_route_allows_it(self) -> None:
         target = NS(b"127.0.0.1") + struct.pack(">L", 22) + NS(b"127.0.0.1") + \
             struct.pack(">L", 1)
-        self.bridge.ssh_CHANNEL_OPEN(open_packet(b"direct-tcpip", extra=target))
+        self.relay.ssh_CHANNEL_OPEN(open_packet(b"direct-tcpip", extra=target))
         kind, payload = self.wire.sent[0]
         self.assertEqual(kind, connection.MSG_CHANNEL_OPEN_FAILURE)
         self.assertEqual(struct.unpack(">2L", payload[:8]),
                          (5, connection.OPEN_ADMINISTRATIVELY_PROHIBITED))
         self.assertIn(b"port forwarding is not allowed on route db", payload)
         self.assertEqual(self.up.opened, [])
-        allowed = BridgeConnection(self.up, context(forwarding=True))
+        allowed = RelayedConnection(self.up, context(forwarding=True))
         allowed.transport = Wire()  # type: ignore[assignment]
         allowed.ssh_CHANNEL_OPEN(open_packet(b"direct-tcpip", extra=target))
         self.assertEqual(len(self.up.opened), 1)
 
     def test_other_channel_types_and_too_many_channels(self) -> None:
-        self.bridge.ssh_CHANNEL_OPEN(open_packet(b"x11"))
+        self.relay.ssh_CHANNEL_OPEN(open_packet(b"x11"))
         self.assertEqual(struct.unpack(">2L", self.wire.sent[-1][1][:8]),
                          (5, connection.OPEN_UNKNOWN_CHANNEL_TYPE))
         for _ in range(limits.CHANNELS_PER_CONNECTION):
-            self.bridge.ssh_CHANNEL_OPEN(open_packet(b"session"))
-        self.bridge.ssh_CHANNEL_OPEN(open_packet(b"session"))
+            self.relay.ssh_CHANNEL_OPEN(open_packet(b"session"))
+        self.relay.ssh_CHANNEL_OPEN(open_packet(b"session"))
         self.assertEqual(struct.unpack(">2L", self.wire.sent[-1][1][:8]),
                          (5, connection.OPEN_RESOURCE_SHORTAGE))
 
@@ -101,7 +101,7 @@ class BridgeTests(SynchronousTestCase):
         self.assertIs(self.successResultOf(
             person.requestReceived(b"auth-agent-req@openssh.com", b"")), False)
         self.assertIs(self.successResultOf(person.requestReceived(b"x11-req", b"")), False)
-        self.assertEqual(self.bridge.gotGlobalRequest(b"tcpip-forward", b""), 0)
+        self.assertEqual(self.relay.gotGlobalRequest(b"tcpip-forward", b""), 0)
         self.assertEqual(self.up.transport.sent, [])  # type: ignore[attr-defined]
 
     def test_exit_status_waits_behind_buffered_output(self) -> None:
@@ -129,7 +129,7 @@ class BridgeTests(SynchronousTestCase):
         person.localWindowLeft = 0
         person.dataReceived(b"x" * 10)  # buffered toward the server: the person is held
         self.assertTrue(person.held)
-        self.bridge.adjustWindow(person, 1000)
+        self.relay.adjustWindow(person, 1000)
         self.assertEqual(person.localWindowLeft, 0)
         server.addWindowBytes(1 << 20)
         self.assertFalse(person.held)

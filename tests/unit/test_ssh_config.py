@@ -13,8 +13,8 @@ from cryptography.hazmat.primitives.asymmetric import ed25519, rsa
 from twisted.trial.unittest import SynchronousTestCase
 
 from gateway.config.errors import ConfigErrors
+from gateway.config.known_hosts import fingerprint, parse_host_key_line
 from gateway.config.snapshot import Snapshot, load_snapshot
-from gateway.config.ssh import fingerprint, parse_host_key_line
 
 HOST_KEY = ("ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl")
 

@@ -28,15 +28,15 @@ from twisted.logger import LogEvent, LogLevel, formatEvent, globalLogPublisher
 from twisted.trial.unittest import SynchronousTestCase
 
 from gateway.config.errors import ConfigErrors
-from gateway.config.snapshot import Snapshot, load_snapshot
-from gateway.config.ssh import (
+from gateway.config.known_hosts import (
     HostKey,
-    Revocations,
     fingerprint,
     hosts_match,
     parse_host_ca_line,
     parse_revoked_line,
 )
+from gateway.config.snapshot import Snapshot, load_snapshot
+from gateway.config.ssh import Revocations
 from gateway.config.ssh_krl import MAGIC, CertificateRevocations, Krl
 from gateway.ssh import algorithms
 from gateway.ssh.host_cert import (

@@ -10,7 +10,8 @@ from typing import Any
 from twisted.logger import LogEvent, formatEvent, globalLogPublisher
 from twisted.trial.unittest import SynchronousTestCase
 
-from gateway.config.ssh import HostKey, SshRoute, fingerprint
+from gateway.config.known_hosts import HostKey, fingerprint
+from gateway.config.ssh import SshRoute
 from gateway.ssh.service import SshService
 
 CA = b"\x00\x00\x00\x0bssh-ed25519" + b"\x00\x00\x00\x20" + b"C" * 32

@@ -16,6 +16,7 @@ from twisted.internet.address import IPv4Address
 from twisted.internet.testing import MemoryReactorClock, StringTransport
 from twisted.trial.unittest import SynchronousTestCase
 
+from gateway.authorize.caller import Caller, caller_of
 from gateway.authorize.ssh_logins import decide_login, no_login_message
 from gateway.config.errors import Problems
 from gateway.config.material import Reader
@@ -59,44 +60,47 @@ def session(email: str = "alice@example.com", **more: object) -> Session:
                    expires_at=time.time() + 3600, **more)  # type: ignore[arg-type]
 
 
+def caller(s: Session) -> Caller:
+    return caller_of(s, allow_unverified_email=True, groups_available=False)
+
+
+def person(email: str = "alice@example.com", **more: object) -> Caller:
+    """The caller ``session`` is (decisions take a caller, not a session)."""
+    return caller(session(email, **more))
+
+
 class DecisionTests(SynchronousTestCase):
     def test_login_name_rules(self) -> None:
         r = route({"policy": {"allow": {"and": [{"domain": {"is": "example.com"}},
                                                 {"ssh_username_matches_email": True}]}}})
-        allowed = decide_login(r, "db", "alice", session(), "192.0.2.1", time.time(),  # type: ignore[arg-type]
-                               groups_available=False)
+        allowed = decide_login(r, "db", "alice", person(), "192.0.2.1", time.time())  # type: ignore[arg-type]
         self.assertTrue(allowed.allowed, allowed)
-        denied = decide_login(r, "db", "root", session(), "192.0.2.1", time.time(),  # type: ignore[arg-type]
-                              groups_available=False)
+        denied = decide_login(r, "db", "root", person(), "192.0.2.1", time.time())  # type: ignore[arg-type]
         self.assertFalse(denied.allowed)
         self.assertEqual(denied.message, "signed in as alice@example.com; route db does not "
                                          "allow you to log in as root")
 
     def test_allow_fields_and_other_refusals(self) -> None:
         r = route({"allowed_users": ["bob@example.com"]})
-        denied = decide_login(r, "db", "root", session(), "192.0.2.1", time.time(),  # type: ignore[arg-type]
-                              groups_available=False)
+        denied = decide_login(r, "db", "root", person(), "192.0.2.1", time.time())  # type: ignore[arg-type]
         self.assertFalse(denied.allowed)
         self.assertTrue(denied.message.startswith("signed in as alice@example.com; route db: "))
-        self.assertTrue(decide_login(r, "db", "root", session("bob@example.com"),  # type: ignore[arg-type]
-                                     "192.0.2.1", time.time(), groups_available=False).allowed)
+        self.assertTrue(decide_login(r, "db", "root", person("bob@example.com"),  # type: ignore[arg-type]
+                                     "192.0.2.1", time.time()).allowed)
 
     def test_claim_rule(self) -> None:
         from types import MappingProxyType
 
         r = route({"policy": {"allow": {"and": [{"ssh_username_matches_claim": "logins"}]}}})
-        who = session(claims=MappingProxyType({"logins": ("deploy", "alice")}))
-        self.assertTrue(decide_login(r, "db", "deploy", who, "", time.time(),  # type: ignore[arg-type]
-                                     groups_available=False).allowed)
-        self.assertFalse(decide_login(r, "db", "root", who, "", time.time(),  # type: ignore[arg-type]
-                                      groups_available=False).allowed)
+        who = person(claims=MappingProxyType({"logins": ("deploy", "alice")}))
+        self.assertTrue(decide_login(r, "db", "deploy", who, "", time.time()).allowed)  # type: ignore[arg-type]
+        self.assertFalse(decide_login(r, "db", "root", who, "", time.time()).allowed)  # type: ignore[arg-type]
 
     def test_ended_session(self) -> None:
         r = route({"allow_any_authenticated_user": True})
         ended = Session(id="s", user_id="u", email="a@example.com", issued_at=0.0,
                         expires_at=1.0)
-        result = decide_login(r, "db", "root", ended, "", time.time(),  # type: ignore[arg-type]
-                              groups_available=False)
+        result = decide_login(r, "db", "root", caller(ended), "", time.time())  # type: ignore[arg-type]
         self.assertFalse(result.allowed)
         self.assertIn("session has ended", result.message)
 
@@ -109,21 +113,18 @@ class DecisionTests(SynchronousTestCase):
             {"ssh_username_matches_email": True},
             {"and": [{"groups": {"has": "admins"}}, {"ssh_username": {"in": ["root", "deploy"]}}]},
             {"ssh_username_matches_claim": "logins"}]}}})
-        alice = session(claims=MappingProxyType({"logins": ("svc",)}))
+        alice = person(claims=MappingProxyType({"logins": ("svc",)}))
         self.assertEqual(policy_logins(r, alice), ["alice", "root", "deploy", "svc"])  # type: ignore[arg-type]
         # alice is allowed as alice and svc: two, so she must choose
-        login, how = default_login(r, "db", alice, "", time.time(),  # type: ignore[arg-type]
-                                   groups_available=False)
+        login, how = default_login(r, "db", alice, "", time.time())  # type: ignore[arg-type]
         self.assertEqual(login, "")
         self.assertEqual(how, "name the login for route db: ssh alice@db@HOST or "
                               "ssh svc@db@HOST")
         one = route({"policy": {"allow": {"and": [{"ssh_username": {"is": "deploy"}}]}}})
-        self.assertEqual(default_login(one, "db", alice, "", time.time(),  # type: ignore[arg-type]
-                                       groups_available=False), ("deploy", ""))
+        self.assertEqual(default_login(one, "db", alice, "", time.time()), ("deploy", ""))  # type: ignore[arg-type]
         legacy = route({"allow_any_authenticated_user": True})
         self.assertEqual(policy_logins(legacy, alice), [])  # type: ignore[arg-type]
-        self.assertEqual(default_login(legacy, "db", alice, "", time.time(),  # type: ignore[arg-type]
-                                       groups_available=False)[0], "")
+        self.assertEqual(default_login(legacy, "db", alice, "", time.time())[0], "")  # type: ignore[arg-type]
 
     def test_no_login_message(self) -> None:
         self.assertEqual(no_login_message("db", "alice@example.com"),

@@ -20,7 +20,7 @@ from twisted.internet.testing import MemoryReactorClock, StringTransport
 from twisted.logger import globalLogPublisher
 from twisted.trial.unittest import SynchronousTestCase
 
-from gateway.config.ssh import fingerprint
+from gateway.config.known_hosts import fingerprint
 from gateway.databroker.follower import ChangeFollower
 from gateway.databroker.memory_records import MemoryRecordStore
 from gateway.databroker.records import SSH_SIGN_IN

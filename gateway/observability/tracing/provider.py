@@ -29,7 +29,7 @@ from gateway.adapters.zipkin import ZipkinV2Encoder
 from gateway.config import otel
 from gateway.config.settings import Options
 from gateway.config.values import parse_address
-from gateway.observability.tracing.agent import AgentExporter
+from gateway.observability.tracing.agenttrace import AgentTraceExporter
 from gateway.observability.tracing.export_queue import BoundedExport
 from gateway.observability.tracing.jaeger import JaegerHTTPExporter, JaegerUDPExporter
 from gateway.observability.tracing.tracer import Tracer
@@ -53,7 +53,7 @@ logging.getLogger("opentelemetry").addHandler(logging.NullHandler())
 logging.getLogger("opentelemetry").propagate = False
 
 
-def agent_address(address: str) -> str:
+def agenttrace_address(address: str) -> str:
     host, port = parse_address(address or "localhost:8126")
     host = host or "localhost"
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
@@ -77,7 +77,7 @@ def exporter_for(options: Options, service: str) -> SpanExporter:
         host, port = parse_address(options.tracing_thrifttrace_agent_endpoint)
         return JaegerUDPExporter(host or "localhost", port, service)
     if provider == "agenttrace":
-        return AgentExporter(agent_address(options.tracing_agenttrace_address), service,
+        return AgentTraceExporter(agenttrace_address(options.tracing_agenttrace_address), service,
                              EXPORT_TIMEOUT)
     raise ValueError(f"unknown tracing_provider {provider!r}")
 

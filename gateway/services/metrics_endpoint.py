@@ -134,7 +134,7 @@ def count_requests(options: Options) -> None:
         REQUESTS.enable(options.service_label)
 
 
-class MetricsService(SnapshotService):
+class MetricsEndpointService(SnapshotService):
     label = "metrics"
 
     def __init__(self, source: ConfigSource, reactor: Any, *,

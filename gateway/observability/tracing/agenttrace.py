@@ -67,7 +67,7 @@ def encode_traces(spans: Sequence[ReadableSpan], service: str) -> tuple[bytes, i
     return packb(list(traces.values())), len(traces)
 
 
-class AgentExporter(SpanExporter):
+class AgentTraceExporter(SpanExporter):
     def __init__(self, address: str, service: str, timeout: float = 5.0) -> None:
         self.url = f"http://{address}/v0.4/traces"
         self.service = service

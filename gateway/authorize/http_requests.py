@@ -1,0 +1,341 @@
+"""The HTTP entrance: every request to a route that is not public, decided (the data
+plane's ``Authorizer`` call, for the proxy and forward auth), per configuration snapshot.
+
+The decision is ``decide.decide``: the route's compiled policy (its ``policy`` rules and
+its allow fields, one engine for every route) over the caller (``Caller``: the session's
+person as decisions see them, made once per session record and directory version,
+``caller``) and what the request asks (``decide.http_asked``, built in ``_verdict``
+only). Around it are the session's lookup, its fetch from another process or its token
+refresh when needed, and caches that keep the answer while nothing it rests on changes
+(a policy that reads the request, ``REQUEST_FACTS``, is asked again for every request):
+
+- the decision per (session record, route, programmatic token or not), for
+  ``DECISION_TTL`` (the record object changes when the session is refreshed or ended);
+- a browser's next request to a route it was allowed on, per exact Cookie header and
+  route (``_allowed_again``), answered without opening its cookie or deciding again (a
+  policy that reads the request: specialised for the caller, ``policy.specialize``);
+- the caller, per session record and directory version (``caller``).
+
+A route with only the allow fields logs their codes (``allow_fields``). Sign-in is not
+decided here: a request without a caller gets what ``SignIn`` answers (the authenticate
+layer's redirect or 401), and tokens are refreshed through it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import replace
+from typing import Any, NamedTuple, Protocol
+
+from twisted.internet.defer import Deferred, ensureDeferred
+from twisted.logger import Logger
+
+from gateway.authorize import allow_fields, answers
+from gateway.authorize.answers import denial_message
+from gateway.authorize.assertion import AssertionSigner, claim_headers
+from gateway.authorize.caller import Caller, caller_of
+from gateway.authorize.certificates import cert_facts
+from gateway.authorize.decide import caller_facts, decide, http_asked, method_text
+from gateway.authorize.email import REFUSAL_TEXT
+from gateway.authorize.hook import Allow, Decision, Reply, RequestInfo
+from gateway.caches import FifoCache
+from gateway.config.routes import Route
+from gateway.config.snapshot import Snapshot
+from gateway.observability.request_metrics import route_label
+from gateway.observability.tracing.active import start_child
+from gateway.pages.layout import Action, look_of
+from gateway.pages.rules import admits
+from gateway.policy import CLIENT_CERT, CertFacts, Specialized, Verdict, specialize
+from gateway.sessions.lookup import COOKIE_CACHE, SessionLookup, cookie_and_authorization
+from gateway.sessions.model import Session
+from gateway.sessions.store import DirectoryGroups, SessionStore
+
+log = Logger()
+DECISION_CACHE = 20_000
+DECISION_TTL = 30.0  # well inside the assertion's reuse window
+
+
+class SignIn(Protocol):
+    """What deciding needs from sign-in (``gateway.authenticate.identity.Identity``)."""
+
+    def sign_in_answer(self, request: RequestInfo) -> Reply:
+        """No session: a redirect to sign in (browsers) or 401."""
+        ...
+
+    def switch_action(self, request: RequestInfo, uri: str = "") -> Action | None: ...
+
+    def refresh_due(self, session: Session) -> float:
+        """When the session's tokens must be refreshed (infinity: never)."""
+        ...
+
+    def refresh(self, session: Session) -> Awaitable[Session | None]: ...
+
+
+class Decided(NamedTuple):
+    caller: Caller  # who the decision saw (``caller``: one object per record)
+    until: float
+    allow: Allow
+
+
+class Remembered(NamedTuple):
+    sid: str
+    session: Session  # the record (not the view): ``store.get`` returns this object
+    until: float
+    allow: Allow
+    directory_version: int
+    # the route's policy for the person the decision saw, when it reads the request and
+    # so decides again
+    judge: Specialized | None
+
+
+class Known(NamedTuple):
+    record: Session
+    directory_version: int
+    caller: Caller
+
+
+class Decider:
+    """The per-snapshot ``Authorizer.authorize``; one per ``Identity``."""
+
+    def __init__(self, snapshot: Snapshot, sessions: SessionLookup, store: SessionStore,
+                 signer: AssertionSigner, sign_in: SignIn, clock: Callable[[], float],
+                 directory: DirectoryGroups | None = None) -> None:
+        o = snapshot.options
+        self.options = o
+        self.look = look_of(o)
+        self.sessions = sessions
+        self.store = store
+        self.signer = signer
+        self.sign_in = sign_in
+        self.clock = clock
+        self.directory = directory
+        self.groups_available = bool(o.idp_service_account)
+        self.allow_unverified_email = o.idp_allow_unverified_email
+        # (session id, route index, programmatic token): ``_decide``
+        self._decisions: FifoCache[tuple[str, int, bool], Decided] = \
+            FifoCache(DECISION_CACHE)
+        # (Cookie header, route index): ``_allowed_again``
+        self._allowed: FifoCache[tuple[bytes, int], Remembered] = FifoCache(COOKIE_CACHE)
+        self._callers: FifoCache[str, Known] = FifoCache(DECISION_CACHE)
+        self._refusals_logged: set[str] = set()
+
+    def authorize(self, request: RequestInfo, route: Route) -> Decision | Deferred[Decision]:
+        span = start_child("session lookup", client=False)  # None unless traced
+        raw, authorization = cookie_and_authorization(request.headers)
+        if span is None and raw and not authorization:
+            allowed = self._allowed_again(request, route, raw)
+            if allowed is not None:
+                return allowed
+        session, sid, token = self.sessions.find(request.headers, raw, authorization)
+        if span is not None:
+            span.set("gateway.session.found", session is not None)
+            span.set("gateway.session.fetch", session is None and bool(sid)
+                     and self.store.needs_fetch)
+            span.end()
+        own_token = bool(token)
+        if session is None and sid and self.store.needs_fetch:
+            # A session another process created, or this one has not read yet.
+            return ensureDeferred(self._fetch_then_decide(request, route, sid, own_token))
+        if session is not None and self._due_for_refresh(session):
+            return ensureDeferred(self._refresh_then_decide(request, route, session,
+                                                            own_token))
+        decision = self._decide(request, route, session, own_token)
+        if session is not None and sid and not own_token and isinstance(decision, Allow):
+            self._remember_allowed(request, route, raw, sid, session, decision)
+        return decision
+
+    def _due_for_refresh(self, session: Session) -> bool:
+        return self.sign_in.refresh_due(session) <= self.clock()
+
+    def _allowed_again(self, request: RequestInfo, route: Route, raw: bytes) -> Allow | None:
+        """The decision remembered for this exact Cookie header ``raw`` on this route,
+        while nothing it rests on has changed: the session record is the same object (not
+        ended, refreshed or replaced), and neither the cookie, the session, the tokens
+        (refresh) nor the decision cache has expired. (Requests with an Authorization
+        header take the full path: it may be a programmatic token.)"""
+        if request.method == b"OPTIONS":
+            return None
+        hit = self._allowed.get((raw, route.index))
+        if hit is None:
+            return None
+        now = self.clock()
+        if now < hit.until and self.store.get(hit.sid) is hit.session and (
+                self.directory is None or self.directory.version == hit.directory_version):
+            judge = hit.judge
+            if judge is None:
+                return hit.allow
+            # the identity is the same; the request is another: its policy decides again
+            # (not a CORS preflight: an OPTIONS request, the only kind one is, never
+            # comes here)
+            verdict = judge.decide(method_text(request.method), request.path,
+                                   request.client_ip,
+                                   self._cert(request) if request.client_cert else None,
+                                   False, now)
+            if verdict.allowed:
+                return self._with_reason(hit.allow, verdict)
+        return None
+
+    def _remember_allowed(self, request: RequestInfo, route: Route, raw: bytes, sid: str,
+                          session: Session, allow: Allow) -> None:
+        """Keep ``allow`` for ``_allowed_again``, valid as long as each thing that made
+        the full path answer it is: the cookie's seal, the session, the tokens before
+        their refresh, the decision cache's entry."""
+        if request.method == b"OPTIONS":
+            return
+        # (a header too long to cache has no remembered token: nothing is kept for it)
+        sealed_until = self.sessions.cookie_sealed_until(raw, sid)
+        decided = self._decisions.get((session.id, route.index, False))
+        if sealed_until is None or decided is None or decided.allow is not allow:
+            return
+        until = min(sealed_until, decided.until, session.expires_at,
+                    self.sign_in.refresh_due(session))
+        version = self.directory.version if self.directory is not None else 0
+        judge = None
+        if route.policy_document is not None and route.policy.per_request:
+            judge = specialize(route.policy, caller_facts(decided.caller, self.clock()))
+        self._allowed.put((raw, route.index),
+                          Remembered(sid, session, until, allow, version, judge))
+
+    async def _fetch_then_decide(self, request: RequestInfo, route: Route, sid: str,
+                                 own_token: bool) -> Decision:
+        try:
+            session = await self.store.fetch(sid)
+        except Exception as exc:  # storage down or unreadable: never a false "allowed"
+            log.error("session storage unavailable: {error}", error=str(exc))
+            return self.error(503, "Sessions cannot be read right now; try again shortly.",
+                              request.headers, "session-storage-unavailable")
+        if session is not None and not session.valid(self.clock()):
+            session = None
+        if session is not None and self._due_for_refresh(session):
+            return await self._refresh_then_decide(request, route, session, own_token)
+        return self._decide(request, route, session, own_token)
+
+    async def _refresh_then_decide(self, request: RequestInfo, route: Route,
+                                   session: Session, own_token: bool) -> Decision:
+        refreshed = await self.sign_in.refresh(session)
+        return self._decide(request, route, refreshed, own_token)
+
+    def caller(self, session: Session) -> Caller:
+        """The session's person as every decision and what it hands on see them
+        (``caller_of``: no e-mail the provider did not vouch for, the directory's groups
+        when ``idp_service_account`` describes a directory).
+
+        One object per session record and directory version, so that decision caches
+        keyed on the object see a change of either. A refused e-mail is logged once per
+        session."""
+        version = self.directory.version if self.directory is not None else 0
+        hit = self._callers.get(session.id)
+        if hit is not None and hit.record is session and hit.directory_version == version:
+            return hit.caller
+        caller = caller_of(session, allow_unverified_email=self.allow_unverified_email,
+                           groups_available=self.groups_available, directory=self.directory)
+        refusal = caller.email_refusal
+        if refusal and session.id not in self._refusals_logged:
+            if len(self._refusals_logged) >= DECISION_CACHE:
+                self._refusals_logged.clear()
+            self._refusals_logged.add(session.id)
+            log.warn("the e-mail {claimed!r} of user {user_id} is not used for access "
+                     "decisions: {why} ({reason}); rules that need an e-mail address do "
+                     "not match", claimed=session.email, user_id=session.user_id,
+                     why=REFUSAL_TEXT[refusal], reason=refusal)
+        self._callers.put(session.id, Known(session, version, caller))
+        return caller
+
+    def _decide(self, request: RequestInfo, route: Route, session: Session | None,
+                own_token: bool) -> Decision:
+        """``own_token``: the request carries a programmatic token (``Authorization:
+        Gateway``), which the upstream must not see."""
+        caller = self.caller(session) if session is not None else None
+        return self._decide_policy(request, route, caller, own_token, self.clock())
+
+    def _decide_policy(self, request: RequestInfo, route: Route, caller: Caller | None,
+                       own_token: bool, now: float) -> Decision:
+        """``decide``, its answer remembered: the identity headers per (session record,
+        route); the verdict too unless the policy reads the request (method, path,
+        address, certificate, clock), when it is made again for each request. A route
+        with only the allow fields names their codes (``allow_fields``) in the log."""
+        key: tuple[str, int, bool] | None = None
+        hit: Decided | None = None
+        if caller is not None and caller.session_id and request.method != b"OPTIONS":
+            key = (caller.session_id, route.index, own_token)
+            hit = self._decisions.get(key)
+            if hit is not None and (hit.caller is not caller or now >= hit.until):
+                hit = None
+            if hit is not None and not route.policy.per_request:
+                return hit.allow
+        verdict = self._verdict(request, route, caller, now)
+        if verdict.allowed:
+            if hit is not None:
+                return self._with_reason(hit.allow, verdict)
+            reason = (verdict.reason if route.policy_document is not None
+                      else allow_fields.allowed_code(verdict))
+            allow = self._allow(route, caller, own_token, reason)
+            if key is not None and caller is not None:
+                self._decisions.put(key, Decided(caller, now + DECISION_TTL, allow))
+            return allow
+        if caller is None or not caller.signed_in(now):
+            return self.sign_in.sign_in_answer(request)
+        if route.policy_document is None:
+            return self._denied(request, route, caller, allow_fields.refused_codes(
+                route, self.groups_available, caller.email_refusal))
+        return self._denied(request, route, caller, (verdict.reason,), verdict)
+
+    def _verdict(self, request: RequestInfo, route: Route, caller: Caller | None,
+                 now: float) -> Verdict:
+        """The route's policy on this request, for ``caller``: what the request asks is
+        described here, and only here."""
+        cert = self._cert(request) if CLIENT_CERT in route.policy.reads else None
+        return decide(route.policy, caller, http_asked(request, now, client_cert=cert))
+
+    @staticmethod
+    def _cert(request: RequestInfo) -> CertFacts | None:
+        """The client certificate's facts (``None``: none, or not a certificate, which
+        matches no certificate criterion)."""
+        if not request.client_cert:
+            return None
+        try:
+            return cert_facts(request.client_cert)
+        except ValueError:
+            return None
+
+    @staticmethod
+    def _with_reason(allow: Allow, verdict: Verdict) -> Allow:
+        """``allow`` (its identity headers made once) naming the rule that let this
+        request in (a policy reading the request may match another rule each time)."""
+        reason = verdict.reason
+        return allow if allow.reason == reason else replace(allow, reason=reason)
+
+    def _denied(self, request: RequestInfo, route: Route, caller: Caller,
+                reasons: tuple[str, ...], verdict: Verdict | None = None) -> Reply:
+        text = ", ".join(reasons)
+        who = caller.who
+        log.info("access denied to {host}{path} for {user}: {reasons}", host=request.host,
+                 path=request.path, user=who, reasons=text, user_id=caller.user_id,
+                 route=route_label(route), client=request.client_ip)
+        message = denial_message(who, reasons, caller.email_refusal, caller.claimed_email,
+                                 verdict)
+        actions = tuple(a for a in (self.sign_in.switch_action(request),
+                                    Action("Who am I?", "/.gateway/", "get", primary=False))
+                        if a is not None)
+        denied = self.error(403, message, request.headers, f"denied: {text}", who=who,
+                            admits=admits(route, self.groups_available),
+                            actions=actions, host=request.host)
+        return replace(denied, user_id=caller.user_id, email=caller.email)
+
+    def error(self, status: int, message: str, headers: list[tuple[bytes, bytes]],
+              reason: str, extra: tuple[tuple[bytes, bytes], ...] = (), **more: Any) -> Reply:
+        """An error page of the family with this snapshot's look."""
+        return answers.error(status, message, headers, reason, extra, look=self.look,
+                             **more)
+
+    def _allow(self, route: Route, caller: Caller | None, own_token: bool,
+               reason: str = "") -> Allow:
+        headers: list[tuple[bytes, bytes]] = []
+        if route.pass_identity_headers and caller is not None:
+            headers.append((b"x-gateway-jwt-assertion",
+                            self.signer.sign(caller, route.host).encode()))
+            headers.extend(claim_headers(self.options.jwt_claims_headers, caller))
+        return Allow(tuple(headers), frozenset({b"authorization"}) if own_token
+                     else frozenset(), strip_cookie=self.options.cookie_name, reason=reason,
+                     user_id=caller.user_id if caller else "",
+                     email=caller.email if caller else "")

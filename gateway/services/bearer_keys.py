@@ -1,0 +1,124 @@
+"""The key sets of the bearer providers, kept current for as long as the tree runs, and
+the HTTPS each provider's keys are fetched with.
+
+The fetch is the OIDC client's (``authenticate/oidc.py``: its deadline, its bound on
+what a provider may send, its client span when traced), with three differences that
+are the provider's settings or this use's needs: TLS verified against the system store
+(``SSL_CERT_FILE`` included, as OpenSSL reads it) or only the provider's ``ca_file``;
+no redirect followed (a key set is fetched only from a URL the configuration named or
+the issuer's discovery document listed); no pooled connection kept between fetches
+minutes apart. The policy (what to fetch when, the last good keys, backoff) is
+``gateway.bearer_jwt.source``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from functools import partial
+from typing import Any
+
+from treq.client import HTTPClient
+from twisted.application.service import Service
+from twisted.internet.interfaces import IOpenSSLClientConnectionCreator
+from twisted.web.client import Agent, HTTPConnectionPool
+from twisted.web.iweb import IPolicyForHTTPS
+from zope.interface import implementer
+
+from gateway.authenticate.oidc import TIMEOUT, _traced
+from gateway.bearer_jwt.presets import preset
+from gateway.bearer_jwt.source import Fetch, FileKeys, KeysUnusable, RemoteKeys, learned_issuer
+from gateway.tls.client import TLSClientConfig, connection_creator
+
+_ACCEPT: dict[bytes | str, bytes | str] = {"Accept": "application/json"}
+
+
+@implementer(IPolicyForHTTPS)
+class ProviderTLS:
+    """TLS toward one provider: its name checked against the system's CAs, or only
+    against ``ca_pem``'s (a private CA, common for company IdPs and clusters)."""
+
+    def __init__(self, ca_pem: bytes | None) -> None:
+        self.ca_pem = ca_pem or None
+
+    def creatorForNetloc(self, hostname: bytes, port: int
+                         ) -> IOpenSSLClientConnectionCreator:
+        host = hostname.decode("ascii")
+        config = TLSClientConfig(server_name=host, skip_verify=False, custom_ca=self.ca_pem,
+                                 client_cert=None, client_key=None)
+        return connection_creator(config, host)
+
+
+def provider_fetch(reactor: Any, ca_pem: bytes | None = None, token_file: str = ""
+                   ) -> Fetch:
+    """A ``Fetch`` for one provider. ``token_file``: a bearer token sent with every
+    fetch, read each time (Kubernetes' service-account token, which the kubelet
+    rotates, for the API server's discovery document)."""
+    client = HTTPClient(Agent(reactor, contextFactory=ProviderTLS(ca_pem),
+                              pool=HTTPConnectionPool(reactor, persistent=False)))
+
+    async def fetch(url: str) -> bytes:
+        if not url.startswith("https://"):
+            raise KeysUnusable(f"{url} is not https")
+        headers = dict(_ACCEPT)
+        if token_file:
+            with open(token_file, encoding="ascii") as f:
+                headers["Authorization"] = f"Bearer {f.read().strip()}"
+        response, body = await _traced("GET", url, headers, lambda h: client.get(
+            url, headers=h, timeout=TIMEOUT, allow_redirects=False))
+        if response.code != 200:
+            raise KeysUnusable(f"GET {url} answered {response.code}")
+        return body
+
+    return fetch
+
+
+class BearerKeys(Service):
+    """Every bearer provider's key source, started and stopped with the tree; the
+    verifiers read ``sources[provider].keys``."""
+
+    def __init__(self, sources: Mapping[str, RemoteKeys | FileKeys]) -> None:
+        self.sources = dict(sources)
+
+    def startService(self) -> None:
+        Service.startService(self)
+        for source in self.sources.values():
+            source.start()
+
+    def stopService(self) -> None:
+        for source in self.sources.values():
+            source.stop()
+        Service.stopService(self)
+
+
+def _read_ca(path: str, what: str) -> bytes:
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError as exc:
+        raise ValueError(f"{what}: {path}: {exc.strerror}") from None
+
+
+def key_source(reactor: Any, provider: str, issuer: str, *, jwks_file: str = "",
+               jwks_url: str = "", ca_pem: bytes | None = None) -> RemoteKeys | FileKeys:
+    """The key source a provider's settings describe: ``jwks_file`` (read again on
+    change), else ``jwks_url``, else the issuer's discovery document; the presets
+    (``presets.py``) say where GitHub Actions' and a cluster's are. ``ca_pem``: the
+    provider's ``ca_file`` (else the system store, or the preset's CA). ``ValueError``
+    names a preset file that cannot be read (``kubernetes:///`` outside a cluster)."""
+    known = preset(issuer)
+    token_file = known.token_file if known is not None else ""
+    if ca_pem is None and known is not None and known.ca_file:
+        ca_pem = _read_ca(known.ca_file, f"bearer provider {provider} ({known.name})")
+    fetch = provider_fetch(reactor, ca_pem, token_file)
+    if jwks_file:
+        learn = None
+        if known is not None and known.learn_issuer:
+            url = known.discovery_url
+            learn = partial(learned_issuer, fetch, url)
+        return FileKeys(provider, jwks_file, reactor, learn=learn)
+    if jwks_url:
+        return RemoteKeys(provider, issuer, fetch, reactor, jwks_url=jwks_url)
+    if known is not None:
+        return RemoteKeys(provider, issuer, fetch, reactor, discovery_url=known.discovery_url,
+                          learn_issuer=known.learn_issuer)
+    return RemoteKeys(provider, issuer, fetch, reactor)

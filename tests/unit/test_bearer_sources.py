@@ -1,0 +1,249 @@
+"""Where a bearer provider's keys come from (issue 42), with a clock and a table of
+answers: the last good keys survive an endpoint that is down or answers garbage, tries
+back off, an unknown ``kid`` refreshes at most once a minute, only configured URLs are
+fetched, a ``jwks_file`` is read again when it changes."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from twisted.internet.defer import Deferred
+from twisted.internet.task import Clock
+from twisted.trial.unittest import SynchronousTestCase
+
+from gateway.bearer_jwt.source import (
+    FIRST_RETRY,
+    MAX_RETRY,
+    REFRESH,
+    UNKNOWN_KID_INTERVAL,
+    FileKeys,
+    RemoteKeys,
+)
+from tests.support.bearer_tokens import ec_key, jwks_bytes, rsa_key
+
+ISSUER = "https://issuer.example.test"
+DISCOVERY = f"{ISSUER}/.well-known/openid-configuration"
+JWKS = f"{ISSUER}/jwks"
+
+
+def discovery(issuer: str = ISSUER, jwks_uri: str = JWKS, **extra: Any) -> bytes:
+    return json.dumps({"issuer": issuer, "jwks_uri": jwks_uri, **extra}).encode()
+
+
+class Answers:
+    """A ``Fetch`` answering from a table; an exception in the table is raised."""
+
+    def __init__(self, **table: bytes | Exception) -> None:
+        self.table: dict[str, bytes | Exception] = {DISCOVERY: discovery()}
+        self.table.update({k.replace("_", "/"): v for k, v in table.items()})
+        self.asked: list[str] = []
+
+    def set(self, url: str, answer: bytes | Exception) -> None:
+        self.table[url] = answer
+
+    async def __call__(self, url: str) -> bytes:
+        self.asked.append(url)
+        answer = self.table.get(url, ConnectionRefusedError(f"nothing at {url}"))
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+
+def first_keys() -> bytes:
+    return jwks_bytes((rsa_key(), "k1"))
+
+
+def rotated_keys() -> bytes:
+    return jwks_bytes((rsa_key(), "k1"), (ec_key(), "k2"))
+
+
+class Remote(SynchronousTestCase):
+    def setUp(self) -> None:
+        self.clock = Clock()
+        self.answers = Answers()
+        self.answers.set(JWKS, first_keys())
+        self.source = RemoteKeys("ci", ISSUER, self.answers, self.clock)
+
+    def started(self) -> RemoteKeys:
+        self.successResultOf(self.source.start())
+        self.addCleanup(self.source.stop)
+        return self.source
+
+    def test_discovery_then_keys(self) -> None:
+        source = self.started()
+        self.assertEqual(list(source.keys.keys), ["k1"])
+        self.assertEqual(self.answers.asked, [DISCOVERY, JWKS])
+
+    def test_refreshed_every_interval_without_discovery(self) -> None:
+        source = self.started()
+        self.answers.set(JWKS, rotated_keys())
+        self.clock.advance(REFRESH - 1)
+        self.assertEqual(list(source.keys.keys), ["k1"])
+        self.clock.advance(1)
+        self.assertEqual(list(source.keys.keys), ["k1", "k2"])
+        self.assertEqual(self.answers.asked, [DISCOVERY, JWKS, JWKS])
+
+    def test_unchanged_document_keeps_the_same_key_set(self) -> None:
+        source = self.started()
+        before = source.keys
+        self.clock.advance(REFRESH)
+        self.assertIs(source.keys, before)  # the verifier's cache stays
+
+    def test_down_or_garbage_keeps_the_last_good_keys_with_backoff(self) -> None:
+        source = self.started()
+        good = source.keys
+        failures: list[bytes | Exception] = [
+            ConnectionRefusedError("down"), b"<html>oops</html>", b'{"keys": []}',
+            jwks_bytes(), json.dumps({"keys": [{"kty": "oct", "k": "AA"}]}).encode()]
+        for i, answer in enumerate(failures):
+            self.answers.set(JWKS, answer)
+            self.clock.advance(REFRESH if i == 0 else FIRST_RETRY * 2 ** (i - 1))
+            self.assertIs(source.keys, good)
+        self.assertEqual(source.failures, 5)
+        # the next try is 16 s after the 5th failure, not sooner
+        self.answers.set(JWKS, rotated_keys())
+        self.clock.advance(FIRST_RETRY * 2 ** 4 - 0.5)
+        self.assertIs(source.keys, good)
+        self.clock.advance(0.5)
+        self.assertEqual(list(source.keys.keys), ["k1", "k2"])
+        self.assertEqual(source.failures, 0)
+
+    def test_backoff_is_capped(self) -> None:
+        self.answers.set(JWKS, ConnectionRefusedError("down"))
+        self.started()
+        delays = []
+        for _ in range(12):
+            call, = self.clock.getDelayedCalls()
+            delays.append(call.getTime() - self.clock.seconds())
+            self.clock.advance(delays[-1])
+        self.assertEqual(delays[:4], [1, 2, 4, 8])
+        self.assertEqual(delays[-1], MAX_RETRY)
+
+    def test_a_failed_key_fetch_asks_discovery_again(self) -> None:
+        self.started()
+        self.answers.set(JWKS, ConnectionRefusedError("moved"))
+        self.answers.set(DISCOVERY, discovery(jwks_uri=f"{ISSUER}/v2/jwks"))
+        self.answers.set(f"{ISSUER}/v2/jwks", rotated_keys())
+        self.clock.advance(REFRESH)
+        self.clock.advance(FIRST_RETRY)
+        self.assertEqual(list(self.source.keys.keys), ["k1", "k2"])
+        self.assertEqual(self.answers.asked[-3:], [JWKS, DISCOVERY, f"{ISSUER}/v2/jwks"])
+
+    def test_unknown_kid_refresh_at_most_once_a_minute(self) -> None:
+        source = self.started()
+        self.answers.set(JWKS, rotated_keys())
+        source.unknown_kid()  # the start was a moment ago: not yet
+        self.assertEqual(list(source.keys.keys), ["k1"])
+        self.clock.advance(UNKNOWN_KID_INTERVAL)
+        for _ in range(100):
+            source.unknown_kid()
+        self.assertEqual(list(source.keys.keys), ["k1", "k2"])
+        self.assertEqual(self.answers.asked.count(JWKS), 2)
+        self.clock.advance(UNKNOWN_KID_INTERVAL - 1)
+        source.unknown_kid()
+        self.assertEqual(self.answers.asked.count(JWKS), 2)
+        self.clock.advance(1)
+        source.unknown_kid()
+        self.assertEqual(self.answers.asked.count(JWKS), 3)
+
+    def test_one_fetch_at_a_time(self) -> None:
+        pending: Deferred[bytes] = Deferred()
+        asked: list[str] = []
+
+        async def slow(url: str) -> bytes:
+            asked.append(url)
+            return await pending
+
+        source = RemoteKeys("ci", ISSUER, slow, self.clock, jwks_url=JWKS)
+        first = source.start()
+        self.clock.advance(UNKNOWN_KID_INTERVAL)
+        source.unknown_kid()
+        self.assertIs(source.try_now(), first)
+        self.assertEqual(asked, [JWKS])
+        pending.callback(first_keys())
+        self.successResultOf(first)
+        source.stop()
+        self.assertEqual(list(source.keys.keys), ["k1"])
+
+    def test_discovery_must_name_the_configured_issuer(self) -> None:
+        self.answers.set(DISCOVERY, discovery(issuer="https://evil.example.test"))
+        source = self.started()
+        self.assertEqual(dict(source.keys.keys), {})
+        self.assertEqual(self.answers.asked, [DISCOVERY])
+
+    def test_only_https_jwks_uri(self) -> None:
+        self.answers.set(DISCOVERY, discovery(jwks_uri="http://issuer.example.test/jwks"))
+        source = self.started()
+        self.assertEqual((dict(source.keys.keys), self.answers.asked), ({}, [DISCOVERY]))
+
+    def test_configured_jwks_url_skips_discovery(self) -> None:
+        source = RemoteKeys("ci", ISSUER, self.answers, self.clock, jwks_url=JWKS)
+        self.successResultOf(source.start())
+        source.stop()
+        self.assertEqual((list(source.keys.keys), self.answers.asked), (["k1"], [JWKS]))
+
+    def test_learned_issuer(self) -> None:
+        api = "https://kubernetes.default.svc"
+        answers = Answers()
+        answers.set(f"{api}/.well-known/openid-configuration",
+                    discovery(issuer="https://oidc.cluster.example", jwks_uri=f"{api}/keys"))
+        answers.set(f"{api}/keys", first_keys())
+        source = RemoteKeys("cluster", "kubernetes:///", answers, self.clock,
+                            discovery_url=f"{api}/.well-known/openid-configuration",
+                            learn_issuer=True)
+        self.successResultOf(source.start())
+        source.stop()
+        self.assertEqual(source.keys.issuer, "https://oidc.cluster.example")
+
+    def test_stop_cancels_the_next_try(self) -> None:
+        self.started().stop()
+        self.assertEqual(self.clock.getDelayedCalls(), [])
+
+
+class File(SynchronousTestCase):
+    def setUp(self) -> None:
+        self.clock = Clock()
+        directory = Path(tempfile.mkdtemp())
+        self.addCleanup(shutil.rmtree, directory)
+        self.path = directory / "jwks.json"
+        self.path.write_bytes(first_keys())
+        self.source = FileKeys("cluster", str(self.path), self.clock, issuer="https://k8s")
+        self.source.start()
+        self.addCleanup(self.source.stop)
+
+    def rewrite(self, data: bytes) -> None:
+        self.path.write_bytes(data)
+        status = self.path.stat()
+        os.utime(self.path, ns=(status.st_atime_ns, status.st_mtime_ns + 1_000_000_000))
+
+    def test_read_at_start_with_the_given_issuer(self) -> None:
+        self.assertEqual((list(self.source.keys.keys), self.source.keys.issuer),
+                         (["k1"], "https://k8s"))
+
+    def test_reloaded_on_change(self) -> None:
+        self.rewrite(rotated_keys())
+        self.clock.advance(5)
+        self.assertEqual(list(self.source.keys.keys), ["k1", "k2"])
+
+    def test_garbage_or_missing_keeps_the_last_good_keys(self) -> None:
+        good = self.source.keys
+        self.rewrite(b'{"keys": [')
+        self.clock.advance(5)
+        self.assertIs(self.source.keys, good)
+        self.path.unlink()
+        self.clock.advance(5)
+        self.assertIs(self.source.keys, good)
+        self.rewrite(rotated_keys())
+        self.clock.advance(5)  # looked at again within the poll interval
+        self.assertEqual(list(self.source.keys.keys), ["k1", "k2"])
+
+    def test_unknown_kid_looks_at_once(self) -> None:
+        self.rewrite(rotated_keys())
+        self.clock.advance(1)
+        self.source.unknown_kid()
+        self.assertEqual(list(self.source.keys.keys), ["k1", "k2"])
