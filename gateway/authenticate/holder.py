@@ -55,7 +55,7 @@ class IdentityHolder:
                                  directory=broker.directory, spent=self.spent)
         self.endpoints = Endpoints(self.identity, snapshot.routes, broker.store)
         # the SSH service's entrance, deciding with the snapshot in force
-        self.authorize_ssh = AuthorizeSsh(lambda: self.identity.decider)
+        self.authorize_ssh = AuthorizeSsh(lambda: self.identity.decider, self.store)
 
     def apply(self, snapshot: Snapshot) -> None:
         """After the databroker's ``apply`` (it may start or stop directory data)."""

@@ -71,7 +71,8 @@ def who_text(report: Report) -> str:
     session = report.session
     if session is None:
         return "not signed in"
-    parts = [f"user {session.user_id}"]
+    parts = [f"provider {session.provider}"] if session.provider else []
+    parts.append(f"user {session.user_id}")
     if report.refusal:
         parts.append(f"e-mail {report.claimed} (not used: {REFUSAL_TEXT[report.refusal]})")
     elif session.email:
@@ -140,8 +141,9 @@ def as_json(report: Report) -> dict[str, Any]:
     identity: dict[str, Any] = {"signed_in": session is not None}
     if session is not None:
         identity.update(
-            user_id=session.user_id, email=report.claimed, email_used=not report.refusal
-            and bool(session.email), email_refused=report.refusal,
+            provider=session.provider, user_id=session.user_id, email=report.claimed,
+            email_used=not report.refusal and bool(session.email),
+            email_refused=report.refusal,
             groups=list(session.groups), groups_used=report.groups_available,
             claims={k: list(v) for k, v in sorted(session.claims.items())})
     return {

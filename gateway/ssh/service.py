@@ -230,13 +230,7 @@ class SshService(MultiService):
     # -- the Gate
 
     async def _session(self, sid: str) -> Session | None:
-        store = self.holder.store
-        session = store.get(sid)
-        if session is None and store.needs_fetch:
-            session = await store.fetch(sid)
-        if session is None or not session.valid(self._now()):
-            return None
-        return session
+        return await self.authorize.session(sid, self._now())
 
     async def bound_session(self, key_fingerprint: str) -> Session | None:
         sid = await bound_session_id(self.records, key_fingerprint, self._now())
@@ -537,25 +531,11 @@ class SshService(MultiService):
             active.checking = False
 
     async def _recheck(self, connection_id: str, active: Active) -> None:
-        identity = self.holder.identity
-        store = self.holder.store
-        session = store.get(active.session_id)
-        if session is None and store.needs_fetch:
-            session = await store.fetch(active.session_id)
         now = self._now()
+        session, ended = await self.authorize.in_force(active.session_id, now)
         if session is None:
-            self._close(connection_id, "your session has ended (signed out or revoked)")
+            self._close(connection_id, ended)
             return
-        if not session.valid(now):
-            self._close(connection_id, "your session has expired; connect again to sign in")
-            return
-        if identity.refresh_due(session) <= now:
-            refreshed = await identity.refresh(session)
-            if refreshed is None:
-                self._close(connection_id, "your session could not be renewed; connect "
-                                           "again to sign in")
-                return
-            session = refreshed
         if active.relay is None:
             return  # a jump host: each inner connection is decided for its route
         route = self.routes.get(active.target.route)

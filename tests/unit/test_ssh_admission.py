@@ -33,6 +33,8 @@ from gateway.ssh.service import Admission, JumpHost, Provision, SshService
 from gateway.ssh.upstream import UpstreamConnection, UpstreamFailed
 from tests.support.ssh_fakes import FakeSSH
 
+from .test_authorize_ssh import MemorySessions
+
 NOW = 5_000_000.0  # far from the wall clock: a time.time() anywhere shows
 HOST_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl"
 
@@ -88,7 +90,7 @@ class Service:
             s, allow_unverified_email=True, groups_available=True))
         holder: Any = SimpleNamespace(identity=SimpleNamespace(
             decider=decider, auth_origin="https://authenticate.example"), store=None,
-            authorize_ssh=AuthorizeSsh(lambda: decider))
+            authorize_ssh=AuthorizeSsh(lambda: decider, MemorySessions()))
         source = ConfigSource(str(path), snapshot, self.reactor, poll_interval=0)
         changes = ChangeFollower(self.reactor, self.records)
         self.service = SshService(source, self.reactor, holder, self.records, changes)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Protocol
 
+from gateway.authorize.caller import Caller
 from gateway.authorize.hook import Allow
 from gateway.dataplane.core import ProxyCore
 from gateway.dataplane.exchange.access import log_access
@@ -102,12 +103,12 @@ class ExchangeBase:
     which cost more than a microsecond and made every field access a hashed lookup."""
 
     __slots__ = (
-        "allow", "body_sent", "connecting", "core", "deadline",
-        "decision_reason", "detail", "email", "expect_continue", "facts", "finished", "head",
+        "allow", "body_sent", "caller", "connecting", "core", "deadline",
+        "decision_reason", "detail", "expect_continue", "facts", "finished", "head",
         "head_pending", "host_state", "internal_body", "keep_alive", "pending",
         "pending_size", "plan", "received", "request_done", "retried",
         "reused", "rid", "sent", "sink", "stage", "started", "status", "trace", "trace_id",
-        "upstream", "upstream_host", "upstream_started", "upstream_status", "user_id",
+        "upstream", "upstream_host", "upstream_started", "upstream_status",
     )
 
     def __init__(self, sink: Sink, core: ProxyCore, facts: ConnectionFacts,
@@ -119,8 +120,8 @@ class ExchangeBase:
         self.upstream_host: UpstreamHost | None = None  # picked (kept after release_host)
         self.upstream_started: float | None = None  # when the upstream request began
         self.upstream_status = 0  # the upstream's status code; 0 until a response head
-        self.user_id = ""  # the signed-in user of the authorization decision, if any
-        self.email = ""
+        # who the authorization decision was about (``None``: nobody signed in)
+        self.caller: Caller | None = None
         self.decision_reason = ""  # why the authorization decision denied or allowed
         # Tracing (``core.tracer``): the spans of a sampled exchange; the trace id of a
         # sampled one or of a caller's trace we pass on unsampled (logged when not empty).
@@ -247,6 +248,12 @@ class ExchangeBase:
     def ready(self) -> bool:
         """The request head is complete (the codec has said so)."""
         return self.stage != HEAD
+
+    @property
+    def user_id(self) -> str:
+        """The user id of the caller the decision was about (``""``: nobody signed in),
+        for a traced exchange's span."""
+        return self.caller.user_id if self.caller is not None else ""
 
     @property
     def request_id(self) -> str:
