@@ -18,6 +18,7 @@ import ipaddress
 import json
 import os
 import time
+from dataclasses import replace
 from functools import partial
 from typing import Any, TextIO
 
@@ -43,6 +44,7 @@ from gateway.cli.policy_inputs import (
 from gateway.cli.policy_report import SIGN_IN_REQUIRED, Certificate, Report, as_json, as_lines
 from gateway.cli.policy_token import TokenCheck, check_token, token_json, token_lines
 from gateway.config import ConfigErrors, Snapshot, load_snapshot
+from gateway.config.providers import IMPLICIT_ID, IdentityProvider
 from gateway.config.routes import Route
 from gateway.dataplane.routing.plan import RoutePlan, build_plan
 from gateway.dataplane.routing.router import own_path
@@ -148,8 +150,22 @@ def _person(snapshot: Snapshot, args: argparse.Namespace, groups: list[str] | No
     if not args.user:
         notes.append(f"no --user: criteria on the user id see the placeholder "
                      f"{session.user_id!r}")
+    session = replace(session, provider=_provider(o.identity_providers, args.provider, notes))
     return caller_of(session, allow_unverified_email=o.idp_allow_unverified_email,
                      groups_available=bool(o.idp_service_account))
+
+
+def _provider(providers: tuple[IdentityProvider, ...], given: str | None,
+              notes: list[str]) -> str:
+    """``--provider``, or the first interactive provider (the one the chooser lists
+    first); an id the configuration does not know is taken as given, with a note."""
+    if given:
+        if given not in {p.id for p in providers}:
+            notes.append(f"--provider {given}: no identity provider of the configuration "
+                         "has this id")
+        return given
+    interactive = [p.id for p in providers if p.interactive]
+    return interactive[0] if interactive else IMPLICIT_ID
 
 
 def route_plan(snapshot: Snapshot, target: ProbeRequest) -> RoutePlan:

@@ -12,6 +12,7 @@ from typing import Any
 from gateway.authorize.caller import Caller
 from gateway.authorize.email import REFUSAL_TEXT
 from gateway.cli.policy_inputs import ProbeRequest
+from gateway.config.providers import IMPLICIT_ID
 from gateway.config.routes import Route
 from gateway.observability.request_metrics import route_label
 from gateway.policy import CertFacts, Trace, legacy_ppl, legacy_rules
@@ -71,8 +72,9 @@ def who_text(report: Report) -> str:
     session = report.session
     if session is None:
         return "not signed in"
-    parts = [f"provider {session.provider}"] if session.provider else []
-    parts.append(f"user {session.user_id}")
+    parts = [f"user {session.user_id}"]
+    if session.provider not in ("", IMPLICIT_ID):  # (the idp_* settings' one)
+        parts.append(f"provider {session.provider}")
     if report.refusal:
         parts.append(f"e-mail {report.claimed} (not used: {REFUSAL_TEXT[report.refusal]})")
     elif session.email:

@@ -14,7 +14,6 @@ cluster's issuer given).
 from __future__ import annotations
 
 import argparse
-import contextlib
 import datetime as dt
 import os
 import time
@@ -43,11 +42,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("bearer token (instead of --user/--email)")
     group.add_argument("--token", metavar="FILE",
                        help="a bearer JWT (the file's text; a 'Bearer ' prefix is dropped)")
-    # identity_providers' --provider (the person's provider) may be there already: the
-    # same flag, one meaning (the provider that vouches for the caller)
-    with contextlib.suppress(argparse.ArgumentError):
-        group.add_argument("--provider", metavar="ID",
-                           help="the provider it is checked against")
+    group.add_argument("--provider", metavar="ID",
+                       help="the provider it is checked against; without --token, the "
+                            "identity provider --user/--email signed in through (default: "
+                            "the first interactive one)")
     group.add_argument("--jwks", metavar="FILE",
                        help="the provider's key set (JWKS JSON; default its jwks_file)")
     group.add_argument("--issuer", metavar="URL",

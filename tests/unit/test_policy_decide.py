@@ -47,7 +47,7 @@ class PolicyDecideCase(IdentityCase):
         from gateway.authenticate.identity import Identity
 
         self.identity = Identity(None, self.snapshot, self.store, self.signer, self.clock)
-        self.identity.provider = None
+        self.identity.clients.clients.pop("default", None)
         self.route = self.snapshot.routes[0]
         self.logged: list[dict[str, Any]] = []
         globalLogPublisher.addObserver(self.logged.append)

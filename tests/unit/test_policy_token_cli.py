@@ -117,6 +117,9 @@ class TokenCli(CliCase):
         self.assertIn("--token is the caller", err)
         code, _, err = self.check(self.path, "https://deploy.test/", "--jwks", self.jwks)
         self.assertEqual((code, "--jwks describes a bearer token" in err), (2, True))
+        # without --token, --provider is the provider the person signed in through
+        _code, _out, err = self.check(self.path, "https://deploy.test/", "--provider", "ci")
+        self.assertNotIn("describes a bearer token", err)
 
     def test_a_key_set_that_is_not_one(self) -> None:
         self.jwks = write(self.directory, "jwks.json", b"<html>")
