@@ -188,3 +188,26 @@ class RouteTests(SynchronousTestCase):
                          "policy[0].identity_providers[0]: no identity provider has the id "
                          "'partners'"):
             self.assertIn(expected, text)
+
+    def test_gateway_check_lists_what_each_route_accepts(self) -> None:
+        directory = tempfile.mkdtemp(prefix="gw-providers-")
+        bearer = {"id": "ci", "issuer": "https://token.actions.githubusercontent.com",
+                  "bearer": {"audiences": ["https://gw.example"]}}
+        path = write(directory, "gateway.yaml", yaml.safe_dump(config(corp(), bearer, policy=[
+            {**PROTECTED, "identity_providers": ["ci", "corp"]},
+            {**PROTECTED, "from": "https://wiki.example.com"},
+            {**PROTECTED, "from": "https://ci.example.com", "identity_providers": ["ci"]},
+            {"from": "https://open.example.com", "to": "http://127.0.0.1:9",
+             "allow_public_unauthenticated_access": True}])))
+        out, err = io.StringIO(), io.StringIO()
+        self.assertEqual(run_check(path, out, err), 0, err.getvalue())
+        self.assertEqual(out.getvalue().splitlines()[1:], [
+            "policy[0] https://app.example.com: accepts corp, ci (bearer)",
+            "policy[1] https://wiki.example.com: accepts corp",
+            "policy[2] https://ci.example.com: accepts ci (bearer)"])
+        # with the idp_* settings alone, every route accepts their provider: no lines
+        single = write(directory, "single.yaml", yaml.safe_dump(base_config(
+            **IDENTITY, policy=[PROTECTED])))
+        out = io.StringIO()
+        self.assertEqual(run_check(single, out, err), 0)
+        self.assertEqual(len(out.getvalue().splitlines()), 1)
