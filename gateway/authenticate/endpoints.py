@@ -25,10 +25,12 @@ from gateway.authenticate.account import (
     signed_out_page,
     who_am_i,
 )
+from gateway.authenticate.backchannel import BackchannelLogout
 from gateway.authenticate.oidc import OIDCError, ProviderUnavailable, pkce_pair
 from gateway.authenticate.same_origin import SameOrigin
 from gateway.authenticate.ssh_sign_in import SSH_SIGN_IN, SshSignIn
 from gateway.authenticate.targets import (
+    BACKCHANNEL_LOGOUT,
     CSRF_COOKIE,
     HANDOFF,
     HANDOFF_TTL,
@@ -58,6 +60,7 @@ from gateway.wire.cross_origin import SAFE_METHODS
 
 if TYPE_CHECKING:
     from gateway.authenticate.identity import Identity
+    from gateway.databroker.session_ends import SessionEnds
 
 log = Logger()
 
@@ -83,8 +86,12 @@ class Choice(NamedTuple):
 
 class Endpoints:
     def __init__(self, identity: Identity, routes: tuple[Route, ...] = (),
-                 records: RecordStore | None = None) -> None:
+                 records: RecordStore | None = None, ends: SessionEnds | None = None
+                 ) -> None:
         self.identity = identity
+        # the providers' back-channel logouts (``ends``: the databroker's, which ends
+        # the sessions a logout names)
+        self.backchannel = BackchannelLogout(identity, ends)
         # native SSH's sign-in pages (they bind SSH keys in the databroker's records)
         self.ssh = SshSignIn(identity, records) if records is not None else None
         self.routes = routes  # the snapshot's, for the routes portal
@@ -103,6 +110,10 @@ class Endpoints:
         ident = self.identity
         on_auth = request.host in (ident.auth_host, ident.auth_hostname)
         path = request.path
+        if on_auth and path == BACKCHANNEL_LOGOUT:
+            # a provider's server posts here, not a page: the form rule below does not
+            # apply, and the endpoint refuses whatever a browser sends (``backchannel``)
+            return self.backchannel.answer(request, body)
         if request.method not in SAFE_METHODS and own_path(path):
             # a form posted to any of the gateway's own endpoints, from its own page only
             refused = self.same_origin.refusal(request, endpoint_name(path))

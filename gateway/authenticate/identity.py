@@ -189,10 +189,14 @@ class Identity:
     def build_session(self, claims: dict[str, Any], id_token: str, access: str, refresh: str,
                       token_expiry: float, provider: str = IMPLICIT_ID) -> Session:
         """The session a sign-in through ``provider`` creates; the sign-in stores it with
-        ``put_confirmed``."""
+        ``put_confirmed``. It records the provider's ``iss`` and the ID token's ``sid``,
+        which a back-channel logout names (``backchannel``)."""
         session = session_from_claims(claims, secrets.token_urlsafe(24), self.clock(),
                                       self.options.cookie_expire, id_token=id_token,
                                       access_token=access, refresh_token=refresh,
                                       token_expires_at=token_expiry)
-        return replace(session, provider=provider)
+        issuer, sid = claims.get("iss"), claims.get("sid")
+        return replace(session, provider=provider,
+                       idp_issuer=issuer if isinstance(issuer, str) else "",
+                       idp_sid=sid if isinstance(sid, str) else "")
 

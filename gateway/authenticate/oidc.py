@@ -24,6 +24,7 @@ from gateway.observability.tracing.active import start_child
 from gateway.sessions.sealed import b64url
 
 TIMEOUT = 10.0
+KEYS_REREAD = 60.0  # seconds between key set reads a logout token's unknown kid may cause
 _ACCEPT_JSON: dict[bytes | str, bytes | str] = {"Accept": "application/json"}
 
 
@@ -126,6 +127,7 @@ class Provider:
         self.redirect_uri = redirect_uri
         self._metadata: dict[str, Any] | None = None
         self._keys: dict[str, Any] = {}
+        self._keys_read = float("-inf")  # when the key set was last read (reactor clock)
         self._use_post = False
 
     async def _get_json(self, url: str, headers: Headers | None = None) -> Any:
@@ -208,19 +210,43 @@ class Provider:
             endpoint, data=form, auth=auth, timeout=TIMEOUT, reactor=self.reactor, headers=h,
             agent=self.agent))
 
-    async def _key_for(self, token: str) -> Any:
+    async def _key_for(self, token: str, what: str = "ID token",
+                       reread_after: float = 0.0) -> Any:
+        """The provider key ``token`` names; an unknown ``kid`` reads the key set again,
+        at most once per ``reread_after`` seconds (tokens anyone may post must not make
+        the gateway fetch the provider's keys at their pace)."""
         header = jwt.get_unverified_header(token)
         kid = header.get("kid", "")
-        if kid not in self._keys:
+        now = self.reactor.seconds() if reread_after else 0.0
+        if kid not in self._keys and (not reread_after or now - self._keys_read >= reread_after):
             meta = await self.metadata()
             jwks = await self._get_json(meta["jwks_uri"])
+            self._keys_read = now
             self._keys = {k.get("kid", ""): jwt.PyJWK(k) for k in jwks.get("keys", [])
                           if k.get("use", "sig") == "sig"}
         key = self._keys.get(kid) or (next(iter(self._keys.values())) if not kid and
                                       len(self._keys) == 1 else None)
         if key is None:
-            raise OIDCError(f"the ID token is signed with an unknown key {kid!r}")
+            raise OIDCError(f"the {what} is signed with an unknown key {kid!r}")
         return key
+
+    async def logout_token_claims(self, token: str) -> tuple[dict[str, Any], dict[str, Any]]:
+        """The JWS header and claims of ``token`` once its signature is verified with
+        the provider's key it names, in that key's algorithm only (never ``none``, never
+        a MAC with a public key). The claims themselves are checked by
+        ``logout_token.check_logout_token``. ``OIDCError`` names what failed."""
+        await self.metadata()
+        try:
+            header = jwt.get_unverified_header(token)
+            key = await self._key_for(token, "logout token", KEYS_REREAD)
+            claims: dict[str, Any] = jwt.decode(
+                token, key=key.key, algorithms=[key.algorithm_name or "RS256"],
+                options={"verify_signature": True, "verify_exp": False,
+                         "verify_iat": False, "verify_nbf": False, "verify_aud": False,
+                         "verify_iss": False, "require": []})
+        except jwt.PyJWTError as exc:
+            raise OIDCError(f"signature: {exc}") from None
+        return header, claims
 
     async def validate_id_token(self, token: str, nonce: str | None) -> dict[str, Any]:
         meta = await self.metadata()

@@ -24,6 +24,7 @@ from gateway.authenticate import refresh_lease
 from gateway.authenticate.clients import Clients
 from gateway.authenticate.targets import SIGN_IN, STATE_TTL
 from gateway.authorize import answers
+from gateway.authorize.caller import caller_of
 from gateway.authorize.claims import claim_groups, flatten_claims
 from gateway.authorize.hook import Reply, RequestInfo
 from gateway.config.routes import Route
@@ -130,8 +131,10 @@ class SignInFlow:
         refused = self.error(403, message, request.headers,
                              f"provider-not-accepted: {session.provider}", who=who,
                              actions=actions, host=request.host)
-        return replace(refused, user_id=session.user_id, email=session.email,
-                       provider=session.provider)
+        # who was refused, for the access log and the audit stream (an address the
+        # provider did not vouch for is left out: nothing is decided on it here)
+        return replace(refused, caller=caller_of(session, allow_unverified_email=False,
+                                                 groups_available=False))
 
     def switch_action(self, request: RequestInfo, uri: str = "") -> Action | None:
         """"Sign in as someone else": a link to the authenticate host's sign-in that asks

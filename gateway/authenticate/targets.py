@@ -17,6 +17,7 @@ SIGN_OUT = "/.gateway/signout/"
 JWKS = "/.well-known/gateway/jwks.json"
 PROGRAMMATIC = "/.gateway/api/v1/login"
 ROUTES = "/.gateway/routes"  # the routes portal (``account.routes_portal``)
+BACKCHANNEL_LOGOUT = "/.gateway/backchannel-logout"  # the providers' (``backchannel``)
 STATE_TTL = 600.0
 HANDOFF_TTL = 60.0
 CSRF_COOKIE = "_gateway_csrf"

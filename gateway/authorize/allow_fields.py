@@ -50,8 +50,9 @@ _ALLOWED_BY = {
 
 
 @dataclass(frozen=True, slots=True)
-class Decision:
-    """Allowed or not, the HTTP status it implies (200, 401 or 403), and why."""
+class CodedDecision:
+    """Allowed or not, the HTTP status it implies (200, 401 or 403), and why, in the
+    allow fields' codes (not the data plane's ``hook.Decision``, an answer to send)."""
 
     allowed: bool
     status: int
@@ -63,17 +64,18 @@ class Decision:
         return self.reasons[0] if self.reasons else ""
 
 
-def decision(route: Route, verdict: Verdict, caller: Caller | None, now: float) -> Decision:
+def coded_decision(route: Route, verdict: Verdict, caller: Caller | None, now: float
+                   ) -> CodedDecision:
     """``verdict`` (the route's compiled policy for ``caller`` at ``now``) in the allow
     fields' codes; the code of an e-mail the provider sent that was refused
     (``Caller.email_refusal``) after the codes of the fields that needed it."""
     if verdict.allowed:
-        return Decision(True, 200, (allowed_code(verdict),))
+        return CodedDecision(True, 200, (allowed_code(verdict),))
     if caller is None or not caller.user_id:
-        return Decision(False, 401, (USER_UNAUTHENTICATED,))
+        return CodedDecision(False, 401, (USER_UNAUTHENTICATED,))
     if not caller.signed_in(now):
-        return Decision(False, 401, (SESSION_EXPIRED,))
-    return Decision(False, 403, refused_codes(route, caller.groups_available,
+        return CodedDecision(False, 401, (SESSION_EXPIRED,))
+    return CodedDecision(False, 403, refused_codes(route, caller.groups_available,
                                               caller.email_refusal))
 
 

@@ -17,6 +17,7 @@ from typing import Protocol
 
 from twisted.internet.defer import Deferred
 
+from gateway.authorize.caller import Caller
 from gateway.config.routes import Route
 
 Pairs = tuple[tuple[bytes, bytes], ...]
@@ -48,15 +49,23 @@ class Allow:
     remove: frozenset[bytes] = field(default_factory=frozenset)
     strip_cookie: str = ""  # the gateway's own cookie, removed from Cookie upstream
     reason: str = ""  # why it was allowed (a stable code, for the access log)
-    user_id: str = ""  # who was allowed, when signed in (for the access log)
-    email: str = ""
-    provider: str = ""  # the identity provider that signed them in
+    # who was allowed (``None``: nobody signed in), for the access log and the audit
+    # stream, which name them
+    caller: Caller | None = None
     # ``headers`` as they are written in the upstream request head (made once: a
     # decision is cached and reused for many requests)
     head: bytes = field(init=False, repr=False, compare=False, default=b"")
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "head", b"".join(b"%s: %s\r\n" % h for h in self.headers))
+
+    @property
+    def user_id(self) -> str:
+        return self.caller.user_id if self.caller is not None else ""
+
+    @property
+    def email(self) -> str:
+        return self.caller.email if self.caller is not None else ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,9 +77,15 @@ class Reply:
     body: bytes
     headers: Pairs = ()
     reason: str = ""
-    user_id: str = ""  # who was answered, when signed in (for the access log)
-    email: str = ""
-    provider: str = ""
+    caller: Caller | None = None  # who was answered, when signed in (for the access log)
+
+    @property
+    def user_id(self) -> str:
+        return self.caller.user_id if self.caller is not None else ""
+
+    @property
+    def email(self) -> str:
+        return self.caller.email if self.caller is not None else ""
 
 
 Decision = Allow | Reply

@@ -156,6 +156,14 @@ class Decider:
     def _due_for_refresh(self, session: Session) -> bool:
         return self.sign_in.refresh_due(session) <= self.clock()
 
+    async def renewed(self, session: Session, now: float) -> Session | None:
+        """``session`` with new tokens when they are due at ``now`` (``None``: the
+        refresh failed, which ended it), else ``session`` itself: what another entrance
+        (SSH's, for an open connection) asks before deciding again."""
+        if self.sign_in.refresh_due(session) > now:
+            return session
+        return await self.sign_in.refresh(session)
+
     def _allowed_again(self, request: RequestInfo, route: Route, raw: bytes) -> Allow | None:
         """The decision remembered for this exact Cookie header ``raw`` on this route,
         while nothing it rests on has changed: the session record is the same object (not
@@ -341,8 +349,7 @@ class Decider:
         denied = self.error(403, message, request.headers, f"denied: {text}", who=who,
                             admits=admits(route, self.groups_available),
                             actions=actions, host=request.host)
-        return replace(denied, user_id=caller.user_id, email=caller.email,
-                       provider=caller.provider)
+        return replace(denied, caller=caller)
 
     def error(self, status: int, message: str, headers: list[tuple[bytes, bytes]],
               reason: str, extra: tuple[tuple[bytes, bytes], ...] = (), **more: Any) -> Reply:
@@ -359,6 +366,4 @@ class Decider:
             headers.extend(claim_headers(self.options.jwt_claims_headers, caller))
         return Allow(tuple(headers), frozenset({b"authorization"}) if own_token
                      else frozenset(), strip_cookie=self.options.cookie_name, reason=reason,
-                     user_id=caller.user_id if caller else "",
-                     email=caller.email if caller else "",
-                     provider=caller.provider if caller else "")
+                     caller=caller)

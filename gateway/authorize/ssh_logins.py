@@ -11,7 +11,7 @@ the decider of the snapshot in force is the holder's business, not the service's
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -37,14 +37,55 @@ class Deciding(Protocol):
 
     def caller(self, session: Session) -> Caller: ...
 
+    def renewed(self, session: Session, now: float) -> Awaitable[Session | None]: ...
+
+
+class Sessions(Protocol):
+    """Where sessions are (``gateway.sessions.store.SessionStore``)."""
+
+    @property
+    def needs_fetch(self) -> bool: ...
+
+    def get(self, session_id: str) -> Session | None: ...
+
+    def fetch(self, session_id: str) -> Awaitable[Session | None]: ...
+
 
 class AuthorizeSsh:
     """Decisions for SSH logins, one audit event each: a login (``login``, allowed or
     not, ``via: ssh``) and the periodic check of an open connection (``recheck``, an
     event when it refuses: the connection is closed)."""
 
-    def __init__(self, decider: Callable[[], Deciding]) -> None:
+    def __init__(self, decider: Callable[[], Deciding], sessions: Sessions) -> None:
         self._decider = decider  # the current snapshot's; a reload replaces it
+        self._sessions = sessions
+
+    async def session(self, session_id: str, now: float) -> Session | None:
+        """The session ``session_id`` names, valid at ``now`` (``None``: none, or ended):
+        the one this process holds, or the one the shared store has (made an instant
+        ago through another process)."""
+        session = await self._lookup(session_id)
+        return session if session is not None and session.valid(now) else None
+
+    async def in_force(self, session_id: str, now: float) -> tuple[Session | None, str]:
+        """The session behind an open connection at ``now``, its tokens renewed when
+        due; or ``None`` and why the connection cannot go on, in words for the terminal
+        (signed out or revoked, expired, the renewal failed)."""
+        session = await self._lookup(session_id)
+        if session is None:
+            return None, "your session has ended (signed out or revoked)"
+        if not session.valid(now):
+            return None, "your session has expired; connect again to sign in"
+        renewed = await self._decider().renewed(session, now)
+        if renewed is None:
+            return None, "your session could not be renewed; connect again to sign in"
+        return renewed, ""
+
+    async def _lookup(self, session_id: str) -> Session | None:
+        session = self._sessions.get(session_id)
+        if session is None and self._sessions.needs_fetch:
+            session = await self._sessions.fetch(session_id)
+        return session
 
     def caller(self, session: Session) -> Caller:
         """Who ``session`` is as decisions see them (what the SSH service names the

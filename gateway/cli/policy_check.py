@@ -69,7 +69,7 @@ def run_policy_check(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             err.write(f"warning: {warning}\n")
         return NOT_CHECKED
     try:
-        token = check_token(args)
+        token = check_token(args, snapshot)
         report = check(snapshot, args, token)
     except (InputError, NotRouted) as exc:
         err.write(f"gateway policy check: {exc}\n")
@@ -80,7 +80,7 @@ def run_policy_check(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             document["token"] = token_json(token)
         out.write(json.dumps(document, indent=2) + "\n")
     else:
-        lines = token_lines(token, args) if token is not None else []
+        lines = token_lines(token) if token is not None else []
         out.write("\n".join(lines + as_lines(report)) + "\n")
     return report.status
 
@@ -100,10 +100,7 @@ def check(snapshot: Snapshot, args: argparse.Namespace, token: TokenCheck | None
     route = plan.route
     notes: list[str] = []
     if token is not None:
-        # the token's provider already applied its e-mail rule (``Verified``)
-        session = token.session()
-        caller = None if session is None else caller_of(
-            session, allow_unverified_email=True, groups_available=True)
+        caller = token.caller()  # its provider's e-mail rule applied (``Verified``)
         refusal = ""
         if caller is None:
             notes.append("the token is refused: the gateway answers 401 before any "
@@ -111,7 +108,9 @@ def check(snapshot: Snapshot, args: argparse.Namespace, token: TokenCheck | None
     else:
         caller = _person(snapshot, args, groups, claims, now, notes)
         refusal = caller.email_refusal if caller is not None else ""
-    groups_available = bool(snapshot.options.idp_service_account)
+    # a token's groups are its provider's groups claim; a person's need the directory
+    groups_available = caller.groups_available if token is not None and caller is not None \
+        else bool(snapshot.options.idp_service_account)
     if groups and caller is not None and not groups_available:
         notes.append("groups are not used: idp_service_account is not configured, so the "
                      "gateway has no group data and no groups criterion matches")

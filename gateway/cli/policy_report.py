@@ -143,8 +143,9 @@ def as_json(report: Report) -> dict[str, Any]:
     identity: dict[str, Any] = {"signed_in": session is not None}
     if session is not None:
         identity.update(
-            user_id=session.user_id, provider=session.provider, email=report.claimed,
-            email_used=not report.refusal and bool(session.email), email_refused=report.refusal,
+            provider=session.provider, user_id=session.user_id, email=report.claimed,
+            email_used=not report.refusal and bool(session.email),
+            email_refused=report.refusal,
             groups=list(session.groups), groups_used=report.groups_available,
             claims={k: list(v) for k, v in sorted(session.claims.items())})
     return {

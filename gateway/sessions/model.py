@@ -30,6 +30,10 @@ class Session:
     # the identity provider that signed it in (its id); a session stored before sessions
     # named theirs was made by the one provider there was, the idp_* settings' implicit one
     provider: str = IMPLICIT_ID
+    # the provider's ``iss`` and the ID token's ``sid`` (its session at the provider),
+    # which a back-channel logout names; "" in sessions stored before they were recorded
+    idp_issuer: str = ""
+    idp_sid: str = ""
 
     def valid(self, now: float) -> bool:
         return now < self.expires_at

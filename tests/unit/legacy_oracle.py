@@ -3,7 +3,7 @@ the route's policy: kept as the oracle the compiled fields are held to
 (``test_policy_legacy``'s property test), not used by the gateway. Pure, no I/O.
 
 Allow rules are OR-ed (reference, Authentication 5): public access and CORS preflight need
-no session; everything else needs a valid one. The result is a ``Decision`` value with
+no session; everything else needs a valid one. The result is a ``CodedDecision`` value with
 stable reason codes, logged by the caller as one structured event.
 """
 
@@ -28,7 +28,7 @@ from gateway.authorize.allow_fields import (
     SESSION_EXPIRED,
     USER_ID_OK,
     USER_UNAUTHENTICATED,
-    Decision,
+    CodedDecision,
 )
 from gateway.authorize.decide import is_cors_preflight
 from gateway.authorize.email import is_mailbox
@@ -54,8 +54,8 @@ def email_domain(address: str) -> str:
     return address.rpartition("@")[2].lower()
 
 
-def _allow(*reasons: str) -> Decision:
-    return Decision(True, 200, reasons)
+def _allow(*reasons: str) -> CodedDecision:
+    return CodedDecision(True, 200, reasons)
 
 
 def evaluate(
@@ -66,7 +66,7 @@ def evaluate(
     now: float,
     groups_available: bool,
     email_refused: str = "",
-) -> Decision:
+) -> CodedDecision:
     """Decide whether ``session`` may make this request on ``route`` at time ``now``.
 
     ``groups_available`` says whether group data exists (``idp_service_account`` is
@@ -80,13 +80,13 @@ def evaluate(
     if route.cors_allow_preflight and is_cors_preflight(method, headers):
         return _allow(CORS_PREFLIGHT)
     if session is None or not session.user_id:
-        return Decision(False, 401, (USER_UNAUTHENTICATED,))
+        return CodedDecision(False, 401, (USER_UNAUTHENTICATED,))
     if not session.valid(now):
-        return Decision(False, 401, (SESSION_EXPIRED,))
+        return CodedDecision(False, 401, (SESSION_EXPIRED,))
     if route.allow_any_authenticated_user:
         return _allow(ANY_AUTHENTICATED_USER)
     if not route.has_allow_lists:
-        return Decision(False, 403, (NO_ALLOW_RULE_MATCHED,))
+        return CodedDecision(False, 403, (NO_ALLOW_RULE_MATCHED,))
 
     allowed: list[str] = []
     denied: list[str] = []
@@ -126,4 +126,4 @@ def evaluate(
 
     if allowed:
         return _allow(*allowed)
-    return Decision(False, 403, tuple(denied))
+    return CodedDecision(False, 403, tuple(denied))

@@ -14,7 +14,7 @@ from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 from twisted.trial.unittest import SynchronousTestCase
 
 from gateway.authorize import assertion
-from gateway.authorize.allow_fields import Decision, decision
+from gateway.authorize.allow_fields import CodedDecision, coded_decision
 from gateway.authorize.assertion import AssertionSigner, claim_headers, jwk_thumbprint
 from gateway.authorize.caller import Caller
 from gateway.authorize.claims import flatten_claims
@@ -72,12 +72,12 @@ def caller(s: Session, groups: bool = True, refused: str = "") -> Caller:
 
 def decide(r: Route, s: Session | None, method: bytes = b"GET",
            headers: list[tuple[bytes, bytes]] | None = None, groups: bool = True,
-           refused: str = "") -> Decision:
+           refused: str = "") -> CodedDecision:
     """The route's compiled policy (its allow fields as rules), in the fields' codes."""
     request = RequestInfo(method, "https", HOST, "/", b"", headers or [], "192.0.2.1")
     who = caller(s, groups, refused) if s is not None else None
     verdict = decide_policy(r.policy, who, http_asked(request, NOW))
-    return decision(r, verdict, who, NOW)
+    return coded_decision(r, verdict, who, NOW)
 
 
 def pem(key: assertion.SigningKey) -> bytes:
@@ -118,7 +118,7 @@ class EvaluateTests(SynchronousTestCase):
     def check(self, cases: list[tuple[Route, Session | None, bool, int, tuple[str, ...]]],
               groups: bool = True) -> None:
         for r, s, allowed, status, reasons in cases:
-            self.assertEqual(decide(r, s, groups=groups), Decision(allowed, status, reasons),
+            self.assertEqual(decide(r, s, groups=groups), CodedDecision(allowed, status, reasons),
                              (r.allowed_users, r.allowed_domains, r.allowed_groups, s))
 
     def test_users(self) -> None:
@@ -209,8 +209,8 @@ class EvaluateTests(SynchronousTestCase):
         ]
         for r, method, headers, allowed in cases:
             result = decide(r, None, method, headers)
-            expected = (Decision(True, 200, ("cors-preflight",)) if allowed
-                        else Decision(False, 401, ("user-unauthenticated",)))
+            expected = (CodedDecision(True, 200, ("cors-preflight",)) if allowed
+                        else CodedDecision(False, 401, ("user-unauthenticated",)))
             self.assertEqual(result, expected, (r.cors_allow_preflight, method, headers))
 
     def test_any_authenticated_user(self) -> None:
@@ -236,7 +236,7 @@ class EvaluateTests(SynchronousTestCase):
     def test_no_rules(self) -> None:
         """A route with no allow rule denies every signed-in user."""
         result = decide(route(), session())
-        self.assertEqual(result, Decision(False, 403, ("no-allow-rule-matched",)))
+        self.assertEqual(result, CodedDecision(False, 403, ("no-allow-rule-matched",)))
         self.assertEqual(result.reason, "no-allow-rule-matched")
 
     def test_decision_is_frozen(self) -> None:

@@ -9,6 +9,7 @@ import time
 from dataclasses import replace
 from typing import Any
 
+from twisted.internet.defer import ensureDeferred
 from twisted.trial.unittest import SynchronousTestCase
 
 from gateway.authorize.caller import Caller
@@ -21,13 +22,37 @@ from .test_ssh_parts import caller, person, route, session
 
 
 class Decider:
-    """What the entrance asks of a decider: the caller a session is."""
+    """What the entrance asks of a decider: the caller a session is, the session
+    renewed when its tokens are due."""
 
-    def __init__(self, email: str | None = None) -> None:
+    def __init__(self, email: str | None = None, renew: bool | None = None) -> None:
         self.email = email  # the address decisions see (None: the session's)
+        self.renew = renew  # None: not due; True: renewed; False: the refresh failed
+        self.renewals: list[float] = []
 
     def caller(self, s: Session) -> Caller:
         return caller(s if self.email is None else replace(s, email=self.email))
+
+    async def renewed(self, s: Session, now: float) -> Session | None:
+        if self.renew is None:
+            return s
+        self.renewals.append(now)
+        return replace(s, token_expires_at=now + 60) if self.renew else None
+
+
+class MemorySessions:
+    """Sessions held here (``get``) or only in a shared store (``fetch``)."""
+
+    def __init__(self, *held: Session, shared: tuple[Session, ...] = ()) -> None:
+        self.held = {s.id: s for s in held}
+        self.shared = {s.id: s for s in shared}
+        self.needs_fetch = bool(shared)
+
+    def get(self, session_id: str) -> Session | None:
+        return self.held.get(session_id)
+
+    async def fetch(self, session_id: str) -> Session | None:
+        return self.shared.get(session_id)
 
 
 class EntranceTests(SynchronousTestCase):
@@ -37,7 +62,8 @@ class EntranceTests(SynchronousTestCase):
         AUDIT.configure((), False, None, lambda pair: self.events.append(pair[1]))
         self.addCleanup(AUDIT.configure, *before)
         self.decider = Decider()
-        self.entrance = AuthorizeSsh(lambda: self.decider)
+        self.sessions = MemorySessions()
+        self.entrance = AuthorizeSsh(lambda: self.decider, self.sessions)
         self.route: Route = route({"allowed_users": ["alice@example.com"]})  # type: ignore[assignment]
 
     def test_a_login_is_audited_whatever_its_outcome(self) -> None:
@@ -86,3 +112,41 @@ class EntranceTests(SynchronousTestCase):
         self.assertEqual(other.message, "signed in through partners; route db accepts "
                                         "sign-ins through corp")
         self.assertEqual([e["provider"] for e in self.events], ["corp", "partners"])
+
+class SessionInForceTests(SynchronousTestCase):
+    """What the entrance tells an open connection's check about its session: go on
+    with it (renewed when its tokens were due), or why not, in words for the terminal;
+    a session made through another process is read from the shared store."""
+
+    def in_force(self, entrance: AuthorizeSsh, sid: str, now: float
+                 ) -> tuple[Session | None, str]:
+        return self.successResultOf(ensureDeferred(entrance.in_force(sid, now)))
+
+    def test_in_force_or_why_not(self) -> None:
+        now = time.time()
+        alive, old = session(), replace(session(), id="s2", expires_at=now - 1)
+        decider = Decider()
+        entrance = AuthorizeSsh(lambda: decider, MemorySessions(alive, old))
+        self.assertEqual(self.in_force(entrance, "s1", now), (alive, ""))
+        self.assertEqual(self.in_force(entrance, "gone", now),
+                         (None, "your session has ended (signed out or revoked)"))
+        self.assertEqual(self.in_force(entrance, "s2", now),
+                         (None, "your session has expired; connect again to sign in"))
+        decider.renew = True
+        renewed, _ = self.in_force(entrance, "s1", now)
+        assert renewed is not None
+        self.assertEqual((renewed.id, renewed.token_expires_at), ("s1", now + 60))
+        decider.renew = False
+        self.assertEqual(self.in_force(entrance, "s1", now), (
+            None, "your session could not be renewed; connect again to sign in"))
+        self.assertEqual(decider.renewals, [now, now])
+
+    def test_a_session_of_another_process(self) -> None:
+        now = time.time()
+        theirs = session()
+        entrance = AuthorizeSsh(Decider, MemorySessions(shared=(theirs,)))
+        self.assertEqual(self.in_force(entrance, "s1", now), (theirs, ""))
+        self.assertIs(self.successResultOf(ensureDeferred(entrance.session("s1", now))),
+                      theirs)
+        self.assertIsNone(self.successResultOf(ensureDeferred(
+            entrance.session("s1", theirs.expires_at))))

@@ -70,6 +70,23 @@ class PolicyDecisionTests(PolicyDecideCase):
         self.assertEqual(decision.email, "alice@example.com")
         self.assertTrue(any(name == b"x-gateway-jwt-assertion" for name, _ in decision.headers))
 
+    def test_the_answer_names_its_caller(self) -> None:
+        """Allowed or refused, the answer carries who it was about (``Caller``: the
+        session's id, the provider, the e-mail decisions use), which the access log and
+        the audit stream read: a caller with no session behind it is named alike."""
+        session = self.session()
+        cookie = self.cookie(session)
+        allowed = self.decide(request(headers=[BROWSER, cookie]))
+        refused = self.decide(request(b"DELETE", headers=[JSON, cookie]))
+        for decision in (allowed, refused):
+            caller = decision.caller
+            assert caller is not None, decision
+            self.assertEqual((caller.session_id, caller.provider, caller.user_id,
+                              caller.email), (session.id, "", session.user_id,
+                                              "alice@example.com"))
+        self.assertIs(allowed.caller, refused.caller)  # one per session record
+        self.assertIsNone(self.decide(request(headers=[BROWSER])).caller)
+
     def test_a_deny_rule_wins_and_the_page_says_what_kind(self) -> None:
         cookie = self.cookie(self.session())
         decision = self.decide(request(b"DELETE", headers=[JSON, cookie]))

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from twisted.trial.unittest import SynchronousTestCase
 
-from gateway.authorize.allow_fields import decision as in_codes
+from gateway.authorize.allow_fields import coded_decision as in_codes
 from gateway.authorize.caller import caller_of
 from gateway.authorize.decide import facts_of, http_asked
 from gateway.authorize.hook import RequestInfo

@@ -33,6 +33,8 @@ from gateway.ssh.service import Admission, JumpHost, Provision, SshService
 from gateway.ssh.upstream import UpstreamConnection, UpstreamFailed
 from tests.support.ssh_fakes import FakeSSH
 
+from .test_authorize_ssh import MemorySessions
+
 NOW = 5_000_000.0  # far from the wall clock: a time.time() anywhere shows
 HOST_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl"
 
@@ -88,7 +90,7 @@ class Service:
             s, allow_unverified_email=True, groups_available=True))
         holder: Any = SimpleNamespace(identity=SimpleNamespace(
             decider=decider, auth_origin="https://authenticate.example"), store=None,
-            authorize_ssh=AuthorizeSsh(lambda: decider))
+            authorize_ssh=AuthorizeSsh(lambda: decider, MemorySessions()))
         source = ConfigSource(str(path), snapshot, self.reactor, poll_interval=0)
         changes = ChangeFollower(self.reactor, self.records)
         self.service = SshService(source, self.reactor, holder, self.records, changes)
@@ -231,6 +233,20 @@ class RegisterTests(SynchronousTestCase):
         self.upstream.lost()
         assert self.ssh.disconnected is not None
         self.assertIn(b"the server closed the connection", self.ssh.disconnected[1])
+
+    def test_the_session_ending_closes_it_at_once(self) -> None:
+        """Issue 42: listed under its session in the registry of live connections, it
+        is closed when the session ends, not at the next recheck; and forgotten."""
+        self.assertEqual(self.s.service.live.watched("sid-1"), 1)
+        self.assertEqual(self.s.service.live.end("sid-1"), 1)  # no clock advance
+        assert self.ssh.disconnected is not None
+        self.assertIn(b"your session has ended", self.ssh.disconnected[1])
+        self.ssh.on_lost()
+        self.assertEqual(len(self.s.service.live), 0)
+
+    def test_a_closed_connection_leaves_the_registry(self) -> None:
+        self.ssh.on_lost()
+        self.assertEqual(len(self.s.service.live), 0)
 
     def test_a_person_gone_while_the_server_was_reached(self) -> None:
         s = Service()

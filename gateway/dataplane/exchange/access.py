@@ -26,6 +26,7 @@ from typing import Any, Protocol
 
 from twisted.logger import Logger
 
+from gateway.authorize.caller import Caller
 from gateway.authorize.hook import Allow, Reply
 from gateway.dataplane.exchange.measure import Measured, observe_exchange
 from gateway.dataplane.routing.plan import RoutePlan
@@ -62,9 +63,7 @@ class Logged(Measured, Protocol):
     def query(self) -> bytes: ...
     detail: str
     allow: Allow | None
-    user_id: str
-    email: str
-    provider: str
+    caller: Caller | None
     decision_reason: str
     trace_id: str
     @property
@@ -109,6 +108,7 @@ def log_access(exchange: Logged, status: int) -> None:
         return
     plan = exchange.plan
     allow = exchange.allow
+    caller = exchange.caller
     upstream = exchange.upstream_host
     fields: dict[str, object] = {
         "request_id": exchange.request_id,
@@ -123,9 +123,9 @@ def log_access(exchange: Logged, status: int) -> None:
         "duration_ms": round((now - exchange.started) * 1000, 3),
         "upstream": upstream.address if upstream is not None else None,
         "route": plan.metric_labels[1] if plan is not None else None,
-        "user_id": exchange.user_id or None,
-        "email": exchange.email or None,
-        "provider": exchange.provider or None,
+        "user_id": (caller.user_id or None) if caller is not None else None,
+        "email": (caller.email or None) if caller is not None else None,
+        "provider": (caller.provider or None) if caller is not None else None,
         "reason": (exchange.decision_reason or (allow.reason if allow else "")
                    or ("public" if plan is not None and plan.public else "")) or None,
         "detail": exchange.detail or None,
@@ -141,17 +141,17 @@ def audit(exchange: Logged, status: int, now: float) -> None:
     plan = exchange.plan
     assert plan is not None
     allow = exchange.allow
-    user_id = exchange.user_id
+    caller = exchange.caller
+    user_id = caller.user_id if caller is not None else ""
     if allow is not None:  # (an allowed programmatic token is removed from upstream)
         credential = "token" if b"authorization" in allow.remove else \
             "cookie" if user_id else "none"
     else:
         credential = credential_of(exchange.headers, user_id)
     audit_event(exchange, now, "connect" if exchange.connect else "http",
-                exchange.method, exchange.host, exchange.path, user_id, exchange.email,
+                exchange.method, exchange.host, exchange.path, caller,
                 credential, allow is not None, status,
-                exchange.decision_reason or (allow.reason if allow is not None else ""),
-                exchange.provider)
+                exchange.decision_reason or (allow.reason if allow is not None else ""))
 
 
 def audit_revoked(exchange: Logged, decision: Reply) -> None:
@@ -160,16 +160,16 @@ def audit_revoked(exchange: Logged, decision: Reply) -> None:
     decision implies (the client gets no answer, the connection ends)."""
     if not AUDIT.enabled or exchange.plan is None:
         return
-    user_id = decision.user_id or exchange.user_id
+    caller = decision.caller or exchange.caller
     audit_event(exchange, exchange.core.reactor.seconds(), "recheck", exchange.method,
-                exchange.host, exchange.path, user_id, decision.email or exchange.email,
-                credential_of(exchange.headers, user_id), False, decision.status,
-                decision.reason, decision.provider or exchange.provider)
+                exchange.host, exchange.path, caller,
+                credential_of(exchange.headers, caller.user_id if caller else ""), False,
+                decision.status, decision.reason)
 
 
 def audit_event(exchange: Audited, when: float, via: str, method: bytes, host: str,
-                path: str, user_id: str, email: str, credential: str, allowed: bool,
-                status: int, reason: str, provider: str = "") -> None:
+                path: str, caller: Caller | None, credential: str, allowed: bool,
+                status: int, reason: str) -> None:
     """The one writer of an HTTP decision's audit event (a request, a CONNECT, a
     forward-auth question, a recheck that closed a connection): the route, the request's
     ids and the client's address are the exchange's; what was decided about, the
@@ -178,6 +178,7 @@ def audit_event(exchange: Audited, when: float, via: str, method: bytes, host: s
     assert plan is not None
     AUDIT.decision(
         when, exchange.request_id, exchange.trace_id, plan.metric_labels[1],
-        str(plan.route.from_url), user_id, email, exchange.client_address(),
+        str(plan.route.from_url), caller.user_id if caller is not None else "",
+        caller.email if caller is not None else "", exchange.client_address(),
         method.decode("latin-1"), host, path, via, credential, allowed, status, reason,
-        provider=provider)
+        provider=caller.provider if caller is not None else "")

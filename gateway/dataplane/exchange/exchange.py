@@ -325,8 +325,7 @@ class Exchange(UpstreamRelay):
             self._apply(decision)
 
     def _apply(self, decision: Allow | Reply) -> None:
-        self.user_id, self.email = decision.user_id, decision.email
-        self.provider = decision.provider
+        self.caller = decision.caller
         self.decision_reason = decision.reason
         if isinstance(decision, Reply):
             self._reply(decision)

@@ -18,6 +18,7 @@ from typing import Any, Protocol
 from twisted.internet.defer import Deferred
 from twisted.python.failure import Failure
 
+from gateway.authorize.caller import Caller
 from gateway.authorize.hook import Allow, Authorizer, Decision, Reply, RequestInfo
 from gateway.dataplane.core import ProxyCore
 from gateway.dataplane.exchange.access import access_log, audit_event
@@ -52,9 +53,7 @@ class Exchange(Protocol):
     def finished(self) -> bool: ...
     detail: str
     plan: RoutePlan | None
-    user_id: str
-    email: str
-    provider: str
+    caller: Caller | None
     decision_reason: str
     trace_id: str
 
@@ -142,15 +141,13 @@ def _decided(decision: Decision, exchange: Exchange, mode: Mode, target: Checked
              authorizer: Authorizer, info: RequestInfo) -> None:
     refused = outcome(mode, decision, exchange.headers)
     answer: Decision = authorizer.sign_in(info) if refused is None else refused
-    exchange.user_id, exchange.email = decision.user_id, decision.email
-    exchange.provider = decision.provider
+    exchange.caller = decision.caller
     if AUDIT.enabled:
         audit_event(exchange, exchange.core.reactor.seconds(), "forward-auth",
-                    target.method, target.host, target.path, decision.user_id,
-                    decision.email, credential_of(exchange.headers, decision.user_id),
+                    target.method, target.host, target.path, decision.caller,
+                    credential_of(exchange.headers, decision.user_id),
                     isinstance(decision, Allow),
-                    answer.status if isinstance(answer, Reply) else 200, decision.reason,
-                    decision.provider)
+                    answer.status if isinstance(answer, Reply) else 200, decision.reason)
     _answer(exchange, mode, target, answer)
 
 
