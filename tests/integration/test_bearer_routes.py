@@ -119,8 +119,8 @@ def test_example_passes_check_as_shipped(capsys: pytest.CaptureFixture[str]) -> 
     assert run_check(str(EXAMPLE), sys.stdout, sys.stderr) == 0
     out = capsys.readouterr().out
     assert "routes=3 (hosts=3, public=0, tcp=0) warnings=0" in out, out
-    assert "policy[0] deploy: accepts corp; bearer tokens of github-actions, cluster" in out
-    assert "policy[1] registry: accepts no sign-in; bearer tokens of cluster" in out
+    assert "policy[0] deploy: accepts corp, github-actions (bearer), cluster (bearer)" in out
+    assert "policy[1] registry: accepts cluster (bearer)" in out
     assert "policy[2] wiki: accepts corp\n" in out
 
 
