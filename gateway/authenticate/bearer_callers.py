@@ -19,6 +19,11 @@ What a request meets here, in order:
   one object per verified token (the verifier's cache returns the same ``Verified``),
   so that the entrance's caches and the assertion signer's see it again.
 
+The same Authorization header on the same route again is answered from ``_seen`` while
+what its verifier would answer is unchanged (the provider's key set is the same object,
+the token's ``exp`` is ahead): the verifier's own cache costs a parse of the header, a
+SHA-256 of the token and the choice of provider, which this skips.
+
 A request offering a bearer token to a route that accepts none is the route's as before
 (a session decides, the header is the application's); only where it would be answered
 with sign-in, it gets a 401 naming the reason instead: a caller holding a token does not
@@ -30,11 +35,13 @@ Every outcome is counted in ``gateway_bearer_tokens_total{provider,result}``.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from typing import NamedTuple
 
 from gateway.authorize import answers
 from gateway.authorize.caller import Caller
 from gateway.authorize.hook import Reply, RequestInfo
 from gateway.bearer_jwt.header import bearer_jwt
+from gateway.bearer_jwt.keys import KeySet
 from gateway.bearer_jwt.verifier import Verifier, check_any, log_refused, named_issuer
 from gateway.bearer_jwt.verify import EXPIRED, Refused, Verified
 from gateway.caches import FifoCache
@@ -46,11 +53,22 @@ from gateway.pages.request_id import request_id
 from gateway.sessions.cookie import parse_cookies, read_cookie
 
 CALLERS = 4096  # one per verified token in use (the verifiers' caches hold as many)
+SEEN = 4096  # (route, Authorization header) answered again without verifying
 # results of ``gateway_bearer_tokens_total`` beside the checks' names
 ALLOWED = "allowed"
 DENIED = "denied"
 COOKIE_AND_BEARER = "cookie_and_bearer"
 NO_PROVIDER = "none"  # the provider label when the token chose none of the route's
+
+
+class Seen(NamedTuple):
+    """A verified Authorization header: the verifier that verified it and its key set
+    then."""
+
+    verifier: Verifier
+    keys: KeySet
+    verified: Verified
+    caller: Caller
 
 
 class BearerCallers:
@@ -68,6 +86,7 @@ class BearerCallers:
         self.clock = clock
         self._routes: dict[int, tuple[Verifier, ...]] = {}
         self._callers: FifoCache[int, tuple[Verified, Caller]] = FifoCache(CALLERS)
+        self._seen: FifoCache[tuple[int, bytes], Seen] = FifoCache(SEEN)
 
     def of(self, route: Route) -> tuple[Verifier, ...]:
         """The verifiers of the bearer providers ``route`` accepts, in the order its
@@ -85,13 +104,21 @@ class BearerCallers:
         """The caller a bearer token on ``request`` names (``None``: it carries none),
         or the answer refusing it. ``route`` accepts a bearer provider (``of``);
         ``raw_cookie``: the request's Cookie header."""
+        found = [v for n, v in request.headers
+                 if len(n) == 13 and n.lower() == b"authorization"]
+        cookie = bool(raw_cookie) and self.cookie_bytes in raw_cookie
+        if len(found) == 1 and not cookie:
+            seen = self._seen.get((route.index, found[0]))
+            if seen is not None and seen.verifier.source.keys is seen.keys and \
+                    self.clock() < seen.verified.expires_at:
+                return seen.caller
         token = bearer_jwt(request.headers)
         if not token:
             return None
         verifiers = self.of(route)
         if isinstance(token, Refused):
             return self.refused(request, token, self._provider_label(verifiers, ""))
-        if raw_cookie and self.cookie_bytes in raw_cookie and read_cookie(
+        if cookie and read_cookie(
                 parse_cookies(request.headers), self.cookie_name):
             count_token(verifiers[0].expect.provider if len(verifiers) == 1
                         else NO_PROVIDER, COOKIE_AND_BEARER)
@@ -103,10 +130,15 @@ class BearerCallers:
             return self.refused(request, result, self._provider_label(verifiers, token))
         hit = self._callers.get(id(result))
         if hit is not None and hit[0] is result:
-            return hit[1]
-        caller = result.caller()
-        # (the Verified is kept beside it: its id is not reused while it is here)
-        self._callers.put(id(result), (result, caller))
+            caller = hit[1]
+        else:
+            caller = result.caller()
+            # (the Verified is kept beside it: its id is not reused while it is here)
+            self._callers.put(id(result), (result, caller))
+        verifier = self.verifiers[result.provider]
+        if len(found) == 1:
+            self._seen.put((route.index, found[0]),
+                           Seen(verifier, verifier.source.keys, result, caller))
         return caller
 
     @staticmethod

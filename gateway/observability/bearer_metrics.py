@@ -32,8 +32,18 @@ BEARER_TOKENS = Counter(
     ["provider", "result"], registry=REGISTRY)
 
 
+_COUNTERS: dict[tuple[str, str], Any] = {}
+
+
 def count_token(provider: str, result: str) -> None:
-    BEARER_TOKENS.labels(provider, result).inc()
+    """One token more for (``provider``, ``result``). The labelled child is kept (its
+    lookup by ``labels`` costs several times its increment, on every bearer request);
+    both labels come from bounded sets, the configuration's provider ids and the
+    check names."""
+    child = _COUNTERS.get((provider, result))
+    if child is None:
+        child = _COUNTERS[(provider, result)] = BEARER_TOKENS.labels(provider, result)
+    child.inc()
 
 
 class KeySource(Protocol):

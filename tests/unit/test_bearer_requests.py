@@ -162,6 +162,21 @@ class AllowedTests(BearerCase):
         self.assertIs(self.decide(self.deploy, bearer(ci_token())), decision)
         self.assertEqual(counted("github-actions", "allowed"), before + 2)
 
+    def test_a_token_seen_before_only_while_its_keys_and_exp_hold(self) -> None:
+        """The same header is answered from memory; not once the provider's key set
+        changed (a withdrawn key verifies nothing more), nor past the token's exp."""
+        token = ci_token()
+        self.assertIsInstance(self.decide(self.deploy, bearer(token)), Allow)
+        self.ci_keys.keys = key_set_from_json("github-actions", jwks((rsa_key("new"), "n")))
+        self.assertRefused(self.decide(self.deploy, bearer(token)), "unknown_kid")
+        self.ci_keys.keys = key_set_from_json("github-actions", jwks((rsa_key(), "ci-1")))
+        self.assertIsInstance(self.decide(self.deploy, bearer(token)), Allow)
+        self.assertIsInstance(self.decide(self.everyone, bearer(token)), Allow)
+        self.clock.now = NOW + 300 + 61  # exp and the skew past
+        self.assertRefused(self.decide(self.deploy, bearer(token)), "expired")
+        # (a route that lets anyone in too: the token is refused, not let in as no one)
+        self.assertRefused(self.decide(self.everyone, bearer(token)), "expired")
+
     def test_kubernetes_shaped_claims(self) -> None:
         decision = self.decide(self.deploy, bearer(cluster_token(roles=["ops"])))
         self.assertIsInstance(decision, Allow)
