@@ -7,7 +7,7 @@ not the token), denied (403, never a sign-in redirect), refused (401 with
 ``WWW-Authenticate`` naming the check, a log line, nothing of the token) for a handful of
 the adversarial cases (the full table is unit-tested), the cluster's keys rotated
 mid-test, cookie and bearer together (400), ``pass_bearer_token``, a route for people
-only, and the access log, audit stream and metrics naming the provider."""
+only, and the access log, audit stream, metrics and ``/.gateway/`` naming the provider."""
 
 from __future__ import annotations
 
@@ -159,6 +159,12 @@ def test_github_actions_job_allowed(setup: Setup) -> None:
     assert not any(k.lower() == "set-cookie" for k in headers)  # no session
     # its keys came through the issuer's discovery document, over HTTPS
     assert "/.well-known/openid-configuration" in setup.issuer.asked
+    # who am I, to this route: the token's identity and its provider
+    status, _, body = setup.ask("deploy", setup.job(), "/.gateway/?format=json")
+    assert status == 200, body[:300]
+    profile = json.loads(body)
+    assert profile["identity_provider"] == f"github-actions ({setup.issuer.issuer})"
+    assert profile["claims"]["repository"] == ["example/app"]
 
 
 def test_denied_by_policy_is_403(setup: Setup) -> None:

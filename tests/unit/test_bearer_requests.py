@@ -15,6 +15,7 @@ from typing import Any
 
 from twisted.logger import LogLevel, globalLogPublisher
 
+from gateway.authenticate.endpoints import Endpoints
 from gateway.authenticate.identity import Identity
 from gateway.authorize.hook import Allow, Reply
 from gateway.bearer_jwt.expect import BearerExpectations
@@ -307,6 +308,28 @@ class OtherRoutesTests(BearerCase):
         self.assertRefused(self.decide(self.everyone, bearer(ci_token(aud="other"))),
                            "audience")
         self.assertIsInstance(self.decide(self.everyone, bearer(ci_token())), Allow)
+
+
+class WhoAmITests(BearerCase):
+    def test_the_account_page_shows_who_the_token_is(self) -> None:
+        """``/.gateway/`` on a route's host with a bearer token: who the token is to
+        that route, its provider named; a refused token gets its 401; no token, the
+        usual session page."""
+        endpoints = Endpoints(self.identity, self.snapshot.routes)
+        page = endpoints.internal(request("/.gateway/", headers=[JSON, bearer(ci_token())]))
+        self.assertIsInstance(page, Reply)
+        self.assertEqual(page.status, 200)
+        doc = json.loads(page.body)
+        self.assertEqual((doc["user_id"], doc["identity_provider"]),
+                         ("repo:example/app:ref:refs/heads/main", f"github-actions ({CI})"))
+        self.assertEqual(doc["claims"]["repository"], ["example/app"])
+        self.assertNotIn(b"sign_out", page.body)
+        refused = endpoints.internal(request("/.gateway/", headers=[
+            JSON, bearer(ci_token(aud="other"))]))
+        self.assertRefused(refused, "audience")
+        on_people = endpoints.internal(request("/.gateway/", host="people.test",
+                                               headers=[JSON, bearer(ci_token())]))
+        self.assertNotEqual(getattr(on_people, "status", None), 200)
 
 
 class ForwardAuthAndSplitTests(BearerCase):
