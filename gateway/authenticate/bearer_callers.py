@@ -35,6 +35,7 @@ Every outcome is counted in ``gateway_bearer_tokens_total{provider,result}``.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import NamedTuple
 
 from gateway.authorize import answers
@@ -180,6 +181,15 @@ class BearerCallers:
                           "administrator which identity providers it accepts.", request,
                           "bearer-token-not-accepted",
                           ((b"www-authenticate", challenge.encode("ascii")),))
+
+    def challenge(self, route: Route, answer: Reply) -> Reply:
+        """A request without any credential on a route that accepts bearer providers,
+        answered 401 (not a browser, or no browser sign-in there): that answer with
+        ``WWW-Authenticate: Bearer`` (RFC 6750 3: the scheme, no error, as the request
+        carried no token), so a caller that forgot its token is told which kind."""
+        if answer.status != 401 or not self.of(route):
+            return answer
+        return replace(answer, headers=(*answer.headers, (b"www-authenticate", b"Bearer")))
 
     @staticmethod
     def counted(provider: str, result: str) -> None:

@@ -105,6 +105,11 @@ class BearerTokens(Protocol):
         """A route taking no bearer token would answer sign-in: 401 when one is offered."""
         ...
 
+    def challenge(self, route: Route, answer: Reply) -> Reply:
+        """The sign-in answer of a route that accepts bearer tokens, with the Bearer
+        challenge when it is a 401."""
+        ...
+
     def counted(self, provider: str, result: str) -> None: ...
 
 
@@ -357,8 +362,11 @@ class Decider:
                 self._decisions.put(key, Decided(caller, now + DECISION_TTL, allow))
             return allow
         if caller is None or not caller.signed_in(now):
-            offered = self.bearer.offered(request) if self.bearer is not None else None
-            return offered or self.sign_in.sign_in_answer(request, route)
+            bearer = self.bearer
+            if bearer is None:
+                return self.sign_in.sign_in_answer(request, route)
+            return bearer.offered(request) or bearer.challenge(
+                route, self.sign_in.sign_in_answer(request, route))
         if route.policy_document is None:
             return self._denied(request, route, caller, allow_fields.refused_codes(
                 route, self.groups_available, caller.email_refusal))

@@ -279,7 +279,8 @@ class RefusedTests(BearerCase):
         decision = self.decide(self.deploy, JSON, (b"Authorization", b"Bearer Gateway-abc"))
         self.assertIsInstance(decision, Reply)
         self.assertEqual(decision.status, 401)
-        self.assertIsNone(header(decision, b"www-authenticate"))
+        self.assertEqual(decision.reason, "user-unauthenticated")  # not a refused JWT
+        self.assertEqual(header(decision, b"www-authenticate"), b"Bearer")
 
 
 class OtherRoutesTests(BearerCase):
@@ -299,8 +300,15 @@ class OtherRoutesTests(BearerCase):
         self.assertEqual(allowed.caller.session_id, session.id)
 
     def test_no_token_on_a_bearer_route_is_the_usual_sign_in(self) -> None:
+        """A browser: the sign-in redirect; anything else: 401 with the Bearer challenge
+        (no error: it sent no token), telling a job that forgot its token which kind."""
         decision = self.decide(self.deploy, BROWSER)
         self.assertEqual(decision.status, 302)
+        machine = self.decide(self.deploy, JSON)
+        self.assertEqual((machine.status, header(machine, b"www-authenticate")),
+                         (401, b"Bearer"))
+        # a route for people only: no challenge of a kind it does not take
+        self.assertIsNone(header(self.decide(self.people, JSON), b"www-authenticate"))
 
     def test_a_route_open_to_anyone_still_checks_a_token(self) -> None:
         """A policy that lets anyone in still refuses a bad token: the caller asked to
