@@ -11,21 +11,33 @@ from __future__ import annotations
 
 import base64
 import json
+import time
+from types import SimpleNamespace
 from typing import Any
 
+from twisted.internet.testing import MemoryReactorClock
 from twisted.logger import LogLevel, globalLogPublisher
+from twisted.trial.unittest import SynchronousTestCase
 
 from gateway.authenticate.endpoints import Endpoints
+from gateway.authenticate.holder import IdentityHolder
 from gateway.authenticate.identity import Identity
 from gateway.authorize.hook import Allow, Reply
 from gateway.bearer_jwt.expect import BearerExpectations
 from gateway.bearer_jwt.keys import key_set_from_json
 from gateway.bearer_jwt.verifier import Verifier
+from gateway.databroker.follower import ChangeFollower
+from gateway.databroker.memory_records import MemoryRecordStore
+from gateway.databroker.session_records import RecordSessionStore
+from gateway.dataplane.core import ProxyCore
 from gateway.dataplane.forwardauth.answer import Mode, outcome
+from gateway.dataplane.routing.plan import build_plan
 from gateway.observability.metrics import REGISTRY
 from gateway.rpc.authorize_wire import request_from_pb, request_to_pb
 from tests.support.bearer_tokens import NOW, ec_key, jwks, mint, rsa_key
 
+from . import test_forward_auth
+from .config.helpers import IDENTITY, base_config, load
 from .test_identity import APP, BROWSER, JSON, IdentityCase, header, request, snapshot
 from .test_provider_sign_in import Fake
 
@@ -355,3 +367,58 @@ class ForwardAuthAndSplitTests(BearerCase):
         two = request(headers=[bearer(token), (b"Authorization", b"Basic eDp5")])
         back = request_from_pb(request_to_pb(two, "_gateway", "key"))
         self.assertRefused(self.identity.decider.authorize(back, self.deploy), "malformed")
+
+
+class ForwardAuthWireTests(SynchronousTestCase):
+    """Forward auth through the HTTP/1.1 codec with the identity layer and a bearer
+    provider: the same decision, answered to the proxy: 200 with the identity headers,
+    and a refusal's 401 with its WWW-Authenticate in every mode (never the sign-in
+    redirect a check request without a session gets)."""
+
+    def setUp(self) -> None:
+        self.reactor = MemoryReactorClock()
+        self.reactor.advance(time.time())  # (the identity layer's clock is the wall's)
+        snapshot = load(base_config(
+            policy=[{"from": "https://app.example.com", "to": "http://127.0.0.1:9",
+                     "identity_providers": ["github-actions"], "policy": [DEPLOY],
+                     "pass_identity_headers": True}],
+            identity_providers=PROVIDERS[:1],
+            **{**IDENTITY, "authenticate_service_url": "https://auth.example.com"},
+            forward_auth_url="https://fwd.example.com", jwt_claims_headers={"x-idp": "idp"},
+            shared_secret=base64.b64encode(b"s" * 32).decode(),
+            cookie_secret=base64.b64encode(b"c" * 32).decode()))
+        keys = FakeKeys("github-actions", (rsa_key(), "ci-1"))
+        verifier = Verifier(BearerExpectations("github-actions", CI, (AUDIENCE,)), keys,
+                            self.reactor.seconds)
+        records = MemoryRecordStore(self.reactor.seconds)
+        store = RecordSessionStore(records, ChangeFollower(None, records), complete=True)
+        self.holder = IdentityHolder(self.reactor, snapshot, SimpleNamespace(
+            sessions=store, directory=None, ends=None, store=records),
+            lambda _: {"github-actions": verifier})
+        self.core = ProxyCore(self.reactor, build_plan(snapshot), tls=False,
+                              authorizer=self.holder)
+
+    get = test_forward_auth.WireTests.get  # through the codec, nothing proxied
+
+    def token(self, **claims: Any) -> str:
+        return mint(rsa_key(), "ci-1", now=self.reactor.seconds(),
+                    **{"iss": CI, "aud": AUDIENCE, **claims})
+
+    def test_bearer_tokens_through_forward_auth(self) -> None:
+        ok = bearer(self.token())
+        for target, headers in (("/verify?uri=https://app.example.com/x", [ok]),
+                                ("/", [ok, *test_forward_auth.forwarded()])):
+            status, answer, _ = self.get(target, headers)
+            self.assertEqual(status, 200, target)
+            self.assertEqual(answer["x-idp"], ["github-actions"])
+        refused = bearer(self.token(aud="other"))
+        for target, headers in (("/verify?uri=https://app.example.com/x", [refused]),
+                                ("/", [refused, *test_forward_auth.forwarded()])):
+            status, answer, _ = self.get(target, headers)
+            self.assertEqual(status, 401, target)
+            self.assertNotIn("location", answer)
+            self.assertTrue(answer["www-authenticate"][0].startswith(
+                'Bearer error="invalid_token"'), answer)
+        status, _, _ = self.get("/", [bearer(self.token(ref="refs/heads/dev")),
+                                      *test_forward_auth.forwarded()])
+        self.assertEqual(status, 403)
