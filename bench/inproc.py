@@ -106,7 +106,8 @@ def _signed_in() -> tuple[MemoryReactorClock, ProxyCore, bytes]:
     records = MemoryRecordStore(time.time)
     store = RecordSessionStore(records, ChangeFollower(None, records), complete=True)
     holder = IdentityHolder(clock, snapshot,
-                            SimpleNamespace(sessions=store, directory=None, store=records))
+                            SimpleNamespace(sessions=store, directory=None, store=records,
+                                            ends=None))
     reactor, core = _core(snapshot, holder)
     identity = holder.identity
     session = identity.new_session({"sub": AUTH_USER, "email": AUTH_USER}, "", "", "",

@@ -127,6 +127,8 @@ def build_service_tree(
             proxy = ProxyService(source, reactor, authorizer=authorizer,
                                  sign_in_app=identity,
                                  inherited=worker.inherited if worker else None)
+            if proxy.core is not None:  # tunnels and upgrades end with their session
+                proxy.core.live = identity
             root.addService(proxy)
             drained.append(proxy)
             if options.ssh_address:
@@ -168,7 +170,8 @@ def _add_ssh(root: MultiService, source: ConfigSource, reactor: Any,
         log.warn("ssh_address {address} is not served: restart the gateway to listen "
                  "on it", address=address)
         return None
-    ssh = SshService(source, reactor, identity, broker.store, broker.follower, inherited=fd)
+    ssh = SshService(source, reactor, identity, broker.store, broker.follower, inherited=fd,
+                     live=broker.live)
     root.addService(ssh)
     return ssh
 

@@ -79,7 +79,7 @@ def _profile(ident: Identity, request: RequestInfo, session: Session) -> Decisio
     profile = Profile(
         email=caller.email, user_id=caller.user_id, name=caller.name,
         groups=_groups(ident, caller), claims=caller.claims, started=session.issued_at,
-        expires=caller.expires_at, identity_provider=ident.options.idp_provider_url,
+        expires=caller.expires_at, identity_provider=_provider_text(ident, session),
         host=request.host, email_claimed=session.email if refusal else "",
         email_refused=refusal, email_refused_text=REFUSAL_TEXT.get(refusal, ""))
     actions = [Action("Sign out", SIGN_OUT, "post", (("csrf", ident.csrf_token(session)),))]
@@ -118,6 +118,8 @@ def _portal(ident: Identity, routes: tuple[Route, ...], request: RequestInfo,
             continue
         probe = RequestInfo(method.encode(), request.scheme, route.host, path, b"", [],
                             request.client_ip)
+        if session.provider not in ident.flow.accepted(route):
+            continue  # (its page would offer another provider's sign-in)
         if decide(route.policy, caller, http_asked(probe, now)).allowed:
             shown.append(portal_route(route, method=method, path=path,
                                       gateway_url=gateway_url))
@@ -152,13 +154,24 @@ def _gateway_url(request: RequestInfo) -> str:
     return f"{request.scheme}://{request.host}"
 
 
+def _provider_text(ident: Identity, session: Session) -> str:
+    """The provider that signed the session in: its issuer, and for one of
+    ``identity_providers`` its name (the implicit provider of the idp_* settings has
+    only the URL, as before there were several)."""
+    entry = ident.clients.entry(session.provider)
+    if entry is None:
+        return session.provider
+    return entry.issuer if entry.implicit else f"{entry.label} ({entry.issuer})"
+
+
 def _with_targets(ident: Identity, session: Session, destination: str) -> Look:
     """The look of a page with the sign-out form: its submission is redirected to the
     provider's end-session endpoint, then to ``destination``; browsers check each hop
     against form-action, so their origins are listed beside the authenticate host."""
     targets = [origin(destination)]
-    if ident.provider is not None and session.id_token:
-        targets.append(origin(ident.provider.end_session_url(session.id_token, "") or ""))
+    client = ident.clients.get(session.provider)
+    if client is not None and session.id_token:
+        targets.append(origin(client.end_session_url(session.id_token, "") or ""))
     return replace(ident.look, form_targets=tuple(t for t in targets if t))
 
 
@@ -175,8 +188,9 @@ def sign_out_confirmation(ident: Identity, session: Session, target: str) -> Dec
     """Who is signed out and where they go: ``target`` (already checked) or the
     ``signout_redirect_url``; and whether the provider's session ends too."""
     destination = target or ident.options.signout_redirect_url
-    provider_too = bool(ident.provider is not None and session.id_token and
-                        ident.provider.end_session_url(session.id_token, destination))
+    client = ident.clients.get(session.provider)
+    provider_too = bool(client is not None and session.id_token and
+                        client.end_session_url(session.id_token, destination))
     fields = [("csrf", ident.csrf_token(session))]
     if target:
         fields.append(("gateway_redirect_uri", target))

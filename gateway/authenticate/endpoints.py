@@ -11,7 +11,7 @@ import hmac
 import json
 import secrets
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, NamedTuple
 from urllib.parse import urlencode, urlsplit
 
 from twisted.internet.defer import Deferred, ensureDeferred
@@ -25,15 +25,19 @@ from gateway.authenticate.account import (
     signed_out_page,
     who_am_i,
 )
+from gateway.authenticate.backchannel import BackchannelLogout
 from gateway.authenticate.oidc import OIDCError, ProviderUnavailable, pkce_pair
 from gateway.authenticate.same_origin import SameOrigin
 from gateway.authenticate.ssh_sign_in import SSH_SIGN_IN, SshSignIn
 from gateway.authenticate.targets import (
+    BACKCHANNEL_LOGOUT,
     CSRF_COOKIE,
     HANDOFF,
     HANDOFF_TTL,
     JWKS,
     PROGRAMMATIC,
+    PROVIDER_COOKIE,
+    PROVIDER_COOKIE_AGE,
     SIGN_IN,
     SIGN_OUT,
     STATE_TTL,
@@ -44,9 +48,11 @@ from gateway.authenticate.targets import (
 )
 from gateway.authorize import answers
 from gateway.authorize.hook import Decision, Reply, RequestInfo
+from gateway.config.providers import IMPLICIT_ID
 from gateway.config.routes import Route
 from gateway.databroker.records import RecordStore
 from gateway.dataplane.routing.router import own_path
+from gateway.pages.chooser import choose_provider
 from gateway.pages.layout import Action
 from gateway.sessions.cookie import clear_cookie_headers, parse_cookies, set_cookie_headers
 from gateway.sessions.model import Session
@@ -54,6 +60,7 @@ from gateway.wire.cross_origin import SAFE_METHODS
 
 if TYPE_CHECKING:
     from gateway.authenticate.identity import Identity
+    from gateway.databroker.session_ends import SessionEnds
 
 log = Logger()
 
@@ -68,10 +75,23 @@ def endpoint_name(path: str) -> str:
     return path[:200]
 
 
+class Choice(NamedTuple):
+    """A sign-in's choice of provider: its sealed link (the chooser's links carry it
+    again), the providers it offers, the one asked for with ``?provider=``."""
+
+    sealed: str
+    offered: tuple[str, ...]
+    asked: str
+
+
 class Endpoints:
     def __init__(self, identity: Identity, routes: tuple[Route, ...] = (),
-                 records: RecordStore | None = None) -> None:
+                 records: RecordStore | None = None, ends: SessionEnds | None = None
+                 ) -> None:
         self.identity = identity
+        # the providers' back-channel logouts (``ends``: the databroker's, which ends
+        # the sessions a logout names)
+        self.backchannel = BackchannelLogout(identity, ends)
         # native SSH's sign-in pages (they bind SSH keys in the databroker's records)
         self.ssh = SshSignIn(identity, records) if records is not None else None
         self.routes = routes  # the snapshot's, for the routes portal
@@ -90,6 +110,10 @@ class Endpoints:
         ident = self.identity
         on_auth = request.host in (ident.auth_host, ident.auth_hostname)
         path = request.path
+        if on_auth and path == BACKCHANNEL_LOGOUT:
+            # a provider's server posts here, not a page: the form rule below does not
+            # apply, and the endpoint refuses whatever a browser sends (``backchannel``)
+            return self.backchannel.answer(request, body)
         if request.method not in SAFE_METHODS and own_path(path):
             # a form posted to any of the gateway's own endpoints, from its own page only
             refused = self.same_origin.refusal(request, endpoint_name(path))
@@ -127,22 +151,29 @@ class Endpoints:
     def _start(self, request: RequestInfo) -> Decision | Deferred[Decision]:
         ident = self.identity
         now = ident.clock()
-        payload = ident.shared.open("sign-in", query_params(request).get("gateway_redirect", ""),
-                                    now)
+        params = query_params(request)
+        payload = ident.shared.open("sign-in", params.get("gateway_redirect", ""), now)
         if payload is None or not safe_target(str(payload.get("uri", "")), ident.allowed_hosts):
             return self._error(400, "This sign-in link is invalid or has expired.",
                                request.headers, "bad-sign-in-link")
         uri = str(payload["uri"])
         client = str(payload.get("programmatic", ""))
+        offered = self._offered(payload)
+        asked = params.get("provider", "")
+        if asked and asked not in offered:
+            return self._error(400, "This sign-in link names an identity provider that is "
+                               "not offered here.", request.headers, "provider-not-offered")
+        chosen = Choice(params.get("gateway_redirect", ""), offered, asked)
         found = ident.lookup(request)
         # "sign in as someone else": the provider is asked for a fresh login, and the
         # session this browser had ends once the new one exists (in the callback)
         if payload.get("switch"):
-            return self._to_provider(request, uri, client, found.sid or "", True)
+            return self._choose(request, uri, client, found.sid or "", True, chosen)
 
         def start(session: Session | None) -> Decision | Deferred[Decision]:
-            if session is None:
-                return self._to_provider(request, uri, client, "", False)
+            if session is None or session.provider not in offered:
+                # (a session of a provider not offered stays: other routes accept it)
+                return self._choose(request, uri, client, "", False, chosen)
             return self._to_client(session, client) if client else self._to_route(session, uri)
         if found.sid and ident.store.needs_fetch:
             # this process's copy may be stale (a sign-out through another process an
@@ -150,32 +181,71 @@ class Endpoints:
             return ident.after_reading(request, found.sid, start)
         return start(found.session)
 
+    def _offered(self, payload: dict[str, Any]) -> tuple[str, ...]:
+        """The providers a sign-in offers: those the route accepts (sealed in its
+        link by ``SignInFlow.sign_in_link``), else every interactive one."""
+        clients = self.identity.clients
+        named = payload.get("providers")
+        if not isinstance(named, list):
+            return clients.interactive
+        return tuple(p for p in clients.interactive if p in named)
+
+    def _choose(self, request: RequestInfo, uri: str, client: str, replace: str,
+                fresh_login: bool, choice: Choice) -> Decision | Deferred[Decision]:
+        """The provider to sign in with: the one asked for (``?provider=``), the only
+        one offered, or the one this browser chose last (not for "sign in as someone
+        else": that may be another provider's account); otherwise the chooser page."""
+        ident = self.identity
+        offered = choice.offered
+        if not offered:
+            return self._error(503, "No identity provider is configured.", request.headers,
+                               "no-provider")
+        provider = choice.asked
+        if not provider and len(offered) == 1:
+            provider = offered[0]
+        if not provider and not fresh_login:
+            remembered = parse_cookies(request.headers).get(PROVIDER_COOKIE, "")
+            provider = remembered if remembered in offered else ""
+        if not provider:
+            body, page = choose_provider(
+                tuple((p, ident.clients.label(p)) for p in offered), SIGN_IN, choice.sealed,
+                ident.look)
+            return answers.answer(200, body, page, "choose-provider")
+        remember: tuple[tuple[bytes, bytes], ...] = ()
+        if len(offered) > 1:
+            remember = tuple((b"set-cookie", c) for c in set_cookie_headers(
+                PROVIDER_COOKIE, provider, max_age=PROVIDER_COOKIE_AGE, domain="",
+                secure=ident.options.cookie_secure, http_only=True))
+        return self._to_provider(request, uri, client, replace, fresh_login, provider,
+                                 remember)
+
     def _to_provider(self, request: RequestInfo, uri: str, client: str,
-                     replace: str, fresh_login: bool
+                     replace: str, fresh_login: bool, provider: str,
+                     extra: tuple[tuple[bytes, bytes], ...] = ()
                      ) -> Decision | Deferred[Decision]:
-        """Send the browser to the identity provider (``fresh_login``: "sign in as
-        someone else", ``replace``: the session that ends once the new one exists)."""
+        """Send the browser to the identity provider ``provider`` (``fresh_login``:
+        "sign in as someone else", ``replace``: the session that ends once the new one
+        exists). The state names the provider: the callback redeems the code there."""
         ident = self.identity
         now = ident.clock()
-        if ident.provider is None:
+        oidc = ident.clients.get(provider)
+        if oidc is None:
             return self._error(503, "No identity provider is configured.", request.headers,
                                "no-provider")
         csrf = secrets.token_urlsafe(24)
         verifier, challenge = pkce_pair()
         nonce = secrets.token_urlsafe(24)
         state = ident.shared.seal("state", {
-            "uri": uri, "nonce": nonce, "verifier": verifier,
+            "uri": uri, "nonce": nonce, "verifier": verifier, "provider": provider,
             "programmatic": client, "replace": replace,
             "csrf": hashlib.sha256(csrf.encode()).hexdigest()}, now + STATE_TTL)
         cookie = set_cookie_headers(CSRF_COOKIE, csrf, max_age=int(STATE_TTL), domain="",
                                     secure=ident.options.cookie_secure, http_only=True)
-        extra = tuple((b"set-cookie", c) for c in cookie)
+        extra = tuple((b"set-cookie", c) for c in cookie) + extra
 
         async def go() -> Decision:
-            assert ident.provider is not None
             try:
-                url = await ident.provider.start_url(state, nonce, challenge,
-                                                     fresh_login=fresh_login)
+                url = await oidc.start_url(state, nonce, challenge, fresh_login=fresh_login)
             except Exception as exc:  # the provider is down or misconfigured
                 return self._provider_down(exc, request)
             return answers.redirect(url, extra)
@@ -201,20 +271,33 @@ class Endpoints:
                 str(state.get("csrf", "")), hashlib.sha256(csrf.encode()).hexdigest()):
             return self._error(400, "This sign-in attempt is invalid or has expired; start "
                                "again.", request.headers, "bad-state")
-        if not params.get("code") or ident.provider is None:
+        # the provider the sign-in was started with (a state from before states named
+        # one was the implicit provider's): the code is redeemed there and nowhere else
+        provider = str(state.get("provider", IMPLICIT_ID))
+        oidc = ident.clients.get(provider)
+        if not params.get("code") or oidc is None:
             return self._error(400, "The identity provider sent no code.", request.headers,
                                "no-code")
         try:
-            tokens = await ident.provider.exchange(params["code"], str(state["verifier"]),
-                                                  str(state["nonce"]))
+            await oidc.metadata()
+            mixed_up = oidc.response_issuer_problem(params.get("iss"))
+            if mixed_up:
+                log.warn("sign-in through {provider} refused: {error}", provider=provider,
+                         error=mixed_up, client=request.client_ip)
+                return self._error(400, "This sign-in answer did not come from the "
+                                   "provider the sign-in was started with; start again.",
+                                   request.headers, "issuer-mismatch")
+            tokens = await oidc.exchange(params["code"], str(state["verifier"]),
+                                         str(state["nonce"]))
         except ProviderUnavailable as exc:  # went away during the code exchange
             return self._provider_down(exc, request)
         except OIDCError as exc:
-            log.error("sign-in failed: {error}", error=str(exc))
+            log.error("sign-in through {provider} failed: {error}", provider=provider,
+                      error=str(exc))
             return self._error(502, "The sign-in could not be completed.", request.headers,
                                "exchange-failed")
         session = ident.build_session(tokens.claims, tokens.id_token, tokens.access_token,
-                                     tokens.refresh_token, now + tokens.expires_in)
+                                     tokens.refresh_token, now + tokens.expires_in, provider)
         try:
             await ident.store.put_confirmed(session)
         except Exception as exc:
@@ -226,7 +309,8 @@ class Endpoints:
                                     "right now; please try again in a moment.",
                                request.headers, "session-not-saved")
         # the route signed in for: its host only (the URL's query may hold anything)
-        log.info("signed in {email} ({user}) for {host}", email=session.email,
+        log.info("signed in {email} ({user}) through {provider} for {host}",
+                 email=session.email, provider=provider,
                  user=session.user_id, host=urlsplit(str(state.get("uri", ""))).netloc,
                  client=request.client_ip, programmatic=bool(state.get("programmatic")))
         if state.get("replace"):
@@ -375,20 +459,22 @@ class Endpoints:
         authenticate signed the person in; any process just restarted) reads it first,
         so that signing out there ends the provider's session too."""
         ident = self.identity
-        provider = ident.provider
-        if provider is None or provider.metadata_loaded or \
-                ident.clock() - self._discovery_failed < DISCOVERY_RETRY:
+        unread = [(pid, c) for pid, c in ident.clients.clients.items()
+                  if not c.metadata_loaded]
+        if not unread or ident.clock() - self._discovery_failed < DISCOVERY_RETRY:
             return render()  # (a provider that just failed is not waited for again)
 
         async def run() -> Decision:
-            assert provider is not None
-            try:
-                await provider.metadata()
-            except Exception as exc:  # the page and the sign-out here stand
-                self._discovery_failed = ident.clock()
-                log.warn("the identity provider's discovery document could not be read "
-                         "({error}): a sign-out here does not end its session (tried "
-                         "again in {retry:g}s)", error=str(exc), retry=DISCOVERY_RETRY)
+            for provider_id, provider in unread:  # (whoever signed them in: not known yet)
+                try:
+                    await provider.metadata()
+                except Exception as exc:  # the page and the sign-out here stand
+                    self._discovery_failed = ident.clock()
+                    log.warn("the discovery document of identity provider {provider} "
+                             "could not be read ({error}): a sign-out here does not end "
+                             "its session (tried again in {retry:g}s)",
+                             provider=provider_id, error=str(exc),
+                             retry=DISCOVERY_RETRY)
             result = render()
             return await result if isinstance(result, Deferred) else result
         return ensureDeferred(run())
@@ -400,8 +486,9 @@ class Endpoints:
         target = given.get("gateway_redirect_uri", "")
         if not (target and safe_target(target, ident.allowed_hosts)):
             target = ident.options.signout_redirect_url
-        if ident.provider is not None and session.id_token:
-            end = ident.provider.end_session_url(session.id_token, target)
+        oidc = ident.clients.get(session.provider)
+        if oidc is not None and session.id_token:
+            end = oidc.end_session_url(session.id_token, target)
             if end:
                 return answers.redirect(end, clear)
         if target:

@@ -19,6 +19,7 @@ from gateway.authorize.ssh_logins import AuthorizeSsh
 from gateway.config.routes import Route
 from gateway.config.snapshot import Snapshot
 from gateway.databroker.broker import Databroker
+from gateway.sessions.live import Ender, Unwatch
 from gateway.sessions.spent import SpentTokens
 from gateway.sessions.store import SessionStore
 
@@ -53,7 +54,7 @@ class IdentityHolder:
         self.spent = SpentTokens()  # kept across reloads, as sessions are
         self.identity = Identity(reactor, snapshot, self.store, self.signer,
                                  directory=broker.directory, spent=self.spent)
-        self.endpoints = Endpoints(self.identity, snapshot.routes, broker.store)
+        self.endpoints = Endpoints(self.identity, snapshot.routes, broker.store, broker.ends)
         # the SSH service's entrance, deciding with the snapshot in force
         self.authorize_ssh = AuthorizeSsh(lambda: self.identity.decider, self.store)
 
@@ -62,7 +63,14 @@ class IdentityHolder:
         self.signer = _signer(snapshot, self.signer)
         self.identity = Identity(self.reactor, snapshot, self.store, self.signer,
                                  directory=self.broker.directory, spent=self.spent)
-        self.endpoints = Endpoints(self.identity, snapshot.routes, self.broker.store)
+        self.endpoints = Endpoints(self.identity, snapshot.routes, self.broker.store,
+                                   self.broker.ends)
+
+    def watch(self, headers: list[tuple[bytes, bytes]], end: Ender) -> Unwatch:
+        """``SessionWatch``: a tunnel or upgraded connection, closed at once when the
+        session its request names ends (the databroker's ``live`` registry)."""
+        sid = self.identity.sessions.find_in(headers).sid
+        return self.broker.live.add(sid or "", end)
 
     def authorize(self, request: RequestInfo, route: Route) -> Decision | Deferred[Decision]:
         return self.identity.decider.authorize(request, route)

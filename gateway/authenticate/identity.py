@@ -27,26 +27,24 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import math
-import os
 import secrets
 import time
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
-from urllib.parse import urlencode, urlsplit
+from urllib.parse import urlsplit
 
 from twisted.internet.defer import Deferred, ensureDeferred
 from twisted.logger import Logger
 
-from gateway.authenticate import refresh_lease
-from gateway.authenticate.oidc import Provider
-from gateway.authenticate.targets import SIGN_IN, STATE_TTL
+from gateway.authenticate.clients import Clients
+from gateway.authenticate.sign_in import REFRESH_GRACE, SignInFlow
 from gateway.authorize import answers
 from gateway.authorize.assertion import AssertionSigner
-from gateway.authorize.claims import claim_groups, flatten_claims, session_from_claims
+from gateway.authorize.claims import session_from_claims
 from gateway.authorize.hook import Decision, Reply, RequestInfo
 from gateway.authorize.http_requests import Decider
+from gateway.config.providers import IMPLICIT_ID
 from gateway.config.snapshot import Snapshot
 from gateway.pages.layout import Action, look_of
 from gateway.sessions.cookie import set_cookie_headers
@@ -57,26 +55,15 @@ from gateway.sessions.spent import SpentTokens
 from gateway.sessions.store import DirectoryGroups, SessionStore
 
 log = Logger()
-REFRESH_GRACE = 60.0
+__all__ = ["REFRESH_GRACE", "Identity", "SessionAnswer"]
 # what a page answers given the request's session (None: none, or not valid now)
 SessionAnswer = Callable[[Session | None], Decision | Deferred[Decision]]
 
 
-async def _share(deferred: Deferred[Any]) -> Any:
-    """Await a Deferred that others await too (without consuming its result)."""
-    waiter: Deferred[Any] = Deferred()
-
-    def relay(result: Any) -> Any:
-        waiter.callback(result)
-        return result
-
-    deferred.addBoth(relay)
-    return await waiter
-
-
 class Identity:
-    """Per snapshot: sign-in state (sealers, cookies, the provider), and the request's
-    session lookup and decider built on it. It is the decider's ``SignIn``."""
+    """Per snapshot: sign-in state (sealers, cookies, the providers' clients), and the
+    request's session lookup and decider built on it; the decider's ``SignIn`` is
+    ``flow`` (``sign_in.SignInFlow``)."""
 
     def __init__(self, reactor: Any, snapshot: Snapshot, store: SessionStore,
                  signer: AssertionSigner, clock: Callable[[], float] = time.time,
@@ -106,16 +93,15 @@ class Identity:
                 self.allowed_hosts.add(f"{route.host}:{route.port}")
         self.programmatic_domains = tuple(d.lower() for d in
                                           o.programmatic_redirect_domain_whitelist)
-        self._refreshing: dict[str, Deferred[Session | None]] = {}
         self.sessions = SessionLookup(store, self.cookies, self.shared, o.cookie_name, clock)
-        self.decider = Decider(snapshot, self.sessions, store, signer, self, clock,
+        # one OIDC client per interactive provider; the sign-in answers and refreshes
+        # the decider asks for are the flow's, not this object's
+        self.clients = Clients(reactor, snapshot,
+                               self.auth_origin + o.authenticate_callback_path)
+        self.flow = SignInFlow(reactor, self.clients, self.shared, self.auth_origin, store,
+                               clock, self.look)
+        self.decider = Decider(snapshot, self.sessions, store, signer, self.flow, clock,
                                directory)
-        self.provider: Provider | None = None
-        if o.idp_provider_url and o.idp_client_id:
-            self.provider = Provider(
-                reactor, o.idp_provider_url, o.idp_client_id, material.idp_client_secret,
-                o.idp_scopes, dict(o.idp_request_params),
-                self.auth_origin + o.authenticate_callback_path)
 
     # -- cookies and sessions
 
@@ -171,61 +157,13 @@ class Identity:
     def csrf_token(self, session: Session) -> str:
         return hmac.new(self.csrf_key, session.id.encode(), hashlib.sha256).hexdigest()
 
-    # -- what the decider asks (``gateway.authorize.http_requests.SignIn``)
+    # -- sign-in (``flow``: the decider's ``SignIn``), for the pages and the SSH service
 
     def refresh_due(self, session: Session) -> float:
-        if session.refresh_token and self.provider is not None:
-            return session.token_expires_at - REFRESH_GRACE
-        return math.inf
+        return self.flow.refresh_due(session)
 
     async def refresh(self, session: Session) -> Session | None:
-        """New tokens before the old ones expire; a failed refresh ends the session.
-        Concurrent requests of one session share one refresh."""
-        pending = self._refreshing.get(session.id)
-        if pending is None:
-            pending = ensureDeferred(self._do_refresh(session))
-            self._refreshing[session.id] = pending
-            pending.addBoth(self._refresh_done, session.id)
-        result: Session | None = await _share(pending)
-        return result
-
-    def _refresh_done(self, result: Any, session_id: str) -> Any:
-        self._refreshing.pop(session_id, None)
-        return result
-
-    async def _do_refresh(self, session: Session) -> Session | None:
-        assert self.provider is not None
-        if self.store.needs_fetch:  # a store shared with other processes
-            try:
-                mine = await refresh_lease.claim(self.store, session)
-            except Exception as exc:  # the store is down: refresh here, as alone
-                log.warn("token refresh lease for {email} not taken: {error}",
-                         email=session.email, error=str(exc))
-                mine = True
-            if not mine:
-                log.debug("another process refreshes the tokens of {email}: waiting",
-                          email=session.email)
-                return await refresh_lease.wait_for_refresh(self.store, session,
-                                                            self.reactor)
-        try:
-            tokens = await self.provider.refresh(session.refresh_token)
-        except Exception as exc:  # refused, unreachable or timed out: all end the session
-            log.warn("token refresh for {email} failed, session ended: {error}",
-                     email=session.email, error=str(exc))
-            self.store.delete(session.id)
-            return None
-        claims = tokens.claims or {}
-        groups = claim_groups(claims)
-        updated = replace(
-            session, access_token=tokens.access_token, refresh_token=tokens.refresh_token,
-            id_token=tokens.id_token or session.id_token,
-            token_expires_at=self.clock() + tokens.expires_in,
-            claims=flatten_claims(claims) if claims else session.claims,
-            groups=groups if claims else session.groups)
-        self.store.put(updated)
-        log.info("refreshed the tokens of {email}", email=session.email,
-                 pid=os.getpid())  # (a field: which process refreshed, among workers)
-        return updated
+        return await self.flow.refresh(session)
 
     def error(self, status: int, message: str, headers: list[tuple[bytes, bytes]],
               reason: str, extra: tuple[tuple[bytes, bytes], ...] = (), **more: Any) -> Reply:
@@ -233,47 +171,32 @@ class Identity:
         return answers.error(status, message, headers, reason, extra, look=self.look, **more)
 
     def switch_action(self, request: RequestInfo, uri: str = "") -> Action | None:
-        """"Sign in as someone else": a link to the authenticate host's sign-in that asks
-        the provider for a fresh login (``prompt``), then returns to ``uri`` (default:
-        the request's URL); the session the browser had ends once the new one exists."""
-        if not self.auth_origin or self.provider is None:
-            return None
-        target = uri or f"{request.scheme}://{request.host}{request.path}" + \
-            request.query.decode("latin-1")
-        sealed = self.shared.seal("sign-in", {"uri": target, "switch": True},
-                                  self.clock() + STATE_TTL)
-        return Action("Sign in as someone else", f"{self.auth_origin}{SIGN_IN}", "get",
-                      (("gateway_redirect", sealed),), primary=False)
-
-    def sign_in_answer(self, request: RequestInfo) -> Reply:
-        if not answers.wants_html(request.headers):
-            return self.error(401, "Sign in to reach this route.", request.headers,
-                              "user-unauthenticated")
-        return self.sign_in(request)
+        return self.flow.switch_action(request, uri)
 
     def sign_in(self, request: RequestInfo) -> Reply:
-        """302 to the authenticate host's sign-in with ``request``'s URL sealed in it."""
-        if not self.auth_origin:
-            return self.error(401, "Sign in to reach this route.", request.headers,
-                              "user-unauthenticated")
-        target = f"{request.scheme}://{request.host}{request.path}" + \
-            request.query.decode("latin-1")
-        sealed = self.shared.seal("sign-in", {"uri": target}, self.clock() + STATE_TTL)
-        query = urlencode({"gateway_redirect": sealed})
-        return answers.redirect(f"{self.auth_origin}{SIGN_IN}?{query}")
+        """302 to the authenticate host's sign-in (every interactive provider offered)
+        with ``request``'s URL sealed in it."""
+        return self.flow.sign_in(request)
 
     def new_session(self, claims: dict[str, Any], id_token: str, access: str, refresh: str,
-                    token_expiry: float) -> Session:
+                    token_expiry: float, provider: str = IMPLICIT_ID) -> Session:
         """A new session, stored without waiting (see ``build_session``)."""
-        session = self.build_session(claims, id_token, access, refresh, token_expiry)
+        session = self.build_session(claims, id_token, access, refresh, token_expiry,
+                                     provider)
         self.store.put(session)
         return session
 
     def build_session(self, claims: dict[str, Any], id_token: str, access: str, refresh: str,
-                      token_expiry: float) -> Session:
-        """The session a sign-in creates; the sign-in stores it with ``put_confirmed``."""
-        return session_from_claims(claims, secrets.token_urlsafe(24), self.clock(),
-                                   self.options.cookie_expire, id_token=id_token,
-                                   access_token=access, refresh_token=refresh,
-                                   token_expires_at=token_expiry)
+                      token_expiry: float, provider: str = IMPLICIT_ID) -> Session:
+        """The session a sign-in through ``provider`` creates; the sign-in stores it with
+        ``put_confirmed``. It records the provider's ``iss`` and the ID token's ``sid``,
+        which a back-channel logout names (``backchannel``)."""
+        session = session_from_claims(claims, secrets.token_urlsafe(24), self.clock(),
+                                      self.options.cookie_expire, id_token=id_token,
+                                      access_token=access, refresh_token=refresh,
+                                      token_expires_at=token_expiry)
+        issuer, sid = claims.get("iss"), claims.get("sid")
+        return replace(session, provider=provider,
+                       idp_issuer=issuer if isinstance(issuer, str) else "",
+                       idp_sid=sid if isinstance(sid, str) else "")
 

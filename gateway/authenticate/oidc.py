@@ -24,6 +24,7 @@ from gateway.observability.tracing.active import start_child
 from gateway.sessions.sealed import b64url
 
 TIMEOUT = 10.0
+KEYS_REREAD = 60.0  # seconds between key set reads a logout token's unknown kid may cause
 _ACCEPT_JSON: dict[bytes | str, bytes | str] = {"Accept": "application/json"}
 
 
@@ -107,10 +108,17 @@ def pkce_pair() -> tuple[str, str]:
 
 
 class Provider:
+    """One provider's client: its own discovery, keys and HTTPS trust (``agent``: an
+    ``IAgent`` trusting the provider's ``ca_file``; ``None``: the system store, which
+    ``SSL_CERT_FILE`` changes as for any OpenSSL client). ``provider_id``: its id in
+    ``identity_providers``, for log lines."""
+
     def __init__(self, reactor: Any, issuer_url: str, client_id: str, client_secret: str,
                  scopes: tuple[str, ...], request_params: dict[str, str],
-                 redirect_uri: str) -> None:
+                 redirect_uri: str, *, agent: Any = None, provider_id: str = "") -> None:
         self.reactor = reactor
+        self.agent = agent
+        self.provider_id = provider_id
         self.issuer_url = issuer_url.rstrip("/")
         self.client_id = client_id
         self.client_secret = client_secret
@@ -119,11 +127,12 @@ class Provider:
         self.redirect_uri = redirect_uri
         self._metadata: dict[str, Any] | None = None
         self._keys: dict[str, Any] = {}
+        self._keys_read = float("-inf")  # when the key set was last read (reactor clock)
         self._use_post = False
 
     async def _get_json(self, url: str, headers: Headers | None = None) -> Any:
         response, body = await _traced("GET", url, headers, lambda h: treq.get(
-            url, headers=h, timeout=TIMEOUT, reactor=self.reactor))
+            url, headers=h, timeout=TIMEOUT, reactor=self.reactor, agent=self.agent))
         if response.code != 200:
             raise OIDCError(f"GET {url} answered {response.code}")
         try:
@@ -141,7 +150,8 @@ class Provider:
             data = await self._get_json(f"{self.issuer_url}/.well-known/openid-configuration")
             if not isinstance(data, dict) or data.get("issuer", "").rstrip("/") != \
                     self.issuer_url:
-                raise OIDCError("discovery document issuer does not match idp_provider_url")
+                raise OIDCError("discovery document issuer does not match the configured "
+                                "issuer (idp_provider_url, identity_providers' issuer)")
             for key in ("authorization_endpoint", "token_endpoint", "jwks_uri"):
                 if not isinstance(data.get(key), str):
                     raise OIDCError(f"discovery document has no {key}")
@@ -197,21 +207,46 @@ class Provider:
         if use_post:
             form = {**form, "client_id": self.client_id, "client_secret": self.client_secret}
         return await _traced("POST", endpoint, _ACCEPT_JSON, lambda h: treq.post(
-            endpoint, data=form, auth=auth, timeout=TIMEOUT, reactor=self.reactor, headers=h))
+            endpoint, data=form, auth=auth, timeout=TIMEOUT, reactor=self.reactor, headers=h,
+            agent=self.agent))
 
-    async def _key_for(self, token: str) -> Any:
+    async def _key_for(self, token: str, what: str = "ID token",
+                       reread_after: float = 0.0) -> Any:
+        """The provider key ``token`` names; an unknown ``kid`` reads the key set again,
+        at most once per ``reread_after`` seconds (tokens anyone may post must not make
+        the gateway fetch the provider's keys at their pace)."""
         header = jwt.get_unverified_header(token)
         kid = header.get("kid", "")
-        if kid not in self._keys:
+        now = self.reactor.seconds() if reread_after else 0.0
+        if kid not in self._keys and (not reread_after or now - self._keys_read >= reread_after):
             meta = await self.metadata()
             jwks = await self._get_json(meta["jwks_uri"])
+            self._keys_read = now
             self._keys = {k.get("kid", ""): jwt.PyJWK(k) for k in jwks.get("keys", [])
                           if k.get("use", "sig") == "sig"}
         key = self._keys.get(kid) or (next(iter(self._keys.values())) if not kid and
                                       len(self._keys) == 1 else None)
         if key is None:
-            raise OIDCError(f"the ID token is signed with an unknown key {kid!r}")
+            raise OIDCError(f"the {what} is signed with an unknown key {kid!r}")
         return key
+
+    async def logout_token_claims(self, token: str) -> tuple[dict[str, Any], dict[str, Any]]:
+        """The JWS header and claims of ``token`` once its signature is verified with
+        the provider's key it names, in that key's algorithm only (never ``none``, never
+        a MAC with a public key). The claims themselves are checked by
+        ``logout_token.check_logout_token``. ``OIDCError`` names what failed."""
+        await self.metadata()
+        try:
+            header = jwt.get_unverified_header(token)
+            key = await self._key_for(token, "logout token", KEYS_REREAD)
+            claims: dict[str, Any] = jwt.decode(
+                token, key=key.key, algorithms=[key.algorithm_name or "RS256"],
+                options={"verify_signature": True, "verify_exp": False,
+                         "verify_iat": False, "verify_nbf": False, "verify_aud": False,
+                         "verify_iss": False, "require": []})
+        except jwt.PyJWTError as exc:
+            raise OIDCError(f"signature: {exc}") from None
+        return header, claims
 
     async def validate_id_token(self, token: str, nonce: str | None) -> dict[str, Any]:
         meta = await self.metadata()
@@ -246,6 +281,21 @@ class Provider:
         merged = {**info, **claims}
         return Tokens(access, id_token, str(data.get("refresh_token") or previous_refresh),
                       float(data.get("expires_in") or 3600), merged)
+
+    def response_issuer_problem(self, iss: str | None) -> str:
+        """RFC 9207: an authorization response's ``iss`` must be this provider's issuer,
+        and a provider that says it sends one must send it. ``""``: no problem. This is
+        the defence against a mix-up (a code from one provider delivered with another's
+        sign-in): checked before the code is sent anywhere. Needs the discovery document,
+        which starting the sign-in read."""
+        meta = self._metadata or {}
+        if iss is None:
+            if meta.get("authorization_response_iss_parameter_supported") is True:
+                return "the authorization response carries no iss (RFC 9207)"
+            return ""
+        if iss.rstrip("/") != str(meta.get("issuer", self.issuer_url)).rstrip("/"):
+            return f"the authorization response's iss {iss[:120]!r} is not this provider's"
+        return ""
 
     def exchange(self, code: str, verifier: str, nonce: str) -> Deferred[Tokens]:
         async def run() -> Tokens:

@@ -17,9 +17,13 @@ SIGN_OUT = "/.gateway/signout/"
 JWKS = "/.well-known/gateway/jwks.json"
 PROGRAMMATIC = "/.gateway/api/v1/login"
 ROUTES = "/.gateway/routes"  # the routes portal (``account.routes_portal``)
+BACKCHANNEL_LOGOUT = "/.gateway/backchannel-logout"  # the providers' (``backchannel``)
 STATE_TTL = 600.0
 HANDOFF_TTL = 60.0
 CSRF_COOKIE = "_gateway_csrf"
+# the identity provider this browser chose last (the authenticate host's; a year)
+PROVIDER_COOKIE = "_gateway_provider"
+PROVIDER_COOKIE_AGE = 365 * 86400
 # host, [v6] host, or user@host, then an optional numeric port: what browsers accept
 _AUTHORITY = re.compile(r"(?:[^@]*@)?(?:\[[^\[\]]*\]|[^\[\]:]*)(?::[0-9]*)?")
 

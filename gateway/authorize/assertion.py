@@ -141,6 +141,8 @@ class AssertionSigner:
             "user": caller.user_id, "email": caller.email, "groups": list(groups),
             "iat": int(now), "exp": int(exp), "jti": secrets.token_urlsafe(16),
         }
+        if caller.provider:  # the id of the identity provider that vouches for them
+            claims["idp"] = caller.provider
         if caller.name:
             claims["name"] = caller.name
         token = jwt.encode(claims, self._key, algorithm=self.algorithm,
@@ -158,6 +160,7 @@ _CALLER_FIELDS: dict[str, Callable[[Caller], tuple[str, ...]]] = {
     "sub": lambda s: (s.user_id,) if s.user_id else (),
     "groups": lambda s: s.groups,
     "name": lambda s: (s.name,) if s.name else (),
+    "idp": lambda s: (s.provider,) if s.provider else (),
 }
 
 
@@ -172,7 +175,8 @@ def claim_headers(mapping: Mapping[str, str], caller: Caller
                   ) -> tuple[tuple[bytes, bytes], ...]:
     """``jwt_claims_headers`` (header name -> claim) applied to ``caller``.
 
-    ``email``, ``user``, ``sub``, ``groups`` and ``name`` come from the caller's fields
+    ``email``, ``user``, ``sub``, ``groups``, ``name`` and ``idp`` (the id of the
+    identity provider) come from the caller's fields
     (as in the signed assertion) when set, otherwise from ``caller.claims``; lists are
     joined with ``,``; a missing or empty claim gives no header.
     """

@@ -27,8 +27,9 @@ from gateway.sessions.store import DirectoryGroups
 class Caller:
     """Who is asking.
 
-    ``provider``: the id of the identity provider that vouches for them (``""``: the one
-    provider of today's settings). ``email``: the address decisions may use (``""`` when
+    ``provider``: the id of the identity provider that vouches for them (a session's:
+    ``Session.provider``, ``default`` for the idp_* settings' implicit one). ``email``:
+    the address decisions may use (``""`` when
     there is none or it was refused: ``claimed_email`` is then what the provider sent,
     ``email_refusal`` why it is not used). ``groups`` and whether group data exists at
     all (``groups_available``: a directory, or a claim that names the groups); ``claims``
@@ -81,5 +82,6 @@ def caller_of(session: Session, *, allow_unverified_email: bool, groups_availabl
                   groups=session.groups if directory is None
                   else directory.groups_for(session.user_id, email),
                   claims=claims, expires_at=session.expires_at,
-                  groups_available=groups_available, session_id=session.id,
+                  groups_available=groups_available, provider=session.provider,
+                  session_id=session.id,
                   name=session.name, claimed_email=session.email, email_refusal=refusal)

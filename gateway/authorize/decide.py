@@ -61,7 +61,8 @@ def facts_of(caller: Caller | None, asked: Asked) -> Facts:
                      client_cert=asked.client_cert, cors_preflight=asked.cors_preflight,
                      internal=asked.internal, ssh_username=asked.ssh_username,
                      now=asked.now)
-    return Facts(authenticated=True, user_id=caller.user_id, email=caller.email,
+    return Facts(authenticated=True, user_id=caller.user_id, provider=caller.provider,
+                 email=caller.email,
                  groups=caller.groups, groups_available=caller.groups_available,
                  claims=caller.claims, method=asked.method, path=asked.path,
                  client_ip=asked.client_ip, client_cert=asked.client_cert,

@@ -56,10 +56,19 @@ DECISION_TTL = 30.0  # well inside the assertion's reuse window
 
 
 class SignIn(Protocol):
-    """What deciding needs from sign-in (``gateway.authenticate.identity.Identity``)."""
+    """What deciding needs from sign-in (``gateway.authenticate.sign_in.SignInFlow``)."""
 
-    def sign_in_answer(self, request: RequestInfo) -> Reply:
+    def sign_in_answer(self, request: RequestInfo, route: Route | None = None) -> Reply:
         """No session: a redirect to sign in (browsers) or 401."""
+        ...
+
+    def accepted(self, route: Route) -> tuple[str, ...]:
+        """The identity providers whose sessions ``route`` accepts."""
+        ...
+
+    def refused_provider(self, request: RequestInfo, route: Route, session: Session) -> Reply:
+        """A session of a provider ``route`` does not accept, where the policy needs
+        someone signed in: the page offering the ones it does."""
         ...
 
     def switch_action(self, request: RequestInfo, uri: str = "") -> Action | None: ...
@@ -261,8 +270,20 @@ class Decider:
                 own_token: bool) -> Decision:
         """``own_token``: the request carries a programmatic token (``Authorization:
         Gateway``), which the upstream must not see."""
+        if session is not None and session.provider not in self.sign_in.accepted(route):
+            return self._other_provider(request, route, session, own_token)
         caller = self.caller(session) if session is not None else None
         return self.decide_caller(request, route, caller, own_token, self.clock())
+
+    def _other_provider(self, request: RequestInfo, route: Route, session: Session,
+                        own_token: bool) -> Decision:
+        """A session of a provider the route does not accept is no one here: let in
+        only as someone not signed in would be; where that needs sign-in, the page
+        offering the accepted providers (a sign-in redirect would come straight back)."""
+        now = self.clock()
+        if session.valid(now) and not self._verdict(request, route, None, now).allowed:
+            return self.sign_in.refused_provider(request, route, session)
+        return self.decide_caller(request, route, None, own_token, now)
 
     def decide_caller(self, request: RequestInfo, route: Route, caller: Caller | None,
                       own_token: bool, now: float) -> Decision:
@@ -296,7 +317,7 @@ class Decider:
                 self._decisions.put(key, Decided(caller, now + DECISION_TTL, allow))
             return allow
         if caller is None or not caller.signed_in(now):
-            return self.sign_in.sign_in_answer(request)
+            return self.sign_in.sign_in_answer(request, route)
         if route.policy_document is None:
             return self._denied(request, route, caller, allow_fields.refused_codes(
                 route, self.groups_available, caller.email_refusal))

@@ -124,7 +124,7 @@ def _audit(now: float, route: Route, route_name: str, login: str, caller: Caller
     if AUDIT.enabled:
         AUDIT.decision(now, connection_id, "", route_name, route.from_url, caller.user_id,
                        caller.email, client, "", "", "", via, "key", decision.allowed, 0,
-                       decision.reason, ssh_user=login)
+                       decision.reason, ssh_user=login, provider=caller.provider)
 
 
 def who(person: Caller | Session) -> str:
@@ -137,6 +137,10 @@ def decide_login(route: Route, route_name: str, login: str, caller: Caller,
     if not caller.signed_in(now):
         return SshDecision(False, "session-ended",
                            "your session has ended; connect again to sign in")
+    if route.identity_providers and caller.provider not in route.identity_providers:
+        return SshDecision(False, f"provider-not-accepted: {caller.provider}",
+                           f"signed in through {caller.provider}; route {route_name} "
+                           f"accepts sign-ins through {', '.join(route.identity_providers)}")
     verdict = decide(route.policy, caller, ssh_asked(login, client_ip, now))
     if verdict.allowed:
         return SshDecision(True, verdict.reason)

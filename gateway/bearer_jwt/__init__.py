@@ -10,10 +10,13 @@ one provider's keys, with nothing stored per token beyond a bounded cache.
 - ``verify``: the pure ``verify`` (``Verified`` or ``Refused`` naming the check) and
   ``explain`` (every check, for ``gateway policy check --token``);
 - ``verifier``: ``Verifier``, a provider's ``verify`` behind a bounded cache, asking its
-  key source again on an unknown ``kid``;
+  key source again on an unknown ``kid``; ``check_any`` for a route accepting several
+  providers (chosen by the issuer the token names, each checking with its own keys);
+- ``header``: the request's ``Authorization: Bearer`` JWT (not the gateway's own
+  ``Bearer Gateway-`` token);
 - ``source``: where a provider's keys come from (discovery over HTTPS, a ``jwks_url``,
-  a ``jwks_file`` reloaded on change), keeping the last good keys;
-- ``https``: the TLS a provider's key fetches use (system store or its ``ca_file``);
+  a ``jwks_file`` reloaded on change), keeping the last good keys, over a fetch it is
+  given (``gateway.services.bearer_keys``: the HTTPS, the service running the sources);
 - ``presets``: ``kubernetes:///`` and GitHub Actions.
 
 Not to be confused with ``gateway.sessions.bearer``: the gateway's own programmatic

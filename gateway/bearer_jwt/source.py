@@ -30,7 +30,7 @@ from twisted.logger import Logger
 
 from gateway.bearer_jwt.keys import JwksError, KeySet, key_set
 
-log = Logger()
+log = Logger(namespace="gateway.bearer")
 
 Fetch = Callable[[str], Awaitable[bytes]]
 """GET one URL; the body of a 200 answer, any other outcome an exception (its text is

@@ -14,13 +14,17 @@ from __future__ import annotations
 
 import hashlib
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
-from gateway.bearer_jwt.expect import BearerExpectations
-from gateway.bearer_jwt.jws import OVERSIZE
+from twisted.logger import Logger
+
+from gateway.bearer_jwt.expect import KUBERNETES, BearerExpectations
+from gateway.bearer_jwt.jws import OVERSIZE, Malformed, b64url_decode, json_object
 from gateway.bearer_jwt.keys import KeySet
-from gateway.bearer_jwt.verify import UNKNOWN_KID, Refused, Verified, verify
+from gateway.bearer_jwt.verify import ISSUER, UNKNOWN_KID, Refused, Verified, verify
+
+log = Logger(namespace="gateway.bearer")
 
 # Entries hold the flattened claims (a few KiB for a GitHub Actions token): 4096 of them
 # is at most ~20 MB per provider, and more distinct live tokens than that per provider
@@ -56,6 +60,14 @@ class Verifier:
     def __len__(self) -> int:
         return len(self._cache)
 
+    @property
+    def issuer(self) -> str:
+        """The issuer this provider's tokens name (learned with the keys for
+        ``kubernetes:///``)."""
+        if self.expect.issuer == KUBERNETES:
+            return self.source.keys.issuer
+        return self.expect.issuer
+
     def check(self, token: str) -> Verified | Refused:
         if len(token) > self.expect.max_token_bytes:  # before hashing it
             return Refused(OVERSIZE, f"the token is longer than "
@@ -81,3 +93,50 @@ class Verifier:
         elif result.check == UNKNOWN_KID:
             self.source.unknown_kid()
         return result
+
+
+def named_issuer(token: str) -> str:
+    """The ``iss`` a token names, unverified: only to choose which provider checks it
+    (``""`` when it cannot be read; the chosen provider's checks then say why)."""
+    parts = token.split(".")
+    if len(parts) != 3:
+        return ""
+    try:
+        iss = json_object(b64url_decode(parts[1], "payload"), "payload").get("iss")
+    except Malformed:
+        return ""
+    return iss if isinstance(iss, str) else ""
+
+
+def check_any(token: str, verifiers: Sequence[Verifier]) -> Verified | Refused:
+    """A route that accepts several bearer providers: the token is checked by the ones
+    whose issuer it names (normally one), each against its own keys only; a token
+    naming none of them is refused (``issuer``) without any signature work. One
+    provider: its check, whatever the token names (its refusal says why)."""
+    if len(verifiers) == 1:
+        return verifiers[0].check(token)
+    if len(token) > max((v.expect.max_token_bytes for v in verifiers), default=0):
+        return Refused(OVERSIZE, "the token is too long")
+    issuer = named_issuer(token)
+    if not issuer:  # unreadable: any provider's checks say why
+        return verifiers[0].check(token)
+    first: Refused | None = None
+    for verifier in verifiers:
+        if verifier.issuer != issuer:
+            continue
+        result = verifier.check(token)
+        if isinstance(result, Verified):
+            return result
+        first = first or result
+    return first or Refused(ISSUER, "the issuer (iss) is not one this route accepts")
+
+
+def log_refused(refused: Refused, provider: str, request_id: str) -> None:
+    """The one log line of a refused token: the provider it was checked against (the
+    route's providers, comma-separated, when none was chosen), the ``kid`` it named
+    (bounded, printable), the check and the request id. Never the token or its
+    claims (a caller's token in a log is a credential in a log)."""
+    log.info("bearer token refused by {provider}: {check} (kid {kid}, request "
+             "{request_id}): {description}", provider=provider, check=refused.check,
+             kid=refused.kid or "-", request_id=request_id,
+             description=refused.description)

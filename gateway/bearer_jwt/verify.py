@@ -39,6 +39,7 @@ from typing import Any
 
 from jwt.algorithms import get_default_algorithms
 
+from gateway.authorize.caller import Caller
 from gateway.authorize.claims import flatten_claims
 from gateway.authorize.email import is_mailbox
 from gateway.bearer_jwt.expect import KUBERNETES, BearerExpectations
@@ -90,6 +91,16 @@ class Verified:
     expires_at: float
     kid: str = ""
 
+    def caller(self) -> Caller:
+        """Who is asking, as decisions see them: this provider vouches for them, no
+        session stands behind them, the groups are the token's (``groups_available``:
+        the provider's groups claim names them), the e-mail already passed the
+        provider's rule (``email`` is ``""`` otherwise)."""
+        return Caller(user_id=self.sub, email=self.email, groups=self.groups,
+                      claims=self.claims, expires_at=self.expires_at,
+                      groups_available=True, provider=self.provider,
+                      name=(self.claims.get("name") or ("",))[0], claimed_email=self.email)
+
     def session(self, now: float) -> Session:
         """A session-shaped identity for code that decides on sessions: no tokens, never
         stored, its id names the provider and subject (no token value)."""
@@ -110,7 +121,9 @@ class Refused:
 
     def www_authenticate(self) -> str:
         """The ``WWW-Authenticate`` value of the 401 (RFC 6750 3)."""
-        text = self.description.replace("\\", "").replace('"', "'")
+        # a quoted-string of printable ASCII (a provider id is the operator's text)
+        text = "".join(c if " " <= c <= "~" and c not in '"\\' else "?"
+                       for c in self.description)
         return f'Bearer error="invalid_token", error_description="{text}"'
 
 

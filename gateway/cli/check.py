@@ -7,6 +7,7 @@ from typing import TextIO
 
 from gateway.config import ConfigErrors, Snapshot, load_snapshot
 from gateway.config.errors import Problem
+from gateway.config.providers import accepted_by
 from gateway.config.routes import Route
 from gateway.policy.unsigned import admits_without_sign_in
 
@@ -72,4 +73,24 @@ def run_check(path: str | None, out: TextIO, err: TextIO) -> int:
     for warning in warnings:
         err.write(f"warning: {warning}\n")
     out.write(summary(snapshot, len(warnings)) + "\n")
+    for line in accepted_providers(snapshot):
+        out.write(line + "\n")
     return 0
+
+
+def accepted_providers(snapshot: Snapshot) -> list[str]:
+    """With ``identity_providers`` in use, one line per route that signs people in: the
+    providers whose sessions it accepts (none with only the idp_* settings' provider:
+    every route accepts that one)."""
+    providers = snapshot.options.identity_providers
+    if all(p.implicit for p in providers):
+        return []
+    lines = []
+    for route in snapshot.routes:
+        if route.allow_public_unauthenticated_access or route.redirect is not None:
+            continue
+        accepted = accepted_by(route.identity_providers, providers)
+        label = route.name or route.from_url
+        lines.append(f"policy[{route.index}] {label}: accepts "
+                     + (", ".join(accepted) if accepted else "no sign-in"))
+    return lines

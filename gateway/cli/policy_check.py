@@ -18,6 +18,7 @@ import ipaddress
 import json
 import os
 import time
+from dataclasses import replace
 from functools import partial
 from typing import Any, TextIO
 
@@ -43,6 +44,7 @@ from gateway.cli.policy_inputs import (
 from gateway.cli.policy_report import SIGN_IN_REQUIRED, Certificate, Report, as_json, as_lines
 from gateway.cli.policy_token import TokenCheck, check_token, token_json, token_lines
 from gateway.config import ConfigErrors, Snapshot, load_snapshot
+from gateway.config.providers import IMPLICIT_ID, IdentityProvider
 from gateway.config.routes import Route
 from gateway.dataplane.routing.plan import RoutePlan, build_plan
 from gateway.dataplane.routing.router import own_path
@@ -67,7 +69,7 @@ def run_policy_check(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             err.write(f"warning: {warning}\n")
         return NOT_CHECKED
     try:
-        token = check_token(args)
+        token = check_token(args, snapshot)
         report = check(snapshot, args, token)
     except (InputError, NotRouted) as exc:
         err.write(f"gateway policy check: {exc}\n")
@@ -78,7 +80,7 @@ def run_policy_check(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             document["token"] = token_json(token)
         out.write(json.dumps(document, indent=2) + "\n")
     else:
-        lines = token_lines(token, args) if token is not None else []
+        lines = token_lines(token) if token is not None else []
         out.write("\n".join(lines + as_lines(report)) + "\n")
     return report.status
 
@@ -98,10 +100,7 @@ def check(snapshot: Snapshot, args: argparse.Namespace, token: TokenCheck | None
     route = plan.route
     notes: list[str] = []
     if token is not None:
-        # the token's provider already applied its e-mail rule (``Verified``)
-        session = token.session()
-        caller = None if session is None else caller_of(
-            session, allow_unverified_email=True, groups_available=True)
+        caller = token.caller()  # its provider's e-mail rule applied (``Verified``)
         refusal = ""
         if caller is None:
             notes.append("the token is refused: the gateway answers 401 before any "
@@ -109,7 +108,9 @@ def check(snapshot: Snapshot, args: argparse.Namespace, token: TokenCheck | None
     else:
         caller = _person(snapshot, args, groups, claims, now, notes)
         refusal = caller.email_refusal if caller is not None else ""
-    groups_available = bool(snapshot.options.idp_service_account)
+    # a token's groups are its provider's groups claim; a person's need the directory
+    groups_available = caller.groups_available if token is not None and caller is not None \
+        else bool(snapshot.options.idp_service_account)
     if groups and caller is not None and not groups_available:
         notes.append("groups are not used: idp_service_account is not configured, so the "
                      "gateway has no group data and no groups criterion matches")
@@ -149,8 +150,22 @@ def _person(snapshot: Snapshot, args: argparse.Namespace, groups: list[str] | No
     if not args.user:
         notes.append(f"no --user: criteria on the user id see the placeholder "
                      f"{session.user_id!r}")
+    session = replace(session, provider=_provider(o.identity_providers, args.provider, notes))
     return caller_of(session, allow_unverified_email=o.idp_allow_unverified_email,
                      groups_available=bool(o.idp_service_account))
+
+
+def _provider(providers: tuple[IdentityProvider, ...], given: str | None,
+              notes: list[str]) -> str:
+    """``--provider``, or the first interactive provider (the one the chooser lists
+    first); an id the configuration does not know is taken as given, with a note."""
+    if given:
+        if given not in {p.id for p in providers}:
+            notes.append(f"--provider {given}: no identity provider of the configuration "
+                         "has this id")
+        return given
+    interactive = [p.id for p in providers if p.interactive]
+    return interactive[0] if interactive else IMPLICIT_ID
 
 
 def route_plan(snapshot: Snapshot, target: ProbeRequest) -> RoutePlan:

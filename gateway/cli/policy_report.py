@@ -12,6 +12,7 @@ from typing import Any
 from gateway.authorize.caller import Caller
 from gateway.authorize.email import REFUSAL_TEXT
 from gateway.cli.policy_inputs import ProbeRequest
+from gateway.config.providers import IMPLICIT_ID
 from gateway.config.routes import Route
 from gateway.observability.request_metrics import route_label
 from gateway.policy import CertFacts, Trace, legacy_ppl, legacy_rules
@@ -72,6 +73,8 @@ def who_text(report: Report) -> str:
     if session is None:
         return "not signed in"
     parts = [f"user {session.user_id}"]
+    if session.provider not in ("", IMPLICIT_ID):  # (the idp_* settings' one)
+        parts.append(f"provider {session.provider}")
     if report.refusal:
         parts.append(f"e-mail {report.claimed} (not used: {REFUSAL_TEXT[report.refusal]})")
     elif session.email:
@@ -140,8 +143,9 @@ def as_json(report: Report) -> dict[str, Any]:
     identity: dict[str, Any] = {"signed_in": session is not None}
     if session is not None:
         identity.update(
-            user_id=session.user_id, email=report.claimed, email_used=not report.refusal
-            and bool(session.email), email_refused=report.refusal,
+            provider=session.provider, user_id=session.user_id, email=report.claimed,
+            email_used=not report.refusal and bool(session.email),
+            email_refused=report.refusal,
             groups=list(session.groups), groups_used=report.groups_available,
             claims={k: list(v) for k, v in sorted(session.claims.items())})
     return {

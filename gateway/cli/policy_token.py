@@ -2,18 +2,20 @@
 offline, every check explained (all that failed, not only the first), and, when it
 passes, the identity it gives as the person the route's policy decides for.
 
-The key set is ``--jwks FILE`` (a saved JWKS document: ``curl ISSUER_JWKS_URI``,
-``kubectl get --raw /openid/v1/jwks``); the provider's issuer and audiences are
-``--issuer`` and ``--audience``. Once ``identity_providers`` is in the configuration,
-``--provider ID`` names the entry these come from (its ``issuer``, ``bearer.audiences``,
-``jwks_file``, groups claim and e-mail rule), and the flags override it. Nothing is
-fetched: the command never goes to the network.
+The provider is ``--provider ID``: its ``identity_providers`` entry gives the key set
+(``jwks_file``), the issuer, the audiences (``bearer.audiences``), the groups claim and
+the e-mail rule; ``--jwks FILE`` (a saved JWKS document: ``curl ISSUER_JWKS_URI``,
+``kubectl get --raw /openid/v1/jwks``), ``--issuer`` and ``--audience`` override them,
+and stand for them all for a provider the configuration does not have. Nothing is
+fetched: the command never goes to the network (so ``kubernetes:///`` needs the
+cluster's issuer given).
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime as dt
+import os
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -21,9 +23,10 @@ from typing import TYPE_CHECKING, Any
 from gateway.cli.policy_inputs import InputError, parse_instant
 
 if TYPE_CHECKING:  # the verifier (PyJWT, cryptography) is imported when a token is given
+    from gateway.authorize.caller import Caller
+    from gateway.bearer_jwt.expect import BearerExpectations
     from gateway.bearer_jwt.keys import KeySet
     from gateway.bearer_jwt.verify import Outcome, Verified
-    from gateway.sessions.model import Session
 
 MAX_FILE = 64 * 1024
 
@@ -39,26 +42,35 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("bearer token (instead of --user/--email)")
     group.add_argument("--token", metavar="FILE",
                        help="a bearer JWT (the file's text; a 'Bearer ' prefix is dropped)")
-    group.add_argument("--provider", metavar="ID", help="the provider it is checked against")
-    group.add_argument("--jwks", metavar="FILE", help="the provider's key set (JWKS JSON)")
-    group.add_argument("--issuer", metavar="URL", help="the provider's exact issuer")
+    group.add_argument("--provider", metavar="ID",
+                       help="the provider it is checked against; without --token, the "
+                            "identity provider --user/--email signed in through (default: "
+                            "the first interactive one)")
+    group.add_argument("--jwks", metavar="FILE",
+                       help="the provider's key set (JWKS JSON; default its jwks_file)")
+    group.add_argument("--issuer", metavar="URL",
+                       help="the provider's exact issuer (default its issuer)")
     group.add_argument("--audience", metavar="A", action="append", default=[],
-                       help="an audience the provider accepts (repeat)")
-    group.add_argument("--groups-claim", metavar="NAME", default="groups",
-                       help="the claim holding the caller's groups (default groups)")
+                       help="an audience the provider accepts (repeat; default its "
+                            "bearer.audiences)")
+    group.add_argument("--groups-claim", metavar="NAME",
+                       help="the claim holding the caller's groups (default its "
+                            "bearer.groups_claim, or groups)")
 
 
 @dataclass(frozen=True, slots=True)
 class TokenCheck:
-    provider: str
+    expect: BearerExpectations
+    jwks: str  # the key set's file
     keys: KeySet
     outcomes: tuple[Outcome, ...]
     verified: Verified | None
     said: dict[str, Any]  # what the token says (unverified), for the operator only
     now: float
 
-    def session(self) -> Session | None:
-        return self.verified.session(self.now) if self.verified is not None else None
+    def caller(self) -> Caller | None:
+        """Who the token makes the caller (``None``: refused, the daemon answers 401)."""
+        return self.verified.caller() if self.verified is not None else None
 
 
 def _read(path: str, flag: str) -> bytes:
@@ -83,42 +95,69 @@ def _said(token: str) -> dict[str, Any]:
     return {**{f"header.{k}": v for k, v in parsed.header.items()}, **parsed.payload}
 
 
-def check_token(args: argparse.Namespace) -> TokenCheck | None:
+def configured(snapshot: Any, provider: str) -> Any:
+    """The ``identity_providers`` entry ``provider`` names (``None``: none, or a
+    configuration without that setting)."""
+    providers = getattr(getattr(snapshot, "options", None), "identity_providers", ())
+    return next((p for p in providers if getattr(p, "id", None) == provider), None)
+
+
+def check_token(args: argparse.Namespace, snapshot: Any = None) -> TokenCheck | None:
     """The token's checks (``None`` without ``--token``; ``InputError`` for arguments
-    that cannot be used)."""
-    from gateway.bearer_jwt.expect import BearerExpectations
+    that cannot be used). The provider's settings come from its ``identity_providers``
+    entry in ``snapshot`` when there is one (``issuer``, ``jwks_file``,
+    ``bearer.audiences``, ``bearer.groups_claim``, ``bearer.allow_unverified_email``),
+    each overridden by its flag."""
+    from gateway.bearer_jwt.expect import KUBERNETES, BearerExpectations
     from gateway.bearer_jwt.keys import JwksError, key_set
     from gateway.bearer_jwt.verify import explain
 
     if not args.token:
-        for flag in ("provider", "jwks", "issuer"):
+        for flag in ("jwks", "issuer", "groups_claim"):
             if getattr(args, flag):
-                raise InputError(f"--{flag} describes a bearer token: give --token FILE")
+                raise InputError(f"--{flag.replace('_', '-')} describes a bearer token: "
+                                 "give --token FILE")
         return None
     if args.user or args.email or args.groups or args.claim:
         raise InputError("--token is the caller: leave out --user, --email, --groups and "
                          "--claim")
-    missing = [f"--{flag}" for flag in ("provider", "jwks", "issuer") if not getattr(args, flag)]
-    if not args.audience:
-        missing.append("--audience")
+    if not args.provider:
+        raise InputError("--token needs --provider ID (the provider it is checked against)")
+    entry = configured(snapshot, args.provider)
+    rules = getattr(entry, "bearer", None)
+    issuer = args.issuer or getattr(entry, "issuer", "")
+    jwks = args.jwks or getattr(entry, "jwks_file", "")
+    if jwks and not args.jwks and not os.path.isabs(jwks):  # as the daemon reads it
+        jwks = os.path.join(os.path.dirname(os.path.abspath(args.config)), jwks)
+    audiences = tuple(args.audience) or tuple(getattr(rules, "audiences", ()))
+    missing = [flag for flag, value in (("--jwks", jwks), ("--issuer", issuer),
+                                        ("--audience", audiences)) if not value]
     if missing:
-        raise InputError(f"--token needs {', '.join(missing)} (identity_providers is not "
-                         "in this configuration)")
+        where = (f"provider {args.provider} has no bearer settings for them" if entry
+                 else f"no identity_providers entry has the id {args.provider}")
+        raise InputError(f"--token needs {', '.join(missing)} ({where})")
+    if issuer == KUBERNETES:
+        raise InputError(f"provider {args.provider}'s issuer is {KUBERNETES}, which the "
+                         "daemon reads from the API server: give the cluster's issuer "
+                         "with --issuer (nothing is fetched here)")
     try:
-        expect = BearerExpectations(args.provider, args.issuer, tuple(args.audience),
-                                    groups_claim=args.groups_claim)
+        expect = BearerExpectations(
+            args.provider, issuer, audiences,
+            groups_claim=args.groups_claim or getattr(rules, "groups_claim", "groups"),
+            trust_unverified_email=bool(getattr(rules, "allow_unverified_email", False)))
     except ValueError as exc:
         raise InputError(str(exc)) from None
+    flag = "--jwks" if args.jwks else f"provider {args.provider}'s jwks_file"
     try:
-        keys = key_set(args.provider, _read(args.jwks, "--jwks"))
+        keys = key_set(args.provider, _read(jwks, flag))
     except JwksError as exc:
-        raise InputError(f"--jwks {args.jwks}: {exc}") from None
+        raise InputError(f"{flag} {jwks}: {exc}") from None
     text = _read(args.token, "--token").decode("ascii", "replace").strip()
     if text[:7].lower() == "bearer ":
         text = text[7:].strip()
     now = float(int(time.time())) if args.at is None else parse_instant(args.at)
     outcomes, verified = explain(text, keys, expect, now)
-    return TokenCheck(args.provider, keys, tuple(outcomes), verified, _said(text), now)
+    return TokenCheck(expect, jwks, keys, tuple(outcomes), verified, _said(text), now)
 
 
 def _when(value: Any) -> str:
@@ -130,17 +169,17 @@ def _when(value: Any) -> str:
     return repr(value)
 
 
-def _detail(outcome: Outcome, said: dict[str, Any], args: argparse.Namespace,
-            check: TokenCheck) -> str:
+def _detail(outcome: Outcome, said: dict[str, Any], check: TokenCheck) -> str:
     """What the token says beside what was expected, for a failed check (the operator's
     own token, on their own terminal: the gateway never sends this)."""
     from gateway.bearer_jwt import verify as checks
 
     name = outcome.check
     if name == checks.ISSUER:
-        return f" (the token says {said.get('iss')!r}, expected {args.issuer!r})"
+        return f" (the token says {said.get('iss')!r}, expected {check.expect.issuer!r})"
     if name == checks.AUDIENCE:
-        return f" (the token says {said.get('aud')!r}, expected one of {args.audience!r})"
+        return (f" (the token says {said.get('aud')!r}, expected one of "
+                f"{list(check.expect.audiences)!r})")
     if name in (checks.EXPIRED, checks.EXPIRY_MISSING):
         return f" (exp {_when(said.get('exp'))}, now {_when(check.now)})"
     if name == checks.NOT_YET_VALID:
@@ -155,14 +194,14 @@ def _detail(outcome: Outcome, said: dict[str, Any], args: argparse.Namespace,
     return ""
 
 
-def token_lines(check: TokenCheck, args: argparse.Namespace) -> list[str]:
+def token_lines(check: TokenCheck) -> list[str]:
     failed = [o for o in check.outcomes if not o.passed]
-    lines = [f"token: provider {check.provider}, key set {args.jwks} "
+    lines = [f"token: provider {check.expect.provider}, key set {check.jwks} "
              f"({len(check.keys.keys)} usable keys)"]
     lines.extend(f"  skipped key: {reason}" for reason in check.keys.skipped)
     for outcome in check.outcomes:
         mark = "ok    " if outcome.passed else "FAILED"
-        extra = "" if outcome.passed else _detail(outcome, check.said, args, check)
+        extra = "" if outcome.passed else _detail(outcome, check.said, check)
         lines.append(f"  {mark} {outcome.check}: {outcome.description}{extra}")
     if failed:
         lines.append(f"token: refused, {len(failed)} check(s) failed: the gateway answers "
@@ -173,7 +212,7 @@ def token_lines(check: TokenCheck, args: argparse.Namespace) -> list[str]:
 
 
 def token_json(check: TokenCheck) -> dict[str, Any]:
-    return {"provider": check.provider, "verified": check.verified is not None,
+    return {"provider": check.expect.provider, "verified": check.verified is not None,
             "checks": [{"check": o.check, "passed": o.passed, "description": o.description}
                        for o in check.outcomes],
             "skipped_keys": list(check.keys.skipped)}

@@ -4,5 +4,5 @@ among them; ``gateway.observability.audit`` describes each), in the order writte
 from __future__ import annotations
 
 AUDIT_FIELDS = ("time", "request_id", "trace_id", "route", "from", "user_id", "email",
-                "client", "method", "host", "path", "via", "credential", "decision", "status",
-                "reasons", "rule", "ssh_user")
+                "provider", "client", "method", "host", "path", "via", "credential",
+                "decision", "status", "reasons", "rule", "ssh_user")

@@ -8,6 +8,8 @@ from types import MappingProxyType
 from typing import Any
 
 from gateway.config.errors import Problems, did_you_mean
+from gateway.config.providers import SETTING as PROVIDERS
+from gateway.config.providers import parse_identity_providers
 from gateway.config.settings import SETTINGS, CertificatePair, Kind, SettingInfo
 from gateway.config.values import (
     decode_base64,
@@ -68,6 +70,8 @@ def coerce_settings(raw: Mapping[str, Any], problems: Problems) -> dict[str, Any
             problems.warn(key, "unknown setting (ignored)"
                           + did_you_mean(key, [*SETTINGS, "policy"]))
             continue
+        if info.kind is Kind.PROVIDERS:  # a list of entries: problems at their key paths
+            continue
         try:
             out[key] = coerce(info, value)
         except ValueError as exc:
@@ -75,6 +79,10 @@ def coerce_settings(raw: Mapping[str, Any], problems: Problems) -> dict[str, Any
             if not info.secret and str(value) not in message:
                 message += f" (got {_show(value)})"
             problems.error(key, message)
+    if raw.get(PROVIDERS) is not None:
+        out[PROVIDERS] = parse_identity_providers(
+            raw[PROVIDERS], problems,
+            default_scopes=out.get("idp_scopes", SETTINGS["idp_scopes"].default))
     return out
 
 
@@ -123,6 +131,12 @@ def coerce(info: SettingInfo, value: Any) -> Any:
         return MappingProxyType(_claim_headers(value))
     if kind is Kind.CERTIFICATES:
         return _certificates(value)
+    if kind is Kind.PROVIDERS:
+        found = Problems()
+        providers = parse_identity_providers(value, found)
+        if found.errors:
+            raise ValueError(str(found.errors[0]))
+        return providers
     if isinstance(value, Mapping | list | tuple):
         raise ValueError(f"must be a {kind.value}, got a {type(value).__name__}")
     text = str(value).lower() if isinstance(value, bool) else str(value)

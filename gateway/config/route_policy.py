@@ -14,7 +14,7 @@ from gateway.config.errors import Problems
 from gateway.policy import parse_document
 from gateway.policy.nodes import ALLOW
 
-LEGACY_ALLOW = ("allow_public_unauthenticated_access", "allow_any_authenticated_user",
+ALLOW_FIELDS = ("allow_public_unauthenticated_access", "allow_any_authenticated_user",
                 "cors_allow_preflight", "allowed_users", "allowed_domains", "allowed_groups",
                 "allowed_idp_claims")
 
@@ -41,7 +41,7 @@ def parse_route_policy(item: Mapping[str, Any], base: str, values: dict[str, Any
                                         "sign-out, who am I, your routes) are answered "
                                         "before any route policy is asked")
     if not any(rule.action == ALLOW for rule in document.rules) and not any(
-            values.get(key) for key in LEGACY_ALLOW):
+            values.get(key) for key in ALLOW_FIELDS):
         problems.warn(f"{base}.policy", "has no allow rule and the route no allow field: "
                                         "access needs a matching allow rule, so nobody is "
                                         "let in")

@@ -107,6 +107,13 @@ class Route:
         (), K.HEADER_REWRITES, "List of {header, prefix, value} response header rewrites.")
     pass_identity_headers: bool = _f(False, K.BOOL, "Send X-Gateway-Jwt-Assertion and claim "
                                      "headers upstream.")
+    # ids of ``identity_providers`` whose sessions (and tokens) this route accepts; ():
+    # every interactive provider (``validate`` checks each id against the providers)
+    identity_providers: tuple[str, ...] = _f(
+        (), K.LIST, "Ids of the identity providers this route accepts (default: every "
+        "interactive one; beyond the reference).")
+    pass_bearer_token: bool = _f(False, K.BOOL, "Send the caller's bearer token upstream "
+                                 "(default: removed; beyond the reference).")
     allow_spdy: bool = _f(False, K.BOOL, "Allow SPDY upgrades.")
     allow_websockets: bool = _f(False, K.BOOL, "Allow websocket upgrades (route timeout "
                                 "only).")

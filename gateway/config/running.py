@@ -23,7 +23,7 @@ from gateway.config.errors import ConfigErrors
 from gateway.config.snapshot import Snapshot, keep_bootstrap, load_snapshot
 
 Subscriber = Callable[[Snapshot], None]
-Fingerprint = tuple[tuple[str, tuple[int, int, int] | None], ...]
+FileStates = tuple[tuple[str, tuple[int, int, int] | None], ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,7 +35,7 @@ class ReloadStatus:
     checksum: int
 
 
-def fingerprint(paths: frozenset[str]) -> Fingerprint:
+def file_states(paths: frozenset[str]) -> FileStates:
     """(mtime_ns, size, inode) of every path, ``None`` for a missing file."""
     out: list[tuple[str, tuple[int, int, int] | None]] = []
     for path in sorted(paths):
@@ -67,7 +67,7 @@ class ConfigSource(Service):
         self.clock = clock
         self.poll_interval = poll_interval
         self._current = initial
-        self._fingerprint = fingerprint(initial.files)
+        self._file_states = file_states(initial.files)
         self._subscribers: list[Subscriber] = []
         self._loop: LoopingCall | None = None
         self.status = ReloadStatus(True, initial.loaded_at, initial.checksum)
@@ -100,9 +100,9 @@ class ConfigSource(Service):
 
     def check_files(self) -> None:
         """Reload if any watched file changed since the last look."""
-        current = fingerprint(self._current.files)
-        if current != self._fingerprint:
-            self._fingerprint = current
+        current = file_states(self._current.files)
+        if current != self._file_states:
+            self._file_states = current
             self.reload("file changed")
 
     def reload(self, reason: str, file_bytes: bytes | None = None) -> bool:
@@ -126,7 +126,7 @@ class ConfigSource(Service):
             self.status = dataclasses.replace(self.status, last_reload_success=False)
             self.log.failure("configuration reload ({reason}) crashed", reason=reason)
             return False
-        self._fingerprint = fingerprint(new.files)
+        self._file_states = file_states(new.files)
         new, frozen = keep_bootstrap(self._current, new)
         for key in frozen:
             self.log.warn("{key} changed, but it is bootstrap-only: restart to apply it", key=key)

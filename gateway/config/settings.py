@@ -14,6 +14,8 @@ from enum import StrEnum
 from types import MappingProxyType
 from typing import Any
 
+from gateway.config.providers import IdentityProvider
+
 
 class Kind(StrEnum):
     """How a setting's value is written and parsed."""
@@ -36,6 +38,7 @@ class Kind(StrEnum):
     SECRET = "base64 256-bit key"
     CERTIFICATES = "certificate pairs"
     WORKERS = "count or auto"
+    PROVIDERS = "identity provider list"
 
 
 SERVICES = ("all", "authenticate", "authorize", "databroker", "proxy")
@@ -371,6 +374,12 @@ class Options:
     idp_provider_url: str = _s("", Kind.URL, "Base URL of the OIDC discovery document.")
     idp_request_params: Mapping[str, str] = _s(
         {}, Kind.MAP, "Extra parameters of the sign-in request."
+    )
+    identity_providers: tuple[IdentityProvider, ...] = _s(
+        (), Kind.PROVIDERS, "Identity providers by id: interactive ones (client_id) people "
+        "sign in through, bearer issuers (bearer: {audiences}) whose JWTs machines present; "
+        "the idp_* settings are the one with id default (beyond the reference).",
+        env=None, extension=True,
     )
     idp_refresh_directory_interval: float = _s(
         600.0, Kind.DURATION, "Directory synchronisation interval."

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -19,6 +21,7 @@ from gateway.config.errors import Problems
 from gateway.config.kvstore_dsn import BadConnectionString, parse_dsn
 from gateway.config.material import Pem, Reader, key_matches_certificate, load_key, load_material
 from gateway.config.otel import problems as otel_problems
+from gateway.config.providers import IMPLICIT_ID, SETTING, implicit_provider
 from gateway.config.routes import Route
 from gateway.config.settings import Options, default_autocert_dir
 from gateway.config.values import decode_base64, decode_secret
@@ -34,6 +37,10 @@ class Material:
     shared_secret: bytes = b""
     cookie_secret: bytes = b""
     idp_client_secret: str = ""
+    # ``identity_providers``: each interactive provider's client secret and, where it
+    # names one, the CA bundle its HTTPS is verified against (by id)
+    provider_secrets: Mapping[str, str] = field(default_factory=dict)
+    provider_cas: Mapping[str, bytes] = field(default_factory=dict)
     signing_key: bytes | None = None
     certificates: tuple[tuple[bytes, bytes], ...] = ()
     client_ca: bytes | None = None
@@ -71,6 +78,13 @@ def derive(options: Options) -> Options:
         changes["codec_type"] = "http1" if aio else "auto"
     if not options.proxy_log_level:
         changes["proxy_log_level"] = options.log_level
+    implicit = implicit_provider(options.idp_provider_url, options.idp_client_id,
+                                 options.idp_scopes, options.idp_request_params,
+                                 options.idp_allow_unverified_email)
+    if implicit is not None and all(p.id != IMPLICIT_ID for p in options.identity_providers):
+        # the single-provider settings: one implicit provider, first (``validate``
+        # refuses an entry that takes its id)
+        changes["identity_providers"] = (implicit, *options.identity_providers)
     urls = tuple(u for u in (options.authorize_service_url, *options.authorize_service_urls) if u)
     changes["authorize_service_urls"] = urls or (("http://localhost:5443",) if aio else ())
     urls = tuple(
@@ -325,9 +339,55 @@ def _service_urls(single: str, urls: tuple[str, ...], service: str,
             problems.error(key, f"{url!r} has an invalid port")
 
 
+def _providers(options: Options, reader: Reader, problems: Problems,
+               material: dict[str, Any]) -> bool:
+    """The explicit ``identity_providers``' files: client secrets and CA bundles read
+    (by id into the material), ``jwks_file`` read so that a change reloads. True when
+    one of them is interactive."""
+    secrets: dict[str, str] = {}
+    cas: dict[str, bytes] = {}
+    interactive = False
+    for index, provider in enumerate(p for p in options.identity_providers if not p.implicit):
+        where = f"{SETTING}[{index}]"
+        if provider.id == IMPLICIT_ID and options.idp_provider_url:
+            problems.error(f"{where}.id", f"{IMPLICIT_ID!r} is the provider idp_provider_url "
+                           "describes; give this one another id, or move the idp_* "
+                           "settings into this entry")
+        if provider.interactive:
+            interactive = True
+            secret = provider.client_secret
+            if provider.client_secret_file:
+                try:
+                    secret = reader.read(provider.client_secret_file).decode("utf-8").strip()
+                except (OSError, UnicodeDecodeError) as exc:
+                    problems.error(f"{where}.client_secret_file",
+                                   f"cannot read {provider.client_secret_file}: {exc}")
+                    continue
+                if not secret:
+                    problems.error(f"{where}.client_secret_file",
+                                   f"{provider.client_secret_file} is empty")
+            secrets[provider.id] = secret
+        if provider.ca_file:
+            ca = load_material(reader, problems, inline_key="", inline="",
+                               file_key=f"{where}.ca_file", file=provider.ca_file,
+                               kind=Pem.CERTS)
+            if ca:
+                cas[provider.id] = ca
+        if provider.jwks_file:
+            try:
+                reader.read(provider.jwks_file)
+            except OSError as exc:
+                problems.error(f"{where}.jwks_file", f"cannot read {provider.jwks_file}: "
+                               f"{exc}")
+    material["provider_secrets"] = MappingProxyType(secrets)
+    material["provider_cas"] = MappingProxyType(cas)
+    return interactive
+
+
 def _identity(options: Options, routes: tuple[Route, ...], reader: Reader, problems: Problems,
               material: dict[str, Any]) -> None:
     material["idp_client_secret"] = _secret(options, "idp_client_secret", reader, problems)
+    listed = _providers(options, reader, problems, material)
     required = needs_identity(options, routes)
     if required:
         why = ("a route requires sign-in" if options.all_in_one
@@ -338,6 +398,13 @@ def _identity(options: Options, routes: tuple[Route, ...], reader: Reader, probl
             missing.append("idp_client_secret")
         if options.services in ("proxy", "authorize"):
             missing = [k for k in missing if k == "authenticate_service_url"]
+        elif listed:
+            # people sign in through identity_providers' entries: the idp_* settings
+            # describe one more provider only when set, and then wholly
+            keep = ("authenticate_service_url",) if not options.idp_provider_url else (
+                "authenticate_service_url", "idp_provider", "idp_client_id",
+                "idp_client_secret")
+            missing = [k for k in missing if k in keep]
         for key in missing:
             problems.error(key, f"is required ({why})")
         if not options.authenticate_callback_path.startswith("/"):
@@ -493,7 +560,16 @@ def _routes_against_globals(options: Options, routes: tuple[Route, ...],
     seen: dict[tuple[str, int | None, str, str, str], int] = {}
     forward_auth = urlsplit(options.forward_auth_url).hostname if options.forward_auth_url \
         else None
+    known = {p.id: p for p in options.identity_providers}
     for route in routes:
+        for position, name in enumerate(route.identity_providers):
+            if name not in known:
+                problems.error(f"policy[{route.index}].identity_providers[{position}]",
+                               f"no identity provider has the id {name!r} (known: "
+                               f"{', '.join(known) or 'none'})")
+        if route.identity_providers and route.allow_public_unauthenticated_access:
+            problems.warn(f"policy[{route.index}].identity_providers",
+                          "has no effect on a public route (nobody is asked to sign in)")
         if forward_auth and route.host == forward_auth.lower():
             problems.warn(f"policy[{route.index}].from",
                           f"{route.host} is the forward_auth_url host, whose requests are "

@@ -21,8 +21,10 @@ from gateway.config.snapshot import Snapshot
 from gateway.databroker.directory_records import DirectorySync, DirectoryView
 from gateway.databroker.follower import ChangeFollower
 from gateway.databroker.memory_records import MemoryRecordStore
-from gateway.databroker.records import RecordStore
+from gateway.databroker.records import SESSION, Record, RecordStore
+from gateway.databroker.session_ends import SessionEnds
 from gateway.databroker.session_records import RecordSessionStore
+from gateway.sessions.live import LiveConnections
 
 log = Logger()
 
@@ -59,16 +61,30 @@ class Databroker(Service):
                  store: RecordStore | None = None) -> None:
         self.reactor = reactor
         self.snapshot = snapshot
-        self.store = store or record_store(reactor, snapshot)
+        # (an empty memory store is falsy: it has a length)
+        self.store = store if store is not None else record_store(reactor, snapshot)
         self.follower = ChangeFollower(reactor, self.store)
         self.sessions = RecordSessionStore(self.store, self.follower,
                                            complete=self.store.backend == "memory")
+        # this process's tunnels, upgraded and SSH connections by session: a session's
+        # tombstone in the change stream closes them (after ``sessions`` dropped its
+        # copy: subscribers are called in order)
+        self.live = LiveConnections()
+        self.follower.subscribe(SESSION, self._session_changed)
+        self.ends = SessionEnds(self.sessions, self.follower)
         self.directory: DirectoryView | None = None
         self._view: DirectoryView | None = None
         self.holder = os.urandom(8).hex()  # this process, in leases
         self.sync: DirectorySync | None = None
         self._sweep: Any = None
         self._configure_directory(snapshot)
+
+    def _session_changed(self, record: Record) -> None:
+        if record.deleted:
+            closed = self.live.end(record.id)
+            if closed:
+                log.info("databroker: session {id} ended: {n} open connection(s) closed",
+                         id=record.id, n=closed)
 
     # -- configuration
 
@@ -111,9 +127,20 @@ class Databroker(Service):
         self.sync = DirectorySync(self.reactor, self.store, provider,
                                   float(o.idp_refresh_directory_interval),
                                   float(o.idp_refresh_directory_timeout),
-                                  written=self.follower.kick, holder=self.holder)
+                                  written=self.follower.kick, holder=self.holder,
+                                  removed=self._directory_removed)
         if self.running:
             self.sync.start()
+
+    def _directory_removed(self, users: list[tuple[str, str]]) -> Deferred[None]:
+        """Users the directory no longer lists (deleted, or disabled: out of its user
+        filter) lose every session, in the sync run that saw it (a failure fails the run,
+        so the next one tries again)."""
+        def ended(ids: list[str]) -> None:
+            if ids:
+                log.info("directory: {n} session(s) of {users} user(s) no longer in the "
+                         "directory ended", n=len(ids), users=len(users))
+        return self.ends.by_directory(users).addCallback(ended)
 
     # -- service
 

@@ -114,14 +114,14 @@ def command_slot(args: Sequence[Arg]) -> int | None:
 
 
 @dataclass(frozen=True)
-class Redirect:
+class SlotRedirect:
     kind: str  # MOVED or ASK
     slot: int
     host: str  # "" when the node does not know its endpoint: the replying node's host
     port: int
 
 
-def parse_redirect(message: str) -> Redirect | None:
+def parse_slot_redirect(message: str) -> SlotRedirect | None:
     """``MOVED 3999 127.0.0.1:6381`` / ``ASK ...`` error text, or None for other errors."""
     parts = message.split()
     if len(parts) != 3 or parts[0] not in ("MOVED", "ASK") or not parts[1].isdigit():
@@ -130,7 +130,7 @@ def parse_redirect(message: str) -> Redirect | None:
     slot = int(parts[1])
     if not colon or not port.isdigit() or slot >= SLOTS:
         return None
-    return Redirect(parts[0], slot, host.strip("[]"), int(port))
+    return SlotRedirect(parts[0], slot, host.strip("[]"), int(port))
 
 
 def slot_owners(reply: Any, asked_host: str) -> list[Address | None]:

@@ -1,4 +1,5 @@
 """Directory users and groups as records: written by the sync, read by authorization.
+A user the directory no longer lists loses every session in the run that sees it.
 
 ``DirectorySync`` runs the directory provider every ``idp_refresh_directory_interval``,
 each run bounded by ``idp_refresh_directory_timeout``, and writes what changed as
@@ -182,10 +183,15 @@ class DirectoryView:
 class DirectorySync:
     def __init__(self, reactor: Any, store: RecordStore, provider: DirectoryProvider,
                  interval: float, timeout: float,
-                 written: Callable[[], None] = lambda: None, holder: str = "") -> None:
+                 written: Callable[[], None] = lambda: None, holder: str = "",
+                 removed: Callable[[list[tuple[str, str]]], Deferred[Any]] | None = None
+                 ) -> None:
         """``holder`` names this process in the sync lease (kept across reloads, so a
-        rebuilt sync renews the lease instead of waiting for it to lapse)."""
+        rebuilt sync renews the lease instead of waiting for it to lapse); ``removed``
+        ends the sessions of users the directory no longer lists (``(id, email)`` of
+        each), before their records go."""
         self.reactor = reactor
+        self.removed = removed
         self.written = written
         self.store = store
         self.provider = provider
@@ -259,8 +265,26 @@ class DirectorySync:
         deletes: list[Callable[[], Deferred[Any]]] = [
             partial(self.store.delete, kind, rid)
             for kind, rid in current.keys() - wanted.keys()]
+        gone = [(rid, _email(current[(kind, rid)])) for kind, rid in
+                current.keys() - wanted.keys() if kind == DIRECTORY_USER]
+        if gone and self.removed is not None:
+            if not any(kind == DIRECTORY_USER for kind, _ in wanted):
+                # every user gone at once is a base or filter mistake far more often
+                # than everyone leaving: their records go, their sessions stay
+                log.warn("directory sync from {provider}: the directory lists no users "
+                         "now; the sessions of the {n} users it listed are not ended",
+                         provider=self.provider.name, n=len(gone))
+            else:
+                await self.removed(gone)  # a failure fails the run: the next one retries
         operations = writes + deletes
         for start in range(0, len(operations), WRITE_BATCH):  # a few in flight at a time
             await gatherResults([op() for op in operations[start:start + WRITE_BATCH]],
                                 consumeErrors=True)
         return len(writes), len(deletes)
+
+
+def _email(data: bytes) -> str:
+    try:
+        return str(json.loads(data).get("email") or "")
+    except (ValueError, AttributeError):
+        return ""

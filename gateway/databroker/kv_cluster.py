@@ -35,7 +35,7 @@ from gateway.databroker.cluster_slots import (
     as_bytes,
     backoff,
     command_slot,
-    parse_redirect,
+    parse_slot_redirect,
     slot_owners,
 )
 from gateway.databroker.kv_reconnect import keep_reconnecting
@@ -147,7 +147,7 @@ class ClusterClient:
                 return await self._bounded(pool.execute_command(*args), wait)
             except txredisapi.ResponseError as error:
                 message = str(error)
-                redirect = parse_redirect(message)
+                redirect = parse_slot_redirect(message)
                 if redirect is None and not message.startswith(RETRYABLE):
                     raise  # the command's own error: the caller's business
                 if redirect is not None:

@@ -23,7 +23,9 @@ DIRECTORY_GROUP = "directory.group"
 SSH_KEY = "ssh.key"  # an SSH public key's fingerprint bound to a session
 SSH_SIGN_IN = "ssh.sign_in"  # an SSH connection waiting for its person to sign in
 SSH_HOST_KEY = "ssh.host_key"  # a server's host key pinned on first use
-TYPES = (SESSION, USER, DIRECTORY_USER, DIRECTORY_GROUP, SSH_KEY, SSH_SIGN_IN, SSH_HOST_KEY)
+SESSION_INDEX = "session.index"  # the sessions one IdP session, user or e-mail names
+TYPES = (SESSION, USER, DIRECTORY_USER, DIRECTORY_GROUP, SSH_KEY, SSH_SIGN_IN, SSH_HOST_KEY,
+         SESSION_INDEX)
 
 TOMBSTONE_SECONDS = 15 * 60.0
 SYNC_BATCH = 1000

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from collections import OrderedDict
 from types import MappingProxyType
 from typing import Any
@@ -27,6 +28,7 @@ from twisted.python.failure import Failure
 
 from gateway.databroker.follower import ChangeFollower
 from gateway.databroker.records import SESSION, USER, Record, RecordStore
+from gateway.databroker.session_index import SessionIndex
 from gateway.sessions.model import Session
 
 log = Logger()
@@ -73,6 +75,11 @@ class RecordSessionStore:
         self._users: OrderedDict[str, bytes] = OrderedDict()
         self._unsaved: OrderedDict[str, Session | None] = OrderedDict()
         self._pending: set[Deferred[Any]] = set()
+        # the sessions an IdP session, a user or an address names (back-channel
+        # logout, directory removals), written with each new session
+        reactor = follower.reactor
+        self.index = SessionIndex(store, reactor, reactor.seconds if reactor is not None
+                                  else time.time)
         follower.subscribe(SESSION, self._changed)
         follower.on_reset(self._reset)
         follower.on_ok(self._retry_unsaved)
@@ -114,7 +121,21 @@ class RecordSessionStore:
             self._cache.pop(session.id, None)
             return failure
 
-        return d.addCallbacks(saved, failed)
+        return d.addCallbacks(saved, failed).addCallback(lambda _: self._indexed(session))
+
+    def _indexed(self, session: Session) -> Deferred[None]:
+        """Index a stored session; a session the index could not take is ended (a
+        provider's logout could not find it), and the sign-in told so."""
+        def done(pushed_out: list[str]) -> None:
+            for session_id in pushed_out:
+                log.warn("databroker: session {id} ended: its user or provider session "
+                         "holds more sessions than the index keeps", id=session_id)
+                self.delete(session_id)
+
+        def failed(failure: Failure) -> Failure:
+            self.delete(session.id)
+            return failure
+        return self.index.add(session).addCallbacks(done, failed)
 
     def delete(self, session_id: str) -> None:
         self._cache.pop(session_id, None)

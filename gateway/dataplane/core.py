@@ -22,6 +22,7 @@ from gateway.dataplane.penalty import Penalties
 from gateway.dataplane.routing.plan import Plan
 from gateway.dataplane.upstream.pool import Pool
 from gateway.net.endpoints import family_resolver
+from gateway.sessions.live import NoSessionWatch, SessionWatch
 
 if TYPE_CHECKING:
     from gateway.observability.tracing.tracer import Tracer
@@ -68,6 +69,9 @@ class ProxyCore:
         self.pool = Pool(reactor)
         self.connections: set[Watched] = set()
         self.tunnels: set[Checked] = set()
+        # closes a tunnel or upgraded connection when its session ends, without waiting
+        # for its next check (the identity holder's, set by ``gateway.tree``)
+        self.live: SessionWatch = NoSessionWatch()
         self.limit = ConnectionLimit(0, [self.connections])
         self.penalties = Penalties()  # addresses whose HTTP/2 connections keep being cut
         self.draining = False  # the gateway is stopping: /ping answers 503 (services.drain)

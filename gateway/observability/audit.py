@@ -19,7 +19,8 @@ event goes
 
 The fields: ``time`` (RFC 3339, UTC, milliseconds), ``request_id``, ``trace_id``,
 ``route`` (its ``name``, else its label), ``from`` (the route's ``from``), ``user_id``,
-``email``, ``client`` (the client's address, as the access log has it), ``method``,
+``email``, ``provider`` (the id of the identity provider that signed the person in),
+``client`` (the client's address, as the access log has it), ``method``,
 ``host``, ``path``, ``via`` (``http``, ``connect``, ``forward-auth``, ``recheck``: an
 open tunnel or upgraded connection refused by its periodic check, and closed),
 ``credential`` (``token``: a programmatic token, ``cookie``, ``none``), ``decision``
@@ -189,10 +190,10 @@ class AuditStream:
     def decision(self, when: float, request_id: str, trace_id: str, route: str,
                  route_from: str, user_id: str, email: str, client: str, method: str,
                  host: str, path: str, via: str, credential: str, allowed: bool,
-                 status: int, reason: str, ssh_user: str = "") -> None:
+                 status: int, reason: str, ssh_user: str = "", provider: str = "") -> None:
         reasons, rule = reasons_and_rule(reason)
         values = (_rfc3339(when), request_id, trace_id, route, route_from, user_id, email,
-                  client, method, host, path, via, credential,
+                  provider, client, method, host, path, via, credential,
                   "allow" if allowed else "deny", status, reasons, rule, ssh_user)
         # (in FIELDS order; status is kept whatever its value, the others when not empty)
         event = {name: value for name, value in zip(self.fields, (

@@ -41,6 +41,13 @@ KVSTORE_WAIT_COUNT = Counter(
 KVSTORE_WAIT_DURATION_MS = Counter(
     "kvstore_wait_duration_ms", "Time commands spent waiting for a kvstore connection.",
     ["service"], registry=REGISTRY)
+BACKCHANNEL_LOGOUTS = Counter(
+    "gateway_backchannel_logouts",
+    "Back-channel logout requests from identity providers, by result (ok, invalid, "
+    "replayed, unknown_issuer, unavailable).", ["result"], registry=REGISTRY)
+SESSIONS_ENDED = Counter(
+    "gateway_sessions_ended", "Sessions ended by something outside the gateway, by cause "
+    "(backchannel_logout, directory).", ["cause"], registry=REGISTRY)
 DIRECTORY_SYNC_FAILURES = Counter(
     "directory_sync_failures", "Directory sync runs that failed (the last good data stays).",
     ["provider"], registry=REGISTRY)

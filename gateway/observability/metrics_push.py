@@ -1,7 +1,7 @@
 """Metrics over OTLP (``otel_metrics_exporter: otlp``): every
 ``otel_metric_export_interval`` the reactor collects the Prometheus registry (what a
 scrape would read) and hands the families to a thread, which converts them
-(``metrics_bridge``) and exports them. A collector that is down or slow costs the
+(``metrics_otlp``) and exports them. A collector that is down or slow costs the
 reactor nothing: at most ``MAX_PENDING`` collections wait, older ones are dropped
 (``gateway_telemetry_dropped_total{signal="metrics"}``). Each process pushes its own
 counts; ``service.instance.id`` (host and process id, unless the resource attributes
@@ -54,7 +54,7 @@ class MetricsExport(BoundedQueue[Collected]):
     def send(self, batch: Sequence[Collected]) -> bool:
         from opentelemetry.sdk.metrics.export import MetricExportResult
 
-        from gateway.observability.metrics_bridge import metrics_data
+        from gateway.observability.metrics_otlp import metrics_data
 
         now, families = batch[-1]
         result = self.exporter.export(metrics_data(families, self.resource, _STARTED, now))
@@ -125,7 +125,7 @@ class MetricsPushService(Service):
         export = self.export
         if export is None:
             return
-        from gateway.observability.metrics_bridge import collect
+        from gateway.observability.metrics_otlp import collect
 
         export.put((time.time_ns(), collect(REGISTRY)))
 
@@ -150,6 +150,6 @@ class MetricsPushService(Service):
     @staticmethod
     def push_final(export: MetricsExport) -> None:
         """The last counts go too (a short-lived process is not left unreported)."""
-        from gateway.observability.metrics_bridge import collect
+        from gateway.observability.metrics_otlp import collect
 
         export.put((time.time_ns(), collect(REGISTRY)))

@@ -44,10 +44,11 @@ REQUEST_FACTS = frozenset({METHOD, PATH, CLIENT_IP, CLIENT_CERT, CLOCK, CORS, SS
 # Kinds of condition (``Verdict.kind``).
 CLOSED, USER, DOMAIN, GROUP, CLAIM, METHOD_KIND, PATH_KIND, NETWORK, CERTIFICATE = (
     "closed", "user", "domain", "group", "claim", "method", "path", "network", "certificate")
+PROVIDER = "provider"
 OUTSIDE_DATES, OUTSIDE_DAYS, OUTSIDE_HOURS, SSH_USER, POLICY = (
     "outside-dates", "outside-days", "outside-hours", "ssh-user", "policy")
 
-IDENTITY_KINDS = frozenset({USER, DOMAIN, GROUP, CLAIM})
+IDENTITY_KINDS = frozenset({USER, DOMAIN, GROUP, CLAIM, PROVIDER})
 
 Parse = Callable[[Any, str, Problems], Operand | None]
 
@@ -109,6 +110,8 @@ CRITERIA: dict[str, Spec] = {
     "domain": Spec(_lower, DOMAIN, person=True),
     "groups": Spec(parse_has, GROUP, person=True),
     "claim": Spec(parse_has, CLAIM, sub=True, person=True),
+    # the id of the identity provider the person signed in (or the token came) through
+    "provider": Spec(_exact, PROVIDER, person=True),
     "http_method": Spec(_upper, METHOD_KIND, frozenset({METHOD})),
     "http_path": Spec(_exact, PATH_KIND, frozenset({PATH})),
     "source_ip": Spec(parse_networks, NETWORK, frozenset({CLIENT_IP})),

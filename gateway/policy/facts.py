@@ -29,9 +29,11 @@ class CertFacts:
 class Facts:
     """One decision's inputs.
 
-    Identity (all empty unless ``authenticated``): ``user_id``; ``email``, the address
-    usable for decisions (``gateway.authorize.caller.Caller.email``; ``""`` when there is
-    none or it was refused), lower-cased here, and its ``domain``; ``groups`` and whether group data
+    Identity (all empty unless ``authenticated``): ``user_id``; ``provider``, the id of
+    the identity provider the person signed in (or their token came) through; ``email``,
+    the address usable for decisions (``gateway.authorize.caller.Caller.email``; ``""``
+    when there is none or it was refused), lower-cased here, and its ``domain``;
+    ``groups`` and whether group data
     exists at all (``groups_available``); ``claims`` flattened as
     ``gateway.authorize.claims.flatten_claims`` gives them.
 
@@ -44,16 +46,18 @@ class Facts:
 
     __slots__ = ("authenticated", "claims", "client_cert", "client_ip", "cors_preflight",
                  "domain", "email", "groups", "groups_available", "internal", "method",
-                 "now", "path", "ssh_username", "user_id")
+                 "now", "path", "provider", "ssh_username", "user_id")
 
     def __init__(self, *, authenticated: bool = False, user_id: str = "", email: str = "",
                  groups: Collection[str] = (), groups_available: bool = False,
                  claims: Mapping[str, tuple[str, ...]] = NO_CLAIMS, method: str = "GET",
                  path: str = "/", client_ip: str = "", client_cert: CertFacts | None = None,
                  cors_preflight: bool = False, internal: bool = False,
-                 ssh_username: str | None = None, now: float = 0.0) -> None:
+                 ssh_username: str | None = None, now: float = 0.0,
+                 provider: str = "") -> None:
         self.authenticated = authenticated
         self.user_id = user_id
+        self.provider = provider
         self.email = email.lower()
         local, at, domain = self.email.rpartition("@")
         self.domain = domain if at and local and "@" not in local else ""
@@ -78,6 +82,7 @@ class Facts:
         facts = _new_facts(Facts)
         facts.authenticated = self.authenticated
         facts.user_id = self.user_id
+        facts.provider = self.provider
         facts.email = self.email
         facts.domain = self.domain
         facts.groups = self.groups

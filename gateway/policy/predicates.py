@@ -148,6 +148,8 @@ def _strings(name: str, matcher: Strings) -> Predicate:
             return lambda f: f.authenticated and f.email in members
         if name == "domain":
             return lambda f: f.authenticated and f.domain in members
+        if name == "provider":
+            return lambda f: f.authenticated and f.provider in members
         if name == "http_method":
             return lambda f: f.method in members
     lone = _lone_affix(name, matcher)
@@ -160,6 +162,8 @@ def _strings(name: str, matcher: Strings) -> Predicate:
         return lambda f: f.authenticated and f.email != "" and test(f.email)
     if name == "domain":
         return lambda f: f.authenticated and f.domain != "" and test(f.domain)
+    if name == "provider":
+        return lambda f: f.authenticated and f.provider != "" and test(f.provider)
     if name == "http_method":
         return lambda f: test(f.method)
     if name == "http_path":

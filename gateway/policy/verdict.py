@@ -31,6 +31,7 @@ KIND_TEXT = {
     "domain": "your e-mail domain is not allowed on this route",
     "group": "your group is not allowed on this route",
     "claim": "your account's attributes do not allow you on this route",
+    "provider": "the way you signed in is not accepted on this route",
     "method": "this kind of request is not allowed on this route",
     "path": "this page is not allowed for you",
     "network": "your network is not allowed on this route",

@@ -13,7 +13,8 @@ minutes apart. The policy (what to fetch when, the last good keys, backoff) is
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
@@ -25,8 +26,10 @@ from twisted.web.iweb import IPolicyForHTTPS
 from zope.interface import implementer
 
 from gateway.authenticate.oidc import TIMEOUT, _traced
+from gateway.bearer_jwt.expect import BearerExpectations
 from gateway.bearer_jwt.presets import preset
 from gateway.bearer_jwt.source import Fetch, FileKeys, KeysUnusable, RemoteKeys, learned_issuer
+from gateway.bearer_jwt.verifier import Verifier
 from gateway.tls.client import TLSClientConfig, connection_creator
 
 _ACCEPT: dict[bytes | str, bytes | str] = {"Accept": "application/json"}
@@ -72,12 +75,32 @@ def provider_fetch(reactor: Any, ca_pem: bytes | None = None, token_file: str = 
     return fetch
 
 
+@dataclass(frozen=True, slots=True)
+class BearerProvider:
+    """One bearer provider as the key sources need it: what its tokens must say, and
+    where its keys are (``jwks_file``, else ``jwks_url``, else discovery; ``ca_pem``:
+    its ``ca_file``'s certificates)."""
+
+    expect: BearerExpectations
+    jwks_file: str = ""
+    jwks_url: str = ""
+    ca_pem: bytes | None = None
+
+    @property
+    def where(self) -> tuple[str, str, str, bytes | None]:
+        """What decides the key source: equal across a reload, the source is kept."""
+        return (self.expect.issuer, self.jwks_file, self.jwks_url, self.ca_pem)
+
+
 class BearerKeys(Service):
     """Every bearer provider's key source, started and stopped with the tree; the
-    verifiers read ``sources[provider].keys``."""
+    verifiers read ``sources[provider].keys``. ``update`` follows a new configuration:
+    a provider whose issuer and key settings are unchanged keeps its source (and its
+    keys: a reload never leaves tokens without keys while they are fetched again)."""
 
-    def __init__(self, sources: Mapping[str, RemoteKeys | FileKeys]) -> None:
-        self.sources = dict(sources)
+    def __init__(self, sources: Mapping[str, RemoteKeys | FileKeys] | None = None) -> None:
+        self.sources = dict(sources or {})
+        self._where: dict[str, tuple[str, str, str, bytes | None]] = {}
 
     def startService(self) -> None:
         Service.startService(self)
@@ -88,6 +111,34 @@ class BearerKeys(Service):
         for source in self.sources.values():
             source.stop()
         Service.stopService(self)
+
+    def update(self, reactor: Any, providers: Sequence[BearerProvider]
+               ) -> dict[str, Verifier]:
+        """The verifiers of ``providers`` (each with a fresh cache: its expectations may
+        have changed), their sources kept, made, or stopped when gone (``ValueError``
+        from ``key_source`` for a preset file that cannot be read)."""
+        wanted = {p.expect.provider: p for p in providers}
+        made: dict[str, RemoteKeys | FileKeys] = {}
+        for provider_id, provider in wanted.items():
+            source = self.sources.get(provider_id)
+            if source is None or self._where.get(provider_id) != provider.where:
+                made[provider_id] = key_source(
+                    reactor, provider_id, provider.expect.issuer,
+                    jwks_file=provider.jwks_file, jwks_url=provider.jwks_url,
+                    ca_pem=provider.ca_pem)
+        for provider_id, source in list(self.sources.items()):
+            if provider_id not in wanted or provider_id in made:
+                source.stop()
+                del self.sources[provider_id]
+                self._where.pop(provider_id, None)
+        for provider_id, source in made.items():
+            self.sources[provider_id] = source
+            self._where[provider_id] = wanted[provider_id].where
+            if self.running:
+                source.start()
+        return {provider_id: Verifier(provider.expect, self.sources[provider_id],
+                                      reactor.seconds)
+                for provider_id, provider in wanted.items()}
 
 
 def _read_ca(path: str, what: str) -> bytes:

@@ -6,12 +6,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
+from gateway.config.providers import IMPLICIT_ID
+
 
 @dataclass(frozen=True, slots=True)
 class Session:
-    """One sign-in. ``claims`` are the IdP's claims (ID token merged with userinfo),
-    flattened: dotted keys, every value a tuple of strings (reference, Rules for policy
-    values 1)."""
+    """One sign-in, through ``provider``. ``claims`` are the IdP's claims (ID token
+    merged with userinfo), flattened: dotted keys, every value a tuple of strings
+    (reference, Rules for policy values 1)."""
 
     id: str
     user_id: str
@@ -25,6 +27,13 @@ class Session:
     access_token: str = ""
     refresh_token: str = ""
     token_expires_at: float = 0.0
+    # the identity provider that signed it in (its id); a session stored before sessions
+    # named theirs was made by the one provider there was, the idp_* settings' implicit one
+    provider: str = IMPLICIT_ID
+    # the provider's ``iss`` and the ID token's ``sid`` (its session at the provider),
+    # which a back-channel logout names; "" in sessions stored before they were recorded
+    idp_issuer: str = ""
+    idp_sid: str = ""
 
     def valid(self, now: float) -> bool:
         return now < self.expires_at

@@ -46,6 +46,7 @@ from gateway.databroker.follower import ChangeFollower
 from gateway.databroker.records import RecordStore
 from gateway.databroker.ssh_records import bound_session_id
 from gateway.dataplane.listeners.shared import AdoptedEndpoint
+from gateway.sessions.live import LiveConnections, Unwatch
 from gateway.sessions.model import Session
 from gateway.ssh import limits, pins
 from gateway.ssh.asciicast import Cast
@@ -85,6 +86,7 @@ class Active:
     ended: str = ""
     checking: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
+    unwatch: Unwatch | None = None  # leaves the registry of live connections
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,12 +139,15 @@ def _ca(snapshot: Snapshot) -> SigningKey:
 class SshService(MultiService):
     def __init__(self, source: ConfigSource, reactor: Any, holder: IdentityHolder,
                  records: RecordStore, changes: ChangeFollower,
-                 inherited: int | None = None) -> None:
+                 inherited: int | None = None, live: LiveConnections | None = None
+                 ) -> None:
         """``reactor`` is also the service's one clock (``_now``: wall time in
         production, a ``MemoryReactorClock`` in tests); ``changes``: the databroker's
         change stream, which wakes connections waiting for their sign-in;
         ``inherited``: the listening descriptor a worker's supervisor bound for
-        ``ssh_address`` (adopted instead of binding)."""
+        ``ssh_address`` (adopted instead of binding); ``live``: the databroker's
+        registry of live connections, which closes a connection when its session ends
+        (without it, the recheck alone does)."""
         MultiService.__init__(self)
         self.reactor = reactor
         self.connect: Dialer = connect  # how ``dial`` reaches a server
@@ -150,6 +155,7 @@ class SshService(MultiService):
         self.authorize = holder.authorize_ssh  # every decision and its audit event
         self.records = records
         self.active: dict[str, Active] = {}
+        self.live = live if live is not None else LiveConnections()
         self.recorder = Recorder(reactor)  # its thread starts with the first recording
         options = source.current.options
         self.sign_ins = SignInDesk(records, reactor, changes,
@@ -346,6 +352,7 @@ class SshService(MultiService):
         serial = provision.issued.serial
         self.active[connection_id] = Active(ssh, relay, session.id, target, self._now(),
                                             serial, admission.reason)
+        self._watch(connection_id)
         CONNECTIONS.labels("allowed").inc()
         OPEN.inc()
         ssh.on_lost = lambda: self._ended(connection_id)
@@ -374,6 +381,7 @@ class SshService(MultiService):
 
         self.active[connection_id] = Active(ssh, None, session.id, target, self._now(), 0,
                                             "jump")
+        self._watch(connection_id)
         OPEN.inc()
         ssh.on_lost = lambda: self._ended(connection_id)
         log.info("ssh: {user} connected as a jump host", user=person, client=ssh.client_ip,
@@ -483,10 +491,19 @@ class SshService(MultiService):
 
     # -- the end, and continuous authorization
 
+    def _watch(self, connection_id: str) -> None:
+        """Closed at once when its session ends anywhere (the databroker's change
+        stream tells this process's registry), not at its next recheck."""
+        active = self.active[connection_id]
+        active.unwatch = self.live.add(
+            active.session_id, lambda reason: self._close(connection_id, reason))
+
     def _ended(self, connection_id: str) -> None:
         active = self.active.pop(connection_id, None)
         if active is None:
             return
+        if active.unwatch is not None:
+            active.unwatch()
         OPEN.dec()
         if active.relay is None:
             log.info("ssh: jump connection of {user} ended", connection=connection_id,

@@ -327,9 +327,3 @@ class _Once(Factory):
 
     def buildProtocol(self, addr: Any) -> Protocol:
         return self.proto
-
-
-def blob_fingerprint(blob: bytes) -> str:
-    return fingerprint(blob)
-
-

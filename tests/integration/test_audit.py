@@ -150,8 +150,10 @@ def test_http_decisions_in_log_file_and_otlp(env: Env) -> None:
     assert allowed["host"] == f"app.test:{port}" and allowed["client"] == "127.0.0.1"
     assert allowed["via"] == "http" and allowed["credential"] == "cookie"
     assert allowed["reasons"] and "rule" not in allowed
+    assert allowed["provider"] == "default"  # the idp_* settings' provider
     assert list(allowed) == [k for k in ("time", "request_id", "trace_id", "route", "from",
-                                         "user_id", "email", "client", "method", "host",
+                                         "user_id", "email", "provider", "client", "method",
+                                         "host",
                                          "path", "via", "credential", "decision", "status",
                                          "reasons", "rule") if k in allowed]
     unsigned = by_request(lines, ids["not signed in"])

@@ -6,9 +6,16 @@ for the schedule, the real reactor for the sockets); nothing unconfigured is fet
 
 from __future__ import annotations
 
+import os
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
 import pytest
 from twisted.internet import reactor
 from twisted.internet.task import Clock
+from twisted.internet.utils import getProcessOutputAndValue
 from twisted.trial.unittest import TestCase
 
 from gateway.bearer_jwt.expect import BearerExpectations
@@ -104,3 +111,90 @@ class IssuerOverHTTPS(TestCase):
         refused = self.verifier(source).check(self.token(rsa_key("stranger")))
         assert isinstance(refused, Refused)
         self.assertEqual(refused.check, SIGNATURE)
+
+
+FETCH_ONCE = """
+import sys
+from twisted.internet.defer import ensureDeferred
+from twisted.internet.task import react
+from gateway.services.bearer_keys import provider_fetch
+
+async def main(reactor):
+    body = await provider_fetch(reactor)(sys.argv[1])  # no ca_file: the system store
+    print(len(body))
+
+react(lambda reactor: ensureDeferred(main(reactor)))
+"""
+
+
+class SystemStore(TestCase):
+    """Without a ``ca_file`` the system store decides, and ``SSL_CERT_FILE`` is part of
+    it (OpenSSL reads it when the store is loaded: a fresh process for each case)."""
+
+    def setUp(self) -> None:
+        self.server = BearerIssuer([(rsa_key(), "k1")])
+        self.issuer = self.server.start()
+        self.addCleanup(self.server.stop)
+        directory = Path(tempfile.mkdtemp())
+        self.addCleanup(shutil.rmtree, directory)
+        self.ca_file = directory / "ca.pem"
+        self.ca_file.write_bytes(self.server.ca_pem)
+
+    async def fetch(self, **env: str) -> tuple[bytes, int]:
+        environ = {k: v for k, v in os.environ.items() if k != "SSL_CERT_FILE"}
+        out, _, code = await getProcessOutputAndValue(
+            sys.executable, ["-c", FETCH_ONCE, f"{self.issuer}/.well-known/jwks"],
+            env={**environ, **env}, path=str(Path(__file__).resolve().parents[2]))
+        return out, code
+
+    async def test_ssl_cert_file_is_trusted(self) -> None:
+        out, code = await self.fetch(SSL_CERT_FILE=str(self.ca_file))
+        self.assertEqual((code, int(out) > 100), (0, True))
+
+    async def test_without_it_the_test_ca_is_not(self) -> None:
+        _, code = await self.fetch()
+        self.assertNotEqual(code, 0)
+
+
+class LikeAnApiServer(TestCase):
+    """``kubernetes:///`` in a cluster: the discovery document and keys are fetched with
+    the pod's service-account token (read at each fetch: the kubelet rotates it), and
+    the cluster's issuer is learned from the document."""
+
+    async def test_token_sent_and_reread_issuer_learned(self) -> None:
+        server = BearerIssuer([(rsa_key("cluster"), "c1")])
+        issuer = server.start()
+        self.addCleanup(server.stop)
+        directory = Path(tempfile.mkdtemp())
+        self.addCleanup(shutil.rmtree, directory)
+        token_file = directory / "token"
+        token_file.write_text("sa-token-1\n")
+        server.require("sa-token-1")
+        clock = Clock()
+        source = RemoteKeys("cluster", "kubernetes:///",
+                            provider_fetch(reactor, server.ca_pem, str(token_file)), clock,
+                            discovery_url=f"{issuer}/.well-known/openid-configuration",
+                            learn_issuer=True)
+        self.addCleanup(source.stop)
+        await source.start()
+        self.assertEqual((source.keys.issuer, list(source.keys.keys)), (issuer, ["c1"]))
+        verifier = Verifier(BearerExpectations("cluster", "kubernetes:///", ("gateway",)),
+                            source, reactor.seconds)
+        token = mint_now(rsa_key("cluster"), "c1", iss=issuer, aud="gateway",
+                         sub="system:serviceaccount:prod:deployer",
+                         **{"kubernetes.io": {"namespace": "prod"}})
+        verified = verifier.check(token)
+        assert isinstance(verified, Verified), verified
+        self.assertEqual(verified.claims["kubernetes.io.namespace"], ("prod",))
+        # the kubelet rotates the token: the next fetch sends the new one
+        server.require("sa-token-2")
+        token_file.write_text("sa-token-2\n")
+        server.rotate([(rsa_key("cluster"), "c1"), (ec_key(), "c2")])
+        clock.advance(REFRESH)
+        await source.try_now()
+        self.assertEqual((source.failures, list(source.keys.keys)), (0, ["c1", "c2"]))
+        # a fetch without the right token is refused: the last good keys stay
+        server.require("sa-token-3")
+        clock.advance(REFRESH)
+        await source.try_now()
+        self.assertEqual((source.failures, list(source.keys.keys)), (1, ["c1", "c2"]))

@@ -86,3 +86,67 @@ def test_groups_come_from_the_directory(tmp_path: Path, require_binary: Any,
             with redis.client() as raw:
                 users = raw.command("HGETALL", "{gateway}:records:directory.user")
             assert users and all(b"alice" not in bytes(v) for v in users[1::2])
+
+
+def test_a_user_disabled_in_the_directory_loses_every_session(
+        tmp_path: Path, require_binary: Any) -> None:
+    """Issue 42: alice is disabled in the directory (out of the user filter, as an
+    account lock does); within one sync interval her browser session ends and her open
+    tunnel closes, while bob's session stays."""
+    import contextlib
+    import socket
+
+    from tests.support.peers import tcp_service
+    from tests.support.rawhttp import read_until, status_of
+
+    require_binary("node", "apt-get install -y nodejs npm")
+    require_binary("slapd", "apt-get install -y slapd ldap-utils")
+    require_binary("ldapmodify", "apt-get install -y ldap-utils")
+    port = free_port()
+    interval = 1.0
+    with slapd(tmp_path, sample_ldif()) as ldap, tcp_service(tmp_path) as svc, \
+            oidc_provider(tmp_path, [f"http://auth.test:{port}/oauth2/callback"]) as op, \
+            echo_upstream(tmp_path) as up:
+        account = base64.b64encode(json.dumps({
+            "url": ldap.url, "bind_dn": ldap.service_dn, "password": ldap.service_password,
+            "user_base_dn": f"ou=people,{ldap.suffix}",
+            "group_base_dn": f"ou=groups,{ldap.suffix}",
+            "user_filter": "(&(objectClass=inetOrgPerson)(!(employeeType=disabled)))",
+        }).encode()).decode()
+        config = kv_gateway_config(op, "", port, up.url,
+                                   allowed_domains=["example.test"])
+        config.update(databroker_storage_type="memory", idp_service_account=account,
+                      idp_refresh_directory_interval=f"{interval:g}s",
+                      idp_refresh_directory_timeout="2s")
+        config["policy"].append({"from": "tcp+https://db.test:7000",
+                                 "to": f"tcp://127.0.0.1:{svc.port}",
+                                 "allowed_domains": ["example.test"]})
+        app = f"http://app.test:{port}"
+        run = tmp_path / "gw"
+        run.mkdir()
+        with gateway_daemon(run, config, port=port) as daemon:
+            log = run / "gateway.log"
+            wait_for(lambda: "directory sync from ldap" in log.read_text(), "the first sync")
+            alice, bob = Browser(), Browser()
+            assert alice.sign_in(f"{app}/", "alice@example.test").status == 200
+            assert bob.sign_in(f"{app}/", "bob@example.test").status == 200
+            cookie = alice.cookies["app.test"]["_gateway"]
+            with socket.create_connection(("127.0.0.1", port), timeout=10) as tunnel:
+                tunnel.sendall(("CONNECT db.test:7000 HTTP/1.1\r\nHost: db.test:7000\r\n"
+                                f"Cookie: _gateway={cookie}\r\n\r\n").encode())
+                assert status_of(read_until(tunnel, b"\r\n\r\n")) == 200
+                change = (f"dn: uid=alice,ou=people,{ldap.suffix}\nchangetype: modify\n"
+                          "add: employeeType\nemployeeType: disabled\n")
+                subprocess.run(["ldapmodify", "-x", "-H", ldap.url, "-D", ldap.root_dn,
+                                "-w", ldap.root_password], input=change.encode(),
+                               check=True, capture_output=True, timeout=10)
+                disabled = time.monotonic()
+                tunnel.settimeout(interval + 3)
+                with contextlib.suppress(ConnectionResetError):  # (aborted: a reset)
+                    assert tunnel.recv(100) == b"", "the tunnel stayed open"
+                # one interval for the run to come, and the run's own reading time
+                assert time.monotonic() - disabled <= interval + 2
+            assert alice.request("GET", f"{app}/").status == 302
+            assert bob.request("GET", f"{app}/").status == 200
+            assert "no longer in the directory ended" in log.read_text()
+            assert daemon.process.running

@@ -1,7 +1,9 @@
 """A bearer-token issuer run by the tests: discovery and JWKS over HTTPS on 127.0.0.1,
 with a test CA (trustme), standing in for GitHub Actions' and a cluster's issuer.
 
-Its state is set by the test between requests: ``keys`` (rotated by assigning), ``mode``
+Its state is set by the test between requests: ``keys`` (rotated by assigning),
+``required`` (a bearer token every request must carry, as a Kubernetes API server
+wants the caller's service-account token), ``mode``
 (``ok``; ``down``: the connection is dropped without an answer; ``error``: 503;
 ``garbage``: an HTML page with 200; ``redirect``: a 302 to ``/moved-jwks``, a key set
 of a key nobody configured), and it counts
@@ -35,11 +37,16 @@ class _Issuer(Resource):
         self.keys: list[tuple[Any, str]] = []
         self.mode = "ok"
         self.asked: list[str] = []
+        self.required = ""  # a bearer token every request must carry (an API server's)
 
     def render_GET(self, request: Request) -> bytes | int:
         path = request.path.decode()
         self.asked.append(path)
         request.setHeader(b"connection", b"close")
+        if self.required and request.getHeader(b"authorization") != \
+                f"Bearer {self.required}".encode():
+            request.setResponseCode(401)
+            return b'{"kind":"Status","code":401}'
         if self.mode == "down":
             request.channel.transport.abortConnection()
             return NOT_DONE_YET
@@ -105,6 +112,9 @@ class BearerIssuer:
 
     def rotate(self, keys: list[tuple[Any, str]]) -> None:
         self.resource.keys = list(keys)
+
+    def require(self, token: str) -> None:
+        self.resource.required = token
 
     def set_mode(self, mode: str) -> None:
         self.resource.mode = mode

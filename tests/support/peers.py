@@ -399,11 +399,17 @@ def oidc_provider(
     timeout: float = 30.0,
     access_token_ttl: int = 3600,
     rotate_refresh_tokens: bool = False,
+    cookie_prefix: str = "",
+    backchannel_logout_uri: str = "",
 ) -> Iterator[OIDCProvider]:
     """Run ``node server.js`` from :data:`OIDC_DIR` (``npm ci`` must have been run).
     ``access_token_ttl`` (seconds) makes tokens expire early, for refresh tests;
     ``rotate_refresh_tokens`` makes each refresh rotate the refresh token and refuse (and
-    revoke the grant of) one used again, logging each refresh granted."""
+    revoke the grant of) one used again, logging each refresh granted. ``cookie_prefix``
+    names the provider's cookies apart from another instance's on 127.0.0.1 (a browser
+    keeps cookies per host, whatever the port). ``backchannel_logout_uri``: registered
+    for the client (with ``backchannel_logout_session_required``), so ending a session
+    at the provider posts a logout token there."""
     node = _require_binary("node", NODE_INSTALL_HINT)
     if not (OIDC_DIR / "node_modules" / "oidc-provider" / "package.json").is_file():
         raise PeerSetupError(
@@ -429,9 +435,12 @@ def oidc_provider(
             "TOKEN_AUTH_METHOD": token_auth_method,
             "ACCESS_TOKEN_TTL": str(access_token_ttl),
             "ROTATE_REFRESH_TOKENS": "1" if rotate_refresh_tokens else "0",
+            "COOKIE_PREFIX": cookie_prefix,
         }
         if post_logout_redirect_uris is not None:
             env["POST_LOGOUT_REDIRECT_URIS"] = ",".join(post_logout_redirect_uris)
+        if backchannel_logout_uri:
+            env["BACKCHANNEL_LOGOUT_URI"] = backchannel_logout_uri
         return ManagedProcess(
             [node, "server.js"], log_dir=tmpdir, name=f"oidc-{port}", env=env, cwd=OIDC_DIR
         )

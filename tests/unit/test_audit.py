@@ -32,7 +32,8 @@ def decide(stream: AuditStream, **overrides: Any) -> None:
         when=1_700_000_000.25, request_id="r1", trace_id="", route="app",
         route_from="https://app.example.com", user_id="u1", email="a@example.com",
         client="192.0.2.1", method="GET", host="app.example.com", path="/p", via="http",
-        credential="cookie", allowed=True, status=200, reason="allowed-user")
+        credential="cookie", allowed=True, status=200, reason="allowed-user",
+        provider="corp")
     values.update(overrides)
     stream.decision(**values)
 
@@ -89,6 +90,7 @@ class StreamTests(SynchronousTestCase):
         self.assertEqual(line["time"], "2023-11-14T22:13:20.250Z")
         self.assertEqual(line["reasons"], ["allowed-user"])
         self.assertEqual(line["decision"], "allow")
+        self.assertEqual(line["provider"], "corp")  # the identity provider that signed in
         self.assertEqual(stat.S_IMODE(os.stat(self.path).st_mode), 0o600)
         [event] = self.audit_events()
         self.assertEqual(event["log_format"], "{decision} {method} {host}{path} {status}")

@@ -66,7 +66,7 @@ def caller(s: Session, groups: bool = True, refused: str = "") -> Caller:
     """The caller of exactly ``s``'s fields (its e-mail used as it is, whatever it is;
     ``refused``: the code of an address that was refused)."""
     return Caller(s.user_id, s.email, s.groups, s.claims, s.expires_at,
-                  groups_available=groups, session_id=s.id, name=s.name,
+                  groups_available=groups, provider=s.provider, session_id=s.id, name=s.name,
                   claimed_email=s.email, email_refusal=refused)
 
 
@@ -272,7 +272,7 @@ class SignerTests(SynchronousTestCase):
             "EdDSA": ed25519.Ed25519PrivateKey.generate(),
             "RS256": rsa.generate_private_key(public_exponent=65537, key_size=2048),
         }
-        s = session(groups=("g1", "admins"), name="Alice")
+        s = replace(session(groups=("g1", "admins"), name="Alice"), provider="corp")
         for algorithm, private in keys.items():
             for key in (pem(private), None):
                 signer = self.signer(algorithm, key)
@@ -283,7 +283,8 @@ class SignerTests(SynchronousTestCase):
                 self.assertEqual(claims, {
                     "iss": ISSUER, "aud": HOST, "sub": "alice-id", "user": "alice-id",
                     "email": "alice@example.com", "groups": ["g1", "admins"],
-                    "iat": int(NOW), "exp": int(NOW + 300), "name": "Alice"}, algorithm)
+                    "iat": int(NOW), "exp": int(NOW + 300), "name": "Alice",
+                    "idp": "corp"}, algorithm)
 
     def test_other_key_does_not_verify(self) -> None:
         """A token does not verify against another signer's key."""

@@ -98,6 +98,22 @@ class EntranceTests(SynchronousTestCase):
         self.decider = Decider(email="")
         self.assertEqual(self.entrance.caller(session()).email, "")
 
+    def test_a_route_naming_providers_refuses_another_ones_session(self) -> None:
+        """``identity_providers`` on an ssh:// route: a session of another provider is
+        refused with a line naming the accepted ones, and audited with its provider."""
+        now = time.time()
+        named: Route = route({"allowed_users": ["alice@example.com"],  # type: ignore[assignment]
+                              "identity_providers": ["corp"]})
+        corp = self.entrance.login(named, "db", "root", person(provider="corp"),
+                                   "192.0.2.1", now)
+        other = self.entrance.login(named, "db", "root", person(provider="partners"),
+                                    "192.0.2.1", now)
+        self.assertTrue(corp.allowed)
+        self.assertEqual((other.allowed, other.reason), (False,
+                                                        "provider-not-accepted: partners"))
+        self.assertEqual(other.message, "signed in through partners; route db accepts "
+                                        "sign-ins through corp")
+        self.assertEqual([e["provider"] for e in self.events], ["corp", "partners"])
 
 class SessionInForceTests(SynchronousTestCase):
     """What the entrance tells an open connection's check about its session: go on
@@ -151,9 +167,9 @@ class RenewedTests(IdentityCase):
         async def refresh(s: Session) -> Session | None:
             return refreshed[0]
 
-        self.patch(self.identity, "refresh_due", lambda s: due[0])
-        self.patch(self.identity, "refresh", refresh)
         decider = self.identity.decider
+        self.patch(decider.sign_in, "refresh_due", lambda s: due[0])
+        self.patch(decider.sign_in, "refresh", refresh)
         renewed = self.successResultOf(ensureDeferred(decider.renewed(session, NOW)))
         self.assertIs(renewed, session)
         due[0] = NOW

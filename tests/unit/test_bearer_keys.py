@@ -5,14 +5,16 @@ document, and the verification cache in front of ``verify``."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from typing import Any
 
 from twisted.trial.unittest import SynchronousTestCase
 
 from gateway.bearer_jwt import verifier as verifier_module
 from gateway.bearer_jwt.expect import BearerExpectations
+from gateway.bearer_jwt.header import bearer_jwt
 from gateway.bearer_jwt.keys import MAX_KEYS, JwksError, KeySet, key_set, key_set_from_json
-from gateway.bearer_jwt.verifier import Verifier
+from gateway.bearer_jwt.verifier import Verifier, check_any
 from gateway.bearer_jwt.verify import EXPIRED, UNKNOWN_KID, Refused, Verified
 from tests.support.bearer_tokens import (
     AUDIENCE,
@@ -175,3 +177,80 @@ class NotJson(SynchronousTestCase):
     def test_key_set_from_json_round_trip(self) -> None:
         document = json.dumps(jwks((ec_key(), "e"))).encode()
         self.assertEqual(list(key_set("ci", document).keys), ["e"])
+
+
+class SeveralProviders(SynchronousTestCase):
+    """``check_any``: a route accepting several bearer providers."""
+
+    def setUp(self) -> None:
+        self.ci = Verifier(EXPECT, FakeKeys(key_set_from_json("ci", jwks((rsa_key(), "rsa-1")))),
+                           lambda: NOW)
+        cluster_keys = key_set_from_json("cluster", jwks((ec_key(), "ec-1")))
+        self.cluster = Verifier(
+            BearerExpectations("cluster", "kubernetes:///", ("gateway",)),
+            FakeKeys(replace(cluster_keys, issuer="https://k8s.example")), lambda: NOW)
+        self.runs: list[str] = []
+        for verifier in (self.ci, self.cluster):
+            real = verifier.check
+
+            def counting(token: str, real: Any = real, name: str = verifier.expect.provider
+                         ) -> Verified | Refused:
+                self.runs.append(name)
+                return real(token)
+
+            self.patch(verifier, "check", counting)
+
+    def test_the_provider_whose_issuer_the_token_names(self) -> None:
+        both = [self.ci, self.cluster]
+        result = check_any(mint(ec_key(), "ec-1", "ES256", iss="https://k8s.example",
+                                aud="gateway"), both)
+        assert isinstance(result, Verified)
+        self.assertEqual((result.provider, self.runs), ("cluster", ["cluster"]))
+        result = check_any(mint(), both)
+        assert isinstance(result, Verified)
+        self.assertEqual(result.provider, "ci")
+
+    def test_a_token_seen_before_is_not_even_parsed(self) -> None:
+        token = mint(ec_key(), "ec-1", "ES256", iss="https://k8s.example", aud="gateway")
+        first = check_any(token, [self.ci, self.cluster])
+        parsed: list[str] = []
+        self.patch(verifier_module, "named_issuer", parsed.append)
+        self.assertIs(check_any(token, [self.ci, self.cluster]), first)
+        self.assertEqual((self.runs, parsed), (["cluster"], []))
+
+    def test_an_issuer_no_provider_has(self) -> None:
+        refused = check_any(mint(iss="https://evil.example"), [self.ci, self.cluster])
+        assert isinstance(refused, Refused)
+        self.assertEqual((refused.check, self.runs), ("issuer", []))
+
+    def test_a_key_of_one_provider_with_the_issuer_of_another(self) -> None:
+        refused = check_any(mint(iss="https://k8s.example", aud="gateway"),
+                            [self.ci, self.cluster])
+        assert isinstance(refused, Refused)
+        self.assertEqual((refused.check, self.runs), ("unknown_kid", ["cluster"]))
+
+    def test_unreadable_says_why(self) -> None:
+        refused = check_any("a.b", [self.ci, self.cluster])
+        assert isinstance(refused, Refused)
+        self.assertEqual(refused.check, "malformed")
+
+
+class Header(SynchronousTestCase):
+    def test_the_token(self) -> None:
+        self.assertEqual(bearer_jwt([(b"Host", b"x"), (b"Authorization", b"bearer  a.b-_.c ")]),
+                         "a.b-_.c")
+
+    def test_none_or_the_gateways_own(self) -> None:
+        for headers in ([], [(b"authorization", b"Gateway tok")],
+                        [(b"authorization", b"Bearer Gateway-tok")],
+                        [(b"authorization", b"Basic dXNlcjpwdw==")]):
+            self.assertEqual(bearer_jwt(headers), "")
+
+    def test_two_headers_or_not_one_token(self) -> None:
+        for headers in ([(b"authorization", b"Bearer a.b.c"), (b"Authorization", b"Bearer d")],
+                        [(b"authorization", b"Bearer a.b.c"), (b"authorization", b"Basic x")],
+                        [(b"authorization", b"Bearer a b")],
+                        [(b"authorization", b"Bearer a.b\xff")]):
+            refused = bearer_jwt(headers)
+            assert isinstance(refused, Refused), headers
+            self.assertEqual(refused.check, "malformed")

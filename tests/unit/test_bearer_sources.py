@@ -14,8 +14,10 @@ from typing import Any
 
 from twisted.internet.defer import Deferred
 from twisted.internet.task import Clock
+from twisted.internet.testing import MemoryReactorClock
 from twisted.trial.unittest import SynchronousTestCase
 
+from gateway.bearer_jwt.expect import BearerExpectations
 from gateway.bearer_jwt.source import (
     FIRST_RETRY,
     MAX_RETRY,
@@ -24,6 +26,7 @@ from gateway.bearer_jwt.source import (
     FileKeys,
     RemoteKeys,
 )
+from gateway.services.bearer_keys import BearerKeys, BearerProvider
 from tests.support.bearer_tokens import ec_key, jwks_bytes, rsa_key
 
 ISSUER = "https://issuer.example.test"
@@ -247,3 +250,75 @@ class File(SynchronousTestCase):
         self.clock.advance(1)
         self.source.unknown_kid()
         self.assertEqual(list(self.source.keys.keys), ["k1", "k2"])
+
+
+class Service(SynchronousTestCase):
+    def test_sources_run_with_the_service(self) -> None:
+        clock = Clock()
+        answers = Answers()
+        answers.set(JWKS, first_keys())
+        source = RemoteKeys("ci", ISSUER, answers, clock)
+        service = BearerKeys({"ci": source})
+        service.startService()
+        self.assertEqual(list(source.keys.keys), ["k1"])
+        self.assertEqual(len(clock.getDelayedCalls()), 1)
+        service.stopService()
+        self.assertEqual(clock.getDelayedCalls(), [])
+
+
+class Reload(SynchronousTestCase):
+    """``BearerKeys.update``: a reload keeps the sources (and keys) it does not change."""
+
+    def setUp(self) -> None:
+        directory = Path(tempfile.mkdtemp())
+        self.addCleanup(shutil.rmtree, directory)
+        self.first = directory / "a.json"
+        self.first.write_bytes(first_keys())
+        self.second = directory / "b.json"
+        self.second.write_bytes(rotated_keys())
+        self.reactor = MemoryReactorClock()
+        self.service = BearerKeys()
+        self.service.startService()
+        self.addCleanup(self.service.stopService)
+
+    def provider(self, name: str, path: Path, audience: str = "gw") -> BearerProvider:
+        return BearerProvider(BearerExpectations(name, ISSUER, (audience,)),
+                              jwks_file=str(path))
+
+    def test_unchanged_sources_are_kept(self) -> None:
+        verifiers = self.service.update(self.reactor, [self.provider("a", self.first),
+                                                       self.provider("b", self.second)])
+        a, b = self.service.sources["a"], self.service.sources["b"]
+        self.assertEqual(list(a.keys.keys), ["k1"])  # started at once: the file is read
+        self.assertIs(verifiers["a"].source, a)
+        # a reload: a's audience changes (a new verifier, the same source), b's file moves
+        verifiers = self.service.update(self.reactor, [
+            self.provider("a", self.first, audience="other"), self.provider("b", self.first)])
+        self.assertIs(self.service.sources["a"], a)
+        self.assertIsNot(self.service.sources["b"], b)
+        self.assertEqual(verifiers["a"].expect.audiences, ("other",))
+        self.assertEqual(list(self.service.sources["b"].keys.keys), ["k1"])
+        # b's old source was stopped: its poll no longer runs
+        self.assertTrue(b._stopped)
+
+    def test_removed_providers_are_stopped(self) -> None:
+        self.service.update(self.reactor, [self.provider("a", self.first)])
+        a = self.service.sources["a"]
+        self.assertEqual(self.service.update(self.reactor, []), {})
+        self.assertEqual((self.service.sources, a._stopped), ({}, True))
+
+
+class RefusalLog(SynchronousTestCase):
+    def test_one_line_without_the_token(self) -> None:
+        from twisted.logger import globalLogPublisher
+
+        from gateway.bearer_jwt.verifier import log_refused
+        from gateway.bearer_jwt.verify import Refused
+
+        events: list[dict[str, Any]] = []
+        globalLogPublisher.addObserver(events.append)
+        self.addCleanup(globalLogPublisher.removeObserver, events.append)
+        log_refused(Refused("expired", "the token has expired", "k1"), "ci", "req-7")
+        (event,) = [e for e in events if e.get("log_namespace") == "gateway.bearer"]
+        self.assertEqual((event["provider"], event["check"], event["kid"],
+                          event["request_id"]), ("ci", "expired", "k1", "req-7"))

@@ -221,6 +221,14 @@ class AdversarialTable(SynchronousTestCase):
             assert isinstance(refused, Refused)
             self.assertEqual((refused.check, refused.description), (v.ALG, text))
 
+    def test_the_header_value_is_printable_ascii_whatever_the_provider_id(self) -> None:
+        refused = verify(mint(iss="x"), keys(),
+                         BearerExpectations('çi"\\\n', ISSUER, (AUDIENCE,)), NOW)
+        assert isinstance(refused, Refused)
+        self.assertEqual(refused.www_authenticate(),
+                         'Bearer error="invalid_token", error_description="the issuer (iss) '
+                         "is not provider ?i???'s\"")
+
     def test_the_refusal_carries_a_printable_kid_for_the_log(self) -> None:
         refused = verify(mint(kid="rsa-9"), keys(), EXPECT, NOW)
         assert isinstance(refused, Refused)
@@ -257,6 +265,13 @@ class Accepted(SynchronousTestCase):
         self.assertEqual(result.claims["repository"], ("example/app",))
         self.assertEqual(result.claims["kubernetes.io.namespace"], ("prod",))
         self.assertEqual(result.claims["email_verified"], ("true",))
+        caller = result.caller()
+        self.assertEqual((caller.provider, caller.user_id, caller.email, caller.groups,
+                          caller.session_id, caller.groups_available, caller.expires_at),
+                         ("ci", result.sub, "ci@example.test", ("deploy", "ops"), "", True,
+                          NOW + 300))
+        self.assertIs(caller.claims, result.claims)
+        self.assertTrue(caller.signed_in(NOW))
         session = result.session(NOW)
         self.assertEqual((session.user_id, session.email, session.groups,
                           session.expires_at), (result.sub, "ci@example.test",

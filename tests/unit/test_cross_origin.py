@@ -252,7 +252,7 @@ class SshAllowTests(IdentityCase):
         self.store = RecordSessionStore(self.records, ChangeFollower(None, self.records),
                                         complete=True)
         self.identity = Identity(None, self.snapshot, self.store, self.signer, self.clock)
-        self.identity.provider = None
+        self.identity.clients.clients.pop("default", None)
         self.endpoints = Endpoints(self.identity, records=self.records)
         self.alice = self.session()
 

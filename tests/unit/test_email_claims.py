@@ -149,7 +149,7 @@ class IdentityEmailTests(IdentityCase):
     def use(self, **extra: Any) -> None:
         self.snapshot = snapshot(**extra)
         self.identity = Identity(None, self.snapshot, self.store, self.signer, self.clock)
-        self.identity.provider = None
+        self.identity.clients.clients.pop("default", None)
         self.route = self.snapshot.routes[0]
 
     def test_unverified_address_is_refused_with_a_reason(self) -> None:

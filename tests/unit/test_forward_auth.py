@@ -355,7 +355,7 @@ class WireTests(SynchronousTestCase):
         records = MemoryRecordStore(time.time)
         store = RecordSessionStore(records, ChangeFollower(None, records), complete=True)
         self.holder = IdentityHolder(self.reactor, SNAPSHOT,
-                                     SimpleNamespace(sessions=store, directory=None,
+                                     SimpleNamespace(sessions=store, directory=None, ends=None,
                                                      store=records))
         self.core = ProxyCore(self.reactor, build_plan(SNAPSHOT), tls=False,
                               authorizer=self.holder)

@@ -193,7 +193,7 @@ class IdentityCase(SynchronousTestCase):
         self.store = RecordSessionStore(records, ChangeFollower(None, records), complete=True)
         self.signer = AssertionSigner(None, "ES256", AUTH, clock=self.clock)
         self.identity = Identity(None, self.snapshot, self.store, self.signer, self.clock)
-        self.identity.provider = None
+        self.identity.clients.clients.pop("default", None)
         self.endpoints = Endpoints(self.identity)
         self.route = self.snapshot.routes[0]
 
@@ -378,7 +378,7 @@ class HandoffTests(IdentityCase):
         self.assertEqual(self.handoff(sealed).status, 302)
         reloaded = Identity(None, self.snapshot, self.store, self.signer, self.clock,
                             spent=self.identity.spent)
-        reloaded.provider = None
+        reloaded.clients.clients.pop("default", None)
         self.endpoints = Endpoints(reloaded)
         respelled = sealed[:-1] + chr(ord(sealed[-1]) | 1) if len(sealed) % 4 == 2 else sealed
         for copy in (sealed, respelled):
@@ -486,7 +486,7 @@ class SharedStoreSignInTests(IdentityCase):
         follower.last_ok = self.clock()  # it has just synced: copies are trusted
         self.store = RecordSessionStore(self.records, follower, complete=False)
         self.identity = Identity(None, self.snapshot, self.store, self.signer, self.clock)
-        self.identity.provider = None
+        self.identity.clients.clients.pop("default", None)
         self.endpoints = Endpoints(self.identity)
 
     def start(self, alice: Session) -> Any:
@@ -518,7 +518,7 @@ class SharedStoreSignInTests(IdentityCase):
         store = RecordSessionStore(self.records, ChangeFollower(
             SimpleNamespace(seconds=self.clock), self.records), complete=False)
         identity = Identity(None, self.snapshot, store, self.signer, self.clock)
-        identity.provider = None
+        identity.clients.clients.pop("default", None)
         return Endpoints(identity, records=self.records)
 
     def made_elsewhere(self) -> Session:
@@ -704,7 +704,7 @@ class SignOutTests(IdentityCase):
         """Without a safe target or signout_redirect_url the answer is a 200 page."""
         self.snapshot = snapshot(signout_redirect_url="")
         self.identity = Identity(None, self.snapshot, self.store, self.signer, self.clock)
-        self.identity.provider = None
+        self.identity.clients.clients.pop("default", None)
         self.endpoints = Endpoints(self.identity)
         alice = self.session()
         decision = self.sign_out(alice, {"csrf": self.csrf(alice),
@@ -826,10 +826,16 @@ class ProviderGoneTests(IdentityCase):
         from gateway.authenticate.oidc import _http
 
         class Gone:
+            async def metadata(self) -> dict[str, Any]:
+                return {}  # read when the sign-in started
+
+            def response_issuer_problem(self, iss: str | None) -> str:
+                return ""
+
             async def exchange(self, code: str, verifier: str, nonce: str) -> Any:
                 return await _http(fail(ResponseNeverReceived([])), "POST /token")
 
-        self.identity.provider = Gone()  # type: ignore[assignment]
+        self.identity.clients.clients["default"] = Gone()  # type: ignore[assignment]
         csrf = "csrf-value"
         state = self.identity.shared.seal("state", {
             "uri": "https://app.test/", "nonce": "n", "verifier": "v", "programmatic": "",
@@ -934,13 +940,13 @@ class AllowedAgainTests(IdentityCase):
         alice = replace(self.session(), refresh_token="refresh", token_expires_at=NOW + 100)
         self.store.put(alice)
         cookie = self.cookie(alice)
-        self.identity.provider = SimpleNamespace()  # type: ignore[assignment]
+        self.identity.clients.clients["default"] = SimpleNamespace()  # type: ignore[assignment]
         refreshed: list[Session] = []
 
         async def refresh(session: Session) -> Session:
             refreshed.append(session)
             return session
-        self.patch(self.identity, "refresh", refresh)
+        self.patch(self.identity.flow, "refresh", refresh)
         self.allowed([BROWSER, cookie])
         self.clock.now = NOW + 39
         self.allowed([BROWSER, cookie])

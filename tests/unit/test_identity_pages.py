@@ -184,7 +184,7 @@ class DeniedPageTests(PagesCase):
         form: form-action would refuse the provider's redirect) whose sealed target asks
         the provider for a fresh login and replaces the session afterwards."""
         provider = FakeProvider()
-        self.identity.provider = provider  # type: ignore[assignment]
+        self.identity.clients.clients["default"] = provider  # type: ignore[assignment]
         bob = self.session({"sub": "bob-id", "email": "bob@example.com"})
         decision = self.authorize("/x", "?y=1", headers=[BROWSER, self.cookie(bob)])
         links = re.findall(r'<a class=button href="([^"]+)">Sign in as someone else</a>',
@@ -221,7 +221,7 @@ class SignOutPageTests(PagesCase):
         self.assertNoSecrets(decision, alice)
 
     def test_confirmation_with_a_safe_destination_and_the_provider(self) -> None:
-        self.identity.provider = FakeProvider()  # type: ignore[assignment]
+        self.identity.clients.clients["default"] = FakeProvider()  # type: ignore[assignment]
         alice = self.session()
         decision = self.internal(SIGN_OUT, "?gateway_redirect_uri=https://app.test/bye",
                                  method=b"GET", headers=[BROWSER, self.cookie(alice)])
@@ -237,7 +237,7 @@ class SignOutPageTests(PagesCase):
         in): its sign-out reads the discovery document first, then sends the browser to
         the provider's end-session endpoint, not only to the signed-out page."""
         provider = Undiscovered()
-        self.identity.provider = provider  # type: ignore[assignment]
+        self.identity.clients.clients["default"] = provider  # type: ignore[assignment]
         alice = self.session()
         # the confirmation page: its form may be redirected to the provider
         page = self.endpoints.internal(
@@ -246,7 +246,7 @@ class SignOutPageTests(PagesCase):
         policy = header(self.successResultOf(page), b"content-security-policy") or b""
         self.assertIn(b"https://idp.example.com", policy)
         provider = Undiscovered()  # and the sign-out itself, in a process new to it
-        self.identity.provider = provider  # type: ignore[assignment]
+        self.identity.clients.clients["default"] = provider  # type: ignore[assignment]
         d = self.endpoints.internal(
             request(SIGN_OUT, method=b"POST", headers=[BROWSER, self.cookie(alice)]),
             urlencode({"csrf": self.identity.csrf_token(alice)}).encode())
@@ -262,7 +262,7 @@ class SignOutPageTests(PagesCase):
         from gateway.authenticate import endpoints
 
         provider = Unreachable()
-        self.identity.provider = provider  # type: ignore[assignment]
+        self.identity.clients.clients["default"] = provider  # type: ignore[assignment]
         alice = self.session()
 
         def confirmation() -> Any:

@@ -9,13 +9,13 @@ import txredisapi
 from gateway.databroker.cluster_slots import (
     SLOTS,
     CrossSlotError,
-    Redirect,
+    SlotRedirect,
     backoff,
     command_keys,
     command_slot,
     crc16,
     key_slot,
-    parse_redirect,
+    parse_slot_redirect,
     slot_owners,
 )
 
@@ -96,14 +96,16 @@ def test_cross_slot_eval_is_refused_naming_the_keys() -> None:
 
 
 def test_parse_redirects() -> None:
-    assert parse_redirect("MOVED 12182 127.0.0.1:51455") == Redirect(
+    assert parse_slot_redirect("MOVED 12182 127.0.0.1:51455") == SlotRedirect(
         "MOVED", 12182, "127.0.0.1", 51455)
-    assert parse_redirect("ASK 3020 127.0.0.1:7001") == Redirect("ASK", 3020, "127.0.0.1", 7001)
-    assert parse_redirect("MOVED 1 ::1:7000") == Redirect("MOVED", 1, "::1", 7000)
-    assert parse_redirect("MOVED 1 :7000") == Redirect("MOVED", 1, "", 7000)  # unknown endpoint
+    assert parse_slot_redirect("ASK 3020 127.0.0.1:7001") == SlotRedirect(
+        "ASK", 3020, "127.0.0.1", 7001)
+    assert parse_slot_redirect("MOVED 1 ::1:7000") == SlotRedirect("MOVED", 1, "::1", 7000)
+    # an unknown endpoint
+    assert parse_slot_redirect("MOVED 1 :7000") == SlotRedirect("MOVED", 1, "", 7000)
     for other in ("WRONGTYPE Operation against a key", "MOVED 99999 h:1", "MOVED x h:1",
                   "ASK 1 nohost", "TRYAGAIN Multiple keys request during rehashing", ""):
-        assert parse_redirect(other) is None, other
+        assert parse_slot_redirect(other) is None, other
 
 
 def test_slot_owners_from_cluster_slots() -> None:

@@ -81,6 +81,7 @@ CRITERIA_ROUTES = [
      "policy": [allow({"email": {"ends_with": "@example.com"}},
                       {"http_method": "CONNECT"}, op="and")]},
     route("mixed.test", [deny({"http_method": "POST"})], allowed_domains=["example.com"]),
+    route("provider.test", [allow({"provider": "partners"})]),
 ]
 
 
@@ -227,6 +228,43 @@ class CriteriaTests(CliCase):
         self.assertIn("allow[0].and[1].nor[1] domain is example.org: hit", out)
         out = self.expect("nested.test", ["--user", "carol-id"], 0)
         self.assertIn("allow[0].and[1].nor[1] domain is example.org: not evaluated", out)
+
+
+class ProviderTests(CliCase):
+    """``--provider ID``: the identity provider the person signed in through."""
+
+    def setUp(self) -> None:
+        self.path = self.config(CRITERIA_ROUTES, identity_providers=[
+            {"id": "partners", "issuer": "https://partners.example", "client_id": "gw",
+             "client_secret": "s"}])
+
+    def test_provider_decides(self) -> None:
+        code, out, _ = self.check(self.path, "https://provider.test/", "--user", "u",
+                                  "--provider", "partners")
+        self.assertEqual(code, 0, out)
+        self.assertIn("provider is partners: matched", out)
+        self.assertIn("who: user u, provider partners", out)
+        code, out, _ = self.check(self.path, "https://provider.test/", "--user", "u",
+                                  "--provider", "default")
+        self.assertEqual(code, 1, out)
+        self.assertIn("provider is partners: not matched", out)
+
+    def test_default_is_the_first_interactive_provider(self) -> None:
+        """The idp_* settings' implicit provider, listed first."""
+        code, doc = self.check_json(self.path, "https://provider.test/", "--user", "u")
+        self.assertEqual((code, doc["identity"]["provider"]), (1, "default"))
+
+    def test_an_unknown_id_is_noted(self) -> None:
+        code, out, _ = self.check(self.path, "https://provider.test/", "--user", "u",
+                                  "--provider", "nope")
+        self.assertEqual(code, 1, out)
+        self.assertIn("--provider nope: no identity provider of the configuration has this "
+                      "id", out)
+
+    def test_nobody_signed_in_is_asked_to_sign_in(self) -> None:
+        code, out, _ = self.check(self.path, "https://provider.test/")
+        self.assertEqual(code, 1, out)
+        self.assertIn("unknown", out)
 
 
 class TimeTests(CliCase):
@@ -656,7 +694,7 @@ class DeciderAgreementTests(IdentityCase, CliCase):
                                        authenticate_service_url="https://auth.test")
         self.snapshot = load_snapshot(self.config_path, {})
         self.identity = Identity(None, self.snapshot, self.store, self.signer, self.clock)
-        self.identity.provider = None
+        self.identity.clients.clients.pop("default", None)
 
     def decide(self, host: str, claims: dict[str, Any] | None, method: str, path: str,
                ip: str) -> Allow | Reply:

@@ -16,8 +16,8 @@ SPKI = "FsDbM0rUYIiL3V339eIKqiz6HPSB+Pz2WeAWhqlqh8U="
 CERT = CertFacts(FINGERPRINT, SPKI, san_email=("ada@example.com",),
                  san_dns=("ada.example.com", "host.internal"), san_uri=("spiffe://x/ada",))
 SIGNED: dict[str, Any] = {
-    "authenticated": True, "user_id": "u-1", "email": "Ada@Example.com", "groups": ("eng",),
-    "groups_available": True,
+    "authenticated": True, "user_id": "u-1", "provider": "corp", "email": "Ada@Example.com",
+    "groups": ("eng",), "groups_available": True,
     "claims": MappingProxyType({"dept": ("r&d", "ops"), "address.country": ("DE",),
                                 "level": ("2",), "admin": ("true",)}),
     "method": "GET", "path": "/docs/a.json", "client_ip": "192.0.2.10", "now": 1.8e9,
@@ -58,7 +58,8 @@ class FlagTests(SynchronousTestCase):
         """Facts of someone not signed in never match an identity criterion, even if the
         caller left identity in them."""
         for criterion in ("{user: u-1}", "{email: ada@example.com}", "{domain: example.com}",
-                          "{groups: eng}", "{claim/dept: ops}", "{email: {not_in: [x@y.z]}}"):
+                          "{groups: eng}", "{claim/dept: ops}", "{email: {not_in: [x@y.z]}}",
+                          "{provider: corp}", "{provider: {not_in: [partners]}}"):
             self.assertTrue(allows(criterion), criterion)
             self.assertFalse(allows(criterion, authenticated=False), criterion)
 
@@ -109,6 +110,26 @@ class StringMatcherTests(SynchronousTestCase):
                           "{email: ''}", "{email: {in: ['', x@y.z]}}", "{domain: ''}"):
             self.assertFalse(allows(criterion, email=""), criterion)
         self.assertFalse(allows("{user: {in: ['', x]}}", user_id=""))
+
+    def test_provider(self) -> None:
+        """The id of the provider the person signed in through, compared exactly; a
+        person without one (no provider named) matches no matcher, ``not_in`` included."""
+        self.assertTrue(allows("{provider: corp}"))
+        self.assertTrue(allows("{provider: {is: corp}}"))
+        self.assertFalse(allows("{provider: Corp}"))
+        self.assertFalse(allows("{provider: partners}"))
+        self.assertTrue(allows("{provider: {in: [partners, corp]}}"))
+        self.assertFalse(allows("{provider: {not_in: [corp]}}"))
+        self.assertTrue(allows("{provider: {not_in: [partners]}}"))
+        self.assertTrue(allows("{provider: {starts_with: co}}"))
+        self.assertFalse(allows("{provider: {not_in: [partners]}}", provider=""))
+        self.assertFalse(allows("{provider: {in: ['', x]}}", provider=""))
+
+    def test_provider_refusal_names_its_kind(self) -> None:
+        verdict = compiled("allow: {or: [{provider: partners}]}").evaluate(Facts(**SIGNED))
+        self.assertFalse(verdict.allowed)
+        self.assertEqual(verdict.kind, "provider")
+        self.assertEqual(verdict.criterion, "provider is partners")
 
     def test_domain(self) -> None:
         self.assertTrue(allows("{domain: EXAMPLE.com}"))

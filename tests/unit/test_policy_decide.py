@@ -60,7 +60,7 @@ class PolicyDecideCase(IdentityCase):
         from gateway.authenticate.identity import Identity
 
         self.identity = Identity(None, self.snapshot, self.store, self.signer, self.clock)
-        self.identity.provider = None
+        self.identity.clients.clients.pop("default", None)
         self.route = self.snapshot.routes[0]
         self.logged: list[dict[str, Any]] = []
         globalLogPublisher.addObserver(self.logged.append)
@@ -95,8 +95,8 @@ class PolicyDecisionTests(PolicyDecideCase):
             caller = decision.caller
             assert caller is not None, decision
             self.assertEqual((caller.session_id, caller.provider, caller.user_id,
-                              caller.email), (session.id, "", session.user_id,
-                                              "alice@example.com"))
+                              caller.email), (session.id, session.provider,
+                                              session.user_id, "alice@example.com"))
         self.assertIs(allowed.caller, refused.caller)  # one per session record
         self.assertIsNone(self.decide(request(headers=[BROWSER])).caller)
 

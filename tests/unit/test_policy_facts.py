@@ -138,7 +138,7 @@ class CallerTests(SynchronousTestCase):
         self.assertEqual((who.user_id, who.email, who.groups, dict(who.claims)),
                          ("u-1", "Ada@Example.com", ("eng",), {"dept": ("ops",)}))
         self.assertEqual((who.session_id, who.provider, who.expires_at, who.who),
-                         ("sid", "", NOW + 3600, "Ada@Example.com"))
+                         ("sid", "default", NOW + 3600, "Ada@Example.com"))  # idp_*
         self.assertTrue(who.signed_in(NOW) and not who.signed_in(NOW + 3600))
 
     def test_refused_email_and_directory_groups(self) -> None:

@@ -21,7 +21,7 @@ PERSON_CRITERIA: list[dict[str, Any]] = [
     {"email": {"ends_with": "@x.test"}}, {"email": {"in": ["a@x.test", "b@y.test"]}},
     {"domain": {"is": "x.test"}}, {"groups": {"has": "eng"}}, {"groups": {"has": "ops"}},
     {"claim/dept": "r&d"}, {"user": {"starts_with": "u-1"}}, {"accept": True},
-    {"reject": True},
+    {"reject": True}, {"provider": "corp"}, {"provider": {"in": ["corp", "partners"]}},
 ]
 REQUEST_CRITERIA: list[dict[str, Any]] = [
     {"http_method": {"in": ["GET", "HEAD"]}}, {"http_method": {"is": "DELETE"}},
@@ -62,6 +62,7 @@ def person() -> st.SearchStrategy[dict[str, Any]]:
     return st.fixed_dictionaries({
         "authenticated": st.booleans(),
         "user_id": st.sampled_from(["u-1", "u-2", ""]),
+        "provider": st.sampled_from(["corp", "partners", "default"]),
         "email": st.sampled_from(["a@x.test", "b@y.test", "c@x.test", ""]),
         "groups": st.lists(st.sampled_from(["eng", "ops"]), unique=True).map(tuple),
         "groups_available": st.booleans(),

@@ -5,14 +5,18 @@ route's policy like a signed-in person's."""
 
 from __future__ import annotations
 
+import argparse
 import datetime as dt
 import json
 import shutil
 import tempfile
+from types import SimpleNamespace
 from typing import Any
 
 import yaml
 
+from gateway.cli.policy_inputs import InputError
+from gateway.cli.policy_token import add_arguments, check_token
 from tests.support.bearer_tokens import AUDIENCE, ISSUER, NOW, jwks_bytes, mint, rsa_key
 
 from .config.helpers import IDENTITY, base_config, write
@@ -42,12 +46,14 @@ class TokenCli(CliCase):
                           "--audience", "other", "--audience", AUDIENCE, *extra)
 
     def test_a_good_token_is_the_person(self) -> None:
-        code, out, err = self.run_token(mint())
+        code, out, err = self.run_token(mint(groups=["deployers"]))
         self.assertEqual(code, 0, out + err)
         self.assertIn("token: provider ci, key set", out)
         self.assertIn("  ok     signature: signed with RS256", out)
         self.assertIn("token: verified", out)
-        self.assertIn("who: user repo:example/app:ref:refs/heads/main", out)
+        # the token's groups count (its provider's claim), with no directory configured
+        self.assertIn("who: provider ci, user repo:example/app:ref:refs/heads/main, groups "
+                      "deployers, claims", out)
         self.assertIn("decision: allowed", out)
 
     def test_another_ref_is_denied_by_the_policy(self) -> None:
@@ -87,6 +93,9 @@ class TokenCli(CliCase):
         self.assertEqual([c["check"] for c in document["token"]["checks"]
                           if not c["passed"]], ["audience"])
         self.assertEqual(document["identity"]["signed_in"], False)
+        code, out, err = self.run_token(mint(), "--json")
+        identity = json.loads(out)["identity"]
+        self.assertEqual((code, identity["provider"], identity["groups_used"]), (0, "ci", True))
 
     def test_bearer_prefix_and_public_route(self) -> None:
         code, out, _ = self.run_token("Bearer " + mint(), url="https://public.test/")
@@ -97,16 +106,82 @@ class TokenCli(CliCase):
         code, _, err = self.check(self.path, "https://deploy.test/", "--token",
                                   self.token_file(mint()), "--provider", "ci")
         self.assertEqual(code, 2)
-        self.assertIn("--token needs --jwks, --issuer, --audience (identity_providers is "
-                      "not in this configuration)", err)
+        self.assertIn("--token needs --jwks, --issuer, --audience (no identity_providers "
+                      "entry has the id ci)", err)
+        code, _, err = self.check(self.path, "https://deploy.test/", "--token",
+                                  self.token_file(mint()))
+        self.assertEqual(code, 2)
+        self.assertIn("--token needs --provider ID", err)
         code, _, err = self.run_token(mint(), "--user", "alice")
         self.assertEqual(code, 2)
         self.assertIn("--token is the caller", err)
-        code, _, err = self.check(self.path, "https://deploy.test/", "--provider", "ci")
-        self.assertEqual((code, "--provider describes a bearer token" in err), (2, True))
+        code, _, err = self.check(self.path, "https://deploy.test/", "--jwks", self.jwks)
+        self.assertEqual((code, "--jwks describes a bearer token" in err), (2, True))
+        # without --token, --provider is the provider the person signed in through
+        _code, _out, err = self.check(self.path, "https://deploy.test/", "--provider", "ci")
+        self.assertNotIn("describes a bearer token", err)
 
     def test_a_key_set_that_is_not_one(self) -> None:
         self.jwks = write(self.directory, "jwks.json", b"<html>")
         code, _, err = self.run_token(mint())
         self.assertEqual(code, 2)
         self.assertIn("jwks.json: the key set is not JSON", err)
+
+
+def namespace(**given: Any) -> argparse.Namespace:
+    values: dict[str, Any] = {"token": None, "provider": None, "jwks": None, "issuer": None,
+                              "audience": [], "groups_claim": None, "user": None,
+                              "email": None, "groups": None, "claim": [], "at": AT,
+                              "config": "/etc/gateway/config.yaml"}
+    values.update(given)
+    return argparse.Namespace(**values)
+
+
+class FromConfiguration(CliCase):
+    """With ``identity_providers`` in the configuration, ``--provider`` names the entry
+    the issuer, audiences, key file, groups claim and e-mail rule come from; each flag
+    overrides its setting. (Duck-typed: the entry's shape is the providers' values.)"""
+
+    def setUp(self) -> None:
+        self.directory = tempfile.mkdtemp(prefix="gw-token-")
+        self.addCleanup(shutil.rmtree, self.directory, True)
+        write(self.directory, "ci-jwks.json", jwks_bytes((rsa_key(), "rsa-1")))
+        self.token = write(self.directory, "t.jwt", mint(
+            email="ci@example.test", roles=["deploy"]))
+        rules = SimpleNamespace(audiences=(AUDIENCE,), groups_claim="roles",
+                                allow_unverified_email=True)
+        entry = SimpleNamespace(id="ci", issuer=ISSUER, jwks_file="ci-jwks.json",
+                                bearer=rules)
+        self.snapshot = SimpleNamespace(options=SimpleNamespace(identity_providers=(entry,)))
+        self.config = f"{self.directory}/config.yaml"
+
+    def test_the_entry_gives_the_settings(self) -> None:
+        check = check_token(namespace(token=self.token, provider="ci", config=self.config),
+                            self.snapshot)
+        assert check is not None and check.verified is not None, check
+        self.assertEqual((check.verified.groups, check.verified.email),
+                         (("deploy",), "ci@example.test"))  # its groups claim, its rule
+        self.assertEqual(check.jwks, f"{self.directory}/ci-jwks.json")  # as the daemon reads
+
+    def test_flags_override(self) -> None:
+        check = check_token(namespace(token=self.token, provider="ci", config=self.config,
+                                      audience=["other"]), self.snapshot)
+        assert check is not None
+        self.assertEqual([o.check for o in check.outcomes if not o.passed], ["audience"])
+
+    def test_kubernetes_needs_the_clusters_issuer(self) -> None:
+        entry = self.snapshot.options.identity_providers[0]
+        entry.issuer = "kubernetes:///"
+        with self.assertRaises(InputError) as raised:
+            check_token(namespace(token=self.token, provider="ci", config=self.config),
+                        self.snapshot)
+        self.assertIn("give the cluster's issuer with --issuer", str(raised.exception))
+
+    def test_provider_flag_shared_with_the_persons(self) -> None:
+        """``identity_providers`` gives ``policy check`` a ``--provider`` of its own (the
+        person's): the token's arguments take it as it is, not a second time."""
+        parser = argparse.ArgumentParser()
+        parser.add_argument("--provider")
+        add_arguments(parser)
+        self.assertEqual(parser.parse_args(["--provider", "ci", "--token", "t"]).provider,
+                         "ci")

@@ -67,7 +67,8 @@ class ThreeValuesTests(SynchronousTestCase):
         for entry in ({"user": "u-1"}, {"email": {"ends_with": "@example.test"}},
                       {"domain": "example.test"}, CONTRACTORS, {"claim/dept": "sales"},
                       {"email": {"not_in": ["x@y.test"]}}, {"ssh_username_matches_email": True},
-                      {"ssh_username_matches_claim": "logins"}):
+                      {"ssh_username_matches_claim": "logins"}, {"provider": "corp"},
+                      {"provider": {"not_in": ["corp"]}}):
             self.assertIsNone(self.value(entry), entry)
 
     def test_whether_anyone_is_signed_in_is_known(self) -> None:

@@ -117,7 +117,7 @@ def identity_over(store: RecordSessionStore, clock: Clock,
     identity = Identity(clock, snap, store, AssertionSigner(None, "ES256", "auth.example",
                                                             clock=clock.seconds),
                         clock.seconds)
-    identity.provider = provider  # type: ignore[assignment]
+    identity.clients.clients["default"] = provider  # type: ignore[assignment]
     return identity
 
 

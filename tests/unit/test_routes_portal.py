@@ -118,7 +118,7 @@ class PortalCase(SynchronousTestCase):
         store = RecordSessionStore(records, ChangeFollower(None, records), complete=True)
         signer = AssertionSigner(None, "ES256", AUTH, clock=self.clock)
         self.identity = Identity(None, self.snapshot, store, signer, self.clock)
-        self.identity.provider = None
+        self.identity.clients.clients.pop("default", None)
         self.endpoints = Endpoints(self.identity, self.snapshot.routes)
 
     def session(self, claims: dict[str, Any]) -> Session:
@@ -181,6 +181,22 @@ class WhoSeesWhatTests(PortalCase):
         unproven = {**ALICE, "email_verified": False}
         self.assertNotIn("tcp+https://db.test:5432", self.listed(unproven))
         self.assertIn("https://staff.test/", self.listed(unproven))
+
+    def test_a_route_of_other_providers_is_left_out(self) -> None:
+        """A route whose ``identity_providers`` does not name the session's provider is
+        not the person's to open (its page offers another provider's sign-in)."""
+        config = {**IDENTITY, "authenticate_service_url": f"https://{AUTH}", "policy": [
+            {"from": "https://mine.test", "to": "http://127.0.0.1:9",
+             "allow_any_authenticated_user": True},
+            {"from": "https://theirs.test", "to": "http://127.0.0.1:9",
+             "allow_any_authenticated_user": True, "identity_providers": ["corp"]}],
+            "identity_providers": [{"id": "corp", "issuer": "https://corp.example",
+                                    "client_id": "gw", "client_secret": "s"}]}
+        self.snapshot = load(base_config(**config))
+        self.identity = Identity(None, self.snapshot, self.identity.store,
+                                 self.identity.signer, self.clock)
+        self.endpoints = Endpoints(self.identity, self.snapshot.routes)
+        self.assertEqual(self.listed(ALICE), ["https://mine.test/"])  # (provider default)
 
     def test_a_route_a_broader_one_hides_is_left_out(self) -> None:
         """docs.test/public is the second docs.test route's entry, but the first one's

@@ -234,6 +234,20 @@ class RegisterTests(SynchronousTestCase):
         assert self.ssh.disconnected is not None
         self.assertIn(b"the server closed the connection", self.ssh.disconnected[1])
 
+    def test_the_session_ending_closes_it_at_once(self) -> None:
+        """Issue 42: listed under its session in the registry of live connections, it
+        is closed when the session ends, not at the next recheck; and forgotten."""
+        self.assertEqual(self.s.service.live.watched("sid-1"), 1)
+        self.assertEqual(self.s.service.live.end("sid-1"), 1)  # no clock advance
+        assert self.ssh.disconnected is not None
+        self.assertIn(b"your session has ended", self.ssh.disconnected[1])
+        self.ssh.on_lost()
+        self.assertEqual(len(self.s.service.live), 0)
+
+    def test_a_closed_connection_leaves_the_registry(self) -> None:
+        self.ssh.on_lost()
+        self.assertEqual(len(self.s.service.live), 0)
+
     def test_a_person_gone_while_the_server_was_reached(self) -> None:
         s = Service()
         admission = s.admission()

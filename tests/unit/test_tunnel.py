@@ -456,3 +456,74 @@ class WebsocketRecheckTests(SynchronousTestCase):
         self.upstream.protocol.connectionLost(Failure(ConnectionDone()))
         self.reactor.advance(11)
         self.assertEqual(self.core.tunnels, set())
+
+
+class RecordingWatch:
+    """``core.live``: what the data plane asks to watch, and a way to end it."""
+
+    def __init__(self) -> None:
+        self.watched: list[tuple[list[tuple[bytes, bytes]], Any]] = []
+        self.forgotten = 0
+
+    def watch(self, headers: list[tuple[bytes, bytes]], end: Any) -> Any:
+        self.watched.append((headers, end))
+
+        def forget() -> None:
+            self.forgotten += 1
+        return forget
+
+
+class SessionEndTests(_ConnectCase):
+    """Issue 42: a tunnel or websocket is listed under its session when it opens, so
+    the session's end closes it at once rather than at its next check."""
+
+    def setUp(self) -> None:
+        super().setUp()
+        self.live = RecordingWatch()
+        self.core.live = self.live
+
+    def test_the_session_ending_closes_the_tunnel_at_once(self) -> None:
+        upstream = self.open()
+        self.assertEqual(len(self.live.watched), 1)
+        headers, end = self.live.watched[0]
+        self.assertIn((b"host", b"db.example.com:5432"),
+                      [(k.lower(), v) for k, v in headers])
+        end("your session has ended (signed out or revoked)")  # no clock advance
+        self.assertTrue(self.client.disconnected)
+        self.assertTrue(upstream.transport.disconnected)
+        self.assertEqual(self.core.tunnels, set())
+
+    def test_a_closed_tunnel_is_forgotten(self) -> None:
+        upstream = self.open()
+        upstream.protocol.connectionLost(Failure(ConnectionDone()))
+        self.conn.connectionLost(Failure(ConnectionDone()))
+        self.assertEqual(self.live.forgotten, 1)
+
+    def test_a_public_tunnel_is_not_watched(self) -> None:
+        self.conn.dataReceived(b"CONNECT open.example.com:22 HTTP/1.1\r\n"
+                               b"Host: open.example.com:22\r\n\r\n")
+        MemoryUpstream(self.reactor)
+        self.assertEqual(len(self.core.tunnels), 1)
+        self.assertEqual(self.live.watched, [])
+
+
+class WebsocketSessionEndTests(SynchronousTestCase):
+    def test_the_session_ending_closes_the_websocket_at_once(self) -> None:
+        reactor = MemoryReactorClock()
+        core = ProxyCore(reactor, build_plan(load(base_config(policy=WS_ROUTES,
+                                                              **IDENTITY))),
+                         tls=False, authorizer=SwitchableAuthorizer())
+        live = RecordingWatch()
+        core.live = live
+        client = StringTransport(peerAddress=CLIENT)
+        conn = Http1Connection(core)
+        conn.makeConnection(client)
+        conn.dataReceived(b"GET /socket HTTP/1.1\r\nHost: chat.example.com\r\n"
+                          b"Upgrade: websocket\r\nConnection: Upgrade\r\n\r\n")
+        upstream = MemoryUpstream(reactor)
+        upstream.respond(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n"
+                         b"Connection: Upgrade\r\n\r\nhello")
+        self.assertEqual(len(live.watched), 1)
+        live.watched[0][1]("your session has ended (signed out or revoked)")
+        self.assertTrue(client.disconnected)
+        self.assertEqual(core.tunnels, set())

@@ -125,6 +125,7 @@ def log_access(exchange: Logged, status: int) -> None:
         "route": plan.metric_labels[1] if plan is not None else None,
         "user_id": (caller.user_id or None) if caller is not None else None,
         "email": (caller.email or None) if caller is not None else None,
+        "provider": (caller.provider or None) if caller is not None else None,
         "reason": (exchange.decision_reason or (allow.reason if allow else "")
                    or ("public" if plan is not None and plan.public else "")) or None,
         "detail": exchange.detail or None,
@@ -179,4 +180,5 @@ def audit_event(exchange: Audited, when: float, via: str, method: bytes, host: s
         when, exchange.request_id, exchange.trace_id, plan.metric_labels[1],
         str(plan.route.from_url), caller.user_id if caller is not None else "",
         caller.email if caller is not None else "", exchange.client_address(),
-        method.decode("latin-1"), host, path, via, credential, allowed, status, reason)
+        method.decode("latin-1"), host, path, via, credential, allowed, status, reason,
+        provider=caller.provider if caller is not None else "")

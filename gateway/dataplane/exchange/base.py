@@ -106,7 +106,7 @@ class ExchangeBase:
         "allow", "body_sent", "caller", "connecting", "core", "deadline",
         "decision_reason", "detail", "expect_continue", "facts", "finished", "head",
         "head_pending", "host_state", "internal_body", "keep_alive", "pending",
-        "pending_size", "plan", "received", "request_done", "response_started", "retried",
+        "pending_size", "plan", "received", "request_done", "retried",
         "reused", "rid", "sent", "sink", "stage", "started", "status", "trace", "trace_id",
         "upstream", "upstream_host", "upstream_started", "upstream_status",
     )
@@ -150,11 +150,10 @@ class ExchangeBase:
         self.pending_size = 0
         self.allow: Allow | None = None
         self.deadline = 0.0
-        # a response head was made for the client. Not the stage: it stays once DONE
-        # (the HTTP/1.1 codec asks whether anything was answered), and it is taken back
-        # when a head held back (not written yet) is dropped for an answer of our own.
-        self.response_started = False
         self.head_pending: tuple[int, bytes, list[tuple[bytes, bytes]], int, bool] | None = None
+        # the status of the response head made for the client, 0 while none is (and
+        # again when a head held back, not written yet, is dropped for an answer of
+        # the gateway's own): ``response_started``
         self.status = 0
         self.sent = 0
         self.reused = False
@@ -164,10 +163,10 @@ class ExchangeBase:
         self.internal_body: bytearray | None = None
 
     def head_read(self, head: RequestHead) -> None:
-        """The codec has read the request head of an exchange it made before the head
-        (HTTP/1.1 makes it at the request's first byte), and refuses (``begin`` and
-        ``head_complete`` take the head of one it goes on with, and keep the same
-        fields)."""
+        """The head of an exchange made before it was read (HTTP/1.1 makes one at the
+        request's first byte): one the codec refuses, kept for its answer and its log
+        line. The head of a request the codec goes on with is handed to ``begin`` or
+        ``head_complete``, which take it the same way."""
         self.head = head
         self.keep_alive = head.keep_alive
         self.expect_continue = head.expect_continue
@@ -238,6 +237,14 @@ class ExchangeBase:
         self.finished = stage >= FINAL
 
     @property
+    def response_started(self) -> bool:
+        """A response head was made for the client (it may be held back still). Not the
+        stage, which says only that the exchange is over once DONE: the HTTP/1.1 codec
+        asks then whether anything was answered. Read off the response's status, so
+        not a flag of its own to keep beside the stage."""
+        return self.status != 0
+
+    @property
     def ready(self) -> bool:
         """The request head is complete (the codec has said so)."""
         return self.stage != HEAD
@@ -303,7 +310,6 @@ class ExchangeBase:
         self.sink.stop_response_flow()
         self.stage = RESPONDING  # (a plain write: see ``stage.MOVED_BY``)
         self.status = status
-        self.response_started = True
         out = list((self.plan if self.plan is not None else self.core.plan).response_headers)
         if headers:  # the answer's own headers replace the configured ones of that name
             own = {name.lower() for name, _ in headers}

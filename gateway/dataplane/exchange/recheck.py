@@ -5,7 +5,10 @@ A CONNECT tunnel (``tunnel.Tunnel``) and an upgraded connection (websocket or SP
 stay open after a sign-out anywhere, an expired session, a revoked client certificate or
 a policy edit. The core's watchdog calls ``check``; a denial, a removed route, a failure
 of the check itself (fail closed) ends the pipe. A denial is an audit event
-(``access.audit_revoked``); the checks that allow are not.
+(``access.audit_revoked``); the checks that allow are not. The end of the session its
+request named does not wait for the next check: the pipe is watched in this process's
+registry of live connections (``core.live``, ``gateway.sessions.live``), which the
+databroker's change stream tells at once.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from gateway.dataplane.core import ProxyCore
 from gateway.dataplane.exchange.access import Logged, access_log, audit_revoked
 from gateway.dataplane.exchange.head import ConnectionFacts
 from gateway.dataplane.routing.plan import RoutePlan
+from gateway.sessions.live import Unwatch
 
 RECHECK = 1.0  # seconds between authorizations of an open pipe
 
@@ -52,6 +56,7 @@ class Reauthorized:
         self.pipe: Ending | None = None
         self.next_check = exchange.core.reactor.seconds() + RECHECK
         self.checking = False
+        self.unwatch: Unwatch | None = None
 
     def lookup(self) -> RoutePlan | None:
         """The route that admits the connection under the current configuration."""
@@ -106,6 +111,26 @@ class Reauthorized:
         access_log.failure("re-authorization failed; closing the connection", failure)
         self.end("authorization check failed")
 
+    def watch_session(self) -> None:
+        """Closed at once when the session its request named ends (a route that is
+        public asks no session, and is not watched)."""
+        plan = self.lookup()
+        if plan is not None and not plan.public:
+            self.unwatch = self.exchange.core.live.watch(
+                self.exchange.request_info(plan).headers, self.session_ended)
+
+    def forget_session(self) -> None:
+        if self.unwatch is not None:
+            self.unwatch()
+            self.unwatch = None
+
+    def session_ended(self, reason: str) -> None:
+        self.unwatch = None  # (the registry forgets what it ends)
+        if self.pipe is not None and not self.pipe.closed:
+            audit_revoked(cast(Logged, self.exchange),
+                          Reply(401, b"", reason="session-ended"))
+        self.end(reason)
+
     def end(self, reason: str) -> None:
         if self.pipe is not None and not self.pipe.closed:
             self.exchange.detail = reason
@@ -133,6 +158,8 @@ class UpgradeWatch(Reauthorized):
     def start(self, pipe: Ending) -> None:
         self.pipe = pipe
         self.exchange.core.tunnels.add(self)
+        self.watch_session()
 
     def closed(self, pipe: Any, reason: str) -> None:
         self.exchange.core.tunnels.discard(self)
+        self.forget_session()

@@ -193,7 +193,6 @@ class UpstreamRelay(ExchangeBase):
         # a body of unknown length is the sink's to delimit (HTTP/1.1 chunks it)
         framing = BODY_NONE if head.method == b"HEAD" or status in (204, 304) or upgrading \
             else BODY_LENGTH if has_length else BODY_CHUNKED
-        self.response_started = True
         close = not self.keep_alive and not upgrading
         # Held until the first body bytes or the end of this read, so head and body
         # usually leave in one send.
@@ -326,7 +325,7 @@ class UpstreamRelay(ExchangeBase):
         otherwise cut the response off."""
         if self.head_pending is not None:
             self.head_pending = None  # nothing was written yet: answer cleanly instead
-            self.response_started = False
+            self.status = 0  # (no response was started after all)
             answerable = True
         if answerable and not self.response_started:
             self.fail(status, message)

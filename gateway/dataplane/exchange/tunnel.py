@@ -154,6 +154,7 @@ class Tunnel(Reauthorized):
         the tunnel is authorized again every ``RECHECK`` seconds."""
         self.pipe = pipe
         self.exchange.core.tunnels.add(self)
+        self.watch_session()
         self.upstream.raw = pipe
         early, self.upstream.early = self.upstream.early, []
         for data in early:
@@ -164,6 +165,7 @@ class Tunnel(Reauthorized):
     def closed(self, pipe: Relay, reason: str) -> None:
         exchange = self.exchange
         exchange.core.tunnels.discard(self)
+        self.forget_session()
         exchange.sent = pipe.sent_to_a + self.early_to_a
         if not exchange.detail:
             exchange.detail = reason

@@ -2,7 +2,7 @@
 
 ``Tracer.begin`` runs first for every request while tracing is on. The decision is made
 before any OpenTelemetry object exists: a caller's context (``traceparent``, ``b3``,
-``X-B3-*``, searched only when the codec flagged one in ``exchange.trace_context``)
+``X-B3-*``, searched only when the codec flagged one in the request head's ``trace_context``)
 decides when it says sampled or not (parent-based; "sampled" within a budget of
 ``tracing_caller_sampled_per_second``, past which the rate decides and
 ``forced_refused`` counts it); otherwise one ``random()`` against the sample rate (a
@@ -210,7 +210,8 @@ class Tracer:
     def begin(self, exchange: Any) -> None:
         """Sets ``exchange.trace`` (sampled) and ``exchange.trace_id`` (sampled, or a
         caller's trace that we do not sample)."""
-        parent = find_parent(exchange.headers, self.formats) if exchange.trace_context \
+        head = exchange.head
+        parent = find_parent(head.headers, self.formats) if head.trace_context \
             and self.formats else None
         if parent is not None and not parent.trace:  # a bare "not sampled", no ids
             parent = parent if self.parent_based else None

@@ -2,7 +2,8 @@
 // open the protected URL, fill in the provider's login and consent pages, and print the
 // final page's URL and text as JSON. Usage: node signin.js URL LOGIN
 // Environment (optional): HOST_RESOLVER_RULES (Chromium's --host-resolver-rules, e.g.
-// "MAP *.example.com 127.0.0.1"), IGNORE_HTTPS_ERRORS=1 (certificates of a test CA).
+// "MAP *.example.com 127.0.0.1"), IGNORE_HTTPS_ERRORS=1 (certificates of a test CA),
+// CHOOSE (the gateway's provider chooser comes first: the label of the link to click).
 'use strict';
 const { chromium } = require('playwright-core');
 
@@ -21,6 +22,11 @@ const { chromium } = require('playwright-core');
     });
     const page = await context.newPage();
     await page.goto(url, { timeout: 20000 });
+    const choose = process.env.CHOOSE;
+    if (choose) {
+      await Promise.all([page.waitForNavigation({ timeout: 20000 }),
+                         page.getByRole('link', { name: choose, exact: true }).click()]);
+    }
     for (let step = 0; step < 5; step += 1) {
       const prompt = await page.$('input[name="prompt"]');
       if (!prompt) break;

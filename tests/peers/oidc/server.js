@@ -13,6 +13,13 @@
 //   POST_LOGOUT_REDIRECT_URIS  comma-separated post-logout redirect URIs
 //                              (default: the origin + "/" of every redirect URI)
 //   TOKEN_AUTH_METHOD          client_secret_basic (default) or client_secret_post, ...
+//   COOKIE_PREFIX              prefix of the provider's cookie names (default: none): a
+//                              second instance on 127.0.0.1 (cookies ignore the port)
+//                              must not read the first one's session and interaction
+//   BACKCHANNEL_LOGOUT_URI     the client's backchannel_logout_uri (Back-Channel Logout 1.0,
+//                              with backchannel_logout_session_required: ID tokens carry
+//                              sid, and ending a session at /session/end posts a logout
+//                              token there; each post is logged "BACKCHANNEL ok" or "BACKCHANNEL error ...")
 //
 // Dev interactions: any login + any password is accepted; the login string becomes `sub`.
 //   email  = login if it contains '@', else `${login}@example.test`
@@ -40,6 +47,8 @@ const POST_LOGOUT_REDIRECT_URIS = csv(
   [...new Set(REDIRECT_URIS.map((u) => `${new URL(u).origin}/`))].join(','),
 );
 const TOKEN_AUTH_METHOD = process.env.TOKEN_AUTH_METHOD || 'client_secret_basic';
+const COOKIE_PREFIX = process.env.COOKIE_PREFIX || '';
+const BACKCHANNEL_LOGOUT_URI = process.env.BACKCHANNEL_LOGOUT_URI || '';
 
 const GROUPS = {
   'alice@example.test': ['admins', 'engineering'],
@@ -73,6 +82,10 @@ function accountClaims(id) {
       grant_types: ['authorization_code', 'refresh_token'],
       response_types: ['code'],
       token_endpoint_auth_method: TOKEN_AUTH_METHOD,
+      ...(BACKCHANNEL_LOGOUT_URI ? {
+        backchannel_logout_uri: BACKCHANNEL_LOGOUT_URI,
+        backchannel_logout_session_required: true,
+      } : {}),
     }],
     // scope -> claims it releases
     claims: {
@@ -88,8 +101,23 @@ function accountClaims(id) {
       introspection: { enabled: true },
       revocation: { enabled: true },
       rpInitiatedLogout: { enabled: true }, // end_session_endpoint (/session/end)
+      backchannelLogout: { enabled: true }, // logout tokens to backchannel_logout_uri
     },
-    cookies: { keys: ['dev-only-cookie-signing-key'] },
+    cookies: {
+      keys: ['dev-only-cookie-signing-key'],
+      names: {
+        session: `${COOKIE_PREFIX}_session`,
+        interaction: `${COOKIE_PREFIX}_interaction`,
+        resume: `${COOKIE_PREFIX}_interaction_resume`,
+      },
+    },
+    // Its outgoing requests (the back-channel logout posts) refuse special-use addresses
+    // (an SSRF guard, through the dispatcher it hands fetch); the tests run every peer
+    // on loopback, so this test-only provider posts there without it.
+    fetch(url, options) {
+      const { dispatcher, ...rest } = options; // eslint-disable-line no-unused-vars
+      return fetch(url, rest);
+    },
     async findAccount(ctx, id) {
       return {
         accountId: id,
@@ -122,6 +150,8 @@ function accountClaims(id) {
   oidc.on('server_error', (ctx, err) => console.error('server_error', err));
   oidc.on('authorization.error', (ctx, err) => console.error('authorization.error', err.message, err.error_description || ''));
   oidc.on('grant.error', (ctx, err) => console.error('grant.error', err.message, err.error_description || ''));
+  oidc.on('backchannel.success', () => console.error('BACKCHANNEL ok'));
+  oidc.on('backchannel.error', (ctx, err) => console.error('BACKCHANNEL error', err.message));
   oidc.on('end_session.error', (ctx, err) => console.error('end_session.error', err.message, err.error_description || ''));
 
   const server = oidc.listen(PORT, HOST, () => {

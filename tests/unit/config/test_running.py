@@ -134,14 +134,14 @@ class ConfigSourceTests(SynchronousTestCase):
         self.source.startService()
 
 
-class FingerprintTests(SynchronousTestCase):
+class FileStatesTests(SynchronousTestCase):
     def test_deleted_and_recreated_file(self) -> None:
         """A watched file that disappears and comes back counts as a change."""
-        from gateway.config.running import fingerprint
+        from gateway.config.running import file_states
 
         path = write(tempfile.mkdtemp(), "x", "1")
-        first = fingerprint(frozenset({path}))
+        first = file_states(frozenset({path}))
         os.unlink(path)
-        self.assertNotEqual(fingerprint(frozenset({path})), first)
+        self.assertNotEqual(file_states(frozenset({path})), first)
         write(os.path.dirname(path), "x", "1")
-        self.assertIsNotNone(fingerprint(frozenset({path}))[0][1])
+        self.assertIsNotNone(file_states(frozenset({path}))[0][1])

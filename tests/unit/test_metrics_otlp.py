@@ -1,4 +1,4 @@
-"""metrics_bridge: prometheus_client's families as OTLP metric data, checked through the
+"""metrics_otlp: prometheus_client's families as OTLP metric data, checked through the
 SDK's own protobuf encoding and decoded again with ``opentelemetry-proto``: counters as
 monotonic cumulative sums, gauges, histograms with per-bucket counts, labels as
 attributes."""
@@ -15,7 +15,7 @@ from opentelemetry.sdk.resources import Resource
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from twisted.trial.unittest import SynchronousTestCase
 
-from gateway.observability.metrics_bridge import collect, metrics_data
+from gateway.observability.metrics_otlp import collect, metrics_data
 
 
 def decoded(registry: CollectorRegistry) -> dict[str, Any]:

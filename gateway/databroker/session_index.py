@@ -1,0 +1,147 @@
+"""Which gateway sessions an identity provider's session, a user or an e-mail address
+names: what a back-channel logout (``sid`` or ``sub``) and a directory removal (a user's
+id or e-mail) end.
+
+One ``session.index`` record per key (``key_id``: a digest, so neither a ``sid`` nor an
+address is a record id), holding ``{session id: [expires_at, issued_at, issuer]}``. A
+sign-in adds its session under each of its keys before its cookie is handed out
+(``RecordSessionStore.put_confirmed``). An update reads, changes and writes the record,
+so two processes adding under one key at once would lose one of the two: each update
+holds the store's lease named after the key (the lease every backend has: Redis ``SET
+NX PX``, the memory store's, the databroker's over gRPC).
+
+Bounded and cleaned with the sessions: an entry lives until its session would expire
+(every update drops the expired ones), the record until its newest entry expires (the
+store's sweep drops it then). A key holds at most ``MAX_PER_KEY`` sessions; past that
+the ones that expire first are returned to be ended, never silently forgotten (a
+session left out of the index could not be logged out by its provider).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Callable, Iterable
+from typing import Any, NamedTuple
+
+from twisted.internet.defer import Deferred, ensureDeferred
+from twisted.internet.task import deferLater
+
+from gateway.databroker.records import SESSION_INDEX, RecordStore, StorageUnavailable
+from gateway.sessions.model import Session
+
+MAX_PER_KEY = 1000
+LEASE_SECONDS = 10.0  # longer than a read and a write may take (3 s reply timeout each)
+LEASE_TRIES = 80
+LEASE_WAIT = 0.025  # seconds between tries for a key another process is updating
+
+
+class Entry(NamedTuple):
+    session_id: str
+    expires_at: float
+    issued_at: float
+    issuer: str
+
+
+def key_id(kind: str, *parts: str) -> str:
+    return hashlib.sha256("\x00".join((kind, *parts)).encode()).hexdigest()
+
+
+def sid_key(issuer: str, sid: str) -> str:
+    return key_id("sid", issuer, sid)
+
+
+def user_key(user_id: str) -> str:
+    """A user's sessions, whichever provider signed them in (the directory matches a
+    user by id whatever the provider; a logout by ``sub`` filters on the issuer)."""
+    return key_id("user", user_id)
+
+
+def email_key(email: str) -> str:
+    return key_id("email", email.lower())
+
+
+def keys_of(session: Session) -> list[str]:
+    keys = []
+    if session.idp_sid:
+        keys.append(sid_key(session.idp_issuer, session.idp_sid))
+    if session.user_id:
+        keys.append(user_key(session.user_id))
+    if session.email:
+        keys.append(email_key(session.email))
+    return keys
+
+
+def parse(data: bytes) -> list[Entry]:
+    try:
+        raw = json.loads(data)
+        return [Entry(str(sid), float(e[0]), float(e[1]), str(e[2]))
+                for sid, e in raw.items()]
+    except (ValueError, TypeError, IndexError, AttributeError):
+        return []  # unreadable: as empty (the sessions it held still end on their own)
+
+
+def serialise(entries: Iterable[Entry]) -> bytes:
+    return json.dumps({e.session_id: [e.expires_at, e.issued_at, e.issuer] for e in entries},
+                      separators=(",", ":"), sort_keys=True).encode()
+
+
+def with_entry(entries: list[Entry], new: Entry, now: float,
+               limit: int = MAX_PER_KEY) -> tuple[list[Entry], list[Entry]]:
+    """The entries kept (expired ones dropped, ``new`` added) and those pushed out by
+    the bound (the ones that expire first), which the caller ends."""
+    kept = [e for e in entries if e.expires_at > now and e.session_id != new.session_id]
+    kept.append(new)
+    if len(kept) <= limit:
+        return kept, []
+    kept.sort(key=lambda e: e.expires_at)
+    return kept[-limit:], kept[:-limit]
+
+
+class SessionIndex:
+    def __init__(self, store: RecordStore, reactor: Any, clock: Callable[[], float]) -> None:
+        """``reactor`` waits between tries of a busy key; ``clock`` tells expired
+        entries."""
+        self.store = store
+        self.reactor = reactor
+        self.clock = clock
+
+    def add(self, session: Session) -> Deferred[list[str]]:
+        """Index ``session`` under each of its keys; the ids of sessions the bound
+        pushed out (to be ended). Fails with ``StorageUnavailable``."""
+        async def run() -> list[str]:
+            evicted: list[str] = []
+            entry = Entry(session.id, session.expires_at, session.issued_at,
+                          session.idp_issuer)
+            for key in keys_of(session):
+                evicted += await self._update(key, entry)
+            return evicted
+        return ensureDeferred(run())
+
+    async def _update(self, key: str, entry: Entry) -> list[str]:
+        lease = f"index:{key}"
+        holder = os.urandom(8).hex()
+        for _ in range(LEASE_TRIES):
+            if await self.store.lease(lease, holder, LEASE_SECONDS):
+                break
+            await deferLater(self.reactor, LEASE_WAIT, lambda: None)
+        else:
+            raise StorageUnavailable("the session index is busy (its lease was not "
+                                     f"free within {LEASE_TRIES * LEASE_WAIT:g}s)")
+        try:
+            record = await self.store.get(SESSION_INDEX, key)
+            now = self.clock()
+            kept, pushed = with_entry(parse(record.data) if record else [], entry, now)
+            await self.store.put(SESSION_INDEX, key, serialise(kept),
+                                 max(e.expires_at for e in kept))
+        finally:
+            await self.store.release(lease, holder)
+        return [e.session_id for e in pushed]
+
+    def entries(self, key: str) -> Deferred[list[Entry]]:
+        """The sessions indexed under ``key`` and not yet expired."""
+        def read(record: Any) -> list[Entry]:
+            now = self.clock()
+            return [e for e in (parse(record.data) if record else []) if e.expires_at > now]
+        return self.store.get(SESSION_INDEX, key).addCallback(read)
