@@ -167,9 +167,9 @@ class RenewedTests(IdentityCase):
         async def refresh(s: Session) -> Session | None:
             return refreshed[0]
 
+        self.patch(self.identity.flow, "refresh_due", lambda s: due[0])
+        self.patch(self.identity.flow, "refresh", refresh)
         decider = self.identity.decider
-        self.patch(decider.sign_in, "refresh_due", lambda s: due[0])
-        self.patch(decider.sign_in, "refresh", refresh)
         renewed = self.successResultOf(ensureDeferred(decider.renewed(session, NOW)))
         self.assertIs(renewed, session)
         due[0] = NOW
