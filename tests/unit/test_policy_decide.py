@@ -82,8 +82,8 @@ class PolicyDecisionTests(PolicyDecideCase):
             caller = decision.caller
             assert caller is not None, decision
             self.assertEqual((caller.session_id, caller.provider, caller.user_id,
-                              caller.email), (session.id, "", session.user_id,
-                                              "alice@example.com"))
+                              caller.email), (session.id, "default", session.user_id,
+                                              "alice@example.com"))  # (idp_* settings')
         self.assertIs(allowed.caller, refused.caller)  # one per session record
         self.assertIsNone(self.decide(request(headers=[BROWSER])).caller)
 

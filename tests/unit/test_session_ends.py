@@ -228,8 +228,8 @@ class EndpointTests(BrokerCase):
                                  self.clock.seconds)
         self.key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
         public = jwt.algorithms.RSAAlgorithm.to_jwk(self.key.public_key(), as_dict=True)
-        self.identity.provider = provider_with({"k1": jwt.PyJWK({**public, "kid": "k1"})},
-                                               self.clock)
+        self.identity.clients.clients["default"] = provider_with(  # (the idp_* one)
+            {"k1": jwt.PyJWK({**public, "kid": "k1"})}, self.clock)
         self.endpoints = Endpoints(self.identity, snapshot.routes, self.records,
                                    self.broker.ends)
 
