@@ -23,6 +23,7 @@ MALFORMED = "malformed"
 DUPLICATE_KEY = "duplicate_key"
 
 _B64URL = re.compile(r"[A-Za-z0-9_-]*")
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")  # pairs are fine, lone ones are not
 
 
 class Malformed(Exception):
@@ -74,7 +75,8 @@ def _no_constant(name: str) -> Any:
 def json_object(data: bytes, what: str) -> dict[str, Any]:
     """``data`` as one JSON object; a name repeated at any depth is refused."""
     try:
-        value = json.loads(data.decode("utf-8"), object_pairs_hook=_no_duplicates,
+        text = data.decode("utf-8")
+        value = json.loads(text, object_pairs_hook=_no_duplicates,
                            parse_constant=_no_constant)
     except _Duplicate:
         raise Malformed(DUPLICATE_KEY, f"the {what} names a member twice") from None
@@ -82,6 +84,12 @@ def json_object(data: bytes, what: str) -> dict[str, Any]:
         raise Malformed(MALFORMED, f"the {what} is not JSON") from None
     if not isinstance(value, dict):
         raise Malformed(MALFORMED, f"the {what} is not a JSON object")
+    if "\\u" in text and _SURROGATE_ESCAPE.search(text):
+        # ``"\ud800"`` parses into a string no header, log or assertion can encode
+        try:
+            json.dumps(value, ensure_ascii=False).encode("utf-8")
+        except UnicodeEncodeError:
+            raise Malformed(MALFORMED, f"the {what} holds text that is not Unicode") from None
     return value
 
 

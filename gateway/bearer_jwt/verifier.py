@@ -72,27 +72,46 @@ class Verifier:
         if len(token) > self.expect.max_token_bytes:  # before hashing it
             return Refused(OVERSIZE, f"the token is longer than "
                                      f"{self.expect.max_token_bytes} bytes")
-        now = self.clock()
+        digest = digest_of(token)
+        return self.remembered(digest) or self._verify(token, digest)
+
+    def remembered(self, digest: bytes) -> Verified | None:
+        """The token of this digest as verified before, while it is valid and the keys
+        it was verified with are the current ones."""
         keys = self.source.keys
         cache = self._cache
         if keys is not self._cache_keys:
             cache.clear()
             self._cache_keys = keys
-        digest = hashlib.sha256(token.encode("utf-8", "surrogateescape")).digest()
+            return None
         hit = cache.get(digest)
-        if hit is not None:
-            if now < hit.expires_at:
-                cache.move_to_end(digest)
-                return hit
-            del cache[digest]
-        result = verify(token, keys, self.expect, now)
+        if hit is None:
+            return None
+        if self.clock() < hit.expires_at:
+            cache.move_to_end(digest)
+            return hit
+        del cache[digest]
+        return None
+
+    def _verify(self, token: str, digest: bytes) -> Verified | Refused:
+        keys = self.source.keys
+        result = verify(token, keys, self.expect, self.clock())
         if isinstance(result, Verified):
+            cache = self._cache
+            if keys is not self._cache_keys:
+                cache.clear()
+                self._cache_keys = keys
             if len(cache) >= self.limit:
                 cache.popitem(last=False)
             cache[digest] = result
         elif result.check == UNKNOWN_KID:
             self.source.unknown_kid()
         return result
+
+
+def digest_of(token: str) -> bytes:
+    """What the cache keys a token by: its SHA-256 (the token itself is not kept)."""
+    return hashlib.sha256(token.encode("utf-8", "surrogateescape")).digest()
 
 
 def named_issuer(token: str) -> str:
@@ -117,6 +136,11 @@ def check_any(token: str, verifiers: Sequence[Verifier]) -> Verified | Refused:
         return verifiers[0].check(token)
     if len(token) > max((v.expect.max_token_bytes for v in verifiers), default=0):
         return Refused(OVERSIZE, "the token is too long")
+    digest = digest_of(token)
+    for verifier in verifiers:  # a token seen before: no parse at all
+        hit = verifier.remembered(digest)
+        if hit is not None:
+            return hit
     issuer = named_issuer(token)
     if not issuer:  # unreadable: any provider's checks say why
         return verifiers[0].check(token)

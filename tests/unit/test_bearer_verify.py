@@ -177,6 +177,8 @@ def table() -> list[Case]:
         Case("payload nested too deep", raw(GOOD_HEAD, b"[" * 2500 + b"]" * 2500),
              jws.MALFORMED),
         Case("not ASCII", good[:-1] + "\u00e9", jws.MALFORMED),
+        Case("a lone surrogate in sub", raw(GOOD_HEAD, GOOD_BODY.replace(
+            b'"sub": "repo:', b'"sub": "\\ud800repo:')), jws.MALFORMED),
         Case("empty", "", jws.MALFORMED),
     ]
 
@@ -293,6 +295,12 @@ class Accepted(SynchronousTestCase):
         single = key_set_from_json("ci", jwks((rsa_key(), "only")))
         self.assertIsInstance(verify(raw(b'{"alg":"RS256"}', GOOD_BODY), single, EXPECT,
                                      NOW), Verified)
+
+    def test_surrogate_pairs_are_text(self) -> None:
+        result = verify(raw(GOOD_HEAD, GOOD_BODY.replace(
+            b'"sub": "repo:', b'"sub": "\\ud83d\\ude80repo:')), keys(), EXPECT, NOW)
+        assert isinstance(result, Verified), result
+        self.assertTrue(result.sub.startswith("\U0001f680repo:"))
 
     def test_groups_from_a_configured_nested_claim(self) -> None:
         expect = BearerExpectations("kc", ISSUER, (AUDIENCE,),

@@ -52,7 +52,7 @@ class TokenCli(CliCase):
         self.assertIn("  ok     signature: signed with RS256", out)
         self.assertIn("token: verified", out)
         # the token's groups count (its provider's claim), with no directory configured
-        self.assertIn("who: provider ci, user repo:example/app:ref:refs/heads/main, groups "
+        self.assertIn("who: user repo:example/app:ref:refs/heads/main, provider ci, groups "
                       "deployers, claims", out)
         self.assertIn("decision: allowed", out)
 
@@ -178,10 +178,10 @@ class FromConfiguration(CliCase):
         self.assertIn("give the cluster's issuer with --issuer", str(raised.exception))
 
     def test_provider_flag_shared_with_the_persons(self) -> None:
-        """``identity_providers`` gives ``policy check`` a ``--provider`` of its own (the
-        person's): the token's arguments take it as it is, not a second time."""
+        """One ``--provider`` flag, one meaning: the provider that vouches for the caller
+        (the token's with ``--token``, else the one the person signed in through)."""
         parser = argparse.ArgumentParser()
-        parser.add_argument("--provider")
         add_arguments(parser)
         self.assertEqual(parser.parse_args(["--provider", "ci", "--token", "t"]).provider,
                          "ci")
+        self.assertEqual(parser.parse_args(["--provider", "corp"]).provider, "corp")

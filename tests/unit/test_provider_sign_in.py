@@ -133,7 +133,7 @@ class OtherProviderTests(ProviderCase):
         self.store.put(session)
         allowed = self.decide(self.open, BROWSER, self.cookie(session))
         self.assertIsInstance(allowed, Allow)
-        self.assertIsNone(allowed.caller)  # (no identity headers, no one logged)
+        self.assertIsNone(allowed.caller)  # nobody: neither a user nor a provider
 
     def test_a_provider_gone_from_the_configuration_is_not_accepted(self) -> None:
         session = self.of("left")
