@@ -73,8 +73,8 @@ def who_text(report: Report) -> str:
     if session is None:
         return "not signed in"
     parts = [f"user {session.user_id}"]
-    if session.provider not in ("", IMPLICIT_ID):  # (the idp_* settings' one: not said)
-        parts.insert(0, f"provider {session.provider}")
+    if session.provider not in ("", IMPLICIT_ID):  # (the idp_* settings' one)
+        parts.append(f"provider {session.provider}")
     if report.refusal:
         parts.append(f"e-mail {report.claimed} (not used: {REFUSAL_TEXT[report.refusal]})")
     elif session.email:

@@ -243,7 +243,7 @@ class ProviderTests(CliCase):
                                   "--provider", "partners")
         self.assertEqual(code, 0, out)
         self.assertIn("provider is partners: matched", out)
-        self.assertIn("who: provider partners, user u", out)
+        self.assertIn("who: user u, provider partners", out)
         code, out, _ = self.check(self.path, "https://provider.test/", "--user", "u",
                                   "--provider", "default")
         self.assertEqual(code, 1, out)
