@@ -14,6 +14,7 @@ cluster's issuer given).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
 import os
 import time
@@ -42,10 +43,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("bearer token (instead of --user/--email)")
     group.add_argument("--token", metavar="FILE",
                        help="a bearer JWT (the file's text; a 'Bearer ' prefix is dropped)")
-    group.add_argument("--provider", metavar="ID",
-                       help="the provider it is checked against; without --token, the "
-                            "identity provider --user/--email signed in through (default: "
-                            "the first interactive one)")
+    # (the person's --provider of ``policy_inputs``, when there: one flag, read by both)
+    with contextlib.suppress(argparse.ArgumentError):
+        group.add_argument("--provider", metavar="ID",
+                           help="the provider it is checked against")
     group.add_argument("--jwks", metavar="FILE",
                        help="the provider's key set (JWKS JSON; default its jwks_file)")
     group.add_argument("--issuer", metavar="URL",
