@@ -328,6 +328,31 @@ class EndpointTests(BrokerCase):
         # (the same token, unused by the refusals, still works)
         self.assertEqual(self.logout(good).status, 200)
 
+    def test_two_providers_keys_and_issuers_never_cross(self) -> None:
+        """A second provider's logout ends its own sessions only; a token signed with
+        one provider's key that names the other's issuer is refused (its key is looked
+        up among the named issuer's keys only)."""
+        partners = "https://partners.example.net"
+        key_b = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+        public = jwt.algorithms.RSAAlgorithm.to_jwk(key_b.public_key(), as_dict=True)
+        self.identity.clients.clients["partners"] = provider_with(
+            {"k1": jwt.PyJWK({**public, "kid": "k1"})}, self.clock, partners, "gw")
+        self.sign_in(person("g-1"))  # the first provider's op-1
+        self.sign_in(person("g-2", issuer=partners))  # the partners' op-1, same sid
+        body = {"iss": partners, "aud": "gw", "iat": NOW, "exp": NOW + 120, "jti": "b-1",
+                "sid": "op-1", "events": {EVENT: {}}}
+        header = {"kid": "k1", "typ": "logout+jwt"}
+        forged = jwt.encode(body, self.key, "RS256", headers=header)  # A's key, B's iss
+        self.error_of(self.logout(forged))
+        self.error_of(self.logout(self.token(aud="gw", jti="a-2")))  # B's aud at A
+        self.assertIsNotNone(self.sessions.get("g-1"))
+        self.assertIsNotNone(self.sessions.get("g-2"))
+        reply = self.logout(jwt.encode({**body, "jti": "b-2"}, key_b, "RS256",
+                                       headers=header))
+        self.assertEqual(reply.status, 200)
+        self.assertIsNotNone(self.sessions.get("g-1"))
+        self.assertIsNone(self.sessions.get("g-2"))
+
     def test_only_on_the_authenticate_host(self) -> None:
         body = urlencode({"logout_token": self.token()}).encode()
         reply = self.answer(post(body, host="app.test"), body)
