@@ -17,7 +17,7 @@ does not apply here, since a provider's server posts without ``Origin`` or a pag
 stands in its place: the token is the credential (signed by the provider, for this
 client, once), and the endpoint reads no cookie and acts on no session of the caller, so
 a browser posting here has nothing of its own to lend. A request a browser made is
-refused anyway (``Sec-Fetch-*``, ``Origin`` or a ``Cookie``): no page on another site
+refused anyway (``Sec-Fetch-Site``, ``Origin`` or a ``Cookie``): no page on another site
 can use a person's browser to deliver a token it got hold of, and nothing here is
 meant to be reached from one.
 """
@@ -47,7 +47,10 @@ if TYPE_CHECKING:
 log = Logger()
 
 MAX_TOKEN = 16 * 1024
-BROWSER_HEADERS = (b"sec-fetch-site", b"sec-fetch-mode", b"origin", b"cookie")
+# What a browser sends and a provider's server does not: every current browser sends
+# Sec-Fetch-Site, and Origin on a cross-origin POST. Not Sec-Fetch-Mode: Node's fetch
+# (node-oidc-provider's, posting logout tokens) sends "Sec-Fetch-Mode: cors" too.
+BROWSER_HEADERS = (b"sec-fetch-site", b"origin", b"cookie")
 FORM = b"application/x-www-form-urlencoded"
 
 

@@ -256,6 +256,15 @@ class EndpointTests(BrokerCase):
         self.assertIn((b"content-type", b"application/json"), reply.headers)
         return str(json.loads(reply.body)["error"])
 
+    def test_a_provider_posting_with_nodes_fetch_is_no_browser(self) -> None:
+        """Node's fetch (node-oidc-provider's) sends Sec-Fetch-Mode: cors, and no
+        Sec-Fetch-Site, Origin or Cookie: a server, not a browser."""
+        self.sign_in(person("g-1"))
+        reply = self.logout(self.token(), (b"sec-fetch-mode", b"cors"),
+                            (b"accept-language", b"*"), (b"user-agent", b""))
+        self.assertEqual(reply.status, 200)
+        self.assertIsNone(self.sessions.get("g-1"))
+
     def test_sid_ends_that_provider_session_everywhere(self) -> None:
         self.sign_in(person("g-1"))
         self.sign_in(person("g-2", idp_sid="op-1"))  # a second sign-in in the same one
@@ -306,7 +315,7 @@ class EndpointTests(BrokerCase):
         error; nothing ends."""
         self.sign_in(person("g-1"))
         good = self.token(jti="unused")
-        for case, extra in [("fetch metadata", (b"sec-fetch-site", b"cross-site")),
+        for case, extra in [("fetch metadata", (b"sec-fetch-site", b"same-origin")),
                             ("origin", (b"origin", b"https://evil.example")),
                             ("cookie", (b"cookie", b"_gateway=x"))]:
             with self.subTest(case):
