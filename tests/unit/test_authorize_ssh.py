@@ -167,8 +167,8 @@ class RenewedTests(IdentityCase):
         async def refresh(s: Session) -> Session | None:
             return refreshed[0]
 
-        self.patch(self.identity, "refresh_due", lambda s: due[0])
-        self.patch(self.identity, "refresh", refresh)
+        self.patch(self.identity.flow, "refresh_due", lambda s: due[0])
+        self.patch(self.identity.flow, "refresh", refresh)
         decider = self.identity.decider
         renewed = self.successResultOf(ensureDeferred(decider.renewed(session, NOW)))
         self.assertIs(renewed, session)
