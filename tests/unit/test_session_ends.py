@@ -31,11 +31,13 @@ from gateway.databroker.session_index import (
     LEASE_WAIT,
     Entry,
     SessionIndex,
+    email_key,
     keys_of,
     sid_key,
     user_key,
     with_entry,
 )
+from gateway.databroker.session_records import from_json, to_json
 from gateway.directory.model import Directory, DirectoryUser
 from gateway.observability.metrics import REGISTRY
 from gateway.sessions.live import LiveConnections
@@ -91,6 +93,15 @@ class IndexTests(SynchronousTestCase):
         # neither a sid nor a user id is a record id
         ids = [r.id for r in result(self.store.query(SESSION_INDEX))]
         self.assertFalse([i for i in ids if "op-1" in i or "alice" in i], ids)
+
+    def test_a_session_stored_before_sid_was_recorded_still_loads(self) -> None:
+        """A record written by the version before (no idp_issuer, idp_sid) loads with
+        both empty; the index keeps it under its user and address only."""
+        old = {k: v for k, v in json.loads(to_json(person("g-0"))).items()
+               if k not in ("idp_issuer", "idp_sid", "provider")}
+        session = from_json(json.dumps(old).encode())
+        self.assertEqual((session.idp_issuer, session.idp_sid), ("", ""))
+        self.assertEqual(keys_of(session), [user_key("alice"), email_key("alice@example.com")])
 
     def test_expired_entries_go_and_the_record_expires_with_its_sessions(self) -> None:
         result(self.index.add(person("g-1")))
