@@ -154,20 +154,22 @@ class BackchannelLogout:
         spent = "logout-jti:" + hashlib.sha256(
             f"{logout.issuer}\x00{logout.jti}".encode()).hexdigest()
         try:
+            # the sessions first (reads only), then the jti: a store that cannot answer
+            # either leaves the token unspent, for the provider to send again
+            named = await self.ends.named_by_logout(logout.issuer, logout.sid, logout.sub,
+                                                    logout.issued_at + SKEW)
             # remembered until the token could no longer pass the exp check anyway
             first = await self.identity.store.claim_once(
                 spent, max(logout.expires_at + SKEW - now, 1.0))
-            if not first:
-                return self._refused(rid, logout.issuer, "jti", 400, "invalid_request",
-                                     "this logout token was already used",
-                                     result="replayed")
-            ended = await self.ends.by_logout(logout.issuer, logout.sid, logout.sub,
-                                              logout.issued_at + SKEW)
-        except Exception as exc:  # the store cannot answer: nothing was decided
+        except Exception as exc:  # the store cannot answer: nothing was done
             return self._refused(rid, logout.issuer, "storage", 400,
                                  "temporarily_unavailable",
                                  "sessions cannot be ended right now", str(exc),
                                  result="unavailable")
+        if not first:
+            return self._refused(rid, logout.issuer, "jti", 400, "invalid_request",
+                                 "this logout token was already used", result="replayed")
+        ended = await self.ends.end(named, "backchannel_logout")  # (never fails)
         BACKCHANNEL_LOGOUTS.labels("ok").inc()
         log.info("back-channel logout from {provider}: {ended} session(s) ended",
                  provider=logout.issuer, ended=len(ended), sid=hashed(logout.sid),

@@ -25,7 +25,7 @@ from gateway.authorize.hook import Reply, RequestInfo
 from gateway.databroker.broker import Databroker
 from gateway.databroker.directory_records import DirectorySync
 from gateway.databroker.memory_records import MemoryRecordStore
-from gateway.databroker.records import SESSION_INDEX
+from gateway.databroker.records import SESSION_INDEX, StorageUnavailable
 from gateway.databroker.session_ends import named_by_logout
 from gateway.databroker.session_index import (
     LEASE_WAIT,
@@ -314,6 +314,25 @@ class EndpointTests(BrokerCase):
         self.assertIsNotNone(self.sessions.get("g-2"))
         self.assertEqual(sample("gateway_backchannel_logouts_total", result="replayed"),
                          before + 1)
+
+    def test_a_store_that_cannot_answer_leaves_the_token_for_a_retry(self) -> None:
+        """The index cannot be read: 400 temporarily_unavailable, and the jti is not
+        spent, so the provider's retry of the same token ends the session."""
+        self.sign_in(person("g-1"))
+        token = self.token(jti="retry-me")
+        real_get = self.records.get
+
+        def down(type: str, id: str) -> Deferred[Any]:
+            if type == SESSION_INDEX:
+                return defer.fail(StorageUnavailable("kvstore unavailable"))
+            return real_get(type, id)
+        self.records.get = down  # type: ignore[method-assign]
+        reply = self.logout(token)
+        self.assertEqual(json.loads(reply.body)["error"], "temporarily_unavailable")
+        self.assertIsNotNone(self.sessions.get("g-1"))
+        self.records.get = real_get  # type: ignore[method-assign]
+        self.assertEqual(self.logout(token).status, 200)
+        self.assertIsNone(self.sessions.get("g-1"))
 
     def test_sessions_signed_in_after_the_token_stay(self) -> None:
         self.sign_in(person("g-1", issued=NOW + 300))
