@@ -18,6 +18,7 @@ import contextlib
 import http.server
 import json
 import socket
+import subprocess
 import threading
 import time
 import urllib.error
@@ -221,6 +222,13 @@ def test_logout_at_the_provider_ends_everything_within_a_second(tmp_path: Path) 
                 assert all(v is not None and v <= WITHIN for v in late.values()), late
                 err = ssh.stderr.read() if ssh.stderr else b""
                 assert b"your session has ended" in err, err
+                # the key the person signed in with is not signed in any more
+                again_ssh = subprocess.run(
+                    ssh_argv(keys.client_key, ssh_port, f"{sshd.user}@db", "true",
+                             options=("BatchMode=yes",)),
+                    capture_output=True, timeout=30, stdin=subprocess.DEVNULL)
+                assert again_ssh.returncode == 255
+                assert b"This key is not signed in yet" in again_ssh.stderr, again_ssh.stderr
                 # the browser session too, on the route and the authenticate host
                 again = browser.request("GET", f"http://app.localhost:{port}/")
                 assert again.status == 302 and "/.gateway/sign_in" in \
