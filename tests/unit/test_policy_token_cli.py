@@ -52,7 +52,7 @@ class TokenCli(CliCase):
         self.assertIn("  ok     signature: signed with RS256", out)
         self.assertIn("token: verified", out)
         # the token's groups count (its provider's claim), with no directory configured
-        self.assertIn("who: provider ci, user repo:example/app:ref:refs/heads/main, groups "
+        self.assertIn("who: user repo:example/app:ref:refs/heads/main, provider ci, groups "
                       "deployers, claims", out)
         self.assertIn("decision: allowed", out)
 
@@ -177,11 +177,43 @@ class FromConfiguration(CliCase):
                         self.snapshot)
         self.assertIn("give the cluster's issuer with --issuer", str(raised.exception))
 
-    def test_provider_flag_shared_with_the_persons(self) -> None:
-        """``identity_providers`` gives ``policy check`` a ``--provider`` of its own (the
-        person's): the token's arguments take it as it is, not a second time."""
+    def test_one_provider_flag_for_the_token_and_the_person(self) -> None:
+        """``--provider`` is the token's provider with ``--token``, the person's without
+        (``identity_providers``): one flag, never an argument conflict."""
         parser = argparse.ArgumentParser()
-        parser.add_argument("--provider")
         add_arguments(parser)
         self.assertEqual(parser.parse_args(["--provider", "ci", "--token", "t"]).provider,
                          "ci")
+        check = check_token(namespace(provider="ci", config=self.config), self.snapshot)
+        self.assertIsNone(check)  # no --token: the person's provider, no bearer check
+
+
+class WithIdentityProviders(CliCase):
+    """The configuration's own bearer provider: ``--provider`` alone gives the issuer,
+    audiences, key file (relative to the configuration) and groups claim."""
+
+    def setUp(self) -> None:
+        self.directory = tempfile.mkdtemp(prefix="gw-token-")
+        self.addCleanup(shutil.rmtree, self.directory, True)
+        write(self.directory, "jwks.json", jwks_bytes((rsa_key(), "rsa-1")))
+        providers = [{"id": "ci", "issuer": ISSUER, "jwks_file": "jwks.json",
+                      "bearer": {"audiences": [AUDIENCE], "groups_claim": "roles"}}]
+        self.path = write(self.directory, "config.yaml", yaml.safe_dump(base_config(
+            **{**IDENTITY, "policy": ROUTES, "identity_providers": providers})))
+
+    def token_file(self, text: str) -> str:
+        return write(self.directory, "token.jwt", text + "\n")
+
+    def test_the_provider_alone(self) -> None:
+        code, out, err = self.check(self.path, "https://deploy.test/", "--at", AT, "--token",
+                                    self.token_file(mint(roles=["deployers"])),
+                                    "--provider", "ci")
+        self.assertEqual(code, 0, out + err)
+        self.assertIn(f"token: provider ci, key set {self.directory}/jwks.json", out)
+        self.assertIn("provider ci, groups deployers", out)
+
+    def test_its_audiences(self) -> None:
+        code, out, _ = self.check(self.path, "https://deploy.test/", "--at", AT, "--token",
+                                  self.token_file(mint(aud="other")), "--provider", "ci")
+        self.assertEqual(code, 1)
+        self.assertIn(f"expected one of ['{AUDIENCE}']", out)
