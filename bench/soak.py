@@ -31,15 +31,13 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from harness.procs import Interrupted, signals_raise  # the benchmark harness's own
+from soak_client import Ctx, Gate, Sessions
 from soak_env import FILES, Env, FdSnapshot, SetupError, environment, fd_snapshot
 from soak_faults import GRACE, Injector, Reloader, Sampler, make_schedule
 from soak_http import H1, ConnectFailed, Exact
 from soak_record import Recorder, Timeline
 from soak_report import ProcessReport, Summary, report, scan_log, slope_per_minute
 from soak_workers import (
-    Ctx,
-    Gate,
-    Sessions,
     choose,
     max_in_flight,
     scenario_names,

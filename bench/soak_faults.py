@@ -10,10 +10,11 @@ import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from soak_client import Ctx
 from soak_env import SMALL_BODY, Env, fd_count, gateway_config, rss_kib
 from soak_http import H1, ConnectFailed, Empty, Exact
 from soak_record import BAD_HEADERS, Outcome, Req, Timeline
-from soak_workers import Ctx, sign_in
+from soak_workers import sign_in
 
 #: How long after a component is back its outage still explains a failure (seconds).
 #: Upstreams: requests that were in flight, or an idle pooled connection the gateway

@@ -71,7 +71,7 @@ def cpu_ticks(pid: int) -> int:
     return int(fields[11]) + int(fields[12])
 
 
-def main(argv: list[str]) -> int:
+def arguments(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--tree", action="append", required=True,
                    help="NAME=PATH of a source tree; PATH:plain for its plain-HTTP listener")
@@ -98,19 +98,125 @@ def main(argv: list[str]) -> int:
                    help="first measure RSS per idle keep-alive connection (N of them)")
     p.add_argument("--native", action="store_true", help="with --profile: C frames too")
     p.add_argument("--twistd", default=str(REPO_ROOT / ".venv" / "bin" / "twistd"))
-    args = p.parse_args(argv)
+    return p.parse_args(argv)
+
+
+Gateways = dict[str, tuple[Proc, int, str]]  # name -> (process, port, scheme)
+
+
+def start_gateways(args: argparse.Namespace, procs: Processes, tmp: Path, up: int,
+                   certificate: tuple[Path, Path], provider: AuthProvider | None,
+                   ports: dict[str, int], proxy_cpu: str | None
+                   ) -> tuple[Gateways, dict[str, list[str]]]:
+    """One gateway per ``--tree`` in front of upstream port ``up`` (signed in once with
+    ``provider``), and the load tool's extra arguments for each."""
+    cert, key = certificate
+    gateways: Gateways = {}
+    headers: dict[str, list[str]] = {}
+    for spec in args.tree:
+        name, path = spec.split("=", 1)
+        plain = args.plain or path.endswith(":plain")
+        path = path.removesuffix(":plain")
+        port = ports[spec]
+        conf = tmp / f"{name}.yaml"
+        if plain:
+            conf.write_text(gateway_yaml(port, up, "http2" if args.h2c else None, provider))
+        elif provider is not None:
+            conf.write_text(gateway_tls_auth_yaml(port, up, cert, key, provider))
+        else:
+            conf.write_text(gateway_tls_yaml(port, up, cert, key))
+        env = gateway_env()
+        env["PYTHONPATH"] = str(Path(path).resolve())
+        proc = procs.start(name, [args.twistd, "-n", "--pidfile=", "gateway", "--config",
+                                  str(conf)], proxy_cpu, cwd=Path(path), env=env)
+        wait_port(port, proc)
+        gateways[name] = (proc, port, "http" if plain else "https")
+        headers[name] = []
+        if provider is not None:
+            session = sign_in(port, tls=None if plain else client_context())
+            headers[name] = ["-H", f"Host: {session['host']}", "-H",
+                             f"Cookie: {session['cookie']}"]
+        if args.browser:
+            headers[name] += [arg for h in BROWSER_HEADERS for arg in ("-H", h)]
+    return gateways, headers
+
+
+def load_command(args: argparse.Namespace, scheme: str, port: int, extra: list[str],
+                 load_cpu: str | None) -> list[str]:
+    """wrk (or h2load with ``--h2``) for one run, pinned to ``load_cpu``."""
+    if args.h2:
+        argv = ["h2load", "-t1", "-c50", f"-m{args.h2}", f"-D{args.duration:g}",
+                f"{scheme}://127.0.0.1:{port}/"]
+    else:
+        argv = ["wrk", "-t1", "-c50", f"-d{args.duration:g}s"]
+        if args.close:
+            argv += ["-H", "Connection: close"]
+        argv += extra
+        argv.append(f"{scheme}://127.0.0.1:{port}/")
+    return argv if load_cpu is None else ["taskset", "-c", load_cpu, *argv]
+
+
+def observer(args: argparse.Namespace, pid: int, file_name: str
+             ) -> subprocess.Popen[bytes] | None:
+    """py-spy (``--profile``) or strace (``--strace``) on the gateway for one run."""
+    if args.profile:
+        return subprocess.Popen(
+            [str(Path(args.twistd).parent / "py-spy"), "record", "-r", "200",
+             *(["--native"] if args.native else []), "-f", "raw",
+             "-o", str(Path(args.profile) / f"{file_name}.txt"),
+             "-p", str(pid), "-d", f"{args.duration:g}"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    if args.strace:
+        return subprocess.Popen(
+            ["strace", "-c", "-o", str(Path(args.strace) / f"{file_name}.strace"),
+             "-p", str(pid)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return None
+
+
+def measure(args: argparse.Namespace, pid: int, argv: list[str], name: str, rnd: int
+            ) -> tuple[float, float]:
+    """One run of the load tool: (µs of gateway CPU per request, req/s), printed."""
+    spy = observer(args, pid, name.replace("/", "-")) if rnd == 1 else None
+    before, t0 = cpu_ticks(pid), time.monotonic()
+    out = subprocess.run(argv, capture_output=True, text=True, check=True).stdout
+    if spy is not None:
+        if args.strace:
+            spy.send_signal(2)
+        spy.wait()
+    after, t1 = cpu_ticks(pid), time.monotonic()
+    if args.h2:
+        parsed = parse_h2load(out)
+        requests = parsed.get("succeeded") or parsed["rps"] * args.duration
+    else:
+        parsed = parse_wrk(out)
+        requests = parsed["requests"]
+        if parsed["non_2xx_3xx"] or parsed.get("bytes_per_response", 2048) < 2048:
+            print(f"  {name}: {parsed['non_2xx_3xx']} non-2xx/3xx, "
+                  f"{parsed.get('bytes_per_response')} bytes per response")
+    us = (after - before) / TCK * 1e6 / max(requests, 1)
+    rps = requests / (t1 - t0)
+    if args.strace and rnd == 1:
+        print(f"  {name}: strace -c of {requests} requests in {args.strace}")
+    label = "warm-up" if rnd == 0 else f"round {rnd}"
+    print(f"{label:8} {name:8} {requests:8d} req {rps:9,.0f} req/s "
+          f"{us:7.1f} us/req  cpu {100 * (after - before) / TCK / (t1 - t0):.0f} %",
+          flush=True)
+    return us, rps
+
+
+def main(argv: list[str]) -> int:
+    args = arguments(argv)
     tmp = Path(tempfile.mkdtemp(prefix="gateway-tlscpu-"))
     procs = Processes(tmp)
     cpus = sorted(os.sched_getaffinity(0))
     proxy_cpu, load_cpu = (str(cpus[0]), str(cpus[1])) if len(cpus) >= 2 else (None, None)
-    cert, key = make_certificate(tmp)
+    certificate = make_certificate(tmp)
     results: dict[str, list[tuple[float, float]]] = {}
     stack = contextlib.ExitStack()
     try:
         up = free_port()
         upstream = start_nginx(procs, tmp, "upstream", upstream_conf(tmp, up), load_cpu)
         wait_port(up, upstream)
-        gateways: dict[str, tuple[Proc, int, str]] = {}
         ports = {spec: free_port() for spec in args.tree}
         provider = None
         if args.auth:  # one provider that every tree's gateway signs in with
@@ -119,36 +225,8 @@ def main(argv: list[str]) -> int:
                 f"{'http' if spec.endswith(':plain') or args.plain else 'https'}://auth.test:"
                 f"{port}/oauth2/callback" for spec, port in ports.items()]))
             provider = AuthProvider(op.issuer, op.client_id, op.client_secret)
-        headers: dict[str, list[str]] = {}
-        for spec in args.tree:
-            name, path = spec.split("=", 1)
-            plain = args.plain or path.endswith(":plain")
-            path = path.removesuffix(":plain")
-            port = ports[spec]
-            conf = tmp / f"{name}.yaml"
-            if plain:
-                conf.write_text(gateway_yaml(port, up, "http2" if args.h2c else None,
-                                             provider))
-            elif provider is not None:
-                conf.write_text(gateway_tls_auth_yaml(port, up, cert, key, provider))
-            else:
-                conf.write_text(gateway_tls_yaml(port, up, cert, key))
-            env = gateway_env()
-            env["PYTHONPATH"] = str(Path(path).resolve())
-            proc = procs.start(name, [args.twistd, "-n", "--pidfile=", "gateway", "--config",
-                                      str(conf)], proxy_cpu, cwd=Path(path), env=env)
-            wait_port(port, proc)
-            gateways[name] = (proc, port, "http" if plain else "https")
-            headers[name] = []
-            if provider is not None:
-                session = sign_in(port, tls=None if plain else client_context())
-                headers[name] = ["-H", f"Host: {session['host']}", "-H",
-                                 f"Cookie: {session['cookie']}"]
-            if args.browser:
-                headers[name] += [arg for h in BROWSER_HEADERS for arg in ("-H", h)]
-            results[name] = []
-            if args.public_too and provider is not None:
-                results[f"{name}/public"] = []
+        gateways, headers = start_gateways(args, procs, tmp, up, certificate, provider, ports,
+                                           proxy_cpu)
         if args.idle:
             raise_nofile(2 * args.idle + 1000)
             for name, (proc, port, scheme) in gateways.items():
@@ -159,60 +237,14 @@ def main(argv: list[str]) -> int:
             # the public route: the same request without the signed-in Host and Cookie
             runs = [r for name in gateways for r in (
                 (name, name, headers[name]), (name, f"{name}/public", headers[name][4:]))]
+        results = {name: [] for _, name, _ in runs}
         for rnd in range(args.rounds + 1):  # round 0 warms up
             for gw_name, name, extra in runs:
                 proc, port, scheme = gateways[gw_name]
-                if args.h2:
-                    argv = ["h2load", "-t1", "-c50", f"-m{args.h2}", f"-D{args.duration:g}",
-                            f"{scheme}://127.0.0.1:{port}/"]
-                else:
-                    argv = ["wrk", "-t1", "-c50", f"-d{args.duration:g}s"]
-                    if args.close:
-                        argv += ["-H", "Connection: close"]
-                    argv += extra
-                    argv.append(f"{scheme}://127.0.0.1:{port}/")
-                if load_cpu is not None:
-                    argv = ["taskset", "-c", load_cpu, *argv]
-                pid = proc.pid
-                spy = None
-                file_name = name.replace("/", "-")
-                if args.profile and rnd == 1:
-                    spy = subprocess.Popen(
-                        [str(Path(args.twistd).parent / "py-spy"), "record", "-r", "200",
-                         *(["--native"] if args.native else []), "-f", "raw",
-                         "-o", str(Path(args.profile) / f"{file_name}.txt"),
-                         "-p", str(pid), "-d", f"{args.duration:g}"],
-                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-                if args.strace and rnd == 1:
-                    spy = subprocess.Popen(
-                        ["strace", "-c", "-o", str(Path(args.strace) / f"{file_name}.strace"),
-                         "-p", str(pid)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-                before, t0 = cpu_ticks(pid), time.monotonic()
-                out = subprocess.run(argv, capture_output=True, text=True, check=True).stdout
-                if spy is not None:
-                    if args.strace:
-                        spy.send_signal(2)
-                    spy.wait()
-                after, t1 = cpu_ticks(pid), time.monotonic()
-                if args.h2:
-                    parsed = parse_h2load(out)
-                    requests = parsed.get("succeeded") or parsed["rps"] * args.duration
-                else:
-                    parsed = parse_wrk(out)
-                    requests = parsed["requests"]
-                    if parsed["non_2xx_3xx"] or parsed.get("bytes_per_response", 2048) < 2048:
-                        print(f"  {name}: {parsed['non_2xx_3xx']} non-2xx/3xx, "
-                              f"{parsed.get('bytes_per_response')} bytes per response")
-                us = (after - before) / TCK * 1e6 / max(requests, 1)
-                rps = requests / (t1 - t0)
-                if args.strace and rnd == 1:
-                    print(f"  {name}: strace -c of {requests} requests in {args.strace}")
-                label = "warm-up" if rnd == 0 else f"round {rnd}"
-                print(f"{label:8} {name:8} {requests:8d} req {rps:9,.0f} req/s "
-                      f"{us:7.1f} us/req  cpu {100 * (after - before) / TCK / (t1 - t0):.0f} %",
-                      flush=True)
+                row = measure(args, proc.pid, load_command(args, scheme, port, extra,
+                                                           load_cpu), name, rnd)
                 if rnd:
-                    results[name].append((us, rps))
+                    results[name].append(row)
         for name, rows in ((n, r) for n, r in results.items() if r):
             print(f"median {name:8} {statistics.median(r[0] for r in rows):7.1f} us/req "
                   f"{statistics.median(r[1] for r in rows):9,.0f} req/s   "

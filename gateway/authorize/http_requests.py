@@ -81,12 +81,16 @@ class SignIn(Protocol):
 
 
 class Decided(NamedTuple):
+    """A decision remembered per (session, route, token): ``decide_caller``."""
+
     caller: Caller  # who the decision saw (``caller``: one object per record)
     until: float
     allow: Allow
 
 
 class Remembered(NamedTuple):
+    """An allow remembered per (Cookie header, route): ``_allowed_again``."""
+
     sid: str
     session: Session  # the record (not the view): ``store.get`` returns this object
     until: float
@@ -98,13 +102,17 @@ class Remembered(NamedTuple):
 
 
 class Known(NamedTuple):
+    """The caller a session record is, per directory version: ``caller``."""
+
     record: Session
     directory_version: int
     caller: Caller
 
 
 class Decider:
-    """The per-snapshot ``Authorizer.authorize``; one per ``Identity``."""
+    """The HTTP entrance: the per-snapshot ``Authorizer.authorize`` (the proxy's and
+    forward auth's); one per ``Identity``. It also makes the caller a session is for
+    the SSH entrance (``caller``, ``renewed``)."""
 
     def __init__(self, snapshot: Snapshot, sessions: SessionLookup, store: SessionStore,
                  signer: AssertionSigner, sign_in: SignIn, clock: Callable[[], float],
@@ -120,7 +128,7 @@ class Decider:
         self.directory = directory
         self.groups_available = bool(o.idp_service_account)
         self.allow_unverified_email = o.idp_allow_unverified_email
-        # (session id, route index, programmatic token): ``_decide``
+        # (session id, route index, programmatic token): ``decide_caller``
         self._decisions: FifoCache[tuple[str, int, bool], Decided] = \
             FifoCache(DECISION_CACHE)
         # (Cookie header, route index): ``_allowed_again``
@@ -265,7 +273,7 @@ class Decider:
         if session is not None and session.provider not in self.sign_in.accepted(route):
             return self._other_provider(request, route, session, own_token)
         caller = self.caller(session) if session is not None else None
-        return self._decide_policy(request, route, caller, own_token, self.clock())
+        return self.decide_caller(request, route, caller, own_token, self.clock())
 
     def _other_provider(self, request: RequestInfo, route: Route, session: Session,
                         own_token: bool) -> Decision:
@@ -275,14 +283,20 @@ class Decider:
         now = self.clock()
         if session.valid(now) and not self._verdict(request, route, None, now).allowed:
             return self.sign_in.refused_provider(request, route, session)
-        return self._decide_policy(request, route, None, own_token, now)
+        return self.decide_caller(request, route, None, own_token, now)
 
-    def _decide_policy(self, request: RequestInfo, route: Route, caller: Caller | None,
-                       own_token: bool, now: float) -> Decision:
-        """``decide``, its answer remembered: the identity headers per (session record,
-        route); the verdict too unless the policy reads the request (method, path,
-        address, certificate, clock), when it is made again for each request. A route
-        with only the allow fields names their codes (``allow_fields``) in the log."""
+    def decide_caller(self, request: RequestInfo, route: Route, caller: Caller | None,
+                      own_token: bool, now: float) -> Decision:
+        """``decide`` for ``caller`` (a session's, or one with no session behind it:
+        issue 42's bearer tokens come in here), its answer remembered per session: the
+        identity headers per (session record, route); the verdict too unless the policy
+        reads the request (method, path, address, certificate, clock), when it is made
+        again for each request. A caller with no session is decided on every request
+        (its assertion is still the signer's, cached per caller). Nobody signed in gets
+        ``SignIn``'s answer; someone refused, the 403 page. A route with only the allow
+        fields names their codes (``allow_fields``) in the log. ``own_token``: the
+        request's ``Authorization`` is the caller's credential, which the upstream must
+        not see."""
         key: tuple[str, int, bool] | None = None
         hit: Decided | None = None
         if caller is not None and caller.session_id and request.method != b"OPTIONS":

@@ -79,18 +79,23 @@ def run_check(path: str | None, out: TextIO, err: TextIO) -> int:
 
 
 def accepted_providers(snapshot: Snapshot) -> list[str]:
-    """With ``identity_providers`` in use, one line per route that signs people in: the
-    providers whose sessions it accepts (none with only the idp_* settings' provider:
-    every route accepts that one)."""
+    """With ``identity_providers`` in use, one line per route that is not public: the
+    providers it accepts, in configuration order, the interactive ones whose sessions
+    it takes (every one unless it names some) and the bearer issuers it names (none
+    with only the idp_* settings' provider: every route accepts that one)."""
     providers = snapshot.options.identity_providers
     if all(p.implicit for p in providers):
         return []
     lines = []
-    for route in snapshot.routes:
+    for route in snapshot.routes + snapshot.ssh_routes:
         if route.allow_public_unauthenticated_access or route.redirect is not None:
             continue
-        accepted = accepted_by(route.identity_providers, providers)
+        sessions = set(accepted_by(route.identity_providers, providers))
+        named = set(route.identity_providers)
+        accepted = [p.id if p.id in sessions else f"{p.id} (bearer)"
+                    for p in providers if p.id in sessions
+                    or (p.id in named and p.bearer is not None)]
         label = route.name or route.from_url
         lines.append(f"policy[{route.index}] {label}: accepts "
-                     + (", ".join(accepted) if accepted else "no sign-in"))
+                     + (", ".join(accepted) if accepted else "nobody (no provider)"))
     return lines

@@ -112,6 +112,8 @@ class MemoryRecordStore:
                 self._version += 1
                 self._store(Record(key[0], key[1], b"", self._version, now, deleted_at=now))
                 dropped += 1
+        # leases past their time (one per back-channel logout's jti, per hand-off)
+        self._leases = {n: held for n, held in self._leases.items() if held[1] > now}
         # compact the change log to the latest entry of each remaining record
         live = sorted((r.version, k) for k, r in self._records.items())
         self._versions = [v for v, _ in live]

@@ -25,8 +25,9 @@ import os
 from collections.abc import Callable, Iterable
 from typing import Any, NamedTuple
 
-from twisted.internet.defer import Deferred, ensureDeferred
+from twisted.internet.defer import Deferred, FirstError, ensureDeferred, gatherResults
 from twisted.internet.task import deferLater
+from twisted.python.failure import Failure
 
 from gateway.databroker.records import SESSION_INDEX, RecordStore, StorageUnavailable
 from gateway.sessions.model import Session
@@ -110,14 +111,15 @@ class SessionIndex:
     def add(self, session: Session) -> Deferred[list[str]]:
         """Index ``session`` under each of its keys; the ids of sessions the bound
         pushed out (to be ended). Fails with ``StorageUnavailable``."""
-        async def run() -> list[str]:
-            evicted: list[str] = []
-            entry = Entry(session.id, session.expires_at, session.issued_at,
-                          session.idp_issuer)
-            for key in keys_of(session):
-                evicted += await self._update(key, entry)
-            return evicted
-        return ensureDeferred(run())
+        entry = Entry(session.id, session.expires_at, session.issued_at, session.idp_issuer)
+        updates = [ensureDeferred(self._update(key, entry)) for key in keys_of(session)]
+
+        def first_failure(failure: Failure) -> Failure:
+            error = failure.value
+            return error.subFailure if isinstance(error, FirstError) else failure
+        # the keys at once: a sign-in waits for the slowest, not for the sum
+        return gatherResults(updates, consumeErrors=True).addCallbacks(
+            lambda pushed: [sid for out in pushed for sid in out], first_failure)
 
     async def _update(self, key: str, entry: Entry) -> list[str]:
         lease = f"index:{key}"

@@ -19,9 +19,9 @@ import grpc
 from twisted.logger import Logger
 
 from gateway.rpc.aio_thread import AsyncioThread
-from gateway.rpc.auth import CallCredentials
 from gateway.rpc.channels import ServiceTarget, open_channel, parse_service_url
 from gateway.rpc.metrics import observe_client
+from gateway.rpc.shared_secret import CallCredentials
 
 log = Logger(namespace="gateway.rpc")
 

@@ -24,10 +24,10 @@ from twisted.python.failure import Failure
 from gateway.autocert.service import wanted_domains
 from gateway.config.snapshot import Snapshot
 from gateway.rpc.aio_thread import AsyncioThread
-from gateway.rpc.auth import SharedSecretInterceptor
 from gateway.rpc.autocert_tls import AutocertCertificates
 from gateway.rpc.channels import listen_address, server_credentials, server_options
 from gateway.rpc.metrics import ServerMetricsInterceptor
+from gateway.rpc.shared_secret import SharedSecretInterceptor
 
 log = Logger(namespace="gateway.rpc")
 

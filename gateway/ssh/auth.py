@@ -30,9 +30,9 @@ from gateway.sessions.model import Session
 from gateway.ssh import algorithms, limits
 from gateway.ssh.channel_relay import RelayedConnection
 from gateway.ssh.jump import JumpConnection
-from gateway.ssh.names import BadUserName, LoginTarget, parse_login, parse_user
 from gateway.ssh.sign_ins import TooManySignIns
 from gateway.ssh.transport import GatewayServerTransport, disconnect
+from gateway.ssh.user_names import BadUserName, LoginTarget, parse_login, parse_user
 
 log = Logger(namespace="gateway.ssh")
 

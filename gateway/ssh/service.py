@@ -55,7 +55,6 @@ from gateway.ssh.certs import Issued, issue
 from gateway.ssh.channel_relay import Context, RelayedConnection
 from gateway.ssh.jump import JumpConnection
 from gateway.ssh.metrics import BYTES, CONNECTIONS, OPEN
-from gateway.ssh.names import LoginTarget
 from gateway.ssh.recorder import Recorder, RecordFile, Recording
 from gateway.ssh.sign_ins import SignInDesk
 from gateway.ssh.transport import GatewayFactory, GatewayServerTransport, disconnect
@@ -67,6 +66,7 @@ from gateway.ssh.upstream import (
     host_key_algorithms,
     trusted_blobs,
 )
+from gateway.ssh.user_names import LoginTarget
 from gateway.twisted_ext.listen import raise_at_start
 
 log = Logger(namespace="gateway.ssh")

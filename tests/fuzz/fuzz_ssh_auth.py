@@ -1,5 +1,5 @@
 """Fuzz target: the SSH server's authentication (``gateway.ssh.auth.GatewayUserAuth``)
-with the user-name parser under it (``gateway.ssh.names``) and the host key lines of
+with the user-name parser under it (``gateway.ssh.user_names``) and the host key lines of
 routes (``gateway.config.known_hosts.parse_host_key_line``).
 
 Input: a sequence of packets, each a selector byte and a length-prefixed body. The
@@ -48,7 +48,7 @@ with instrumented("gateway.ssh", "gateway.config.known_hosts"):
         CertificateRefused,
         check_host_certificate,
     )
-    from gateway.ssh.names import _ROUTE, BadUserName, parse_user
+    from gateway.ssh.user_names import _ROUTE, BadUserName, parse_user
     from tests.support.ssh_fakes import FakeGate, FakeSSH
 
 METHODS = (b"publickey", b"keyboard-interactive", b"none", b"password", b"hostbased")

@@ -2,7 +2,8 @@
 a person signs in, opens a native SSH connection (real OpenSSH to a real sshd), a
 CONNECT tunnel and a websocket through the gateway, and has a browser session; then
 ends their session at the provider, which posts a logout token to the gateway's
-``backchannel_logout_uri``. Every one of them ends within one second. The token the
+``backchannel_logout_uri``. Every one of them ends within one second, and a
+programmatic token (``gateway tcp``'s) from the same sign-in stops working. The token the
 provider posted, sent again, is refused.
 
 The provider's post goes through a small recording relay in the test (so the test holds
@@ -21,7 +22,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
-from urllib.parse import urljoin
+from urllib.parse import parse_qs, urljoin, urlsplit
 
 import pytest
 
@@ -188,6 +189,17 @@ def test_logout_at_the_provider_ends_everything_within_a_second(tmp_path: Path) 
                 assert status_of(head) == 200, head
                 tunnel.sendall(b"ping\n")
                 wait_until(lambda: svc.accepts() >= 1, 5, what="the tunnel's connection")
+                # and a programmatic token (`gateway tcp`'s), from the same sign-in
+                login = Browser(accept="*/*").request(
+                    "GET", f"http://app.localhost:{port}/.gateway/api/v1/login?"
+                           "gateway_redirect_uri=http://127.0.0.1:9/")
+                handed = browser.sign_in(login.body.decode(), "alice@example.test",
+                                         stop="http://127.0.0.1:9/")
+                token = parse_qs(urlsplit(handed.url).query)["gateway_jwt"][0]
+                by_token = Browser(accept="*/*")
+                with_token = {"Authorization": f"Gateway {token}"}
+                assert by_token.request("GET", f"http://app.localhost:{port}/",
+                                        headers=with_token).status == 200
                 # 3. the person signs out at the provider
                 sent = end_at_provider(browser, op.issuer)
                 wait_until(lambda: bool(relay.posts), 5, what="the provider's logout post")
@@ -208,6 +220,8 @@ def test_logout_at_the_provider_ends_everything_within_a_second(tmp_path: Path) 
                 again = browser.request("GET", f"http://app.localhost:{port}/")
                 assert again.status == 302 and "/.gateway/sign_in" in \
                     (again.header("location") or ""), again
+                assert by_token.request("GET", f"http://app.localhost:{port}/",
+                                        headers=with_token).status == 401
             # 4. the same logout token again: refused, 400 with a JSON error
             status, headers, body = post_logout(f"{auth}/.gateway/backchannel-logout",
                                                 token_body)

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gateway.ssh.auth import Refused
-from gateway.ssh.names import LoginTarget
+from gateway.ssh.user_names import LoginTarget
 
 
 @dataclass

@@ -5,6 +5,7 @@ refuses."""
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import replace
 from typing import Any
@@ -18,6 +19,7 @@ from gateway.config.routes import Route
 from gateway.observability.audit import AUDIT
 from gateway.sessions.model import Session
 
+from .test_identity import NOW, IdentityCase
 from .test_ssh_parts import caller, person, route, session
 
 
@@ -150,3 +152,29 @@ class SessionInForceTests(SynchronousTestCase):
                       theirs)
         self.assertIsNone(self.successResultOf(ensureDeferred(
             entrance.session("s1", theirs.expires_at))))
+
+
+class RenewedTests(IdentityCase):
+    """The decider's ``renewed``, which the SSH entrance asks for an open connection:
+    the session itself until its tokens are due at the time given, then what sign-in's
+    refresh gives (``None``: it failed)."""
+
+    def test_renewed_only_when_due(self) -> None:
+        session = self.session()
+        due = [math.inf]
+        refreshed: list[Session | None] = [replace(session, access_token="new")]
+
+        async def refresh(s: Session) -> Session | None:
+            return refreshed[0]
+
+        self.patch(self.identity.flow, "refresh_due", lambda s: due[0])
+        self.patch(self.identity.flow, "refresh", refresh)
+        decider = self.identity.decider
+        renewed = self.successResultOf(ensureDeferred(decider.renewed(session, NOW)))
+        self.assertIs(renewed, session)
+        due[0] = NOW
+        renewed = self.successResultOf(ensureDeferred(decider.renewed(session, NOW)))
+        assert renewed is not None
+        self.assertEqual(renewed.access_token, "new")
+        refreshed[0] = None
+        self.assertIsNone(self.successResultOf(ensureDeferred(decider.renewed(session, NOW))))

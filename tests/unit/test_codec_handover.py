@@ -10,6 +10,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+from opentelemetry.sdk.trace import TracerProvider
 from twisted.internet.address import IPv4Address
 from twisted.internet.testing import MemoryReactorClock, StringTransport
 from twisted.trial.unittest import SynchronousTestCase
@@ -20,6 +21,7 @@ from gateway.dataplane.core import ProxyCore
 from gateway.dataplane.exchange.head import BODY_CHUNKED, BODY_LENGTH, RequestHead, request_head
 from gateway.dataplane.http2.head import read_head as read_h2_head
 from gateway.dataplane.routing.plan import build_plan
+from gateway.observability.tracing.tracer import Tracer
 
 from .config.helpers import base_config, load
 
@@ -97,6 +99,23 @@ class Http1HandoverTests(SynchronousTestCase):
         self.assertEqual((head.framing, head.complete, head.keep_alive, head.expect_continue,
                           head.connection_tokens),
                          (BODY_LENGTH, False, False, True, frozenset({b"close"})))
+
+    def test_a_traced_request_finds_its_caller_in_the_head(self) -> None:
+        """What the exchange's readers (the tracer here) read of the request is the
+        head's: a traceparent the codec flagged is the trace's parent. (The tracer read
+        a flag the exchange no longer had, and every traced request was answered 500;
+        a fake exchange in its own tests hid it.)"""
+        provider = TracerProvider(shutdown_on_exit=False)
+        self.core.tracer = Tracer(provider.get_tracer("test"), 0.0)
+        trace = "4bf92f3577b34da6a3ce929d0e0e4736"
+        self.conn.dataReceived(b"GET / HTTP/1.1\r\nHost: app.example.com\r\n"
+                               b"traceparent: 00-" + trace.encode() +
+                               b"-00f067aa0ba902b7-01\r\n\r\n")
+        exchange = self.conn.queue[0] if self.conn.queue else self.conn.current
+        assert exchange is not None
+        self.assertTrue(exchange.head.trace_context)
+        self.assertEqual((exchange.trace_id, exchange.status), (trace, 0))
+        self.assertIsNotNone(exchange.trace)
 
 
 def unset_slots(head: RequestHead) -> list[str]:

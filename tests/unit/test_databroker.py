@@ -59,3 +59,13 @@ class CipherTests(SynchronousTestCase):
         # a field written by another version (here: one an earlier version had) is ignored
         written = json.loads(to_json(session)) | {"programmatic": False}
         self.assertEqual(from_json(json.dumps(written).encode()), session)
+
+    def test_a_session_names_its_provider(self) -> None:
+        """The provider that signed a session in is stored with it; one stored before
+        sessions named theirs is the idp_* settings' implicit provider's."""
+        partners = Session(id="s", user_id="u", email="e@x", issued_at=1.0, expires_at=2.0,
+                           provider="partners")
+        self.assertEqual(from_json(to_json(partners)).provider, "partners")
+        older = json.loads(to_json(partners))
+        del older["provider"]
+        self.assertEqual(from_json(json.dumps(older).encode()).provider, "default")

@@ -7,14 +7,27 @@ decided again for every request; its identity headers are still made once)."""
 from __future__ import annotations
 
 import json
+from types import MappingProxyType
 from typing import Any
 
+import jwt
 from twisted.logger import globalLogPublisher
 
+from gateway.authorize.caller import Caller
 from gateway.authorize.hook import Allow, Reply, RequestInfo
 
 from .config.helpers import base_config, load
-from .test_identity import APP, AUTH, BROWSER, IDENTITY, JSON, SIGNED_OUT, Headers, IdentityCase
+from .test_identity import (
+    APP,
+    AUTH,
+    BROWSER,
+    IDENTITY,
+    JSON,
+    NOW,
+    SIGNED_OUT,
+    Headers,
+    IdentityCase,
+)
 
 GROUPS_AND_METHOD = [
     {"allow": {"or": [{"email": {"is": "alice@example.com"}}, {"groups": {"has": "staff"}}]}},
@@ -82,10 +95,30 @@ class PolicyDecisionTests(PolicyDecideCase):
             caller = decision.caller
             assert caller is not None, decision
             self.assertEqual((caller.session_id, caller.provider, caller.user_id,
-                              caller.email), (session.id, "", session.user_id,
+                              caller.email), (session.id, session.provider, session.user_id,
                                               "alice@example.com"))
         self.assertIs(allowed.caller, refused.caller)  # one per session record
         self.assertIsNone(self.decide(request(headers=[BROWSER])).caller)
+
+    def test_a_caller_without_a_session(self) -> None:
+        """A caller no session stands behind (issue 42's bearer tokens) is decided like
+        anyone: allowed with the identity headers made of it, refused with the 403 page,
+        never sent to sign in; nothing is remembered for it."""
+        staff = Caller("bot-1", "", ("staff",), MappingProxyType({}), NOW + 60,
+                       groups_available=True, provider="ci")
+        decider = self.identity.decider
+        allowed = decider.decide_caller(request(headers=[JSON]), self.route, staff, True, NOW)
+        assert isinstance(allowed, Allow), allowed
+        self.assertIs(allowed.caller, staff)
+        self.assertEqual(allowed.remove, frozenset({b"authorization"}))
+        assertion = dict(allowed.headers)[b"x-gateway-jwt-assertion"]
+        self.assertEqual(jwt.decode(assertion, options={"verify_signature": False})["sub"],
+                         "bot-1")
+        refused = decider.decide_caller(request(b"DELETE", headers=[JSON]), self.route, staff,
+                                        True, NOW)
+        assert isinstance(refused, Reply), refused
+        self.assertEqual(refused.status, 403)
+        self.assertEqual(len(decider._decisions), 0)
 
     def test_a_deny_rule_wins_and_the_page_says_what_kind(self) -> None:
         cookie = self.cookie(self.session())

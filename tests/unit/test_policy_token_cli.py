@@ -178,12 +178,13 @@ class FromConfiguration(CliCase):
         self.assertIn("give the cluster's issuer with --issuer", str(raised.exception))
 
     def test_one_provider_flag_for_the_token_and_the_person(self) -> None:
-        """``--provider`` is the token's provider with ``--token``, the person's without
-        (``identity_providers``): one flag, never an argument conflict."""
+        """One ``--provider`` flag, one meaning: the provider that vouches for the caller
+        (the token's with ``--token``, else the one the person signed in through)."""
         parser = argparse.ArgumentParser()
         add_arguments(parser)
         self.assertEqual(parser.parse_args(["--provider", "ci", "--token", "t"]).provider,
                          "ci")
+        self.assertEqual(parser.parse_args(["--provider", "corp"]).provider, "corp")
         check = check_token(namespace(provider="ci", config=self.config), self.snapshot)
         self.assertIsNone(check)  # no --token: the person's provider, no bearer check
 

@@ -109,7 +109,8 @@ class OtherProviderTests(ProviderCase):
         self.assertIsInstance(decision, Reply)
         self.assertEqual(decision.status, 403)
         self.assertEqual(decision.reason, "provider-not-accepted: partners")
-        self.assertEqual(decision.provider, "partners")
+        assert decision.caller is not None
+        self.assertEqual(decision.caller.provider, "partners")
         body = decision.body.decode()
         self.assertIn("does not accept sign-ins through Partner account", body)
         self.assertIn("Sign in with Corp account", body)
@@ -124,14 +125,15 @@ class OtherProviderTests(ProviderCase):
         self.store.put(session)
         allowed = self.decide(self.app, BROWSER, self.cookie(session))
         self.assertIsInstance(allowed, Allow)
-        self.assertEqual(allowed.provider, "partners")
+        assert allowed.caller is not None
+        self.assertEqual(allowed.caller.provider, "partners")
 
     def test_where_anyone_may_pass_it_passes_as_no_one(self) -> None:
         session = self.of("partners")
         self.store.put(session)
         allowed = self.decide(self.open, BROWSER, self.cookie(session))
         self.assertIsInstance(allowed, Allow)
-        self.assertEqual((allowed.user_id, allowed.provider), ("", ""))
+        self.assertIsNone(allowed.caller)  # nobody: neither a user nor a provider
 
     def test_a_provider_gone_from_the_configuration_is_not_accepted(self) -> None:
         session = self.of("left")

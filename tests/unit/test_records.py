@@ -120,6 +120,16 @@ class MemoryStoreTests(SynchronousTestCase):
         self.clock.advance(11)
         self.assertTrue(result(self.store.lease("sync", "b", 10)))
 
+    def test_sweep_forgets_leases_past_their_time(self) -> None:
+        """One lease per back-channel logout's jti: the memory store would otherwise
+        hold every one it ever saw."""
+        for i in range(3):
+            self.assertTrue(result(self.store.lease(f"once:{i}", "x", 10 + i)))
+        self.clock.advance(10.5)
+        result(self.store.sweep(self.clock.seconds()))
+        self.assertEqual(sorted(self.store._leases), ["once:1", "once:2"])
+        self.assertFalse(result(self.store.lease("once:2", "y", 10)))  # still held
+
 
 class FlakyStore(MemoryRecordStore):
     """A memory store that can be switched off like a Redis that went away."""

@@ -40,6 +40,7 @@ from gateway.directory.model import Directory, DirectoryUser
 from gateway.observability.metrics import REGISTRY
 from gateway.sessions.live import LiveConnections
 from gateway.sessions.model import Session
+from gateway.sessions.sealed import b64url as b64
 
 from .config.helpers import IDENTITY, base_config, load
 from .test_logout_token import provider_with
@@ -228,8 +229,8 @@ class EndpointTests(BrokerCase):
                                  self.clock.seconds)
         self.key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
         public = jwt.algorithms.RSAAlgorithm.to_jwk(self.key.public_key(), as_dict=True)
-        self.identity.provider = provider_with({"k1": jwt.PyJWK({**public, "kid": "k1"})},
-                                               self.clock)
+        keys = {"k1": jwt.PyJWK({**public, "kid": "k1"})}
+        self.identity.clients.clients["default"] = provider_with(keys, self.clock)
         self.endpoints = Endpoints(self.identity, snapshot.routes, self.records,
                                    self.broker.ends)
 
@@ -316,6 +317,10 @@ class EndpointTests(BrokerCase):
         self.error_of(self.answer(wrong_type, b"logout_token=" + good.encode()))
         self.error_of(self.answer(post(b"nothing=here"), b"nothing=here"))
         self.error_of(self.logout("not-a-jwt"))
+        head, body, sig = good.split(".")
+        twice = b64(b'{"iss":"%s","iss":"%s"}' % (ISSUER.encode(), ISSUER.encode()))
+        self.error_of(self.logout(f"{head}.{twice}.{sig}"))  # a member named twice
+        self.error_of(self.logout(f"{head}.{body}.{sig}.x.y"))  # a JWE's shape
         self.error_of(self.logout(self.token(iss="https://other.example")))
         self.error_of(self.logout(self.token(nonce="n", jti="j2")))
         self.error_of(self.logout(self.token(events=None, jti="j3")))

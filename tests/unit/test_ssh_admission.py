@@ -28,9 +28,9 @@ from gateway.sessions.model import Session
 from gateway.ssh import pins
 from gateway.ssh.auth import Refused
 from gateway.ssh.channel_relay import RelayedConnection
-from gateway.ssh.names import LoginTarget
 from gateway.ssh.service import Admission, JumpHost, Provision, SshService
 from gateway.ssh.upstream import UpstreamConnection, UpstreamFailed
+from gateway.ssh.user_names import LoginTarget
 from tests.support.ssh_fakes import FakeSSH
 
 from .test_authorize_ssh import MemorySessions

@@ -15,7 +15,7 @@ from twisted.trial.unittest import SynchronousTestCase
 from gateway.config.known_hosts import fingerprint
 from gateway.ssh import limits
 from gateway.ssh.auth import GatewayUserAuth
-from gateway.ssh.names import LoginTarget
+from gateway.ssh.user_names import LoginTarget
 from tests.support.ssh_fakes import FakeGate, FakeSSH
 
 FAILURE, SUCCESS, BANNER, PK_OK, INFO_REQUEST = 51, 52, 53, 60, 60

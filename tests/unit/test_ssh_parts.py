@@ -25,9 +25,9 @@ from gateway.sessions.model import Session
 from gateway.ssh import limits
 from gateway.ssh.asciicast import Cast
 from gateway.ssh.certs import issue
-from gateway.ssh.names import BadUserName, LoginTarget, parse_user
 from gateway.ssh.recorder import Recorder, Recording
 from gateway.ssh.transport import GatewayFactory, GatewayServerTransport
+from gateway.ssh.user_names import BadUserName, LoginTarget, parse_user
 
 KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl"
 
@@ -236,7 +236,7 @@ class FactoryTests(SynchronousTestCase):
 
 class LoginTests(SynchronousTestCase):
     def test_inner_connection_of_a_jump_names_only_the_login(self) -> None:
-        from gateway.ssh.names import parse_login
+        from gateway.ssh.user_names import parse_login
 
         self.assertEqual(parse_login(b"root", "db"), LoginTarget("root", "db"))
         for raw in (b"root@db", b"", b"ro ot", "é".encode()):

@@ -29,9 +29,9 @@ from gateway.dataplane import penalty
 from gateway.ssh import limits
 from gateway.ssh.auth import GatewayUserAuth
 from gateway.ssh.metrics import PENDING_SIGN_INS, REFUSED, SIGN_INS_REFUSED
-from gateway.ssh.names import LoginTarget
 from gateway.ssh.sign_ins import SignInDesk
 from gateway.ssh.transport import GatewayFactory, GatewayServerTransport
+from gateway.ssh.user_names import LoginTarget
 from tests.support.ssh_fakes import FakeGate, FakeSSH
 from tests.unit.test_ssh_auth import request, signed
 

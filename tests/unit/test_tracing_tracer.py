@@ -18,6 +18,7 @@ from twisted.internet.task import Clock
 from twisted.logger import LogLevel, capturedLogs
 from twisted.trial.unittest import SynchronousTestCase
 
+from gateway.dataplane.exchange.head import request_head
 from gateway.observability.tracing.active import active, start_child
 from gateway.observability.tracing.export_queue import BoundedExport
 from gateway.observability.tracing.service import TracingService
@@ -29,10 +30,14 @@ SPAN = 0x00F067AA0BA902B7
 
 
 def exchange(headers: list[tuple[bytes, bytes]] | None = None) -> Any:
+    """An exchange as the tracer reads it, with a real ``RequestHead`` (a fake head's
+    fields once hid that the tracer read a field the exchange no longer had)."""
+    head = request_head(b"GET", b"/p", b"1.1", headers or [], "app.test", "/p",
+                        trace_context=bool(headers))
     return SimpleNamespace(
-        headers=headers or [], method=b"GET", path="/p", host="app.test", detail="",
-        core=SimpleNamespace(scheme="https"), plan=None, host_state=None, reused=False,
-        trace=None, trace_id="", trace_context=bool(headers), user_id="",
+        head=head, headers=head.headers, method=head.method, path=head.path,
+        host=head.host, detail="", core=SimpleNamespace(scheme="https"), plan=None,
+        host_state=None, reused=False, trace=None, trace_id="", user_id="",
         client_address=lambda: "192.0.2.1")
 
 

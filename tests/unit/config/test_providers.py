@@ -3,11 +3,14 @@ and index, and the single-provider ``idp_*`` settings as the implicit provider `
 
 from __future__ import annotations
 
+import io
 import tempfile
 from typing import Any
 
+import yaml
 from twisted.trial.unittest import SynchronousTestCase
 
+from gateway.cli.check import run_check
 from gateway.config.providers import IMPLICIT_ID, BearerRules, accepted_by_default
 
 from .helpers import IDENTITY, base_config, errors_of, load, write
@@ -149,3 +152,62 @@ class ErrorTests(SynchronousTestCase):
                           "identity_providers", "must be a list")
         self.assert_error(config("corp"), "identity_providers[0]", "must be a mapping")
         self.assert_error(config(corp(name="x\ny")), "identity_providers[0].name", "control")
+
+
+class RouteTests(SynchronousTestCase):
+    def test_a_route_names_known_providers(self) -> None:
+        bearer = {"id": "ci", "issuer": "https://token.actions.githubusercontent.com",
+                  "bearer": {"audiences": ["https://gw.example"]}}
+        route = {**PROTECTED, "identity_providers": ["corp", "ci"], "pass_bearer_token": True}
+        snapshot = load(config(corp(), bearer, policy=[route]))
+        (loaded,) = snapshot.routes
+        self.assertEqual(loaded.identity_providers, ("corp", "ci"))
+        self.assertTrue(loaded.pass_bearer_token)
+        self.assertFalse(load(config(corp())).routes[0].pass_bearer_token)  # the default
+
+    def test_an_unknown_id_names_the_route(self) -> None:
+        route = {**PROTECTED, "identity_providers": ["corp", "nope"]}
+        errors = errors_of(config(corp(), policy=[route]))
+        self.assertIn("policy[0].identity_providers[1]: no identity provider has the id "
+                      "'nope' (known: corp)", errors)
+        errors = errors_of(base_config(**IDENTITY, policy=[route]))
+        self.assertIn("policy[0].identity_providers[0]: no identity provider has the id "
+                      "'corp' (known: default)", errors)
+
+    def test_gateway_check_prints_each_problem_at_its_place(self) -> None:
+        directory = tempfile.mkdtemp(prefix="gw-providers-")
+        path = write(directory, "gateway.yaml", yaml.safe_dump(config(
+            corp(), {"id": "ci", "issuer": "http://ci.example", "bearer": {}},
+            policy=[{**PROTECTED, "identity_providers": ["partners"]}])))
+        out, err = io.StringIO(), io.StringIO()
+        self.assertEqual(run_check(path, out, err), 1)
+        text = err.getvalue()
+        for expected in ("identity_providers[1].issuer: 'http://ci.example' must be an "
+                         "https URL", "identity_providers[1].bearer.audiences: at least one "
+                         "audience is required",
+                         "policy[0].identity_providers[0]: no identity provider has the id "
+                         "'partners'"):
+            self.assertIn(expected, text)
+
+    def test_gateway_check_lists_what_each_route_accepts(self) -> None:
+        directory = tempfile.mkdtemp(prefix="gw-providers-")
+        bearer = {"id": "ci", "issuer": "https://token.actions.githubusercontent.com",
+                  "bearer": {"audiences": ["https://gw.example"]}}
+        path = write(directory, "gateway.yaml", yaml.safe_dump(config(corp(), bearer, policy=[
+            {**PROTECTED, "identity_providers": ["ci", "corp"]},
+            {**PROTECTED, "from": "https://wiki.example.com"},
+            {**PROTECTED, "from": "https://ci.example.com", "identity_providers": ["ci"]},
+            {"from": "https://open.example.com", "to": "http://127.0.0.1:9",
+             "allow_public_unauthenticated_access": True}])))
+        out, err = io.StringIO(), io.StringIO()
+        self.assertEqual(run_check(path, out, err), 0, err.getvalue())
+        self.assertEqual(out.getvalue().splitlines()[1:], [
+            "policy[0] https://app.example.com: accepts corp, ci (bearer)",
+            "policy[1] https://wiki.example.com: accepts corp",
+            "policy[2] https://ci.example.com: accepts ci (bearer)"])
+        # with the idp_* settings alone, every route accepts their provider: no lines
+        single = write(directory, "single.yaml", yaml.safe_dump(base_config(
+            **IDENTITY, policy=[PROTECTED])))
+        out = io.StringIO()
+        self.assertEqual(run_check(single, out, err), 0)
+        self.assertEqual(len(out.getvalue().splitlines()), 1)
