@@ -172,7 +172,9 @@ def _read_ca(path: str, what: str) -> bytes:
         with open(path, "rb") as f:
             return f.read()
     except OSError as exc:
-        raise ValueError(f"{what}: {path}: {exc.strerror}") from None
+        raise ValueError(f"{what}: {path}: {exc.strerror} (kubernetes:/// reads the "
+                         "cluster's issuer from the API server, from inside the cluster; "
+                         "elsewhere give the cluster's issuer and a jwks_file)") from None
 
 
 def key_source(reactor: Any, provider: str, issuer: str, *, jwks_file: str = "",
