@@ -1,8 +1,9 @@
 """The bearer providers of the configuration in force, as verifiers: one ``Verifier`` per
-provider with ``bearer`` settings in ``identity_providers``, per snapshot, over key
-sources that run with the service tree (``BearerKeys``) and are kept across a reload that
-does not change where a provider's keys come from (its keys with them: a reload never
-leaves its tokens refused while keys are fetched again).
+provider with ``bearer`` settings in ``identity_providers`` (``bearer_providers``: its
+``jwks_file`` found beside the configuration), per snapshot, over key sources that run
+with the service tree (``BearerKeys``) and are kept across a reload that does not change
+where a provider's keys come from (its keys with them: a reload never leaves its tokens
+refused while keys are fetched again).
 
 Wherever decisions are made on HTTP requests (``Decider``: an all-in-one gateway, a proxy
 deciding in process, the authorize service), ``tree`` adds a ``BearerVerifiers`` and hands
@@ -17,14 +18,13 @@ from typing import Any
 
 from twisted.logger import Logger
 
-from gateway.bearer_jwt.expect import KUBERNETES, BearerExpectations
+from gateway.bearer_jwt.expect import KUBERNETES
 from gateway.bearer_jwt.keys import KeySet
 from gateway.bearer_jwt.presets import preset
 from gateway.bearer_jwt.verifier import Verifier
-from gateway.config.providers import IdentityProvider
 from gateway.config.snapshot import Snapshot
 from gateway.observability.bearer_metrics import watch_bearer_keys
-from gateway.services.bearer_keys import BearerKeys, BearerProvider
+from gateway.services.bearer_keys import BearerKeys, BearerProvider, bearer_providers
 
 log = Logger()
 
@@ -38,29 +38,6 @@ class _NoKeys:
 
     def unknown_kid(self) -> None:
         return None
-
-
-def _path(snapshot: Snapshot, location: str) -> str:
-    """A file the configuration names, as its reader resolved it (relative: to the
-    configuration file's directory)."""
-    path = os.path.expanduser(location)
-    if os.path.isabs(path):
-        return path
-    base = (os.path.dirname(os.path.abspath(snapshot.source))
-            if snapshot.source and snapshot.source != "environment" else os.getcwd())
-    return os.path.normpath(os.path.join(base, path))
-
-
-def bearer_provider(snapshot: Snapshot, entry: IdentityProvider) -> BearerProvider:
-    """What ``entry``'s tokens must say and where its keys are."""
-    rules = entry.bearer
-    assert rules is not None
-    expect = BearerExpectations(entry.id, entry.issuer, rules.audiences,
-                                groups_claim=rules.groups_claim,
-                                trust_unverified_email=rules.allow_unverified_email)
-    return BearerProvider(expect, jwks_file=_path(snapshot, entry.jwks_file)
-                          if entry.jwks_file else "",
-                          ca_pem=snapshot.material.provider_cas.get(entry.id))
 
 
 def unreachable(provider: BearerProvider) -> str:
@@ -90,16 +67,14 @@ class BearerVerifiers(BearerKeys):
         the sources of unchanged providers kept."""
         providers: list[BearerProvider] = []
         missing: dict[str, Verifier] = {}
-        for entry in snapshot.options.identity_providers:
-            if entry.bearer is None:
-                continue
-            provider = bearer_provider(snapshot, entry)
+        for provider in bearer_providers(snapshot):
+            name = provider.expect.provider
             why = unreachable(provider)
             if why:
                 log.error("bearer provider {provider}: no keys, its tokens are refused: "
-                          "{why}", provider=entry.id, why=why)
-                missing[entry.id] = Verifier(provider.expect, _NoKeys(entry.id),
-                                             self.reactor.seconds)
+                          "{why}", provider=name, why=why)
+                missing[name] = Verifier(provider.expect, _NoKeys(name),
+                                         self.reactor.seconds)
                 continue
             providers.append(provider)
         return {**self.update(self.reactor, providers), **missing}
