@@ -124,6 +124,8 @@ class Endpoints:
                         ((b"content-type", b"application/json"),), reason="jwks")
         if on_auth and path == SIGN_IN:
             return self._start(request)
+        if path == SIGN_IN:
+            return self._sign_in_link(request)
         if on_auth and path == ident.options.authenticate_callback_path:
             return ensureDeferred(self._callback(request))
         if path == HANDOFF:
@@ -180,6 +182,27 @@ class Endpoints:
             # instant ago) or missing (a sign-in through another): the store decides
             return ident.after_reading(request, found.sid, start)
         return start(found.session)
+
+    def _sign_in_link(self, request: RequestInfo) -> Decision:
+        """``/.gateway/sign_in?provider=ID[&uri=/path]`` on a route host: a link people
+        can be given ("sign in to the wiki with your partner account"), which starts a
+        sign-in with that provider and comes back to ``uri`` on this host (a path
+        only: never another site)."""
+        ident = self.identity
+        params = query_params(request)
+        provider = params.get("provider", "")
+        uri = params.get("uri", "/")
+        if ident.clients.get(provider) is None or not uri.startswith("/") or \
+                uri.startswith("//") or "\\" in uri:
+            return self._error(400, "This sign-in link names no identity provider of this "
+                               "gateway, or a page elsewhere.", request.headers,
+                               "bad-sign-in-link")
+        if not ident.auth_origin:
+            return self._error(503, "No authenticate service is configured.",
+                               request.headers, "no-authenticate-url")
+        sealed = ident.flow.sign_in_link(f"{request.scheme}://{request.host}{uri}")
+        return answers.redirect(f"{ident.auth_origin}{SIGN_IN}?"
+                                + urlencode({"gateway_redirect": sealed, "provider": provider}))
 
     def _offered(self, payload: dict[str, Any]) -> tuple[str, ...]:
         """The providers a sign-in offers: those the route accepts (sealed in its

@@ -38,7 +38,7 @@ from twisted.internet.defer import Deferred, ensureDeferred
 from twisted.logger import Logger
 
 from gateway.authenticate.clients import Clients
-from gateway.authenticate.sign_in import REFRESH_GRACE, SignInFlow
+from gateway.authenticate.sign_in import SignInFlow
 from gateway.authorize import answers
 from gateway.authorize.assertion import AssertionSigner
 from gateway.authorize.claims import session_from_claims
@@ -55,7 +55,6 @@ from gateway.sessions.spent import SpentTokens
 from gateway.sessions.store import DirectoryGroups, SessionStore
 
 log = Logger()
-__all__ = ["REFRESH_GRACE", "Identity", "SessionAnswer"]
 # what a page answers given the request's session (None: none, or not valid now)
 SessionAnswer = Callable[[Session | None], Decision | Deferred[Decision]]
 

@@ -67,15 +67,15 @@ class SignInFlow:
         self.clock = clock
         self.look = look
         self._refreshing: dict[str, Deferred[Session | None]] = {}
+        # the providers whose sessions a route accepts: asked by every decision that is
+        # not remembered, so the clients' own (cached per route), without a call between
+        self.accepted: Callable[[Route], tuple[str, ...]] = clients.accepted
 
     def error(self, status: int, message: str, headers: list[tuple[bytes, bytes]],
               reason: str, **more: Any) -> Reply:
         return answers.error(status, message, headers, reason, look=self.look, **more)
 
     # -- which providers
-
-    def accepted(self, route: Route) -> tuple[str, ...]:
-        return self.clients.accepted(route)
 
     def sign_in_link(self, uri: str, accepted: tuple[str, ...] = (), **more: Any) -> str:
         """The sealed ``gateway_redirect`` of a sign-in that returns to ``uri``, offering

@@ -60,6 +60,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--email", metavar="E",
                         help="the user's e-mail, used only if decisions may use it")
     parser.add_argument("--groups", metavar="A,B", help="the user's groups, comma-separated")
+    parser.add_argument("--provider", metavar="ID",
+                        help="the identity provider: the one --user/--email signed in "
+                             "through (default: the first interactive one), or with "
+                             "--token the one the token is checked against")
     parser.add_argument("--claim", metavar="K=V", action="append", default=[],
                         help="a claim of the provider (repeat; dotted names nest)")
     parser.add_argument("--method", metavar="M", help="the HTTP method (default GET)")

@@ -14,6 +14,7 @@ cluster's issuer given).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
 import os
 import time
@@ -21,6 +22,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from gateway.cli.policy_inputs import InputError, parse_instant
+from gateway.config.material import Reader
 
 if TYPE_CHECKING:  # the verifier (PyJWT, cryptography) is imported when a token is given
     from gateway.authorize.caller import Caller
@@ -42,10 +44,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("bearer token (instead of --user/--email)")
     group.add_argument("--token", metavar="FILE",
                        help="a bearer JWT (the file's text; a 'Bearer ' prefix is dropped)")
-    group.add_argument("--provider", metavar="ID",
-                       help="the provider it is checked against; without --token, the "
-                            "identity provider --user/--email signed in through (default: "
-                            "the first interactive one)")
+    # (the person's --provider of ``policy_inputs``, when there: one flag, read by both)
+    with contextlib.suppress(argparse.ArgumentError):
+        group.add_argument("--provider", metavar="ID",
+                           help="the provider it is checked against")
     group.add_argument("--jwks", metavar="FILE",
                        help="the provider's key set (JWKS JSON; default its jwks_file)")
     group.add_argument("--issuer", metavar="URL",
@@ -127,8 +129,8 @@ def check_token(args: argparse.Namespace, snapshot: Any = None) -> TokenCheck | 
     rules = getattr(entry, "bearer", None)
     issuer = args.issuer or getattr(entry, "issuer", "")
     jwks = args.jwks or getattr(entry, "jwks_file", "")
-    if jwks and not args.jwks and not os.path.isabs(jwks):  # as the daemon reads it
-        jwks = os.path.join(os.path.dirname(os.path.abspath(args.config)), jwks)
+    if jwks and not args.jwks:  # the entry's file, found as the daemon finds it
+        jwks = Reader(os.path.dirname(os.path.abspath(args.config))).resolve(jwks)
     audiences = tuple(args.audience) or tuple(getattr(rules, "audiences", ()))
     missing = [flag for flag, value in (("--jwks", jwks), ("--issuer", issuer),
                                         ("--audience", audiences)) if not value]

@@ -149,6 +149,10 @@ def test_chooser_then_each_session_names_its_provider(setup: Setup) -> None:
     headers = echoed(alice.sign_in(sign_in + "&provider=corp", "alice@example.test"))
     assert headers["x-gateway-provider"] == "corp"
     assert assertion_claims(headers)["idp"] == "corp"
+    # the link a person can be given: the route host's sign-in with ?provider=
+    link = Browser().follow(setup.url("wiki", "/.gateway/sign_in?provider=partners"),
+                            stop=setup.partners.issuer)
+    assert link.url.startswith(setup.partners.issuer + "/auth?"), link.url
 
     def audited() -> set[str]:
         events = [json.loads(line) for line in setup.audit.read_text().splitlines()]

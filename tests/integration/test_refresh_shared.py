@@ -31,7 +31,7 @@ from tests.support.processes import free_port, wait_until
 
 pytestmark = pytest.mark.integration
 ACCESS_TOKEN_TTL = 65
-DUE = ACCESS_TOKEN_TTL - 60  # seconds after sign-in: identity.REFRESH_GRACE before expiry
+DUE = ACCESS_TOKEN_TTL - 60  # seconds after sign-in: sign_in.REFRESH_GRACE before expiry
 BURST = 16
 
 

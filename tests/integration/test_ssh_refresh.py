@@ -33,7 +33,7 @@ from tests.support.tcp_client import callback_uri, signing_in_config
 
 pytestmark = pytest.mark.integration
 ACCESS_TOKEN_TTL = 70
-DUE = ACCESS_TOKEN_TTL - 60  # seconds after sign-in: identity.REFRESH_GRACE before expiry
+DUE = ACCESS_TOKEN_TTL - 60  # seconds after sign-in: sign_in.REFRESH_GRACE before expiry
 CLOSE_WITHIN = 5.0
 
 

@@ -764,12 +764,14 @@ class EndpointTests(IdentityCase):
         self.assertEqual(json.loads(decision.body), {"keys": [signer.public_jwk()]})
 
     def test_unknown_gateway_paths(self) -> None:
-        """/.gateway/anything is 404 on a route host; ordinary paths go to routing."""
-        for path in ("/.gateway/anything", "/.gateway/sign_in", "/.gateway/callback/x"):
+        """/.gateway/anything is 404 on a route host; ordinary paths go to routing.
+        (/.gateway/sign_in there is a sign-in link naming a provider: 400 without one.)"""
+        for path in ("/.gateway/anything", "/.gateway/callback/x"):
             decision = self.internal(path)
             self.assertIsInstance(decision, Reply, path)
             self.assertEqual(decision.status, 404, path)
             self.assertTrue(self.endpoints.handles(APP, path), path)
+        self.assertEqual(self.internal("/.gateway/sign_in").status, 400)
         self.assertEqual(self.internal("/.gateway/nothing", host=AUTH).status, 404)
         for path in ("/", "/x", "/x/.gateway/y", self.snapshot.options.authenticate_callback_path):
             self.assertIsNone(self.internal(path), path)

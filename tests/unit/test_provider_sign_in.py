@@ -216,3 +216,32 @@ class CallbackIssuerTests(ProviderCase):
         quiet = Fake("https://corp.example", iss_supported=False)
         self.assertEqual(quiet.response_issuer_problem(None), "")
         self.assertIn("not this provider's", quiet.response_issuer_problem("https://x"))
+
+
+class RouteHostLinkTests(ProviderCase):
+    """``/.gateway/sign_in?provider=ID`` on a route host: a link that can be given to
+    people, straight to that provider, back to a path of this host."""
+
+    def link(self, query: str) -> Reply:
+        decision = self.endpoints.internal(request(SIGN_IN, query, headers=[BROWSER]))
+        assert isinstance(decision, Reply), decision
+        return decision
+
+    def test_straight_to_the_provider_and_back_here(self) -> None:
+        first = self.link("?provider=partners&uri=/docs/?a=1")
+        where = location(first)
+        self.assertTrue(where.startswith(f"https://{AUTH}{SIGN_IN}?"), where)
+        self.assertEqual(query_of(where)["provider"], "partners")
+        payload = self.identity.shared.open(
+            "sign-in", query_of(where)["gateway_redirect"], self.clock.now)
+        assert payload is not None
+        self.assertEqual(payload["uri"], f"https://{APP}/docs/?a=1")
+        answer = self.start(where)
+        self.assertTrue(location(answer).startswith("https://partners.example/auth?"))
+
+    def test_only_a_provider_of_this_gateway_and_a_path_of_this_host(self) -> None:
+        for query in ("?provider=nope", "?provider=", "?provider=corp&uri=//evil.test/",
+                      "?provider=corp&uri=https://evil.test/", "?provider=corp&uri=/\\\\x"):
+            refused = self.link(query)
+            self.assertEqual((refused.status, refused.reason), (400, "bad-sign-in-link"),
+                             query)
