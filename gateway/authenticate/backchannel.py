@@ -17,7 +17,7 @@ does not apply here, since a provider's server posts without ``Origin`` or a pag
 stands in its place: the token is the credential (signed by the provider, for this
 client, once), and the endpoint reads no cookie and acts on no session of the caller, so
 a browser posting here has nothing of its own to lend. A request a browser made is
-refused anyway (``Sec-Fetch-*``, ``Origin`` or a ``Cookie``): no page on another site
+refused anyway (``Sec-Fetch-Site``, ``Origin`` or a ``Cookie``): no page on another site
 can use a person's browser to deliver a token it got hold of, and nothing here is
 meant to be reached from one.
 """
@@ -47,7 +47,10 @@ if TYPE_CHECKING:
 log = Logger()
 
 MAX_TOKEN = 16 * 1024
-BROWSER_HEADERS = (b"sec-fetch-site", b"sec-fetch-mode", b"origin", b"cookie")
+# What a browser sends and a provider's server does not: every current browser sends
+# Sec-Fetch-Site, and Origin on a cross-origin POST. Not Sec-Fetch-Mode: Node's fetch
+# (node-oidc-provider's, posting logout tokens) sends "Sec-Fetch-Mode: cors" too.
+BROWSER_HEADERS = (b"sec-fetch-site", b"origin", b"cookie")
 FORM = b"application/x-www-form-urlencoded"
 
 
@@ -151,20 +154,22 @@ class BackchannelLogout:
         spent = "logout-jti:" + hashlib.sha256(
             f"{logout.issuer}\x00{logout.jti}".encode()).hexdigest()
         try:
+            # the sessions first (reads only), then the jti: a store that cannot answer
+            # either leaves the token unspent, for the provider to send again
+            named = await self.ends.named_by_logout(logout.issuer, logout.sid, logout.sub,
+                                                    logout.issued_at + SKEW)
             # remembered until the token could no longer pass the exp check anyway
             first = await self.identity.store.claim_once(
                 spent, max(logout.expires_at + SKEW - now, 1.0))
-            if not first:
-                return self._refused(rid, logout.issuer, "jti", 400, "invalid_request",
-                                     "this logout token was already used",
-                                     result="replayed")
-            ended = await self.ends.by_logout(logout.issuer, logout.sid, logout.sub,
-                                              logout.issued_at + SKEW)
-        except Exception as exc:  # the store cannot answer: nothing was decided
+        except Exception as exc:  # the store cannot answer: nothing was done
             return self._refused(rid, logout.issuer, "storage", 400,
                                  "temporarily_unavailable",
                                  "sessions cannot be ended right now", str(exc),
                                  result="unavailable")
+        if not first:
+            return self._refused(rid, logout.issuer, "jti", 400, "invalid_request",
+                                 "this logout token was already used", result="replayed")
+        ended = await self.ends.end(named, "backchannel_logout")  # (never fails)
         BACKCHANNEL_LOGOUTS.labels("ok").inc()
         log.info("back-channel logout from {provider}: {ended} session(s) ended",
                  provider=logout.issuer, ended=len(ended), sid=hashed(logout.sid),

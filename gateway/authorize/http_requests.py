@@ -189,9 +189,11 @@ class Decider:
             judge = hit.judge
             if judge is None:
                 return hit.allow
-            # the identity is the same; the request is another: its policy decides again
-            # (not a CORS preflight: an OPTIONS request, the only kind one is, never
-            # comes here)
+            # the identity is the same; the request is another: its policy, specialised
+            # for the caller, decides again on what the request asks, as ``http_asked``
+            # has it but passed as arguments (no value made on the remembered path);
+            # not a CORS preflight: an OPTIONS request, the only kind one is, never
+            # comes here
             verdict = judge.decide(method_text(request.method), request.path,
                                    request.client_ip,
                                    self._cert(request) if request.client_cert else None,

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from gateway.cli.policy_inputs import InputError, parse_instant
+from gateway.config.material import Reader
 
 if TYPE_CHECKING:  # the verifier (PyJWT, cryptography) is imported when a token is given
     from gateway.authorize.caller import Caller
@@ -128,8 +129,8 @@ def check_token(args: argparse.Namespace, snapshot: Any = None) -> TokenCheck | 
     rules = getattr(entry, "bearer", None)
     issuer = args.issuer or getattr(entry, "issuer", "")
     jwks = args.jwks or getattr(entry, "jwks_file", "")
-    if jwks and not args.jwks and not os.path.isabs(jwks):  # as the daemon reads it
-        jwks = os.path.join(os.path.dirname(os.path.abspath(args.config)), jwks)
+    if jwks and not args.jwks:  # the entry's file, found as the daemon finds it
+        jwks = Reader(os.path.dirname(os.path.abspath(args.config))).resolve(jwks)
     audiences = tuple(args.audience) or tuple(getattr(rules, "audiences", ()))
     missing = [flag for flag, value in (("--jwks", jwks), ("--issuer", issuer),
                                         ("--audience", audiences)) if not value]

@@ -40,18 +40,25 @@ class SessionEnds:
         self.sessions = sessions
         self.follower = follower
 
-    def by_logout(self, issuer: str, sid: str, sub: str, issued_by: float
-                  ) -> Deferred[list[str]]:
-        """End what a verified logout token names; the ids of the sessions that were
-        live and are ended. Fails with ``StorageUnavailable``."""
+    def named_by_logout(self, issuer: str, sid: str, sub: str, issued_by: float
+                        ) -> Deferred[list[str]]:
+        """The live sessions a verified logout token names, read and not yet ended: the
+        caller spends the token's ``jti`` between the two, so that a store that cannot
+        answer leaves the token unspent for the provider's retry. Fails with
+        ``StorageUnavailable``."""
         index = self.sessions.index
 
         async def run() -> list[str]:
             by_sid = await index.entries(sid_key(issuer, sid)) if sid else []
             by_user = await index.entries(user_key(sub)) if sub and not sid else []
-            return await self._end(named_by_logout(issuer, sid, sub, issued_by, by_sid,
-                                                   by_user), "backchannel_logout")
+            return await self._live(named_by_logout(issuer, sid, sub, issued_by, by_sid,
+                                                    by_user))
         return ensureDeferred(run())
+
+    def end(self, session_ids: list[str], cause: str) -> Deferred[list[str]]:
+        """Delete these sessions (each deletion is retried until the store takes it:
+        this does not fail) and ask the change stream to look at once."""
+        return ensureDeferred(self._delete(session_ids, cause))
 
     def by_directory(self, users: Iterable[tuple[str, str]]) -> Deferred[list[str]]:
         """End the sessions of users the directory no longer lists: ``(id, email)``
@@ -68,6 +75,11 @@ class SessionEnds:
         return ensureDeferred(run())
 
     async def _end(self, session_ids: list[str], cause: str) -> list[str]:
+        return await self._delete(await self._live(session_ids), cause)
+
+    async def _live(self, session_ids: list[str]) -> list[str]:
+        """Those of ``session_ids`` still in the store (the index keeps signed-out ones
+        until they would have expired)."""
         store = self.sessions
         live: list[str] = []
         for session_id in session_ids:
@@ -76,9 +88,13 @@ class SessionEnds:
                 session = await store.fetch(session_id)
             if session is not None:
                 live.append(session_id)
-        deletes: list[Deferred[Any]] = [store.delete_confirmed(s) for s in live]
+        return live
+
+    async def _delete(self, session_ids: list[str], cause: str) -> list[str]:
+        store = self.sessions
+        deletes: list[Deferred[Any]] = [store.delete_confirmed(s) for s in session_ids]
         if deletes:
             await gatherResults(deletes, consumeErrors=True)
             self.follower.kick()  # this process's stream first; the others within a poll
-        SESSIONS_ENDED.labels(cause).inc(len(live))
-        return live
+        SESSIONS_ENDED.labels(cause).inc(len(session_ids))
+        return session_ids

@@ -13,6 +13,7 @@ minutes apart. The policy (what to fetch when, the last good keys, backoff) is
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
@@ -30,6 +31,8 @@ from gateway.bearer_jwt.expect import BearerExpectations
 from gateway.bearer_jwt.presets import preset
 from gateway.bearer_jwt.source import Fetch, FileKeys, KeysUnusable, RemoteKeys, learned_issuer
 from gateway.bearer_jwt.verifier import Verifier
+from gateway.config.material import Reader
+from gateway.config.snapshot import Snapshot
 from gateway.tls.client import TLSClientConfig, connection_creator
 
 _ACCEPT: dict[bytes | str, bytes | str] = {"Accept": "application/json"}
@@ -141,12 +144,37 @@ class BearerKeys(Service):
                 for provider_id, provider in wanted.items()}
 
 
+def bearer_providers(snapshot: Snapshot) -> tuple[BearerProvider, ...]:
+    """The bearer providers of a configuration (``identity_providers`` entries with
+    ``bearer``): their expectations, their ``jwks_file`` resolved as the configuration
+    reads its files (relative to the configuration file), their ``ca_file``'s
+    certificates as validation read them."""
+    source = snapshot.source
+    base = os.path.dirname(os.path.abspath(source)) if source != "environment" \
+        else os.getcwd()
+    reader = Reader(base)
+    found = []
+    for entry in snapshot.options.identity_providers:
+        rules = entry.bearer
+        if rules is None:
+            continue
+        expect = BearerExpectations(entry.id, entry.issuer, tuple(rules.audiences),
+                                    groups_claim=rules.groups_claim,
+                                    trust_unverified_email=rules.allow_unverified_email)
+        found.append(BearerProvider(
+            expect, jwks_file=reader.resolve(entry.jwks_file) if entry.jwks_file else "",
+            ca_pem=snapshot.material.provider_cas.get(entry.id)))
+    return tuple(found)
+
+
 def _read_ca(path: str, what: str) -> bytes:
     try:
         with open(path, "rb") as f:
             return f.read()
     except OSError as exc:
-        raise ValueError(f"{what}: {path}: {exc.strerror}") from None
+        raise ValueError(f"{what}: {path}: {exc.strerror} (kubernetes:/// reads the "
+                         "cluster's issuer from the API server, from inside the cluster; "
+                         "elsewhere give the cluster's issuer and a jwks_file)") from None
 
 
 def key_source(reactor: Any, provider: str, issuer: str, *, jwks_file: str = "",

@@ -7,7 +7,9 @@ programmatic token (``gateway tcp``'s) from the same sign-in stops working. The 
 provider posted, sent again, is refused.
 
 The provider's post goes through a small recording relay in the test (so the test holds
-the token to replay); the relay adds nothing of its own.
+the token to replay); the relay passes the provider's headers on as they came (Node's
+fetch sends ``Sec-Fetch-Mode: cors``, which once made the gateway take the provider for
+a browser) and adds nothing of its own.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import contextlib
 import http.server
 import json
 import socket
+import subprocess
 import threading
 import time
 import urllib.error
@@ -53,8 +56,8 @@ class Relay:
             def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers.get("content-length", "0")))
                 posted = time.monotonic()
-                status = forward(relay.target, body,
-                                 self.headers.get("content-type", ""))
+                status = forward(relay.target, body, {
+                    k: v for k, v in self.headers.items() if k.lower() not in HOP})
                 relay.posts.append((body, status, posted))
                 self.send_response(status)
                 self.send_header("content-length", "0")
@@ -72,9 +75,12 @@ class Relay:
         self.server.server_close()
 
 
-def forward(url: str, body: bytes, content_type: str) -> int:
-    request = urllib.request.Request(url, data=body, method="POST",
-                                     headers={"Content-Type": content_type})
+# what the relay does not pass on: its own connection's (urllib makes its own)
+HOP = {"host", "content-length", "connection", "accept-encoding"}
+
+
+def forward(url: str, body: bytes, headers: dict[str, str]) -> int:
+    request = urllib.request.Request(url, data=body, method="POST", headers=headers)
     try:
         with urllib.request.urlopen(request, timeout=10) as answer:
             return int(answer.status)
@@ -216,6 +222,13 @@ def test_logout_at_the_provider_ends_everything_within_a_second(tmp_path: Path) 
                 assert all(v is not None and v <= WITHIN for v in late.values()), late
                 err = ssh.stderr.read() if ssh.stderr else b""
                 assert b"your session has ended" in err, err
+                # the key the person signed in with is not signed in any more
+                again_ssh = subprocess.run(
+                    ssh_argv(keys.client_key, ssh_port, f"{sshd.user}@db", "true",
+                             options=("BatchMode=yes",)),
+                    capture_output=True, timeout=30, stdin=subprocess.DEVNULL)
+                assert again_ssh.returncode == 255
+                assert b"This key is not signed in yet" in again_ssh.stderr, again_ssh.stderr
                 # the browser session too, on the route and the authenticate host
                 again = browser.request("GET", f"http://app.localhost:{port}/")
                 assert again.status == 302 and "/.gateway/sign_in" in \

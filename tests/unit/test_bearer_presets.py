@@ -249,6 +249,8 @@ class Sources(SynchronousTestCase):
                        jwks_file="/etc/gateway/cluster-jwks.json")
         self.assertIn(f"bearer provider cluster (Kubernetes): {elsewhere.ca_file}: No such "
                       "file", str(raised.exception))
+        self.assertIn("elsewhere give the cluster's issuer and a jwks_file",
+                      str(raised.exception))
 
     def test_kubernetes_with_its_ca_given(self) -> None:
         source = key_source(MemoryReactorClock(), "cluster", KUBERNETES,

@@ -26,7 +26,7 @@ from gateway.bearer_jwt.source import (
     FileKeys,
     RemoteKeys,
 )
-from gateway.services.bearer_keys import BearerKeys, BearerProvider
+from gateway.services.bearer_keys import BearerKeys, BearerProvider, bearer_providers
 from tests.support.bearer_tokens import ec_key, jwks_bytes, rsa_key
 
 ISSUER = "https://issuer.example.test"
@@ -322,3 +322,45 @@ class RefusalLog(SynchronousTestCase):
         (event,) = [e for e in events if e.get("log_namespace") == "gateway.bearer"]
         self.assertEqual((event["provider"], event["check"], event["kid"],
                           event["request_id"]), ("ci", "expired", "k1", "req-7"))
+
+
+class FromConfiguration(SynchronousTestCase):
+    """``bearer_providers``: the bearer entries of ``identity_providers`` as the key
+    sources and verifiers need them."""
+
+    def test_entries_to_providers_and_verifiers(self) -> None:
+        import trustme
+        import yaml
+
+        from gateway.config import load_snapshot
+        from tests.unit.config.helpers import IDENTITY, base_config, write
+
+        directory = tempfile.mkdtemp()
+        self.addCleanup(shutil.rmtree, directory)
+        write(directory, "cluster-jwks.json", first_keys())
+        ca = trustme.CA().cert_pem.bytes()
+        write(directory, "ca.pem", ca)
+        providers = [
+            {"id": "gh", "issuer": "https://token.actions.githubusercontent.com",
+             "bearer": {"audiences": ["https://gw.example"]}, "ca_file": "ca.pem"},
+            {"id": "cluster", "issuer": "https://k8s.example", "jwks_file": "cluster-jwks.json",
+             "bearer": {"audiences": ["gateway"], "groups_claim": "roles",
+                        "allow_unverified_email": True}},
+            {"id": "people", "issuer": "https://login.example", "client_id": "gw",
+             "client_secret": "s"}]
+        path = write(directory, "config.yaml", yaml.safe_dump(base_config(
+            **{**IDENTITY, "identity_providers": providers})))
+        found = bearer_providers(load_snapshot(path))
+        self.assertEqual([p.expect for p in found], [
+            BearerExpectations("gh", "https://token.actions.githubusercontent.com",
+                               ("https://gw.example",)),
+            BearerExpectations("cluster", "https://k8s.example", ("gateway",),
+                               groups_claim="roles", trust_unverified_email=True)])
+        self.assertEqual((found[0].ca_pem, found[0].jwks_file), (ca, ""))
+        self.assertEqual(found[1].jwks_file, f"{directory}/cluster-jwks.json")
+        service = BearerKeys()
+        verifiers = service.update(MemoryReactorClock(), found)
+        self.assertEqual(sorted(verifiers), ["cluster", "gh"])
+        service.startService()
+        self.addCleanup(service.stopService)
+        self.assertEqual(list(service.sources["cluster"].keys.keys), ["k1"])

@@ -106,9 +106,10 @@ class ClaimChecks(SynchronousTestCase):
                 self.assertNotIn("s-1", str(caught.exception))  # never echoes values
 
 
-def provider_with(keys: dict[str, Any], clock: Clock) -> Provider:
-    provider = Provider(clock, ISSUER, CLIENT, "secret", ("openid",), {}, "https://cb")
-    provider._metadata = {"issuer": ISSUER, "jwks_uri": "https://idp.example.com/jwks",
+def provider_with(keys: dict[str, Any], clock: Clock, issuer: str = ISSUER,
+                  client_id: str = CLIENT) -> Provider:
+    provider = Provider(clock, issuer, client_id, "secret", ("openid",), {}, "https://cb")
+    provider._metadata = {"issuer": issuer, "jwks_uri": f"{issuer}/jwks",
                           "authorization_endpoint": "x", "token_endpoint": "y"}
     provider._keys = keys
     provider._keys_read = clock.seconds()

@@ -177,7 +177,7 @@ class FromConfiguration(CliCase):
                         self.snapshot)
         self.assertIn("give the cluster's issuer with --issuer", str(raised.exception))
 
-    def test_provider_flag_shared_with_the_persons(self) -> None:
+    def test_one_provider_flag_for_the_token_and_the_person(self) -> None:
         """One ``--provider`` flag, one meaning: the provider that vouches for the caller
         (the token's with ``--token``, else the one the person signed in through)."""
         parser = argparse.ArgumentParser()
@@ -185,3 +185,36 @@ class FromConfiguration(CliCase):
         self.assertEqual(parser.parse_args(["--provider", "ci", "--token", "t"]).provider,
                          "ci")
         self.assertEqual(parser.parse_args(["--provider", "corp"]).provider, "corp")
+        check = check_token(namespace(provider="ci", config=self.config), self.snapshot)
+        self.assertIsNone(check)  # no --token: the person's provider, no bearer check
+
+
+class WithIdentityProviders(CliCase):
+    """The configuration's own bearer provider: ``--provider`` alone gives the issuer,
+    audiences, key file (relative to the configuration) and groups claim."""
+
+    def setUp(self) -> None:
+        self.directory = tempfile.mkdtemp(prefix="gw-token-")
+        self.addCleanup(shutil.rmtree, self.directory, True)
+        write(self.directory, "jwks.json", jwks_bytes((rsa_key(), "rsa-1")))
+        providers = [{"id": "ci", "issuer": ISSUER, "jwks_file": "jwks.json",
+                      "bearer": {"audiences": [AUDIENCE], "groups_claim": "roles"}}]
+        self.path = write(self.directory, "config.yaml", yaml.safe_dump(base_config(
+            **{**IDENTITY, "policy": ROUTES, "identity_providers": providers})))
+
+    def token_file(self, text: str) -> str:
+        return write(self.directory, "token.jwt", text + "\n")
+
+    def test_the_provider_alone(self) -> None:
+        code, out, err = self.check(self.path, "https://deploy.test/", "--at", AT, "--token",
+                                    self.token_file(mint(roles=["deployers"])),
+                                    "--provider", "ci")
+        self.assertEqual(code, 0, out + err)
+        self.assertIn(f"token: provider ci, key set {self.directory}/jwks.json", out)
+        self.assertIn("provider ci, groups deployers", out)
+
+    def test_its_audiences(self) -> None:
+        code, out, _ = self.check(self.path, "https://deploy.test/", "--at", AT, "--token",
+                                  self.token_file(mint(aud="other")), "--provider", "ci")
+        self.assertEqual(code, 1)
+        self.assertIn(f"expected one of ['{AUDIENCE}']", out)

@@ -25,17 +25,19 @@ from gateway.authorize.hook import Reply, RequestInfo
 from gateway.databroker.broker import Databroker
 from gateway.databroker.directory_records import DirectorySync
 from gateway.databroker.memory_records import MemoryRecordStore
-from gateway.databroker.records import SESSION_INDEX
+from gateway.databroker.records import SESSION_INDEX, StorageUnavailable
 from gateway.databroker.session_ends import named_by_logout
 from gateway.databroker.session_index import (
     LEASE_WAIT,
     Entry,
     SessionIndex,
+    email_key,
     keys_of,
     sid_key,
     user_key,
     with_entry,
 )
+from gateway.databroker.session_records import from_json, to_json
 from gateway.directory.model import Directory, DirectoryUser
 from gateway.observability.metrics import REGISTRY
 from gateway.sessions.live import LiveConnections
@@ -91,6 +93,15 @@ class IndexTests(SynchronousTestCase):
         # neither a sid nor a user id is a record id
         ids = [r.id for r in result(self.store.query(SESSION_INDEX))]
         self.assertFalse([i for i in ids if "op-1" in i or "alice" in i], ids)
+
+    def test_a_session_stored_before_sid_was_recorded_still_loads(self) -> None:
+        """A record written by the version before (no idp_issuer, idp_sid) loads with
+        both empty; the index keeps it under its user and address only."""
+        old = {k: v for k, v in json.loads(to_json(person("g-0"))).items()
+               if k not in ("idp_issuer", "idp_sid", "provider")}
+        session = from_json(json.dumps(old).encode())
+        self.assertEqual((session.idp_issuer, session.idp_sid), ("", ""))
+        self.assertEqual(keys_of(session), [user_key("alice"), email_key("alice@example.com")])
 
     def test_expired_entries_go_and_the_record_expires_with_its_sessions(self) -> None:
         result(self.index.add(person("g-1")))
@@ -256,6 +267,15 @@ class EndpointTests(BrokerCase):
         self.assertIn((b"content-type", b"application/json"), reply.headers)
         return str(json.loads(reply.body)["error"])
 
+    def test_a_provider_posting_with_nodes_fetch_is_no_browser(self) -> None:
+        """Node's fetch (node-oidc-provider's) sends Sec-Fetch-Mode: cors, and no
+        Sec-Fetch-Site, Origin or Cookie: a server, not a browser."""
+        self.sign_in(person("g-1"))
+        reply = self.logout(self.token(), (b"sec-fetch-mode", b"cors"),
+                            (b"accept-language", b"*"), (b"user-agent", b""))
+        self.assertEqual(reply.status, 200)
+        self.assertIsNone(self.sessions.get("g-1"))
+
     def test_sid_ends_that_provider_session_everywhere(self) -> None:
         self.sign_in(person("g-1"))
         self.sign_in(person("g-2", idp_sid="op-1"))  # a second sign-in in the same one
@@ -295,6 +315,25 @@ class EndpointTests(BrokerCase):
         self.assertEqual(sample("gateway_backchannel_logouts_total", result="replayed"),
                          before + 1)
 
+    def test_a_store_that_cannot_answer_leaves_the_token_for_a_retry(self) -> None:
+        """The index cannot be read: 400 temporarily_unavailable, and the jti is not
+        spent, so the provider's retry of the same token ends the session."""
+        self.sign_in(person("g-1"))
+        token = self.token(jti="retry-me")
+        real_get = self.records.get
+
+        def down(type: str, id: str) -> Deferred[Any]:
+            if type == SESSION_INDEX:
+                return defer.fail(StorageUnavailable("kvstore unavailable"))
+            return real_get(type, id)
+        self.records.get = down  # type: ignore[method-assign]
+        reply = self.logout(token)
+        self.assertEqual(json.loads(reply.body)["error"], "temporarily_unavailable")
+        self.assertIsNotNone(self.sessions.get("g-1"))
+        self.records.get = real_get  # type: ignore[method-assign]
+        self.assertEqual(self.logout(token).status, 200)
+        self.assertIsNone(self.sessions.get("g-1"))
+
     def test_sessions_signed_in_after_the_token_stay(self) -> None:
         self.sign_in(person("g-1", issued=NOW + 300))
         self.assertEqual(self.logout(self.token()).status, 200)
@@ -306,7 +345,7 @@ class EndpointTests(BrokerCase):
         error; nothing ends."""
         self.sign_in(person("g-1"))
         good = self.token(jti="unused")
-        for case, extra in [("fetch metadata", (b"sec-fetch-site", b"cross-site")),
+        for case, extra in [("fetch metadata", (b"sec-fetch-site", b"same-origin")),
                             ("origin", (b"origin", b"https://evil.example")),
                             ("cookie", (b"cookie", b"_gateway=x"))]:
             with self.subTest(case):
@@ -327,6 +366,31 @@ class EndpointTests(BrokerCase):
         self.assertIsNotNone(self.sessions.get("g-1"))
         # (the same token, unused by the refusals, still works)
         self.assertEqual(self.logout(good).status, 200)
+
+    def test_two_providers_keys_and_issuers_never_cross(self) -> None:
+        """A second provider's logout ends its own sessions only; a token signed with
+        one provider's key that names the other's issuer is refused (its key is looked
+        up among the named issuer's keys only)."""
+        partners = "https://partners.example.net"
+        key_b = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+        public = jwt.algorithms.RSAAlgorithm.to_jwk(key_b.public_key(), as_dict=True)
+        self.identity.clients.clients["partners"] = provider_with(
+            {"k1": jwt.PyJWK({**public, "kid": "k1"})}, self.clock, partners, "gw")
+        self.sign_in(person("g-1"))  # the first provider's op-1
+        self.sign_in(person("g-2", issuer=partners))  # the partners' op-1, same sid
+        body = {"iss": partners, "aud": "gw", "iat": NOW, "exp": NOW + 120, "jti": "b-1",
+                "sid": "op-1", "events": {EVENT: {}}}
+        header = {"kid": "k1", "typ": "logout+jwt"}
+        forged = jwt.encode(body, self.key, "RS256", headers=header)  # A's key, B's iss
+        self.error_of(self.logout(forged))
+        self.error_of(self.logout(self.token(aud="gw", jti="a-2")))  # B's aud at A
+        self.assertIsNotNone(self.sessions.get("g-1"))
+        self.assertIsNotNone(self.sessions.get("g-2"))
+        reply = self.logout(jwt.encode({**body, "jti": "b-2"}, key_b, "RS256",
+                                       headers=header))
+        self.assertEqual(reply.status, 200)
+        self.assertIsNotNone(self.sessions.get("g-1"))
+        self.assertIsNone(self.sessions.get("g-2"))
 
     def test_only_on_the_authenticate_host(self) -> None:
         body = urlencode({"logout_token": self.token()}).encode()

@@ -82,10 +82,13 @@ function accountClaims(id) {
       grant_types: ['authorization_code', 'refresh_token'],
       response_types: ['code'],
       token_endpoint_auth_method: TOKEN_AUTH_METHOD,
+      // (docs/how-to/backchannel-logout.md shows the lines between these two markers)
+      // backchannel-logout client: begin
       ...(BACKCHANNEL_LOGOUT_URI ? {
         backchannel_logout_uri: BACKCHANNEL_LOGOUT_URI,
         backchannel_logout_session_required: true,
       } : {}),
+      // backchannel-logout client: end
     }],
     // scope -> claims it releases
     claims: {
