@@ -79,6 +79,8 @@ class Identity:
         self.clock = clock
         o = snapshot.options
         self.options = o
+        # ssh:// routes by name: an SSH sign-in offers the providers its route accepts
+        self.ssh_routes = {r.ssh.name: r for r in snapshot.ssh_routes if r.ssh is not None}
         self.look = look_of(o)
         material = snapshot.material
         self.shared = Sealer(material.shared_secret)
