@@ -22,6 +22,7 @@ from gateway.databroker.broker import Databroker
 from gateway.observability import logging as gateway_logging
 from gateway.observability.audit_service import AuditService
 from gateway.observability.metrics_push import MetricsPushService
+from gateway.services.bearer_providers import BearerVerifiers
 from gateway.services.drain import Drain, Drainable, DrainingRoot
 from gateway.services.logical import AuthenticateService, AuthorizeService, DataBrokerService
 from gateway.services.metrics_endpoint import MetricsEndpointService, count_requests
@@ -110,7 +111,13 @@ def build_service_tree(
         root.addService(AuthenticateService(source))
     if needs_identity:
         assert broker is not None
-        identity = IdentityHolder(reactor, snapshot, broker)
+        bearer = None
+        if (options.runs("proxy") or options.services == "authorize") \
+                and not options.remote_authorize:  # where routes' requests are decided
+            bearer = BearerVerifiers(reactor)
+            root.addService(bearer)
+        identity = IdentityHolder(reactor, snapshot, broker,
+                                  bearer.verifiers if bearer is not None else None)
         source.subscribe(identity.apply)
         if split is not None:
             split.signing_check(identity)
