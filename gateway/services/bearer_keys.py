@@ -70,7 +70,7 @@ def provider_fetch(reactor: Any, ca_pem: bytes | None = None, token_file: str = 
             with open(token_file, encoding="ascii") as f:
                 headers["Authorization"] = f"Bearer {f.read().strip()}"
         response, body = await _traced("GET", url, headers, lambda h: client.get(
-            url, headers=h, timeout=TIMEOUT, allow_redirects=False))
+            url, headers=h, timeout=TIMEOUT, allow_redirects=False, reactor=reactor))
         if response.code != 200:
             raise KeysUnusable(f"GET {url} answered {response.code}")
         return body

@@ -12,7 +12,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from twisted.internet.defer import Deferred
+from twisted.internet.defer import Deferred, ensureDeferred
 from twisted.internet.task import Clock
 from twisted.internet.testing import MemoryReactorClock
 from twisted.trial.unittest import SynchronousTestCase
@@ -364,3 +364,17 @@ class FromConfiguration(SynchronousTestCase):
         service.startService()
         self.addCleanup(service.stopService)
         self.assertEqual(list(service.sources["cluster"].keys.keys), ["k1"])
+
+
+class FetchDeadline(SynchronousTestCase):
+    def test_the_deadline_runs_on_the_reactor_given(self) -> None:
+        """A fetch's 10 s deadline is the provider's reactor's (a clock in tests), not
+        the global reactor's: a fetch that never answers fails at the deadline."""
+        from gateway.authenticate.oidc import TIMEOUT
+        from gateway.services.bearer_keys import provider_fetch
+
+        reactor = MemoryReactorClock()
+        fetching = ensureDeferred(provider_fetch(reactor)("https://issuer.example/jwks"))
+        self.assertNoResult(fetching)
+        reactor.advance(TIMEOUT)
+        self.failureResultOf(fetching)
