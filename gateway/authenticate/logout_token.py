@@ -3,8 +3,10 @@
 against the provider's keys (``oidc.Provider.logout_token_claims``), so the same checks
 serve whichever verifier supplies them.
 
-Refused, each naming its check: a ``typ`` other than ``logout+jwt`` (absent is
-allowed), a ``crit`` header (we understand no extension), ``alg`` ``none``; ``iss`` not
+Refused, each naming its check: a ``typ`` that names another kind of token (absent,
+``logout+jwt`` and the generic ``JWT`` are taken: the specification recommends explicit
+typing but does not require it, providers that predate it send ``JWT``, and the required
+``events`` member with no ``nonce`` already keeps an ID token from passing), a ``crit`` header (we understand no extension), ``alg`` ``none``; ``iss`` not
 exactly the provider's; ``aud`` not naming the client id; no ``iat``, or one beyond the
 skew in the future; expired beyond the skew (its ``exp``, else ``NO_EXP_LIFETIME``
 after ``iat``); no ``jti``; neither ``sid``
@@ -21,7 +23,7 @@ from typing import Any
 
 EVENT = "http://schemas.openid.net/event/backchannel-logout"
 SKEW = 60.0  # seconds of clock difference allowed, as for ID tokens
-TYPES = ("logout+jwt", "application/logout+jwt")
+TYPES = ("logout+jwt", "application/logout+jwt", "jwt")
 # A token without ``exp`` (required since the specification's final text; some providers
 # left it out) is valid this long after its ``iat``.
 NO_EXP_LIFETIME = 120.0
@@ -71,7 +73,8 @@ def check_logout_token(header: Mapping[str, Any], claims: Mapping[str, Any], *,
     it fails."""
     typ = header.get("typ")
     if typ is not None and (not isinstance(typ, str) or typ.lower() not in TYPES):
-        raise LogoutTokenError("typ", "the token's typ header is not logout+jwt")
+        raise LogoutTokenError("typ", "the token's typ header names another kind of "
+                               "token (a logout token is logout+jwt, or JWT)")
     if "crit" in header:
         raise LogoutTokenError("crit", "the token names critical header extensions")
     if str(header.get("alg", "none")).lower() == "none":
