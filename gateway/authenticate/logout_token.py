@@ -6,7 +6,8 @@ serve whichever verifier supplies them.
 Refused, each naming its check: a ``typ`` that names another kind of token (absent,
 ``logout+jwt`` and the generic ``JWT`` are taken: the specification recommends explicit
 typing but does not require it, providers that predate it send ``JWT``, and the required
-``events`` member with no ``nonce`` already keeps an ID token from passing), a ``crit`` header (we understand no extension), ``alg`` ``none``; ``iss`` not
+``events`` member with no ``nonce`` already keeps an ID token from passing), a
+``crit`` header (we understand no extension), ``alg`` ``none``; ``iss`` not
 exactly the provider's; ``aud`` not naming the client id; no ``iat``, or one beyond the
 skew in the future; expired beyond the skew (its ``exp``, else ``NO_EXP_LIFETIME``
 after ``iat``); no ``jti``; neither ``sid``
