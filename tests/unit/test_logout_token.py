@@ -87,8 +87,8 @@ class ClaimChecks(SynchronousTestCase):
         """No typ, the media-type spelling, the generic JWT (providers that predate
         explicit typing; keeping it out broke their logouts: the events member with no
         nonce is what tells a logout token from an ID token), an aud list naming us, sid
-        alone, sub alone, clocks apart within the skew, no exp from a provider that predates it (then
-        valid 120 s after iat, and the skew)."""
+        alone, sub alone, clocks apart within the skew, no exp from a provider that
+        predates it (then valid 120 s after iat, and the skew)."""
         for header, body in [
                 ({"alg": "RS256"}, claims()),
                 ({**HEADER, "typ": "application/logout+jwt"}, claims()),
