@@ -77,12 +77,12 @@ def browser_made(headers: list[tuple[bytes, bytes]]) -> bytes:
     return b""
 
 
-def providers(identity: Identity) -> Mapping[str, Provider]:
+def providers(identity: Identity) -> Mapping[str, tuple[str, Provider]]:
     """The providers that may post a logout (every interactive one: each signs people
     in), by issuer URL (without a trailing slash; the exact ``iss`` is checked against
-    discovery's, and ``aud`` against that provider's own client id)."""
-    return {client.issuer_url.rstrip("/"): client
-            for client in identity.clients.clients.values()}
+    discovery's, and ``aud`` against that provider's own client id), with their ids."""
+    return {client.issuer_url.rstrip("/"): (provider_id, client)
+            for provider_id, client in identity.clients.clients.items()}
 
 
 class BackchannelLogout:
@@ -126,11 +126,12 @@ class BackchannelLogout:
         if not isinstance(issuer, str):
             return self._refused(rid, "", "iss", 400, "invalid_request",
                                  "the logout_token has no iss claim")
-        provider = providers(self.identity).get(issuer.rstrip("/"))
-        if provider is None:
+        found = providers(self.identity).get(issuer.rstrip("/"))
+        if found is None:
             return self._refused(rid, issuer, "iss", 400, "invalid_request",
                                  "the token's issuer is not a provider of this gateway",
                                  result="unknown_issuer")
+        provider_id, provider = found
         try:
             header, claims = await provider.logout_token_claims(token)
             meta = await provider.metadata()
@@ -146,9 +147,9 @@ class BackchannelLogout:
         except LogoutTokenError as exc:
             return self._refused(rid, issuer, exc.check, 400, "invalid_request",
                                  exc.description)
-        return await self._end(rid, logout)
+        return await self._end(rid, provider_id, logout)
 
-    async def _end(self, rid: str, logout: Logout) -> Decision:
+    async def _end(self, rid: str, provider_id: str, logout: Logout) -> Decision:
         assert self.ends is not None
         now = self.clock()
         spent = "logout-jti:" + hashlib.sha256(
@@ -156,8 +157,8 @@ class BackchannelLogout:
         try:
             # the sessions first (reads only), then the jti: a store that cannot answer
             # either leaves the token unspent, for the provider to send again
-            named = await self.ends.named_by_logout(logout.issuer, logout.sid, logout.sub,
-                                                    logout.issued_at + SKEW)
+            named = await self.ends.named_by_logout(provider_id, logout.issuer, logout.sid,
+                                                    logout.sub, logout.issued_at + SKEW)
             # remembered until the token could no longer pass the exp check anyway
             first = await self.identity.store.claim_once(
                 spent, max(logout.expires_at + SKEW - now, 1.0))

@@ -285,6 +285,17 @@ def accepted_by_default(providers: tuple[IdentityProvider, ...]) -> tuple[str, .
     return tuple(p.id for p in providers if p.interactive)
 
 
+def directory_provider(providers: tuple[IdentityProvider, ...]) -> str:
+    """The provider whose people ``idp_service_account``'s directory describes: the
+    implicit ``default`` (the directory is one of the idp_* settings, which describe
+    it), else the first interactive entry of ``identity_providers``; ``""`` when there
+    is none. Its groups, and ending sessions of users it no longer lists, apply to
+    sessions of that provider only: a user id or an e-mail address means a person only
+    within the provider that issued it (another provider may hand out the same ``sub``,
+    or vouch for the same address)."""
+    return next((p.id for p in providers if p.interactive), "")
+
+
 def accepted_by(named: tuple[str, ...], providers: tuple[IdentityProvider, ...]
                 ) -> tuple[str, ...]:
     """The interactive providers a route whose ``identity_providers`` is ``named``

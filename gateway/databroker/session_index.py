@@ -53,14 +53,17 @@ def sid_key(issuer: str, sid: str) -> str:
     return key_id("sid", issuer, sid)
 
 
-def user_key(user_id: str) -> str:
-    """A user's sessions, whichever provider signed them in (the directory matches a
-    user by id whatever the provider; a logout by ``sub`` filters on the issuer)."""
-    return key_id("user", user_id)
+def user_key(provider: str, user_id: str) -> str:
+    """A user's sessions at one provider: a user id names a person only within the
+    provider that issued it (the directory matches its own provider's sessions; a
+    logout by ``sub`` ends the sessions of the provider the token is for)."""
+    return key_id("user", provider, user_id)
 
 
-def email_key(email: str) -> str:
-    return key_id("email", email.lower())
+def email_key(provider: str, email: str) -> str:
+    """The sessions one provider signed in with this address (the directory's
+    provider's, matched by e-mail)."""
+    return key_id("email", provider, email.lower())
 
 
 def keys_of(session: Session) -> list[str]:
@@ -68,9 +71,9 @@ def keys_of(session: Session) -> list[str]:
     if session.idp_sid:
         keys.append(sid_key(session.idp_issuer, session.idp_sid))
     if session.user_id:
-        keys.append(user_key(session.user_id))
+        keys.append(user_key(session.provider, session.user_id))
     if session.email:
-        keys.append(email_key(session.email))
+        keys.append(email_key(session.provider, session.email))
     return keys
 
 

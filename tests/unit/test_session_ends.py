@@ -6,6 +6,7 @@ endpoint over the memory store, and a directory that stops listing a user."""
 from __future__ import annotations
 
 import json
+from functools import partial
 from typing import Any
 from urllib.parse import urlencode
 
@@ -62,9 +63,11 @@ def result(d: Deferred[Any]) -> Any:
 
 
 def person(sid: str, user: str = "alice", idp_sid: str = "op-1", issued: float = NOW - 10,
-           issuer: str = ISSUER, email: str = "alice@example.com") -> Session:
+           issuer: str = ISSUER, email: str = "alice@example.com",
+           provider: str = "default") -> Session:
     return Session(id=sid, user_id=user, email=email, issued_at=issued,
-                   expires_at=NOW + 3600, idp_issuer=issuer, idp_sid=idp_sid)
+                   expires_at=NOW + 3600, idp_issuer=issuer, idp_sid=idp_sid,
+                   provider=provider)
 
 
 def sample(name: str, **labels: str) -> float:
@@ -89,7 +92,7 @@ class IndexTests(SynchronousTestCase):
         self.assertEqual([e.session_id for e in result(self.index.entries(
             sid_key(ISSUER, "op-1")))], ["g-1"])
         self.assertEqual(sorted(e.session_id for e in result(self.index.entries(
-            user_key("alice")))), ["g-1", "g-2"])
+            user_key("default", "alice")))), ["g-1", "g-2"])
         # neither a sid nor a user id is a record id
         ids = [r.id for r in result(self.store.query(SESSION_INDEX))]
         self.assertFalse([i for i in ids if "op-1" in i or "alice" in i], ids)
@@ -101,12 +104,13 @@ class IndexTests(SynchronousTestCase):
                if k not in ("idp_issuer", "idp_sid", "provider")}
         session = from_json(json.dumps(old).encode())
         self.assertEqual((session.idp_issuer, session.idp_sid), ("", ""))
-        self.assertEqual(keys_of(session), [user_key("alice"), email_key("alice@example.com")])
+        self.assertEqual(keys_of(session), [user_key("default", "alice"),
+                                            email_key("default", "alice@example.com")])
 
     def test_expired_entries_go_and_the_record_expires_with_its_sessions(self) -> None:
         result(self.index.add(person("g-1")))
         self.clock.advance(3601)
-        self.assertEqual(result(self.index.entries(user_key("alice"))), [])
+        self.assertEqual(result(self.index.entries(user_key("default", "alice"))), [])
         result(self.store.sweep(self.clock.seconds()))
         self.assertEqual(result(self.store.query(SESSION_INDEX)), [])
 
@@ -123,7 +127,7 @@ class IndexTests(SynchronousTestCase):
     def test_an_update_waits_for_the_key_held_elsewhere(self) -> None:
         """Another process updating the key holds its lease: this update waits rather
         than overwrite that one's entry."""
-        key = user_key("alice")
+        key = user_key("default", "alice")
         self.assertTrue(result(self.store.lease(f"index:{key}", "other", 10.0)))
         d = self.index.add(person("g-1", idp_sid=""))
         self.clock.advance(LEASE_WAIT)
@@ -405,12 +409,13 @@ class DirectoryRemovalTests(BrokerCase):
                                         DirectoryUser("bob", "bob@example.com", "B", ())),
                                        ()))
         sync = DirectorySync(self.clock, self.records, provider, 600, 60,
-                             removed=self.broker._directory_removed)
+                             removed=partial(self.broker._directory_removed, "default"))
         self.assertTrue(result(ensureDeferred(sync.run_once())))
         self.sign_in(person("g-1"))
         self.sign_in(person("g-2", user="other-sub", idp_sid="x",
                             email="alice@example.com"))  # matched by address
         self.sign_in(person("g-3", user="bob", idp_sid="y", email="bob@example.com"))
+        self.sign_in(person("g-4", idp_sid="z", provider="partners"))
         watched = self.watch("g-1")
         provider.directory = Directory((DirectoryUser("bob", "bob@example.com", "B", ()),),
                                        ())
@@ -420,6 +425,10 @@ class DirectoryRemovalTests(BrokerCase):
         self.assertIsNone(self.sessions.get("g-2"))
         self.assertIsNotNone(self.sessions.get("g-3"))
         self.assertEqual(len(watched), 1)
+        # found in review (issue 42): the directory's removals ended every provider's
+        # sessions with that user id or address; alice's id and address at another
+        # provider are someone else's, and stay when the directory drops alice
+        self.assertIsNotNone(self.sessions.get("g-4"))
         # an empty answer (a base or filter mistake) ends nobody's sessions
         provider.directory = Directory((), ())
         self.assertTrue(result(ensureDeferred(sync.run_once())))
