@@ -51,6 +51,7 @@ from gateway.authorize.hook import Decision, Reply, RequestInfo
 from gateway.config.providers import IMPLICIT_ID
 from gateway.config.routes import Route
 from gateway.databroker.records import RecordStore
+from gateway.databroker.session_index import IndexFull
 from gateway.dataplane.routing.router import own_path
 from gateway.pages.chooser import choose_provider
 from gateway.pages.layout import Action
@@ -323,6 +324,11 @@ class Endpoints:
                                      tokens.refresh_token, now + tokens.expires_in, provider)
         try:
             await ident.store.put_confirmed(session)
+        except IndexFull as exc:  # this person's own sessions fill an index key
+            log.warn("sign-in of {email} refused: {error}", email=session.email,
+                     error=str(exc))
+            return self._error(429, f"You signed in, but {exc}.", request.headers,
+                               "too-many-sessions")
         except Exception as exc:
             # No cookie for a session the store does not have: every process would
             # answer it with a sign-in redirect (503 now, "never a guess").

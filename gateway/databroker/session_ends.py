@@ -50,7 +50,7 @@ class SessionEnds:
         index = self.sessions.index
 
         async def run() -> list[str]:
-            by_sid = await index.entries(sid_key(issuer, sid)) if sid else []
+            by_sid = await index.entries(sid_key(provider, issuer, sid)) if sid else []
             by_user = await index.entries(user_key(provider, sub)) if sub and not sid else []
             return await self._live(named_by_logout(issuer, sid, sub, issued_by, by_sid,
                                                     by_user))

@@ -6,7 +6,9 @@ endpoint over the memory store, and a directory that stops listing a user."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from functools import partial
+from types import MappingProxyType
 from typing import Any
 from urllib.parse import urlencode
 
@@ -23,6 +25,7 @@ from gateway.authenticate.logout_token import EVENT
 from gateway.authenticate.targets import BACKCHANNEL_LOGOUT
 from gateway.authorize.assertion import AssertionSigner
 from gateway.authorize.hook import Reply, RequestInfo
+from gateway.databroker import session_index
 from gateway.databroker.broker import Databroker
 from gateway.databroker.directory_records import DirectorySync
 from gateway.databroker.memory_records import MemoryRecordStore
@@ -31,6 +34,7 @@ from gateway.databroker.session_ends import named_by_logout
 from gateway.databroker.session_index import (
     LEASE_WAIT,
     Entry,
+    IndexFull,
     SessionIndex,
     email_key,
     keys_of,
@@ -90,7 +94,7 @@ class IndexTests(SynchronousTestCase):
         result(self.index.add(alice))
         result(self.index.add(person("g-2", idp_sid="op-2")))
         self.assertEqual([e.session_id for e in result(self.index.entries(
-            sid_key(ISSUER, "op-1")))], ["g-1"])
+            sid_key("default", ISSUER, "op-1")))], ["g-1"])
         self.assertEqual(sorted(e.session_id for e in result(self.index.entries(
             user_key("default", "alice")))), ["g-1", "g-2"])
         # neither a sid nor a user id is a record id
@@ -114,15 +118,42 @@ class IndexTests(SynchronousTestCase):
         result(self.store.sweep(self.clock.seconds()))
         self.assertEqual(result(self.store.query(SESSION_INDEX)), [])
 
-    def test_bound_pushes_out_the_soonest_to_expire(self) -> None:
+    def test_the_bound_refuses_the_newest_and_ends_no_one(self) -> None:
         entries = [Entry(f"s{i}", NOW + 100 + i, NOW, ISSUER) for i in range(3)]
-        kept, pushed = with_entry(entries, Entry("new", NOW + 500, NOW, ISSUER), NOW, limit=3)
-        self.assertEqual([e.session_id for e in pushed], ["s0"])
-        self.assertEqual({e.session_id for e in kept}, {"s1", "s2", "new"})
-        kept, pushed = with_entry(entries, Entry("s0", NOW + 900, NOW, ISSUER),
-                                  NOW + 100.5, limit=3)  # expired s0 dropped, replaced
-        self.assertEqual(pushed, [])
+        self.assertIsNone(with_entry(entries, Entry("new", NOW + 500, NOW, ISSUER), NOW,
+                                     limit=3))
+        kept = with_entry(entries, Entry("s0", NOW + 900, NOW, ISSUER),
+                          NOW + 100.5, limit=3)  # expired s0 dropped, replaced
+        assert kept is not None
         self.assertEqual(sorted(e.session_id for e in kept), ["s0", "s1", "s2"])
+
+    def test_keys_are_the_providers_and_only_a_vouched_for_address(self) -> None:
+        """Found in review (issue 42): the index keyed sessions by the address as
+        received (verified or not) and by the bare user id, across providers, and a
+        key past its bound ended its oldest sessions: someone whose provider let them
+        set ``email=victim`` signed in MAX_PER_KEY times and signed the victim out, and
+        held the victim's key's lease. Now keys are per provider, an unverified address
+        is no key, and a full key refuses the newest sign-in only."""
+        self.patch(session_index, "MAX_PER_KEY", 2)
+        victim = person("v-1")
+        result(self.index.add(victim))
+        unverified = MappingProxyType({"email": ("alice@example.com",),
+                                       "email_verified": ("false",)})
+        mallory = replace(person("m-1", user="mallory", idp_sid=""), claims=unverified)
+        partner = person("p-1", idp_sid="", provider="partners")  # verified, same id
+        self.assertEqual(len(keys_of(mallory)), 1)  # the user id only
+        self.assertFalse(set(keys_of(partner)) & set(keys_of(victim)))
+        for n in range(2):
+            result(self.index.add(replace(mallory, id=f"m-{n}")))
+            result(self.index.add(replace(partner, id=f"p-{n}")))
+        for key in keys_of(victim):
+            self.assertEqual([e.session_id for e in result(self.index.entries(key))],
+                             ["v-1"])
+        # the victim's own second session fits; a third is refused, the first stays
+        result(self.index.add(person("v-2", idp_sid="")))
+        self.failureResultOf(self.index.add(person("v-3", idp_sid="")), IndexFull)
+        self.assertEqual(sorted(e.session_id for e in result(self.index.entries(
+            user_key("default", "alice")))), ["v-1", "v-2"])
 
     def test_an_update_waits_for_the_key_held_elsewhere(self) -> None:
         """Another process updating the key holds its lease: this update waits rather
@@ -381,7 +412,7 @@ class EndpointTests(BrokerCase):
         self.identity.clients.clients["partners"] = provider_with(
             {"k1": jwt.PyJWK({**public, "kid": "k1"})}, self.clock, partners, "gw")
         self.sign_in(person("g-1"))  # the first provider's op-1
-        self.sign_in(person("g-2", issuer=partners))  # the partners' op-1, same sid
+        self.sign_in(person("g-2", issuer=partners, provider="partners"))  # same sid
         body = {"iss": partners, "aud": "gw", "iat": NOW, "exp": NOW + 120, "jti": "b-1",
                 "sid": "op-1", "events": {EVENT: {}}}
         header = {"kid": "k1", "typ": "logout+jwt"}
