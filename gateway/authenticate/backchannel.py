@@ -4,8 +4,8 @@ names ends, with the connections they admitted, in every process sharing the sto
 
 In order: the request's shape (a form POST from a server, ``logout_token`` at most
 ``MAX_TOKEN`` bytes, strictly one compact JWS: ``bearer_jwt.jws``), the provider (by the
-token's ``iss``, exactly: one today, several once ``identity_providers`` lands:
-``providers``), the signature (the provider's keys,
+token's ``iss``, and among several clients at one issuer by its ``aud``: ``providers``,
+``addressed``), the signature (the provider's keys,
 ``oidc.Provider.logout_token_claims``), the claims (``logout_token``, pure), the
 ``jti`` spent once among every process (the store's lease, held until the token
 expires), then the sessions ended (``databroker.session_ends``). The answers are the
@@ -77,12 +77,26 @@ def browser_made(headers: list[tuple[bytes, bytes]]) -> bytes:
     return b""
 
 
-def providers(identity: Identity) -> Mapping[str, tuple[str, Provider]]:
+def providers(identity: Identity) -> Mapping[str, list[tuple[str, Provider]]]:
     """The providers that may post a logout (every interactive one: each signs people
     in), by issuer URL (without a trailing slash; the exact ``iss`` is checked against
-    discovery's, and ``aud`` against that provider's own client id), with their ids."""
-    return {client.issuer_url.rstrip("/"): (provider_id, client)
-            for provider_id, client in identity.clients.clients.items()}
+    discovery's, and ``aud`` against that provider's own client id), with their ids.
+    Several at one issuer are several clients of one provider (staff and contractors
+    clients at one IdP): each is sent its own logout token, for its own client id."""
+    found: dict[str, list[tuple[str, Provider]]] = {}
+    for provider_id, client in identity.clients.clients.items():
+        found.setdefault(client.issuer_url.rstrip("/"), []).append((provider_id, client))
+    return found
+
+
+def addressed(candidates: list[tuple[str, Provider]], audience: object
+              ) -> tuple[str, Provider] | None:
+    """The one of ``candidates`` (the providers at the token's issuer) whose client id
+    the token's ``aud`` (a string or a list, not yet verified) names: which keys to
+    verify it with; ``check_logout_token`` then insists on that client id."""
+    named = [audience] if isinstance(audience, str) else \
+        [a for a in audience if isinstance(a, str)] if isinstance(audience, list) else []
+    return next((c for c in candidates if c[1].client_id in named), None)
 
 
 class BackchannelLogout:
@@ -119,18 +133,24 @@ class BackchannelLogout:
         try:
             # strictly one compact JWS (no member named twice, canonical base64url, not
             # a JWE) before anything reads it: the parser the bearer tokens' is
-            issuer = jws.parse(token, MAX_TOKEN).payload.get("iss")
+            payload = jws.parse(token, MAX_TOKEN).payload
+            issuer = payload.get("iss")
         except jws.Malformed as exc:
             return self._refused(rid, "", exc.check, 400, "invalid_request",
                                  f"the logout_token is not a signed JWT: {exc.description}")
         if not isinstance(issuer, str):
             return self._refused(rid, "", "iss", 400, "invalid_request",
                                  "the logout_token has no iss claim")
-        found = providers(self.identity).get(issuer.rstrip("/"))
-        if found is None:
+        candidates = providers(self.identity).get(issuer.rstrip("/"))
+        if not candidates:
             return self._refused(rid, issuer, "iss", 400, "invalid_request",
                                  "the token's issuer is not a provider of this gateway",
                                  result="unknown_issuer")
+        found = addressed(candidates, payload.get("aud"))
+        if found is None:
+            return self._refused(rid, issuer, "aud", 400, "invalid_request",
+                                 "the token's aud is not the client id of a provider of "
+                                 "this gateway at its issuer")
         provider_id, provider = found
         try:
             header, claims = await provider.logout_token_claims(token)

@@ -427,6 +427,27 @@ class EndpointTests(BrokerCase):
         self.assertIsNotNone(self.sessions.get("g-1"))
         self.assertIsNone(self.sessions.get("g-2"))
 
+    def test_two_clients_at_one_issuer_each_get_their_logout(self) -> None:
+        """Found in review (issue 42): the issuer picked one client (the last
+        configured), so with staff and contractors clients at one provider the first
+        client's logout tokens (its ``aud``) were refused and its sessions never ended.
+        The token's ``aud`` now picks the client among those at its issuer."""
+        keys = self.identity.clients.clients["default"]._keys
+        self.identity.clients.clients["contractors"] = provider_with(
+            keys, self.clock, ISSUER, "contractors-client")
+        self.sign_in(person("g-1"))  # staff (default), op-1
+        self.sign_in(person("g-2", provider="contractors", idp_sid="op-2"))
+        self.assertEqual(self.logout(self.token()).status, 200)  # aud: gateway
+        self.assertIsNone(self.sessions.get("g-1"))
+        self.assertIsNotNone(self.sessions.get("g-2"))
+        self.sign_in(person("g-3", idp_sid="op-2"))  # staff, same provider session
+        reply = self.logout(self.token(aud=["contractors-client"], sid="op-2", jti="c-1"))
+        self.assertEqual(reply.status, 200)
+        self.assertIsNone(self.sessions.get("g-2"))
+        self.assertIsNotNone(self.sessions.get("g-3"))  # its own client's token ends it
+        self.assertEqual(self.error_of(self.logout(self.token(aud="stranger", jti="s-1"))),
+                         "invalid_request")
+
     def test_only_on_the_authenticate_host(self) -> None:
         body = urlencode({"logout_token": self.token()}).encode()
         reply = self.answer(post(body, host="app.test"), body)
