@@ -182,7 +182,11 @@ def _entry(entry: Any, where: str, problems: Problems,
     if len(problems.errors) > before:
         return None
     return IdentityProvider(
-        id=ident, issuer=issuer.rstrip("/") if issuer != KUBERNETES else issuer,
+        # exactly as configured: a bearer token's iss and a discovery document's issuer
+        # are compared with it as they are, and some issuers end in a slash (Auth0's
+        # https://tenant.auth0.com/, Azure AD v1's https://sts.windows.net/{tenant}/);
+        # the discovery URL is joined without it (RemoteKeys, oidc.Provider)
+        id=ident, issuer=issuer,
         name=name, client_id=client_id, client_secret=secret,
         client_secret_file=secret_file,
         scopes=(scopes or default_scopes) if client_id else (),

@@ -179,6 +179,22 @@ class Remote(SynchronousTestCase):
         self.assertEqual(dict(source.keys.keys), {})
         self.assertEqual(self.answers.asked, [DISCOVERY])
 
+    def test_an_issuer_ending_in_a_slash(self) -> None:
+        """Auth0's and Azure AD v1's issuers end in ``/``: discovery is joined without
+        a second slash, and its document must name the issuer as configured, slash
+        included."""
+        for issuer in ("https://tenant.auth0.com/", "https://sts.windows.net/tid-1/"):
+            base = issuer.rstrip("/")
+            answers = Answers()
+            answers.set(f"{base}/.well-known/openid-configuration",
+                        discovery(issuer, f"{base}/jwks"))
+            answers.set(f"{base}/jwks", first_keys())
+            source = RemoteKeys("auth0", issuer, answers, self.clock)
+            self.successResultOf(source.start())
+            self.addCleanup(source.stop)
+            self.assertEqual(list(source.keys.keys), ["k1"])
+            self.assertNotIn("//.well-known", answers.asked[0])
+
     def test_only_https_jwks_uri(self) -> None:
         self.answers.set(DISCOVERY, discovery(jwks_uri="http://issuer.example.test/jwks"))
         source = self.started()
@@ -364,3 +380,24 @@ class FromConfiguration(SynchronousTestCase):
         service.startService()
         self.addCleanup(service.stopService)
         self.assertEqual(list(service.sources["cluster"].keys.keys), ["k1"])
+
+    def test_an_issuer_is_kept_exactly_as_configured(self) -> None:
+        """Found in review (issue 42): a configured issuer lost its trailing slash, but
+        a bearer token's ``iss`` is compared exactly, so Auth0
+        (``https://tenant.auth0.com/``) and Azure AD v1
+        (``https://sts.windows.net/{tenant}/``) tokens could never pass."""
+        from gateway.config.errors import Problems
+        from gateway.config.providers import parse_identity_providers
+
+        entries = [{"id": "auth0", "issuer": "https://tenant.auth0.com/",
+                    "bearer": {"audiences": ["gw"]}},
+                   {"id": "azure", "issuer": "https://sts.windows.net/tid-1/",
+                    "client_id": "gw", "client_secret": "s"},
+                   {"id": "plain", "issuer": "https://login.example",
+                    "bearer": {"audiences": ["gw"]}}]
+        problems = Problems()
+        parsed = parse_identity_providers(entries, problems)
+        self.assertEqual(problems.errors, [])
+        self.assertEqual([p.issuer for p in parsed], [
+            "https://tenant.auth0.com/", "https://sts.windows.net/tid-1/",
+            "https://login.example"])
