@@ -10,9 +10,10 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
-from twisted.internet.defer import Deferred
+from twisted.internet.defer import Deferred, ensureDeferred
 from twisted.internet.task import Clock
 from twisted.internet.testing import MemoryReactorClock
 from twisted.trial.unittest import SynchronousTestCase
@@ -401,3 +402,49 @@ class FromConfiguration(SynchronousTestCase):
         self.assertEqual([p.issuer for p in parsed], [
             "https://tenant.auth0.com/", "https://sts.windows.net/tid-1/",
             "https://login.example"])
+
+
+class _Client:
+    """An HTTP client (``client_for``) that answers 200 and says which it was."""
+
+    def __init__(self, ca: bytes | None) -> None:
+        self.ca = ca
+
+    def get(self, url: str, **kwargs: Any) -> Any:
+        return SimpleNamespace(code=200), self.ca
+
+
+class ServiceAccountToken(SynchronousTestCase):
+    def test_the_token_and_cluster_ca_go_to_the_api_server_only(self) -> None:
+        """Found in review (issue 42): with ``kubernetes:///`` the pod's
+        service-account token was sent on every fetch, the ``jwks_uri`` discovery names
+        included (on EKS and GKE a public host), and every host was verified against
+        the cluster CA. Now the token and the cluster CA are for the discovery URL's
+        origin (the API server) only; other hosts get no token and the system store."""
+        from gateway.services import bearer_keys
+
+        directory = tempfile.mkdtemp()
+        self.addCleanup(shutil.rmtree, directory)
+        token_file = f"{directory}/token"
+        with open(token_file, "w", encoding="ascii") as f:
+            f.write("pod-credential\n")
+        seen: list[tuple[str, dict[Any, Any], Any]] = []
+
+        async def traced(method: str, url: str, headers: dict[Any, Any], send: Any
+                         ) -> tuple[Any, bytes]:
+            response, ca = send(headers)
+            seen.append((url, headers, ca))
+            return response, b"{}"
+
+        self.patch(bearer_keys, "_traced", traced)
+        api = "https://kubernetes.default.svc/.well-known/openid-configuration"
+        fetch = bearer_keys.provider_fetch(
+            None, None, token_file, api_url=api, api_ca=b"cluster-ca",
+            client_for=_Client)  # type: ignore[arg-type]
+        for url in (api, "https://oidc.eks.example.test/id/ABC/keys",
+                    "https://kubernetes.default.svc:444/openid/v1/jwks",
+                    "https://kubernetes.default.svc/openid/v1/jwks"):
+            self.successResultOf(ensureDeferred(fetch(url)))
+        self.assertEqual([(h.get("Authorization"), ca) for _, h, ca in seen], [
+            ("Bearer pod-credential", b"cluster-ca"), (None, None), (None, None),
+            ("Bearer pod-credential", b"cluster-ca")])
