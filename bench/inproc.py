@@ -7,8 +7,8 @@ of several rounds, so an A/B of two commits (run it in each tree) shows a change
 1-2 % in the codec, the exchange or the router. The access log is off, as in
 ``bench/run.py``. ``--profile`` prints where the time goes (cProfile, by own time).
 
-    .venv/bin/python bench/inproc.py [--protocol h1|h2|auth|both|all] [--requests N]
-        [--rounds R]
+    .venv/bin/python bench/inproc.py [--protocol h1|h2|auth|bearer|both|all|signed]
+        [--requests N] [--rounds R]
 
 It imports the gateway of the tree it is in (for an A/B, run each tree's copy).
 """
@@ -116,6 +116,35 @@ def _signed_in() -> tuple[MemoryReactorClock, ProxyCore, bytes]:
     return reactor, core, cookie
 
 
+def _bearer() -> tuple[MemoryReactorClock, ProxyCore, bytes]:
+    """A core with the daemon's identity layer and a bearer route (``bench/harness/
+    bearer.py``: the issue's policy, a GitHub Actions-shaped token), the token's provider
+    read from a ``jwks_file`` by the daemon's key source."""
+    from bench.harness import bearer
+    from gateway.authenticate.holder import IdentityHolder
+    from gateway.databroker.follower import ChangeFollower
+    from gateway.databroker.memory_records import MemoryRecordStore
+    from gateway.databroker.session_records import RecordSessionStore
+    from gateway.services.bearer_providers import BearerVerifiers
+
+    directory = Path(tempfile.mkdtemp(prefix="gateway-inproc-"))
+    config = {**AUTH_CONFIG, "identity_providers": [
+        bearer.provider(bearer.write_jwks(directory))],
+        "policy": [bearer.route("http://app.bench.test", "http://127.0.0.1:9000")]}
+    snapshot = _snapshot(config)
+    clock = MemoryReactorClock()
+    clock.advance(time.time())
+    records = MemoryRecordStore(time.time)
+    store = RecordSessionStore(records, ChangeFollower(None, records), complete=True)
+    keys = BearerVerifiers(clock)
+    keys.startService()  # reads the jwks_file now
+    holder = IdentityHolder(clock, snapshot,
+                            SimpleNamespace(sessions=store, directory=None, store=records,
+                                            ends=None), keys.verifiers)
+    reactor, core = _core(snapshot, holder)
+    return reactor, core, bearer.token().encode()
+
+
 class _Upstream:
     """The upstream end of the connection the pool opened: answers each request."""
 
@@ -151,13 +180,17 @@ def _serving(reads: list[bytes], conn: Any, upstream: _Upstream, client: StringT
     return run
 
 
-def http1_loop(signed_in: bool = False) -> Prepared:
+def http1_loop(signed_in: bool = False, bearer: bool = False) -> Prepared:
     """One client connection sending requests one after another (with a session
-    cookie on the signed-in route when ``signed_in``)."""
+    cookie on the signed-in route when ``signed_in``, a bearer token on the bearer
+    route when ``bearer``)."""
     request = REQUEST
     if signed_in:
         reactor, core, cookie = _signed_in()
         request = REQUEST[:-2] + b"Cookie: " + cookie + b"\r\n\r\n"
+    elif bearer:
+        reactor, core, token = _bearer()
+        request = REQUEST[:-2] + b"Authorization: Bearer " + token + b"\r\n\r\n"
     else:
         reactor, core = _core()
     client = StringTransport(peerAddress=CLIENT)
@@ -233,16 +266,20 @@ def measure(prepare: Prepared, requests: int, rounds: int) -> float:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--protocol", choices=("h1", "h2", "auth", "both", "all"),
+    parser.add_argument("--protocol", choices=("h1", "h2", "auth", "bearer", "both", "all",
+                                               "signed"),
                         default="both", help="auth: HTTP/1.1 on the signed-in route; "
-                        "both: h1 and h2; all: the three")
+                        "bearer: on the bearer-token route; both: h1 and h2; all: h1, h2 "
+                        "and auth; signed: auth and bearer")
     parser.add_argument("--requests", type=int, default=5000)
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--profile", action="store_true")
     args = parser.parse_args(argv)
     loops: dict[str, Callable[[], Prepared]] = {
-        "h1": http1_loop, "h2": http2_loop, "auth": lambda: http1_loop(signed_in=True)}
-    names = {"both": ["h1", "h2"], "all": ["h1", "h2", "auth"]}.get(
+        "h1": http1_loop, "h2": http2_loop, "auth": lambda: http1_loop(signed_in=True),
+        "bearer": lambda: http1_loop(bearer=True)}
+    names = {"both": ["h1", "h2"], "all": ["h1", "h2", "auth"],
+             "signed": ["auth", "bearer"]}.get(
         args.protocol, [args.protocol])
     for name in names:
         prepare = loops[name]()

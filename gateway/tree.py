@@ -16,12 +16,14 @@ from twisted.logger import Logger
 
 from gateway import __version__
 from gateway.authenticate.holder import IdentityHolder
+from gateway.authorize.hook import Authorizer
 from gateway.config import Snapshot
 from gateway.config.running import ConfigSource
 from gateway.databroker.broker import Databroker
 from gateway.observability import logging as gateway_logging
 from gateway.observability.audit_service import AuditService
 from gateway.observability.metrics_push import MetricsPushService
+from gateway.services.bearer_providers import BearerVerifiers
 from gateway.services.drain import Drain, Drainable, DrainingRoot
 from gateway.services.logical import AuthenticateService, AuthorizeService, DataBrokerService
 from gateway.services.metrics_endpoint import MetricsEndpointService, count_requests
@@ -110,7 +112,13 @@ def build_service_tree(
         root.addService(AuthenticateService(source))
     if needs_identity:
         assert broker is not None
-        identity = IdentityHolder(reactor, snapshot, broker)
+        bearer = None
+        if (options.runs("proxy") or options.services == "authorize") \
+                and not options.remote_authorize:  # where routes' requests are decided
+            bearer = BearerVerifiers(reactor)
+            root.addService(bearer)
+        identity = IdentityHolder(reactor, snapshot, broker,
+                                  bearer.verifiers if bearer is not None else None)
         source.subscribe(identity.apply)
         if split is not None:
             split.signing_check(identity)
@@ -119,22 +127,8 @@ def build_service_tree(
             MultiService.addService(split.service, split.authorize_server(identity, source))
         else:
             authorizer = split.authorizer(identity) if split is not None else identity
-            audit = AuditService(reactor, snapshot)  # the decisions the proxy ends with
-            source.subscribe(audit.apply)
-            root.addService(audit)
-            if sighup is not None:
-                sighup.also.append(audit.reopen)
-            proxy = ProxyService(source, reactor, authorizer=authorizer,
-                                 sign_in_app=identity,
-                                 inherited=worker.inherited if worker else None)
-            if proxy.core is not None:  # tunnels and upgrades end with their session
-                proxy.core.live = identity
-            root.addService(proxy)
-            drained.append(proxy)
-            if options.ssh_address:
-                ssh = _add_ssh(root, source, reactor, identity, broker, worker)
-                if ssh is not None:
-                    drained.append(ssh)
+            drained += _add_proxy(root, source, reactor, identity, authorizer, broker,
+                                  sighup, worker)
     push = MetricsPushService(reactor, snapshot)  # otel_metrics_exporter: otlp
     source.subscribe(push.apply)
     root.addService(push)
@@ -151,6 +145,29 @@ def build_service_tree(
     draining.drain = Drain(reactor, lambda: source.current.options.shutdown_drain_timeout,
                            drained, on_begin=[ready.stopping])
     return root
+
+
+def _add_proxy(root: MultiService, source: ConfigSource, reactor: Any,
+               identity: IdentityHolder, authorizer: Authorizer, broker: Databroker,
+               sighup: SighupService | None, worker: WorkerRole | None) -> list[Drainable]:
+    """The proxy's listeners, the audit stream of the decisions it ends with, and the SSH
+    server beside it (``ssh_address``); returns what a stop drains."""
+    audit = AuditService(reactor, source.current)
+    source.subscribe(audit.apply)
+    root.addService(audit)
+    if sighup is not None:
+        sighup.also.append(audit.reopen)
+    proxy = ProxyService(source, reactor, authorizer=authorizer, sign_in_app=identity,
+                         inherited=worker.inherited if worker else None)
+    if proxy.core is not None:  # tunnels and upgrades end with their session
+        proxy.core.live = identity
+    root.addService(proxy)
+    drained: list[Drainable] = [proxy]
+    if source.current.options.ssh_address:
+        ssh = _add_ssh(root, source, reactor, identity, broker, worker)
+        if ssh is not None:
+            drained.append(ssh)
+    return drained
 
 
 def _add_ssh(root: MultiService, source: ConfigSource, reactor: Any,

@@ -10,6 +10,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from . import bearer
 from .paths import REPO_ROOT
 from .procs import Proc, Processes, free_port
 
@@ -53,8 +54,10 @@ class AuthProvider:
 
 def gateway_yaml(port: int, upstream: int, codec: str | None,
                  auth: AuthProvider | None = None, metrics_port: int = 0,
-                 extra: tuple[str, ...] = ()) -> str:
-    """``extra``: more top-level YAML lines (``--otlp``: tracing over OTLP)."""
+                 extra: tuple[str, ...] = (), bearer_jwks: Path | None = None) -> str:
+    """``extra``: more top-level YAML lines (``--otlp``: tracing over OTLP).
+    ``bearer_jwks``: with ``auth``, the bearer-token route too (``bearer.py``), its
+    provider's keys in that file."""
     q = json.dumps  # a JSON string is a YAML scalar
     lines = [
         "# written by bench/run.py",
@@ -104,6 +107,10 @@ def gateway_yaml(port: int, upstream: int, codec: str | None,
             "    pass_identity_headers: true",
             POLICY_YAML.rstrip("\n"),
         ]
+        if bearer_jwks is not None:  # (JSON is YAML: a flow mapping per item)
+            lines.append("  - " + q(bearer.route(f"http://{bearer.BEARER_HOST}:{port}",
+                                                 f"http://127.0.0.1:{upstream}")))
+            lines.append("identity_providers: " + q([bearer.provider(bearer_jwks)]))
     return "\n".join(lines) + "\n"
 
 
@@ -172,7 +179,8 @@ def start_gateway(procs: Processes, tmp: Path, twistd: Path, name: str, upstream
     port = port or free_port()
     config = tmp / f"{name}.yaml"
     config.write_text(gateway_yaml(port, upstream, codec, auth,
-                                   free_port() if metrics else 0, extra))
+                                   free_port() if metrics else 0, extra,
+                                   bearer.write_jwks(tmp) if auth is not None else None))
     proc = procs.start(name, [str(twistd), "-n", "--pidfile=", "gateway", "--config", str(config)],
                        cpus, cwd=REPO_ROOT, env=gateway_env())
     return proc, port

@@ -23,6 +23,7 @@ from gateway.pages.layout import Action, Look, origin
 from gateway.pages.routes import Portal, PortalRoute, entry_path, portal_route, render_portal
 from gateway.pages.signout import confirm_sign_out, signed_out
 from gateway.pages.whoami import Group, Profile, render_profile
+from gateway.sessions.lookup import cookie_and_authorization
 from gateway.sessions.model import Session
 
 if TYPE_CHECKING:
@@ -39,6 +40,36 @@ def who_am_i(ident: Identity, request: RequestInfo) -> Decision | Deferred[Decis
     for everything else."""
     return _signed_in(ident, request, lambda s: _profile(ident, request, s),
                       "Sign in to see who you are signed in as.")
+
+
+def bearer_profile(ident: Identity, routes: tuple[Route, ...], request: RequestInfo
+                   ) -> Decision | None:
+    """``/.gateway/`` for a bearer token from an outside issuer, on the host of a route
+    that accepts its provider: who the token is to that route (``None``: no such token
+    or route; a token the route refuses gets its 401). No session, so no sign-out."""
+    callers = ident.bearer
+    if callers is None or not any(len(n) == 13 and n.lower() == b"authorization"
+                                  for n, _ in request.headers):
+        return None
+    host = request.host.lower()
+    route = next((r for r in routes if not r.tcp and callers.of(r) and host in (
+        r.host, f"{r.host}:{r.port}") and path_matches(r, "/")), None)
+    if route is None:
+        return None
+    raw, _ = cookie_and_authorization(request.headers)
+    found = callers.caller(request, route, raw)
+    if found is None or not isinstance(found, Caller):
+        return found
+    entry = ident.clients.entry(found.provider)
+    iat = found.claims.get("iat", ("0",))[0]
+    profile = Profile(
+        email=found.email, user_id=found.user_id, name=found.name,
+        groups=tuple(Group(g) for g in found.groups), claims=found.claims,
+        started=float(iat) if iat.isdigit() else 0.0, expires=found.expires_at,
+        identity_provider=f"{entry.label} ({entry.issuer})" if entry else found.provider,
+        host=request.host)
+    body, page = render_profile(profile, ident.look, (), as_json=wants_json(request))
+    return answers.answer(200, body, page, "who-am-i")
 
 
 def routes_portal(ident: Identity, routes: tuple[Route, ...], request: RequestInfo

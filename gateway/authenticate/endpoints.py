@@ -20,6 +20,7 @@ from twisted.logger import Logger
 from gateway.authenticate.account import (
     PORTAL,
     WHO_AM_I,
+    bearer_profile,
     routes_portal,
     sign_out_confirmation,
     signed_out_page,
@@ -149,6 +150,9 @@ class Endpoints:
         if path in (SIGN_OUT, SIGN_OUT.rstrip("/")):
             return self._discovered(lambda: self._sign_out(request, body))
         if path in WHO_AM_I:
+            bearer = bearer_profile(ident, self.routes, request)  # a machine caller's
+            if bearer is not None:
+                return bearer
             return self._discovered(lambda: who_am_i(ident, request))
         if path in PORTAL:
             return routes_portal(ident, self.routes, request)

@@ -5,6 +5,7 @@ reloads); and the SSH service's entrance (``authorize_ssh``)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -16,6 +17,7 @@ from gateway.authenticate.identity import Identity
 from gateway.authorize.assertion import AssertionSigner
 from gateway.authorize.hook import Decision, RequestInfo
 from gateway.authorize.ssh_logins import AuthorizeSsh
+from gateway.bearer_jwt.verifier import Verifier
 from gateway.config.routes import Route
 from gateway.config.snapshot import Snapshot
 from gateway.databroker.broker import Databroker
@@ -45,15 +47,24 @@ def _signer(snapshot: Snapshot, previous: AssertionSigner | None) -> AssertionSi
     return signer
 
 
+Verifiers = Callable[[Snapshot], Mapping[str, Verifier]]
+
+
 class IdentityHolder:
-    def __init__(self, reactor: Any, snapshot: Snapshot, broker: Databroker) -> None:
+    """``bearer``: the verifiers of a snapshot's bearer providers
+    (``gateway.services.bearer_providers``), where this process decides."""
+
+    def __init__(self, reactor: Any, snapshot: Snapshot, broker: Databroker,
+                 bearer: Verifiers | None = None) -> None:
         self.reactor = reactor
         self.broker = broker
         self.store: SessionStore = broker.sessions
         self.signer = _signer(snapshot, None)
         self.spent = SpentTokens()  # kept across reloads, as sessions are
+        self.bearer = bearer
         self.identity = Identity(reactor, snapshot, self.store, self.signer,
-                                 directory=broker.directory, spent=self.spent)
+                                 directory=broker.directory, spent=self.spent,
+                                 bearer=bearer(snapshot) if bearer is not None else None)
         self.endpoints = Endpoints(self.identity, snapshot.routes, broker.store, broker.ends)
         # the SSH service's entrance, deciding with the snapshot in force
         self.authorize_ssh = AuthorizeSsh(lambda: self.identity.decider, self.store)
@@ -62,7 +73,8 @@ class IdentityHolder:
         """After the databroker's ``apply`` (it may start or stop directory data)."""
         self.signer = _signer(snapshot, self.signer)
         self.identity = Identity(self.reactor, snapshot, self.store, self.signer,
-                                 directory=self.broker.directory, spent=self.spent)
+                                 directory=self.broker.directory, spent=self.spent,
+                                 bearer=self.bearer(snapshot) if self.bearer else None)
         self.endpoints = Endpoints(self.identity, snapshot.routes, self.broker.store,
                                    self.broker.ends)
 

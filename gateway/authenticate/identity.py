@@ -29,7 +29,7 @@ import hashlib
 import hmac
 import secrets
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any
 from urllib.parse import urlsplit
@@ -37,6 +37,7 @@ from urllib.parse import urlsplit
 from twisted.internet.defer import Deferred, ensureDeferred
 from twisted.logger import Logger
 
+from gateway.authenticate.bearer_callers import BearerCallers
 from gateway.authenticate.clients import Clients
 from gateway.authenticate.sign_in import SignInFlow
 from gateway.authorize import answers
@@ -44,6 +45,7 @@ from gateway.authorize.assertion import AssertionSigner
 from gateway.authorize.claims import session_from_claims
 from gateway.authorize.hook import Decision, Reply, RequestInfo
 from gateway.authorize.http_requests import Decider
+from gateway.bearer_jwt.verifier import Verifier
 from gateway.config.providers import IMPLICIT_ID
 from gateway.config.snapshot import Snapshot
 from gateway.pages.layout import Action, look_of
@@ -67,7 +69,8 @@ class Identity:
     def __init__(self, reactor: Any, snapshot: Snapshot, store: SessionStore,
                  signer: AssertionSigner, clock: Callable[[], float] = time.time,
                  directory: DirectoryGroups | None = None,
-                 spent: SpentTokens | None = None) -> None:
+                 spent: SpentTokens | None = None,
+                 bearer: Mapping[str, Verifier] | None = None) -> None:
         self.reactor = reactor
         self.spent = spent if spent is not None else SpentTokens()  # used hand-offs
         self.store = store
@@ -76,6 +79,8 @@ class Identity:
         self.clock = clock
         o = snapshot.options
         self.options = o
+        # ssh:// routes by name: an SSH sign-in offers the providers its route accepts
+        self.ssh_routes = {r.ssh.name: r for r in snapshot.ssh_routes if r.ssh is not None}
         self.look = look_of(o)
         material = snapshot.material
         self.shared = Sealer(material.shared_secret)
@@ -99,8 +104,12 @@ class Identity:
                                self.auth_origin + o.authenticate_callback_path)
         self.flow = SignInFlow(reactor, self.clients, self.shared, self.auth_origin, store,
                                clock, self.look)
+        # the bearer providers' verifiers (``gateway.services.bearer_providers``), where
+        # this process decides
+        self.bearer = BearerCallers(bearer, o.identity_providers, o.cookie_name, self.look,
+                                    clock) if bearer else None
         self.decider = Decider(snapshot, self.sessions, store, signer, self.flow, clock,
-                               directory)
+                               directory, self.bearer)
 
     # -- cookies and sessions
 

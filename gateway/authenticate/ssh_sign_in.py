@@ -40,9 +40,24 @@ class SshSignIn:
     def answer(self, request: RequestInfo, body: bytes) -> Decision | Deferred[Decision]:
         def signed_in(session: Session | None) -> Decision | Deferred[Decision]:
             if session is None:
-                return self.identity.sign_in(request)  # back here once signed in
+                return ensureDeferred(self._sign_in(request))  # back here once signed in
             return ensureDeferred(self._answer(request, body, session))
         return self.identity.with_session(request, signed_in)
+
+    async def _sign_in(self, request: RequestInfo) -> Decision:
+        """The sign-in, offering the providers the ticket's route accepts (any, for a
+        ticket that cannot be read: the page after the sign-in says what is wrong)."""
+        ident = self.identity
+        accepted: tuple[str, ...] = ()
+        try:
+            pending = await read_sign_in(self.records, request.path[len(SSH_SIGN_IN):],
+                                         ident.clock())
+        except Exception:  # (storage down: the page after the sign-in answers 503)
+            pending = None
+        route = ident.ssh_routes.get(pending.route) if pending is not None else None
+        if route is not None:
+            accepted = ident.flow.accepted(route)
+        return ident.flow.sign_in(request, accepted)
 
     def _error(self, status: int, message: str, request: RequestInfo, reason: str) -> Reply:
         return answers.error(status, message, request.headers, reason, look=self.identity.look)

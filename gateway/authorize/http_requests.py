@@ -19,6 +19,13 @@ refresh when needed, and caches that keep the answer while nothing it rests on c
 A route with only the allow fields logs their codes (``allow_fields``). Sign-in is not
 decided here: a request without a caller gets what ``SignIn`` answers (the authenticate
 layer's redirect or 401), and tokens are refreshed through it.
+
+A bearer token from an outside issuer (``Authorization: Bearer <JWT>``) on a route that
+accepts a bearer provider is the caller instead of any session (``BearerTokens``: the
+authenticate layer's ``bearer_callers``, which verifies it or answers the refusal); the
+same ``decide`` decides, and its caller never gets a sign-in answer: denied is 403, a
+token that expired is 401. Its ``Allow`` is remembered per (caller, route) while the
+policy does not read the request.
 """
 
 from __future__ import annotations
@@ -80,6 +87,32 @@ class SignIn(Protocol):
     def refresh(self, session: Session) -> Awaitable[Session | None]: ...
 
 
+class BearerTokens(Protocol):
+    """Outside bearer tokens (``gateway.authenticate.bearer_callers.BearerCallers``)."""
+
+    def of(self, route: Route) -> tuple[object, ...]:
+        """The bearer providers ``route`` accepts (empty: none)."""
+        ...
+
+    def caller(self, request: RequestInfo, route: Route, raw_cookie: bytes
+               ) -> Caller | Reply | None:
+        """The verified token's caller, the answer refusing it, or ``None``: no token."""
+        ...
+
+    def expired(self, request: RequestInfo, caller: Caller) -> Reply: ...
+
+    def offered(self, request: RequestInfo) -> Reply | None:
+        """A route taking no bearer token would answer sign-in: 401 when one is offered."""
+        ...
+
+    def challenge(self, route: Route, answer: Reply) -> Reply:
+        """The sign-in answer of a route that accepts bearer tokens, with the Bearer
+        challenge when it is a 401."""
+        ...
+
+    def counted(self, provider: str, result: str) -> None: ...
+
+
 class Decided(NamedTuple):
     """A decision remembered per (session, route, token): ``decide_caller``."""
 
@@ -116,7 +149,8 @@ class Decider:
 
     def __init__(self, snapshot: Snapshot, sessions: SessionLookup, store: SessionStore,
                  signer: AssertionSigner, sign_in: SignIn, clock: Callable[[], float],
-                 directory: DirectoryGroups | None = None) -> None:
+                 directory: DirectoryGroups | None = None,
+                 bearer: BearerTokens | None = None) -> None:
         o = snapshot.options
         self.options = o
         self.look = look_of(o)
@@ -135,10 +169,21 @@ class Decider:
         self._allowed: FifoCache[tuple[bytes, int], Remembered] = FifoCache(COOKIE_CACHE)
         self._callers: FifoCache[str, Known] = FifoCache(DECISION_CACHE)
         self._refusals_logged: set[str] = set()
+        self.bearer = bearer
+        # (id of a bearer caller, route index): ``_bearer_decide`` (the caller is kept in
+        # the value, so its id is not reused while the entry is here)
+        self._bearer_allowed: FifoCache[tuple[int, int], Decided] = \
+            FifoCache(DECISION_CACHE)
 
     def authorize(self, request: RequestInfo, route: Route) -> Decision | Deferred[Decision]:
-        span = start_child("session lookup", client=False)  # None unless traced
         raw, authorization = cookie_and_authorization(request.headers)
+        if authorization and self.bearer is not None and self.bearer.of(route):
+            found = self.bearer.caller(request, route, raw)
+            if found is not None:
+                if isinstance(found, Reply):
+                    return found
+                return self._bearer_decide(request, route, found)
+        span = start_child("session lookup", client=False)  # None unless traced
         if span is None and raw and not authorization:
             allowed = self._allowed_again(request, route, raw)
             if allowed is not None:
@@ -319,11 +364,50 @@ class Decider:
                 self._decisions.put(key, Decided(caller, now + DECISION_TTL, allow))
             return allow
         if caller is None or not caller.signed_in(now):
-            return self.sign_in.sign_in_answer(request, route)
+            bearer = self.bearer
+            if bearer is None:
+                return self.sign_in.sign_in_answer(request, route)
+            return bearer.offered(request) or bearer.challenge(
+                route, self.sign_in.sign_in_answer(request, route))
         if route.policy_document is None:
             return self._denied(request, route, caller, allow_fields.refused_codes(
                 route, self.groups_available, caller.email_refusal))
         return self._denied(request, route, caller, (verdict.reason,), verdict)
+
+    def _bearer_decide(self, request: RequestInfo, route: Route, caller: Caller
+                       ) -> Decision:
+        """``decide`` for a verified bearer token's ``caller``: the same policy, the
+        same ``Allow`` (its assertion and claim headers naming the provider), without
+        the token unless the route passes it (``pass_bearer_token``). Never a sign-in
+        answer: denied is 403, a token past its ``exp`` (within the clock skew the
+        verifier allows) that the policy does not let in as no one is 401."""
+        bearer = self.bearer
+        assert bearer is not None
+        now = self.clock()
+        key = (id(caller), route.index)
+        hit = self._bearer_allowed.get(key)
+        if hit is not None and hit.caller is caller and now < hit.until:
+            bearer.counted(caller.provider, "allowed")
+            return hit.allow
+        verdict = self._verdict(request, route, caller, now)
+        if verdict.allowed:
+            reason = (verdict.reason if route.policy_document is not None
+                      else allow_fields.allowed_code(verdict))
+            allow = self._allow(route, caller, not route.pass_bearer_token, reason)
+            if not route.policy.per_request and request.method != b"OPTIONS" and \
+                    caller.signed_in(now):
+                self._bearer_allowed.put(key, Decided(
+                    caller, min(now + DECISION_TTL, caller.expires_at), allow))
+            bearer.counted(caller.provider, "allowed")
+            return allow
+        if not caller.signed_in(now):
+            return bearer.expired(request, caller)
+        bearer.counted(caller.provider, "denied")
+        reasons = (allow_fields.refused_codes(route, True, caller.email_refusal)
+                   if route.policy_document is None else (verdict.reason,))
+        return self._denied(request, route, caller, reasons,
+                            verdict if route.policy_document is not None else None,
+                            bearer=True)
 
     def _verdict(self, request: RequestInfo, route: Route, caller: Caller | None,
                  now: float) -> Verdict:
@@ -351,17 +435,22 @@ class Decider:
         return allow if allow.reason == reason else replace(allow, reason=reason)
 
     def _denied(self, request: RequestInfo, route: Route, caller: Caller,
-                reasons: tuple[str, ...], verdict: Verdict | None = None) -> Reply:
+                reasons: tuple[str, ...], verdict: Verdict | None = None, *,
+                bearer: bool = False) -> Reply:
+        """403. ``bearer``: the caller is a bearer token's, to whom signing in as
+        someone else means nothing (no actions offered)."""
         text = ", ".join(reasons)
         who = caller.who
         log.info("access denied to {host}{path} for {user}: {reasons}", host=request.host,
                  path=request.path, user=who, reasons=text, user_id=caller.user_id,
-                 route=route_label(route), client=request.client_ip)
+                 provider=caller.provider, route=route_label(route),
+                 client=request.client_ip)
         message = denial_message(who, reasons, caller.email_refusal, caller.claimed_email,
                                  verdict)
-        actions = tuple(a for a in (self.sign_in.switch_action(request),
-                                    Action("Who am I?", "/.gateway/", "get", primary=False))
-                        if a is not None)
+        actions = () if bearer else tuple(
+            a for a in (self.sign_in.switch_action(request),
+                        Action("Who am I?", "/.gateway/", "get", primary=False))
+            if a is not None)
         denied = self.error(403, message, request.headers, f"denied: {text}", who=who,
                             admits=admits(route, self.groups_available),
                             actions=actions, host=request.host)

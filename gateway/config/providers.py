@@ -21,7 +21,7 @@ from __future__ import annotations
 import ipaddress
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any
 from urllib.parse import urlsplit
@@ -76,6 +76,9 @@ class IdentityProvider:
     bearer: BearerRules | None = None
     # the implicit provider of the idp_* settings (its secret is idp_client_secret)
     implicit: bool = False
+    # its place in ``identity_providers`` (for the problems ``validate`` finds in its
+    # files, named as the others are; -1: the implicit one)
+    index: int = field(default=-1, compare=False)
 
     @property
     def interactive(self) -> bool:
@@ -118,6 +121,7 @@ def parse_identity_providers(value: Any, problems: Problems, *,
         provider = _entry(entry, where, problems, default_scopes)
         if provider is None:
             continue
+        provider = replace(provider, index=index)
         if provider.id in seen:
             problems.error(f"{where}.id", f"{provider.id!r} is already the id of "
                            f"{SETTING}[{seen[provider.id]}]; ids must be unique")

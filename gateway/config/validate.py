@@ -346,8 +346,10 @@ def _providers(options: Options, reader: Reader, problems: Problems,
     secrets: dict[str, str] = {}
     cas: dict[str, bytes] = {}
     interactive = False
-    for index, provider in enumerate(p for p in options.identity_providers if not p.implicit):
-        where = f"{SETTING}[{index}]"
+    for provider in options.identity_providers:
+        if provider.implicit:
+            continue
+        where = f"{SETTING}[{provider.index}]"
         if provider.id == IMPLICIT_ID and options.idp_provider_url:
             problems.error(f"{where}.id", f"{IMPLICIT_ID!r} is the provider idp_provider_url "
                            "describes; give this one another id, or move the idp_* "

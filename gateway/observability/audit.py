@@ -23,7 +23,8 @@ The fields: ``time`` (RFC 3339, UTC, milliseconds), ``request_id``, ``trace_id``
 ``client`` (the client's address, as the access log has it), ``method``,
 ``host``, ``path``, ``via`` (``http``, ``connect``, ``forward-auth``, ``recheck``: an
 open tunnel or upgraded connection refused by its periodic check, and closed),
-``credential`` (``token``: a programmatic token, ``cookie``, ``none``), ``decision``
+``credential`` (``token``: a programmatic token, ``bearer``: a bearer token from an
+outside issuer, ``cookie``, ``none``), ``decision``
 (``allow`` or ``deny``), ``status`` (what the client was answered), ``reasons`` (the
 reason codes, a list), ``rule`` (with the policy language: the rule and criterion that
 decided), ``ssh_user`` (the login name of an SSH decision, ``via="ssh"``: the field the
@@ -76,9 +77,13 @@ def reasons_and_rule(reason: str) -> tuple[list[str], str]:
     return [r for r in reason.split(", ") if r], ""
 
 
-def credential_of(headers: list[tuple[bytes, bytes]], user_id: str) -> str:
-    """``token`` (a programmatic token), ``cookie`` (a session, so its cookie) or
-    ``none``."""
+def credential_of(headers: list[tuple[bytes, bytes]], user_id: str, *,
+                  bearer: bool = False) -> str:
+    """``bearer`` (a bearer token from an outside issuer: the caller has no session,
+    ``bearer``), ``token`` (a programmatic token), ``cookie`` (a session, so its cookie)
+    or ``none``."""
+    if bearer:
+        return "bearer"
     if programmatic_token(headers):
         return "token"
     return "cookie" if user_id else "none"

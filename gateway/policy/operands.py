@@ -105,8 +105,11 @@ def parse_has(value: Any, where: str, problems: Problems) -> Has | None:
             bad = [k for k in value if k not in LIST_MATCHERS]
             key = bad[0] if bad else ""
             where_key = f"{where}.{key}" if key != "" else where
+            hint = (": a list may hold several values, so {is: V} is {has: V} (or "
+                    "the bare value)" if key == "is" else did_you_mean(key, LIST_MATCHERS)
+                    if key != "" else "")
             problems.error(where_key, "a list matcher takes exactly one operator, has"
-                           + (did_you_mean(key, LIST_MATCHERS) if key != "" else ""))
+                           + hint)
             return None
         where, value = f"{where}.has", value["has"]
     if isinstance(value, list):

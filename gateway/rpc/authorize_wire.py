@@ -4,9 +4,10 @@ and from their protobuf messages (one place, both ways).
 What a proxy sends is the least a decision needs: method, scheme, host, path, query,
 client address and only the headers that policy or the answer page read (the gateway's
 own session cookie, rebuilt from the Cookie header without the application's cookies;
-an ``Authorization: Gateway`` token; the CORS preflight headers; ``Accept``,
-``X-Requested-With`` and ``X-Request-Id``, which shape the page). The sealed cookie or
-token goes as it came: authorize opens it with its own ``cookie_secret`` /
+an ``Authorization: Gateway`` token, or the Authorization headers of a request with a
+bearer JWT, maybe an outside issuer's (which authorize verifies); the CORS preflight
+headers; ``Accept``, ``X-Requested-With`` and ``X-Request-Id``, which shape the page).
+The sealed cookie or token goes as it came: authorize opens it with its own ``cookie_secret`` /
 ``shared_secret``, so the session a decision is about is never the proxy's say-so.
 
 A route key names a route by what an operator wrote (``from`` and its path matcher), so
@@ -64,14 +65,29 @@ def request_to_pb(request: RequestInfo, cookie_name: str, key: str,
     cookie = gateway_cookie(request.headers, cookie_name)
     if cookie:
         headers.append(pb.Header(name=b"cookie", value=cookie))
-    token = programmatic_token(request.headers)
-    if token:
-        headers.append(pb.Header(name=b"authorization",
-                                 value=b"Gateway " + token.encode("latin-1")))
+    authorization = [v for n, v in request.headers if n.lower() == b"authorization"]
+    if any(_outside_jwt(v) for v in authorization):
+        # a bearer JWT from an outside issuer: authorize verifies it, and refuses a
+        # request that carries more than one Authorization header as the proxy would
+        headers.extend(pb.Header(name=b"authorization", value=v)
+                       for v in authorization[:MAX_PASSED])
+    else:
+        token = programmatic_token(request.headers)
+        if token:
+            headers.append(pb.Header(name=b"authorization",
+                                     value=b"Gateway " + token.encode("latin-1")))
     return pb.CheckRequest(method=request.method, scheme=request.scheme, host=request.host,
                            path=request.path, query=request.query,
                            client_ip=request.client_ip, headers=headers, route_key=key,
                            connect=connect, client_cert=request.client_cert)
+
+
+def _outside_jwt(value: bytes) -> bool:
+    """``Bearer <JWT>`` not of the gateway's own (an application's opaque token is not
+    sent: only a JWT can be an outside issuer's)."""
+    value = value.strip()
+    return (value[:7].lower() == b"bearer " and value[7:15].lower() != b"gateway-"
+            and value.count(b".") == 2)
 
 
 def request_from_pb(message: pb.CheckRequest) -> RequestInfo:

@@ -93,7 +93,7 @@ def provider_fetch(reactor: Any, ca_pem: bytes | None = None, token_file: str = 
                 headers["Authorization"] = f"Bearer {f.read().strip()}"
         via = api_client if to_api else client
         response, body = await _traced("GET", url, headers, lambda h: via.get(
-            url, headers=h, timeout=TIMEOUT, allow_redirects=False))
+            url, headers=h, timeout=TIMEOUT, allow_redirects=False, reactor=reactor))
         if response.code != 200:
             raise KeysUnusable(f"GET {url} answered {response.code}")
         return body

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -38,8 +40,9 @@ class Discovery(Resource):
 
 class ProviderTrustTests(TestCase):
     def setUp(self) -> None:
-        directory = Path(self.mktemp())
-        directory.mkdir()
+        # (not trial's mktemp: under pytest it is relative to the repository)
+        directory = Path(tempfile.mkdtemp(prefix="gw-provider-tls-"))
+        self.addCleanup(shutil.rmtree, directory, True)
         self.tls = make_tls(directory)
         other = directory / "other"
         other.mkdir()

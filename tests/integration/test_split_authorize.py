@@ -11,6 +11,8 @@ an allow; authorize back on the same address: the proxies recover without a rest
 
 from __future__ import annotations
 
+import base64
+import http.client
 import json
 import time
 from pathlib import Path
@@ -18,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from tests.support.bearer_tokens import jwks_bytes, mint_now, rsa_key
 from tests.support.browser import Browser
 from tests.support.daemon import Daemon, gateway_daemon
 from tests.support.kvstore import COOKIE, SECRET
@@ -29,11 +32,20 @@ pytestmark = pytest.mark.integration
 OTHER_SECRET = "b3RoZXJvdGhlcm90aGVyb3RoZXJvdGhlcm90aGVyb3Q="
 
 
-def common_config(op: Any, redis_url: str, upstream: str, ports: dict[str, int]
-                  ) -> dict[str, Any]:
-    """What every process reads: routes for both proxies, the services' URLs."""
+BEARER_ISSUER = "https://ci.example.test"
+
+
+def common_config(op: Any, redis_url: str, upstream: str, ports: dict[str, int],
+                  jwks_file: Path | None = None) -> dict[str, Any]:
+    """What every process reads: routes for both proxies, the services' URLs; with
+    ``jwks_file``, a bearer provider whose keys it holds and a route accepting it."""
     rule = {"allowed_users": ["alice@example.test"], "pass_identity_headers": True}
-    return {
+    bearer: dict[str, Any] = {}
+    if jwks_file is not None:
+        bearer = {"identity_providers": [
+            {"id": "ci", "issuer": BEARER_ISSUER, "jwks_file": str(jwks_file),
+             "bearer": {"audiences": ["gateway"]}}]}
+    return {**bearer,
         "authenticate_service_url": f"http://auth.test:{ports['authenticate']}",
         "authorize_service_url": f"http://127.0.0.1:{ports['authorize_grpc']}",
         "databroker_service_url": f"http://127.0.0.1:{ports['databroker_grpc']}",
@@ -52,7 +64,13 @@ def common_config(op: Any, redis_url: str, upstream: str, ports: dict[str, int]
             {"from": f"http://policy.test:{ports['a']}", "to": upstream, "policy": [
                 {"allow": {"or": [{"email": {"is": "alice@example.test"}}]}},
                 {"deny": {"or": [{"http_method": {"is": "DELETE"}},
-                                 {"http_path": {"starts_with": "/admin"}}]}}]}],
+                                 {"http_path": {"starts_with": "/admin"}}]}}]}] + ([
+            # bearer tokens in split mode: authorize holds the keys and verifies
+            {"from": f"http://deploy.test:{ports['a']}", "to": upstream,
+             "identity_providers": ["ci"], "pass_identity_headers": True,
+             "policy": [{"allow": {"and": [{"provider": {"is": "ci"}},
+                                           {"claim/ref": {"has": "refs/heads/main"}}]}}]}]
+            if jwks_file is not None else []),
     }
 
 
@@ -74,7 +92,10 @@ def test_proxies_ask_a_separate_authorize(tmp_path: Path, require_binary: Any) -
     callbacks = [f"http://auth.test:{ports['authenticate']}/oauth2/callback"]
     with redis_server(tmp_path) as redis, oidc_provider(tmp_path, callbacks) as op, \
             echo_upstream(tmp_path) as up:
-        common = common_config(op, f"kvstore://127.0.0.1:{redis.port}/0", up.url, ports)
+        jwks_file = tmp_path / "ci-jwks.json"
+        jwks_file.write_bytes(jwks_bytes((rsa_key("split-ci"), "ci-1")))
+        common = common_config(op, f"kvstore://127.0.0.1:{redis.port}/0", up.url, ports,
+                               jwks_file)
         contexts: list[Any] = []  # authorize's, stopped last (it is restarted)
         with gateway_daemon(tmp_path / "databroker",
                             process_config(common, "databroker", ports),
@@ -120,6 +141,33 @@ def _scenario(tmp_path: Path, common: dict[str, Any], ports: dict[str, int],
     assert browser.request("GET", f"http://policy.test:{pa}/again").status == 200
     wait_until(lambda: authorize.logged("deny[0].or[0] http_method is DELETE: matched"), 5,
                what="authorize's line naming the rule")
+
+    # issue 42: a bearer token through proxy A, verified by authorize (the proxy holds
+    # no keys): allowed with authorize's assertion naming the provider and without the
+    # token upstream; denied 403; refused 401 with the reason in WWW-Authenticate
+    def deploy(token: str) -> tuple[int, dict[str, str], bytes]:
+        connection = http.client.HTTPConnection("127.0.0.1", pa, timeout=10)
+        connection.request("GET", "/", headers={"Host": f"deploy.test:{pa}",
+                                                "Authorization": f"Bearer {token}"})
+        response = connection.getresponse()
+        body = response.read()
+        connection.close()
+        return response.status, {k.lower(): v for k, v in response.getheaders()}, body
+
+    ci = rsa_key("split-ci")
+    status, _, body = deploy(mint_now(ci, "ci-1", iss=BEARER_ISSUER, aud="gateway"))
+    assert status == 200, body[:300]
+    upstream = {k.lower(): v for k, v in json.loads(body)["headers"]}
+    assert "authorization" not in upstream
+    payload = upstream["x-gateway-jwt-assertion"].split(".")[1]
+    assert json.loads(base64.urlsafe_b64decode(payload + "=" * 4))["idp"] == "ci"
+    assert deploy(mint_now(ci, "ci-1", iss=BEARER_ISSUER, aud="gateway",
+                           ref="refs/heads/dev"))[0] == 403
+    status, headers, _ = deploy(mint_now(ci, "ci-1", iss=BEARER_ISSUER, aud="other"))
+    assert status == 401 and 'error="invalid_token"' in headers["www-authenticate"]
+    wait_until(lambda: authorize.logged("bearer token refused by ci: audience"), 5,
+               what="authorize's refusal line")
+    assert not a.logged("bearer provider ci:")  # the proxy fetched no keys
 
     # issue 28: authorize applies the e-mail rules too; an address the provider marks
     # unverified does not pass allowed_users, and the 403 (rendered by authorize) says why

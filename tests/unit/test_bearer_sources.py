@@ -448,3 +448,17 @@ class ServiceAccountToken(SynchronousTestCase):
         self.assertEqual([(h.get("Authorization"), ca) for _, h, ca in seen], [
             ("Bearer pod-credential", b"cluster-ca"), (None, None), (None, None),
             ("Bearer pod-credential", b"cluster-ca")])
+
+
+class FetchDeadline(SynchronousTestCase):
+    def test_the_deadline_runs_on_the_reactor_given(self) -> None:
+        """A fetch's 10 s deadline is the provider's reactor's (a clock in tests), not
+        the global reactor's: a fetch that never answers fails at the deadline."""
+        from gateway.authenticate.oidc import TIMEOUT
+        from gateway.services.bearer_keys import provider_fetch
+
+        reactor = MemoryReactorClock()
+        fetching = ensureDeferred(provider_fetch(reactor)("https://issuer.example/jwks"))
+        self.assertNoResult(fetching)
+        reactor.advance(TIMEOUT)
+        self.failureResultOf(fetching)

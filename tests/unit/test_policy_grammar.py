@@ -138,6 +138,11 @@ class ErrorPathTests(SynchronousTestCase):
             "starts_with, ends_with, contains, in, not_in"])
         self.assertEqual(errors("allow: {or: [{groups: {in: [a]}}]}"), [
             "policy.allow.or[0].groups.in: a list matcher takes exactly one operator, has"])
+        # issue 42's example wrote claim/repository: {is: example/app}: say what works
+        self.assertEqual(errors("allow: {or: [{claim/repository: {is: example/app}}]}"), [
+            "policy.allow.or[0].claim/repository.is: a list matcher takes exactly one "
+            "operator, has: a list may hold several values, so {is: V} is {has: V} (or the "
+            "bare value)"])
 
     def test_bare_lists_are_refused(self) -> None:
         """PPL compares a bare list whole (never matching); ``in:`` is what was meant."""

@@ -12,11 +12,17 @@ from dataclasses import replace
 from typing import Any
 from urllib.parse import urlencode
 
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ed25519
+from twisted.internet.defer import ensureDeferred
+
 from gateway.authenticate.endpoints import Endpoints
 from gateway.authenticate.identity import Identity
 from gateway.authenticate.oidc import Provider
 from gateway.authenticate.targets import CSRF_COOKIE, PROVIDER_COOKIE, SIGN_IN
 from gateway.authorize.hook import Allow, Reply
+from gateway.databroker.memory_records import MemoryRecordStore
+from gateway.databroker.ssh_records import start_sign_in
 from gateway.sessions.model import Session
 
 from .test_identity import (
@@ -277,3 +283,36 @@ class RouteHostLinkTests(ProviderCase):
             refused = self.link(query)
             self.assertEqual((refused.status, refused.reason), (400, "bad-sign-in-link"),
                              query)
+
+
+class SshSignInTests(ProviderCase):
+    """An SSH sign-in (``/.gateway/ssh/TICKET``) offers the providers the ticket's
+    ssh:// route accepts."""
+
+    def test_the_routes_providers_are_offered(self) -> None:
+        key = ed25519.Ed25519PrivateKey.generate().private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH,
+            serialization.NoEncryption()).decode()
+        ssh_route = {"from": "ssh://db", "to": "ssh://127.0.0.1:2200",
+                     "ssh_upstream_host_key_tofu": True, "allow_any_authenticated_user": True,
+                     "identity_providers": ["partners"]}
+        snap = snapshot(identity_providers=PROVIDERS, policy=[*routes(), ssh_route],
+                        ssh_address="127.0.0.1:2222", ssh_host_keys=[key],
+                        ssh_user_ca_key=key)
+        identity = Identity(None, snap, self.store, self.signer, self.clock)
+        records = MemoryRecordStore(self.clock)
+        endpoints = Endpoints(identity, snap.routes, records)
+        pending = self.successResultOf(ensureDeferred(start_sign_in(
+            records, "SHA256:abc", "127.0.0.1:5000", "db", "root", self.clock())))
+
+        def sign_in_at(ticket: str) -> dict[str, Any]:
+            result = endpoints.internal(request(f"/.gateway/ssh/{ticket}", host=AUTH,
+                                                headers=[BROWSER]))
+            decision = self.successResultOf(result)
+            payload = identity.shared.open(
+                "sign-in", query_of(location(decision))["gateway_redirect"], self.clock.now)
+            assert payload is not None
+            return payload
+
+        self.assertEqual(sign_in_at(pending.ticket)["providers"], ["partners"])
+        self.assertNotIn("providers", sign_in_at("unknown-ticket"))  # (every one)

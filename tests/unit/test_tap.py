@@ -82,12 +82,12 @@ class ServiceTreeTests(SynchronousTestCase):
 
     def test_all_in_one(self) -> None:
         """`all` runs config, SIGHUP, databroker, authorize, authenticate and proxy, and
-        the audit stream and the OTLP metrics push (idle until configured, so that a
-        reload can turn them on)."""
+        the bearer providers' key sources, the audit stream and the OTLP metrics push
+        (idle until configured, so that a reload can turn them on)."""
         self.assertEqual(self.names(self.tree()), [
             "ConfigSource", "SighupService", "DataBrokerService", "AuthorizeService",
-            "AuthenticateService", "AuditService", "ProxyService", "MetricsPushService",
-            "ReadyService"])
+            "AuthenticateService", "BearerVerifiers", "AuditService", "ProxyService",
+            "MetricsPushService", "ReadyService"])
 
     def test_debug_mode_warns_at_startup(self) -> None:
         """gateway_debug logs may show sensitive data: say so once, at startup."""
@@ -108,13 +108,14 @@ class ServiceTreeTests(SynchronousTestCase):
         secrets = {"shared_secret": SECRET, "cookie_secret": SECRET, **IDENTITY}
         expected = {
             "databroker": ["BridgeService", "MetricsPushService", "ReadyService"],
-            "authorize": ["BridgeService", "AuthorizeService", "MetricsPushService",
-                          "ReadyService"],
+            # the bearer providers' key sources where routes' requests are decided
+            "authorize": ["BridgeService", "AuthorizeService", "BearerVerifiers",
+                          "MetricsPushService", "ReadyService"],
             # the audit stream where requests end: the processes with a data plane
             "authenticate": ["Databroker", "AuthenticateService", "AuditService",
                              "ProxyService", "MetricsPushService", "ReadyService"],
-            "proxy": ["Databroker", "AuditService", "ProxyService", "MetricsPushService",
-                      "ReadyService"],
+            "proxy": ["Databroker", "BearerVerifiers", "AuditService", "ProxyService",
+                      "MetricsPushService", "ReadyService"],
         }
         for service, names in expected.items():
             root = self.tree(services=service, grpc_insecure=True, **secrets)

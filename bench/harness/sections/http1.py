@@ -1,4 +1,5 @@
-"""HTTP/1.1 (wrk): nginx, the gateway's public route and its signed-in route, alternating;
+"""HTTP/1.1 (wrk): nginx, the gateway's public route, its signed-in route and its
+bearer-token route (a machine caller's), alternating;
 then the memory of idle keep-alive connections to nginx and the gateway."""
 
 from __future__ import annotations
@@ -7,6 +8,7 @@ import argparse
 from pathlib import Path
 from typing import Any, TextIO
 
+from .. import bearer
 from ..fmt import fmt, fmt_paired, fmt_rss, verdict
 from ..gateway import AUTH_USER, POLICY_HOST, AuthProvider, start_gateway
 from ..idle import idle_memory
@@ -25,6 +27,7 @@ TARGET_AUTH_RATIO = round(TARGET_RATIO * 0.8, 4)
 TARGET_P99_MS = 15.0
 TARGET_IDLE_KIB = 30.0
 TARGET_POLICY_RATIO = 0.90  # issue 30: within 10 % of the signed-in route
+TARGET_BEARER_RATIO = 0.85  # issue 42: a bearer-token route within 15 % of it
 
 
 def run_section(args: argparse.Namespace, bench: Bench, procs: Processes, tmp: Path,
@@ -68,6 +71,13 @@ def run_section(args: argparse.Namespace, bench: Bench, procs: Processes, tmp: P
                   flush=True)
             targets.append(Target("gateway auth", gw_port, gw.pids,
                                   tuple(f"{k}: {v}" for k, v in headers.items())))
+            # a machine caller: the same kind of route, a bearer token instead of a
+            # session cookie (issue 42: within 15 % of the cookie row)
+            token = {"Host": f"{bearer.BEARER_HOST}:{gw_port}",
+                     "Authorization": f"Bearer {bearer.token()}"}
+            results["auth"]["bearer_check"] = check_body(gw_port, token)
+            targets.append(Target("gateway bearer", gw_port, gw.pids,
+                                  tuple(f"{k}: {v}" for k, v in token.items())))
             policy = {"Host": f"{POLICY_HOST}:{gw_port}", "Cookie": session["cookie"]}
             results["auth"]["policy_check"] = check_body(gw_port, policy)
             targets.append(Target("gateway policy", gw_port, gw.pids,
@@ -110,14 +120,14 @@ def report(results: dict[str, Any], out: TextIO) -> None:
     w("\n")
     w(f"HTTP/1.1, wrk -t1 -c{CONNECTIONS}, {results['config']['duration']:g} s runs, median of "
       f"{results['config']['repeat']}; {results['config']['pinning']}\n")
-    header = f"{'target':<12} {'req/s':>9} {'p50 ms':>8} {'p99 ms':>8} {'peak RSS':>10} " \
+    header = f"{'target':<14} {'req/s':>9} {'p50 ms':>8} {'p99 ms':>8} {'peak RSS':>10} " \
              f"{'proxy CPU':>10} {'wrk+up CPU':>11} {'clean':>6}\n"
     w(header)
     w("-" * (len(header) - 1) + "\n")
     for name, r in http1.items():
         m = r.get("median", {})
         clean = f"{r.get('clean_runs', 0)}/{r.get('used_runs', 0)}"
-        w(f"{name:<12} {fmt(m.get('rps'), ',.0f'):>9} {fmt(m.get('p50_ms'), '.2f'):>8} "
+        w(f"{name:<14} {fmt(m.get('rps'), ',.0f'):>9} {fmt(m.get('p50_ms'), '.2f'):>8} "
           f"{fmt(m.get('p99_ms'), '.2f'):>8} {fmt_rss(r.get('peak_rss_kib')):>10} "
           f"{fmt(m.get('proxy_cpu%'), '.0f') + ' %':>10} "
           f"{fmt(m.get('load_upstream_cpu%'), '.0f') + ' %':>11} {clean:>6}\n")
@@ -145,6 +155,21 @@ def report(results: dict[str, Any], out: TextIO) -> None:
         w(f"gateway auth/nginx req/s: {ratio:.3f}   (target >= {TARGET_AUTH_RATIO:.2f}, the "
           f"public target {TARGET_RATIO:.2f} - 20 %: {verdict(ratio >= TARGET_AUTH_RATIO)})"
           f"{fmt_paired(http1.get('gateway auth', {}))}\n")
+    be = http1.get("gateway bearer", {}).get("median", {})
+    if be.get("rps") and au.get("rps"):
+        ratio = be["rps"] / au["rps"]
+        results["ratio_gateway_bearer_auth"] = ratio
+        w(f"gateway bearer/gateway auth req/s: {ratio:.3f}   (a bearer JWT from an outside "
+          f"issuer vs. a session cookie, the same kind of route; target >= "
+          f"{TARGET_BEARER_RATIO:.2f}: {verdict(ratio >= TARGET_BEARER_RATIO)})"
+          f"{fmt_paired(http1.get('gateway bearer', {}))}\n")
+        if be.get("proxy_cpu%") and au.get("proxy_cpu%"):
+            # the proxy's CPU per request: what a loaded machine disturbs least
+            cpu = {k: m["proxy_cpu%"] / 100 / m["rps"] * 1e6 for k, m in (("bearer", be),
+                                                                            ("auth", au))}
+            results["cpu_us_per_request_bearer_auth"] = cpu
+            w(f"  proxy CPU per request: bearer {cpu['bearer']:.0f} µs, cookie "
+              f"{cpu['auth']:.0f} µs (ratio {cpu['auth'] / cpu['bearer']:.3f})\n")
     po = http1.get("gateway policy", {}).get("median", {})
     if po.get("rps") and au.get("rps"):
         ratio = po["rps"] / au["rps"]

@@ -143,7 +143,9 @@ def audit(exchange: Logged, status: int, now: float) -> None:
     allow = exchange.allow
     caller = exchange.caller
     user_id = caller.user_id if caller is not None else ""
-    if allow is not None:  # (an allowed programmatic token is removed from upstream)
+    if caller is not None and user_id and not caller.session_id:
+        credential = "bearer"  # an outside issuer's token: no session behind it
+    elif allow is not None:  # (an allowed programmatic token is removed from upstream)
         credential = "token" if b"authorization" in allow.remove else \
             "cookie" if user_id else "none"
     else:
@@ -163,8 +165,14 @@ def audit_revoked(exchange: Logged, decision: Reply) -> None:
     caller = decision.caller or exchange.caller
     audit_event(exchange, exchange.core.reactor.seconds(), "recheck", exchange.method,
                 exchange.host, exchange.path, caller,
-                credential_of(exchange.headers, caller.user_id if caller else ""), False,
+                credential_of(exchange.headers, caller.user_id if caller else "",
+                              bearer=bearer_caller(caller)), False,
                 decision.status, decision.reason)
+
+
+def bearer_caller(caller: Caller | None) -> bool:
+    """Whether ``caller`` is a bearer token's (an outside issuer vouches, no session)."""
+    return caller is not None and bool(caller.user_id) and not caller.session_id
 
 
 def audit_event(exchange: Audited, when: float, via: str, method: bytes, host: str,

@@ -21,7 +21,7 @@ from twisted.python.failure import Failure
 from gateway.authorize.caller import Caller
 from gateway.authorize.hook import Allow, Authorizer, Decision, Reply, RequestInfo
 from gateway.dataplane.core import ProxyCore
-from gateway.dataplane.exchange.access import access_log, audit_event
+from gateway.dataplane.exchange.access import access_log, audit_event, bearer_caller
 from gateway.dataplane.exchange.base import Sink, policy_certificate
 from gateway.dataplane.exchange.head import ConnectionFacts
 from gateway.dataplane.exchange.stage import AUTHORIZING, Stage
@@ -145,7 +145,8 @@ def _decided(decision: Decision, exchange: Exchange, mode: Mode, target: Checked
     if AUDIT.enabled:
         audit_event(exchange, exchange.core.reactor.seconds(), "forward-auth",
                     target.method, target.host, target.path, decision.caller,
-                    credential_of(exchange.headers, decision.user_id),
+                    credential_of(exchange.headers, decision.user_id,
+                                  bearer=bearer_caller(decision.caller)),
                     isinstance(decision, Allow),
                     answer.status if isinstance(answer, Reply) else 200, decision.reason)
     _answer(exchange, mode, target, answer)

@@ -33,6 +33,7 @@ from gateway.sessions.cookie import strip_cookie
 from gateway.wire.headers import IDENTITY_PREFIX, NAME_INFO, learn_name, underscore_twin
 
 if TYPE_CHECKING:
+    from gateway.config.routes import Route
     from gateway.dataplane.exchange.base import ExchangeBase
 
 log = Logger(namespace="gateway.dataplane.headers")
@@ -40,7 +41,8 @@ log = Logger(namespace="gateway.dataplane.headers")
 
 def upstream_request_head(exchange: ExchangeBase) -> bytes:
     """The request line and header block sent to the upstream for ``exchange`` (routed,
-    with its host picked), ending with the blank line."""
+    with its host picked), ending with the blank line. (One function: a call more per
+    request costs more than its length; what is rare is in the helpers below.)"""
     plan = exchange.plan
     host = exchange.host_state
     assert plan is not None and host is not None
@@ -50,23 +52,64 @@ def upstream_request_head(exchange: ExchangeBase) -> bytes:
     path = upstream_path(route, host.upstream, head.path).encode("latin-1")
     if head.path_parameters:  # /app;jsessionid=1: routed as /app, forwarded whole
         path += head.path_parameters.encode("latin-1")
+    actions = plan.request_actions
+    named = head.connection_tokens
     parts = [head.method, b" ", path, head.query, b" HTTP/1.1\r\n"]
+    incoming_host = b""
+    xff: bytes | None = None
+    xfp: bytes | None = None
+    xfh: bytes | None = None
+    rewrite_from: bytes | None = None
     allow = exchange.allow
+    extra_remove = allow.remove if allow is not None else NO_NAMES
     trace = exchange.trace
-    incoming_host, xff, xfp, xfh, rewrite_from = _client_headers(exchange, parts)
+    if trace is not None:  # the caller's trace headers give way to ours
+        extra_remove = extra_remove | CONTEXT_HEADERS
+    # The gateway's own credentials never reach an upstream: a signed-in route's decision
+    # names them; a public route has no decision, so the cookie name and the token
+    # format are applied here (an upstream could otherwise replay them to the gateway).
+    own_cookie = allow.strip_cookie if allow is not None else core.cookie_name
+    names = NAME_INFO
+    for name, value in head.headers:
+        info = names.get(name)
+        if info is None:
+            info = learn_name(name)
+        low, plain = info
+        action = actions.get(low)
+        if action == HOST:
+            incoming_host = value
+        elif named and low in named:
+            continue  # Upgrade and Connection of an upgrade are added again below
+        elif action is None:  # a name the route does not treat specially
+            if plain:  # (no identity prefix, no "_")
+                if not extra_remove or low not in extra_remove:
+                    parts += (name, b": ", value, b"\r\n")
+            elif not _unusual_dropped(exchange, name, low, extra_remove):
+                parts += (name, b": ", value, b"\r\n")
+        elif action == SKIP or low in extra_remove:
+            continue
+        elif action == XFF:
+            xff = value if xff is None else xff + b", " + value
+        elif action == XFP:
+            xfp = value
+        elif action == XFH:
+            xfh = value
+        else:
+            if action == COOKIE and own_cookie:
+                value = strip_cookie(value, own_cookie)
+                if not value:
+                    continue
+            elif _special_dropped(exchange, action, name, low, value, extra_remove):
+                continue  # the gateway's own token on a public route; a dropped "_" name
+            if low == plan.host_header_name:
+                rewrite_from = value
+            parts += (name, b": ", value, b"\r\n")
     if not incoming_host:
         incoming_host = head.host.encode("latin-1")
-    # Host
-    if route.preserve_host_header:
-        host_value = incoming_host
-    elif route.host_rewrite:
-        host_value = route.host_rewrite.encode("latin-1")
-    elif rewrite_from is not None:
-        host_value = rewrite_from
-    elif route.host_path_regex is not None and route.host_path_regex.search(head.path):
-        host_value = route.host_path_regex.sub(
-            route.host_path_regex_rewrite_substitution, head.path, count=1
-        ).encode("latin-1")
+    if route.preserve_host_header or route.host_rewrite or rewrite_from is not None \
+            or route.host_path_regex is not None:
+        host_value = _rewritten_host(route, incoming_host, rewrite_from, head.path,
+                                     host.host_header)
     else:
         host_value = host.host_header
     parts += (b"host: ", host_value, b"\r\n")
@@ -97,77 +140,42 @@ def upstream_request_head(exchange: ExchangeBase) -> bytes:
     return b"".join(parts)
 
 
-def _client_headers(exchange: ExchangeBase, parts: list[bytes]
-                    ) -> tuple[bytes, bytes | None, bytes | None, bytes | None, bytes | None]:
-    """Append to ``parts`` the client's headers the upstream receives as they came (by
-    the plan's header table); return what the rest of the head is made from: the
-    client's Host, its X-Forwarded-For (joined), -Proto and -Host, and the value of the
-    route's ``host_rewrite_header`` (None for each that did not come)."""
-    plan = exchange.plan
-    assert plan is not None
-    head = exchange.head
-    actions = plan.request_actions
-    named = head.connection_tokens
-    incoming_host = b""
-    xff: bytes | None = None
-    xfp: bytes | None = None
-    xfh: bytes | None = None
-    rewrite_from: bytes | None = None
-    allow = exchange.allow
-    extra_remove = allow.remove if allow is not None else NO_NAMES
-    if exchange.trace is not None:  # the caller's trace headers give way to ours
-        extra_remove = extra_remove | CONTEXT_HEADERS
-    # The gateway's own credentials never reach an upstream: a signed-in route's decision
-    # names them; a public route has no decision, so the cookie name and the token
-    # format are applied here (an upstream could otherwise replay them to the gateway).
-    own_cookie = allow.strip_cookie if allow is not None else exchange.core.cookie_name
-    names = NAME_INFO
-    for name, value in head.headers:
-        info = names.get(name)
-        if info is None:
-            info = learn_name(name)
-        low, plain = info
-        action = actions.get(low)
-        if action == HOST:
-            incoming_host = value
-            continue
-        if named and low in named:
-            continue  # Upgrade and Connection of an upgrade are added again below
-        if action is None:  # a name the route does not treat specially
-            if plain:  # (no identity prefix, no "_")
-                if not extra_remove or low not in extra_remove:
-                    parts += (name, b": ", value, b"\r\n")
-                continue
-            if low.startswith(IDENTITY_PREFIX) or low in extra_remove:
-                continue
-            if b"_" in low and _underscore_dropped(exchange, name, low, extra_remove):
-                continue
-            parts += (name, b": ", value, b"\r\n")
-            continue
-        if action == SKIP or low in extra_remove:
-            continue
-        if action == XFF:
-            xff = value if xff is None else xff + b", " + value
-            continue
-        if action == XFP:
-            xfp = value
-            continue
-        if action == XFH:
-            xfh = value
-            continue
-        if action == COOKIE and own_cookie:
-            value = strip_cookie(value, own_cookie)
-            if not value:
-                continue
-        elif (action == AUTHORIZATION and allow is None
-              and programmatic_token([(name, value)])) or (
-                action == HOST_SOURCE and b"_" in low
-                and _underscore_dropped(exchange, name, low, extra_remove)):
-            continue  # the gateway's own token on a public route; a dropped "_" name
-        if low == plan.host_header_name:
-            rewrite_from = value
-        parts += (name, b": ", value, b"\r\n")
-    return incoming_host, xff, xfp, xfh, rewrite_from
+def _rewritten_host(route: Route, incoming_host: bytes, rewrite_from: bytes | None,
+                    path: str, upstream_host: bytes) -> bytes:
+    """The Host a route that rewrites it sends (``preserve_host_header``,
+    ``host_rewrite``, ``host_rewrite_header``, ``host_path_regex_rewrite_pattern``), or
+    the upstream's own (a path the pattern does not match)."""
+    if route.preserve_host_header:
+        return incoming_host
+    if route.host_rewrite:
+        return route.host_rewrite.encode("latin-1")
+    if rewrite_from is not None:
+        return rewrite_from
+    if route.host_path_regex is not None and route.host_path_regex.search(path):
+        rewritten: str = route.host_path_regex.sub(
+            route.host_path_regex_rewrite_substitution, path, count=1)
+        return rewritten.encode("latin-1")
+    return upstream_host
+
+
+def _unusual_dropped(exchange: ExchangeBase, name: bytes, low: bytes,
+                     extra_remove: frozenset[bytes]) -> bool:
+    """Whether a header the route does not treat specially, whose name has the identity
+    prefix or a ``_``, is dropped."""
+    if low.startswith(IDENTITY_PREFIX) or low in extra_remove:
+        return True
+    return b"_" in low and _underscore_dropped(exchange, name, low, extra_remove)
+
+
+def _special_dropped(exchange: ExchangeBase, action: int, name: bytes, low: bytes,
+                     value: bytes, extra_remove: frozenset[bytes]) -> bool:
+    """Whether a header of the plan's table (other than Host, skipped ones and the
+    X-Forwarded ones) is dropped: the gateway's own token on a public route, or a Host
+    source whose name has a ``_``."""
+    if action == AUTHORIZATION:
+        return exchange.allow is None and bool(programmatic_token([(name, value)]))
+    return action == HOST_SOURCE and b"_" in low \
+        and _underscore_dropped(exchange, name, low, extra_remove)
 
 
 def _underscore_dropped(exchange: ExchangeBase, name: bytes, low: bytes,

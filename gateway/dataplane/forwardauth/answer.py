@@ -53,11 +53,22 @@ def allowed(allow: Allow) -> Reply:
                 reason="allowed")
 
 
+def bearer_challenge(decision: Reply) -> bool:
+    """A 401 refusing a bearer token (``WWW-Authenticate: Bearer error=...``): its
+    caller follows no sign-in, and reads why in that header."""
+    return decision.status == 401 and any(
+        name.lower() == b"www-authenticate" and value[:7].lower() == b"bearer "
+        for name, value in decision.headers)
+
+
 def outcome(mode: Mode, decision: Decision, headers: Headers) -> Reply | None:
     """The answer to a ``/verify`` or check request given the route's decision; None
-    when the answer is a fresh sign-in redirect (check requests without a session)."""
+    when the answer is a fresh sign-in redirect (check requests without a session). A
+    refused bearer token's 401 is answered as it is, in every mode."""
     if isinstance(decision, Allow):
         return allowed(decision)
+    if bearer_challenge(decision):
+        return decision
     if unauthenticated(decision):
         if mode is Mode.VERIFY:
             body, page = error_answer(401, "Sign in to reach this route.", headers, Look())

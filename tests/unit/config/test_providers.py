@@ -212,3 +212,10 @@ class RouteTests(SynchronousTestCase):
         out = io.StringIO()
         self.assertEqual(run_check(single, out, err), 0)
         self.assertEqual(len(out.getvalue().splitlines()), 1)
+
+    def test_a_file_problem_names_the_entrys_own_index(self) -> None:
+        """An entry left out for its own problems does not shift the others' indices."""
+        errors = errors_of(config({"id": "Bad", "issuer": "https://x.example"},
+                                  corp(client_secret="", client_secret_file="nope.txt")))
+        self.assertTrue(any(e.startswith("identity_providers[1].client_secret_file: cannot "
+                                         "read") for e in errors), errors)
