@@ -4,8 +4,8 @@ names ends, with the connections they admitted, in every process sharing the sto
 
 In order: the request's shape (a form POST from a server, ``logout_token`` at most
 ``MAX_TOKEN`` bytes, strictly one compact JWS: ``bearer_jwt.jws``), the provider (by the
-token's ``iss``, exactly: one today, several once ``identity_providers`` lands:
-``providers``), the signature (the provider's keys,
+token's ``iss``, and among several clients at one issuer by its ``aud``: ``providers``,
+``addressed``), the signature (the provider's keys,
 ``oidc.Provider.logout_token_claims``), the claims (``logout_token``, pure), the
 ``jti`` spent once among every process (the store's lease, held until the token
 expires), then the sessions ended (``databroker.session_ends``). The answers are the
@@ -77,12 +77,26 @@ def browser_made(headers: list[tuple[bytes, bytes]]) -> bytes:
     return b""
 
 
-def providers(identity: Identity) -> Mapping[str, Provider]:
+def providers(identity: Identity) -> Mapping[str, list[tuple[str, Provider]]]:
     """The providers that may post a logout (every interactive one: each signs people
     in), by issuer URL (without a trailing slash; the exact ``iss`` is checked against
-    discovery's, and ``aud`` against that provider's own client id)."""
-    return {client.issuer_url.rstrip("/"): client
-            for client in identity.clients.clients.values()}
+    discovery's, and ``aud`` against that provider's own client id), with their ids.
+    Several at one issuer are several clients of one provider (staff and contractors
+    clients at one IdP): each is sent its own logout token, for its own client id."""
+    found: dict[str, list[tuple[str, Provider]]] = {}
+    for provider_id, client in identity.clients.clients.items():
+        found.setdefault(client.issuer_url.rstrip("/"), []).append((provider_id, client))
+    return found
+
+
+def addressed(candidates: list[tuple[str, Provider]], audience: object
+              ) -> tuple[str, Provider] | None:
+    """The one of ``candidates`` (the providers at the token's issuer) whose client id
+    the token's ``aud`` (a string or a list, not yet verified) names: which keys to
+    verify it with; ``check_logout_token`` then insists on that client id."""
+    named = [audience] if isinstance(audience, str) else \
+        [a for a in audience if isinstance(a, str)] if isinstance(audience, list) else []
+    return next((c for c in candidates if c[1].client_id in named), None)
 
 
 class BackchannelLogout:
@@ -119,18 +133,25 @@ class BackchannelLogout:
         try:
             # strictly one compact JWS (no member named twice, canonical base64url, not
             # a JWE) before anything reads it: the parser the bearer tokens' is
-            issuer = jws.parse(token, MAX_TOKEN).payload.get("iss")
+            payload = jws.parse(token, MAX_TOKEN).payload
+            issuer = payload.get("iss")
         except jws.Malformed as exc:
             return self._refused(rid, "", exc.check, 400, "invalid_request",
                                  f"the logout_token is not a signed JWT: {exc.description}")
         if not isinstance(issuer, str):
             return self._refused(rid, "", "iss", 400, "invalid_request",
                                  "the logout_token has no iss claim")
-        provider = providers(self.identity).get(issuer.rstrip("/"))
-        if provider is None:
+        candidates = providers(self.identity).get(issuer.rstrip("/"))
+        if not candidates:
             return self._refused(rid, issuer, "iss", 400, "invalid_request",
                                  "the token's issuer is not a provider of this gateway",
                                  result="unknown_issuer")
+        found = addressed(candidates, payload.get("aud"))
+        if found is None:
+            return self._refused(rid, issuer, "aud", 400, "invalid_request",
+                                 "the token's aud is not the client id of a provider of "
+                                 "this gateway at its issuer")
+        provider_id, provider = found
         try:
             header, claims = await provider.logout_token_claims(token)
             meta = await provider.metadata()
@@ -146,9 +167,9 @@ class BackchannelLogout:
         except LogoutTokenError as exc:
             return self._refused(rid, issuer, exc.check, 400, "invalid_request",
                                  exc.description)
-        return await self._end(rid, logout)
+        return await self._end(rid, provider_id, logout)
 
-    async def _end(self, rid: str, logout: Logout) -> Decision:
+    async def _end(self, rid: str, provider_id: str, logout: Logout) -> Decision:
         assert self.ends is not None
         now = self.clock()
         spent = "logout-jti:" + hashlib.sha256(
@@ -156,8 +177,8 @@ class BackchannelLogout:
         try:
             # the sessions first (reads only), then the jti: a store that cannot answer
             # either leaves the token unspent, for the provider to send again
-            named = await self.ends.named_by_logout(logout.issuer, logout.sid, logout.sub,
-                                                    logout.issued_at + SKEW)
+            named = await self.ends.named_by_logout(provider_id, logout.issuer, logout.sid,
+                                                    logout.sub, logout.issued_at + SKEW)
             # remembered until the token could no longer pass the exp check anyway
             first = await self.identity.store.claim_once(
                 spent, max(logout.expires_at + SKEW - now, 1.0))

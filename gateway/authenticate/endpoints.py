@@ -32,6 +32,7 @@ from gateway.authenticate.same_origin import SameOrigin
 from gateway.authenticate.ssh_sign_in import SSH_SIGN_IN, SshSignIn
 from gateway.authenticate.targets import (
     BACKCHANNEL_LOGOUT,
+    CHOSEN_PARAM,
     CSRF_COOKIE,
     HANDOFF,
     HANDOFF_TTL,
@@ -52,6 +53,7 @@ from gateway.authorize.hook import Decision, Reply, RequestInfo
 from gateway.config.providers import IMPLICIT_ID
 from gateway.config.routes import Route
 from gateway.databroker.records import RecordStore
+from gateway.databroker.session_index import IndexFull
 from gateway.dataplane.routing.router import own_path
 from gateway.pages.chooser import choose_provider
 from gateway.pages.layout import Action
@@ -76,6 +78,15 @@ def endpoint_name(path: str) -> str:
     return path[:200]
 
 
+def followed_from_here(headers: list[tuple[bytes, bytes]]) -> bool:
+    """Whether the browser says this navigation came from a page of this origin
+    (``Sec-Fetch-Site: same-origin``, every value): a link on the chooser page, not one
+    another site, a mail or a route host's ``/.gateway/sign_in`` sent. No header (an old
+    browser): not known, so no."""
+    sites = [v.strip().lower() for n, v in headers if n.lower() == b"sec-fetch-site"]
+    return bool(sites) and all(v == b"same-origin" for v in sites)
+
+
 class Choice(NamedTuple):
     """A sign-in's choice of provider: its sealed link (the chooser's links carry it
     again), the providers it offers, the one asked for with ``?provider=``."""
@@ -83,6 +94,9 @@ class Choice(NamedTuple):
     sealed: str
     offered: tuple[str, ...]
     asked: str
+    # picked on the chooser page itself (its own link, followed from that page): the
+    # only choice remembered, so a link someone else made cannot fix a browser's choice
+    picked: bool = False
 
 
 class Endpoints:
@@ -169,7 +183,9 @@ class Endpoints:
         if asked and asked not in offered:
             return self._error(400, "This sign-in link names an identity provider that is "
                                "not offered here.", request.headers, "provider-not-offered")
-        chosen = Choice(params.get("gateway_redirect", ""), offered, asked)
+        picked = bool(asked) and params.get(CHOSEN_PARAM) == "1" and \
+            followed_from_here(request.headers)
+        chosen = Choice(params.get("gateway_redirect", ""), offered, asked, picked)
         found = ident.lookup(request)
         # "sign in as someone else": the provider is asked for a fresh login, and the
         # session this browser had ends once the new one exists (in the callback)
@@ -236,10 +252,10 @@ class Endpoints:
         if not provider:
             body, page = choose_provider(
                 tuple((p, ident.clients.label(p)) for p in offered), SIGN_IN, choice.sealed,
-                ident.look)
+                ident.look, CHOSEN_PARAM)
             return answers.answer(200, body, page, "choose-provider")
         remember: tuple[tuple[bytes, bytes], ...] = ()
-        if len(offered) > 1:
+        if len(offered) > 1 and choice.picked:
             remember = tuple((b"set-cookie", c) for c in set_cookie_headers(
                 PROVIDER_COOKIE, provider, max_age=PROVIDER_COOKIE_AGE, domain="",
                 secure=ident.options.cookie_secure, http_only=True))
@@ -327,6 +343,11 @@ class Endpoints:
                                      tokens.refresh_token, now + tokens.expires_in, provider)
         try:
             await ident.store.put_confirmed(session)
+        except IndexFull as exc:  # this person's own sessions fill an index key
+            log.warn("sign-in of {email} refused: {error}", email=session.email,
+                     error=str(exc))
+            return self._error(429, f"You signed in, but {exc}.", request.headers,
+                               "too-many-sessions")
         except Exception as exc:
             # No cookie for a session the store does not have: every process would
             # answer it with a sign-in redirect (503 now, "never a guess").

@@ -23,7 +23,10 @@ HANDOFF_TTL = 60.0
 CSRF_COOKIE = "_gateway_csrf"
 # the identity provider this browser chose last (the authenticate host's; a year)
 PROVIDER_COOKIE = "_gateway_provider"
-PROVIDER_COOKIE_AGE = 365 * 86400
+# a preference, bounded: a choice made once does not steer sign-ins for a year
+PROVIDER_COOKIE_AGE = 30 * 86400
+# the chooser page's own links carry it: only a pick made there is remembered
+CHOSEN_PARAM = "chosen"
 # host, [v6] host, or user@host, then an optional numeric port: what browsers accept
 _AUTHORITY = re.compile(r"(?:[^@]*@)?(?:\[[^\[\]]*\]|[^\[\]:]*)(?::[0-9]*)?")
 

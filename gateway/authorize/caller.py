@@ -9,7 +9,7 @@ the claims, until when, and the session when there is one.
 
 ``caller_of`` is the one place a session becomes a caller: the e-mail the provider did
 not vouch for left out (``gateway.authorize.email``), the directory's groups when
-there is a directory. Pure, no I/O.
+there is a directory and the session is of the directory's provider. Pure, no I/O.
 """
 
 from __future__ import annotations
@@ -72,15 +72,26 @@ def caller_of(session: Session, *, allow_unverified_email: bool, groups_availabl
     vouch for (and without its ``email`` claim, which claim headers and
     ``allowed_idp_claims`` could read), with the groups ``directory`` holds for them
     (matched by the user id, or by the e-mail decisions may use) when there is one,
-    else the session's (the provider's ``groups`` claim)."""
+    else the session's (the provider's ``groups`` claim).
+
+    With a directory, a session another provider signed in has no groups: the
+    directory belongs to one provider (``directory.provider``), and a user id or an
+    e-mail address names one of its people only when that provider vouches for it (a
+    partner provider saying ``email=alice@corp.example``, verified, is not the corp
+    directory's alice). Nor does such a session get its own provider's ``groups``
+    claim: group rules were written for the directory's groups."""
     refusal = email_refusal(session.email, session.claims, allow_unverified_email)
     email = "" if refusal else session.email
     claims = session.claims
     if refusal:
         claims = MappingProxyType({k: v for k, v in claims.items() if k != "email"})
-    return Caller(user_id=session.user_id, email=email,
-                  groups=session.groups if directory is None
-                  else directory.groups_for(session.user_id, email),
+    if directory is None:
+        groups = session.groups
+    elif session.provider == directory.provider:
+        groups = directory.groups_for(session.user_id, email)
+    else:
+        groups = ()
+    return Caller(user_id=session.user_id, email=email, groups=groups,
                   claims=claims, expires_at=session.expires_at,
                   groups_available=groups_available, provider=session.provider,
                   session_id=session.id,

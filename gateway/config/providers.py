@@ -186,7 +186,11 @@ def _entry(entry: Any, where: str, problems: Problems,
     if len(problems.errors) > before:
         return None
     return IdentityProvider(
-        id=ident, issuer=issuer.rstrip("/") if issuer != KUBERNETES else issuer,
+        # exactly as configured: a bearer token's iss and a discovery document's issuer
+        # are compared with it as they are, and some issuers end in a slash (Auth0's
+        # https://tenant.auth0.com/, Azure AD v1's https://sts.windows.net/{tenant}/);
+        # the discovery URL is joined without it (RemoteKeys, oidc.Provider)
+        id=ident, issuer=issuer,
         name=name, client_id=client_id, client_secret=secret,
         client_secret_file=secret_file,
         scopes=(scopes or default_scopes) if client_id else (),
@@ -287,6 +291,17 @@ def _params(value: Any, where: str, problems: Problems) -> dict[str, str]:
 def accepted_by_default(providers: tuple[IdentityProvider, ...]) -> tuple[str, ...]:
     """The ids a route accepts when it names none: every interactive provider."""
     return tuple(p.id for p in providers if p.interactive)
+
+
+def directory_provider(providers: tuple[IdentityProvider, ...]) -> str:
+    """The provider whose people ``idp_service_account``'s directory describes: the
+    implicit ``default`` (the directory is one of the idp_* settings, which describe
+    it), else the first interactive entry of ``identity_providers``; ``""`` when there
+    is none. Its groups, and ending sessions of users it no longer lists, apply to
+    sessions of that provider only: a user id or an e-mail address means a person only
+    within the provider that issued it (another provider may hand out the same ``sub``,
+    or vouch for the same address)."""
+    return next((p.id for p in providers if p.interactive), "")
 
 
 def accepted_by(named: tuple[str, ...], providers: tuple[IdentityProvider, ...]

@@ -9,6 +9,7 @@ needs a restart and is logged as such); the directory provider follows reloads o
 from __future__ import annotations
 
 import os
+from functools import partial
 from typing import Any
 
 from twisted.application.service import Service
@@ -17,6 +18,7 @@ from twisted.internet.defer import Deferred
 from twisted.logger import Logger
 
 from gateway.config.material import Reader
+from gateway.config.providers import directory_provider
 from gateway.config.snapshot import Snapshot
 from gateway.databroker.directory_records import DirectorySync, DirectoryView
 from gateway.databroker.follower import ChangeFollower
@@ -118,29 +120,34 @@ class Databroker(Service):
         if provider is None:
             self.directory = None  # groups come from the IdP's groups claim
             return
+        owner = directory_provider(o.identity_providers)
         if self.directory is None:
             if self._view is None:  # made once: it subscribes to the change stream
                 self._view = DirectoryView(self.follower, self.store)
             self.directory = self._view
             if self.running:
                 self.directory.reload()
+        if self.directory.provider != owner:
+            self.directory.provider = owner
+            self.directory.version += 1  # decisions cached for the old owner are stale
         self.sync = DirectorySync(self.reactor, self.store, provider,
                                   float(o.idp_refresh_directory_interval),
                                   float(o.idp_refresh_directory_timeout),
                                   written=self.follower.kick, holder=self.holder,
-                                  removed=self._directory_removed)
+                                  removed=partial(self._directory_removed, owner))
         if self.running:
             self.sync.start()
 
-    def _directory_removed(self, users: list[tuple[str, str]]) -> Deferred[None]:
+    def _directory_removed(self, owner: str, users: list[tuple[str, str]]) -> Deferred[None]:
         """Users the directory no longer lists (deleted, or disabled: out of its user
         filter) lose every session, in the sync run that saw it (a failure fails the run,
-        so the next one tries again)."""
+        so the next one tries again). Only sessions of the directory's provider
+        (``owner``): the same id or address at another provider is someone else."""
         def ended(ids: list[str]) -> None:
             if ids:
                 log.info("directory: {n} session(s) of {users} user(s) no longer in the "
                          "directory ended", n=len(ids), users=len(users))
-        return self.ends.by_directory(users).addCallback(ended)
+        return self.ends.by_directory(owner, users).addCallback(ended)
 
     # -- service
 

@@ -25,6 +25,7 @@ from typing import Any
 from twisted.internet.defer import Deferred, ensureDeferred, gatherResults, succeed
 from twisted.logger import Logger
 
+from gateway.config.providers import IMPLICIT_ID
 from gateway.databroker.follower import ChangeFollower
 from gateway.databroker.records import DIRECTORY_GROUP, DIRECTORY_USER, Record, RecordStore
 from gateway.databroker.repeat import Repeating
@@ -63,6 +64,9 @@ class DirectoryView:
         self.store = store
         self.follower = follower
         self.version = 0  # changes whenever anything here changes (decision caches)
+        # whose people these are (``config.providers.directory_provider``): set by the
+        # databroker from each snapshot
+        self.provider = IMPLICIT_ID
         self._users: dict[str, dict[str, Any]] = {}
         self._groups: dict[str, dict[str, Any]] = {}
         self._by_email: dict[str, str] = {}

@@ -40,17 +40,18 @@ class SessionEnds:
         self.sessions = sessions
         self.follower = follower
 
-    def named_by_logout(self, issuer: str, sid: str, sub: str, issued_by: float
-                        ) -> Deferred[list[str]]:
-        """The live sessions a verified logout token names, read and not yet ended: the
+    def named_by_logout(self, provider: str, issuer: str, sid: str, sub: str,
+                        issued_by: float) -> Deferred[list[str]]:
+        """The live sessions a verified logout token for ``provider`` (the one whose
+        client id the token is for) names, read and not yet ended: the
         caller spends the token's ``jti`` between the two, so that a store that cannot
         answer leaves the token unspent for the provider's retry. Fails with
         ``StorageUnavailable``."""
         index = self.sessions.index
 
         async def run() -> list[str]:
-            by_sid = await index.entries(sid_key(issuer, sid)) if sid else []
-            by_user = await index.entries(user_key(sub)) if sub and not sid else []
+            by_sid = await index.entries(sid_key(provider, issuer, sid)) if sid else []
+            by_user = await index.entries(user_key(provider, sub)) if sub and not sid else []
             return await self._live(named_by_logout(issuer, sid, sub, issued_by, by_sid,
                                                     by_user))
         return ensureDeferred(run())
@@ -60,16 +61,19 @@ class SessionEnds:
         this does not fail) and ask the change stream to look at once."""
         return ensureDeferred(self._delete(session_ids, cause))
 
-    def by_directory(self, users: Iterable[tuple[str, str]]) -> Deferred[list[str]]:
+    def by_directory(self, provider: str, users: Iterable[tuple[str, str]]
+                     ) -> Deferred[list[str]]:
         """End the sessions of users the directory no longer lists: ``(id, email)``
-        of each (the directory matches a session by user id, else by e-mail)."""
+        of each (the directory matches a session by user id, else by e-mail), among
+        the sessions of ``provider``, the directory's (another provider's user with
+        the same id or address is someone else)."""
         index = self.sessions.index
 
         async def run() -> list[str]:
             named: set[str] = set()
             for user_id, email in users:
-                for key in ([user_key(user_id)] if user_id else []) + \
-                        ([email_key(email)] if email else []):
+                for key in ([user_key(provider, user_id)] if user_id else []) + \
+                        ([email_key(provider, email)] if email else []):
                     named.update(e.session_id for e in await index.entries(key))
             return await self._end(sorted(named), "directory")
         return ensureDeferred(run())

@@ -13,8 +13,21 @@ NX PX``, the memory store's, the databroker's over gRPC).
 Bounded and cleaned with the sessions: an entry lives until its session would expire
 (every update drops the expired ones), the record until its newest entry expires (the
 store's sweep drops it then). A key holds at most ``MAX_PER_KEY`` sessions; past that
-the ones that expire first are returned to be ended, never silently forgotten (a
-session left out of the index could not be logged out by its provider).
+the newest is refused (``IndexFull``: that sign-in fails and its session is dropped),
+never an older session ended, nor the new one left out of the index (a session the
+index does not hold could not be logged out by its provider): the bound then costs
+only the one who filled the key.
+
+Who shares a key, and so its bound and its lease: every key is scoped by the provider
+that signed the session in (a user id or an address names a person only within its
+provider), and a session is indexed by its address only when the provider vouched for
+it (``authorize.email.email_refusal`` with unverified addresses refused, whatever
+``idp_allow_unverified_email`` says). So only the person themselves (or their provider)
+can fill a key or hold its lease: someone whose provider lets them set
+``email=victim`` unverified, or another provider's user with the victim's id or
+address, shares none of the victim's keys. (With ``idp_allow_unverified_email`` on, a
+directory that matches a session by an unverified address still ends it by user id
+only.)
 """
 
 from __future__ import annotations
@@ -29,6 +42,7 @@ from twisted.internet.defer import Deferred, FirstError, ensureDeferred, gatherR
 from twisted.internet.task import deferLater
 from twisted.python.failure import Failure
 
+from gateway.authorize.email import email_refusal
 from gateway.databroker.records import SESSION_INDEX, RecordStore, StorageUnavailable
 from gateway.sessions.model import Session
 
@@ -49,28 +63,38 @@ def key_id(kind: str, *parts: str) -> str:
     return hashlib.sha256("\x00".join((kind, *parts)).encode()).hexdigest()
 
 
-def sid_key(issuer: str, sid: str) -> str:
-    return key_id("sid", issuer, sid)
+class IndexFull(StorageUnavailable):
+    """A key of the session already holds ``MAX_PER_KEY`` live sessions: this sign-in
+    is refused (the sessions there stay)."""
 
 
-def user_key(user_id: str) -> str:
-    """A user's sessions, whichever provider signed them in (the directory matches a
-    user by id whatever the provider; a logout by ``sub`` filters on the issuer)."""
-    return key_id("user", user_id)
+def sid_key(provider: str, issuer: str, sid: str) -> str:
+    """The sessions of one provider session (``sid`` at ``issuer``) signed in through
+    ``provider`` (two clients at one issuer each get their own logout token)."""
+    return key_id("sid", provider, issuer, sid)
 
 
-def email_key(email: str) -> str:
-    return key_id("email", email.lower())
+def user_key(provider: str, user_id: str) -> str:
+    """A user's sessions at one provider: a user id names a person only within the
+    provider that issued it (the directory matches its own provider's sessions; a
+    logout by ``sub`` ends the sessions of the provider the token is for)."""
+    return key_id("user", provider, user_id)
+
+
+def email_key(provider: str, email: str) -> str:
+    """The sessions one provider signed in with this address (the directory's
+    provider's, matched by e-mail)."""
+    return key_id("email", provider, email.lower())
 
 
 def keys_of(session: Session) -> list[str]:
     keys = []
     if session.idp_sid:
-        keys.append(sid_key(session.idp_issuer, session.idp_sid))
+        keys.append(sid_key(session.provider, session.idp_issuer, session.idp_sid))
     if session.user_id:
-        keys.append(user_key(session.user_id))
-    if session.email:
-        keys.append(email_key(session.email))
+        keys.append(user_key(session.provider, session.user_id))
+    if session.email and not email_refusal(session.email, session.claims, False):
+        keys.append(email_key(session.provider, session.email))
     return keys
 
 
@@ -89,15 +113,15 @@ def serialise(entries: Iterable[Entry]) -> bytes:
 
 
 def with_entry(entries: list[Entry], new: Entry, now: float,
-               limit: int = MAX_PER_KEY) -> tuple[list[Entry], list[Entry]]:
-    """The entries kept (expired ones dropped, ``new`` added) and those pushed out by
-    the bound (the ones that expire first), which the caller ends."""
+               limit: int = MAX_PER_KEY) -> list[Entry] | None:
+    """The entries kept (expired ones dropped, ``new`` added), or None when ``new``
+    does not fit under the bound: the live entries are never pushed out (that would
+    end someone's sessions because someone else signed in)."""
     kept = [e for e in entries if e.expires_at > now and e.session_id != new.session_id]
+    if len(kept) >= limit:
+        return None
     kept.append(new)
-    if len(kept) <= limit:
-        return kept, []
-    kept.sort(key=lambda e: e.expires_at)
-    return kept[-limit:], kept[:-limit]
+    return kept
 
 
 class SessionIndex:
@@ -108,9 +132,9 @@ class SessionIndex:
         self.reactor = reactor
         self.clock = clock
 
-    def add(self, session: Session) -> Deferred[list[str]]:
-        """Index ``session`` under each of its keys; the ids of sessions the bound
-        pushed out (to be ended). Fails with ``StorageUnavailable``."""
+    def add(self, session: Session) -> Deferred[None]:
+        """Index ``session`` under each of its keys. Fails with ``StorageUnavailable``
+        (``IndexFull``: a key holds as many sessions as it may)."""
         entry = Entry(session.id, session.expires_at, session.issued_at, session.idp_issuer)
         updates = [ensureDeferred(self._update(key, entry)) for key in keys_of(session)]
 
@@ -119,9 +143,9 @@ class SessionIndex:
             return error.subFailure if isinstance(error, FirstError) else failure
         # the keys at once: a sign-in waits for the slowest, not for the sum
         return gatherResults(updates, consumeErrors=True).addCallbacks(
-            lambda pushed: [sid for out in pushed for sid in out], first_failure)
+            lambda _: None, first_failure)
 
-    async def _update(self, key: str, entry: Entry) -> list[str]:
+    async def _update(self, key: str, entry: Entry) -> None:
         lease = f"index:{key}"
         holder = os.urandom(8).hex()
         for _ in range(LEASE_TRIES):
@@ -134,12 +158,15 @@ class SessionIndex:
         try:
             record = await self.store.get(SESSION_INDEX, key)
             now = self.clock()
-            kept, pushed = with_entry(parse(record.data) if record else [], entry, now)
+            kept = with_entry(parse(record.data) if record else [], entry, now,
+                              MAX_PER_KEY)
+            if kept is None:
+                raise IndexFull(f"this account already has {MAX_PER_KEY} sessions at "
+                                "once; sign out elsewhere or wait for some to expire")
             await self.store.put(SESSION_INDEX, key, serialise(kept),
                                  max(e.expires_at for e in kept))
         finally:
             await self.store.release(lease, holder)
-        return [e.session_id for e in pushed]
 
     def entries(self, key: str) -> Deferred[list[Entry]]:
         """The sessions indexed under ``key`` and not yet expired."""

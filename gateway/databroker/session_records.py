@@ -28,7 +28,7 @@ from twisted.python.failure import Failure
 
 from gateway.databroker.follower import ChangeFollower
 from gateway.databroker.records import SESSION, USER, Record, RecordStore
-from gateway.databroker.session_index import SessionIndex
+from gateway.databroker.session_index import IndexFull, SessionIndex
 from gateway.sessions.model import Session
 
 log = Logger()
@@ -125,17 +125,16 @@ class RecordSessionStore:
 
     def _indexed(self, session: Session) -> Deferred[None]:
         """Index a stored session; a session the index could not take is ended (a
-        provider's logout could not find it), and the sign-in told so."""
-        def done(pushed_out: list[str]) -> None:
-            for session_id in pushed_out:
-                log.warn("databroker: session {id} ended: its user or provider session "
-                         "holds more sessions than the index keeps", id=session_id)
-                self.delete(session_id)
-
+        provider's logout could not find it), and the sign-in told so. Never another
+        session: a full key refuses the newest (``session_index.IndexFull``)."""
         def failed(failure: Failure) -> Failure:
+            if failure.check(IndexFull):
+                log.warn("databroker: sign-in refused: its user, address or provider "
+                         "session holds as many sessions as the index keeps",
+                         id=session.id, provider=session.provider)
             self.delete(session.id)
             return failure
-        return self.index.add(session).addCallbacks(done, failed)
+        return self.index.add(session).addErrback(failed)
 
     def delete(self, session_id: str) -> None:
         self._cache.pop(session_id, None)

@@ -13,12 +13,14 @@ from gateway.pages.layout import HTML, Action, Look, Pairs, buttons, document, p
 
 
 def choose_provider(choices: tuple[tuple[str, str], ...], action: str,
-                    sealed: str, look: Look) -> tuple[bytes, Pairs]:
+                    sealed: str, look: Look, marker: str = "chosen") -> tuple[bytes, Pairs]:
     """``choices``: (id, name shown) in the order offered; ``action``: the sign-in
-    endpoint each link starts again with ``gateway_redirect=sealed&provider=ID``."""
+    endpoint each link starts again with ``gateway_redirect=sealed&provider=ID``, and
+    ``marker=1``: a pick made here (the only one the sign-in remembers)."""
     links = tuple(Action(name, action, "get",
-                         (("gateway_redirect", sealed), ("provider", provider)))
+                         (("gateway_redirect", sealed), ("provider", provider),
+                          (marker, "1")))
                   for provider, name in choices)
     body = ("<h1>Sign in</h1><p>Choose how to sign in.</p>" + buttons(links)
-            + "<p class=note>Your choice is remembered in this browser.</p>")
+            + "<p class=note>Your choice is remembered in this browser for 30 days.</p>")
     return document("Sign in", body, look), page_headers(look, HTML)

@@ -14,10 +14,11 @@ minutes apart. The policy (what to fetch when, the last good keys, backoff) is
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
+from urllib.parse import urlsplit
 
 from treq.client import HTTPClient
 from twisted.application.service import Service
@@ -54,22 +55,44 @@ class ProviderTLS:
         return connection_creator(config, host)
 
 
-def provider_fetch(reactor: Any, ca_pem: bytes | None = None, token_file: str = ""
+def origin(url: str) -> tuple[str, str, int]:
+    """A URL's scheme, host and port: whom a request reaches."""
+    parts = urlsplit(url)
+    return (parts.scheme, (parts.hostname or "").lower(),
+            parts.port or (443 if parts.scheme == "https" else 80))
+
+
+def provider_fetch(reactor: Any, ca_pem: bytes | None = None, token_file: str = "", *,
+                   api_url: str = "", api_ca: bytes | None = None,
+                   client_for: Callable[[bytes | None], HTTPClient] | None = None
                    ) -> Fetch:
-    """A ``Fetch`` for one provider. ``token_file``: a bearer token sent with every
-    fetch, read each time (Kubernetes' service-account token, which the kubelet
-    rotates, for the API server's discovery document)."""
-    client = HTTPClient(Agent(reactor, contextFactory=ProviderTLS(ca_pem),
-                              pool=HTTPConnectionPool(reactor, persistent=False)))
+    """A ``Fetch`` for one provider, its HTTPS verified against ``ca_pem`` (its
+    ``ca_file``), else the system store. ``token_file`` and ``api_ca``: a preset's
+    bearer token (Kubernetes' service-account token, read each time: the kubelet rotates
+    it) and CA, used only toward ``api_url``'s origin (the API server, whose discovery
+    document this is). Anywhere else, the ``jwks_uri`` that discovery names included,
+    no token is sent and the CA is the provider's or the system store's: EKS and GKE
+    publish their key sets on public hosts with public certificates, and a pod's
+    credential is for the API server alone. ``client_for``: the HTTP client for a CA
+    (tests)."""
+    def agent_client(ca: bytes | None) -> HTTPClient:
+        return HTTPClient(Agent(reactor, contextFactory=ProviderTLS(ca),
+                                pool=HTTPConnectionPool(reactor, persistent=False)))
+    make = client_for or agent_client
+    client = make(ca_pem)
+    api_client = make(ca_pem or api_ca) if api_url else client
+    api = origin(api_url) if api_url else None
 
     async def fetch(url: str) -> bytes:
         if not url.startswith("https://"):
             raise KeysUnusable(f"{url} is not https")
         headers = dict(_ACCEPT)
-        if token_file:
+        to_api = api is not None and origin(url) == api
+        if to_api and token_file:
             with open(token_file, encoding="ascii") as f:
                 headers["Authorization"] = f"Bearer {f.read().strip()}"
-        response, body = await _traced("GET", url, headers, lambda h: client.get(
+        via = api_client if to_api else client
+        response, body = await _traced("GET", url, headers, lambda h: via.get(
             url, headers=h, timeout=TIMEOUT, allow_redirects=False, reactor=reactor))
         if response.code != 200:
             raise KeysUnusable(f"GET {url} answered {response.code}")
@@ -186,9 +209,11 @@ def key_source(reactor: Any, provider: str, issuer: str, *, jwks_file: str = "",
     names a preset file that cannot be read (``kubernetes:///`` outside a cluster)."""
     known = preset(issuer)
     token_file = known.token_file if known is not None else ""
+    api_ca = None
     if ca_pem is None and known is not None and known.ca_file:
-        ca_pem = _read_ca(known.ca_file, f"bearer provider {provider} ({known.name})")
-    fetch = provider_fetch(reactor, ca_pem, token_file)
+        api_ca = _read_ca(known.ca_file, f"bearer provider {provider} ({known.name})")
+    fetch = provider_fetch(reactor, ca_pem, token_file, api_ca=api_ca,
+                           api_url=known.discovery_url if known is not None else "")
     if jwks_file:
         learn = None
         if known is not None and known.learn_issuer:

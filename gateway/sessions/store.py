@@ -31,5 +31,9 @@ class SessionStore(Protocol):
 class DirectoryGroups(Protocol):
     #: changes whenever the directory data changes
     version: int
+    #: the identity provider whose people the directory lists
+    #: (``gateway.config.providers.directory_provider``): its groups are given to that
+    #: provider's sessions only
+    provider: str
 
     def groups_for(self, user_id: str, email: str) -> tuple[str, ...]: ...

@@ -171,10 +171,12 @@ class LikeAnApiServer(TestCase):
         token_file.write_text("sa-token-1\n")
         server.require("sa-token-1")
         clock = Clock()
-        source = RemoteKeys("cluster", "kubernetes:///",
-                            provider_fetch(reactor, server.ca_pem, str(token_file)), clock,
-                            discovery_url=f"{issuer}/.well-known/openid-configuration",
-                            learn_issuer=True)
+        discovery = f"{issuer}/.well-known/openid-configuration"
+        # the API server (the discovery URL's origin) serves the keys too: token and CA
+        fetch = provider_fetch(reactor, None, str(token_file), api_url=discovery,
+                               api_ca=server.ca_pem)
+        source = RemoteKeys("cluster", "kubernetes:///", fetch, clock,
+                            discovery_url=discovery, learn_issuer=True)
         self.addCleanup(source.stop)
         await source.start()
         self.assertEqual((source.keys.issuer, list(source.keys.keys)), (issuer, ["c1"]))

@@ -124,8 +124,12 @@ def test_chooser_then_each_session_names_its_provider(setup: Setup) -> None:
     assert list(choices) == ["Example Corp account", "Partner account"], choices
     # provider names only: nothing of the route or its policy
     assert "wiki" not in text_of(chooser) and "payroll" not in text_of(chooser)
-    reply = browser.sign_in(setup.url("authenticate", choices["Partner account"]),
-                            "pat@partner.test")
+    # a click on the chooser page: the browser says it came from that page
+    click = browser.request("GET", setup.url("authenticate", choices["Partner account"]),
+                            headers={"Sec-Fetch-Site": "same-origin"})
+    location = click.header("location")
+    assert click.status == 302 and location is not None, click
+    reply = browser.sign_in(location, "pat@partner.test")
     headers = echoed(reply)
     assert headers["x-gateway-provider"] == "partners"
     assert assertion_claims(headers)["idp"] == "partners"

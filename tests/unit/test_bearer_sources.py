@@ -10,6 +10,7 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 from twisted.internet.defer import Deferred, ensureDeferred
@@ -178,6 +179,22 @@ class Remote(SynchronousTestCase):
         source = self.started()
         self.assertEqual(dict(source.keys.keys), {})
         self.assertEqual(self.answers.asked, [DISCOVERY])
+
+    def test_an_issuer_ending_in_a_slash(self) -> None:
+        """Auth0's and Azure AD v1's issuers end in ``/``: discovery is joined without
+        a second slash, and its document must name the issuer as configured, slash
+        included."""
+        for issuer in ("https://tenant.auth0.com/", "https://sts.windows.net/tid-1/"):
+            base = issuer.rstrip("/")
+            answers = Answers()
+            answers.set(f"{base}/.well-known/openid-configuration",
+                        discovery(issuer, f"{base}/jwks"))
+            answers.set(f"{base}/jwks", first_keys())
+            source = RemoteKeys("auth0", issuer, answers, self.clock)
+            self.successResultOf(source.start())
+            self.addCleanup(source.stop)
+            self.assertEqual(list(source.keys.keys), ["k1"])
+            self.assertNotIn("//.well-known", answers.asked[0])
 
     def test_only_https_jwks_uri(self) -> None:
         self.answers.set(DISCOVERY, discovery(jwks_uri="http://issuer.example.test/jwks"))
@@ -364,6 +381,73 @@ class FromConfiguration(SynchronousTestCase):
         service.startService()
         self.addCleanup(service.stopService)
         self.assertEqual(list(service.sources["cluster"].keys.keys), ["k1"])
+
+    def test_an_issuer_is_kept_exactly_as_configured(self) -> None:
+        """Found in review (issue 42): a configured issuer lost its trailing slash, but
+        a bearer token's ``iss`` is compared exactly, so Auth0
+        (``https://tenant.auth0.com/``) and Azure AD v1
+        (``https://sts.windows.net/{tenant}/``) tokens could never pass."""
+        from gateway.config.errors import Problems
+        from gateway.config.providers import parse_identity_providers
+
+        entries = [{"id": "auth0", "issuer": "https://tenant.auth0.com/",
+                    "bearer": {"audiences": ["gw"]}},
+                   {"id": "azure", "issuer": "https://sts.windows.net/tid-1/",
+                    "client_id": "gw", "client_secret": "s"},
+                   {"id": "plain", "issuer": "https://login.example",
+                    "bearer": {"audiences": ["gw"]}}]
+        problems = Problems()
+        parsed = parse_identity_providers(entries, problems)
+        self.assertEqual(problems.errors, [])
+        self.assertEqual([p.issuer for p in parsed], [
+            "https://tenant.auth0.com/", "https://sts.windows.net/tid-1/",
+            "https://login.example"])
+
+
+class _Client:
+    """An HTTP client (``client_for``) that answers 200 and says which it was."""
+
+    def __init__(self, ca: bytes | None) -> None:
+        self.ca = ca
+
+    def get(self, url: str, **kwargs: Any) -> Any:
+        return SimpleNamespace(code=200), self.ca
+
+
+class ServiceAccountToken(SynchronousTestCase):
+    def test_the_token_and_cluster_ca_go_to_the_api_server_only(self) -> None:
+        """Found in review (issue 42): with ``kubernetes:///`` the pod's
+        service-account token was sent on every fetch, the ``jwks_uri`` discovery names
+        included (on EKS and GKE a public host), and every host was verified against
+        the cluster CA. Now the token and the cluster CA are for the discovery URL's
+        origin (the API server) only; other hosts get no token and the system store."""
+        from gateway.services import bearer_keys
+
+        directory = tempfile.mkdtemp()
+        self.addCleanup(shutil.rmtree, directory)
+        token_file = f"{directory}/token"
+        with open(token_file, "w", encoding="ascii") as f:
+            f.write("pod-credential\n")
+        seen: list[tuple[str, dict[Any, Any], Any]] = []
+
+        async def traced(method: str, url: str, headers: dict[Any, Any], send: Any
+                         ) -> tuple[Any, bytes]:
+            response, ca = send(headers)
+            seen.append((url, headers, ca))
+            return response, b"{}"
+
+        self.patch(bearer_keys, "_traced", traced)
+        api = "https://kubernetes.default.svc/.well-known/openid-configuration"
+        fetch = bearer_keys.provider_fetch(
+            None, None, token_file, api_url=api, api_ca=b"cluster-ca",
+            client_for=_Client)  # type: ignore[arg-type]
+        for url in (api, "https://oidc.eks.example.test/id/ABC/keys",
+                    "https://kubernetes.default.svc:444/openid/v1/jwks",
+                    "https://kubernetes.default.svc/openid/v1/jwks"):
+            self.successResultOf(ensureDeferred(fetch(url)))
+        self.assertEqual([(h.get("Authorization"), ca) for _, h, ca in seen], [
+            ("Bearer pod-credential", b"cluster-ca"), (None, None), (None, None),
+            ("Bearer pod-credential", b"cluster-ca")])
 
 
 class FetchDeadline(SynchronousTestCase):

@@ -8,6 +8,7 @@ provider said it had not verified passed ``allowed_users`` and ``allowed_domains
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from types import MappingProxyType
 from typing import Any
 
@@ -98,6 +99,27 @@ class MailboxTests(SynchronousTestCase):
         self.assertIs(kept.claims, record.claims)
 
 
+    def test_the_directory_groups_only_its_own_providers_sessions(self) -> None:
+        """Found in review (issue 42): the directory (of ``idp_service_account``, which
+        lists one provider's people) gave its groups to sessions of every interactive
+        provider, matched by bare user id or by an address another provider vouched for:
+        a partner provider's user with ``email=alice@example.com``, verified, got the
+        corp directory's alice's groups. Another provider's session now has no groups
+        (not its own provider's ``groups`` claim either: group rules were written for
+        the directory's)."""
+        claims = MappingProxyType({"email": ("alice@example.com",),
+                                   "email_verified": ("true",)})
+        corp = session(email="alice@example.com", claims=claims)
+        partner = replace(corp, provider="partners", groups=("admins",))
+        directory = Directory()
+        self.assertEqual(caller_of(corp, allow_unverified_email=False, groups_available=True,
+                                   directory=directory).groups, ("admins",))
+        stranger = caller_of(partner, allow_unverified_email=False, groups_available=True,
+                             directory=directory)
+        self.assertEqual((stranger.email, stranger.groups), ("alice@example.com", ()))
+        self.assertEqual(directory.asked, [(corp.user_id, "alice@example.com")])
+
+
 class EvaluateTests(SynchronousTestCase):
     def test_two_ats_do_not_pass_allowed_domains(self) -> None:
         """Even handed the raw session, the domain rule sees no domain in the text."""
@@ -128,6 +150,7 @@ class Directory:
     """A directory (``DirectoryGroups``) where alice@example.com is an admin."""
 
     version = 1
+    provider = "default"
 
     def __init__(self) -> None:
         self.asked: list[tuple[str, str]] = []

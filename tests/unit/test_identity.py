@@ -876,6 +876,7 @@ class Directory:
 
     def __init__(self) -> None:
         self.version = 1
+        self.provider = "default"
         self.groups = ("staff",)
 
     def groups_for(self, user_id: str, email: str) -> tuple[str, ...]:

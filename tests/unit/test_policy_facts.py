@@ -148,6 +148,7 @@ class CallerTests(SynchronousTestCase):
 
         class Directory:
             version = 1
+            provider = "default"
 
             def groups_for(self, user_id: str, email: str) -> tuple[str, ...]:
                 asked.append((user_id, email))

@@ -6,6 +6,8 @@ accepted ones), the state naming the provider, and the RFC 9207 ``iss`` check.""
 from __future__ import annotations
 
 import hashlib
+import html
+import re
 from dataclasses import replace
 from typing import Any
 from urllib.parse import urlencode
@@ -41,6 +43,7 @@ PROVIDERS = [
      "client_id": "gw", "client_secret": "s2"},
 ]
 JSON = (b"Accept", b"application/json")
+SAME_ORIGIN = (b"sec-fetch-site", b"same-origin")
 
 
 def routes() -> list[dict[str, Any]]:
@@ -163,19 +166,48 @@ class StartTests(ProviderCase):
         self.assertFalse(any(v.startswith(PROVIDER_COOKIE.encode())
                              for k, v in answer.headers if k == b"set-cookie"))
 
+    def remembered(self, answer: Reply) -> list[bytes]:
+        return [v for k, v in answer.headers if k == b"set-cookie"
+                and v.startswith(PROVIDER_COOKIE.encode() + b"=")]
+
     def test_asked_for_and_remembered(self) -> None:
         link = location(self.decide(self.app))
-        answer = self.start(link + "&provider=partners")
+        page = self.start(link)
+        picked = re.search(r'href="([^"]*provider=partners[^"]*)"', page.body.decode())
+        assert picked is not None, page.body
+        answer = self.start(html.unescape(picked.group(1)), SAME_ORIGIN)
         self.assertTrue(location(answer).startswith("https://partners.example/auth?"))
-        remembered = [v for k, v in answer.headers if k == b"set-cookie"
-                      and v.startswith(PROVIDER_COOKIE.encode() + b"=partners")]
-        self.assertEqual(len(remembered), 1)
+        (cookie,) = self.remembered(answer)
+        self.assertTrue(cookie.startswith(PROVIDER_COOKIE.encode() + b"=partners"))
+        self.assertIn(f"Max-Age={30 * 86400}".encode(), cookie)
         again = self.start(link, (b"cookie", f"{PROVIDER_COOKIE}=partners".encode()))
         self.assertTrue(location(again).startswith("https://partners.example/auth?"))
         # a remembered provider the route does not offer is not used
         corp = self.start(location(self.decide(self.corp_only)),
                           (b"cookie", f"{PROVIDER_COOKIE}=partners".encode()))
         self.assertTrue(location(corp).startswith("https://corp.example/auth?"))
+
+    def test_only_a_pick_on_the_chooser_page_is_remembered(self) -> None:
+        """Found in review (issue 42): any ``?provider=X`` sign-in (a GET link anyone
+        can make, a route host's ``/.gateway/sign_in?provider=X`` included) set the
+        remembered-provider cookie for 365 days, so a link fixed a victim's provider.
+        Now only the chooser page's own links, followed from that page
+        (``Sec-Fetch-Site: same-origin``), are remembered, for 30 days."""
+        link = location(self.decide(self.app))
+        for extra, headers in (("", ()), ("&chosen=1", ()),
+                               ("&chosen=1", ((b"sec-fetch-site", b"cross-site"),)),
+                               ("&chosen=1", ((b"sec-fetch-site", b"same-site"),)),
+                               ("&chosen=1", ((b"sec-fetch-site", b"none"),)),
+                               ("", (SAME_ORIGIN,))):
+            answer = self.start(link + "&provider=partners" + extra, *headers)
+            self.assertTrue(location(answer).startswith("https://partners.example/auth?"))
+            self.assertEqual(self.remembered(answer), [], (extra, headers))
+        via_route_host = self.endpoints.internal(request(
+            SIGN_IN, "?provider=partners&uri=/", headers=[BROWSER]))
+        assert isinstance(via_route_host, Reply)
+        answer = self.start(location(via_route_host) + "&chosen=1",
+                            (b"sec-fetch-site", b"cross-site"))
+        self.assertEqual(self.remembered(answer), [])
 
     def test_a_provider_not_offered_is_refused(self) -> None:
         link = location(self.decide(self.corp_only))

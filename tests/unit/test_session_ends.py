@@ -6,6 +6,9 @@ endpoint over the memory store, and a directory that stops listing a user."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
+from functools import partial
+from types import MappingProxyType
 from typing import Any
 from urllib.parse import urlencode
 
@@ -22,6 +25,7 @@ from gateway.authenticate.logout_token import EVENT
 from gateway.authenticate.targets import BACKCHANNEL_LOGOUT
 from gateway.authorize.assertion import AssertionSigner
 from gateway.authorize.hook import Reply, RequestInfo
+from gateway.databroker import session_index
 from gateway.databroker.broker import Databroker
 from gateway.databroker.directory_records import DirectorySync
 from gateway.databroker.memory_records import MemoryRecordStore
@@ -30,6 +34,7 @@ from gateway.databroker.session_ends import named_by_logout
 from gateway.databroker.session_index import (
     LEASE_WAIT,
     Entry,
+    IndexFull,
     SessionIndex,
     email_key,
     keys_of,
@@ -62,9 +67,11 @@ def result(d: Deferred[Any]) -> Any:
 
 
 def person(sid: str, user: str = "alice", idp_sid: str = "op-1", issued: float = NOW - 10,
-           issuer: str = ISSUER, email: str = "alice@example.com") -> Session:
+           issuer: str = ISSUER, email: str = "alice@example.com",
+           provider: str = "default") -> Session:
     return Session(id=sid, user_id=user, email=email, issued_at=issued,
-                   expires_at=NOW + 3600, idp_issuer=issuer, idp_sid=idp_sid)
+                   expires_at=NOW + 3600, idp_issuer=issuer, idp_sid=idp_sid,
+                   provider=provider)
 
 
 def sample(name: str, **labels: str) -> float:
@@ -87,9 +94,9 @@ class IndexTests(SynchronousTestCase):
         result(self.index.add(alice))
         result(self.index.add(person("g-2", idp_sid="op-2")))
         self.assertEqual([e.session_id for e in result(self.index.entries(
-            sid_key(ISSUER, "op-1")))], ["g-1"])
+            sid_key("default", ISSUER, "op-1")))], ["g-1"])
         self.assertEqual(sorted(e.session_id for e in result(self.index.entries(
-            user_key("alice")))), ["g-1", "g-2"])
+            user_key("default", "alice")))), ["g-1", "g-2"])
         # neither a sid nor a user id is a record id
         ids = [r.id for r in result(self.store.query(SESSION_INDEX))]
         self.assertFalse([i for i in ids if "op-1" in i or "alice" in i], ids)
@@ -101,29 +108,57 @@ class IndexTests(SynchronousTestCase):
                if k not in ("idp_issuer", "idp_sid", "provider")}
         session = from_json(json.dumps(old).encode())
         self.assertEqual((session.idp_issuer, session.idp_sid), ("", ""))
-        self.assertEqual(keys_of(session), [user_key("alice"), email_key("alice@example.com")])
+        self.assertEqual(keys_of(session), [user_key("default", "alice"),
+                                            email_key("default", "alice@example.com")])
 
     def test_expired_entries_go_and_the_record_expires_with_its_sessions(self) -> None:
         result(self.index.add(person("g-1")))
         self.clock.advance(3601)
-        self.assertEqual(result(self.index.entries(user_key("alice"))), [])
+        self.assertEqual(result(self.index.entries(user_key("default", "alice"))), [])
         result(self.store.sweep(self.clock.seconds()))
         self.assertEqual(result(self.store.query(SESSION_INDEX)), [])
 
-    def test_bound_pushes_out_the_soonest_to_expire(self) -> None:
+    def test_the_bound_refuses_the_newest_and_ends_no_one(self) -> None:
         entries = [Entry(f"s{i}", NOW + 100 + i, NOW, ISSUER) for i in range(3)]
-        kept, pushed = with_entry(entries, Entry("new", NOW + 500, NOW, ISSUER), NOW, limit=3)
-        self.assertEqual([e.session_id for e in pushed], ["s0"])
-        self.assertEqual({e.session_id for e in kept}, {"s1", "s2", "new"})
-        kept, pushed = with_entry(entries, Entry("s0", NOW + 900, NOW, ISSUER),
-                                  NOW + 100.5, limit=3)  # expired s0 dropped, replaced
-        self.assertEqual(pushed, [])
+        self.assertIsNone(with_entry(entries, Entry("new", NOW + 500, NOW, ISSUER), NOW,
+                                     limit=3))
+        kept = with_entry(entries, Entry("s0", NOW + 900, NOW, ISSUER),
+                          NOW + 100.5, limit=3)  # expired s0 dropped, replaced
+        assert kept is not None
         self.assertEqual(sorted(e.session_id for e in kept), ["s0", "s1", "s2"])
+
+    def test_keys_are_the_providers_and_only_a_vouched_for_address(self) -> None:
+        """Found in review (issue 42): the index keyed sessions by the address as
+        received (verified or not) and by the bare user id, across providers, and a
+        key past its bound ended its oldest sessions: someone whose provider let them
+        set ``email=victim`` signed in MAX_PER_KEY times and signed the victim out, and
+        held the victim's key's lease. Now keys are per provider, an unverified address
+        is no key, and a full key refuses the newest sign-in only."""
+        self.patch(session_index, "MAX_PER_KEY", 2)
+        victim = person("v-1")
+        result(self.index.add(victim))
+        unverified = MappingProxyType({"email": ("alice@example.com",),
+                                       "email_verified": ("false",)})
+        mallory = replace(person("m-1", user="mallory", idp_sid=""), claims=unverified)
+        partner = person("p-1", idp_sid="", provider="partners")  # verified, same id
+        self.assertEqual(len(keys_of(mallory)), 1)  # the user id only
+        self.assertFalse(set(keys_of(partner)) & set(keys_of(victim)))
+        for n in range(2):
+            result(self.index.add(replace(mallory, id=f"m-{n}")))
+            result(self.index.add(replace(partner, id=f"p-{n}")))
+        for key in keys_of(victim):
+            self.assertEqual([e.session_id for e in result(self.index.entries(key))],
+                             ["v-1"])
+        # the victim's own second session fits; a third is refused, the first stays
+        result(self.index.add(person("v-2", idp_sid="")))
+        self.failureResultOf(self.index.add(person("v-3", idp_sid="")), IndexFull)
+        self.assertEqual(sorted(e.session_id for e in result(self.index.entries(
+            user_key("default", "alice")))), ["v-1", "v-2"])
 
     def test_an_update_waits_for_the_key_held_elsewhere(self) -> None:
         """Another process updating the key holds its lease: this update waits rather
         than overwrite that one's entry."""
-        key = user_key("alice")
+        key = user_key("default", "alice")
         self.assertTrue(result(self.store.lease(f"index:{key}", "other", 10.0)))
         d = self.index.add(person("g-1", idp_sid=""))
         self.clock.advance(LEASE_WAIT)
@@ -377,7 +412,7 @@ class EndpointTests(BrokerCase):
         self.identity.clients.clients["partners"] = provider_with(
             {"k1": jwt.PyJWK({**public, "kid": "k1"})}, self.clock, partners, "gw")
         self.sign_in(person("g-1"))  # the first provider's op-1
-        self.sign_in(person("g-2", issuer=partners))  # the partners' op-1, same sid
+        self.sign_in(person("g-2", issuer=partners, provider="partners"))  # same sid
         body = {"iss": partners, "aud": "gw", "iat": NOW, "exp": NOW + 120, "jti": "b-1",
                 "sid": "op-1", "events": {EVENT: {}}}
         header = {"kid": "k1", "typ": "logout+jwt"}
@@ -392,6 +427,27 @@ class EndpointTests(BrokerCase):
         self.assertIsNotNone(self.sessions.get("g-1"))
         self.assertIsNone(self.sessions.get("g-2"))
 
+    def test_two_clients_at_one_issuer_each_get_their_logout(self) -> None:
+        """Found in review (issue 42): the issuer picked one client (the last
+        configured), so with staff and contractors clients at one provider the first
+        client's logout tokens (its ``aud``) were refused and its sessions never ended.
+        The token's ``aud`` now picks the client among those at its issuer."""
+        keys = self.identity.clients.clients["default"]._keys
+        self.identity.clients.clients["contractors"] = provider_with(
+            keys, self.clock, ISSUER, "contractors-client")
+        self.sign_in(person("g-1"))  # staff (default), op-1
+        self.sign_in(person("g-2", provider="contractors", idp_sid="op-2"))
+        self.assertEqual(self.logout(self.token()).status, 200)  # aud: gateway
+        self.assertIsNone(self.sessions.get("g-1"))
+        self.assertIsNotNone(self.sessions.get("g-2"))
+        self.sign_in(person("g-3", idp_sid="op-2"))  # staff, same provider session
+        reply = self.logout(self.token(aud=["contractors-client"], sid="op-2", jti="c-1"))
+        self.assertEqual(reply.status, 200)
+        self.assertIsNone(self.sessions.get("g-2"))
+        self.assertIsNotNone(self.sessions.get("g-3"))  # its own client's token ends it
+        self.assertEqual(self.error_of(self.logout(self.token(aud="stranger", jti="s-1"))),
+                         "invalid_request")
+
     def test_only_on_the_authenticate_host(self) -> None:
         body = urlencode({"logout_token": self.token()}).encode()
         reply = self.answer(post(body, host="app.test"), body)
@@ -405,12 +461,13 @@ class DirectoryRemovalTests(BrokerCase):
                                         DirectoryUser("bob", "bob@example.com", "B", ())),
                                        ()))
         sync = DirectorySync(self.clock, self.records, provider, 600, 60,
-                             removed=self.broker._directory_removed)
+                             removed=partial(self.broker._directory_removed, "default"))
         self.assertTrue(result(ensureDeferred(sync.run_once())))
         self.sign_in(person("g-1"))
         self.sign_in(person("g-2", user="other-sub", idp_sid="x",
                             email="alice@example.com"))  # matched by address
         self.sign_in(person("g-3", user="bob", idp_sid="y", email="bob@example.com"))
+        self.sign_in(person("g-4", idp_sid="z", provider="partners"))
         watched = self.watch("g-1")
         provider.directory = Directory((DirectoryUser("bob", "bob@example.com", "B", ()),),
                                        ())
@@ -420,6 +477,10 @@ class DirectoryRemovalTests(BrokerCase):
         self.assertIsNone(self.sessions.get("g-2"))
         self.assertIsNotNone(self.sessions.get("g-3"))
         self.assertEqual(len(watched), 1)
+        # found in review (issue 42): the directory's removals ended every provider's
+        # sessions with that user id or address; alice's id and address at another
+        # provider are someone else's, and stay when the directory drops alice
+        self.assertIsNotNone(self.sessions.get("g-4"))
         # an empty answer (a base or filter mistake) ends nobody's sessions
         provider.directory = Directory((), ())
         self.assertTrue(result(ensureDeferred(sync.run_once())))

@@ -138,3 +138,47 @@ class MisdirectedTests(SynchronousTestCase):
         conn = ConnectionFacts("192.0.2.1")
         conn._tls = ("", None, None)
         self.assertEqual(conn.misdirected("any.test", False), "")
+
+
+class _Policy:
+    """A client-certificate policy (``ClientCertPolicy``'s ``check``) with a fixed
+    verdict, counting its checks."""
+
+    def __init__(self, verdict: str | None) -> None:
+        self.verdict = verdict
+        self.checks = 0
+
+    def check(self, chain: Any) -> str | None:
+        self.checks += 1
+        return self.verdict
+
+
+class ClientCertVerdictTests(SynchronousTestCase):
+    """``ConnectionFacts.client_cert_problem``: one verdict per policy per connection."""
+
+    def test_checked_once_per_policy(self) -> None:
+        from gateway.dataplane.exchange.head import ConnectionFacts
+
+        conn = ConnectionFacts("192.0.2.1")
+        strict, open_ = _Policy("no certificate"), _Policy(None)
+        for _ in range(3):
+            self.assertEqual(conn.client_cert_problem(strict),  # type: ignore[arg-type]
+                             "no certificate")
+            self.assertIsNone(conn.client_cert_problem(open_))  # type: ignore[arg-type]
+        self.assertEqual((strict.checks, open_.checks), (1, 1))
+
+    def test_a_new_policy_reusing_an_old_ones_id_is_checked(self) -> None:
+        """Found in review (issue 42): verdicts were cached by ``id(policy)``; after a
+        reload, a new policy object can be given a freed one's id, and on a long-lived
+        keep-alive or HTTP/2 connection it got the old policy's verdict (a certificate
+        the new CA refuses let in, or the other way round). Every id is made the same
+        here, as reuse would."""
+        from gateway.dataplane.exchange import head
+
+        head.id = lambda _: 1  # type: ignore[attr-defined]  # found before the builtin
+        self.addCleanup(delattr, head, "id")
+        conn = head.ConnectionFacts("192.0.2.1")
+        before, after = _Policy(None), _Policy("the certificate is not trusted")
+        self.assertIsNone(conn.client_cert_problem(before))  # type: ignore[arg-type]
+        self.assertEqual(conn.client_cert_problem(after),  # type: ignore[arg-type]
+                         "the certificate is not trusted")

@@ -116,7 +116,10 @@ class ConnectionFacts:
         self.transport = transport
         self._tls: tuple[str, Any, Any] | None = None if transport is not None \
             else ("", None, None)
-        self._verdicts: dict[int, str | None] | None = None
+        # by the policy object itself (hashed by identity, and held: a reload's new
+        # policy can never be taken for an old one whose id it reuses on a connection
+        # that outlives the reload); a few policies per connection at most
+        self._verdicts: dict[ClientCertPolicy, str | None] | None = None
         # the last routed Host found to be servable on this connection: routing asks
         # ``misdirected`` only about another (the same host again is the usual request)
         self.served = ""
@@ -158,11 +161,10 @@ class ConnectionFacts:
         verdicts = self._verdicts
         if verdicts is None:
             verdicts = self._verdicts = {}
-        key = id(policy)
-        if key not in verdicts:
+        if policy not in verdicts:
             chain = peer_chain(self.transport) if self.transport is not None else []
-            verdicts[key] = policy.check(chain)
-        return verdicts[key]
+            verdicts[policy] = policy.check(chain)
+        return verdicts[policy]
 
 
 def _hostname(host: str) -> str:

@@ -56,7 +56,8 @@ class ParseTests(SynchronousTestCase):
         self.assertEqual(providers["corp"].scopes, ("openid", "email", "groups", "offline_access"))
         self.assertEqual(providers["partners"].scopes, ("openid", "profile", "email",
                                                         "offline_access"))  # idp_scopes
-        self.assertEqual(providers["partners"].issuer, "https://partners-idp.example.net")
+        # as configured
+        self.assertEqual(providers["partners"].issuer, "https://partners-idp.example.net/")
         self.assertEqual(providers["partners"].label, "Partner accounts")
         self.assertEqual(providers["corp"].label, "corp")
         self.assertEqual(dict(providers["partners"].request_params), {"prompt": "login"})
