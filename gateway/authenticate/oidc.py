@@ -69,10 +69,11 @@ async def _http(request: Any, what: str) -> tuple[Any, bytes]:
 Headers = dict[bytes | str, bytes | str]
 
 
-async def _traced(method: str, url: str, headers: Headers | None,
-                  send: Callable[[Headers], Any]) -> tuple[Any, bytes]:
+async def traced_request(method: str, url: str, headers: Headers | None,
+                         send: Callable[[Headers], Any]) -> tuple[Any, bytes]:
     """``_http`` for ``send(headers)``; inside a traced request also a client span, whose
-    ``traceparent`` the provider receives."""
+    ``traceparent`` the provider receives. Every request to an identity provider or a
+    bearer issuer's keys goes through here (``services/bearer_keys.py`` too)."""
     what = f"{method} {url}"
     span = start_child(f"idp {method} {urlsplit(url).path or '/'}",
                        {"http.request.method": method, "url.full": url.split("?", 1)[0]})
@@ -131,7 +132,7 @@ class Provider:
         self._use_post = False
 
     async def _get_json(self, url: str, headers: Headers | None = None) -> Any:
-        response, body = await _traced("GET", url, headers, lambda h: treq.get(
+        response, body = await traced_request("GET", url, headers, lambda h: treq.get(
             url, headers=h, timeout=TIMEOUT, reactor=self.reactor, agent=self.agent))
         if response.code != 200:
             raise OIDCError(f"GET {url} answered {response.code}")
@@ -206,7 +207,7 @@ class Provider:
         auth = None if use_post else (self.client_id, self.client_secret)
         if use_post:
             form = {**form, "client_id": self.client_id, "client_secret": self.client_secret}
-        return await _traced("POST", endpoint, _ACCEPT_JSON, lambda h: treq.post(
+        return await traced_request("POST", endpoint, _ACCEPT_JSON, lambda h: treq.post(
             endpoint, data=form, auth=auth, timeout=TIMEOUT, reactor=self.reactor, headers=h,
             agent=self.agent))
 

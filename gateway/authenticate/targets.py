@@ -4,11 +4,11 @@ query/form parameters."""
 
 from __future__ import annotations
 
-import ipaddress
 import re
 from urllib.parse import SplitResult, parse_qs, urlsplit
 
 from gateway.authorize.hook import RequestInfo
+from gateway.config.values import is_loopback_host
 
 # The gateway's own paths and how long sign-in state lives.
 SIGN_IN = "/.gateway/sign_in"
@@ -86,11 +86,4 @@ def allowed_programmatic_target(uri: str, domains: tuple[str, ...]) -> bool:
         return False
     if host in domains:
         return True
-    if "localhost" in domains:
-        if host == "localhost":
-            return True
-        try:
-            return ipaddress.ip_address(host).is_loopback
-        except ValueError:
-            return False
-    return False
+    return "localhost" in domains and is_loopback_host(host)

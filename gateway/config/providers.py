@@ -18,7 +18,6 @@ while ``idp_provider_url`` is set.
 
 from __future__ import annotations
 
-import ipaddress
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -27,6 +26,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from gateway.config.errors import Problems, did_you_mean
+from gateway.config.values import is_loopback_host
 
 SETTING = "identity_providers"
 IMPLICIT_ID = "default"
@@ -213,19 +213,10 @@ def _check_issuer(issuer: str, where: str, problems: Problems) -> None:
         if parts.query or parts.fragment:
             problems.error(where, f"{issuer!r}: an issuer has no query or fragment")
         return
-    if parts.scheme == "http" and parts.hostname and _loopback(parts.hostname):
+    if parts.scheme == "http" and parts.hostname and is_loopback_host(parts.hostname):
         return
     problems.error(where, f"{issuer!r} must be an https URL (http only on a loopback "
                    f"address), or {KUBERNETES}")
-
-
-def _loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def _bearer(value: Any, where: str, problems: Problems) -> BearerRules | None:

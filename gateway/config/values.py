@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import ipaddress
 import json
 import os
 import re
@@ -234,6 +235,17 @@ def split_url(value: str) -> SplitResult:
     if not parts.hostname:
         raise ValueError(f"{value} url does not contain a valid hostname")
     return parts
+
+
+def is_loopback_host(host: str) -> bool:
+    """``localhost`` or a loopback address (127.0.0.0/8, ::1): a URL's host (brackets
+    already removed, as ``urlsplit`` gives it) that never leaves the machine."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def parse_address(value: str) -> tuple[str, int]:

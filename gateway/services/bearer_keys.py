@@ -27,7 +27,7 @@ from twisted.web.client import Agent, HTTPConnectionPool
 from twisted.web.iweb import IPolicyForHTTPS
 from zope.interface import implementer
 
-from gateway.authenticate.oidc import TIMEOUT, _traced
+from gateway.authenticate.oidc import TIMEOUT, traced_request
 from gateway.bearer_jwt.expect import BearerExpectations
 from gateway.bearer_jwt.presets import preset
 from gateway.bearer_jwt.source import Fetch, FileKeys, KeysUnusable, RemoteKeys, learned_issuer
@@ -92,7 +92,7 @@ def provider_fetch(reactor: Any, ca_pem: bytes | None = None, token_file: str = 
             with open(token_file, encoding="ascii") as f:
                 headers["Authorization"] = f"Bearer {f.read().strip()}"
         via = api_client if to_api else client
-        response, body = await _traced("GET", url, headers, lambda h: via.get(
+        response, body = await traced_request("GET", url, headers, lambda h: via.get(
             url, headers=h, timeout=TIMEOUT, allow_redirects=False, reactor=reactor))
         if response.code != 200:
             raise KeysUnusable(f"GET {url} answered {response.code}")

@@ -25,7 +25,7 @@ from twisted.web.resource import Resource
 from twisted.web.server import NOT_DONE_YET, Request, Site
 from zope.interface import implementer
 
-from tests.support.bearer_tokens import jwks, rsa_key
+from tests.support.bearer_tokens import discovery_document, jwks, rsa_key
 
 
 class _Issuer(Resource):
@@ -63,11 +63,7 @@ class _Issuer(Resource):
             return b""
         request.setHeader(b"content-type", b"application/json")
         if path == "/.well-known/openid-configuration":
-            return json.dumps({
-                "issuer": self.issuer, "jwks_uri": f"{self.issuer}/.well-known/jwks",
-                "response_types_supported": ["id_token"],
-                "id_token_signing_alg_values_supported": ["RS256", "ES256"],
-                "subject_types_supported": ["public"]}).encode()
+            return discovery_document(self.issuer)
         if path == "/.well-known/jwks":
             return json.dumps(jwks(*self.keys)).encode()
         request.setResponseCode(404)

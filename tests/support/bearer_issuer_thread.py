@@ -17,7 +17,7 @@ from typing import Any
 
 import trustme
 
-from tests.support.bearer_tokens import jwks
+from tests.support.bearer_tokens import discovery_document, jwks
 
 
 class ThreadedIssuer:
@@ -34,11 +34,7 @@ class ThreadedIssuer:
 
     def document(self, path: str) -> bytes | None:
         if path == "/.well-known/openid-configuration":
-            return json.dumps({
-                "issuer": self.issuer, "jwks_uri": f"{self.issuer}/.well-known/jwks",
-                "response_types_supported": ["id_token"],
-                "id_token_signing_alg_values_supported": ["RS256", "ES256"],
-                "subject_types_supported": ["public"]}).encode()
+            return discovery_document(self.issuer)
         if path == "/.well-known/jwks":
             return json.dumps(jwks(*self.keys)).encode()
         return None

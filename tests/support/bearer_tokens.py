@@ -73,6 +73,16 @@ def jwks(*keys: tuple[Any, str]) -> dict[str, Any]:
     return {"keys": [public_jwk(private, kid) for private, kid in keys]}
 
 
+def discovery_document(issuer: str) -> bytes:
+    """A bearer issuer's OpenID discovery document, its keys at ``/.well-known/jwks``
+    (what both test issuers serve)."""
+    return json.dumps({
+        "issuer": issuer, "jwks_uri": f"{issuer}/.well-known/jwks",
+        "response_types_supported": ["id_token"],
+        "id_token_signing_alg_values_supported": ["RS256", "ES256"],
+        "subject_types_supported": ["public"]}).encode()
+
+
 def jwks_bytes(*keys: tuple[Any, str]) -> bytes:
     return json.dumps(jwks(*keys)).encode()
 

@@ -436,7 +436,7 @@ class ServiceAccountToken(SynchronousTestCase):
             seen.append((url, headers, ca))
             return response, b"{}"
 
-        self.patch(bearer_keys, "_traced", traced)
+        self.patch(bearer_keys, "traced_request", traced)
         api = "https://kubernetes.default.svc/.well-known/openid-configuration"
         fetch = bearer_keys.provider_fetch(
             None, None, token_file, api_url=api, api_ca=b"cluster-ca",
