@@ -143,8 +143,8 @@ def audit(exchange: Logged, status: int, now: float) -> None:
     allow = exchange.allow
     caller = exchange.caller
     user_id = caller.user_id if caller is not None else ""
-    if caller is not None and user_id and not caller.session_id:
-        credential = "bearer"  # an outside issuer's token: no session behind it
+    if bearer_caller(caller):
+        credential = "bearer"
     elif allow is not None:  # (an allowed programmatic token is removed from upstream)
         credential = "token" if b"authorization" in allow.remove else \
             "cookie" if user_id else "none"
