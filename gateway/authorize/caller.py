@@ -35,7 +35,9 @@ class Caller:
     all (``groups_available``: a directory, or a claim that names the groups); ``claims``
     flattened (``gateway.authorize.claims.flatten_claims``). ``expires_at``: the end of
     the session or of the token. ``session_id``: ``""`` when no session stands behind
-    the caller (a bearer token)."""
+    the caller (a bearer token). ``client_id``: the OAuth client acting for the person
+    (an MCP client's id: its metadata document's URL or its registered id), ``""`` for
+    the person themself."""
 
     user_id: str
     email: str
@@ -48,6 +50,7 @@ class Caller:
     name: str = ""
     claimed_email: str = ""
     email_refusal: str = ""
+    client_id: str = ""
 
     def signed_in(self, now: float) -> bool:
         """Whether decisions see someone at ``now``: a user id, not expired. Anyone else

@@ -16,6 +16,7 @@ from typing import Any
 
 from gateway.config.errors import Problems, did_you_mean
 from gateway.config.material import Reader
+from gateway.config.mcp import McpRoute, parse_mcp
 from gateway.config.route_parts import HeaderRewrite, Redirect
 from gateway.config.route_schema import FieldKind, RouteFieldInfo, route_meta, schema_of, text
 from gateway.config.route_schema import route_field as _f
@@ -114,6 +115,9 @@ class Route:
         "interactive one; beyond the reference).")
     pass_bearer_token: bool = _f(False, K.BOOL, "Send the caller's bearer token upstream "
                                  "(default: removed; beyond the reference).")
+    mcp: McpRoute | None = _f(None, K.OBJECT, "This route serves Model Context Protocol "
+                              "clients: {max_request_bytes} ({} for the defaults; beyond "
+                              "the reference).", parse=parse_mcp)
     allow_spdy: bool = _f(False, K.BOOL, "Allow SPDY upgrades.")
     allow_websockets: bool = _f(False, K.BOOL, "Allow websocket upgrades (route timeout "
                                 "only).")

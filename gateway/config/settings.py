@@ -387,6 +387,15 @@ class Options:
     idp_refresh_directory_timeout: float = _s(
         60.0, Kind.DURATION, "Time limit of one directory synchronisation."
     )
+    # --- MCP clients (routes with mcp) ---------------------------------------------------
+    mcp_allowed_client_id_domains: tuple[str, ...] = _s(
+        (), Kind.LIST, "Hosts whose client ID metadata documents MCP clients may sign in "
+        "with (empty: none; beyond the reference).", extension=True,
+    )
+    mcp_dynamic_client_registration: bool = _s(
+        False, Kind.BOOL, "Let MCP clients register themselves (RFC 7591; deprecated by "
+        "MCP 2026-07-28; beyond the reference).", extension=True,
+    )
     # --- proxy -----------------------------------------------------------------------
     authorize_service_url: str = _s("", Kind.URL, "Internal URL of the authorize service.")
     authorize_service_urls: tuple[str, ...] = _s(

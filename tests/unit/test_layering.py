@@ -26,10 +26,13 @@ TIERS: tuple[tuple[str, ...], ...] = (
     ("rpc",),
     ("services", "ssh"),
     ("workers", "authenticate", "cli"),
+    # the authorization server of MCP clients: served by the sign-in web app, over the
+    # databroker's records, the pages and the decision
+    ("mcp_oauth",),
     ("dataplane", "databroker", "bearer_jwt"),
     ("directory", "authorize"),
     ("tls", "observability", "pages"),
-    ("autocert", "sessions", "net"),
+    ("autocert", "sessions", "net", "mcp"),
     ("config", "twisted_ext", "adapters", "budget", "caches", "private_dirs", "wire",
      "__init__"),
     # The policy language: pure, imports nothing of the gateway; config compiles a
