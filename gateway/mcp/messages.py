@@ -1,0 +1,49 @@
+"""What the gateway read of one MCP request, as values: the seam between the request
+side (reading and deciding, ``gateway.mcp.jsonrpc``) and the response side (list
+filtering, ``gateway.mcp.listing``) and the audit stream."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+RequestId = str | int | None
+"""A JSON-RPC id (``None``: a notification, which gets no answer)."""
+
+
+@dataclass(frozen=True, slots=True)
+class McpCall:
+    """One JSON-RPC message of a request body.
+
+    ``name``: what the message is about, the ``mcp_tool`` of a ``tools/call`` and the
+    name of a ``prompts/get`` (``params.name``), the URI of a ``resources/read``,
+    ``resources/subscribe`` or ``resources/unsubscribe`` (``params.uri``); ``""`` for
+    every other method. ``arguments_sha256``: the hex SHA-256 of the canonical JSON of
+    ``params.arguments`` (``""`` when there are none): the audit stream records the
+    hash, never the arguments."""
+
+    id: RequestId
+    method: str
+    name: str = ""
+    arguments_sha256: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class McpRequest:
+    """The messages of one HTTP request to an MCP route, in body order. ``batch``: the
+    body was a JSON array. ``protocol_version``: the ``MCP-Protocol-Version`` header
+    (``""`` when absent)."""
+
+    calls: tuple[McpCall, ...]
+    batch: bool = False
+    protocol_version: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class McpVerdict:
+    """The decision on one message: allowed or not, the rule that decided (``""``:
+    none matched) and the reason codes the 403 page and the audit stream show."""
+
+    call: McpCall
+    allowed: bool
+    rule: str = ""
+    reasons: tuple[str, ...] = ()
