@@ -21,6 +21,13 @@ from gateway.dataplane.exchange.head import request_head as make_head
 from gateway.dataplane.exchange.stage import DONE, WAITING
 from gateway.dataplane.routing.plan import build_plan
 from gateway.mcp.errors import HEADER_MISMATCH, PARSE_ERROR, REFUSED
+from gateway.rpc.authorize_wire import (
+    decision_from_pb,
+    decision_to_pb,
+    request_from_pb,
+    request_to_pb,
+)
+from gateway.rpc.protos import authorize_pb2 as pb
 from tests.support.memory_upstream import MemoryUpstream
 
 from .test_exchange_stages import FACTS, RecordingSink
@@ -56,6 +63,22 @@ class Authorizer:
 
     def sign_in(self, request: RequestInfo) -> Decision:
         return self.case.identity.sign_in(request)
+
+
+class WireAuthorizer(Authorizer):
+    """The decider behind a split deployment's wire: the request and the decision each
+    through their protobuf messages (``rpc/authorize_wire.py``), as the authorize
+    service and the proxy exchange them."""
+
+    def authorize(self, request: RequestInfo, route: Route) -> Decision | Deferred[Decision]:
+        sent = pb.CheckRequest.FromString(request_to_pb(request, "_gateway", "k")
+                                          .SerializeToString())
+        decision = self.case.identity.decider.authorize(request_from_pb(sent), route)
+        assert not isinstance(decision, Deferred)
+        back = pb.CheckResponse.FromString(decision_to_pb(decision, "k").SerializeToString())
+        answer = decision_from_pb(back, request.mcp)
+        assert answer is not None
+        return answer
 
 
 class McpExchangeTests(IdentityCase):
@@ -236,6 +259,25 @@ class McpExchangeTests(IdentityCase):
         self.send(json.dumps(call("get_ticket")).encode())
         self.assertEqual(self.answered()[0], 500)
         self.assertEqual(self.reactor.tcpClients, [])
+
+    def test_a_split_deployment_decides_each_message_too(self) -> None:
+        """The messages cross the wire to the authorize service, the verdicts come back
+        with the decision: an allowed call forwarded, a denied one refused as JSON-RPC."""
+        self.rebuild(WireAuthorizer(self))
+        exchange = self.send(json.dumps(call("get_ticket", id_=2**70)).encode())
+        self.assertEqual(len(self.reactor.tcpClients), 1)
+        assert exchange.mcp is not None
+        self.assertEqual([(v.call.id, v.call.name, v.allowed) for v in exchange.mcp.verdicts],
+                         [(2**70, "get_ticket", True)])
+        batch = [call("get_ticket", "a"), {"jsonrpc": "2.0", "method": "notifications/x"},
+                 call("delete_ticket", 3)]
+        exchange = self.send(json.dumps(batch).encode())
+        self.assertEqual(len(self.reactor.tcpClients), 1)
+        status, _ = self.sink.heads[-1]
+        self.assertEqual((status, [a["id"] for a in json.loads(self.sink.body)]),
+                         (200, ["a", 3]))
+        assert exchange.mcp is not None
+        self.assertEqual([v.allowed for v in exchange.mcp.verdicts], [True, True, False])
 
     def test_long_lived_responses_are_not_cut_by_the_route_timeout(self) -> None:
         """An MCP route's stream stays open past the route's 10 s while events come
