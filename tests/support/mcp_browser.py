@@ -74,40 +74,37 @@ class ConsentForms(HTMLParser):
         return buttons
 
 
-def consent_form(reply: Reply) -> dict[str, object] | None:
+def consent_forms(reply: Reply) -> list[dict[str, object]]:
     parser = ConsentForms()
     parser.feed(reply.body.decode("utf-8", "replace"))
-    return next((f for f in parser.forms if f["method"] == "post"
-                 and "/mcp/consent" in urljoin(reply.url, str(f["action"]))), None)
+    return [f for f in parser.forms if f["method"] == "post"
+            and "/mcp/consent" in urljoin(reply.url, str(f["action"]))]
 
 
 def answer_consent(browser: Browser, reply: Reply, approve: bool) -> Reply:
-    """Press the consent page's approve (or deny) button, then follow the redirects to
-    the client's callback."""
-    form = consent_form(reply)
-    if form is None:
+    """Press the consent page's approve (or deny) button (a form of its own, or one of a
+    form's buttons), then follow the redirects to the client's callback."""
+    forms = consent_forms(reply)
+    if not forms:
         raise SystemExit(f"mcp_browser: no consent form at {reply.url.split('?')[0]} "
                          f"({reply.status}): {reply.body[:600]!r}")
-    fields = dict(form["fields"])  # type: ignore[call-overload]
-    buttons: list[dict[str, str]] = form["buttons"]  # type: ignore[assignment]
-    def says(b: dict[str, str]) -> str:
-        return f"{b['name']} {b['value']} {b['text']}"
 
-    def wanted(b: dict[str, str]) -> bool:
+    def wanted(says: str) -> bool:
         if approve:
-            return bool(APPROVE.search(says(b))) and not REFUSE.search(says(b))
-        return bool(REFUSE.search(says(b)))
+            return bool(APPROVE.search(says)) and not REFUSE.search(says)
+        return bool(REFUSE.search(says))
 
-    button = next((b for b in buttons if wanted(b)), None)
-    if button is None and approve and len(buttons) == 1:
-        button = buttons[0]
-    if button is None:
-        raise SystemExit(f"mcp_browser: no {'approve' if approve else 'deny'} button in "
-                         f"{buttons}")
-    if button["name"]:
-        fields[button["name"]] = button["value"]
-    return browser.follow(urljoin(reply.url, str(form["action"])), "POST",
-                          urlencode(fields).encode())
+    for form in forms:
+        fields: dict[str, str] = dict(form["fields"])  # type: ignore[call-overload]
+        buttons: list[dict[str, str]] = form["buttons"]  # type: ignore[assignment]
+        decision = fields.get("decision", "")
+        for button in buttons:
+            if wanted(f"{decision} {button['name']} {button['value']} {button['text']}"):
+                if button["name"]:
+                    fields[button["name"]] = button["value"]
+                return browser.follow(urljoin(reply.url, str(form["action"])), "POST",
+                                      urlencode(fields).encode())
+    raise SystemExit(f"mcp_browser: no {'approve' if approve else 'deny'} button in {forms}")
 
 
 def with_stdlib(url: str, login: str, approve: bool) -> dict[str, object]:

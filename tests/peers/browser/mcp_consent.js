@@ -37,15 +37,17 @@ function atCallback(url) {
                            page.click('button[type="submit"], button')]);
         continue;
       }
-      const form = await page.$('form[action*="/mcp/consent"]');
-      if (!form) break;
+      const forms = await page.$$('form[action*="/mcp/consent"]');
+      if (!forms.length) break;
       consent = await page.innerText('body');
       let chosen = null;
-      for (const button of await form.$$('button, input[type="submit"]')) {
-        const says = `${await button.getAttribute('name') || ''} ${await button.getAttribute('value') || ''} ${await button.innerText().catch(() => '')}`;
-        if (approve ? (APPROVE.test(says) && !REFUSE.test(says)) : REFUSE.test(says)) {
-          chosen = button;
-          break;
+      for (const form of forms) {
+        const decision = await form.$eval('input[name="decision"]', (e) => e.value).catch(() => '');
+        for (const button of await form.$$('button, input[type="submit"]')) {
+          const says = `${decision} ${await button.getAttribute('name') || ''} ${await button.getAttribute('value') || ''} ${await button.innerText().catch(() => '')}`;
+          if (approve ? (APPROVE.test(says) && !REFUSE.test(says)) : REFUSE.test(says)) {
+            chosen = chosen || button;
+          }
         }
       }
       if (!chosen) throw new Error(`no ${approve ? 'approve' : 'deny'} button on the consent page`);
