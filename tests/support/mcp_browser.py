@@ -81,9 +81,11 @@ def consent_forms(reply: Reply) -> list[dict[str, object]]:
             and "/mcp/consent" in urljoin(reply.url, str(f["action"]))]
 
 
-def answer_consent(browser: Browser, reply: Reply, approve: bool) -> Reply:
+def answer_consent(browser: Browser, reply: Reply, approve: bool, stop: str | None = None
+                   ) -> Reply:
     """Press the consent page's approve (or deny) button (a form of its own, or one of a
-    form's buttons), then follow the redirects to the client's callback."""
+    form's buttons), then follow the redirects to the client's callback (or up to a URL
+    starting with ``stop``, not fetched)."""
     forms = consent_forms(reply)
     if not forms:
         raise SystemExit(f"mcp_browser: no consent form at {reply.url.split('?')[0]} "
@@ -103,7 +105,7 @@ def answer_consent(browser: Browser, reply: Reply, approve: bool) -> Reply:
                 if button["name"]:
                     fields[button["name"]] = button["value"]
                 return browser.follow(urljoin(reply.url, str(form["action"])), "POST",
-                                      urlencode(fields).encode())
+                                      urlencode(fields).encode(), stop=stop)
     raise SystemExit(f"mcp_browser: no {'approve' if approve else 'deny'} button in {forms}")
 
 
