@@ -9,7 +9,9 @@ the client's loopback callback, with the stdlib ``Browser`` (fast) or, with
         [--deny] [--record FILE] URL
 
 ``--deny`` presses the consent page's deny button. ``--record`` appends one JSON line per
-run (the URL opened, the consent page's text, where the browser ended). Exit 0 when the
+run (the URL opened, the consent page's text, where the browser ended). ``--cookies``
+writes the browser's cookies at the end (``{host: {name: value}}``), so that a test can
+go on as the same person in the same browser (sign out, revoke a consent). Exit 0 when the
 browser ended on the client's callback with a 200 answer, 1 otherwise.
 """
 
@@ -119,7 +121,7 @@ def with_stdlib(url: str, login: str, approve: bool) -> dict[str, object]:
     else:
         end = answer_consent(browser, page, approve)
     return {"url": end.url, "status": end.status, "consent": consent_text,
-            "text": end.body.decode("utf-8", "replace")[:2000]}
+            "text": end.body.decode("utf-8", "replace")[:2000], "cookies": browser.cookies}
 
 
 def with_chromium(url: str, login: str, approve: bool) -> dict[str, object]:
@@ -129,8 +131,11 @@ def with_chromium(url: str, login: str, approve: bool) -> dict[str, object]:
     if result.returncode != 0:
         return {"url": url, "status": 0, "consent": "", "text": result.stderr[-2000:]}
     seen = json.loads(result.stdout.strip().splitlines()[-1])
+    jar: dict[str, dict[str, str]] = {}
+    for cookie in seen["cookies"]:
+        jar.setdefault(cookie["domain"].lstrip("."), {})[cookie["name"]] = cookie["value"]
     return {"url": seen["url"], "status": 200 if seen["ok"] else 0,
-            "consent": seen["consent"], "text": seen["text"]}
+            "consent": seen["consent"], "text": seen["text"], "cookies": jar}
 
 
 def main() -> int:
@@ -139,6 +144,7 @@ def main() -> int:
     parser.add_argument("--record")
     parser.add_argument("--chromium", action="store_true")
     parser.add_argument("--deny", action="store_true")
+    parser.add_argument("--cookies")
     parser.add_argument("url")
     args = parser.parse_args()
     seen = (with_chromium if args.chromium else with_stdlib)(args.url, args.login,
@@ -146,6 +152,9 @@ def main() -> int:
     ended = urlsplit(str(seen["url"]))
     print(f"mcp_browser: {seen['status']} {ended.scheme}://{ended.netloc}{ended.path}",
           flush=True)
+    cookies = seen.pop("cookies", {})
+    if args.cookies:
+        Path(args.cookies).write_text(json.dumps(cookies))
     if args.record:
         with open(args.record, "a", encoding="utf-8") as fh:
             fh.write(json.dumps({"opened": args.url, **seen}) + "\n")

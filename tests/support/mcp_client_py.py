@@ -17,7 +17,8 @@ Commands (``op``): ``connect``, ``list_tools``, ``call`` (``name``, ``arguments`
 ``list_prompts``, ``get_prompt`` (``name``, ``arguments``), ``list_resources``,
 ``read_resource`` (``uri``), ``expire`` (the SDK takes its access token as expired, so its
 next request refreshes first, as after the token's lifetime), ``tokens`` (the current
-tokens), ``log`` (every HTTP exchange and browser run so far), ``close``. Answers:
+tokens), ``browser`` (``argv``: the browser command from now on), ``log`` (every HTTP
+exchange and browser run so far), ``close``. Answers:
 ``{"ok": true, ...}`` or ``{"ok": false, "error": {"type", "code", "message"}}``.
 """
 
@@ -166,6 +167,9 @@ class Driver:
             return {"access_token": tokens.access_token if tokens else None,
                     "refresh_token": tokens.refresh_token if tokens else None,
                     "client_id": info.client_id if info else None}
+        if op == "browser":
+            self.args.browser = json.dumps(command["argv"])
+            return {}
         if op == "expire":
             self.provider.context.token_expiry_time = time.time() - 1
             return {}

@@ -188,9 +188,11 @@ def client_document(client_id: str, redirect_uris: list[str], name: str = "Ticke
 
 
 def browser_argv(login: str, *, chromium: bool = False, deny: bool = False,
-                 record: Path | None = None) -> list[str]:
+                 record: Path | None = None, cookies: Path | None = None) -> list[str]:
     """The browser command a client driver runs with the authorization URL appended."""
     argv = [sys.executable, "-m", "tests.support.mcp_browser", "--login", login]
+    if cookies is not None:
+        argv += ["--cookies", str(cookies)]
     if chromium:
         argv.append("--chromium")
     if deny:

@@ -2,7 +2,7 @@
 // open the authorization URL, sign in at the provider, press the gateway's consent button
 // (DECISION=approve, the default, or deny) and wait until the browser reaches the client's
 // loopback callback (http://127.0.0.1:PORT/callback). Prints {ok, url, consent, text} as
-// JSON. Usage: node mcp_consent.js URL LOGIN (tests/support/mcp_browser.py --chromium).
+// JSON (and the cookies). Usage: node mcp_consent.js URL LOGIN (tests/support/mcp_browser.py --chromium).
 'use strict';
 const { chromium } = require('playwright-core');
 
@@ -55,7 +55,8 @@ function atCallback(url) {
                          chosen.click()]);
     }
     const text = await page.innerText('body').catch(() => '');
-    console.log(JSON.stringify({ ok: atCallback(page.url()), url: page.url(), consent, text }));
+    const cookies = await page.context().cookies();
+    console.log(JSON.stringify({ ok: atCallback(page.url()), url: page.url(), consent, text, cookies }));
   } finally {
     await browser.close();
   }

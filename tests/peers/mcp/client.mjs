@@ -17,7 +17,8 @@
 // Commands (op): connect, list_tools, call {name, arguments}, list_prompts,
 // get_prompt {name, arguments}, list_resources, read_resource {uri}, expire (the stored
 // access token is replaced by one the server cannot know, as an expired one: the SDK
-// meets a 401 and refreshes), tokens, log, close.
+// meets a 401 and refreshes), tokens, browser {argv} (the browser command from now on),
+// log, close.
 import { createServer } from 'node:http';
 import { spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
@@ -152,6 +153,9 @@ async function run(command) {
       refresh_token: store.tokens?.refresh_token ?? null,
       client_id: store.clientInformation?.client_id ?? null,
     };
+    case 'browser':
+      args.browser = JSON.stringify(command.argv);
+      return {};
     case 'expire':
       store.tokens = { ...store.tokens, access_token: `expired-${randomBytes(8).toString('hex')}` };
       return {};
