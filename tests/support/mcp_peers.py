@@ -91,11 +91,16 @@ class Served:
 class MetadataServer:
     """HTTPS on 127.0.0.1 with a certificate for ``localhost`` from its own test CA
     (``ca_path``): a client's metadata document where the client says it is
-    (``https://localhost:PORT/...``). ``asked`` lists the paths fetched."""
+    (``https://localhost:PORT/...``). ``asked`` lists the paths fetched. ``host``: the
+    name in its URLs and certificate, ``bind``: the address it listens on (another
+    loopback address, ``127.0.0.2``, to tell two servers apart by network); ``ca``: share
+    one test CA between servers."""
 
-    def __init__(self, directory: Path) -> None:
-        self.ca = trustme.CA()
-        self.ca_path = directory / "metadata-ca.pem"
+    def __init__(self, directory: Path, host: str = "localhost", bind: str = "127.0.0.1",
+                 ca: trustme.CA | None = None) -> None:
+        self.host, self.bind = host, bind
+        self.ca = ca or trustme.CA()
+        self.ca_path = directory / f"metadata-ca-{id(self.ca)}.pem"
         self.ca.cert_pem.write_to_path(str(self.ca_path))
         self.paths: dict[str, Served] = {}
         self.asked: list[str] = []
@@ -140,18 +145,18 @@ class MetadataServer:
             def log_message(self, format: str, *args: Any) -> None:
                 return None
 
-        cert = self.ca.issue_cert("localhost", "127.0.0.1")
+        cert = self.ca.issue_cert(self.host, self.bind)
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         with tempfile.TemporaryDirectory() as directory:
             chain, key = Path(directory) / "chain.pem", Path(directory) / "key.pem"
             chain.write_bytes(b"".join(blob.bytes() for blob in cert.cert_chain_pems))
             key.write_bytes(cert.private_key_pem.bytes())
             context.load_cert_chain(chain, key)
-        server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        server = ThreadingHTTPServer((self.bind, 0), Handler)
         server.daemon_threads = True
         server.socket = context.wrap_socket(server.socket, server_side=True)
         self._server = server
-        self.origin = f"https://localhost:{server.server_address[1]}"
+        self.origin = f"https://{self.host}:{server.server_address[1]}"
         threading.Thread(target=server.serve_forever, daemon=True).start()
 
     def stop(self) -> None:
@@ -165,8 +170,9 @@ class MetadataServer:
 
 
 @contextlib.contextmanager
-def metadata_server(directory: Path) -> Iterator[MetadataServer]:
-    docs = MetadataServer(directory)
+def metadata_server(directory: Path, host: str = "localhost", bind: str = "127.0.0.1",
+                    ca: trustme.CA | None = None) -> Iterator[MetadataServer]:
+    docs = MetadataServer(directory, host, bind, ca)
     docs.start()
     try:
         yield docs
