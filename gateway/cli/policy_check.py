@@ -48,7 +48,8 @@ from gateway.config.providers import IMPLICIT_ID, IdentityProvider
 from gateway.config.routes import Route
 from gateway.dataplane.routing.plan import RoutePlan, build_plan
 from gateway.dataplane.routing.router import own_path
-from gateway.mcp.messages import McpCall
+from gateway.mcp.errors import denied_message
+from gateway.mcp.messages import McpCall, McpVerdict
 from gateway.policy import CLIENT_IP, Verdict
 
 NOT_CHECKED = 2  # no route, a bad configuration or argument
@@ -145,6 +146,10 @@ def check(snapshot: Snapshot, args: argparse.Namespace, token: TokenCheck | None
     trace = route.policy.explain(facts_of(caller, asked))
     sentence = "" if trace.verdict.allowed else refusal_sentence(
         route, trace.verdict, caller, now, groups_available)
+    if sentence and sentence != SIGN_IN_REQUIRED and asked.mcp is not None:
+        # a refused MCP message is answered as a JSON-RPC error, not the 403 page
+        sentence = (f"a JSON-RPC error: "
+                    f"{denied_message(McpVerdict(asked.mcp, False))}")
     return found("decided", trace, sentence, tuple(notes))
 
 

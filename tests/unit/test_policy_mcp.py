@@ -187,9 +187,11 @@ class PolicyCheckTests(CliCase):
         base = ("--email", "ada@example.com", "--user", "u-1", "--groups", "support")
         code, out, _ = self.check(self.path, url, *base, "--mcp-name", "get_ticket")
         self.assertEqual(code, 0, out)
-        code, out, _ = self.check(self.path, url, *base, "--mcp-name", "delete_ticket")
+        code, out, _ = self.check(self.path, url, *base, "--mcp-tool", "delete_ticket")
         self.assertEqual(code, 1, out)
         self.assertIn("mcp_tool", out)
+        self.assertIn("the person sees: a JSON-RPC error: the gateway's policy does not allow "
+                      "tools/call of 'delete_ticket'", out)
         code, out, _ = self.check(self.path, url, *base, "--mcp-method", "tools/list")
         self.assertEqual(code, 0, out)
         code, doc = self.check_json(self.path, url, *base, "--mcp-method", "prompts/get",
