@@ -67,6 +67,7 @@ from gateway.observability.tracing.active import start_child
 from gateway.pages.layout import Action, look_of
 from gateway.pages.rules import admits
 from gateway.policy import CLIENT_CERT, CertFacts, Specialized, Verdict, specialize
+from gateway.policy.unsigned import admits_without_sign_in
 from gateway.sessions.lookup import COOKIE_CACHE, SessionLookup, cookie_and_authorization
 from gateway.sessions.model import Session
 from gateway.sessions.store import DirectoryGroups, SessionStore
@@ -188,6 +189,9 @@ class Decider:
         # the value, so its id is not reused while the entry is here)
         self._bearer_allowed: FifoCache[tuple[int, int], Decided] = \
             FifoCache(DECISION_CACHE)
+        # route index -> whether its policy may let in someone not signed in
+        # (``_admit_mcp``)
+        self._admits_unsigned: dict[int, bool] = {}
 
     def authorize(self, request: RequestInfo, route: Route) -> Decision | Deferred[Decision]:
         raw, authorization = cookie_and_authorization(request.headers)
@@ -439,6 +443,8 @@ class Decider:
         request."""
         mcp = request.mcp
         assert mcp is not None
+        if not mcp.calls:
+            return self._admit_mcp(request, route, caller, now, bearer=bearer)
         cert = self._cert(request) if CLIENT_CERT in route.policy.reads else None
         asked = http_asked(request, now, client_cert=cert)
         verdicts = tuple(self._mcp_verdict(route, caller, asked, call) for call in mcp.calls)
@@ -464,6 +470,30 @@ class Decider:
                  route=route_label(route), client=request.client_ip)
         status, body = denied_answer(mcp, verdicts)
         return Reply(status, body, JSON_HEADERS, f"denied: {text}", caller, mcp=verdicts)
+
+    def _admit_mcp(self, request: RequestInfo, route: Route, caller: Caller | None,
+                   now: float, *, bearer: bool) -> Decision:
+        """Whether anyone asking as ``caller`` may send MCP messages to the route at all,
+        asked before its body is read (a request with no message): someone signed in
+        may (each message is decided once the body is read), and so may nobody where
+        the policy can let in someone not signed in; anyone else gets the sign-in
+        answer now, before the gateway reads and parses up to ``max_request_bytes``
+        for them. The ``Allow`` only lets the body be read: it carries nothing
+        upstream."""
+        if caller is not None and caller.signed_in(now):
+            return Allow(caller=caller, reason="mcp-admitted")
+        if bearer and caller is not None and self.bearer is not None:
+            return self.bearer.expired(request, caller)
+        admits = self._admits_unsigned.get(route.index)
+        if admits is None:
+            admits = self._admits_unsigned[route.index] = bool(
+                admits_without_sign_in(route.policy))
+        if admits:
+            return Allow(reason="mcp-admitted")
+        answer = self.sign_in.sign_in_answer(request, route)
+        if self.bearer is not None and not bearer:
+            answer = self.bearer.offered(request) or self.bearer.challenge(route, answer)
+        return answer
 
     def _mcp_verdict(self, route: Route, caller: Caller | None, asked: Asked,
                      call: McpCall) -> McpVerdict:

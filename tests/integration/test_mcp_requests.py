@@ -18,6 +18,7 @@ from tests.support.browser import Browser, Reply
 from tests.support.daemon import gateway_daemon
 from tests.support.peers import Upstream, echo_upstream, oidc_provider
 from tests.support.processes import free_port
+from tests.support.rawhttp import one_shot, status_of
 
 pytestmark = pytest.mark.integration
 
@@ -175,4 +176,16 @@ def test_not_json_is_a_parse_error(mcp: Setup) -> None:
         reply = mcp.post(body)
         assert reply.status == 400, body
         assert error_of(reply)["error"]["code"] == -32700
+    assert mcp.forwarded() == before
+
+
+def test_nobody_signed_in_is_answered_before_the_body(mcp: Setup) -> None:
+    """A client without a session announcing 10 MiB (and waiting for 100 Continue) gets
+    401 at once: the gateway neither asks for nor reads a body for nobody."""
+    before = mcp.forwarded()
+    head = (f"POST /mcp HTTP/1.1\r\nHost: mcp.test:{mcp.port}\r\n"
+            "Accept: application/json, text/event-stream\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {10 * 1024 * 1024}\r\nExpect: 100-continue\r\n\r\n")
+    reply = one_shot(mcp.port, head.encode(), timeout=5.0)
+    assert status_of(reply) == 401, reply[:200]
     assert mcp.forwarded() == before
