@@ -38,7 +38,10 @@ POLICY = [
     {"allow": {"and": [{"email": {"is": "alice@example.com"}},
                        {"mcp_tool": {"in": ["get_ticket", "search_tickets"]}}]}},
     {"allow": {"and": [{"email": {"is": "bob@example.com"}}, {"http_method": "PUT"}]}},
+    {"allow": {"and": [{"email": {"is": "carol@example.com"}},
+                       {"mcp_method": {"in": ["tools/call"]}}]}},
 ]
+CAROL = {"sub": "carol-id", "email": "carol@example.com"}
 ROUTES = [
     {"from": f"https://{HOST}", "to": "http://127.0.0.1:9", "mcp": {"max_request_bytes": 4096},
      "policy": POLICY, "timeout": "10s"},
@@ -305,15 +308,20 @@ class McpExchangeTests(IdentityCase):
                   headers=[(b"Origin", b"https://mcp.test")])
         self.assertEqual(len(self.reactor.tcpClients), 1)
 
-    def test_get_and_delete_are_decided_as_housekeeping(self) -> None:
+    def test_get_and_delete_need_some_message_allowed(self) -> None:
+        """A GET or DELETE carries no message: whoever the policy lets send some
+        message on the route may (alice by tool, carol by method), nobody else (bob's
+        only rule is about PUT requests, which carry no message)."""
         exchange = self.send(None, method=b"GET")
         self.assertEqual(len(self.reactor.tcpClients), 1)
         assert exchange.mcp is not None
-        self.assertEqual([(v.call.method, v.allowed) for v in exchange.mcp.verdicts],
-                         [("", True)])
-        self.send(None, method=b"DELETE", who=BOB)  # bob's rule names methods: refused
+        self.assertEqual([(v.call.method, v.allowed, v.rule) for v in exchange.mcp.verdicts],
+                         [("", True, "allow[0]")])
+        self.send(None, method=b"DELETE", who=CAROL)
+        self.assertEqual(len(self.reactor.tcpClients), 2)
+        self.send(None, method=b"DELETE", who=BOB)
         self.assertEqual(self.sink.heads[-1][0], 403)
-        self.assertEqual(len(self.reactor.tcpClients), 1)
+        self.assertEqual(len(self.reactor.tcpClients), 2)
 
     def test_other_methods_carry_no_message(self) -> None:
         """A PUT is decided as any request (bob's rule lets PUT in), and is no message:

@@ -22,9 +22,9 @@ whole and parsed, its metadata headers against the body, then each message decid
   errors refusing the request (nothing of it forwarded). An allowed body is forwarded
   exactly as it was read.
 - GET and DELETE (the 2025 transports' server stream and end of session) carry no
-  message: they are decided as one message with the method ``""``, for which
-  ``mcp_tool`` steps aside and ``mcp_method`` matches only ``""``
-  (docs/how-to/mcp-policy.md says why).
+  message: they are decided as one message with the method ``""``, which the decider
+  allows when the policy lets the person send some message on the route
+  (``policy.any_message``; docs/how-to/mcp-policy.md says why).
 - Any other method carries no MCP message and is decided as any request is (both MCP
   criteria false).
 
