@@ -323,6 +323,24 @@ class McpExchangeTests(IdentityCase):
         self.assertEqual(self.sink.heads[-1][0], 403)
         self.assertEqual(len(self.reactor.tcpClients), 2)
 
+    def test_the_routes_portal_lists_the_route_as_its_get_is_decided(self) -> None:
+        """/.gateway/routes decides an MCP route as the data plane decides its GET: for
+        whoever may send some message (alice, carol), not for bob."""
+        from gateway.authenticate.endpoints import Endpoints
+
+        from .test_identity import request
+
+        def listed(who: dict[str, Any]) -> list[str]:
+            answer = Endpoints(self.identity, self.snapshot.routes).internal(request(
+                "/.gateway/routes", host=HOST,
+                headers=[JSON, self.cookie(self.session(who))]))
+            assert isinstance(answer, Reply), answer
+            return [r["url"] for r in json.loads(answer.body)["routes"]]
+
+        self.assertIn(f"https://{HOST}/", listed(ALICE))
+        self.assertIn(f"https://{HOST}/", listed(CAROL))
+        self.assertNotIn(f"https://{HOST}/", listed(BOB))
+
     def test_other_methods_carry_no_message(self) -> None:
         """A PUT is decided as any request (bob's rule lets PUT in), and is no message:
         the MCP criteria are false for it (alice's tool rule refuses it)."""
