@@ -100,7 +100,7 @@ class UpstreamRelay(ExchangeBase):
         if self.trace is not None:
             self.trace.start_upstream(self)
         # The route timeout runs from the end of the request (as Envoy's does).
-        self.deadline = now + plan.timeout if self.request_done else 0.0
+        self.deadline = now + plan.response_timeout if self.request_done else 0.0
         self.stage = CONNECTING  # (a plain write: see ``stage.MOVED_BY``)
         if self.expect_continue:
             self.expect_continue = False
@@ -161,7 +161,7 @@ class UpstreamRelay(ExchangeBase):
             self._unrequested_switch()
             return
         self.stage = RESPONDING  # (a plain write: see ``stage.MOVED_BY``)
-        self.deadline = self.core.reactor.seconds() + plan.timeout
+        self.deadline = self.core.reactor.seconds() + plan.response_timeout
         self.status = self.upstream_status = status
         out: list[tuple[bytes, bytes]] = []
         upstream_conn = self.upstream
@@ -208,7 +208,7 @@ class UpstreamRelay(ExchangeBase):
         route timeout runs afresh."""
         plan = self.plan
         if plan is not None:
-            self.deadline = self.core.reactor.seconds() + plan.timeout
+            self.deadline = self.core.reactor.seconds() + plan.response_timeout
 
     def flush_head(self) -> None:
         """Write a response head still held back (called after each upstream read)."""
@@ -227,7 +227,8 @@ class UpstreamRelay(ExchangeBase):
     def upstream_body(self, data: bytes) -> None:
         if self.finished or not data:
             return  # (an empty chunk to the client would be the last-chunk)
-        self.deadline = self.core.reactor.seconds() + (self.plan.timeout if self.plan else 30)
+        self.deadline = self.core.reactor.seconds() + (self.plan.response_timeout
+                                                       if self.plan else 30)
         self.sent += len(data)
         self._send(data)
 
