@@ -47,3 +47,14 @@ class McpVerdict:
     allowed: bool
     rule: str = ""
     reasons: tuple[str, ...] = ()
+
+
+@dataclass(slots=True)
+class McpDecided:
+    """What the request side made of one HTTP request to an MCP route, kept on the
+    exchange (its ``mcp`` slot) for the response filter and the audit event: the
+    request as read and the verdict on each of its messages, in body order (empty
+    until decided; a public route's are all allowed, with the rule ``public``)."""
+
+    request: McpRequest
+    verdicts: tuple[McpVerdict, ...] = ()

@@ -1,0 +1,353 @@
+"""An MCP route's list results filtered on their way to the client (``mcp_response``),
+through the real codecs: JSON bodies with their new length, SSE streams event by event
+as they come, HTTP/1.1 and HTTP/2, the upstream's answer split across reads; what cannot
+be filtered becomes JSON-RPC errors; other routes and other requests are untouched.
+
+The request side (reading the JSON-RPC body, deciding each message) is stood in for: the
+exchange is handed the ``McpDecided`` the request side would put on it, and the policy's
+decision on each entry is a fixed table (``entry_predicate`` patched)."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from typing import Any
+
+import h2.config
+import h2.connection
+import h2.events
+import httptools
+from twisted.internet.address import IPv4Address
+from twisted.internet.testing import MemoryReactorClock, StringTransport
+from twisted.trial.unittest import SynchronousTestCase
+
+from gateway.authorize.caller import Caller
+from gateway.authorize.hook import Allow, Reply, RequestInfo
+from gateway.config.routes import Route
+from gateway.dataplane.codecs.http1 import Http1Connection
+from gateway.dataplane.core import ProxyCore
+from gateway.dataplane.exchange import mcp_response, relay
+from gateway.dataplane.http2.connection import H2Connection
+from gateway.dataplane.routing.plan import build_plan
+from gateway.mcp.listing import LIST_UNREADABLE
+from gateway.mcp.messages import McpCall, McpDecided, McpRequest, McpVerdict
+from tests.support import h2frames as f
+from tests.support.memory_upstream import MemoryUpstream
+
+from .config.helpers import IDENTITY, SECRET, base_config, load
+
+SNAPSHOT = load(base_config(timeout_idle="5s", policy=[
+    {"from": "https://mcp.example.com", "to": "http://127.0.0.1:9000/",
+     "allow_any_authenticated_user": True, "mcp": {"max_response_bytes": 4096}},
+    {"from": "https://app.example.com", "to": "http://127.0.0.1:9001/",
+     "allow_any_authenticated_user": True},
+], shared_secret=SECRET, cookie_secret=SECRET, **IDENTITY))
+CLIENT = IPv4Address("TCP", "192.0.2.7", 50000)
+CALLER = Caller("u1", "ada@example.com", ("support",), {}, 2e9, client_id="https://c.test/")
+ALLOWED_TOOLS = {"search", "get_ticket"}
+LIST = McpRequest((McpCall(1, "tools/list"),))
+CALL = McpRequest((McpCall(2, "tools/call", "search", "ab" * 32),))
+
+
+class AllowAll:
+    def authorize(self, request: RequestInfo, route: Route) -> Allow:
+        return Allow(reason="policy-allow allow[0]", caller=CALLER)
+
+    def handles(self, host: str, path: str) -> bool:
+        return False
+
+    def internal(self, request: RequestInfo, body: bytes = b"") -> None:
+        return None
+
+    def sign_in(self, request: RequestInfo) -> Reply:
+        return Reply(401, b"", ())
+
+
+def tools_result(*names: str, id_value: Any = 1) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": id_value,
+            "result": {"tools": [{"name": n, "inputSchema": {"type": "object"}}
+                                 for n in names], "nextCursor": "n2"}}
+
+
+def names(message: dict[str, Any]) -> list[str]:
+    return [t["name"] for t in message["result"]["tools"]]
+
+
+def json_answer(body: bytes, extra: bytes = b"") -> bytes:
+    return (b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n"
+            % len(body) + extra + b"etag: \"v1\"\r\n\r\n" + body)
+
+
+def sse_head() -> bytes:
+    return (b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
+            b"transfer-encoding: chunked\r\n\r\n")
+
+
+def chunk(data: bytes) -> bytes:
+    return b"%x\r\n%s\r\n" % (len(data), data)
+
+
+def event(message: dict[str, Any], id_text: str = "e1") -> bytes:
+    return b"event: message\r\nid: " + id_text.encode() + b"\r\ndata: " + \
+        json.dumps(message).encode() + b"\r\n\r\n"
+
+
+class McpResponseCase(SynchronousTestCase):
+    decided: McpRequest | None = LIST
+
+    def setUp(self) -> None:
+        self.reactor = MemoryReactorClock()
+        self.core = ProxyCore(self.reactor, build_plan(SNAPSHOT), tls=True,
+                              authorizer=AllowAll())
+        self.core.start()
+        self.addCleanup(self.core.stop)
+        self.asked: list[tuple[str, str]] = []
+
+        def predicate(*_: Any) -> Any:
+            def allowed(method: str, name: str) -> bool:
+                self.asked.append((method, name))
+                return method == "tools/call" and name in ALLOWED_TOOLS
+            return allowed
+
+        self.patch(mcp_response, "entry_predicate", predicate)
+        dispatch = relay.UpstreamRelay.dispatch
+        case = self
+
+        def dispatch_decided(exchange: relay.UpstreamRelay) -> None:
+            # the stand-in for the request side: the request as read and decided
+            if case.decided is not None:
+                exchange.mcp = McpDecided(case.decided, tuple(
+                    McpVerdict(c, True, "allow[0]") for c in case.decided.calls))
+            dispatch(exchange)
+
+        self.patch(relay.UpstreamRelay, "dispatch", dispatch_decided)
+
+    def upstream(self) -> MemoryUpstream:
+        return MemoryUpstream(self.reactor)
+
+
+class Http1Tests(McpResponseCase):
+    def setUp(self) -> None:
+        super().setUp()
+        self.client = StringTransport(peerAddress=CLIENT)
+        self.conn = Http1Connection(self.core)
+        self.conn.makeConnection(self.client)
+        self.responses: list[dict[str, Any]] = []
+        self.parser = httptools.HttpResponseParser(self)
+
+    # (httptools callbacks: the client's view)
+    def on_message_begin(self) -> None:
+        self.responses.append({"headers": {}, "body": b"", "complete": False})
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self.responses[-1]["headers"][name.lower()] = value
+
+    def on_headers_complete(self) -> None:
+        self.responses[-1]["status"] = self.parser.get_status_code()
+
+    def on_body(self, body: bytes) -> None:
+        self.responses[-1]["body"] += body
+
+    def on_message_complete(self) -> None:
+        self.responses[-1]["complete"] = True
+
+    def client_reads(self) -> None:
+        data = self.client.value()
+        self.client.clear()
+        self.parser.feed_data(data)
+
+    def post(self, host: bytes = b"mcp.example.com", method: bytes = b"POST") -> MemoryUpstream:
+        body = b"{}" if method == b"POST" else b""
+        self.conn.dataReceived(method + b" /mcp HTTP/1.1\r\nHost: " + host +
+                               b"\r\ncontent-length: %d\r\n\r\n" % len(body) + body)
+        upstream = self.upstream()
+        upstream.received()
+        return upstream
+
+    def test_a_json_list_keeps_the_allowed_tools_and_says_its_new_length(self) -> None:
+        upstream = self.post()
+        answer = json_answer(json.dumps(tools_result("search", "delete_all",
+                                                     "get_ticket")).encode())
+        for i in range(0, len(answer), 7):  # the answer in small reads
+            upstream.respond(answer[i:i + 7])
+            self.client_reads()
+            if i + 7 < len(answer):
+                self.assertEqual(self.responses, [], "nothing goes out before the end")
+        [response] = self.responses
+        self.assertTrue(response["complete"])
+        message = json.loads(response["body"])
+        self.assertEqual(names(message), ["search", "get_ticket"])
+        self.assertEqual(message["result"]["nextCursor"], "n2")
+        self.assertEqual(int(response["headers"][b"content-length"]), len(response["body"]))
+        self.assertNotIn(b"etag", response["headers"])
+        self.assertNotIn(b"transfer-encoding", response["headers"])
+        self.assertEqual(self.asked, [("tools/call", "search"), ("tools/call", "delete_all"),
+                                      ("tools/call", "get_ticket")])
+
+    def test_an_sse_list_is_filtered_event_by_event_as_it_streams(self) -> None:
+        upstream = self.post()
+        upstream.respond(sse_head())
+        progress = {"jsonrpc": "2.0", "method": "notifications/progress",
+                    "params": {"progress": 1}}
+        first = b": keep-alive\n\n" + event(progress, "e0")
+        upstream.respond(chunk(first))
+        self.client_reads()
+        [response] = self.responses
+        # what needs no filtering goes on at once, byte for byte, before the stream ends
+        self.assertEqual(response["body"], first)
+        self.assertNotIn(b"content-length", response["headers"])
+        listed = event(tools_result("delete_all", "search"))
+        upstream.respond(chunk(listed[:20]))
+        upstream.respond(chunk(listed[20:41]))
+        self.client_reads()
+        self.assertEqual(response["body"], first, "half an event is held back")
+        upstream.respond(chunk(listed[41:]))
+        self.client_reads()
+        rest = response["body"][len(first):]
+        self.assertTrue(rest.startswith(b"event: message\nid: e1\ndata: "), rest)
+        self.assertEqual(names(json.loads(rest.split(b"data: ", 1)[1])), ["search"])
+        self.assertFalse(response["complete"])
+        upstream.respond(b"0\r\n\r\n")
+        self.client_reads()
+        self.assertTrue(response["complete"])
+
+    def test_a_list_larger_than_the_limit_is_an_error_not_the_list(self) -> None:
+        upstream = self.post()
+        big = json.dumps(tools_result(*[f"tool{i}" for i in range(300)])).encode()
+        upstream.respond(json_answer(big)[:6000])
+        self.client_reads()
+        [response] = self.responses
+        message = json.loads(response["body"])
+        self.assertEqual((message["id"], message["error"]["code"]), (1, LIST_UNREADABLE))
+        self.assertIn("mcp.max_response_bytes", message["error"]["message"])
+        self.assertTrue(upstream.transport.disconnecting, "the rest is not read")
+
+    def test_an_sse_event_larger_than_the_limit_ends_the_stream(self) -> None:
+        upstream = self.post()
+        upstream.respond(sse_head() + chunk(b"data: " + b"x" * 5000))
+        self.client_reads()
+        [response] = self.responses
+        self.assertTrue(response["complete"])
+        self.assertNotIn(b"xxxx", response["body"])
+        data = json.loads(response["body"].split(b"data: ", 1)[1])
+        self.assertEqual(data["error"]["code"], LIST_UNREADABLE)
+
+    def test_a_gzip_json_list_is_decoded_and_filtered(self) -> None:
+        upstream = self.post()
+        body = gzip.compress(json.dumps(tools_result("search", "nope")).encode())
+        upstream.respond(json_answer(body, b"content-encoding: gzip\r\n"))
+        self.client_reads()
+        [response] = self.responses
+        self.assertNotIn(b"content-encoding", response["headers"])
+        self.assertEqual(names(json.loads(response["body"])), ["search"])
+
+    def test_another_encoding_is_refused(self) -> None:
+        self.refused(b"content-encoding: br\r\n")
+
+    def test_another_media_type_is_refused(self) -> None:
+        self.refused(b"")
+
+    def refused(self, extra: bytes) -> None:
+        upstream = self.post()
+        body = json.dumps(tools_result("nope")).encode()
+        answer = json_answer(body, extra)
+        if not extra:
+            answer = answer.replace(b"application/json", b"text/plain")
+        upstream.respond(answer)
+        self.client_reads()
+        [response] = self.responses
+        self.assertEqual(response["headers"][b"content-type"], b"application/json")
+        self.assertEqual(json.loads(response["body"])["error"]["code"], LIST_UNREADABLE)
+        self.assertNotIn(b"nope", response["body"])
+
+    def test_a_get_stream_replaying_a_list_is_filtered(self) -> None:
+        self.decided = McpRequest((McpCall(None, ""),))
+        upstream = self.post(method=b"GET")
+        upstream.respond(sse_head() + chunk(event(tools_result("nope", "search",
+                                                               id_value=7))))
+        self.client_reads()
+        data = self.responses[0]["body"].split(b"data: ", 1)[1]
+        self.assertEqual(names(json.loads(data)), ["search"])
+
+    def test_a_call_result_passes_untouched(self) -> None:
+        self.decided = CALL
+        upstream = self.post()
+        body = json.dumps({"jsonrpc": "2.0", "id": 2, "result": {
+            "tools": "not a list, but not a list result either: id 2 is a call"}}).encode()
+        upstream.respond(json_answer(body))
+        self.client_reads()
+        self.assertEqual(self.responses[0]["body"], body)
+        self.assertEqual(self.responses[0]["headers"][b"etag"], b'"v1"')
+
+    def test_another_route_is_untouched(self) -> None:
+        upstream = self.post(host=b"app.example.com")
+        body = json.dumps(tools_result("nope")).encode()
+        upstream.respond(json_answer(body))
+        self.client_reads()
+        self.assertEqual(self.responses[0]["body"], body)
+
+
+class Http2Tests(McpResponseCase):
+    def setUp(self) -> None:
+        super().setUp()
+        self.transport = StringTransport(peerAddress=CLIENT)
+        self.server = H2Connection(self.core)
+        self.server.makeConnection(self.transport)
+        self.client = h2.connection.H2Connection(
+            config=h2.config.H2Configuration(client_side=True, header_encoding=None))
+        self.client.initiate_connection()
+        self.headers: dict[bytes, bytes] = {}
+        self.body = b""
+        self.ended = False
+        self.pump()
+
+    def pump(self) -> None:
+        while True:
+            outgoing = self.client.data_to_send()
+            if outgoing:
+                f.deliver(self.server, self.reactor, outgoing)
+            incoming = self.transport.value()
+            self.transport.clear()
+            if not outgoing and not incoming:
+                return
+            for ev in self.client.receive_data(incoming):
+                if isinstance(ev, h2.events.ResponseReceived):
+                    self.headers = dict(ev.headers)
+                elif isinstance(ev, h2.events.DataReceived):
+                    self.body += ev.data
+                    self.client.acknowledge_received_data(ev.flow_controlled_length,
+                                                          ev.stream_id)
+                elif isinstance(ev, h2.events.StreamEnded):
+                    self.ended = True
+
+    def post(self) -> MemoryUpstream:
+        stream_id = self.client.get_next_available_stream_id()
+        self.client.send_headers(stream_id, [
+            (b":method", b"POST"), (b":scheme", b"https"), (b":authority", b"mcp.example.com"),
+            (b":path", b"/mcp"), (b"content-length", b"2")])
+        self.client.send_data(stream_id, b"{}", end_stream=True)
+        self.pump()
+        upstream = self.upstream()
+        upstream.received()
+        return upstream
+
+    def test_a_json_list_with_its_new_length(self) -> None:
+        upstream = self.post()
+        answer = json_answer(json.dumps(tools_result("nope", "search")).encode())
+        upstream.respond(answer[:50])
+        upstream.respond(answer[50:])
+        self.pump()
+        self.assertTrue(self.ended)
+        self.assertEqual(names(json.loads(self.body)), ["search"])
+        self.assertEqual(int(self.headers[b"content-length"]), len(self.body))
+
+    def test_an_sse_list_streams(self) -> None:
+        upstream = self.post()
+        upstream.respond(sse_head() + chunk(event(tools_result("nope", "get_ticket"))))
+        self.pump()
+        self.assertFalse(self.ended)
+        self.assertNotIn(b"content-length", self.headers)
+        self.assertEqual(names(json.loads(self.body.split(b"data: ", 1)[1])), ["get_ticket"])
+        upstream.respond(b"0\r\n\r\n")
+        self.pump()
+        self.assertTrue(self.ended)
