@@ -223,8 +223,8 @@ class AuditStream:
                  mcp: McpFields | None = None) -> None:
         reasons, rule = reasons_and_rule(reason)
         if mcp is not None:
-            rule = mcp.rule or rule
-            reasons = list(mcp.reasons) or reasons
+            rule = mcp.rule  # (the message's verdict, not the request's)
+            reasons = list(mcp.reasons)
             extra: tuple[str, ...] = (mcp.client_id, mcp.method, mcp.name, mcp.id,
                                       mcp.arguments_sha256)
         else:

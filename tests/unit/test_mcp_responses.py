@@ -17,6 +17,9 @@ import h2.config
 import h2.connection
 import h2.events
 import httptools
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from twisted.internet.address import IPv4Address
 from twisted.internet.testing import MemoryReactorClock, StringTransport
 from twisted.trial.unittest import SynchronousTestCase
@@ -31,6 +34,10 @@ from gateway.dataplane.http2.connection import H2Connection
 from gateway.dataplane.routing.plan import build_plan
 from gateway.mcp.listing import LIST_UNREADABLE
 from gateway.mcp.messages import McpCall, McpDecided, McpRequest, McpVerdict
+from gateway.observability.audit import AUDIT, AuditFile
+from gateway.observability.mcp_metrics import TOOLS_PER_ROUTE, McpMetrics
+from gateway.observability.metrics import REGISTRY
+from gateway.observability.tracing.tracer import Tracer
 from tests.support import h2frames as f
 from tests.support.memory_upstream import MemoryUpstream
 
@@ -120,13 +127,13 @@ class McpResponseCase(SynchronousTestCase):
                     McpVerdict(c, True, "allow[0]") for c in case.decided.calls))
             dispatch(exchange)
 
-        self.patch(relay.UpstreamRelay, "dispatch", dispatch_decided)
+        self.patch(relay.UpstreamRelay, "dispatch", _wrapping(dispatch_decided, dispatch))
 
     def upstream(self) -> MemoryUpstream:
         return MemoryUpstream(self.reactor)
 
 
-class Http1Tests(McpResponseCase):
+class Http1Case(McpResponseCase):
     def setUp(self) -> None:
         super().setUp()
         self.client = StringTransport(peerAddress=CLIENT)
@@ -164,6 +171,8 @@ class Http1Tests(McpResponseCase):
         upstream.received()
         return upstream
 
+
+class Http1Tests(Http1Case):
     def test_a_json_list_keeps_the_allowed_tools_and_says_its_new_length(self) -> None:
         upstream = self.post()
         answer = json_answer(json.dumps(tools_result("search", "delete_all",
@@ -285,6 +294,115 @@ class Http1Tests(McpResponseCase):
         upstream.respond(json_answer(body))
         self.client_reads()
         self.assertEqual(self.responses[0]["body"], body)
+
+
+class RecordTests(Http1Case):
+    """What is recorded of an MCP request: an audit event per message with the hash of
+    its arguments, never the arguments; the counters; a span per message."""
+
+    decided = McpRequest((McpCall(2, "tools/call", "search", "ab" * 32),
+                          McpCall(3, "tools/call", "delete_all", "cd" * 32),
+                          McpCall(None, "notifications/initialized")),
+                         batch=True, protocol_version="2025-11-25")
+
+    def setUp(self) -> None:
+        super().setUp()
+        dispatch = relay.UpstreamRelay.dispatch
+        case = self
+
+        def denied_one(exchange: relay.UpstreamRelay) -> None:
+            # (one refused message, as the request side would record it)
+            assert case.decided is not None
+            exchange.mcp = McpDecided(case.decided, tuple(
+                McpVerdict(c, c.name != "delete_all",
+                           "allow[0]" if c.name != "delete_all" else "",
+                           () if c.name != "delete_all" else ("policy-deny",))
+                for c in case.decided.calls))
+            dispatch.__wrapped__(exchange)  # type: ignore[attr-defined]
+
+        self.patch(relay.UpstreamRelay, "dispatch", _wrapping(denied_one, dispatch))
+        self.path = self.mktemp()
+        AUDIT.configure((), False, AuditFile(self.path), None)
+        self.addCleanup(AUDIT.configure, (), False, None, None)
+
+    def answer(self) -> None:
+        upstream = self.post()
+        upstream.respond(json_answer(b'{"jsonrpc":"2.0","id":2,"result":{"content":[]}}'))
+        self.client_reads()
+        self.assertTrue(self.responses[0]["complete"])
+
+    def test_one_audit_event_per_message_with_the_hash_not_the_arguments(self) -> None:
+        self.answer()
+        assert AUDIT.file is not None
+        AUDIT.file.close()
+        with open(self.path) as lines:
+            events = [json.loads(line) for line in lines]
+        self.assertEqual([(e["via"], e["mcp_method"], e.get("mcp_name"), e["decision"])
+                          for e in events],
+                         [("mcp", "tools/call", "search", "allow"),
+                          ("mcp", "tools/call", "delete_all", "deny"),
+                          ("mcp", "notifications/initialized", None, "allow")])
+        first, second, third = events
+        self.assertEqual((first["client_id"], first["mcp_id"], first["arguments_sha256"],
+                          first["rule"], first["status"], first["user_id"]),
+                         ("https://c.test/", "2", "ab" * 32, "allow[0]", 200, "u1"))
+        self.assertEqual((second["reasons"], second.get("rule")), (["policy-deny"], None))
+        self.assertNotIn("mcp_id", third)
+
+    def test_counted_per_route_method_and_tool(self) -> None:
+        labels = {"route": "https://mcp.example.com", "method": "tools/call"}
+
+        def value(tool: str, decision: str) -> float:
+            return REGISTRY.get_sample_value("gateway_mcp_messages_total", {
+                **labels, "tool": tool, "decision": decision}) or 0.0
+
+        before = (value("search", "allow"), value("other", "deny"))
+        self.answer()
+        self.assertEqual((value("search", "allow"), value("other", "deny")),
+                         (before[0] + 1, before[1] + 1))
+
+    def test_a_span_per_message_named_as_the_conventions_say(self) -> None:
+        exporter = InMemorySpanExporter()
+        provider = TracerProvider()
+        provider.add_span_processor(SimpleSpanProcessor(exporter))
+        self.core.tracer = Tracer(provider.get_tracer("test"), 1.0)
+        self.answer()
+        spans = {s.name: s for s in exporter.get_finished_spans()}
+        search = spans["tools/call search"]
+        self.assertEqual(dict(search.attributes or {}), {
+            "mcp.method.name": "tools/call", "jsonrpc.request.id": "2",
+            "gen_ai.tool.name": "search", "gen_ai.operation.name": "execute_tool",
+            "mcp.protocol.version": "2025-11-25", "network.transport": "tcp",
+            "network.protocol.name": "http", "gateway.decision": "allow",
+            "gateway.rule": "allow[0]", "gateway.mcp.client_id": "https://c.test/",
+            "gateway.mcp.arguments_sha256": "ab" * 32})
+        denied = spans["tools/call delete_all"]
+        self.assertEqual((denied.attributes or {})["error.type"], "-31403")
+        self.assertFalse(denied.status.is_ok)
+        server = spans["POST https://mcp.example.com"] if "POST https://mcp.example.com" \
+            in spans else next(s for s in spans.values() if s.kind.name == "SERVER")
+        self.assertEqual(search.parent.span_id if search.parent else None,
+                         server.context.span_id)
+        self.assertNotIn("jsonrpc.request.id",
+                         spans["notifications/initialized"].attributes or {})
+
+
+def _wrapping(new: Any, old: Any) -> Any:
+    new.__wrapped__ = getattr(old, "__wrapped__", old)
+    return new
+
+
+class ToolLabelTests(SynchronousTestCase):
+    def test_only_allowed_names_and_at_most_a_bound_per_route(self) -> None:
+        metrics = McpMetrics()
+        self.assertEqual(metrics.tool_label("r", "tools/call", "x", False), "other")
+        self.assertEqual(metrics.tool_label("r", "resources/read", "file:///a", True), "")
+        labels = {metrics.tool_label("r", "tools/call", f"t{i}", True)
+                  for i in range(TOOLS_PER_ROUTE + 10)}
+        self.assertEqual(len(labels), TOOLS_PER_ROUTE + 1)
+        self.assertIn("other", labels)
+        self.assertEqual(metrics.tool_label("r", "tools/call", "t0", True), "t0")
+        self.assertEqual(metrics.tool_label("r2", "tools/call", "t99", True), "t99")
 
 
 class Http2Tests(McpResponseCase):
