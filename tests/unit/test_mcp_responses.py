@@ -11,6 +11,9 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
+import shutil
+import tempfile
 from typing import Any
 
 import h2.config
@@ -321,7 +324,9 @@ class RecordTests(Http1Case):
             dispatch.__wrapped__(exchange)  # type: ignore[attr-defined]
 
         self.patch(relay.UpstreamRelay, "dispatch", _wrapping(denied_one, dispatch))
-        self.path = self.mktemp()
+        directory = tempfile.mkdtemp()
+        self.addCleanup(shutil.rmtree, directory)
+        self.path = os.path.join(directory, "audit.jsonl")
         AUDIT.configure((), False, AuditFile(self.path), None)
         self.addCleanup(AUDIT.configure, (), False, None, None)
 
