@@ -20,6 +20,8 @@ import h2.config
 import h2.connection
 import h2.events
 import httptools
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -106,11 +108,7 @@ class McpResponseCase(SynchronousTestCase):
     decided: McpRequest | None = LIST
 
     def setUp(self) -> None:
-        self.reactor = MemoryReactorClock()
-        self.core = ProxyCore(self.reactor, build_plan(SNAPSHOT), tls=True,
-                              authorizer=AllowAll())
-        self.core.start()
-        self.addCleanup(self.core.stop)
+        self.new_core()
         self.asked: list[tuple[str, str]] = []
 
         def predicate(*_: Any) -> Any:
@@ -132,6 +130,13 @@ class McpResponseCase(SynchronousTestCase):
 
         self.patch(relay.UpstreamRelay, "dispatch", _wrapping(dispatch_decided, dispatch))
 
+    def new_core(self) -> None:
+        self.reactor = MemoryReactorClock()
+        self.core = ProxyCore(self.reactor, build_plan(SNAPSHOT), tls=True,
+                              authorizer=AllowAll())
+        self.core.start()
+        self.addCleanup(self.core.stop)
+
     def upstream(self) -> MemoryUpstream:
         return MemoryUpstream(self.reactor)
 
@@ -139,6 +144,9 @@ class McpResponseCase(SynchronousTestCase):
 class Http1Case(McpResponseCase):
     def setUp(self) -> None:
         super().setUp()
+        self.new_client()
+
+    def new_client(self) -> None:
         self.client = StringTransport(peerAddress=CLIENT)
         self.conn = Http1Connection(self.core)
         self.conn.makeConnection(self.client)
@@ -222,6 +230,36 @@ class Http1Tests(Http1Case):
         upstream.respond(b"0\r\n\r\n")
         self.client_reads()
         self.assertTrue(response["complete"])
+
+    @settings(max_examples=40, deadline=None)
+    @given(st.lists(st.integers(min_value=0, max_value=2000), max_size=10))
+    def test_any_split_of_the_stream_gives_the_client_the_same_bytes(
+            self, cuts: list[int]) -> None:
+        progress = {"jsonrpc": "2.0", "method": "notifications/progress", "params": {}}
+        stream = (b"\xef\xbb\xbf: hi\r\n\r\n" + event(progress, "p").replace(b"\r\n", b"\r")
+                  + event(tools_result("a", "search", "b", "get_ticket")) + b"retry: 5\n\n"
+                  + event(tools_result("x", id_value=3)).replace(b"\r\n", b"\n"))
+        bodies = []
+        for points in ([], sorted({c % len(stream) for c in cuts})):
+            self.new_core()
+            self.new_client()
+            upstream = self.post()
+            upstream.respond(sse_head())
+            last = 0
+            for point in [*points, len(stream)]:
+                if point > last:
+                    upstream.respond(chunk(stream[last:point]))
+                last = point
+            upstream.respond(b"0\r\n\r\n")
+            self.client_reads()
+            [response] = self.responses
+            self.assertTrue(response["complete"])
+            bodies.append(response["body"])
+        self.assertEqual(bodies[0], bodies[1])
+        self.assertNotIn(b'"a"', bodies[0])
+        self.assertNotIn(b'"x"', bodies[0])
+        self.assertIn(b"get_ticket", bodies[0])
+        self.assertTrue(bodies[0].startswith(b"\xef\xbb\xbf: hi\r\n\r\n"))
 
     def test_a_list_larger_than_the_limit_is_an_error_not_the_list(self) -> None:
         upstream = self.post()
