@@ -137,8 +137,10 @@ def error_for(id_value: RequestId, method: str, why: str) -> dict[str, Any]:
 
 
 def _list_method(message: dict[str, Any], pending: Mapping[IdKey, str]) -> str | None:
-    """The list method ``message`` answers, if it is a result to filter."""
-    if "result" not in message or "method" in message:
+    """The list method ``message`` answers, if it is a result to filter. (Any message
+    with a ``result``: one that also has a ``method`` is no valid message, and a client
+    may still read it as a response.)"""
+    if "result" not in message:
         return None
     key = id_key(message.get("id"))
     method = pending.get(key) if key is not None else None
