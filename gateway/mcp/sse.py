@@ -5,9 +5,9 @@
 each complete block (the lines up to and including the blank line that ends them) as an
 ``SseEvent``: its raw bytes, so an event the gateway leaves alone is passed on byte for
 byte, and its fields in order. Lines end with CRLF, LF or CR, a CR at the end of one
-piece and an LF at the start of the next being one line end (that LF is dropped when the CR ended a block
-already passed on: the CR ends the line on its own); a UTF-8 byte order mark at
-the start of the stream is skipped; a comment (a line starting with ``:``) and a line
+piece and an LF at the start of the next being one line end (that LF is dropped when the
+CR ended a block already passed on: the CR ends the line on its own); a UTF-8 byte order
+mark at the start of the stream is skipped; a comment (a line starting with ``:``) and a line
 without a colon (a field with an empty value) are kept; one space after the colon is
 not part of the value. ``write_event`` and ``SseEvent.with_data`` make a block again,
 the latter keeping the event's other fields (``id``, ``event``, ``retry``, comments)
