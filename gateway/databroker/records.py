@@ -24,8 +24,9 @@ SSH_KEY = "ssh.key"  # an SSH public key's fingerprint bound to a session
 SSH_SIGN_IN = "ssh.sign_in"  # an SSH connection waiting for its person to sign in
 SSH_HOST_KEY = "ssh.host_key"  # a server's host key pinned on first use
 SESSION_INDEX = "session.index"  # the sessions one IdP session, user or e-mail names
+MCP_CLIENT = "mcp.client"  # an MCP client registered dynamically (RFC 7591)
 TYPES = (SESSION, USER, DIRECTORY_USER, DIRECTORY_GROUP, SSH_KEY, SSH_SIGN_IN, SSH_HOST_KEY,
-         SESSION_INDEX)
+         SESSION_INDEX, MCP_CLIENT)
 
 TOMBSTONE_SECONDS = 15 * 60.0
 SYNC_BATCH = 1000
