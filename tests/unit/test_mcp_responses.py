@@ -319,6 +319,15 @@ class Http1Tests(Http1Case):
         data = self.responses[0]["body"].split(b"data: ", 1)[1]
         self.assertEqual(names(json.loads(data)), ["search"])
 
+    def test_a_get_answered_otherwise_than_by_a_stream_is_relayed(self) -> None:
+        self.decided = McpRequest((McpCall(None, ""),))
+        upstream = self.post(method=b"GET")
+        page = b"<html>the server's own page</html>"
+        upstream.respond(b"HTTP/1.1 200 OK\r\ncontent-type: text/html\r\n"
+                         b"content-length: %d\r\n\r\n" % len(page) + page)
+        self.client_reads()
+        self.assertEqual(self.responses[0]["body"], page)
+
     def test_a_call_result_passes_untouched(self) -> None:
         self.decided = CALL
         upstream = self.post()

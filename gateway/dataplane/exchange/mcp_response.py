@@ -15,8 +15,9 @@ call); every other response goes straight to the exchange, as on any route.
   held), ``content-length`` dropped (HTTP/1.1 chunks the body, HTTP/2 ends the stream);
   an event left alone goes on byte for byte. An event larger than the limit ends the
   stream with an error event.
-- anything else in a 2xx answer (and a 206): not what an MCP client may be sent, and
-  nothing the gateway could filter: replaced by JSON-RPC errors.
+- anything else in a 2xx answer to a list call (and a 206): not what an MCP client may
+  be sent, and nothing the gateway could filter: replaced by JSON-RPC errors. (A GET
+  answered otherwise than with a stream is relayed as it is: only a stream replays.)
 - ``content-encoding`` gzip or deflate is decoded to filter (the answer goes out
   without it); another one is refused as unreadable.
 
@@ -107,6 +108,8 @@ class McpResponse:
             return  # an upgrade, a HEAD, a 204/304: no body to filter
         status, reason, out, _, close = held
         media, encoding = _content(out)
+        if not self.pending and media != b"text/event-stream":
+            return  # a GET answered otherwise than by a stream: no response it could replay
         if media == b"text/event-stream":
             mode = SSE
         elif media == _JSON or media.endswith(b"+json"):
