@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from opentelemetry.trace import SpanKind, Status, StatusCode, set_span_in_context
 
+from gateway.mcp.errors import REFUSED
 from gateway.mcp.messages import McpCall, McpDecided, McpVerdict
 from gateway.observability.audit import McpFields, reasons_and_rule
 from gateway.observability.mcp_metrics import MCP_METRICS
@@ -32,9 +33,9 @@ from gateway.observability.mcp_metrics import MCP_METRICS
 if TYPE_CHECKING:
     from gateway.observability.tracing.tracer import RequestTrace
 
-# The code the request side answers a refused message with (``gateway.mcp.errors``'s
-# ``REFUSED``: outside JSON-RPC's reserved range, as the specification asks).
-REFUSED_CODE = "-31403"
+# The code the request side answers a refused message with (outside JSON-RPC's
+# reserved range, as the specification asks)
+REFUSED_CODE = str(REFUSED)
 _RESOURCE_METHODS = frozenset({"resources/read", "resources/subscribe",
                                "resources/unsubscribe"})
 
