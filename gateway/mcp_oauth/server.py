@@ -264,6 +264,12 @@ class McpAuthorizationServer:
             return self.people.error(400, f"This MCP client cannot be used here: "
                                      f"{exc.description}", request.headers,
                                      f"mcp-client-refused: {exc.error}")
+        except Exception as exc:  # the directory could not say: never a guess
+            log.error("mcp: client {client} could not be looked up: {error}",
+                      client=client_id[:200], error=str(exc))
+            return self.people.error(503, "This MCP client cannot be looked up right now; "
+                                     "try again shortly.", request.headers,
+                                     "mcp-client-unavailable")
         why = self.clients.check_redirect_uri(client, redirect_uri)
         if why is not None:
             return self.people.error(400, f"This MCP client's redirect URI is not one it "

@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+from dataclasses import replace
 from typing import Any
 from urllib.parse import parse_qs, urlencode, urlsplit
 
@@ -64,7 +65,12 @@ class FakeClients:
         return None if redirect_uri in client.redirect_uris else "not one it lists"
 
     def register(self, metadata: Any, peer: str) -> Deferred[McpClient]:
-        return fail(ClientRefused("invalid_client_metadata", "off"))
+        if metadata.get("client_name") == "refuse me":
+            return fail(ClientRefused("invalid_redirect_uri", "javascript: is no scheme"))
+        client = McpClient("reg-1", str(metadata.get("client_name")),
+                           tuple(metadata.get("redirect_uris", ())), "registered")
+        self.known[client.client_id] = client
+        return succeed(client)
 
 
 def snapshot() -> Any:
@@ -294,6 +300,16 @@ class FlowTests(McpCase):
         self.assertInvalidToken(self.call(first["access_token"]))
         self.assertEqual(self.refresh(second["refresh_token"])[1]["error"], "invalid_grant")
 
+    def test_rotated_refresh_token_refused_without_the_lease(self) -> None:
+        """A spent refresh token is known by the grant naming its successor, not only by
+        the store's once-lease (a Redis that lost its leases in a failover)."""
+        first = self.tokens_for(self.session())
+        status, second = self.refresh(first["refresh_token"])
+        self.assertEqual(status, 200)
+        self.records._leases.clear()
+        self.assertEqual(self.refresh(first["refresh_token"])[1]["error"], "invalid_grant")
+        self.assertInvalidToken(self.call(second["access_token"]))
+
     def test_token_expires(self) -> None:
         body = self.tokens_for(self.session())
         self.assertIsInstance(self.call(body["access_token"]), Allow)
@@ -417,6 +433,35 @@ class AdversarialTests(McpCase):
         self.assertEqual(json.loads(cross.body)["error"], "invalid_grant")
 
 
+class RegistrationTests(McpCase):
+    def register(self, doc: dict[str, Any]) -> Any:
+        return self.internal(req("/.gateway/mcp/register", method=b"POST",
+                                 headers=[(b"Content-Type", b"application/json")]),
+                             json.dumps(doc).encode())
+
+    def test_off_by_default(self) -> None:
+        answer = self.register({"client_name": "x", "redirect_uris": [REDIRECT]})
+        self.assertEqual(answer.status, 404)
+        self.assertEqual(json.loads(answer.body)["error"], "not_found")
+
+    def test_on_hands_to_the_directory(self) -> None:
+        self.server.registration = True
+        doc = json.loads(self.internal(req("/.well-known/oauth-authorization-server")).body)
+        self.assertEqual(doc["registration_endpoint"], "https://mcp.test/.gateway/mcp/register")
+        answer = self.register({"client_name": "Reg", "redirect_uris": [REDIRECT]})
+        self.assertEqual(answer.status, 201, answer.body)
+        self.assertEqual(json.loads(answer.body)["client_id"], "reg-1")
+        self.assertEqual(json.loads(answer.body)["token_endpoint_auth_method"], "none")
+        refused = self.register({"client_name": "refuse me"})
+        self.assertEqual(json.loads(refused.body)["error"], "invalid_redirect_uri")
+        self.assertEqual(self.internal(req("/.gateway/mcp/register", method=b"POST"),
+                                       b"[1]").status, 400)
+        # registering grants nothing: the person still consents
+        page = self.authorize(self.session(), client_id="reg-1")
+        self.assertEqual(page.status, 200)
+        self.assertIn(b"nothing vouches for its name", page.body)
+
+
 class EndsTests(McpCase):
     def test_sign_out_ends_tokens(self) -> None:
         alice = self.session()
@@ -442,6 +487,15 @@ class EndsTests(McpCase):
         self.clock.now = alice.expires_at + 1
         self.assertInvalidToken(self.call(fresh["access_token"]))
         self.assertEqual(self.refresh(fresh["refresh_token"])[1]["error"], "invalid_grant")
+
+    def test_session_shortened_ends_tokens(self) -> None:
+        """The session as the store holds it now decides, not the expiry the grant
+        copied when it was made (a session record replaced with an earlier end)."""
+        alice = self.session()
+        body = self.tokens_for(alice)
+        self.store.put(replace(alice, expires_at=NOW + 10))
+        self.clock.now = NOW + 11
+        self.assertInvalidToken(self.call(body["access_token"]))
 
     def test_revocation_endpoint(self) -> None:
         body = self.tokens_for(self.session())
