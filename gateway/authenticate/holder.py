@@ -72,7 +72,7 @@ class IdentityHolder:
         # MCP clients' grants and tokens (records shared by every process) and the
         # resource server's cache of them, kept across reloads
         self.grants = Grants(broker.store, reactor, time.time)
-        self.mcp_tokens = McpResourceServer(self.grants, broker.follower, time.time)
+        self.mcp_tokens = McpResourceServer(self.grants, broker.sessions.follower, time.time)
         self.clients: Clients | None = None
         self.identity, self.endpoints = self._build(snapshot)
         # the SSH service's entrance, deciding with the snapshot in force

@@ -393,7 +393,7 @@ class ForwardAuthWireTests(SynchronousTestCase):
         records = MemoryRecordStore(self.reactor.seconds)
         store = RecordSessionStore(records, ChangeFollower(None, records), complete=True)
         self.holder = IdentityHolder(self.reactor, snapshot, SimpleNamespace(
-            sessions=store, directory=None, ends=None, store=records, follower=store.follower),
+            sessions=store, directory=None, ends=None, store=records),
             lambda _: {"github-actions": verifier})
         self.core = ProxyCore(self.reactor, build_plan(snapshot), tls=False,
                               authorizer=self.holder)
