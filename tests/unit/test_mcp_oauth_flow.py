@@ -32,6 +32,7 @@ from gateway.mcp_oauth.client_types import ClientRefused, McpClient
 from gateway.mcp_oauth.grants import Grants
 from gateway.mcp_oauth.resource_server import McpResourceServer
 from gateway.mcp_oauth.server import McpAuthorizationServer, allowed_clients
+from gateway.rpc.authorize_wire import request_from_pb, request_to_pb
 from gateway.sessions.model import Session
 
 from .config.helpers import IDENTITY, base_config, load
@@ -431,6 +432,21 @@ class AdversarialTests(McpCase):
             (b"Origin", b"https://client.example"), (b"Sec-Fetch-Site", b"cross-site")]),
             b"grant_type=refresh_token&client_id=x&refresh_token=y")
         self.assertEqual(json.loads(cross.body)["error"], "invalid_grant")
+
+
+class SplitTests(McpCase):
+    def test_the_token_crosses_to_authorize(self) -> None:
+        """A split proxy sends the MCP token to the authorize service (an opaque
+        application token it does not)."""
+        body = self.tokens_for(self.session())
+        info = req("/a/mcp", method=b"POST", headers=[
+            JSON_ACCEPT, (b"Authorization", f"Bearer {body['access_token']}".encode())])
+        back = request_from_pb(request_to_pb(info, "_gateway", "key"))
+        self.assertIsInstance(self.done(self.identity.decider.authorize(back, self.route_a)),
+                              Allow)
+        opaque = req("/a/mcp", headers=[(b"Authorization", b"Bearer opaque-app-token")])
+        back = request_from_pb(request_to_pb(opaque, "_gateway", "key"))
+        self.assertNotIn(b"authorization", [n for n, _ in back.headers])
 
 
 class RegistrationTests(McpCase):
