@@ -396,6 +396,15 @@ class Options:
         False, Kind.BOOL, "Let MCP clients register themselves (RFC 7591; deprecated by "
         "MCP 2026-07-28; beyond the reference).", extension=True,
     )
+    mcp_client_id_metadata_allowed_networks: tuple[str, ...] = _s(
+        (), Kind.LIST, "Networks (CIDRs) a client ID metadata document may be fetched from "
+        "although they are private, loopback or otherwise special-use (empty: none; beyond "
+        "the reference).", extension=True,
+    )
+    mcp_client_id_metadata_ca_file: str = _s(
+        "", Kind.FILE, "CA bundle the https of client ID metadata documents is verified "
+        "against (unset: the system store; beyond the reference).", extension=True,
+    )
     # --- proxy -----------------------------------------------------------------------
     authorize_service_url: str = _s("", Kind.URL, "Internal URL of the authorize service.")
     authorize_service_urls: tuple[str, ...] = _s(

@@ -39,6 +39,7 @@ from gateway.mcp_oauth.authorize_request import (
     request_stage,
 )
 from gateway.mcp_oauth.client_types import ClientRefused, Clients, McpClient
+from gateway.mcp_oauth.clients import RATE_LIMITED, REGISTRATION_OFF, registration_response
 from gateway.mcp_oauth.grants import Grants, Issued, TokenError
 from gateway.mcp_oauth.metadata import (
     AUTHORIZE,
@@ -491,12 +492,10 @@ class McpAuthorizationServer:
             try:
                 client = await self.clients.register(metadata, request.client_ip)
             except ClientRefused as exc:
-                return oauth_error(400, exc.error, exc.description, "mcp-register-refused")
-            return _json(201, {"client_id": client.client_id, "client_name": client.name,
-                               "redirect_uris": list(client.redirect_uris),
-                               "token_endpoint_auth_method": "none",
-                               "grant_types": ["authorization_code", "refresh_token"],
-                               "response_types": ["code"]}, "mcp-registered")
+                status = {REGISTRATION_OFF: 404, RATE_LIMITED: 429}.get(exc.error, 400)
+                return oauth_error(status, exc.error, exc.description,
+                                   "mcp-register-refused")
+            return _json(201, registration_response(client, self.clock()), "mcp-registered")
         return ensureDeferred(run())
 
 

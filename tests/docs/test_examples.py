@@ -66,6 +66,7 @@ def test_audit_field_table_is_the_codes_list() -> None:
     ("tutorials/tcp-tunnel.md", "tcp.example.yaml"),
     ("tutorials/native-ssh.md", "ssh.example.yaml"),
     ("how-to/bearer-tokens.md", "machine-callers.example.yaml"),
+    ("how-to/mcp-servers.md", "mcp.example.yaml"),
 ])
 def test_pages_show_the_shipped_examples(page: str, example: str) -> None:
     """The pages that show a configuration include the shipped file itself (which its
