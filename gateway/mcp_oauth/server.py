@@ -9,7 +9,9 @@ redirect URI through the client directory, ``Clients``, before anything may be s
 back there), the person signs in as for any route (the route's identity providers),
 the route's policy must let them in at all (as a request without a body: a GET of
 the route's path), then the consent page unless they allowed this client this route
-before; the code goes to the redirect URI with ``state`` and ``iss``."""
+before and its redirect URI is https (a loopback or private-use one is asked about every
+time: any program on the computer could be behind it, OAuth 2.1 7.12.2's untrusted
+redirect); the code goes to the redirect URI with ``state`` and ``iss``."""
 
 from __future__ import annotations
 
@@ -297,9 +299,12 @@ class McpAuthorizationServer:
             return self._back(ask.redirect_uri, RedirectError(
                 "access_denied", "the MCP server's policy does not let this account in"),
                 ask.state, iss)
-        if await self.grants.consented(session, client.client_id, ask.resource):
+        remembered = await self.grants.consented(session, client.client_id, ask.resource)
+        if remembered and urlsplit(ask.redirect_uri).scheme == "https":
             return await self._code(request, ask, session, iss)
-        return self._consent_page(request, route, ask, client, session, caller)
+        # a loopback or private-use redirect URI could be any program on the person's
+        # computer opening their browser with this client's id: asked every time
+        return self._consent_page(request, route, ask, client, session, caller, remembered)
 
     def _admitted(self, request: RequestInfo, route: Route, caller: Caller) -> bool:
         """Whether the route's policy lets the person in at all: as a request without
@@ -321,7 +326,8 @@ class McpAuthorizationServer:
         return answers.redirect(code_response(ask, code, iss), status=status)
 
     def _consent_page(self, request: RequestInfo, route: Route, ask: AuthorizeAsk,
-                      client: McpClient, session: Session, caller: Caller) -> Reply:
+                      client: McpClient, session: Session, caller: Caller,
+                      remembered: bool) -> Reply:
         people = self.people
         sealed = self.sealer.seal("mcp-consent", {
             "client_id": ask.client_id, "redirect_uri": ask.redirect_uri,
@@ -333,7 +339,7 @@ class McpAuthorizationServer:
             if client.kind == "metadata_document" else ""
         view = ConsentView(caller.who, client.name, client.client_id, client_host,
                            redirect_host, is_loopback_host(redirect_host), ask.resource,
-                           route.name or ask.resource)
+                           route.name or ask.resource, remembered)
         allow = Action("Allow", CONSENT, "post",
                        (("ask", sealed), ("csrf", csrf), ("decision", "allow")))
         deny = Action("Deny", CONSENT, "post",

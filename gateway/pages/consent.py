@@ -20,6 +20,7 @@ class ConsentView:
     loopback: bool
     resource: str
     route_name: str
+    remembered: bool = False  # allowed before; asked again (a loopback redirect URI)
 
 
 def consent_page(view: ConsentView, allow: Action, deny: Action, look: Look
@@ -28,6 +29,8 @@ def consent_page(view: ConsentView, allow: Action, deny: Action, look: Look
               if view.client_host else
               f"it registered itself with this gateway as <code>{esc(view.client_id)}</code>"
               " (nothing vouches for its name)")
+    again = ("<p>You allowed this client before. It is asked again each time because its "
+             "answer goes to this computer.</p>" if view.remembered else "")
     warning = ("<p><strong>The client receives the answer on this computer "
                f"(<code>{esc(view.redirect_host)}</code>): any program running here could. "
                "Allow it only if you started it yourself.</strong></p>"
@@ -36,7 +39,7 @@ def consent_page(view: ConsentView, allow: Action, deny: Action, look: Look
             f"<p>You are signed in as <strong>{esc(view.who)}</strong>. The MCP client "
             f"<strong>{esc(view.client_name)}</strong> asks to use the MCP server "
             f"<code>{esc(view.resource)}</code> as you; {source}. Its answer goes to "
-            f"<code>{esc(view.redirect_host)}</code>.</p>{warning}"
+            f"<code>{esc(view.redirect_host)}</code>.</p>{warning}{again}"
             "<p>It may make every request this server's policy allows you, and no other, "
             "until you sign out, your session ends, or you revoke it on your account page "
             "(<code>/.gateway/</code>).</p>" + buttons((allow, deny)))

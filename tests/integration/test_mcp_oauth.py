@@ -198,7 +198,8 @@ def test_whole_flow(setup: Setup) -> None:
     status, reused = agent.refresh(tokens["refresh_token"])
     assert (status, reused["error"]) == (400, "invalid_grant")
     assert agent.call(second["access_token"])[0] == 401
-    # consent remembered: a new authorization goes straight to the code
+    # a new authorization: signed in already, consent asked again (a loopback
+    # redirect URI), no provider step
     got = sign_in_and_consent(browser, agent, "alice@example.test", state="again")
     assert got["state"] == "again"
     status, third = agent.redeem(got["code"])

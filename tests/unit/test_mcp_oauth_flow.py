@@ -43,6 +43,7 @@ A = f"https://{HOST}/a"
 B = f"https://{HOST}/b"
 CLIENT = "https://client.example/meta.json"
 REDIRECT = "http://127.0.0.1:7777/callback"
+WEB_REDIRECT = "https://client.example/callback"
 VERIFIER = "test-client-verifier-" + "v" * 30
 CHALLENGE = base64.urlsafe_b64encode(hashlib.sha256(VERIFIER.encode()).digest()
                                      ).rstrip(b"=").decode()
@@ -53,7 +54,7 @@ class FakeClients:
     """The client directory: one known client with one redirect URI."""
 
     def __init__(self) -> None:
-        self.known = {CLIENT: McpClient(CLIENT, "Test Client", (REDIRECT,),
+        self.known = {CLIENT: McpClient(CLIENT, "Test Client", (REDIRECT, WEB_REDIRECT),
                                         "metadata_document")}
 
     def resolve(self, client_id: str) -> Deferred[McpClient]:
@@ -283,10 +284,15 @@ class FlowTests(McpCase):
         for secret in (body["access_token"], body["refresh_token"], got["code"]):
             self.assertNotIn(secret.encode(), raw)
             self.assertNotIn(secret[9:].encode(), raw)
-        # consent remembered: the next authorization goes straight to the code
-        again = self.authorize(alice, state="st-2")
+        # consent remembered: the next authorization to an https redirect URI goes
+        # straight to the code; to a loopback one (any program on the computer could
+        # listen there) the person is asked again
+        again = self.authorize(alice, state="st-2", redirect_uri=WEB_REDIRECT)
         self.assertEqual(again.status, 302)
         self.assertIn("code", params_of(header(again, b"location")))
+        asked = self.authorize(alice, state="st-3")
+        self.assertEqual(asked.status, 200)
+        self.assertIn(b"You allowed this client before", asked.body)
 
     def test_refresh_rotates_and_reuse_ends_the_grant(self) -> None:
         first = self.tokens_for(self.session())
@@ -534,6 +540,7 @@ class EndsTests(McpCase):
     def test_consent_listed_and_revoked_on_the_account_page(self) -> None:
         alice = self.session()
         body = self.tokens_for(alice)
+        self.assertEqual(self.authorize(alice, redirect_uri=WEB_REDIRECT).status, 302)
         page = self.internal(req("/.gateway/", headers=[BROWSER, self.cookie(alice)]))
         self.assertEqual(page.status, 200)
         self.assertIn(b"Test Client", page.body)
@@ -547,4 +554,4 @@ class EndsTests(McpCase):
         page = self.internal(req("/.gateway/", headers=[BROWSER, self.cookie(alice)]))
         self.assertNotIn(b"Test Client", page.body)
         # and the consent is asked for again
-        self.assertEqual(self.authorize(alice).status, 200)
+        self.assertEqual(self.authorize(alice, redirect_uri=WEB_REDIRECT).status, 200)
