@@ -33,7 +33,7 @@ from gateway.databroker.records import (
 )
 from gateway.mcp_oauth.authorize_request import AuthorizeAsk
 from gateway.mcp_oauth.pkce import verified
-from gateway.mcp_oauth.resources import canonical
+from gateway.mcp_oauth.resources import within
 from gateway.mcp_oauth.tokens import (
     ACCESS_PREFIX,
     ACCESS_SECONDS,
@@ -139,7 +139,7 @@ class Grants:
                              "code_challenge (PKCE S256)")
         if not resource:
             raise TokenError("invalid_target", "resource is required (RFC 8707)")
-        if canonical(resource) != value.resource:
+        if not within(resource, value.resource):
             raise TokenError("invalid_target", "resource differs from the authorization "
                              "request's")
         session = await session_of(value.session_id)
@@ -191,7 +191,7 @@ class Grants:
             await self.end(grant.id, "refresh token used twice")
             raise TokenError("invalid_grant", "the refresh token was already used; the "
                              "grant is revoked")
-        if resource and canonical(resource) != grant.resource:
+        if resource and not within(resource, grant.resource):
             raise TokenError("invalid_target", "resource differs from the grant's")
         session = await session_of(grant.session_id)
         if session is None or not session.valid(now):

@@ -70,16 +70,25 @@ def mcp_routes(routes: Iterable[Route], host: str) -> list[Route]:
     return [r for r in routes if r.mcp is not None and serves_host(r, host)]
 
 
+def within(resource: str, base: str) -> bool:
+    """Whether ``resource`` is the resource ``base`` (canonical) or a URL under its path
+    (a client that names its MCP endpoint, ``https://h/mcp/rpc``, rather than the route,
+    ``https://h/mcp``): the token is then for ``base``."""
+    wanted = canonical(resource)
+    return bool(wanted) and (wanted == base or wanted.startswith(base + "/"))
+
+
 def route_named(routes: Iterable[Route], scheme: str, host: str, resource: str
                 ) -> Route | None:
-    """The MCP route of this host that ``resource`` names (``None``: none does)."""
-    wanted = canonical(resource)
-    if not wanted:
-        return None
+    """The MCP route of this host that ``resource`` names or lies under (the most
+    specific one; ``None``: none)."""
+    best: Route | None = None
+    best_length = -1
     for route in mcp_routes(routes, host):
-        if canonical(resource_of(route, scheme, host)) == wanted:
-            return route
-    return None
+        base = canonical(resource_of(route, scheme, host))
+        if within(resource, base) and len(base) > best_length:
+            best, best_length = route, len(base)
+    return best
 
 
 def route_of_metadata_path(routes: Iterable[Route], host: str, path: str) -> Route | None:

@@ -251,6 +251,8 @@ class McpAuthorizationServer:
             return self._back(redirect_uri, RedirectError(
                 "invalid_target", "resource names no MCP server of this authorization "
                 "server"), asked.state, iss)
+        # the token is for the route's resource, whatever URL under it was named
+        asked = replace(asked, resource=resource_of(route, request.scheme, request.host))
         result = self.people.with_session(
             request, lambda s: ensureDeferred(self._signed_in(request, route, asked,
                                                               client, s)))

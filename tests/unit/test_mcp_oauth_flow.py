@@ -374,6 +374,17 @@ class AdversarialTests(McpCase):
         self.assertEqual((status, body["error"]), (400, "invalid_target"))
         status, body = self.redeem(self.code(self.session()), resource=B)
         self.assertEqual((status, body["error"]), (400, "invalid_target"))
+        status, body = self.redeem(self.code(self.session()), resource=A + "x")
+        self.assertEqual((status, body["error"]), (400, "invalid_target"))
+
+    def test_resource_under_the_route(self) -> None:
+        """A client naming its MCP endpoint (a URL under the route's path) gets a token
+        for the route's resource, good on the route and nowhere else."""
+        code = self.code(self.session(), resource=A + "/mcp")
+        status, body = self.redeem(code, resource=A + "/mcp")
+        self.assertEqual(status, 200, body)
+        self.assertIsInstance(self.call(body["access_token"]), Allow)
+        self.assertInvalidToken(self.call(body["access_token"], self.route_b, "/b/mcp"))
 
     def test_pkce_plain_or_missing(self) -> None:
         alice = self.session()

@@ -144,8 +144,13 @@ class ResourceTests(SynchronousTestCase):
                                             "HTTPS://MCP.EXAMPLE.COM/tickets/"), tickets)
         self.assertIs(resources.route_named(routes, "https", host,
                                             "https://mcp.example.com/wiki/mcp"), wiki)
+        # a URL under a route's path names that route (the MCP endpoint itself)
+        self.assertIs(resources.route_named(routes, "https", host,
+                                            "https://mcp.example.com/tickets/x"), tickets)
+        self.assertTrue(resources.within("https://H/t/mcp", "https://h/t"))
+        self.assertFalse(resources.within("https://h/tx", "https://h/t"))
         # the non-MCP route on / is no resource; another host's route is not this one's
-        for other in ("https://mcp.example.com", "https://mcp.example.com/tickets/x",
+        for other in ("https://mcp.example.com", "https://mcp.example.com/ticketsx",
                       "https://root.example.com:8443", "http://mcp.example.com/tickets",
                       "https://mcp.example.com/tickets?x=1", ""):
             self.assertIsNone(resources.route_named(routes, "https", host, other), other)
