@@ -1,6 +1,7 @@
-"""The MCP authorization server over HTTP, end to end with the real daemon, the test
-identity provider (node-oidc-provider) and a fake client directory
-(tests/support/mcp_clients): discovery from the 401, authorize with the person's
+"""The MCP authorization server over HTTP, end to end with the real daemon and the test
+identity provider (node-oidc-provider), the client registered dynamically (RFC 7591,
+turned on here; client ID metadata documents are the client directory's tests):
+discovery from the 401, authorize with the person's
 sign-in and consent (tests/support/browser.py), the code, the token, a call through to
 the upstream (which never sees the token), refresh with rotation, reuse detection,
 sign-out ending the tokens; and the adversarial rows: a token of route A on route B, no
@@ -24,14 +25,12 @@ from urllib.parse import parse_qs, urlencode, urljoin, urlsplit
 import pytest
 
 from tests.support.browser import Browser, _Forms
-from tests.support.daemon import REPO_ROOT, Daemon, gateway_daemon
+from tests.support.daemon import Daemon, gateway_daemon
 from tests.support.peers import OIDCProvider, echo_upstream, oidc_provider
 from tests.support.processes import free_port, loopback_opener
 
 pytestmark = pytest.mark.integration
-CLIENT = "https://client.test/mcp-client.json"
 REDIRECT = "http://127.0.0.1:9/callback"  # nothing listens: the browser stops there
-FAKE_CLIENTS = REPO_ROOT / "tests" / "support" / "mcp_clients"
 
 
 @dataclass
@@ -54,9 +53,6 @@ def setup(tmp_path: Path, require_binary: Any) -> Iterator[Setup]:
     require_binary("node", "apt-get install -y nodejs npm")
     tmp = tmp_path
     port = free_port()
-    clients = tmp / "clients.json"
-    clients.write_text(json.dumps({CLIENT: {"name": "Test Agent",
-                                            "redirect_uris": [REDIRECT]}}))
     with oidc_provider(tmp, [f"http://auth.test:{port}/oauth2/callback"]) as op, \
             echo_upstream(tmp) as up:
         route = {"to": up.url, "mcp": {}, "allow_any_authenticated_user": True,
@@ -66,12 +62,11 @@ def setup(tmp_path: Path, require_binary: Any) -> Iterator[Setup]:
             "idp_provider": "oidc", "idp_provider_url": op.issuer,
             "idp_client_id": op.client_id, "idp_client_secret": op.client_secret,
             "idp_scopes": ["openid", "email", "groups"], "cookie_secure": False,
+            "mcp_dynamic_client_registration": True,
             "policy": [{"from": f"http://mcp.test:{port}", "prefix": "/a", **route},
                        {"from": f"http://mcp.test:{port}", "prefix": "/b", **route}],
         }
-        env = {"PYTHONPATH": f"{FAKE_CLIENTS}:{REPO_ROOT}",
-               "GATEWAY_TEST_MCP_CLIENTS": str(clients)}
-        with gateway_daemon(tmp, config, port=port, env=env) as gw:
+        with gateway_daemon(tmp, config, port=port) as gw:
             yield Setup(gw, op, f"http://mcp.test:{port}")
 
 
@@ -120,9 +115,16 @@ class Agent:
         self.meta = json.loads(body)
         assert self.meta["issuer"] == issuer
         assert self.meta["code_challenge_methods_supported"] == ["S256"]
+        status, _, body = http("POST", self.meta["registration_endpoint"], json.dumps({
+            "client_name": "Test Agent", "redirect_uris": [REDIRECT],
+            "token_endpoint_auth_method": "none"}).encode(),
+            {"Content-Type": "application/json"})
+        assert status == 201, body
+        self.client_id = json.loads(body)["client_id"]
 
     def authorize_url(self, **over: str) -> str:
-        given = {"client_id": CLIENT, "redirect_uri": REDIRECT, "response_type": "code",
+        given = {"client_id": self.client_id, "redirect_uri": REDIRECT,
+                 "response_type": "code",
                  "code_challenge": self.challenge, "code_challenge_method": "S256",
                  "resource": self.resource, "state": "st", "scope": "mcp"}
         given.update(over)
@@ -135,7 +137,8 @@ class Agent:
         return status, json.loads(body)
 
     def redeem(self, code: str, **over: str) -> tuple[int, dict[str, Any]]:
-        given = {"grant_type": "authorization_code", "code": code, "client_id": CLIENT,
+        given = {"grant_type": "authorization_code", "code": code,
+                 "client_id": self.client_id,
                  "redirect_uri": REDIRECT, "code_verifier": self.verifier,
                  "resource": self.resource}
         given.update(over)
@@ -143,7 +146,7 @@ class Agent:
 
     def refresh(self, refresh_token: str) -> tuple[int, dict[str, Any]]:
         return self.token(grant_type="refresh_token", refresh_token=refresh_token,
-                          client_id=CLIENT, resource=self.resource)
+                          client_id=self.client_id, resource=self.resource)
 
     def call(self, access: str | None, url: str = "") -> tuple[int, dict[str, str], bytes]:
         headers = {"Content-Type": "application/json", "Accept": "application/json"}
