@@ -26,11 +26,12 @@ from twisted.logger import Logger
 
 from gateway.authorize import answers
 from gateway.authorize.caller import Caller
-from gateway.authorize.decide import decide, http_asked
+from gateway.authorize.decide import decide, http_asked, mcp_asked
 from gateway.authorize.hook import Decision, Reply, RequestInfo
 from gateway.config.routes import Route
 from gateway.config.values import is_loopback_host
 from gateway.databroker.records import StorageUnavailable
+from gateway.mcp.messages import McpCall
 from gateway.mcp_oauth.authorize_request import (
     AuthorizeAsk,
     RedirectError,
@@ -310,10 +311,13 @@ class McpAuthorizationServer:
 
     def _admitted(self, request: RequestInfo, route: Route, caller: Caller) -> bool:
         """Whether the route's policy lets the person in at all: as a request without
-        a body would be decided (a GET of the route's path, from this address)."""
+        a body would be decided (a GET of the route's path, from this address, which the
+        data plane decides as the one message of method ``""``: an allow-list of tools
+        admits the person, as it lets them connect and list)."""
         probe = RequestInfo(b"GET", request.scheme, request.host,
                             resource_path(route) or "/", b"", [], request.client_ip)
-        return decide(route.policy, caller, http_asked(probe, self.clock())).allowed
+        asked = mcp_asked(http_asked(probe, self.clock()), McpCall(None, ""))
+        return decide(route.policy, caller, asked).allowed
 
     async def _code(self, request: RequestInfo, ask: AuthorizeAsk, session: Session,
                     iss: str, status: int = 302) -> Decision:
