@@ -309,6 +309,15 @@ class Http1Tests(Http1Case):
     def test_another_media_type_is_refused(self) -> None:
         self.refused(b"")
 
+    def test_a_range_of_a_list_is_refused(self) -> None:
+        upstream = self.post()
+        body = json.dumps(tools_result("nope")).encode()
+        upstream.respond(json_answer(body).replace(b"200 OK", b"206 Partial Content"))
+        self.client_reads()
+        [response] = self.responses
+        self.assertEqual(response["status"], 200)
+        self.assertEqual(json.loads(response["body"])["error"]["code"], LIST_UNREADABLE)
+
     def refused(self, extra: bytes) -> None:
         upstream = self.post()
         body = json.dumps(tools_result("nope")).encode()
