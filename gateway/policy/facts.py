@@ -15,7 +15,8 @@ NO_CLAIMS: Mapping[str, tuple[str, ...]] = MappingProxyType({})
 # The MCP methods a session needs whatever tools it may call: connecting, keeping
 # alive, its notifications, the lists (whose results are filtered entry by entry), the
 # 2026-07-28 change stream, and ``""`` (no method: a client's response, or the
-# body-less GET and DELETE of the 2025 transports). ``mcp_tool`` does not stand in
+# body-less GET and DELETE of the 2025 transports; for a signed-in person those are
+# decided by ``any_message`` instead). ``mcp_tool`` does not stand in
 # their way (``predicates``).
 MCP_HOUSEKEEPING = frozenset({
     "", "initialize", "ping", "tools/list", "prompts/list", "resources/list",
