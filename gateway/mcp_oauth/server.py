@@ -15,6 +15,7 @@ redirect); the code goes to the redirect URI with ``state`` and ``iss``."""
 
 from __future__ import annotations
 
+import hmac
 import json
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
@@ -124,6 +125,10 @@ def form(body: bytes) -> tuple[dict[str, str], tuple[str, ...]]:
     parsed = parse_qs(body.decode("utf-8", "replace"), keep_blank_values=True)
     return {k: v[0] for k, v in parsed.items()}, tuple(k for k, v in parsed.items()
                                                        if len(v) > 1)
+
+
+def _same(given: str, expected: str) -> bool:
+    return hmac.compare_digest(given.encode("utf-8", "replace"), expected.encode())
 
 
 def _form_target(uri: str) -> str:
@@ -367,7 +372,7 @@ class McpAuthorizationServer:
                          payload: dict[str, Any], session: Session | None) -> Decision:
         people = self.people
         if session is None or session.id != payload.get("sid") or \
-                given.get("csrf", "") != people.csrf_token(session):
+                not _same(given.get("csrf", ""), people.csrf_token(session)):
             return people.error(400, "This consent form was not made for this sign-in; "
                                 "start again from your MCP client.", request.headers,
                                 "mcp-consent-invalid")
@@ -410,7 +415,8 @@ class McpAuthorizationServer:
         given, _ = form(body[:MAX_FORM])
 
         def answer(session: Session | None) -> Decision | Deferred[Decision]:
-            if session is None or given.get("csrf", "") != people.csrf_token(session):
+            if session is None or not _same(given.get("csrf", ""),
+                                            people.csrf_token(session)):
                 return people.error(400, "CSRF token invalid.", request.headers,
                                     "csrf-invalid")
 
