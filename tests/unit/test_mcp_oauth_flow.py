@@ -28,6 +28,7 @@ from gateway.databroker.memory_records import MemoryRecordStore
 from gateway.databroker.records import MCP_CODE, MCP_GRANT, MCP_TOKEN
 from gateway.databroker.session_ends import SessionEnds
 from gateway.databroker.session_records import RecordSessionStore
+from gateway.mcp.messages import McpCall, McpRequest
 from gateway.mcp_oauth.client_types import ClientRefused, McpClient
 from gateway.mcp_oauth.grants import Grants
 from gateway.mcp_oauth.resource_server import McpResourceServer
@@ -239,6 +240,29 @@ class DiscoveryTests(McpCase):
         answer = self.call(None, extra=[cookie, BROWSER])
         self.assertEqual(answer.status, 401)
         self.assertNotIn("error=", header(answer, b"www-authenticate"))
+
+    def test_no_token_refused_by_a_message_is_the_challenge(self) -> None:
+        """A policy that lets no one in for some messages only: a message it refuses,
+        sent without a token, is answered the challenge (not the sign-in answer), with
+        the messages' verdicts kept for the audit."""
+        snap = load(base_config(**{**IDENTITY, "authenticate_service_url": "https://auth.test"},
+                                policy=[{"from": f"https://{HOST}", "to": "http://127.0.0.1:9",
+                                         "mcp": {}, "policy": [
+                                             {"allow": {"and": [{"accept": True}]}},
+                                             {"deny": {"and": [{"mcp_tool": {"is": "drop"}}]}}]}]))
+        identity = Identity(None, snap, self.store, AssertionSigner(None, "ES256", "auth.test",
+                            clock=self.clock), self.clock, mcp=self.tokens)
+        route = snap.routes[0]
+        for name, allowed in (("search", True), ("drop", False)):
+            info = req("/mcp", method=b"POST", headers=[BROWSER])
+            info.mcp = McpRequest((McpCall(1, "tools/call", name),))
+            decision = self.done(identity.decider.authorize(info, route))
+            self.assertEqual(isinstance(decision, Allow), allowed, name)
+            if not allowed:
+                self.assertEqual(decision.status, 401)
+                self.assertIn("resource_metadata=", header(decision, b"www-authenticate"))
+                self.assertEqual(header(decision, b"location"), "")
+                self.assertEqual([v.allowed for v in decision.mcp], [False])
 
     def test_bad_tokens(self) -> None:
         for token in ("nonsense", "gwmcp_at_" + "A" * 43, "Gateway-xyz"):
