@@ -7,8 +7,8 @@ session and the person's caller come from the authenticate layer through ``Peopl
 The flow: the client's request is checked (``authorize_request``; the client and its
 redirect URI through the client directory, ``Clients``, before anything may be sent
 back there), the person signs in as for any route (the route's identity providers),
-the route's policy must let them in at all (as a request without a body: a GET of
-the route's path), then the consent page unless they allowed this client this route
+the route's policy must let them in at all (any of the messages an MCP session starts
+with), then the consent page unless they allowed this client this route
 before and its redirect URI is https (a loopback or private-use one is asked about every
 time: any program on the computer could be behind it, OAuth 2.1 7.12.2's untrusted
 redirect); the code goes to the redirect URI with ``state`` and ``iss``."""
@@ -27,11 +27,12 @@ from twisted.logger import Logger
 
 from gateway.authorize import answers
 from gateway.authorize.caller import Caller
-from gateway.authorize.decide import decide, http_asked
+from gateway.authorize.decide import decide, http_asked, mcp_asked
 from gateway.authorize.hook import Decision, Reply, RequestInfo
 from gateway.config.routes import Route
 from gateway.config.values import is_loopback_host
 from gateway.databroker.records import StorageUnavailable
+from gateway.mcp.messages import McpCall
 from gateway.mcp_oauth.authorize_request import (
     AuthorizeAsk,
     RedirectError,
@@ -74,6 +75,10 @@ from gateway.sessions.sealed import Sealer
 log = Logger()
 
 CONSENT_TTL = 600.0
+# what ``_admitted`` asks the route's policy about (HTTP method, message)
+ADMISSION_PROBES = ((b"GET", McpCall(None, "")), *(
+    (b"POST", McpCall(0, method)) for method in (
+        "initialize", "ping", "tools/list", "prompts/list", "resources/list")))
 REVOKE_CONSENT = "/.gateway/mcp/consents/revoke"
 # paths answered before the same-origin rule of forms: clients post here, not pages
 CLIENT_POSTS = (TOKEN, REVOKE, REGISTER)
@@ -314,11 +319,19 @@ class McpAuthorizationServer:
         return self._consent_page(request, route, ask, client, session, caller, remembered)
 
     def _admitted(self, request: RequestInfo, route: Route, caller: Caller) -> bool:
-        """Whether the route's policy lets the person in at all: as a request without
-        a body would be decided (a GET of the route's path, from this address)."""
-        probe = RequestInfo(b"GET", request.scheme, request.host,
-                            resource_path(route) or "/", b"", [], request.client_ip)
-        return decide(route.policy, caller, http_asked(probe, self.clock())).allowed
+        """Whether the route's policy lets the person in at all: whether any of the
+        messages every MCP session starts with (``ADMISSION_PROBES``: the stream's GET,
+        ``initialize``, ``ping``, the lists) would be allowed them, posted to the
+        route's path from this address. (Not a ``tools/call``: its tool names are the
+        server's; a policy letting someone call tools lets them list them.)"""
+        now = self.clock()
+        for method, call in ADMISSION_PROBES:
+            probe = RequestInfo(method, request.scheme, request.host,
+                                resource_path(route) or "/", b"", [], request.client_ip)
+            asked = mcp_asked(http_asked(probe, now), call)
+            if decide(route.policy, caller, asked).allowed:
+                return True
+        return False
 
     async def _code(self, request: RequestInfo, ask: AuthorizeAsk, session: Session,
                     iss: str, status: int = 302) -> Decision:

@@ -382,6 +382,38 @@ class FlowTests(McpCase):
         self.assertEqual(answer.status, 403)
 
 
+class AdmissionTests(McpCase):
+    """The issue's example policy's shape (by address here: groups need a directory):
+    one person may call two tools, another some methods. Both are let in to consent
+    (their sessions start with messages the policy allows them); a third is not."""
+
+    def setUp(self) -> None:
+        super().setUp()
+        policy = [{"from": f"https://{HOST}", "prefix": "/a", "to": "http://127.0.0.1:9",
+                   "mcp": {}, "policy": [
+                       {"allow": {"and": [{"email": {"is": "alice@example.com"}},
+                                          {"mcp_tool": {"in": ["search", "get"]}}]}},
+                       {"allow": {"and": [{"email": {"is": "bob@example.com"}},
+                                          {"mcp_method": {"in": ["tools/call", "tools/list",
+                                                                 "resources/read"]}}]}}]}]
+        snap = load(base_config(**{**IDENTITY, "authenticate_service_url": "https://auth.test"},
+                                policy=policy))
+        self.server = McpAuthorizationServer(
+            snap.routes, self.grants, self.clients, McpPeople(self.identity),
+            self.identity.shared, self.clock, registration=False)
+        self.endpoints = Endpoints(self.identity, snap.routes, self.records, None, self.server)
+
+    def test_admitted_by_any_rule(self) -> None:
+        for email, admitted in (("alice@example.com", True), ("bob@example.com", True),
+                                ("carol@example.com", False)):
+            person = self.session({"sub": email, "email": email, "email_verified": True})
+            answer = self.authorize(person)
+            self.assertEqual(answer.status, 200 if admitted else 302, email)
+            if not admitted:
+                self.assertEqual(params_of(header(answer, b"location"))["error"],
+                                 "access_denied")
+
+
 class AdversarialTests(McpCase):
     def test_token_of_route_a_on_route_b(self) -> None:
         body = self.tokens_for(self.session())
