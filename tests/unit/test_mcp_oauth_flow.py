@@ -586,6 +586,35 @@ class EndsTests(McpCase):
         self.clock.now = NOW + 11
         self.assertInvalidToken(self.call(body["access_token"]))
 
+    def test_provider_tokens_refreshed_as_for_a_browser(self) -> None:
+        """The session's tokens at the provider are refreshed when due, as on a browser's
+        request; a refresh that fails ends the session, and so the client's token."""
+        alice = self.identity.new_session(dict(ALICE), "idtoken", "access", "refresh",
+                                          NOW + 100)
+        body = self.tokens_for(alice)
+        refreshed: list[str] = []
+
+        async def refresh(session: Session) -> Session | None:
+            refreshed.append(session.id)
+            if len(refreshed) > 1:
+                self.store.delete(session.id)
+                return None
+            renewed = replace(session, token_expires_at=NOW + 200)
+            self.store.put(renewed)
+            return renewed
+
+        flow: Any = self.identity.flow
+        flow.refresh_due = lambda session: session.token_expires_at - 60
+        flow.refresh = refresh
+        self.clock.now = NOW + 50  # within the grace before the provider's expiry
+        self.assertIsInstance(self.call(body["access_token"]), Allow)
+        self.assertEqual(refreshed, [alice.id])
+        self.assertIsInstance(self.call(body["access_token"]), Allow)  # not due again
+        self.assertEqual(len(refreshed), 1)
+        self.clock.now = NOW + 150  # due again; this refresh fails
+        self.assertInvalidToken(self.call(body["access_token"]))
+        self.assertEqual(len(refreshed), 2)
+
     def test_revocation_endpoint(self) -> None:
         body = self.tokens_for(self.session())
         other = self.internal(req("/.gateway/mcp/revoke", method=b"POST"),
