@@ -224,6 +224,13 @@ class DiscoveryTests(McpCase):
             self.assertNotIn("registration_endpoint", doc)
         self.assertEqual(self.internal(req("/.well-known/oauth-protected-resource")).status,
                          404)  # no MCP route on / of this host
+        # read by browser-based clients too: no cookie involved
+        self.assertEqual(header(prm, b"access-control-allow-origin"), "*")
+        preflight = self.internal(req("/.gateway/mcp/token", method=b"OPTIONS", headers=[
+            (b"Origin", b"https://client.example"),
+            (b"Access-Control-Request-Method", b"POST")]))
+        self.assertEqual(preflight.status, 204)
+        self.assertIn("POST", header(preflight, b"access-control-allow-methods"))
         # another host's /.well-known/ is its route's
         self.assertFalse(self.endpoints.handles("app.test",
                                                 "/.well-known/oauth-authorization-server"))
