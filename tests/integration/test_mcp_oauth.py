@@ -28,6 +28,7 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
+from tests.conftest import _require_binary
 from tests.support.browser import Browser, _Forms
 from tests.support.daemon import Daemon, gateway_daemon
 from tests.support.kvstore import COOKIE, SECRET
@@ -53,10 +54,11 @@ class Setup:
         return f"{self.origin}/b"
 
 
-@pytest.fixture
-def setup(tmp_path: Path, require_binary: Any) -> Iterator[Setup]:
-    require_binary("node", "apt-get install -y nodejs npm")
-    with gateway_setup(tmp_path) as made:
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
+    """One daemon for the tests of the memory store (each signs in its own person)."""
+    _require_binary("node", "apt-get install -y nodejs npm")
+    with gateway_setup(tmp_path_factory.mktemp("mcp-oauth")) as made:
         yield made
 
 
