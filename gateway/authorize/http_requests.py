@@ -570,10 +570,12 @@ class Decider:
         if isinstance(found, Reply):
             return found
         if found is None:
-            now = self.clock()
-            if self._verdict(request, route, None, now).allowed:
-                return self.decide_caller(request, route, None, False, now)
-            return mcp.challenge(request, route)
+            # decided as no one (each message, when it carries some); refused: the
+            # challenge, never a sign-in answer (keeping the messages' verdicts)
+            decision = self.decide_caller(request, route, None, False, self.clock())
+            if isinstance(decision, Allow):
+                return decision
+            return replace(mcp.challenge(request, route), mcp=decision.mcp)
         session = self.store.get(found.session_id)
         if session is None and self.store.needs_fetch:
             async def fetched() -> Decision:

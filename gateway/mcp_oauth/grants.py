@@ -3,11 +3,12 @@ every worker and split-mode process agrees): issuing, redeeming, rotating, revok
 
 What must happen once among all processes happens through the store's lease (Redis
 ``SET NX PX``, the memory store's, the databroker's over gRPC), held by no one who
-renews it: a code is redeemed once (``once:mcp.code:HASH``) and a refresh token used
-once (``once:mcp.refresh:HASH``). The second attempt of either is a replay: it ends
-the grant the first one made or continued (OAuth 2.1 4.1.3 and 4.3.1; the MCP text
-requires rotation for public clients). A code's and a token's record stays until it
-expires, so a replay finds the grant it has to end.
+renews it: a code is redeemed once (``once:mcp.code:HASH``, for the code's life) and a
+refresh token used once (``once:mcp.refresh:HASH``, for a minute: two uses at once;
+later, the grant naming the token's successor refuses it). The second attempt of
+either is a replay: it ends the grant the first one made or continued (OAuth 2.1 4.1.3
+and 4.3.1; the MCP text requires rotation for public clients). A code's and a token's
+record stays until it expires, so a replay finds the grant it has to end.
 
 A person's consents are one record per person (provider and user id), changed under a
 lease; each names the client's grants, which revoking the consent ends."""
@@ -59,7 +60,9 @@ log = Logger()
 LEASE_SECONDS = 10.0
 LEASE_TRIES = 40
 LEASE_WAIT = 0.025
-GRANTS_PER_CONSENT = 100  # the newest kept; older ones end with their sessions anyway
+GRANTS_PER_CONSENT = 100
+# how long a refresh token's once-lease is held: longer than a token request takes
+REFRESH_CLAIM_SECONDS = 60.0  # the newest kept; older ones end with their sessions anyway
 
 # the session a grant rests on, as the store holds it now (None: ended)
 SessionOf = Callable[[str], Awaitable[Session | None]]
@@ -186,8 +189,10 @@ class Grants:
         grant = await self.grant(value.grant_id)
         if grant is None:
             raise TokenError("invalid_grant", "the grant of this refresh token has ended")
+        # the grant names the one good refresh token; the lease settles two uses at
+        # once (after it, the grant already names the successor)
         if grant.refresh_hash != key or not await self._once(
-                f"mcp.refresh:{key}", max(grant.expires_at - now, 1.0)):
+                f"mcp.refresh:{key}", REFRESH_CLAIM_SECONDS):
             await self.end(grant.id, "refresh token used twice")
             raise TokenError("invalid_grant", "the refresh token was already used; the "
                              "grant is revoked")

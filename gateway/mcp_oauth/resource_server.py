@@ -74,6 +74,9 @@ class McpResourceServer:
         self.grants = grants
         self.clock = clock
         self._cache: FifoCache[str, Looked] = FifoCache(CACHE_SIZE)
+        # (route object, scheme, Host) -> the route's resource identifier
+        self._resources: FifoCache[tuple[int, str, str], tuple[Route, str]] = \
+            FifoCache(1024)
         grants.on_end.append(self._cache.clear)
         if follower is not None:
             follower.subscribe(MCP_GRANT, self._changed)
@@ -119,10 +122,20 @@ class McpResourceServer:
         token = looked.token
         if self.clock() >= token.expires_at:
             return self.refused(request, route, "the access token has expired")
-        if canonical(resource_of(route, request.scheme, request.host)) != token.resource:
+        if self._resource(route, request.scheme, request.host) != token.resource:
             return self.refused(request, route, "the access token was issued for another "
                                 "resource")
         return TokenHolder(token.session_id, token.client_id, token.grant_id)
+
+    def _resource(self, route: Route, scheme: str, host: str) -> str:
+        """The route's resource identifier as the client reached it (kept: it is
+        compared on every request)."""
+        key = (id(route), scheme, host)
+        found = self._resources.get(key)
+        if found is None or found[0] is not route:
+            found = (route, canonical(resource_of(route, scheme, host)))
+            self._resources.put(key, found)
+        return found[1]
 
     def challenge(self, request: RequestInfo, route: Route) -> Reply:
         """No token, and the policy does not let anyone in: 401 with where to start."""

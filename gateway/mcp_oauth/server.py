@@ -7,14 +7,15 @@ session and the person's caller come from the authenticate layer through ``Peopl
 The flow: the client's request is checked (``authorize_request``; the client and its
 redirect URI through the client directory, ``Clients``, before anything may be sent
 back there), the person signs in as for any route (the route's identity providers),
-the route's policy must let them in at all (as a request without a body: a GET of
-the route's path), then the consent page unless they allowed this client this route
+the route's policy must let them in at all (any of the messages an MCP session starts
+with), then the consent page unless they allowed this client this route
 before and its redirect URI is https (a loopback or private-use one is asked about every
 time: any program on the computer could be behind it, OAuth 2.1 7.12.2's untrusted
 redirect); the code goes to the redirect URI with ``state`` and ``iss``."""
 
 from __future__ import annotations
 
+import hmac
 import json
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
@@ -74,6 +75,10 @@ from gateway.sessions.sealed import Sealer
 log = Logger()
 
 CONSENT_TTL = 600.0
+# what ``_admitted`` asks the route's policy about (HTTP method, message)
+ADMISSION_PROBES = ((b"GET", McpCall(None, "")), *(
+    (b"POST", McpCall(0, method)) for method in (
+        "initialize", "ping", "tools/list", "prompts/list", "resources/list")))
 REVOKE_CONSENT = "/.gateway/mcp/consents/revoke"
 # paths answered before the same-origin rule of forms: clients post here, not pages
 CLIENT_POSTS = (TOKEN, REVOKE, REGISTER)
@@ -125,6 +130,10 @@ def form(body: bytes) -> tuple[dict[str, str], tuple[str, ...]]:
     parsed = parse_qs(body.decode("utf-8", "replace"), keep_blank_values=True)
     return {k: v[0] for k, v in parsed.items()}, tuple(k for k, v in parsed.items()
                                                        if len(v) > 1)
+
+
+def _same(given: str, expected: str) -> bool:
+    return hmac.compare_digest(given.encode("utf-8", "replace"), expected.encode())
 
 
 def _form_target(uri: str) -> str:
@@ -310,14 +319,19 @@ class McpAuthorizationServer:
         return self._consent_page(request, route, ask, client, session, caller, remembered)
 
     def _admitted(self, request: RequestInfo, route: Route, caller: Caller) -> bool:
-        """Whether the route's policy lets the person in at all: as a request without
-        a body would be decided (a GET of the route's path, from this address, which the
-        data plane decides as the one message of method ``""``: an allow-list of tools
-        admits the person, as it lets them connect and list)."""
-        probe = RequestInfo(b"GET", request.scheme, request.host,
-                            resource_path(route) or "/", b"", [], request.client_ip)
-        asked = mcp_asked(http_asked(probe, self.clock()), McpCall(None, ""))
-        return decide(route.policy, caller, asked).allowed
+        """Whether the route's policy lets the person in at all: whether any of the
+        messages every MCP session starts with (``ADMISSION_PROBES``: the stream's GET,
+        ``initialize``, ``ping``, the lists) would be allowed them, posted to the
+        route's path from this address. (Not a ``tools/call``: its tool names are the
+        server's; a policy letting someone call tools lets them list them.)"""
+        now = self.clock()
+        for method, call in ADMISSION_PROBES:
+            probe = RequestInfo(method, request.scheme, request.host,
+                                resource_path(route) or "/", b"", [], request.client_ip)
+            asked = mcp_asked(http_asked(probe, now), call)
+            if decide(route.policy, caller, asked).allowed:
+                return True
+        return False
 
     async def _code(self, request: RequestInfo, ask: AuthorizeAsk, session: Session,
                     iss: str, status: int = 302) -> Decision:
@@ -371,7 +385,7 @@ class McpAuthorizationServer:
                          payload: dict[str, Any], session: Session | None) -> Decision:
         people = self.people
         if session is None or session.id != payload.get("sid") or \
-                given.get("csrf", "") != people.csrf_token(session):
+                not _same(given.get("csrf", ""), people.csrf_token(session)):
             return people.error(400, "This consent form was not made for this sign-in; "
                                 "start again from your MCP client.", request.headers,
                                 "mcp-consent-invalid")
@@ -414,7 +428,8 @@ class McpAuthorizationServer:
         given, _ = form(body[:MAX_FORM])
 
         def answer(session: Session | None) -> Decision | Deferred[Decision]:
-            if session is None or given.get("csrf", "") != people.csrf_token(session):
+            if session is None or not _same(given.get("csrf", ""),
+                                            people.csrf_token(session)):
                 return people.error(400, "CSRF token invalid.", request.headers,
                                     "csrf-invalid")
 

@@ -11,9 +11,11 @@ redirect URI the client does not list."""
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import json
 import secrets
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -23,10 +25,14 @@ from typing import Any
 from urllib.parse import parse_qs, urlencode, urljoin, urlsplit
 
 import pytest
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec
 
+from tests.conftest import _require_binary
 from tests.support.browser import Browser, _Forms
 from tests.support.daemon import Daemon, gateway_daemon
-from tests.support.peers import OIDCProvider, echo_upstream, oidc_provider
+from tests.support.kvstore import COOKIE, SECRET
+from tests.support.peers import OIDCProvider, echo_upstream, oidc_provider, redis_server
 from tests.support.processes import free_port, loopback_opener
 
 pytestmark = pytest.mark.integration
@@ -48,10 +54,16 @@ class Setup:
         return f"{self.origin}/b"
 
 
-@pytest.fixture
-def setup(tmp_path: Path, require_binary: Any) -> Iterator[Setup]:
-    require_binary("node", "apt-get install -y nodejs npm")
-    tmp = tmp_path
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
+    """One daemon for the tests of the memory store (each signs in its own person)."""
+    _require_binary("node", "apt-get install -y nodejs npm")
+    with gateway_setup(tmp_path_factory.mktemp("mcp-oauth")) as made:
+        yield made
+
+
+@contextlib.contextmanager
+def gateway_setup(tmp: Path, **settings: Any) -> Iterator[Setup]:
     port = free_port()
     with oidc_provider(tmp, [f"http://auth.test:{port}/oauth2/callback"]) as op, \
             echo_upstream(tmp) as up:
@@ -65,6 +77,7 @@ def setup(tmp_path: Path, require_binary: Any) -> Iterator[Setup]:
             "mcp_dynamic_client_registration": True,
             "policy": [{"from": f"http://mcp.test:{port}", "prefix": "/a", **route},
                        {"from": f"http://mcp.test:{port}", "prefix": "/b", **route}],
+            **settings,
         }
         with gateway_daemon(tmp, config, port=port) as gw:
             yield Setup(gw, op, f"http://mcp.test:{port}")
@@ -243,3 +256,65 @@ def test_adversarial_rows(setup: Setup) -> None:
     reply = browser.follow(agent.authorize_url(redirect_uri="http://127.0.0.1:9/other"))
     assert reply.status == 400 and reply.header("location") is None
     assert b"redirect URI" in reply.body
+
+
+def signing_key() -> str:
+    """Workers sign assertions with one key (the configuration refuses ephemeral ones)."""
+    key = ec.generate_private_key(ec.SECP256R1()).private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption())
+    return base64.b64encode(key).decode()
+
+
+def test_workers_and_redis_agree(tmp_path: Path, require_binary: Any) -> None:
+    """Two workers over Redis: a code, a refresh token and a sign-out are one fact for
+    both (the kernel spreads new connections over them); Redis holds no token."""
+    require_binary("node", "apt-get install -y nodejs npm")
+    require_binary("redis-server", "apt-get install -y redis-server")
+    with redis_server(tmp_path / "redis") as redis, gateway_setup(
+            tmp_path, workers=2, shared_secret=SECRET, cookie_secret=COOKIE,
+            signing_key=signing_key(),
+            databroker_storage_type="kvstore",
+            databroker_storage_connection_string=f"kvstore://127.0.0.1:{redis.port}/0"
+            ) as setup:
+        agent = Agent(setup, setup.a)
+        browser = Browser()
+        got = sign_in_and_consent(browser, agent, "alice@example.test")
+        status, tokens = agent.redeem(got["code"])
+        assert status == 200, tokens
+        assert [agent.redeem(got["code"])[1]["error"] for _ in range(3)] == \
+            ["invalid_grant"] * 3  # whichever worker: spent, and the grant ended
+        assert agent.call(tokens["access_token"])[0] == 401
+        got = sign_in_and_consent(browser, agent, "alice@example.test", state="2")
+        status, tokens = agent.redeem(got["code"])
+        assert status == 200
+        assert {agent.call(tokens["access_token"])[0] for _ in range(12)} == {200}
+        status, fresh = agent.refresh(tokens["refresh_token"])
+        assert status == 200
+        # both workers look the new token up (and keep it: at most 10 s)
+        assert {agent.call(fresh["access_token"])[0] for _ in range(12)} == {200}
+        assert [agent.refresh(tokens["refresh_token"])[1]["error"] for _ in range(3)] == \
+            ["invalid_grant"] * 3
+        # the other worker drops what it kept when the change stream (polled every
+        # 0.5 s) brings the grant's end, not when its 10 s run out
+        ended = time.monotonic()
+        while {agent.call(fresh["access_token"])[0] for _ in range(8)} != {401}:
+            assert time.monotonic() - ended < 1.5, "the ended grant was not seen in 1.5 s"
+            time.sleep(0.05)
+        got = sign_in_and_consent(browser, agent, "alice@example.test", state="3")
+        status, last = agent.redeem(got["code"])
+        assert {agent.call(last["access_token"])[0] for _ in range(8)} == {200}
+        with redis.client() as raw:
+            stored = b"".join(bytes(v) for t in ("mcp.token", "mcp.grant", "mcp.code")
+                              for v in raw.command("HGETALL", f"{{gateway}}:records:{t}"))
+        assert stored
+        for secret in (tokens["access_token"], fresh["refresh_token"], last["access_token"]):
+            assert secret[9:].encode() not in stored
+        browser.sign_out(setup.origin)
+        ended = time.monotonic()
+        while {agent.call(last["access_token"])[0] for _ in range(8)} != {401}:
+            assert time.monotonic() - ended < 1.5, "the sign-out was not seen in 1.5 s"
+            time.sleep(0.05)
+        workers = {e.get("worker") for e in setup.gw.log_events()
+                   if e.get("namespace") == "gateway.access" and "/a/mcp" in e.get("path", "")}
+        assert workers == {0, 1}, workers

@@ -28,6 +28,7 @@ from gateway.databroker.memory_records import MemoryRecordStore
 from gateway.databroker.records import MCP_CODE, MCP_GRANT, MCP_TOKEN
 from gateway.databroker.session_ends import SessionEnds
 from gateway.databroker.session_records import RecordSessionStore
+from gateway.mcp.messages import McpCall, McpRequest
 from gateway.mcp_oauth.client_types import ClientRefused, McpClient
 from gateway.mcp_oauth.grants import Grants
 from gateway.mcp_oauth.resource_server import McpResourceServer
@@ -227,6 +228,13 @@ class DiscoveryTests(McpCase):
             self.assertNotIn("registration_endpoint", doc)
         self.assertEqual(self.internal(req("/.well-known/oauth-protected-resource")).status,
                          404)  # no MCP route on / of this host
+        # read by browser-based clients too: no cookie involved
+        self.assertEqual(header(prm, b"access-control-allow-origin"), "*")
+        preflight = self.internal(req("/.gateway/mcp/token", method=b"OPTIONS", headers=[
+            (b"Origin", b"https://client.example"),
+            (b"Access-Control-Request-Method", b"POST")]))
+        self.assertEqual(preflight.status, 204)
+        self.assertIn("POST", header(preflight, b"access-control-allow-methods"))
         # another host's /.well-known/ is its route's
         self.assertFalse(self.endpoints.handles("app.test",
                                                 "/.well-known/oauth-authorization-server"))
@@ -243,6 +251,29 @@ class DiscoveryTests(McpCase):
         answer = self.call(None, extra=[cookie, BROWSER])
         self.assertEqual(answer.status, 401)
         self.assertNotIn("error=", header(answer, b"www-authenticate"))
+
+    def test_no_token_refused_by_a_message_is_the_challenge(self) -> None:
+        """A policy that lets no one in for some messages only: a message it refuses,
+        sent without a token, is answered the challenge (not the sign-in answer), with
+        the messages' verdicts kept for the audit."""
+        snap = load(base_config(**{**IDENTITY, "authenticate_service_url": "https://auth.test"},
+                                policy=[{"from": f"https://{HOST}", "to": "http://127.0.0.1:9",
+                                         "mcp": {}, "policy": [
+                                             {"allow": {"and": [{"accept": True}]}},
+                                             {"deny": {"and": [{"mcp_tool": {"is": "drop"}}]}}]}]))
+        identity = Identity(None, snap, self.store, AssertionSigner(None, "ES256", "auth.test",
+                            clock=self.clock), self.clock, mcp=self.tokens)
+        route = snap.routes[0]
+        for name, allowed in (("search", True), ("drop", False)):
+            info = req("/mcp", method=b"POST", headers=[BROWSER])
+            info.mcp = McpRequest((McpCall(1, "tools/call", name),))
+            decision = self.done(identity.decider.authorize(info, route))
+            self.assertEqual(isinstance(decision, Allow), allowed, name)
+            if not allowed:
+                self.assertEqual(decision.status, 401)
+                self.assertIn("resource_metadata=", header(decision, b"www-authenticate"))
+                self.assertEqual(header(decision, b"location"), "")
+                self.assertEqual([v.allowed for v in decision.mcp], [False])
 
     def test_bad_tokens(self) -> None:
         for token in ("nonsense", "gwmcp_at_" + "A" * 43, "Gateway-xyz"):
@@ -369,6 +400,38 @@ class FlowTests(McpCase):
             BROWSER, self.cookie(alice), (b"Sec-Fetch-Site", b"cross-site")]),
             urlencode(fields).encode())
         self.assertEqual(answer.status, 403)
+
+
+class AdmissionTests(McpCase):
+    """The issue's example policy's shape (by address here: groups need a directory):
+    one person may call two tools, another some methods. Both are let in to consent
+    (their sessions start with messages the policy allows them); a third is not."""
+
+    def setUp(self) -> None:
+        super().setUp()
+        policy = [{"from": f"https://{HOST}", "prefix": "/a", "to": "http://127.0.0.1:9",
+                   "mcp": {}, "policy": [
+                       {"allow": {"and": [{"email": {"is": "alice@example.com"}},
+                                          {"mcp_tool": {"in": ["search", "get"]}}]}},
+                       {"allow": {"and": [{"email": {"is": "bob@example.com"}},
+                                          {"mcp_method": {"in": ["tools/call", "tools/list",
+                                                                 "resources/read"]}}]}}]}]
+        snap = load(base_config(**{**IDENTITY, "authenticate_service_url": "https://auth.test"},
+                                policy=policy))
+        self.server = McpAuthorizationServer(
+            snap.routes, self.grants, self.clients, McpPeople(self.identity),
+            self.identity.shared, self.clock, registration=False)
+        self.endpoints = Endpoints(self.identity, snap.routes, self.records, None, self.server)
+
+    def test_admitted_by_any_rule(self) -> None:
+        for email, admitted in (("alice@example.com", True), ("bob@example.com", True),
+                                ("carol@example.com", False)):
+            person = self.session({"sub": email, "email": email, "email_verified": True})
+            answer = self.authorize(person)
+            self.assertEqual(answer.status, 200 if admitted else 302, email)
+            if not admitted:
+                self.assertEqual(params_of(header(answer, b"location"))["error"],
+                                 "access_denied")
 
 
 class AdversarialTests(McpCase):
@@ -542,6 +605,35 @@ class EndsTests(McpCase):
         self.store.put(replace(alice, expires_at=NOW + 10))
         self.clock.now = NOW + 11
         self.assertInvalidToken(self.call(body["access_token"]))
+
+    def test_provider_tokens_refreshed_as_for_a_browser(self) -> None:
+        """The session's tokens at the provider are refreshed when due, as on a browser's
+        request; a refresh that fails ends the session, and so the client's token."""
+        alice = self.identity.new_session(dict(ALICE), "idtoken", "access", "refresh",
+                                          NOW + 100)
+        body = self.tokens_for(alice)
+        refreshed: list[str] = []
+
+        async def refresh(session: Session) -> Session | None:
+            refreshed.append(session.id)
+            if len(refreshed) > 1:
+                self.store.delete(session.id)
+                return None
+            renewed = replace(session, token_expires_at=NOW + 200)
+            self.store.put(renewed)
+            return renewed
+
+        flow: Any = self.identity.flow
+        flow.refresh_due = lambda session: session.token_expires_at - 60
+        flow.refresh = refresh
+        self.clock.now = NOW + 50  # within the grace before the provider's expiry
+        self.assertIsInstance(self.call(body["access_token"]), Allow)
+        self.assertEqual(refreshed, [alice.id])
+        self.assertIsInstance(self.call(body["access_token"]), Allow)  # not due again
+        self.assertEqual(len(refreshed), 1)
+        self.clock.now = NOW + 150  # due again; this refresh fails
+        self.assertInvalidToken(self.call(body["access_token"]))
+        self.assertEqual(len(refreshed), 2)
 
     def test_revocation_endpoint(self) -> None:
         body = self.tokens_for(self.session())
