@@ -21,6 +21,7 @@ from gateway.bearer_jwt.verifier import Verifier
 from gateway.config.routes import Route
 from gateway.config.snapshot import Snapshot
 from gateway.databroker.broker import Databroker
+from gateway.mcp_oauth.upstream import UpstreamVault
 from gateway.sessions.live import Ender, Unwatch
 from gateway.sessions.spent import SpentTokens
 from gateway.sessions.store import SessionStore
@@ -65,7 +66,10 @@ class IdentityHolder:
         self.identity = Identity(reactor, snapshot, self.store, self.signer,
                                  directory=broker.directory, spent=self.spent,
                                  bearer=bearer(snapshot) if bearer is not None else None)
-        self.endpoints = Endpoints(self.identity, snapshot.routes, broker.store, broker.ends)
+        # MCP routes' upstream token vault (``mcp.upstream_oauth2``)
+        self.vault = UpstreamVault(reactor, broker.store, snapshot.material.shared_secret)
+        self.endpoints = Endpoints(self.identity, snapshot.routes, broker.store, broker.ends,
+                                   self.vault)
         # the SSH service's entrance, deciding with the snapshot in force
         self.authorize_ssh = AuthorizeSsh(lambda: self.identity.decider, self.store)
 
@@ -75,8 +79,11 @@ class IdentityHolder:
         self.identity = Identity(self.reactor, snapshot, self.store, self.signer,
                                  directory=self.broker.directory, spent=self.spent,
                                  bearer=self.bearer(snapshot) if self.bearer else None)
+        if snapshot.material.shared_secret != self.vault.shared_secret:
+            self.vault = UpstreamVault(self.reactor, self.broker.store,
+                                       snapshot.material.shared_secret)
         self.endpoints = Endpoints(self.identity, snapshot.routes, self.broker.store,
-                                   self.broker.ends)
+                                   self.broker.ends, self.vault)
 
     def watch(self, headers: list[tuple[bytes, bytes]], end: Ender) -> Unwatch:
         """``SessionWatch``: a tunnel or upgraded connection, closed at once when the
@@ -85,7 +92,11 @@ class IdentityHolder:
         return self.broker.live.add(sid or "", end)
 
     def authorize(self, request: RequestInfo, route: Route) -> Decision | Deferred[Decision]:
-        return self.identity.decider.authorize(request, route)
+        decision = self.identity.decider.authorize(request, route)
+        if route.mcp is not None and route.mcp.upstream_oauth2 is not None:
+            # the person's upstream token toward the MCP server (the vault)
+            return self.vault.decorate(decision, route)
+        return decision
 
     # -- SignInApp
 

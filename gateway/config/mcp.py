@@ -12,8 +12,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from gateway.config.errors import Problems
+from gateway.config.mcp_upstream import UpstreamOAuth2, parse_upstream_oauth2
 
-_KNOWN = ("max_request_bytes",)
+_KNOWN = ("max_request_bytes", "upstream_oauth2")
 _DEFAULT_MAX_REQUEST_BYTES = 16 * 1024 * 1024
 
 
@@ -22,9 +23,11 @@ class McpRoute:
     """The ``mcp`` object of a route (``mcp: {}`` takes every default).
 
     ``max_request_bytes``: the largest request body the gateway reads for policy; the
-    whole body is read, never a prefix, and a larger one is refused with 413."""
+    whole body is read, never a prefix, and a larger one is refused with 413.
+    ``upstream_oauth2``: the upstream token vault's client (``config.mcp_upstream``)."""
 
     max_request_bytes: int = _DEFAULT_MAX_REQUEST_BYTES
+    upstream_oauth2: UpstreamOAuth2 | None = None
 
 
 def parse_mcp(value: object, path: str, problems: Problems) -> McpRoute | None:
@@ -43,4 +46,6 @@ def parse_mcp(value: object, path: str, problems: Problems) -> McpRoute | None:
         problems.error(f"{path}.max_request_bytes",
                        f"must be an integer from 1024 to {1 << 30} (bytes), got {size!r}")
         size = _DEFAULT_MAX_REQUEST_BYTES
-    return McpRoute(max_request_bytes=size)
+    upstream = parse_upstream_oauth2(raw.get("upstream_oauth2"), f"{path}.upstream_oauth2",
+                                     problems)
+    return McpRoute(max_request_bytes=size, upstream_oauth2=upstream)

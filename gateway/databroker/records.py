@@ -25,8 +25,10 @@ SSH_SIGN_IN = "ssh.sign_in"  # an SSH connection waiting for its person to sign 
 SSH_HOST_KEY = "ssh.host_key"  # a server's host key pinned on first use
 SESSION_INDEX = "session.index"  # the sessions one IdP session, user or e-mail names
 MCP_CLIENT = "mcp.client"  # an MCP client registered dynamically (RFC 7591)
+MCP_UPSTREAM_TOKEN = "mcp.upstream_token"  # a person's tokens for an MCP route's upstream
+MCP_UPSTREAM_CONNECT = "mcp.upstream_connect"  # a person authorizing that upstream
 TYPES = (SESSION, USER, DIRECTORY_USER, DIRECTORY_GROUP, SSH_KEY, SSH_SIGN_IN, SSH_HOST_KEY,
-         SESSION_INDEX, MCP_CLIENT)
+         SESSION_INDEX, MCP_CLIENT, MCP_UPSTREAM_TOKEN, MCP_UPSTREAM_CONNECT)
 
 TOMBSTONE_SECONDS = 15 * 60.0
 SYNC_BATCH = 1000
