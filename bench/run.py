@@ -6,6 +6,7 @@ One command, stdlib only:
     .venv/bin/python bench/run.py --quick    # 3 s runs, 1 warm-up + 1 measured
     .venv/bin/python bench/run.py --no-auth  # without the authenticated route
     .venv/bin/python bench/run.py --kvstore  # the authenticated route's sessions in Redis
+    .venv/bin/python bench/run.py --no-mcp   # without the MCP rows
 
 It starts (all on 127.0.0.1, free ports, everything under one temp dir):
 
@@ -84,6 +85,9 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     p.add_argument("--otlp", action="store_true",
                    help="also a gateway tracing over OTLP/HTTP at the default sample rate "
                    "(to a local sink), measured against the plain gateway of the same run")
+    p.add_argument("--no-mcp", action="store_true",
+                   help="skip the MCP rows (a tools/call through MCP policy vs. the same POST "
+                   "on a signed-in route)")
     p.add_argument("--no-auth", action="store_true",
                    help="skip the authenticated route (no OIDC provider, public route only)")
     p.add_argument("--h2-streams", type=int, default=1,
@@ -135,7 +139,7 @@ def main(argv: Sequence[str]) -> int:
         "targets": {"ratio_min": TARGET_RATIO, "auth_ratio_min": TARGET_AUTH_RATIO,
                     "gateway_p99_ms_max": TARGET_P99_MS,
                     "idle_kib_per_conn_max": TARGET_IDLE_KIB},
-        "http1": {}, "auth": {}, "idle": {}, "http2": {},
+        "http1": {}, "auth": {}, "mcp": {}, "idle": {}, "http2": {},
     }
     out_path = Path(args.out) if args.out else (
         BENCH_DIR / "results" / time.strftime("%Y%m%d-%H%M%S.json", time.localtime(started)))

@@ -12,7 +12,8 @@
 #   container image tests; and the one podman setting these machines need);
 #   Node.js only if missing),
 #   a virtualenv in .venv with the project (editable), its test tools and the docs build,
-#   the npm packages of the test identity provider (tests/peers/oidc).
+#   the npm packages of the test identity provider (tests/peers/oidc), the test browser's
+#   driver (tests/peers/browser) and the MCP TypeScript SDK (tests/peers/mcp).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -73,7 +74,7 @@ if [ ! -f "$stamp" ] || [ setup.cfg -nt "$stamp" ] || [ pyproject.toml -nt "$sta
     touch "$stamp"
 fi
 
-for dir in tests/peers/oidc tests/peers/browser; do
+for dir in tests/peers/oidc tests/peers/browser tests/peers/mcp; do
     if [ ! -d "$dir/node_modules" ] || [ "$dir/package-lock.json" -nt "$dir/node_modules" ]; then
         npm ci --prefix "$dir" --no-audit --no-fund --loglevel=error
     fi

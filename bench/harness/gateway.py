@@ -10,7 +10,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import bearer
+from . import bearer, mcp
 from .paths import REPO_ROOT
 from .procs import Proc, Processes, free_port
 
@@ -54,10 +54,12 @@ class AuthProvider:
 
 def gateway_yaml(port: int, upstream: int, codec: str | None,
                  auth: AuthProvider | None = None, metrics_port: int = 0,
-                 extra: tuple[str, ...] = (), bearer_jwks: Path | None = None) -> str:
+                 extra: tuple[str, ...] = (), bearer_jwks: Path | None = None,
+                 with_mcp: bool = False) -> str:
     """``extra``: more top-level YAML lines (``--otlp``: tracing over OTLP).
     ``bearer_jwks``: with ``auth``, the bearer-token route too (``bearer.py``), its
-    provider's keys in that file."""
+    provider's keys in that file. ``with_mcp``: with ``auth``, the MCP route and its plain
+    signed-in twin (``mcp.py``)."""
     q = json.dumps  # a JSON string is a YAML scalar
     lines = [
         "# written by bench/run.py",
@@ -111,6 +113,10 @@ def gateway_yaml(port: int, upstream: int, codec: str | None,
             lines.append("  - " + q(bearer.route(f"http://{bearer.BEARER_HOST}:{port}",
                                                  f"http://127.0.0.1:{upstream}")))
             lines.append("identity_providers: " + q([bearer.provider(bearer_jwks)]))
+        if with_mcp:
+            lines += ["  - " + q(r) for r in mcp.routes(port, f"http://127.0.0.1:{upstream}",
+                                                        AUTH_USER)]
+            lines += mcp.SETTINGS
     return "\n".join(lines) + "\n"
 
 
@@ -175,12 +181,13 @@ def find_twistd(explicit: str | None) -> Path:
 def start_gateway(procs: Processes, tmp: Path, twistd: Path, name: str, upstream: int,
                   codec: str | None, cpus: str | None, port: int | None = None,
                   auth: AuthProvider | None = None, metrics: bool = False,
-                  extra: tuple[str, ...] = ()) -> tuple[Proc, int]:
+                  extra: tuple[str, ...] = (), with_mcp: bool = False) -> tuple[Proc, int]:
     port = port or free_port()
     config = tmp / f"{name}.yaml"
     config.write_text(gateway_yaml(port, upstream, codec, auth,
                                    free_port() if metrics else 0, extra,
-                                   bearer.write_jwks(tmp) if auth is not None else None))
+                                   bearer.write_jwks(tmp) if auth is not None else None,
+                                   with_mcp and auth is not None))
     proc = procs.start(name, [str(twistd), "-n", "--pidfile=", "gateway", "--config", str(config)],
                        cpus, cwd=REPO_ROOT, env=gateway_env())
     return proc, port

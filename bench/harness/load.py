@@ -73,8 +73,12 @@ def parse_h2load(out: str) -> dict[str, Any]:
 
 
 def shown_cmd(argv: Sequence[str]) -> str:
-    """The command line for the JSON, with cookie values replaced by their length."""
+    """The command line for the JSON, with cookie values (and tokens) replaced by their
+    length."""
     def redact(a: str) -> str:
+        if a.lower().startswith("authorization:"):
+            scheme, _, value = a.split(":", 1)[1].strip().partition(" ")
+            return f"Authorization: {scheme} <{len(value)} chars>"
         if not a.lower().startswith("cookie:"):
             return a
         return "Cookie: " + "; ".join(
@@ -93,6 +97,7 @@ class Target:
     headers: tuple[str, ...] = ()  # extra wrk -H headers (Host, Cookie)
     scheme: str = "http"  # https: the TLS section (bench/tls.py)
     streams: int | None = None  # h2load -m; None: --h2-streams
+    script: str = ""  # wrk -s: a Lua script (the MCP rows' POST)
 
 
 class Bench:
@@ -133,6 +138,8 @@ class Bench:
         argv = ["wrk", "-t1", f"-c{CONNECTIONS}", f"-d{duration:g}s", "--latency"]
         for h in target.headers:
             argv += ["-H", h]
+        if target.script:
+            argv += ["-s", target.script]
         argv.append(f"{target.scheme}://127.0.0.1:{target.port}/")
         pids = target.pids()
         out, info, peak = self.load_run(

@@ -19,12 +19,23 @@ class McpCall:
     ``resources/subscribe`` or ``resources/unsubscribe`` (``params.uri``); ``""`` for
     every other method. ``arguments_sha256``: the hex SHA-256 of the canonical JSON of
     ``params.arguments`` (``""`` when there are none): the audit stream records the
-    hash, never the arguments."""
+    hash, never the arguments. ``protocol_version``: the 2026-07-28 ``_meta`` field
+    ``io.modelcontextprotocol/protocolVersion`` of ``params`` (``""`` when absent),
+    which the ``MCP-Protocol-Version`` header must equal. A message without a method
+    (a client's JSON-RPC response to a server's request, 2025-03-26 to 2025-11-25)
+    and the body-less GET and DELETE of an MCP route have the method ``""``."""
 
     id: RequestId
     method: str
     name: str = ""
     arguments_sha256: str = ""
+    protocol_version: str = ""
+
+    @property
+    def answered(self) -> bool:
+        """A request, which gets a JSON-RPC response (not a notification, not a
+        client's response)."""
+        return self.id is not None and self.method != ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,3 +58,14 @@ class McpVerdict:
     allowed: bool
     rule: str = ""
     reasons: tuple[str, ...] = ()
+
+
+@dataclass(slots=True)
+class McpDecided:
+    """What the request side made of one HTTP request to an MCP route, kept on the
+    exchange (its ``mcp`` slot) for the response filter and the audit event: the
+    request as read and the verdict on each of its messages, in body order (empty
+    until decided; a public route's are all allowed, with the rule ``public``)."""
+
+    request: McpRequest
+    verdicts: tuple[McpVerdict, ...] = ()

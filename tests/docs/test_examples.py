@@ -56,7 +56,7 @@ def test_audit_field_table_is_the_codes_list() -> None:
     table = text.split("(audit-fields)=", 1)[1]
     rows = [line for line in table.splitlines() if line.startswith("| `")]
     named = [name for row in rows
-             for name in re.findall(r"`([a-z_]+)`", row.split(" | ", 1)[0])]
+             for name in re.findall(r"`([a-z0-9_]+)`", row.split(" | ", 1)[0])]
     assert named == list(AUDIT_FIELDS)
 
 
@@ -66,6 +66,7 @@ def test_audit_field_table_is_the_codes_list() -> None:
     ("tutorials/tcp-tunnel.md", "tcp.example.yaml"),
     ("tutorials/native-ssh.md", "ssh.example.yaml"),
     ("how-to/bearer-tokens.md", "machine-callers.example.yaml"),
+    ("how-to/mcp-servers.md", "mcp.example.yaml"),
 ])
 def test_pages_show_the_shipped_examples(page: str, example: str) -> None:
     """The pages that show a configuration include the shipped file itself (which its

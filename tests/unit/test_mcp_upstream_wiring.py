@@ -15,7 +15,7 @@ from typing import Any
 from urllib.parse import urlencode
 
 from treq.testing import StubTreq
-from twisted.internet.defer import Deferred
+from twisted.internet.defer import Deferred, ensureDeferred
 from twisted.internet.testing import MemoryReactorClock
 from twisted.trial.unittest import SynchronousTestCase
 from twisted.web.resource import Resource
@@ -29,9 +29,13 @@ from gateway.databroker.follower import ChangeFollower
 from gateway.databroker.memory_records import MemoryRecordStore
 from gateway.databroker.records import MCP_UPSTREAM_TOKEN
 from gateway.databroker.session_records import RecordSessionStore
+from gateway.mcp_oauth.authorize_request import AuthorizeAsk
+from gateway.mcp_oauth.pkce import s256
+from gateway.mcp_oauth.resources import resource_of
 from gateway.mcp_oauth.upstream import CALLBACK_PATH
 from gateway.mcp_oauth.upstream.tokens import UpstreamTokens, token_id, write_tokens
 from gateway.mcp_oauth.upstream.vault import route_key
+from gateway.sessions.model import Session
 
 from .test_identity import ALICE, cookie_header, header, location, query_of, request, snapshot
 
@@ -80,11 +84,30 @@ class VaultWiringTests(SynchronousTestCase):
         self.tokens = TokenEndpoint()
         self.http = StubTreq(self.tokens)
         self.holder.vault.http = self.http
+        self.access = self.mcp_token()
+
+    def mcp_token(self) -> str:
+        """An MCP client's access token for the route, as the token endpoint issues it
+        (the authorization server's own grants, this session behind it)."""
+        verifier = "v" * 50
+        resource = resource_of(self.mcp, "https", MCP)
+        ask = AuthorizeAsk("https://client.test/c.json", "http://127.0.0.1:3000/cb",
+                           s256(verifier), resource, "st", "")
+        grants = self.holder.grants
+        code = self.successResultOf(ensureDeferred(grants.issue_code(ask, self.session)))
+
+        async def session_of(_: str) -> Session:
+            return self.session
+
+        issued = self.successResultOf(ensureDeferred(grants.redeem(
+            code, ask.client_id, ask.redirect_uri, verifier, resource, session_of)))
+        return issued.access_token
 
     def decide(self, host: str = MCP, headers: list[tuple[bytes, bytes]] | None = None) -> Any:
         route = self.mcp if host == MCP else self.app
         decision = self.holder.authorize(request("/mcp", host=host, headers=[
-            self.cookie, (b"authorization", b"Bearer client-token"), *(headers or [])]), route)
+            self.cookie, (b"authorization", b"Bearer " + self.access.encode()),
+            *(headers or [])]), route)
         return self.successResultOf(decision) if isinstance(decision, Deferred) else decision
 
     def store_tokens(self, access: str) -> None:

@@ -8,7 +8,7 @@ import argparse
 from pathlib import Path
 from typing import Any, TextIO
 
-from .. import bearer
+from .. import bearer, mcp
 from ..fmt import fmt, fmt_paired, fmt_rss, verdict
 from ..gateway import AUTH_USER, POLICY_HOST, AuthProvider, start_gateway
 from ..idle import idle_memory
@@ -36,9 +36,10 @@ def run_section(args: argparse.Namespace, bench: Bench, procs: Processes, tmp: P
     """The gateway (with the signed-in route when ``provider`` runs) on ``gw_port``, its
     rows and nginx's in ``results["http1"]``, the idle connections in ``results["idle"]``;
     the gateway is stopped at the end."""
+    with_mcp = provider is not None and not getattr(args, "no_mcp", False)
     gateway, gw_port = start_gateway(procs, tmp, twistd, "gateway", up_port, None,
                                      bench.proxy_cpu, port=gw_port, auth=provider,
-                                     metrics=args.metrics)
+                                     metrics=args.metrics, with_mcp=with_mcp)
     wait_port(gw_port, gateway)
     gw = Target("gateway", gw_port, lambda: [gateway.pid])
     results["gateway_check"] = check_body(gw_port)
@@ -96,6 +97,8 @@ def run_section(args: argparse.Namespace, bench: Bench, procs: Processes, tmp: P
             results["auth"]["check_after"] = "200"
         except RuntimeError as exc:
             results["auth"]["error"] = f"after the runs: {exc}"
+    if with_mcp and auth_headers:
+        mcp_rows(bench, tmp, gw_port, gw, auth_headers, results, keys)
     results["gateway_vmhwm_kib"] = status_kib(gateway.pid, "VmHWM")
     if otlp_gateway is not None and sink is not None:
         procs.stop(otlp_gateway)
@@ -112,6 +115,36 @@ def run_section(args: argparse.Namespace, bench: Bench, procs: Processes, tmp: P
             except OSError as exc:
                 results["idle"][target.name] = {"error": str(exc)}
     procs.stop(gateway)
+
+
+def mcp_rows(bench: Bench, tmp: Path, gw_port: int, gw: Target, session: dict[str, str],
+             results: dict[str, Any], keys: tuple[str, ...]) -> None:
+    """The MCP route's ``tools/call`` and the same POST on a plain signed-in route
+    (``harness/mcp.py``), alternating on their own, right after the token is issued (an
+    access token lives five minutes)."""
+    info = results.setdefault("mcp", {})
+    try:
+        got = mcp.token(gw_port, AUTH_USER)
+        info.update(client_id=got["client_id"], token_seconds=got["seconds"])
+        mcp_headers = {"Host": f"{mcp.MCP_HOST}:{gw_port}",
+                       "Authorization": f"Bearer {got['access_token']}"}
+        plain_headers = {"Host": f"{mcp.PLAIN_HOST}:{gw_port}", "Cookie": session["Cookie"]}
+        info["check"] = mcp.check_post(gw_port, mcp_headers, BODY_LEN)
+        info["plain_check"] = mcp.check_post(gw_port, plain_headers, BODY_LEN)
+        print(f"MCP route: token issued in {got['seconds']:.1f} s; POST tools/call -> 200",
+              flush=True)
+        script = str(mcp.wrk_script(tmp))
+        targets = [
+            Target("gateway plain", gw_port, gw.pids,
+                   tuple(f"{k}: {v}" for k, v in plain_headers.items()), script=script),
+            Target("gateway mcp", gw_port, gw.pids,
+                   tuple(f"{k}: {v}" for k, v in mcp_headers.items()), script=script)]
+        print("MCP tools/call vs. the same POST on a signed-in route (wrk)", flush=True)
+        results["http1"].update(bench.interleaved(targets, bench.wrk, keys))
+        info["check_after"] = mcp.check_post(gw_port, mcp_headers, BODY_LEN)
+    except Exception as exc:
+        info["error"] = f"{type(exc).__name__}: {exc}"
+        print(f"MCP rows: ERROR: {info['error']}", flush=True)
 
 
 def report(results: dict[str, Any], out: TextIO) -> None:
@@ -178,6 +211,23 @@ def report(results: dict[str, Any], out: TextIO) -> None:
           f"request vs. allowed_users; target >= {TARGET_POLICY_RATIO:.2f}: "
           f"{verdict(ratio >= TARGET_POLICY_RATIO)})"
           f"{fmt_paired(http1.get('gateway policy', {}))}\n")
+    mc, pl = (http1.get("gateway mcp", {}).get("median", {}),
+              http1.get("gateway plain", {}).get("median", {}))
+    if mc.get("rps") and pl.get("rps"):
+        ratio = mc["rps"] / pl["rps"]
+        results["ratio_gateway_mcp_plain"] = ratio
+        w(f"gateway mcp/gateway plain req/s: {ratio:.3f}   (a JSON-RPC tools/call with a "
+          "bearer token through MCP policy (body read, decided, forwarded) vs. the same POST "
+          f"with a session cookie on a signed-in route){fmt_paired(http1.get('gateway mcp', {}))}"
+          "\n")
+        if mc.get("proxy_cpu%") and pl.get("proxy_cpu%"):
+            cpu = {k: m["proxy_cpu%"] / 100 / m["rps"] * 1e6 for k, m in (("mcp", mc),
+                                                                            ("plain", pl))}
+            results["cpu_us_per_request_mcp_plain"] = cpu
+            w(f"  proxy CPU per request: mcp {cpu['mcp']:.0f} µs, plain {cpu['plain']:.0f} µs "
+              f"(ratio {cpu['plain'] / cpu['mcp']:.3f})\n")
+    if "error" in results.get("mcp", {}):
+        w(f"gateway mcp: ERROR: {results['mcp']['error']}\n")
     ot = http1.get("gateway otlp", {}).get("median", {})
     if ot.get("rps") and gw.get("rps"):
         ratio = ot["rps"] / gw["rps"]
