@@ -175,11 +175,11 @@ class MetadataDocumentFetchTests(TestCase):
 
     def directory(self, hosts: tuple[str, ...] = ("127.0.0.1",), networks: Any = LOOPBACK,
                   ca: bool = True, resolve: Resolver | None = None,
-                  bounds: FetchBounds = SHORT) -> ClientDirectory:
+                  bounds: FetchBounds = SHORT, max_fetches: int = 32) -> ClientDirectory:
         settings = Settings(frozenset(hosts), tuple(networks),
                             self.ca_file.read_bytes() if ca else None, False)
         return ClientDirectory(reactor, MemoryRecordStore(reactor.seconds), settings,
-                               resolve=resolve, bounds=bounds)
+                               resolve=resolve, bounds=bounds, max_fetches=max_fetches)
 
     async def refused(self, directory: ClientDirectory, url: str) -> str:
         with self.assertRaises(ClientRefused) as caught:
@@ -233,6 +233,21 @@ class MetadataDocumentFetchTests(TestCase):
         # the deadline closed the connections the server still held
         await deferLater(0.1)
         self.assertEqual(self.resource.lost, ["/oauth/slow.json", "/oauth/silent.json"])
+
+    async def test_fetches_at_once_are_bounded(self) -> None:
+        """Client ids cost nothing to invent: beyond the bound a new one is refused at
+        once (not queued), and the bound frees as fetches end."""
+        directory = self.directory(max_fetches=2)
+        held = [directory.resolve(f"{self.base}/silent.json?n={n}") for n in range(2)]
+        with self.assertRaises(ClientRefused) as caught:
+            await directory.resolve(f"{self.base}/good.json")
+        self.assertEqual(caught.exception.error, "temporarily_unavailable")
+        self.assertIn("2 documents are being fetched", caught.exception.description)
+        for fetching in held:
+            with self.assertRaises(ClientRefused):
+                await fetching
+        self.assertEqual((await directory.resolve(f"{self.base}/good.json")).name,
+                         "Test Agent")
 
     async def test_wrong_client_id(self) -> None:
         why = await self.refused(self.directory(), f"{self.base}/wrong-id.json")
