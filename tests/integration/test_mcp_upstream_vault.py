@@ -29,6 +29,7 @@ from gateway.config.material import Reader
 from gateway.config.routes import Route, parse_policy
 from gateway.databroker.memory_records import MemoryRecordStore
 from gateway.databroker.records import MCP_UPSTREAM_CONNECT, MCP_UPSTREAM_TOKEN
+from gateway.mcp.messages import McpCall, McpVerdict
 from gateway.mcp_oauth.upstream import CALLBACK_PATH, ConnectRefused, UpstreamVault
 from tests.support.browser import Browser
 from tests.support.peers import OIDCProvider, oidc_provider
@@ -36,6 +37,7 @@ from tests.support.peers import OIDCProvider, oidc_provider
 pytestmark = pytest.mark.integration
 
 HOST = "mcp.test"
+VERDICTS = (McpVerdict(McpCall(1, "tools/call", "search", "ab" * 32), True, "allow[0]"),)
 CALLBACK = f"https://{HOST}{CALLBACK_PATH}"
 CONTINUE = f"https://{HOST}/.gateway/mcp/authorize?resume=abc"
 
@@ -90,7 +92,8 @@ class UpstreamVaultTests(TestCase):
         return data
 
     async def decided(self, user: str = "alice") -> Allow | Reply:
-        allow = Allow(((b"x-gateway-jwt-assertion", b"jwt"),), frozenset(), caller=alice(user))
+        allow = Allow(((b"x-gateway-jwt-assertion", b"jwt"),), frozenset(), reason="r",
+                      caller=alice(user), mcp=VERDICTS)
         decision = await self.vault.decorate(allow, self.route)  # type: ignore[misc]
         assert isinstance(decision, Allow | Reply)
         return decision
@@ -110,6 +113,8 @@ class UpstreamVaultTests(TestCase):
         self.assertEqual(decision.headers, ((b"x-gateway-jwt-assertion", b"jwt"),
                                             (b"authorization", f"Bearer {token}".encode())))
         self.assertIn(b"authorization", decision.remove)  # the client's own token
+        self.assertEqual((decision.mcp, decision.reason, decision.caller),
+                         (VERDICTS, "r", alice()))  # the rest as decided
         # authorized: the consent flow goes straight on next time
         self.assertIsNone(await self.vault.connect_step(self.route, "alice", "sid-alice",
                                                         CONTINUE, CALLBACK))

@@ -242,9 +242,11 @@ class UpstreamVault:
             if token is None:
                 return replace(_challenge("the upstream of this MCP route is not authorized "
                                           "for you; sign in again"), caller=caller)
-            return Allow((*allow.headers, (b"authorization", b"Bearer " + token.encode())),
-                         allow.remove | {b"authorization"}, allow.strip_cookie, allow.reason,
-                         caller)
+            # (every other field kept: the MCP messages' verdicts go on to the response
+            # filter and the audit)
+            return replace(allow, headers=(*allow.headers, (b"authorization",
+                                                            b"Bearer " + token.encode())),
+                           remove=allow.remove | {b"authorization"})
 
         def unavailable(failure: Any) -> Decision:
             failure.trap(oauth.UpstreamUnavailable)
