@@ -52,9 +52,13 @@ class TokenEndpoint(Resource):
     def __init__(self) -> None:
         super().__init__()
         self.forms: list[dict[bytes, list[bytes]]] = []
+        self.broken = False
 
     def render_POST(self, request: Request) -> bytes:
         self.forms.append(dict(request.args))
+        if self.broken:
+            request.setResponseCode(502)
+            return b"<html>bad gateway</html>"
         request.setHeader(b"content-type", b"application/json")
         return json.dumps({"access_token": "upstream-token-1", "token_type": "Bearer",
                            "expires_in": 300, "refresh_token": "r1"}).encode()
@@ -110,13 +114,14 @@ class VaultWiringTests(SynchronousTestCase):
             *(headers or [])]), route)
         return self.successResultOf(decision) if isinstance(decision, Deferred) else decision
 
-    def store_tokens(self, access: str) -> None:
+    def store_tokens(self, access: str, refresh: str = "", lifetime: float = 300) -> None:
         upstream = self.mcp.mcp.upstream_oauth2
         assert upstream is not None
         rid = token_id(route_key(self.mcp), upstream, self.session.user_id)
         self.successResultOf(Deferred.fromCoroutine(write_tokens(
             self.records, self.holder.vault.cipher, rid,
-            UpstreamTokens(access, "", self.reactor.seconds() + 300), self.reactor.seconds())))
+            UpstreamTokens(access, refresh, self.reactor.seconds() + lifetime),
+            self.reactor.seconds())))
 
     def test_person_without_tokens_gets_401(self) -> None:
         decision = self.decide()
@@ -132,6 +137,27 @@ class VaultWiringTests(SynchronousTestCase):
         self.assertEqual(header(decision, b"authorization"), b"Bearer upstream-token-0")
         self.assertIn(b"authorization", decision.remove)
         self.assertIn(b"authorization: Bearer upstream-token-0\r\n", decision.head)
+
+    def test_an_upstream_that_cannot_refresh_answers_503(self) -> None:
+        """A due token whose refresh cannot be done now (the token endpoint answers
+        nonsense): 503, the tokens kept for the next try."""
+        self.store_tokens("upstream-token-0", refresh="r0", lifetime=10)  # due
+        self.tokens.broken = True
+        decision = self.holder.authorize(request("/mcp", host=MCP, headers=[
+            (b"authorization", b"Bearer " + self.access.encode())]), self.mcp)
+        assert isinstance(decision, Deferred)
+        self.http.flush()
+        decision = self.successResultOf(decision)
+        self.assertEqual((decision.status, decision.reason), (503, "mcp-upstream-unavailable"))
+        self.assertEqual([f[b"grant_type"] for f in self.tokens.forms], [[b"refresh_token"]])
+        self.assertEqual(len(self.successResultOf(self.records.query(MCP_UPSTREAM_TOKEN))), 1)
+        self.tokens.broken = False
+        decision = self.holder.authorize(request("/mcp", host=MCP, headers=[
+            (b"authorization", b"Bearer " + self.access.encode())]), self.mcp)
+        assert isinstance(decision, Deferred)
+        self.http.flush()
+        self.assertEqual(header(self.successResultOf(decision), b"authorization"),
+                         b"Bearer upstream-token-1")
 
     def test_other_routes_are_left_alone(self) -> None:
         self.store_tokens("upstream-token-0")
