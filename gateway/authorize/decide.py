@@ -16,10 +16,11 @@ in: no criterion about the person matches them (``Caller.signed_in``).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 from gateway.authorize.caller import Caller
+from gateway.mcp.messages import McpCall
 from gateway.policy import CertFacts, Facts, Policy, Verdict
 
 # what policies see as the method of an SSH login
@@ -36,7 +37,9 @@ class Asked:
     it (empty for CONNECT and SSH); ``client_ip`` as the gateway determined it;
     ``client_cert`` a certificate the route verified; ``cors_preflight``; ``internal``:
     the gateway's own endpoints; ``ssh_username``: the login asked for (``None`` on
-    HTTP); ``now``: epoch seconds. (Not frozen: one is made per decision.)"""
+    HTTP); ``now``: epoch seconds; ``mcp``: the JSON-RPC message of an MCP route
+    decided (``None`` for any other request: the MCP criteria are false). (Not frozen:
+    one is made per decision.)"""
 
     now: float
     method: str = "GET"
@@ -46,6 +49,7 @@ class Asked:
     cors_preflight: bool = False
     internal: bool = False
     ssh_username: str | None = None
+    mcp: McpCall | None = None
 
 
 def decide(policy: Policy, caller: Caller | None, asked: Asked) -> Verdict:
@@ -56,11 +60,23 @@ def decide(policy: Policy, caller: Caller | None, asked: Asked) -> Verdict:
 
 def facts_of(caller: Caller | None, asked: Asked) -> Facts:
     """The policy's facts for ``caller`` asking ``asked``: the one place they are made."""
+    mcp = asked.mcp
     if caller is None or not caller.signed_in(asked.now):
+        if mcp is not None:
+            return Facts(method=asked.method, path=asked.path, client_ip=asked.client_ip,
+                         client_cert=asked.client_cert, now=asked.now,
+                         mcp_method=mcp.method, mcp_name=mcp.name)
         return Facts(method=asked.method, path=asked.path, client_ip=asked.client_ip,
                      client_cert=asked.client_cert, cors_preflight=asked.cors_preflight,
                      internal=asked.internal, ssh_username=asked.ssh_username,
                      now=asked.now)
+    if mcp is not None:
+        return Facts(authenticated=True, user_id=caller.user_id, provider=caller.provider,
+                     email=caller.email, groups=caller.groups,
+                     groups_available=caller.groups_available, claims=caller.claims,
+                     method=asked.method, path=asked.path, client_ip=asked.client_ip,
+                     client_cert=asked.client_cert, now=asked.now,
+                     mcp_method=mcp.method, mcp_name=mcp.name)
     return Facts(authenticated=True, user_id=caller.user_id, provider=caller.provider,
                  email=caller.email,
                  groups=caller.groups, groups_available=caller.groups_available,
@@ -96,6 +112,12 @@ def http_asked(request: HttpRequest, now: float, *, client_cert: CertFacts | Non
     return Asked(now, method_text(request.method),
                  request.path if path is None else path, request.client_ip, client_cert,
                  is_cors_preflight(request.method, request.headers), internal)
+
+
+def mcp_asked(asked: Asked, call: McpCall) -> Asked:
+    """What one JSON-RPC message ``call`` of an MCP route's request asks: the HTTP
+    request's ``asked`` with the message (a CORS preflight carries none)."""
+    return replace(asked, mcp=call)
 
 
 def ssh_asked(login: str, client_ip: str, now: float) -> Asked:

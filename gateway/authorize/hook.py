@@ -19,6 +19,7 @@ from twisted.internet.defer import Deferred
 
 from gateway.authorize.caller import Caller
 from gateway.config.routes import Route
+from gateway.mcp.messages import McpRequest, McpVerdict
 
 Pairs = tuple[tuple[bytes, bytes], ...]
 
@@ -39,6 +40,10 @@ class RequestInfo:
     # The client certificate (DER), verified against the route's CA, when the route's
     # policy reads it (``client_certificate``); empty otherwise.
     client_cert: bytes = b""
+    # On an MCP route, the JSON-RPC messages of the request (its body read whole, or a
+    # GET/DELETE as one message with the method ""): each is decided, and the answer
+    # carries a verdict for each (``Allow.mcp``, ``Reply.mcp``). ``None``: no message.
+    mcp: McpRequest | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +57,8 @@ class Allow:
     # who was allowed (``None``: nobody signed in), for the access log and the audit
     # stream, which name them
     caller: Caller | None = None
+    # the verdict on each MCP message of the request (``RequestInfo.mcp``), in its order
+    mcp: tuple[McpVerdict, ...] = ()
     # ``headers`` as they are written in the upstream request head (made once: a
     # decision is cached and reused for many requests)
     head: bytes = field(init=False, repr=False, compare=False, default=b"")
@@ -78,6 +85,8 @@ class Reply:
     headers: Pairs = ()
     reason: str = ""
     caller: Caller | None = None  # who was answered, when signed in (for the access log)
+    # the verdict on each MCP message of the request, when they were decided
+    mcp: tuple[McpVerdict, ...] = ()
 
     @property
     def user_id(self) -> str:

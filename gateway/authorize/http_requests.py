@@ -26,6 +26,16 @@ authenticate layer's ``bearer_callers``, which verifies it or answers the refusa
 same ``decide`` decides, and its caller never gets a sign-in answer: denied is 403, a
 token that expired is 401. Its ``Allow`` is remembered per (caller, route) while the
 policy does not read the request.
+
+A request to an MCP route carries its JSON-RPC messages (``RequestInfo.mcp``): whoever the
+caller is (a session's, a bearer token's, an MCP client's token), ``decide_caller`` then
+decides each message (``_decide_mcp``), never from a cache, and answers a refusal as the
+JSON-RPC errors of ``gateway.mcp.errors`` instead of the 403 page.
+
+A route with ``mcp`` takes only the tokens the gateway issued its MCP clients
+(``McpTokens``: ``gateway.mcp_oauth.resource_server``): the grant's session is the
+caller, with the client's id; no token or a bad one is the RFC 9728 challenge (401),
+never a sign-in redirect; the token never goes upstream.
 """
 
 from __future__ import annotations
@@ -42,12 +52,21 @@ from gateway.authorize.answers import denial_message
 from gateway.authorize.assertion import AssertionSigner, claim_headers
 from gateway.authorize.caller import Caller, caller_of
 from gateway.authorize.certificates import cert_facts
-from gateway.authorize.decide import caller_facts, decide, http_asked, method_text
+from gateway.authorize.decide import (
+    Asked,
+    caller_facts,
+    decide,
+    http_asked,
+    mcp_asked,
+    method_text,
+)
 from gateway.authorize.email import REFUSAL_TEXT
 from gateway.authorize.hook import Allow, Decision, Reply, RequestInfo
 from gateway.caches import FifoCache
 from gateway.config.routes import Route
 from gateway.config.snapshot import Snapshot
+from gateway.mcp.errors import JSON_HEADERS, denied_answer
+from gateway.mcp.messages import McpCall, McpVerdict
 from gateway.observability.request_metrics import route_label
 from gateway.observability.tracing.active import start_child
 from gateway.pages.layout import Action, look_of
@@ -113,6 +132,34 @@ class BearerTokens(Protocol):
     def counted(self, provider: str, result: str) -> None: ...
 
 
+class McpHolder(Protocol):
+    """Who holds an MCP client's good token: the grant's session and client."""
+
+    @property
+    def session_id(self) -> str: ...
+
+    @property
+    def client_id(self) -> str: ...
+
+
+class McpTokens(Protocol):
+    """MCP clients' tokens (``gateway.mcp_oauth.resource_server.McpResourceServer``)."""
+
+    def holder(self, request: RequestInfo, route: Route
+               ) -> McpHolder | Reply | Deferred[McpHolder | Reply | None] | None:
+        """The grant behind the request's token, the 401 refusing it, or ``None``: no
+        credential at all."""
+        ...
+
+    def challenge(self, request: RequestInfo, route: Route) -> Reply:
+        """401 with the RFC 9728 challenge: nobody, where the policy needs someone."""
+        ...
+
+    def refused(self, request: RequestInfo, route: Route, description: str) -> Reply:
+        """401 ``invalid_token``."""
+        ...
+
+
 class Decided(NamedTuple):
     """A decision remembered per (session, route, token): ``decide_caller``."""
 
@@ -150,7 +197,8 @@ class Decider:
     def __init__(self, snapshot: Snapshot, sessions: SessionLookup, store: SessionStore,
                  signer: AssertionSigner, sign_in: SignIn, clock: Callable[[], float],
                  directory: DirectoryGroups | None = None,
-                 bearer: BearerTokens | None = None) -> None:
+                 bearer: BearerTokens | None = None, mcp: McpTokens | None = None
+                 ) -> None:
         o = snapshot.options
         self.options = o
         self.look = look_of(o)
@@ -174,8 +222,14 @@ class Decider:
         # the value, so its id is not reused while the entry is here)
         self._bearer_allowed: FifoCache[tuple[int, int], Decided] = \
             FifoCache(DECISION_CACHE)
+        self.mcp = mcp
+        # (session id, client id): ``_mcp_caller``
+        self._mcp_callers: FifoCache[tuple[str, str], tuple[Caller, Caller]] = \
+            FifoCache(DECISION_CACHE)
 
     def authorize(self, request: RequestInfo, route: Route) -> Decision | Deferred[Decision]:
+        if route.mcp is not None and self.mcp is not None:
+            return self._mcp_authorize(request, route, self.mcp)
         raw, authorization = cookie_and_authorization(request.headers)
         if authorization and self.bearer is not None and self.bearer.of(route):
             found = self.bearer.caller(request, route, raw)
@@ -184,7 +238,7 @@ class Decider:
                     return found
                 return self._bearer_decide(request, route, found)
         span = start_child("session lookup", client=False)  # None unless traced
-        if span is None and raw and not authorization:
+        if span is None and raw and not authorization and request.mcp is None:
             allowed = self._allowed_again(request, route, raw)
             if allowed is not None:
                 return allowed
@@ -344,6 +398,8 @@ class Decider:
         fields names their codes (``allow_fields``) in the log. ``own_token``: the
         request's ``Authorization`` is the caller's credential, which the upstream must
         not see."""
+        if request.mcp is not None:
+            return self._decide_mcp(request, route, caller, own_token, now)
         key: tuple[str, int, bool] | None = None
         hit: Decided | None = None
         if caller is not None and caller.session_id and request.method != b"OPTIONS":
@@ -384,6 +440,9 @@ class Decider:
         bearer = self.bearer
         assert bearer is not None
         now = self.clock()
+        if request.mcp is not None:
+            return self._decide_mcp(request, route, caller, not route.pass_bearer_token, now,
+                                    bearer=True)
         key = (id(caller), route.index)
         hit = self._bearer_allowed.get(key)
         if hit is not None and hit.caller is caller and now < hit.until:
@@ -408,6 +467,121 @@ class Decider:
         return self._denied(request, route, caller, reasons,
                             verdict if route.policy_document is not None else None,
                             bearer=True)
+
+    def _decide_mcp(self, request: RequestInfo, route: Route, caller: Caller | None,
+                    own_token: bool, now: float, *, bearer: bool = False) -> Decision:
+        """Each JSON-RPC message of an MCP route's request decided for ``caller``, as
+        the HTTP request it came in with and the message (``mcp_asked``): allowed when
+        every one is (its ``Allow`` naming each verdict); otherwise, for someone signed
+        in, the JSON-RPC errors refusing the whole request (``denied_answer``: nothing
+        of it is forwarded), and for nobody the sign-in answer (a bearer token's caller
+        past its expiry: 401). Never cached: the messages differ from request to
+        request."""
+        mcp = request.mcp
+        assert mcp is not None
+        cert = self._cert(request) if CLIENT_CERT in route.policy.reads else None
+        asked = http_asked(request, now, client_cert=cert)
+        verdicts = tuple(self._mcp_verdict(route, caller, asked, call) for call in mcp.calls)
+        refused = [v for v in verdicts if not v.allowed]
+        if not refused:
+            reason = "; ".join(dict.fromkeys(r for v in verdicts for r in v.reasons))
+            allow = self._allow(route, caller, own_token, reason)
+            return replace(allow, mcp=verdicts)
+        if caller is None or not caller.signed_in(now):
+            if bearer and caller is not None and self.bearer is not None:
+                return self.bearer.expired(request, caller)
+            answer = self.sign_in.sign_in_answer(request, route)
+            if self.bearer is not None and not bearer:
+                answer = self.bearer.offered(request) or self.bearer.challenge(route, answer)
+            return replace(answer, mcp=verdicts)
+        if bearer and self.bearer is not None:
+            self.bearer.counted(caller.provider, "denied")
+        text = "; ".join(dict.fromkeys(r for v in refused for r in v.reasons))
+        log.info("MCP request denied on {host}{path} for {user}: {methods}: {reasons}",
+                 host=request.host, path=request.path, user=caller.who,
+                 methods=", ".join(f"{v.call.method} {v.call.name}".strip() for v in refused),
+                 reasons=text, user_id=caller.user_id, provider=caller.provider,
+                 route=route_label(route), client=request.client_ip)
+        status, body = denied_answer(mcp, verdicts)
+        return Reply(status, body, JSON_HEADERS, f"denied: {text}", caller, mcp=verdicts)
+
+    def _mcp_verdict(self, route: Route, caller: Caller | None, asked: Asked,
+                     call: McpCall) -> McpVerdict:
+        verdict = decide(route.policy, caller, mcp_asked(asked, call))
+        if route.policy_document is not None:
+            reasons: tuple[str, ...] = (verdict.reason,)
+        elif verdict.allowed:
+            reasons = (allow_fields.allowed_code(verdict),)
+        else:
+            reasons = allow_fields.refused_codes(route, self.groups_available,
+                                                 caller.email_refusal if caller else "")
+        return McpVerdict(call, verdict.allowed, verdict.rule, reasons)
+
+    def _mcp_authorize(self, request: RequestInfo, route: Route, mcp: McpTokens
+                       ) -> Decision | Deferred[Decision]:
+        """An MCP route: the client's token is the only credential (the cookie and
+        other tokens are not looked at)."""
+        found = mcp.holder(request, route)
+        if isinstance(found, Deferred):
+            return found.addCallback(lambda f: self._mcp_holder(request, route, mcp, f))
+        return self._mcp_holder(request, route, mcp, found)
+
+    def _mcp_holder(self, request: RequestInfo, route: Route, mcp: McpTokens,
+                    found: McpHolder | Reply | None) -> Decision | Deferred[Decision]:
+        if isinstance(found, Reply):
+            return found
+        if found is None:
+            now = self.clock()
+            if self._verdict(request, route, None, now).allowed:
+                return self.decide_caller(request, route, None, False, now)
+            return mcp.challenge(request, route)
+        session = self.store.get(found.session_id)
+        if session is None and self.store.needs_fetch:
+            async def fetched() -> Decision:
+                try:
+                    read = await self.store.fetch(found.session_id)
+                except Exception as exc:  # never a false "allowed"
+                    log.error("session storage unavailable: {error}", error=str(exc))
+                    return self.error(503, "Sessions cannot be read right now; try again "
+                                      "shortly.", request.headers,
+                                      "session-storage-unavailable")
+                result = self._mcp_session(request, route, mcp, read, found.client_id)
+                return await result if isinstance(result, Deferred) else result
+            return ensureDeferred(fetched())
+        return self._mcp_session(request, route, mcp, session, found.client_id)
+
+    def _mcp_session(self, request: RequestInfo, route: Route, mcp: McpTokens,
+                     session: Session | None, client_id: str
+                     ) -> Decision | Deferred[Decision]:
+        """The token's grant rests on ``session``: ended (sign-out, back-channel logout,
+        expiry, revocation) is an invalid token; its tokens at the provider refreshed
+        when due, as for a browser."""
+        now = self.clock()
+        if session is None or not session.valid(now):
+            return mcp.refused(request, route, "the sign-in behind this token has ended")
+        if session.provider not in self.sign_in.accepted(route):
+            return mcp.refused(request, route, "the sign-in behind this token is not one "
+                               "this route accepts")
+        if self._due_for_refresh(session):
+            async def refreshed() -> Decision:
+                renewed = await self.sign_in.refresh(session)
+                result = self._mcp_session(request, route, mcp, renewed, client_id)
+                return await result if isinstance(result, Deferred) else result
+            return ensureDeferred(refreshed())
+        caller = self._mcp_caller(session, client_id)
+        return self.decide_caller(request, route, caller, True, now)
+
+    def _mcp_caller(self, session: Session, client_id: str) -> Caller:
+        """The session's caller with the client acting for the person: one object per
+        session caller and client (decision caches compare callers by identity)."""
+        person = self.caller(session)
+        key = (session.id, client_id)
+        hit = self._mcp_callers.get(key)
+        if hit is not None and hit[0] is person:
+            return hit[1]
+        caller = replace(person, client_id=client_id)
+        self._mcp_callers.put(key, (person, caller))
+        return caller
 
     def _verdict(self, request: RequestInfo, route: Route, caller: Caller | None,
                  now: float) -> Verdict:

@@ -28,7 +28,7 @@ from gateway.authorize.allow_fields import refused_codes
 from gateway.authorize.answers import denial_message
 from gateway.authorize.caller import Caller, caller_of
 from gateway.authorize.certificates import cert_facts
-from gateway.authorize.decide import facts_of, http_asked
+from gateway.authorize.decide import facts_of, http_asked, mcp_asked
 from gateway.authorize.hook import RequestInfo
 from gateway.cli.policy_inputs import (
     InputError,
@@ -48,6 +48,8 @@ from gateway.config.providers import IMPLICIT_ID, IdentityProvider
 from gateway.config.routes import Route
 from gateway.dataplane.routing.plan import RoutePlan, build_plan
 from gateway.dataplane.routing.router import own_path
+from gateway.mcp.errors import denied_message
+from gateway.mcp.messages import McpCall, McpVerdict
 from gateway.policy import CLIENT_IP, Verdict
 
 NOT_CHECKED = 2  # no route, a bad configuration or argument
@@ -89,7 +91,9 @@ def check(snapshot: Snapshot, args: argparse.Namespace, token: TokenCheck | None
           ) -> Report:
     """The report for these arguments (``InputError``, ``NotRouted``); with ``token``
     (``--token``), the person is the one its verified claims make, or nobody."""
-    target = parse_target(args.url, args.method,
+    mcp = _mcp_call(args)
+    method = args.method or ("POST" if mcp is not None else None)
+    target = parse_target(args.url, method,
                           snapshot.options.path_with_parameters_action == "reject")
     now = token.now if token is not None else \
         float(int(time.time())) if args.at is None else parse_instant(args.at)
@@ -130,10 +134,32 @@ def check(snapshot: Snapshot, args: argparse.Namespace, token: TokenCheck | None
     request = RequestInfo(target.method, target.scheme, target.host, target.path,
                           target.query, [(b"host", target.host.encode("latin-1"))], args.ip)
     used = certificate.facts if certificate is not None and certificate.used else None
-    trace = route.policy.explain(facts_of(caller, http_asked(request, now, client_cert=used)))
+    asked = http_asked(request, now, client_cert=used)
+    if mcp is not None and route.mcp is None:
+        notes.append("--mcp-method/--mcp-name are not used: the route has no mcp, so its "
+                     "requests carry no MCP message and the MCP criteria are false")
+    elif mcp is not None:
+        asked = mcp_asked(asked, mcp)
+    elif route.mcp is not None:
+        notes.append("an MCP route: decided as a request without an MCP message (the MCP "
+                     "criteria false); --mcp-method/--mcp-name ask about one")
+    trace = route.policy.explain(facts_of(caller, asked))
     sentence = "" if trace.verdict.allowed else refusal_sentence(
         route, trace.verdict, caller, now, groups_available)
+    if sentence and sentence != SIGN_IN_REQUIRED and asked.mcp is not None:
+        # a refused MCP message is answered as a JSON-RPC error, not the 403 page
+        sentence = (f"a JSON-RPC error: "
+                    f"{denied_message(McpVerdict(asked.mcp, False))}")
     return found("decided", trace, sentence, tuple(notes))
+
+
+def _mcp_call(args: argparse.Namespace) -> McpCall | None:
+    """The JSON-RPC message ``--mcp-method``/``--mcp-name`` ask about (``None``: none)."""
+    method = getattr(args, "mcp_method", None)
+    name = getattr(args, "mcp_name", None)
+    if method is None and name is None:
+        return None
+    return McpCall(1, method or "tools/call", name or "")
 
 
 def _person(snapshot: Snapshot, args: argparse.Namespace, groups: list[str] | None,

@@ -45,6 +45,8 @@ examples:
   gateway policy check -c config.yaml --url tcp+https://db.example.com:5432 --user alice-id
   gateway policy check -c config.yaml --url https://wiki.example.com/ --json \\
       --at 2024-05-06T23:30:00+02:00 --claim org.unit=research --client-cert me.pem
+  gateway policy check -c config.yaml --url https://mcp-tickets.example.com/ \\
+      --email bob@example.com --groups support --mcp-tool search_tickets
 
 Without --user or --email nobody is signed in. Exit status: 0 allowed (or a public route:
 no decision), 1 denied, 2 no route, a bad configuration or a bad argument."""
@@ -73,6 +75,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="the instant of the request (default: now)")
     parser.add_argument("--client-cert", metavar="PEM",
                         help="the client certificate (PEM file, chain after it)")
+    parser.add_argument("--mcp-method", metavar="M",
+                        help="an MCP route: the JSON-RPC method of the message asked "
+                             "about (default tools/call with --mcp-name; the HTTP method "
+                             "is then POST)")
+    parser.add_argument("--mcp-name", "--mcp-tool", metavar="N", dest="mcp_name",
+                        help="an MCP route: the tool a tools/call names (a prompt's "
+                             "name, a resource's URI for those methods)")
     parser.add_argument("--json", action="store_true", help="one JSON object")
 
 

@@ -40,6 +40,10 @@ def parse_route_policy(item: Mapping[str, Any], base: str, values: dict[str, Any
                                         "gateway's own /.gateway/ endpoints (sign-in, "
                                         "sign-out, who am I, your routes) are answered "
                                         "before any route policy is asked")
+    if item.get("mcp") is None and (_names(raw, "mcp_method") or _names(raw, "mcp_tool")):
+        problems.warn(f"{base}.policy", "mcp_method and mcp_tool never match on a route "
+                                        "without mcp: only an MCP route's requests are read "
+                                        "as JSON-RPC messages (add mcp: {})")
     if not any(rule.action == ALLOW for rule in document.rules) and not any(
             values.get(key) for key in ALLOW_FIELDS):
         problems.warn(f"{base}.policy", "has no allow rule and the route no allow field: "

@@ -20,6 +20,7 @@ from gateway.mcp.messages import McpRequest, McpVerdict, RequestId
 PARSE_ERROR = -32700
 INVALID_REQUEST = -32600
 INVALID_PARAMS = -32602
+INTERNAL_ERROR = -32603
 HEADER_MISMATCH = -32020
 REFUSED = -31403
 """The gateway refused the message (its policy, or the request's ``Origin``)."""

@@ -44,11 +44,13 @@ DEPENDS_TEXT = {
     "date": "the date",
     "day_of_week": "the day of the week",
     "time_of_day": "the time of day",
+    "mcp": "the MCP request (its method or tool)",
 }
 _BY_CRITERION = {
     "http_method": "method", "http_path": "path", "gateway_routes": "path",
     "source_ip": "network", "client_certificate": "client_certificate", "date": "date",
     "day_of_week": "day_of_week", "time_of_day": "time_of_day",
+    "mcp_method": "mcp", "mcp_tool": "mcp",
 }
 
 

@@ -102,21 +102,28 @@ def _unknown(facts: Facts) -> bool | None:
     return None
 
 
-def compile_criterion(criterion: Criterion, path: str, allowed: bool) -> Node:
+def compile_criterion(criterion: Criterion, path: str, allowed: bool,
+                      negated: bool = False) -> Node:
+    """``negated``: under an odd number of ``not``/``nor``; with ``allowed`` it says
+    whether the criterion stands for "may" or "may not" (``mcp_tool``'s housekeeping
+    value, ``predicates``)."""
     spec = CRITERIA[criterion.name]
     node = Node(path, criterion.text, "", spec.kind, allowed, (), spec.reads)
     node.criterion = criterion
-    test, hit = predicate(criterion), node.hit
+    test, hit = predicate(criterion, housekeeping=allowed != negated), node.hit
     node.pred = test
     node.test = lambda f: hit if test(f) else None
     node.tri = _unknown if spec.person else test
     return node
 
 
-def compile_operator(operator: Operator, path: str, allowed: bool) -> Node:
+def compile_operator(operator: Operator, path: str, allowed: bool,
+                     negated: bool = False) -> Node:
+    inner = negated != (operator.op in (NOT, NOR))
     children = tuple(
-        compile_operator(entry, f"{path}[{i}].{entry.op}", allowed)
-        if isinstance(entry, Operator) else compile_criterion(entry, f"{path}[{i}]", allowed)
+        compile_operator(entry, f"{path}[{i}].{entry.op}", allowed, inner)
+        if isinstance(entry, Operator)
+        else compile_criterion(entry, f"{path}[{i}]", allowed, inner)
         for i, entry in enumerate(operator.entries))
     node = Node(path, "", operator.op, _common_kind(children), allowed, children,
                 frozenset().union(*(c.reads for c in children)))

@@ -36,15 +36,17 @@ from gateway.policy.times import (
 )
 
 # The request facts a criterion reads (``Policy.reads``).
-METHOD, PATH, CLIENT_IP, CLIENT_CERT, CLOCK, CORS, SSH_USERNAME = (
-    "method", "path", "client_ip", "client_cert", "clock", "cors", "ssh_username")
+METHOD, PATH, CLIENT_IP, CLIENT_CERT, CLOCK, CORS, SSH_USERNAME, MCP = (
+    "method", "path", "client_ip", "client_cert", "clock", "cors", "ssh_username", "mcp")
 # What a policy may read of a request besides the identity: a decision that read one of
 # these holds for that request only, and is not remembered for the next.
-REQUEST_FACTS = frozenset({METHOD, PATH, CLIENT_IP, CLIENT_CERT, CLOCK, CORS, SSH_USERNAME})
+REQUEST_FACTS = frozenset({METHOD, PATH, CLIENT_IP, CLIENT_CERT, CLOCK, CORS, SSH_USERNAME,
+                           MCP})
 # Kinds of condition (``Verdict.kind``).
 CLOSED, USER, DOMAIN, GROUP, CLAIM, METHOD_KIND, PATH_KIND, NETWORK, CERTIFICATE = (
     "closed", "user", "domain", "group", "claim", "method", "path", "network", "certificate")
 PROVIDER = "provider"
+MCP_KIND = "mcp"
 OUTSIDE_DATES, OUTSIDE_DAYS, OUTSIDE_HOURS, SSH_USER, POLICY = (
     "outside-dates", "outside-days", "outside-hours", "ssh-user", "policy")
 
@@ -124,6 +126,10 @@ CRITERIA: dict[str, Spec] = {
     # asked, so in a route's policy this never matches (a warning at load says so)
     "gateway_routes": Spec(_flag, PATH_KIND),
     "ssh_username": Spec(_exact, SSH_USER, frozenset({SSH_USERNAME})),
+    # a JSON-RPC message of an MCP route: its method, and the tool a tools/call names
+    # (``predicates.mcp_tool_test`` says which messages the tool criterion is about)
+    "mcp_method": Spec(_exact, MCP_KIND, frozenset({MCP})),
+    "mcp_tool": Spec(_exact, MCP_KIND, frozenset({MCP})),
     # these two compare the login name with the person's e-mail or claim: about the person
     "ssh_username_matches_email": Spec(_flag, SSH_USER, frozenset({SSH_USERNAME}),
                                        person=True),

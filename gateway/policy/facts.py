@@ -12,6 +12,20 @@ from dataclasses import dataclass
 from types import MappingProxyType
 
 NO_CLAIMS: Mapping[str, tuple[str, ...]] = MappingProxyType({})
+# The MCP methods a session needs whatever tools it may call: connecting, keeping
+# alive, its notifications, the lists (whose results are filtered entry by entry), the
+# 2026-07-28 change stream, and ``""`` (no method: a client's response, or the
+# body-less GET and DELETE of the 2025 transports). ``mcp_tool`` does not stand in
+# their way (``predicates``).
+MCP_HOUSEKEEPING = frozenset({
+    "", "initialize", "ping", "tools/list", "prompts/list", "resources/list",
+    "resources/templates/list", "subscriptions/listen"})
+
+
+def is_housekeeping(method: str) -> bool:
+    """Whether the MCP ``method`` is one every session needs (``MCP_HOUSEKEEPING``, and
+    every notification)."""
+    return method in MCP_HOUSEKEEPING or method.startswith("notifications/")
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,11 +56,17 @@ class Facts:
     text that is no address matches no ``source_ip``), ``client_cert``, whether it is a
     CORS preflight, whether it is for the gateway's own endpoints (``internal``), the
     SSH user name asked for (``None`` on HTTP). ``now``: epoch seconds.
+
+    MCP (one JSON-RPC message of a request to an MCP route; ``None`` for any other
+    request): ``mcp_method``, its method; ``mcp_tool``, the tool a ``tools/call`` names
+    (``None`` for every other method); ``mcp_housekeeping``, whether the method is one
+    every MCP session needs (``is_housekeeping``).
     """
 
     __slots__ = ("authenticated", "claims", "client_cert", "client_ip", "cors_preflight",
-                 "domain", "email", "groups", "groups_available", "internal", "method",
-                 "now", "path", "provider", "ssh_username", "user_id")
+                 "domain", "email", "groups", "groups_available", "internal", "mcp_housekeeping",
+                 "mcp_method", "mcp_tool", "method", "now", "path", "provider",
+                 "ssh_username", "user_id")
 
     def __init__(self, *, authenticated: bool = False, user_id: str = "", email: str = "",
                  groups: Collection[str] = (), groups_available: bool = False,
@@ -54,7 +74,8 @@ class Facts:
                  path: str = "/", client_ip: str = "", client_cert: CertFacts | None = None,
                  cors_preflight: bool = False, internal: bool = False,
                  ssh_username: str | None = None, now: float = 0.0,
-                 provider: str = "") -> None:
+                 provider: str = "", mcp_method: str | None = None,
+                 mcp_name: str = "") -> None:
         self.authenticated = authenticated
         self.user_id = user_id
         self.provider = provider
@@ -72,13 +93,17 @@ class Facts:
         self.internal = internal
         self.ssh_username = ssh_username
         self.now = now
+        self.mcp_method = mcp_method
+        self.mcp_tool = mcp_name if mcp_method == "tools/call" else None
+        self.mcp_housekeeping = mcp_method is not None and is_housekeeping(mcp_method)
 
     def for_request(self, method: str, path: str, client_ip: str,
                     client_cert: CertFacts | None, cors_preflight: bool, internal: bool,
                     now: float, ssh_username: str | None = None) -> Facts:
         """These identity facts with another request's. A decider that remembers a
         person's facts builds each request's from them: a copy of the slots, without
-        the keyword call and the e-mail's normalising again."""
+        the keyword call and the e-mail's normalising again. (No MCP message: a
+        decider remembers no decision on one.)"""
         facts = _new_facts(Facts)
         facts.authenticated = self.authenticated
         facts.user_id = self.user_id
@@ -96,6 +121,9 @@ class Facts:
         facts.internal = internal
         facts.ssh_username = ssh_username
         facts.now = now
+        facts.mcp_method = None
+        facts.mcp_tool = None
+        facts.mcp_housekeeping = False
         return facts
 
     def __repr__(self) -> str:

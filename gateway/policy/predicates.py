@@ -4,6 +4,20 @@ Operands are turned into what a test needs once (sets, prefix tuples, network gr
 zone's offset), so evaluating a criterion is a few attribute reads and a comparison.
 Identity criteria never match a request that is not signed in, and an empty e-mail,
 domain or user id matches nothing, whatever the matcher (``not_in`` included).
+
+The MCP criteria match nothing but a JSON-RPC message of an MCP route (``Facts.mcp_method``
+is ``None`` for every other request). ``mcp_method`` matches its method. ``mcp_tool``
+matches the tool a ``tools/call`` names; for any other method it is false, except for
+the housekeeping every session needs (``facts.is_housekeeping``: ``initialize``, ``ping``,
+notifications, the lists, ...), which it lets past: there it takes the value that
+leaves the rule to its other criteria, true where it stands for "may" (in an ``allow``
+rule, or under one ``not``/``nor`` of a ``deny`` rule) and false where it stands for
+"may not" (in a ``deny`` rule, or under one ``not``/``nor`` of an ``allow`` rule).
+So ``allow: {and: [{groups: {has: support}}, {mcp_tool: {in: [a, b]}}]}`` lets a
+support person connect, list and call exactly ``a`` and ``b``, and ``deny: {mcp_tool:
+{in: [drop_db]}}`` refuses that tool alone, as it does in Pomerium, where ``mcp_tool``
+is false for everything but ``tools/call``. ``compile`` says which value
+(``housekeeping``) each occurrence takes.
 """
 
 from __future__ import annotations
@@ -105,8 +119,9 @@ def weekday(local: float) -> int:
     return int((local // DAY + 3) % 7)
 
 
-def predicate(criterion: Criterion) -> Predicate:
-    """The test of one criterion."""
+def predicate(criterion: Criterion, housekeeping: bool = True) -> Predicate:
+    """The test of one criterion. ``housekeeping``: the value ``mcp_tool`` takes for an
+    MCP message every session needs (the module's docstring says why it varies)."""
     name, operand = criterion.name, criterion.operand
     if name == "accept":
         return lambda f: True
@@ -119,6 +134,8 @@ def predicate(criterion: Criterion) -> Predicate:
     if name == "gateway_routes":
         return lambda f: f.internal
     if isinstance(operand, Strings):
+        if name == "mcp_tool":
+            return mcp_tool_test(string_test(operand), housekeeping)
         return _strings(name, operand)
     if isinstance(operand, Has):
         return _has(name, criterion.sub, operand.value)
@@ -152,6 +169,8 @@ def _strings(name: str, matcher: Strings) -> Predicate:
             return lambda f: f.authenticated and f.provider in members
         if name == "http_method":
             return lambda f: f.method in members
+        if name == "mcp_method":
+            return lambda f: f.mcp_method in members
     lone = _lone_affix(name, matcher)
     if lone is not None:
         return lone
@@ -170,7 +189,17 @@ def _strings(name: str, matcher: Strings) -> Predicate:
         return lambda f: test(f.path)
     if name == "ssh_username":
         return lambda f: f.ssh_username is not None and test(f.ssh_username)
+    if name == "mcp_method":
+        return lambda f: f.mcp_method is not None and test(f.mcp_method)
     raise AssertionError(f"{name} takes no string matcher")
+
+
+def mcp_tool_test(test: StringTest, housekeeping: bool) -> Predicate:
+    """``mcp_tool``: ``test`` on a ``tools/call``'s tool; ``housekeeping`` for the
+    methods every MCP session needs; false for every other method and request."""
+    if housekeeping:
+        return lambda f: test(f.mcp_tool) if f.mcp_tool is not None else f.mcp_housekeeping
+    return lambda f: f.mcp_tool is not None and test(f.mcp_tool)
 
 
 def _lone_affix(name: str, matcher: Strings) -> Predicate | None:

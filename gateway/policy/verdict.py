@@ -40,6 +40,7 @@ KIND_TEXT = {
     "outside-days": "this route is closed on this day of the week",
     "outside-hours": "this route is closed at this time of day",
     "ssh-user": "this login name is not allowed for you",
+    "mcp": "this MCP request is not allowed for you on this route",
     "policy": "this route's policy does not allow you in",
 }
 

@@ -100,7 +100,7 @@ class RemoteAuthorizer:
 
     def _answered(self, answer: pb.CheckResponse, request: RequestInfo, key: str
                   ) -> Decision:
-        decision = decision_from_pb(answer)
+        decision = decision_from_pb(answer, request.mcp)
         if answer.mismatch or decision is None:
             if self.mismatches.due(key, answer.route_key):
                 log.error("route mismatch for {host}{path}: this proxy matched route "

@@ -97,6 +97,13 @@ class FilterTests(SynchronousTestCase):
             self.assertTrue(touched)
             self.assertEqual(out["result"]["tools"], tools("search"))
 
+    def test_a_result_beside_a_method_is_still_filtered(self) -> None:
+        # no valid message has both, but a lenient client may read it as a response
+        message = {**response(1, {"tools": tools("search", "x")}), "method": "ping"}
+        out, touched, _ = run(message)
+        self.assertTrue(touched)
+        self.assertEqual(out["result"]["tools"], tools("search"))
+
     def test_an_integral_float_id_is_the_request_it_equals(self) -> None:
         out, _, _ = run(response(1.0, {"nope": []}))
         self.assertEqual(out["error"]["code"], LIST_UNREADABLE)

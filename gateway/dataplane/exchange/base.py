@@ -25,6 +25,7 @@ from gateway.dataplane.exchange.stage import DONE, FINAL, HEAD, RESPONDING, Stag
 from gateway.dataplane.routing.plan import RoutePlan
 from gateway.dataplane.upstream.hosts import UpstreamHost
 from gateway.dataplane.upstream.http1_client import UpstreamConnection
+from gateway.mcp.messages import McpDecided
 from gateway.pages.answer import error_answer
 from gateway.pages.layout import look_of
 from gateway.policy import CLIENT_CERT
@@ -105,7 +106,7 @@ class ExchangeBase:
     __slots__ = (
         "allow", "body_sent", "caller", "connecting", "core", "deadline",
         "decision_reason", "detail", "expect_continue", "facts", "finished", "head",
-        "head_pending", "host_state", "internal_body", "keep_alive", "pending",
+        "head_pending", "host_state", "internal_body", "keep_alive", "mcp", "pending",
         "pending_size", "plan", "received", "request_done", "retried",
         "reused", "rid", "sent", "sink", "stage", "started", "status", "trace", "trace_id",
         "upstream", "upstream_host", "upstream_started", "upstream_status",
@@ -161,6 +162,10 @@ class ExchangeBase:
         self.body_sent = False
         self.detail = ""
         self.internal_body: bytearray | None = None
+        # on an MCP route, its messages as read and their verdicts (mcp_request.py);
+        # ``mcp_response`` filters its response by it, ``access`` audits each message;
+        # ``None`` on every other route
+        self.mcp: McpDecided | None = None
 
     def head_read(self, head: RequestHead) -> None:
         """The head of an exchange made before it was read (HTTP/1.1 makes one at the

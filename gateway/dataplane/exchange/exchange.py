@@ -16,6 +16,7 @@ from twisted.python.failure import Failure
 
 from gateway.authorize.hook import Allow, Reply, RequestInfo
 from gateway.config.routes import Route
+from gateway.dataplane.exchange import mcp_request
 from gateway.dataplane.exchange.access import access_log, log_access
 from gateway.dataplane.exchange.base import policy_certificate
 from gateway.dataplane.exchange.forward_auth import serve_forward_auth
@@ -54,6 +55,9 @@ class Exchange(UpstreamRelay):
             # empty DATA frame) would be the last-chunk, ending the body upstream early
             return
         if self.internal_body is not None:
+            if self.plan is not None and self.plan.mcp is not None:
+                mcp_request.body_piece(self, data)
+                return
             if len(self.internal_body) + len(data) > 16384:
                 self.internal_body = None
                 self.keep_alive = False
@@ -68,13 +72,18 @@ class Exchange(UpstreamRelay):
         if self.finished:
             return
         if self.internal_body is not None:
+            plan = self.plan
+            if plan is not None and plan.mcp is not None:
+                if mcp_request.body_complete(self):
+                    self._decide_route(plan)
+                return
             body, self.internal_body = bytes(self.internal_body), None
             if not self._internal(body):
                 self.fail(404, "not found")
             return
         head = self.head
         if self.stage in UPSTREAM_BOUND and self.plan is not None and not head.connect:
-            self.deadline = self.core.reactor.seconds() + self.plan.timeout
+            self.deadline = self.core.reactor.seconds() + self.plan.response_timeout
         if not head.framing:
             return
         if head.framing == BODY_CHUNKED:
@@ -200,10 +209,20 @@ class Exchange(UpstreamRelay):
             self.keep_alive = False
             self.fail(403, f"{token} upgrades are not enabled on this route")
             return
+        if plan.mcp is not None and mcp_request.begin(self, plan):
+            return
         if plan.public:
             self.dispatch()
             return
         self._authorize(plan)
+
+    def _decide_route(self, plan: RoutePlan) -> None:
+        """An MCP route's request, its body read: decided (or, public, forwarded) as
+        ``begin`` does any request."""
+        if plan.public:
+            self.dispatch()
+        else:
+            self._authorize(plan)
 
     def _refuse_underscores(self) -> bool:
         """``headers_with_underscores_action: reject``: 400 naming the first such header."""
@@ -316,8 +335,10 @@ class Exchange(UpstreamRelay):
         certificate = b"" if plan is None or plan.client_cert is None \
             else policy_certificate(self.facts, plan)
         head = self.head
+        mcp = self.mcp
         return RequestInfo(head.method, self.core.scheme, head.host, head.path, head.query,
-                           head.headers, self.decision_address(), certificate)
+                           head.headers, self.decision_address(), certificate,
+                           mcp.request if mcp is not None else None)
 
     def _decided(self, decision: Allow | Reply) -> None:
         self.sink.resume_reading("authorize")
@@ -327,6 +348,8 @@ class Exchange(UpstreamRelay):
     def _apply(self, decision: Allow | Reply) -> None:
         self.caller = decision.caller
         self.decision_reason = decision.reason
+        if self.mcp is not None and not mcp_request.decided(self, decision):
+            return
         if isinstance(decision, Reply):
             self._reply(decision)
             return

@@ -25,11 +25,12 @@ from gateway.dataplane.exchange.head import (
     BODY_NONE,
     NO_NAMES,
 )
+from gateway.dataplane.exchange.mcp_response import listener_for
 from gateway.dataplane.exchange.measure import observe_upstream
 from gateway.dataplane.exchange.request_head import upstream_request_head
 from gateway.dataplane.exchange.stage import CONNECTING, DONE, RESPONDING, TUNNEL, WAITING
 from gateway.dataplane.upstream.hosts import UpstreamHost
-from gateway.dataplane.upstream.http1_client import UpstreamConnection
+from gateway.dataplane.upstream.http1_client import UpstreamConnection, UpstreamListener
 from gateway.dataplane.upstream.pool import Pool
 from gateway.net.endpoints import connect_failure
 from gateway.wire.headers import (
@@ -100,7 +101,7 @@ class UpstreamRelay(ExchangeBase):
         if self.trace is not None:
             self.trace.start_upstream(self)
         # The route timeout runs from the end of the request (as Envoy's does).
-        self.deadline = now + plan.timeout if self.request_done else 0.0
+        self.deadline = now + plan.response_timeout if self.request_done else 0.0
         self.stage = CONNECTING  # (a plain write: see ``stage.MOVED_BY``)
         if self.expect_continue:
             self.expect_continue = False
@@ -124,7 +125,11 @@ class UpstreamRelay(ExchangeBase):
         self.upstream = conn
         self.stage = WAITING  # (a plain write: see ``stage.MOVED_BY``)
         head = self.head
-        conn.send(self, upstream_request_head(self), head.method == b"HEAD",
+        listener: UpstreamListener = self
+        plan = self.plan
+        if plan is not None and plan.route.mcp is not None:
+            listener = listener_for(self)  # an MCP route's response may be filtered
+        conn.send(listener, upstream_request_head(self), head.method == b"HEAD",
                   head.framing == BODY_CHUNKED)
         if self.pending:
             for chunk in self.pending:
@@ -161,7 +166,7 @@ class UpstreamRelay(ExchangeBase):
             self._unrequested_switch()
             return
         self.stage = RESPONDING  # (a plain write: see ``stage.MOVED_BY``)
-        self.deadline = self.core.reactor.seconds() + plan.timeout
+        self.deadline = self.core.reactor.seconds() + plan.response_timeout
         self.status = self.upstream_status = status
         out: list[tuple[bytes, bytes]] = []
         upstream_conn = self.upstream
@@ -208,7 +213,7 @@ class UpstreamRelay(ExchangeBase):
         route timeout runs afresh."""
         plan = self.plan
         if plan is not None:
-            self.deadline = self.core.reactor.seconds() + plan.timeout
+            self.deadline = self.core.reactor.seconds() + plan.response_timeout
 
     def flush_head(self) -> None:
         """Write a response head still held back (called after each upstream read)."""
@@ -227,7 +232,8 @@ class UpstreamRelay(ExchangeBase):
     def upstream_body(self, data: bytes) -> None:
         if self.finished or not data:
             return  # (an empty chunk to the client would be the last-chunk)
-        self.deadline = self.core.reactor.seconds() + (self.plan.timeout if self.plan else 30)
+        self.deadline = self.core.reactor.seconds() + (self.plan.response_timeout
+                                                       if self.plan else 30)
         self.sent += len(data)
         self._send(data)
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
+from gateway.config.mcp import McpRoute
 from gateway.config.routes import OVERRIDE_HEADERS, Route
 from gateway.config.snapshot import Snapshot
 from gateway.dataplane.routing.header_table import request_actions
@@ -58,6 +59,14 @@ class RoutePlan:
     # what the upstream request head does with each header name this route treats
     # specially (``header_table``), and the route's own request headers as ready bytes:
     # made with the plan, read by exchange/request_head.py
+    # an MCP route's ``mcp`` (``None``: not one): its POST bodies are read and decided
+    # message by message (exchange/mcp_request.py)
+    mcp: McpRoute | None = None
+    # how long the upstream may stay silent while a request is in flight (for its
+    # response head, between pieces of its body): the route ``timeout``; on an MCP
+    # route, whose responses are long-lived event streams, ``timeout_idle`` when that is
+    # longer (infinite when 0)
+    response_timeout: float = 30.0
     request_actions: dict[bytes, int] = field(init=False)
     request_headers_block: bytes = field(init=False)
 
@@ -197,6 +206,9 @@ def build_plan(snapshot: Snapshot, previous: Plan | None = None) -> Plan:
             client_cert=client_cert,
             tcp=route.tcp,
             metric_labels=(route_host_label(route), route_label(route)),
+            mcp=route.mcp,
+            response_timeout=route.timeout if route.mcp is None
+            else _stream_timeout(route.timeout, options.timeout_idle),
         )
         plans.append(plan)
         for host_key in route_host_keys(route):
@@ -209,6 +221,16 @@ def build_plan(snapshot: Snapshot, previous: Plan | None = None) -> Plan:
         state_key=state,
         forward_auth_host=_forward_auth_host(options.forward_auth_url),
     )
+
+
+def _stream_timeout(route_timeout: float, idle: float) -> float:
+    """An MCP route's silence bound: its event streams stay open for a long tool call
+    or, for a change stream, indefinitely, and are cut only when the upstream is silent
+    for longer than the server's idle timeout (``timeout_idle``; 0: never), or the
+    route's ``timeout`` when that is longer."""
+    if not idle:
+        return float("inf")
+    return max(route_timeout, idle)
 
 
 def _forward_auth_host(url: str) -> str:

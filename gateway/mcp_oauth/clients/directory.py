@@ -20,7 +20,7 @@ from twisted.logger import Logger
 from gateway.config.snapshot import Snapshot
 from gateway.config.validate_mcp import allowed_hosts, allowed_networks
 from gateway.databroker.records import RecordStore
-from gateway.mcp_oauth.client_types import ClientRefused, McpClient
+from gateway.mcp_oauth.client_types import ClientRefused, Clients, McpClient
 from gateway.mcp_oauth.clients import client_ids, registration
 from gateway.mcp_oauth.clients.addresses import Network
 from gateway.mcp_oauth.clients.document import client_of_document
@@ -202,3 +202,7 @@ class ClientDirectory:
 def directory_for(reactor: Any, snapshot: Snapshot, records: RecordStore) -> ClientDirectory:
     """The directory a snapshot describes, over the process's record store."""
     return ClientDirectory(reactor, records, Settings.of(snapshot))
+
+
+def _is_clients(directory: ClientDirectory) -> Clients:
+    return directory  # mypy holds the directory to the protocol mcpauth calls

@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\"gateway/rpc/protos/authorize.proto\x12\x14gateway.authorize.v1\"%\n\x06Header\x12\x0c\n\x04name\x18\x01 \x01(\x0c\x12\r\n\x05value\x18\x02 \x01(\x0c\"\xd4\x01\n\x0c\x43heckRequest\x12\x0e\n\x06method\x18\x01 \x01(\x0c\x12\x0e\n\x06scheme\x18\x02 \x01(\t\x12\x0c\n\x04host\x18\x03 \x01(\t\x12\x0c\n\x04path\x18\x04 \x01(\t\x12\r\n\x05query\x18\x05 \x01(\x0c\x12\x11\n\tclient_ip\x18\x06 \x01(\t\x12-\n\x07headers\x18\x07 \x03(\x0b\x32\x1c.gateway.authorize.v1.Header\x12\x11\n\troute_key\x18\x08 \x01(\t\x12\x0f\n\x07\x63onnect\x18\t \x01(\x08\x12\x13\n\x0b\x63lient_cert\x18\n \x01(\x0c\"^\n\x07\x41llowed\x12-\n\x07headers\x18\x01 \x03(\x0b\x32\x1c.gateway.authorize.v1.Header\x12\x0e\n\x06remove\x18\x02 \x03(\x0c\x12\x14\n\x0cstrip_cookie\x18\x03 \x01(\t\"e\n\x06\x44\x65nied\x12\x0e\n\x06status\x18\x01 \x01(\r\x12\x0c\n\x04\x62ody\x18\x02 \x01(\x0c\x12-\n\x07headers\x18\x03 \x03(\x0b\x32\x1c.gateway.authorize.v1.Header\x12\x0e\n\x06reason\x18\x04 \x01(\t\"\xb2\x01\n\rCheckResponse\x12.\n\x05\x61llow\x18\x01 \x01(\x0b\x32\x1d.gateway.authorize.v1.AllowedH\x00\x12,\n\x04\x64\x65ny\x18\x02 \x01(\x0b\x32\x1c.gateway.authorize.v1.DeniedH\x00\x12\x11\n\troute_key\x18\x03 \x01(\t\x12\x10\n\x08mismatch\x18\x04 \x01(\x08\x12\x13\n\x0bsigning_kid\x18\x05 \x01(\tB\t\n\x07outcome\"1\n\x11SigningKeyRequest\x12\x0b\n\x03kid\x18\x01 \x01(\t\x12\x0f\n\x07process\x18\x02 \x01(\t\"4\n\x12SigningKeyResponse\x12\x0b\n\x03kid\x18\x01 \x01(\t\x12\x11\n\talgorithm\x18\x02 \x01(\t2\xbe\x01\n\tAuthorize\x12P\n\x05\x43heck\x12\".gateway.authorize.v1.CheckRequest\x1a#.gateway.authorize.v1.CheckResponse\x12_\n\nSigningKey\x12\'.gateway.authorize.v1.SigningKeyRequest\x1a(.gateway.authorize.v1.SigningKeyResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\"gateway/rpc/protos/authorize.proto\x12\x14gateway.authorize.v1\"%\n\x06Header\x12\x0c\n\x04name\x18\x01 \x01(\x0c\x12\r\n\x05value\x18\x02 \x01(\x0c\"\x84\x02\n\x0c\x43heckRequest\x12\x0e\n\x06method\x18\x01 \x01(\x0c\x12\x0e\n\x06scheme\x18\x02 \x01(\t\x12\x0c\n\x04host\x18\x03 \x01(\t\x12\x0c\n\x04path\x18\x04 \x01(\t\x12\r\n\x05query\x18\x05 \x01(\x0c\x12\x11\n\tclient_ip\x18\x06 \x01(\t\x12-\n\x07headers\x18\x07 \x03(\x0b\x32\x1c.gateway.authorize.v1.Header\x12\x11\n\troute_key\x18\x08 \x01(\t\x12\x0f\n\x07\x63onnect\x18\t \x01(\x08\x12\x13\n\x0b\x63lient_cert\x18\n \x01(\x0c\x12.\n\x03mcp\x18\x0b \x01(\x0b\x32!.gateway.authorize.v1.McpMessages\"o\n\nMcpMessage\x12\x0f\n\x07id_json\x18\x01 \x01(\t\x12\x0e\n\x06method\x18\x02 \x01(\t\x12\x0c\n\x04name\x18\x03 \x01(\t\x12\x18\n\x10\x61rguments_sha256\x18\x04 \x01(\t\x12\x18\n\x10protocol_version\x18\x05 \x01(\t\"j\n\x0bMcpMessages\x12\x32\n\x08messages\x18\x01 \x03(\x0b\x32 .gateway.authorize.v1.McpMessage\x12\r\n\x05\x62\x61tch\x18\x02 \x01(\x08\x12\x18\n\x10protocol_version\x18\x03 \x01(\t\"<\n\nMcpVerdict\x12\x0f\n\x07\x61llowed\x18\x01 \x01(\x08\x12\x0c\n\x04rule\x18\x02 \x01(\t\x12\x0f\n\x07reasons\x18\x03 \x03(\t\"\x8d\x01\n\x07\x41llowed\x12-\n\x07headers\x18\x01 \x03(\x0b\x32\x1c.gateway.authorize.v1.Header\x12\x0e\n\x06remove\x18\x02 \x03(\x0c\x12\x14\n\x0cstrip_cookie\x18\x03 \x01(\t\x12-\n\x03mcp\x18\x04 \x03(\x0b\x32 .gateway.authorize.v1.McpVerdict\"\x94\x01\n\x06\x44\x65nied\x12\x0e\n\x06status\x18\x01 \x01(\r\x12\x0c\n\x04\x62ody\x18\x02 \x01(\x0c\x12-\n\x07headers\x18\x03 \x03(\x0b\x32\x1c.gateway.authorize.v1.Header\x12\x0e\n\x06reason\x18\x04 \x01(\t\x12-\n\x03mcp\x18\x05 \x03(\x0b\x32 .gateway.authorize.v1.McpVerdict\"\xb2\x01\n\rCheckResponse\x12.\n\x05\x61llow\x18\x01 \x01(\x0b\x32\x1d.gateway.authorize.v1.AllowedH\x00\x12,\n\x04\x64\x65ny\x18\x02 \x01(\x0b\x32\x1c.gateway.authorize.v1.DeniedH\x00\x12\x11\n\troute_key\x18\x03 \x01(\t\x12\x10\n\x08mismatch\x18\x04 \x01(\x08\x12\x13\n\x0bsigning_kid\x18\x05 \x01(\tB\t\n\x07outcome\"1\n\x11SigningKeyRequest\x12\x0b\n\x03kid\x18\x01 \x01(\t\x12\x0f\n\x07process\x18\x02 \x01(\t\"4\n\x12SigningKeyResponse\x12\x0b\n\x03kid\x18\x01 \x01(\t\x12\x11\n\talgorithm\x18\x02 \x01(\t2\xbe\x01\n\tAuthorize\x12P\n\x05\x43heck\x12\".gateway.authorize.v1.CheckRequest\x1a#.gateway.authorize.v1.CheckResponse\x12_\n\nSigningKey\x12\'.gateway.authorize.v1.SigningKeyRequest\x1a(.gateway.authorize.v1.SigningKeyResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -34,17 +34,23 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_HEADER']._serialized_start=60
   _globals['_HEADER']._serialized_end=97
   _globals['_CHECKREQUEST']._serialized_start=100
-  _globals['_CHECKREQUEST']._serialized_end=312
-  _globals['_ALLOWED']._serialized_start=314
-  _globals['_ALLOWED']._serialized_end=408
-  _globals['_DENIED']._serialized_start=410
-  _globals['_DENIED']._serialized_end=511
-  _globals['_CHECKRESPONSE']._serialized_start=514
-  _globals['_CHECKRESPONSE']._serialized_end=692
-  _globals['_SIGNINGKEYREQUEST']._serialized_start=694
-  _globals['_SIGNINGKEYREQUEST']._serialized_end=743
-  _globals['_SIGNINGKEYRESPONSE']._serialized_start=745
-  _globals['_SIGNINGKEYRESPONSE']._serialized_end=797
-  _globals['_AUTHORIZE']._serialized_start=800
-  _globals['_AUTHORIZE']._serialized_end=990
+  _globals['_CHECKREQUEST']._serialized_end=360
+  _globals['_MCPMESSAGE']._serialized_start=362
+  _globals['_MCPMESSAGE']._serialized_end=473
+  _globals['_MCPMESSAGES']._serialized_start=475
+  _globals['_MCPMESSAGES']._serialized_end=581
+  _globals['_MCPVERDICT']._serialized_start=583
+  _globals['_MCPVERDICT']._serialized_end=643
+  _globals['_ALLOWED']._serialized_start=646
+  _globals['_ALLOWED']._serialized_end=787
+  _globals['_DENIED']._serialized_start=790
+  _globals['_DENIED']._serialized_end=938
+  _globals['_CHECKRESPONSE']._serialized_start=941
+  _globals['_CHECKRESPONSE']._serialized_end=1119
+  _globals['_SIGNINGKEYREQUEST']._serialized_start=1121
+  _globals['_SIGNINGKEYREQUEST']._serialized_end=1170
+  _globals['_SIGNINGKEYRESPONSE']._serialized_start=1172
+  _globals['_SIGNINGKEYRESPONSE']._serialized_end=1224
+  _globals['_AUTHORIZE']._serialized_start=1227
+  _globals['_AUTHORIZE']._serialized_end=1417
 # @@protoc_insertion_point(module_scope)

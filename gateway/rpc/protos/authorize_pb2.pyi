@@ -15,7 +15,7 @@ class Header(_message.Message):
     def __init__(self, name: _Optional[bytes] = ..., value: _Optional[bytes] = ...) -> None: ...
 
 class CheckRequest(_message.Message):
-    __slots__ = ("method", "scheme", "host", "path", "query", "client_ip", "headers", "route_key", "connect", "client_cert")
+    __slots__ = ("method", "scheme", "host", "path", "query", "client_ip", "headers", "route_key", "connect", "client_cert", "mcp")
     METHOD_FIELD_NUMBER: _ClassVar[int]
     SCHEME_FIELD_NUMBER: _ClassVar[int]
     HOST_FIELD_NUMBER: _ClassVar[int]
@@ -26,6 +26,7 @@ class CheckRequest(_message.Message):
     ROUTE_KEY_FIELD_NUMBER: _ClassVar[int]
     CONNECT_FIELD_NUMBER: _ClassVar[int]
     CLIENT_CERT_FIELD_NUMBER: _ClassVar[int]
+    MCP_FIELD_NUMBER: _ClassVar[int]
     method: bytes
     scheme: str
     host: str
@@ -36,29 +37,68 @@ class CheckRequest(_message.Message):
     route_key: str
     connect: bool
     client_cert: bytes
-    def __init__(self, method: _Optional[bytes] = ..., scheme: _Optional[str] = ..., host: _Optional[str] = ..., path: _Optional[str] = ..., query: _Optional[bytes] = ..., client_ip: _Optional[str] = ..., headers: _Optional[_Iterable[_Union[Header, _Mapping]]] = ..., route_key: _Optional[str] = ..., connect: _Optional[bool] = ..., client_cert: _Optional[bytes] = ...) -> None: ...
+    mcp: McpMessages
+    def __init__(self, method: _Optional[bytes] = ..., scheme: _Optional[str] = ..., host: _Optional[str] = ..., path: _Optional[str] = ..., query: _Optional[bytes] = ..., client_ip: _Optional[str] = ..., headers: _Optional[_Iterable[_Union[Header, _Mapping]]] = ..., route_key: _Optional[str] = ..., connect: _Optional[bool] = ..., client_cert: _Optional[bytes] = ..., mcp: _Optional[_Union[McpMessages, _Mapping]] = ...) -> None: ...
+
+class McpMessage(_message.Message):
+    __slots__ = ("id_json", "method", "name", "arguments_sha256", "protocol_version")
+    ID_JSON_FIELD_NUMBER: _ClassVar[int]
+    METHOD_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    ARGUMENTS_SHA256_FIELD_NUMBER: _ClassVar[int]
+    PROTOCOL_VERSION_FIELD_NUMBER: _ClassVar[int]
+    id_json: str
+    method: str
+    name: str
+    arguments_sha256: str
+    protocol_version: str
+    def __init__(self, id_json: _Optional[str] = ..., method: _Optional[str] = ..., name: _Optional[str] = ..., arguments_sha256: _Optional[str] = ..., protocol_version: _Optional[str] = ...) -> None: ...
+
+class McpMessages(_message.Message):
+    __slots__ = ("messages", "batch", "protocol_version")
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    BATCH_FIELD_NUMBER: _ClassVar[int]
+    PROTOCOL_VERSION_FIELD_NUMBER: _ClassVar[int]
+    messages: _containers.RepeatedCompositeFieldContainer[McpMessage]
+    batch: bool
+    protocol_version: str
+    def __init__(self, messages: _Optional[_Iterable[_Union[McpMessage, _Mapping]]] = ..., batch: _Optional[bool] = ..., protocol_version: _Optional[str] = ...) -> None: ...
+
+class McpVerdict(_message.Message):
+    __slots__ = ("allowed", "rule", "reasons")
+    ALLOWED_FIELD_NUMBER: _ClassVar[int]
+    RULE_FIELD_NUMBER: _ClassVar[int]
+    REASONS_FIELD_NUMBER: _ClassVar[int]
+    allowed: bool
+    rule: str
+    reasons: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, allowed: _Optional[bool] = ..., rule: _Optional[str] = ..., reasons: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class Allowed(_message.Message):
-    __slots__ = ("headers", "remove", "strip_cookie")
+    __slots__ = ("headers", "remove", "strip_cookie", "mcp")
     HEADERS_FIELD_NUMBER: _ClassVar[int]
     REMOVE_FIELD_NUMBER: _ClassVar[int]
     STRIP_COOKIE_FIELD_NUMBER: _ClassVar[int]
+    MCP_FIELD_NUMBER: _ClassVar[int]
     headers: _containers.RepeatedCompositeFieldContainer[Header]
     remove: _containers.RepeatedScalarFieldContainer[bytes]
     strip_cookie: str
-    def __init__(self, headers: _Optional[_Iterable[_Union[Header, _Mapping]]] = ..., remove: _Optional[_Iterable[bytes]] = ..., strip_cookie: _Optional[str] = ...) -> None: ...
+    mcp: _containers.RepeatedCompositeFieldContainer[McpVerdict]
+    def __init__(self, headers: _Optional[_Iterable[_Union[Header, _Mapping]]] = ..., remove: _Optional[_Iterable[bytes]] = ..., strip_cookie: _Optional[str] = ..., mcp: _Optional[_Iterable[_Union[McpVerdict, _Mapping]]] = ...) -> None: ...
 
 class Denied(_message.Message):
-    __slots__ = ("status", "body", "headers", "reason")
+    __slots__ = ("status", "body", "headers", "reason", "mcp")
     STATUS_FIELD_NUMBER: _ClassVar[int]
     BODY_FIELD_NUMBER: _ClassVar[int]
     HEADERS_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
+    MCP_FIELD_NUMBER: _ClassVar[int]
     status: int
     body: bytes
     headers: _containers.RepeatedCompositeFieldContainer[Header]
     reason: str
-    def __init__(self, status: _Optional[int] = ..., body: _Optional[bytes] = ..., headers: _Optional[_Iterable[_Union[Header, _Mapping]]] = ..., reason: _Optional[str] = ...) -> None: ...
+    mcp: _containers.RepeatedCompositeFieldContainer[McpVerdict]
+    def __init__(self, status: _Optional[int] = ..., body: _Optional[bytes] = ..., headers: _Optional[_Iterable[_Union[Header, _Mapping]]] = ..., reason: _Optional[str] = ..., mcp: _Optional[_Iterable[_Union[McpVerdict, _Mapping]]] = ...) -> None: ...
 
 class CheckResponse(_message.Message):
     __slots__ = ("allow", "deny", "route_key", "mismatch", "signing_kid")

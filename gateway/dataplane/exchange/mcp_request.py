@@ -1,0 +1,165 @@
+"""The request side of an MCP route (a route with ``mcp``): its ``Origin``, its body read
+whole and parsed, its metadata headers against the body, then each message decided.
+
+``begin`` is asked once routing found an MCP route (``Exchange.begin``; a route without
+``mcp`` never comes here and pays one attribute test):
+
+- ``Origin`` present and not the route's own: 403 (``mcp.headers.origin_refusal``).
+- POST: the body is read whole (``body_piece``, ``body_complete``: the exchange's
+  ``internal_body`` buffer, as for the gateway's own endpoints), up to the route's
+  ``mcp.max_request_bytes`` (a larger ``Content-Length`` is refused before any of it is
+  read, a body that grows past it when it does: 413; never a prefix), then read into
+  its messages (``mcp.jsonrpc``) and checked against the headers (``mcp.headers``);
+  each refusal a JSON-RPC error (``mcp.errors``). The messages go on the exchange
+  (``exchange.mcp``, an ``McpDecided``), the body into its ``pending`` pieces, and the
+  route's authorization decides as for any request, with the messages in
+  ``RequestInfo.mcp``: the decider decides each (``authorize.http_requests``) and
+  answers either an ``Allow`` holding a verdict for every message, or the JSON-RPC
+  errors refusing the request (nothing of it forwarded). An allowed body is forwarded
+  exactly as it was read.
+- GET and DELETE (the 2025 transports' server stream and end of session) carry no
+  message: they are decided as one message with the method ``""``, for which
+  ``mcp_tool`` steps aside and ``mcp_method`` matches only ``""``
+  (docs/how-to/mcp-policy.md says why).
+- Any other method carries no MCP message and is decided as any request is (both MCP
+  criteria false).
+
+``decided`` keeps the verdicts on the exchange for the response side and the audit
+event (``McpDecided.verdicts``) and refuses an ``Allow`` without a verdict for each
+message, which only an authorizer that does not know MCP (a split deployment's older
+authorize service) would answer.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from gateway.authorize.hook import Allow, Reply
+from gateway.mcp.errors import INTERNAL_ERROR, JSON_HEADERS, Refusal, too_large
+from gateway.mcp.headers import McpHeaders, check_agreement, origin_refusal, read_headers
+from gateway.mcp.jsonrpc import read_request
+from gateway.mcp.messages import McpCall, McpDecided, McpRequest, McpVerdict
+
+if TYPE_CHECKING:
+    from gateway.dataplane.exchange.exchange import Exchange
+    from gateway.dataplane.routing.plan import RoutePlan
+
+_NO_MESSAGE = McpCall(None, "")
+_BODILESS = frozenset({b"GET", b"DELETE"})
+
+
+def begin(exchange: Exchange, plan: RoutePlan) -> bool:
+    """True when the request was answered or its body is being read; False when the
+    route's authorization decides it now (with ``exchange.mcp`` set when it carries a
+    message)."""
+    mcp = plan.mcp
+    assert mcp is not None
+    head = exchange.head
+    refusal = origin_refusal(head.headers, exchange.core.scheme, head.host)
+    if refusal is not None:
+        answer(exchange, refusal)
+        return True
+    method = head.method
+    if method in _BODILESS:
+        found = read_headers(head.headers)
+        version = found.protocol_version if isinstance(found, McpHeaders) else ""
+        _carry(exchange, plan, McpRequest((_NO_MESSAGE,), False, version))
+        return False
+    if method != b"POST":
+        return False
+    if exchange.request_done:  # no body at all: refused as the empty body it is
+        return not read(exchange, plan, b"")
+    length = _content_length(head.headers)
+    if length is not None and length > mcp.max_request_bytes:
+        answer(exchange, too_large(mcp.max_request_bytes))
+        return True
+    exchange.internal_body = bytearray()
+    if exchange.expect_continue:
+        exchange.expect_continue = False
+        exchange.sink.send_continue()
+    return True
+
+
+def body_piece(exchange: Exchange, data: bytes) -> None:
+    """A piece of an MCP route's body, held until the whole has come (413 past the
+    route's limit: the rest is not read, and the connection is not kept)."""
+    buffer = exchange.internal_body
+    plan = exchange.plan
+    assert buffer is not None and plan is not None and plan.mcp is not None
+    limit = plan.mcp.max_request_bytes
+    if len(buffer) + len(data) > limit:
+        exchange.internal_body = None
+        exchange.keep_alive = False
+        answer(exchange, too_large(limit))
+        return
+    buffer += data
+
+
+def body_complete(exchange: Exchange) -> bool:
+    """The whole body came: True when it is to be decided now."""
+    buffer, exchange.internal_body = exchange.internal_body, None
+    plan = exchange.plan
+    assert buffer is not None and plan is not None
+    return read(exchange, plan, bytes(buffer))
+
+
+def read(exchange: Exchange, plan: RoutePlan, body: bytes) -> bool:
+    """``body`` read into its messages and checked against the headers (False: answered
+    with the error); the messages kept on the exchange, the body in its ``pending``
+    pieces, sent to the upstream as it is once the connection is there."""
+    headers = exchange.head.headers
+    found = read_headers(headers)
+    if isinstance(found, Refusal):
+        answer(exchange, found)
+        return False
+    request = read_request(body, found.protocol_version)
+    if isinstance(request, Refusal):
+        answer(exchange, request)
+        return False
+    mismatch = check_agreement(found, request)
+    if mismatch is not None:
+        answer(exchange, mismatch)
+        return False
+    _carry(exchange, plan, request)
+    exchange.pending = [body]
+    exchange.pending_size = len(body)
+    exchange.body_sent = True
+    return True
+
+
+def _carry(exchange: Exchange, plan: RoutePlan, request: McpRequest) -> None:
+    """Keep ``request`` on the exchange; on a public route, which is not decided, every
+    message is allowed as public."""
+    decided = exchange.mcp = McpDecided(request)
+    if plan.public:
+        decided.verdicts = tuple(McpVerdict(call, True, "public", ("public",))
+                                 for call in request.calls)
+
+
+def decided(exchange: Exchange, decision: Allow | Reply) -> bool:
+    """The authorization's answer to a request carrying MCP messages: its verdicts kept
+    on the exchange; False when an ``Allow`` lacks them (answered 500 instead)."""
+    carried = exchange.mcp
+    assert carried is not None
+    carried.verdicts = decision.mcp
+    if isinstance(decision, Reply) or len(decision.mcp) == len(carried.request.calls):
+        return True
+    answer(exchange, Refusal(500, INTERNAL_ERROR,
+                             "the authorization service decided no MCP message of this "
+                             "request; it may be older than this proxy"))
+    return False
+
+
+def answer(exchange: Exchange, refusal: Refusal) -> None:
+    """``refusal`` as the JSON-RPC error the client reads (its message also the access
+    log's ``detail``)."""
+    exchange.detail = f"mcp: {refusal.message}"
+    exchange.local(refusal.status, refusal.body(), JSON_HEADERS)
+
+
+def _content_length(headers: list[tuple[bytes, bytes]]) -> int | None:
+    for name, value in headers:
+        if name.lower() == b"content-length":
+            value = value.strip()
+            return int(value) if value.isdigit() else None
+    return None

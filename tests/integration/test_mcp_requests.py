@@ -1,0 +1,178 @@
+"""An MCP route's requests through the real daemon to a real upstream (the echo
+upstream, which reports the SHA-256 of each body it read and logs every request), for a
+person signed in with a cookie through oidc-provider: what is forwarded byte for byte,
+what is refused as JSON-RPC and never reaches the upstream (docs/how-to/mcp-policy.md)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from tests.conftest import _require_binary
+from tests.support.browser import Browser, Reply
+from tests.support.daemon import gateway_daemon
+from tests.support.peers import Upstream, echo_upstream, oidc_provider
+from tests.support.processes import free_port
+
+pytestmark = pytest.mark.integration
+
+TOOLS_ALLOWED = ["get_ticket", "search_tickets"]
+
+
+@dataclass
+class Setup:
+    port: int
+    upstream: Upstream
+    person: Browser
+
+    def post(self, body: bytes, path: str = "/mcp", **headers: str) -> Reply:
+        return self.person.request("POST", f"http://mcp.test:{self.port}{path}", body, {
+            "Accept": "application/json, text/event-stream",
+            "Content-Type": "application/json", **headers})
+
+    def forwarded(self) -> int:
+        """How many POSTs the upstream has read."""
+        return self.upstream.process.log_text().count('"POST /')
+
+
+def call(name: str, id_: object = 1, **arguments: Any) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": id_, "method": "tools/call",
+            "params": {"name": name, "arguments": arguments}}
+
+
+def error_of(reply: Reply) -> dict[str, Any]:
+    assert reply.header("content-type") == "application/json", reply.headers
+    answer = json.loads(reply.body)
+    assert isinstance(answer, dict)
+    return answer
+
+
+@pytest.fixture(scope="module")
+def mcp(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
+    _require_binary("node", "apt-get install -y nodejs npm")
+    tmp = tmp_path_factory.mktemp("mcp-requests")
+    port = free_port()
+    with oidc_provider(tmp, [f"http://auth.test:{port}/oauth2/callback"]) as op, \
+            echo_upstream(tmp, name="mcp") as up:
+        signed_in = {"email": {"ends_with": "@example.test"}}
+        config = {
+            "authenticate_service_url": f"http://auth.test:{port}",
+            "idp_provider": "oidc", "idp_provider_url": op.issuer,
+            "idp_client_id": op.client_id, "idp_client_secret": op.client_secret,
+            "cookie_secure": False,
+            "policy": [
+                # where the person signs in (no MCP route: the fixture needs none of it)
+                {"from": f"http://mcp.test:{port}", "prefix": "/landing/", "to": up.url,
+                 "policy": [{"allow": {"and": [signed_in]}}]},
+                {"from": f"http://mcp.test:{port}", "prefix": "/small/", "to": up.url,
+                 "mcp": {"max_request_bytes": 2048},
+                 "policy": [{"allow": {"and": [signed_in]}}]},
+                {"from": f"http://mcp.test:{port}", "to": up.url, "mcp": {},
+                 "policy": [{"allow": {"and": [
+                     signed_in, {"mcp_tool": {"in": TOOLS_ALLOWED}}]}}]},
+            ],
+        }
+        with gateway_daemon(tmp, config, port=port):
+            person = Browser()
+            landed = person.sign_in(f"http://mcp.test:{port}/landing/", "alice@example.test")
+            assert landed.status == 200, (landed.status, landed.body[:300])
+            yield Setup(port, up, person)
+
+
+def test_an_allowed_call_is_forwarded_byte_for_byte(mcp: Setup) -> None:
+    body = json.dumps(call("get_ticket", id="T-1"), indent=2).encode() + b"\n\n"
+    before = mcp.forwarded()
+    reply = mcp.post(body)
+    assert reply.status == 200, reply.body[:300]
+    echoed = json.loads(reply.body)
+    assert (echoed["body_length"], echoed["body_sha256"]) == (
+        len(body), hashlib.sha256(body).hexdigest())
+    assert mcp.forwarded() == before + 1
+
+
+def test_a_denied_call_is_a_json_rpc_error_and_never_upstream(mcp: Setup) -> None:
+    before = mcp.forwarded()
+    reply = mcp.post(json.dumps(call("delete_ticket", id_="d-1")).encode())
+    assert reply.status == 200
+    answer = error_of(reply)
+    assert answer["id"] == "d-1"
+    assert answer["error"]["code"] == -31403
+    assert "'delete_ticket'" in answer["error"]["message"]
+    assert mcp.forwarded() == before
+
+
+def test_a_batch_hiding_a_denied_call_is_refused_whole(mcp: Setup) -> None:
+    before = mcp.forwarded()
+    batch = [call("get_ticket", 1), call("search_tickets", 2), call("delete_ticket", 3)]
+    reply = mcp.post(json.dumps(batch).encode(), **{"MCP-Protocol-Version": "2025-03-26"})
+    assert reply.status == 200
+    answers = json.loads(reply.body)
+    assert [a["id"] for a in answers] == [1, 2, 3]
+    assert all(a["error"]["code"] == -31403 for a in answers)
+    assert mcp.forwarded() == before
+
+
+def test_a_10_mib_body_whose_tool_name_comes_last(mcp: Setup) -> None:
+    """Decided on the whole body: the name after 10 MiB of arguments is read, and the
+    allowed one goes upstream whole."""
+    blob = "x" * (10 * 1024 * 1024)
+
+    def body(name: str) -> bytes:
+        return (b'{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"arguments":'
+                + json.dumps({"blob": blob}).encode() + b',"name":"' + name.encode() + b'"}}')
+
+    before = mcp.forwarded()
+    denied = mcp.post(body("delete_ticket"))
+    assert (denied.status, error_of(denied)["error"]["code"]) == (200, -31403)
+    assert mcp.forwarded() == before
+    allowed = body("search_tickets")
+    reply = mcp.post(allowed)
+    assert reply.status == 200
+    assert json.loads(reply.body)["body_sha256"] == hashlib.sha256(allowed).hexdigest()
+
+
+def test_headers_that_disagree_with_the_body(mcp: Setup) -> None:
+    before = mcp.forwarded()
+    reply = mcp.post(json.dumps(call("delete_ticket")).encode(),
+                     **{"Mcp-Method": "tools/call", "Mcp-Name": "get_ticket",
+                        "MCP-Protocol-Version": "2026-07-28"})
+    assert reply.status == 400
+    assert error_of(reply)["error"]["code"] == -32020
+    assert mcp.forwarded() == before
+
+
+def test_another_origin_is_403(mcp: Setup) -> None:
+    before = mcp.forwarded()
+    reply = mcp.post(json.dumps(call("get_ticket")).encode(), Origin="http://evil.test")
+    assert reply.status == 403
+    assert error_of(reply)["id"] is None
+    same = mcp.post(json.dumps(call("get_ticket")).encode(),
+                    Origin=f"http://mcp.test:{mcp.port}")
+    assert same.status == 200
+    assert mcp.forwarded() == before + 1
+
+
+def test_a_body_past_the_limit_is_413(mcp: Setup) -> None:
+    before = mcp.forwarded()
+    reply = mcp.post(json.dumps(call("get_ticket", blob="x" * 4096)).encode(),
+                     path="/small/mcp")
+    assert reply.status == 413
+    assert error_of(reply)["error"]["code"] == -32600
+    assert mcp.post(json.dumps(call("get_ticket")).encode(), path="/small/mcp").status == 200
+    assert mcp.forwarded() == before + 1
+
+
+def test_not_json_is_a_parse_error(mcp: Setup) -> None:
+    before = mcp.forwarded()
+    for body in (b'{"jsonrpc":"2.0","id":1,"method":"tools/call"', b"\xff\xfe{}",
+                 b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":'
+                 b'{"name":"get_ticket","name":"delete_ticket"}}'):
+        reply = mcp.post(body)
+        assert reply.status == 400, body
+        assert error_of(reply)["error"]["code"] == -32700
+    assert mcp.forwarded() == before
