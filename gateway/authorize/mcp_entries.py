@@ -14,21 +14,20 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from gateway.authorize.caller import Caller
-from gateway.authorize.decide import Asked, decide, http_asked
+from gateway.authorize.decide import Asked, decide, http_asked, mcp_asked
 from gateway.authorize.hook import RequestInfo
 from gateway.authorize.http_requests import Decider
 from gateway.config.routes import Route
+from gateway.mcp.messages import McpCall
 from gateway.policy import CLIENT_CERT
 
 Allowed = Callable[[str, str], bool]
 
 
 def entry_asked(asked: Asked, method: str, name: str) -> Asked:
-    """What the request asked, as the call ``method`` about ``name`` would ask it.
-
-    (Until the request side's MCP facts are on ``Asked``: the request as it is; with
-    them this is ``replace(asked, mcp_method=method, mcp_tool=name)``.)"""
-    return asked
+    """What the request asked, as the call ``method`` about ``name`` would ask it (the
+    request side's MCP facts, ``Asked.mcp``, as that call's message)."""
+    return mcp_asked(asked, McpCall(None, method, name))
 
 
 def entry_predicate(route: Route, caller: Caller | None, request: RequestInfo,

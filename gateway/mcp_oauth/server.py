@@ -26,11 +26,12 @@ from twisted.logger import Logger
 
 from gateway.authorize import answers
 from gateway.authorize.caller import Caller
-from gateway.authorize.decide import decide, http_asked
+from gateway.authorize.decide import decide, http_asked, mcp_asked
 from gateway.authorize.hook import Decision, Reply, RequestInfo
 from gateway.config.routes import Route
 from gateway.config.values import is_loopback_host
 from gateway.databroker.records import StorageUnavailable
+from gateway.mcp.messages import McpCall
 from gateway.mcp_oauth.authorize_request import (
     AuthorizeAsk,
     RedirectError,
@@ -309,11 +310,7 @@ class McpAuthorizationServer:
         return self._consent_page(request, route, ask, client, session, caller, remembered)
 
     def _admitted(self, request: RequestInfo, route: Route, caller: Caller) -> bool:
-        """Whether the route's policy lets the person in at all: as a request without
-        a body would be decided (a GET of the route's path, from this address)."""
-        probe = RequestInfo(b"GET", request.scheme, request.host,
-                            resource_path(route) or "/", b"", [], request.client_ip)
-        return decide(route.policy, caller, http_asked(probe, self.clock())).allowed
+        return admitted(request, route, caller, self.clock())
 
     async def _code(self, request: RequestInfo, ask: AuthorizeAsk, session: Session,
                     iss: str, status: int = 302) -> Decision:
@@ -522,3 +519,15 @@ def allowed_clients(grants: Grants, session: Session, csrf: str
             "Revoke", REVOKE_CONSENT, "post", (("client_id", c.client_id), ("csrf", csrf)),
             primary=False)) for c in sorted(consents.values(), key=lambda c: c.name)]
     return ensureDeferred(run())
+
+
+def admitted(request: RequestInfo, route: Route, caller: Caller, now: float) -> bool:
+    """Whether the route's policy lets the person in at all: as a request without a body
+    would be decided (a GET of the route's path, from this address), which on an MCP
+    route is the one message of method ``""`` (``mcp_tool`` steps aside for it; a rule of
+    ``mcp_method`` alone does not admit it). Without the message, every rule naming an
+    MCP criterion is false and no one using them could authorize a client."""
+    probe = RequestInfo(b"GET", request.scheme, request.host,
+                        resource_path(route) or "/", b"", [], request.client_ip)
+    return decide(route.policy, caller, mcp_asked(http_asked(probe, now),
+                                                  McpCall(None, ""))).allowed

@@ -12,14 +12,15 @@ from dataclasses import dataclass
 from types import MappingProxyType
 
 NO_CLAIMS: Mapping[str, tuple[str, ...]] = MappingProxyType({})
-# The MCP methods a session needs whatever tools it may call: connecting, keeping
+# The MCP methods a session needs whatever tools it may call: connecting (2026-07-28:
+# ``server/discover``, which every server MUST answer and a client sends first), keeping
 # alive, its notifications, the lists (whose results are filtered entry by entry), the
 # 2026-07-28 change stream, and ``""`` (no method: a client's response, or the
 # body-less GET and DELETE of the 2025 transports). ``mcp_tool`` does not stand in
 # their way (``predicates``).
 MCP_HOUSEKEEPING = frozenset({
-    "", "initialize", "ping", "tools/list", "prompts/list", "resources/list",
-    "resources/templates/list", "subscriptions/listen"})
+    "", "initialize", "server/discover", "ping", "tools/list", "prompts/list",
+    "resources/list", "resources/templates/list", "subscriptions/listen"})
 
 
 def is_housekeeping(method: str) -> bool:
