@@ -56,7 +56,7 @@ from gateway.authorize.decide import (
     Asked,
     caller_facts,
     decide,
-    facts_of,
+    decide_message,
     http_asked,
     mcp_asked,
     method_text,
@@ -73,7 +73,6 @@ from gateway.observability.tracing.active import start_child
 from gateway.pages.layout import Action, look_of
 from gateway.pages.rules import admits
 from gateway.policy import CLIENT_CERT, CertFacts, Specialized, Verdict, specialize
-from gateway.policy.any_message import any_message_allowed
 from gateway.policy.unsigned import admits_without_sign_in
 from gateway.sessions.lookup import COOKIE_CACHE, SessionLookup, cookie_and_authorization
 from gateway.sessions.model import Session
@@ -539,14 +538,9 @@ class Decider:
 
     def _mcp_verdict(self, route: Route, caller: Caller | None, asked: Asked,
                      call: McpCall) -> McpVerdict:
-        """One message decided. One without a method (a GET or DELETE, a client's
-        response) belongs to the person's session whatever they use it for: allowed
-        when the policy lets them send some message on the route
-        (``any_message_allowed``)."""
-        if not call.method and caller is not None and caller.signed_in(asked.now):
-            verdict = any_message_allowed(route.policy, facts_of(caller, asked))
-        else:
-            verdict = decide(route.policy, caller, mcp_asked(asked, call))
+        """One message decided (``decide_message``: one that only keeps the session is
+        the person's whatever they use it for), with the reasons the log names."""
+        verdict = decide_message(route.policy, caller, mcp_asked(asked, call))
         if route.policy_document is not None:
             reasons: tuple[str, ...] = (verdict.reason,)
         elif verdict.allowed:
