@@ -22,7 +22,7 @@ from gateway.dataplane.routing.router import path_matches, route_host_keys
 from gateway.pages.layout import Action, Look, origin
 from gateway.pages.routes import Portal, PortalRoute, entry_path, portal_route, render_portal
 from gateway.pages.signout import confirm_sign_out, signed_out
-from gateway.pages.whoami import Group, Profile, render_profile
+from gateway.pages.whoami import AllowedClient, Group, Profile, render_profile
 from gateway.policy.any_message import any_message_allowed
 from gateway.sessions.lookup import cookie_and_authorization
 from gateway.sessions.model import Session
@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 WHO_AM_I = ("/.gateway/", "/.gateway")
 PORTAL = (ROUTES, ROUTES + "/")
 # A page for a signed-in person, given the session (``_signed_in``).
-Page = Callable[[Session], Decision]
+Page = Callable[[Session], Decision | Deferred[Decision]]
 
 
 def who_am_i(ident: Identity, request: RequestInfo) -> Decision | Deferred[Decision]:
@@ -97,7 +97,7 @@ def _signed_in(ident: Identity, request: RequestInfo, page: Page, stranger: str
 
 
 def _answer(ident: Identity, request: RequestInfo, session: Session | None, page: Page,
-            stranger: str) -> Decision:
+            stranger: str) -> Decision | Deferred[Decision]:
     if session is None:
         if answers.wants_html(request.headers):
             return ident.sign_in(request)
@@ -105,7 +105,20 @@ def _answer(ident: Identity, request: RequestInfo, session: Session | None, page
     return page(session)
 
 
-def _profile(ident: Identity, request: RequestInfo, session: Session) -> Decision:
+def _profile(ident: Identity, request: RequestInfo, session: Session
+             ) -> Decision | Deferred[Decision]:
+    """The page; with the MCP clients the person allowed, when there are MCP routes."""
+    consents = ident.mcp_consents
+    if consents is None:
+        return _profile_with(ident, request, session, ())
+
+    def listed(found: list[AllowedClient]) -> Decision:
+        return _profile_with(ident, request, session, tuple(found))
+    return consents(session, ident.csrf_token(session)).addCallback(listed)
+
+
+def _profile_with(ident: Identity, request: RequestInfo, session: Session,
+                  clients: tuple[AllowedClient, ...]) -> Decision:
     caller = ident.decider.caller(session)  # what routes see of it
     refusal = caller.email_refusal
     profile = Profile(
@@ -113,7 +126,8 @@ def _profile(ident: Identity, request: RequestInfo, session: Session) -> Decisio
         groups=_groups(ident, caller), claims=caller.claims, started=session.issued_at,
         expires=caller.expires_at, identity_provider=_provider_text(ident, session),
         host=request.host, email_claimed=session.email if refusal else "",
-        email_refused=refusal, email_refused_text=REFUSAL_TEXT.get(refusal, ""))
+        email_refused=refusal, email_refused_text=REFUSAL_TEXT.get(refusal, ""),
+        clients=clients)
     actions = [Action("Sign out", SIGN_OUT, "post", (("csrf", ident.csrf_token(session)),))]
     switch = ident.switch_action(request, f"{request.scheme}://{request.host}/.gateway/")
     if switch is not None:

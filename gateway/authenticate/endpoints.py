@@ -27,6 +27,7 @@ from gateway.authenticate.account import (
     who_am_i,
 )
 from gateway.authenticate.backchannel import BackchannelLogout
+from gateway.authenticate.mcp_connect import CALLBACK_PATH, McpConnect
 from gateway.authenticate.oidc import OIDCError, ProviderUnavailable, pkce_pair
 from gateway.authenticate.same_origin import SameOrigin
 from gateway.authenticate.ssh_sign_in import SSH_SIGN_IN, SshSignIn
@@ -64,6 +65,8 @@ from gateway.wire.cross_origin import SAFE_METHODS
 if TYPE_CHECKING:
     from gateway.authenticate.identity import Identity
     from gateway.databroker.session_ends import SessionEnds
+    from gateway.mcp_oauth.server import McpAuthorizationServer
+    from gateway.mcp_oauth.upstream import UpstreamVault
 
 log = Logger()
 
@@ -101,9 +104,12 @@ class Choice(NamedTuple):
 
 class Endpoints:
     def __init__(self, identity: Identity, routes: tuple[Route, ...] = (),
-                 records: RecordStore | None = None, ends: SessionEnds | None = None
-                 ) -> None:
+                 records: RecordStore | None = None, ends: SessionEnds | None = None,
+                 mcp: McpAuthorizationServer | None = None,
+                 vault: UpstreamVault | None = None) -> None:
         self.identity = identity
+        # the authorization server of MCP clients on MCP routes' hosts (None: none)
+        self.mcp = mcp
         # the providers' back-channel logouts (``ends``: the databroker's, which ends
         # the sessions a logout names)
         self.backchannel = BackchannelLogout(identity, ends)
@@ -113,11 +119,14 @@ class Endpoints:
         # every form's submission comes from the gateway's own page (``same_origin``)
         self.same_origin = SameOrigin(identity, routes)
         self._discovery_failed = float("-inf")  # when reading it last failed (clock)
+        # MCP routes' upstream token vault: where the upstream sends people back
+        self.mcp_connect = McpConnect(identity, vault, routes) if vault is not None else None
 
     def handles(self, host: str, path: str) -> bool:
         ident = self.identity
         return (bool(ident.auth_host) and host in (ident.auth_host, ident.auth_hostname)) or \
-            own_path(path)
+            own_path(path) or (self.mcp is not None and path.startswith("/.well-known/")
+                               and self.mcp.handles_well_known(host, path))
 
     def internal(self, request: RequestInfo, body: bytes = b""
                  ) -> Decision | Deferred[Decision] | None:
@@ -129,11 +138,22 @@ class Endpoints:
             # a provider's server posts here, not a page: the form rule below does not
             # apply, and the endpoint refuses whatever a browser sends (``backchannel``)
             return self.backchannel.answer(request, body)
+        mcp = self.mcp
+        if mcp is not None:
+            # an MCP client's token, revocation and registration requests: posted by
+            # programs (browser-based clients too, from their own origin), no cookie read
+            posted = mcp.client_post(request, body)
+            if posted is not None:
+                return posted
         if request.method not in SAFE_METHODS and own_path(path):
             # a form posted to any of the gateway's own endpoints, from its own page only
             refused = self.same_origin.refusal(request, endpoint_name(path))
             if refused is not None:
                 return refused
+        if mcp is not None:
+            answered = mcp.answer(request, body)
+            if answered is not None:
+                return answered
         if on_auth and path == JWKS:
             return Reply(200, json.dumps(ident.signer.jwks()).encode(),
                         ((b"content-type", b"application/json"),), reason="jwks")
@@ -158,6 +178,8 @@ class Endpoints:
             return routes_portal(ident, self.routes, request)
         if on_auth and self.ssh is not None and path.startswith(SSH_SIGN_IN):
             return self.ssh.answer(request, body)
+        if path == CALLBACK_PATH and self.mcp_connect is not None:
+            return self.mcp_connect.answer(request)
         if own_path(path):
             return self._error(404, "Not found.", request.headers, "not-found")
         return None

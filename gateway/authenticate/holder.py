@@ -5,6 +5,7 @@ reloads); and the SSH service's entrance (``authorize_ssh``)."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping
 from typing import Any
 from urllib.parse import urlsplit
@@ -14,6 +15,7 @@ from twisted.logger import Logger
 
 from gateway.authenticate.endpoints import Endpoints
 from gateway.authenticate.identity import Identity
+from gateway.authenticate.mcp_people import McpPeople
 from gateway.authorize.assertion import AssertionSigner
 from gateway.authorize.hook import Decision, RequestInfo
 from gateway.authorize.ssh_logins import AuthorizeSsh
@@ -21,6 +23,12 @@ from gateway.bearer_jwt.verifier import Verifier
 from gateway.config.routes import Route
 from gateway.config.snapshot import Snapshot
 from gateway.databroker.broker import Databroker
+from gateway.mcp_oauth import directory
+from gateway.mcp_oauth.client_types import Clients
+from gateway.mcp_oauth.grants import Grants
+from gateway.mcp_oauth.resource_server import McpResourceServer
+from gateway.mcp_oauth.server import McpAuthorizationServer, allowed_clients
+from gateway.mcp_oauth.upstream import UpstreamVault
 from gateway.sessions.live import Ender, Unwatch
 from gateway.sessions.spent import SpentTokens
 from gateway.sessions.store import SessionStore
@@ -62,21 +70,47 @@ class IdentityHolder:
         self.signer = _signer(snapshot, None)
         self.spent = SpentTokens()  # kept across reloads, as sessions are
         self.bearer = bearer
-        self.identity = Identity(reactor, snapshot, self.store, self.signer,
-                                 directory=broker.directory, spent=self.spent,
-                                 bearer=bearer(snapshot) if bearer is not None else None)
-        self.endpoints = Endpoints(self.identity, snapshot.routes, broker.store, broker.ends)
+        # MCP clients' grants and tokens (records shared by every process) and the
+        # resource server's cache of them, kept across reloads
+        self.grants = Grants(broker.store, reactor, time.time)
+        self.mcp_tokens = McpResourceServer(self.grants, broker.sessions.follower, time.time)
+        self.clients: Clients | None = None
+        # MCP routes' upstream token vault (``mcp.upstream_oauth2``)
+        self.vault = UpstreamVault(reactor, broker.store, snapshot.material.shared_secret)
+        self.identity, self.endpoints = self._build(snapshot)
         # the SSH service's entrance, deciding with the snapshot in force
         self.authorize_ssh = AuthorizeSsh(lambda: self.identity.decider, self.store)
 
     def apply(self, snapshot: Snapshot) -> None:
         """After the databroker's ``apply`` (it may start or stop directory data)."""
         self.signer = _signer(snapshot, self.signer)
-        self.identity = Identity(self.reactor, snapshot, self.store, self.signer,
-                                 directory=self.broker.directory, spent=self.spent,
-                                 bearer=self.bearer(snapshot) if self.bearer else None)
-        self.endpoints = Endpoints(self.identity, snapshot.routes, self.broker.store,
-                                   self.broker.ends)
+        if snapshot.material.shared_secret != self.vault.shared_secret:
+            self.vault = UpstreamVault(self.reactor, self.broker.store,
+                                       snapshot.material.shared_secret)
+        self.identity, self.endpoints = self._build(snapshot)
+
+    def _build(self, snapshot: Snapshot) -> tuple[Identity, Endpoints]:
+        """The snapshot's sign-in state and endpoints; with MCP routes, the
+        authorization server of their clients and the check of their tokens."""
+        broker = self.broker
+        has_mcp = any(r.mcp is not None for r in snapshot.routes)
+        grants = self.grants
+        identity = Identity(self.reactor, snapshot, self.store, self.signer,
+                            directory=broker.directory, spent=self.spent,
+                            bearer=self.bearer(snapshot) if self.bearer else None,
+                            mcp=self.mcp_tokens if has_mcp else None,
+                            mcp_consents=(lambda s, csrf: allowed_clients(grants, s, csrf))
+                            if has_mcp else None)
+        server = None
+        if has_mcp:
+            self.clients = directory.client_directory(self.reactor, snapshot, broker.store,
+                                                      self.clients)
+            server = McpAuthorizationServer(
+                snapshot.routes, grants, self.clients, McpPeople(identity),
+                identity.shared, time.time,
+                registration=snapshot.options.mcp_dynamic_client_registration)
+        return identity, Endpoints(identity, snapshot.routes, broker.store, broker.ends,
+                                   server, self.vault)
 
     def watch(self, headers: list[tuple[bytes, bytes]], end: Ender) -> Unwatch:
         """``SessionWatch``: a tunnel or upgraded connection, closed at once when the
@@ -85,7 +119,11 @@ class IdentityHolder:
         return self.broker.live.add(sid or "", end)
 
     def authorize(self, request: RequestInfo, route: Route) -> Decision | Deferred[Decision]:
-        return self.identity.decider.authorize(request, route)
+        decision = self.identity.decider.authorize(request, route)
+        if route.mcp is not None and route.mcp.upstream_oauth2 is not None:
+            # the person's upstream token toward the MCP server (the vault)
+            return self.vault.decorate(decision, route)
+        return decision
 
     # -- SignInApp
 

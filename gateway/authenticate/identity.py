@@ -44,11 +44,12 @@ from gateway.authorize import answers
 from gateway.authorize.assertion import AssertionSigner
 from gateway.authorize.claims import session_from_claims
 from gateway.authorize.hook import Decision, Reply, RequestInfo
-from gateway.authorize.http_requests import Decider
+from gateway.authorize.http_requests import Decider, McpTokens
 from gateway.bearer_jwt.verifier import Verifier
 from gateway.config.providers import IMPLICIT_ID
 from gateway.config.snapshot import Snapshot
 from gateway.pages.layout import Action, look_of
+from gateway.pages.whoami import AllowedClient
 from gateway.sessions.cookie import set_cookie_headers
 from gateway.sessions.lookup import Found, SessionLookup
 from gateway.sessions.model import Session
@@ -59,6 +60,9 @@ from gateway.sessions.store import DirectoryGroups, SessionStore
 log = Logger()
 # what a page answers given the request's session (None: none, or not valid now)
 SessionAnswer = Callable[[Session | None], Decision | Deferred[Decision]]
+# the MCP clients a session's person allowed, each with its revoke button (given the
+# form's CSRF token)
+Consents = Callable[[Session, str], Deferred[list[AllowedClient]]]
 
 
 class Identity:
@@ -70,8 +74,13 @@ class Identity:
                  signer: AssertionSigner, clock: Callable[[], float] = time.time,
                  directory: DirectoryGroups | None = None,
                  spent: SpentTokens | None = None,
-                 bearer: Mapping[str, Verifier] | None = None) -> None:
+                 bearer: Mapping[str, Verifier] | None = None,
+                 mcp: McpTokens | None = None,
+                 mcp_consents: Consents | None = None) -> None:
         self.reactor = reactor
+        # the MCP clients a person allowed, for their account page (``None``: no MCP
+        # routes)
+        self.mcp_consents = mcp_consents
         self.spent = spent if spent is not None else SpentTokens()  # used hand-offs
         self.store = store
         self.directory = directory
@@ -109,7 +118,7 @@ class Identity:
         self.bearer = BearerCallers(bearer, o.identity_providers, o.cookie_name, self.look,
                                     clock) if bearer else None
         self.decider = Decider(snapshot, self.sessions, store, signer, self.flow, clock,
-                               directory, self.bearer)
+                               directory, self.bearer, mcp)
 
     # -- cookies and sessions
 

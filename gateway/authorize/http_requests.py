@@ -31,6 +31,11 @@ A request to an MCP route carries its JSON-RPC messages (``RequestInfo.mcp``): w
 caller is (a session's, a bearer token's, an MCP client's token), ``decide_caller`` then
 decides each message (``_decide_mcp``), never from a cache, and answers a refusal as the
 JSON-RPC errors of ``gateway.mcp.errors`` instead of the 403 page.
+
+A route with ``mcp`` takes only the tokens the gateway issued its MCP clients
+(``McpTokens``: ``gateway.mcp_oauth.resource_server``): the grant's session is the
+caller, with the client's id; no token or a bad one is the RFC 9728 challenge (401),
+never a sign-in redirect; the token never goes upstream.
 """
 
 from __future__ import annotations
@@ -51,7 +56,7 @@ from gateway.authorize.decide import (
     Asked,
     caller_facts,
     decide,
-    facts_of,
+    decide_message,
     http_asked,
     mcp_asked,
     method_text,
@@ -68,7 +73,6 @@ from gateway.observability.tracing.active import start_child
 from gateway.pages.layout import Action, look_of
 from gateway.pages.rules import admits
 from gateway.policy import CLIENT_CERT, CertFacts, Specialized, Verdict, specialize
-from gateway.policy.any_message import any_message_allowed
 from gateway.policy.unsigned import admits_without_sign_in
 from gateway.sessions.lookup import COOKIE_CACHE, SessionLookup, cookie_and_authorization
 from gateway.sessions.model import Session
@@ -130,6 +134,34 @@ class BearerTokens(Protocol):
     def counted(self, provider: str, result: str) -> None: ...
 
 
+class McpHolder(Protocol):
+    """Who holds an MCP client's good token: the grant's session and client."""
+
+    @property
+    def session_id(self) -> str: ...
+
+    @property
+    def client_id(self) -> str: ...
+
+
+class McpTokens(Protocol):
+    """MCP clients' tokens (``gateway.mcp_oauth.resource_server.McpResourceServer``)."""
+
+    def holder(self, request: RequestInfo, route: Route
+               ) -> McpHolder | Reply | Deferred[McpHolder | Reply | None] | None:
+        """The grant behind the request's token, the 401 refusing it, or ``None``: no
+        credential at all."""
+        ...
+
+    def challenge(self, request: RequestInfo, route: Route) -> Reply:
+        """401 with the RFC 9728 challenge: nobody, where the policy needs someone."""
+        ...
+
+    def refused(self, request: RequestInfo, route: Route, description: str) -> Reply:
+        """401 ``invalid_token``."""
+        ...
+
+
 class Decided(NamedTuple):
     """A decision remembered per (session, route, token): ``decide_caller``."""
 
@@ -167,7 +199,8 @@ class Decider:
     def __init__(self, snapshot: Snapshot, sessions: SessionLookup, store: SessionStore,
                  signer: AssertionSigner, sign_in: SignIn, clock: Callable[[], float],
                  directory: DirectoryGroups | None = None,
-                 bearer: BearerTokens | None = None) -> None:
+                 bearer: BearerTokens | None = None, mcp: McpTokens | None = None
+                 ) -> None:
         o = snapshot.options
         self.options = o
         self.look = look_of(o)
@@ -191,11 +224,17 @@ class Decider:
         # the value, so its id is not reused while the entry is here)
         self._bearer_allowed: FifoCache[tuple[int, int], Decided] = \
             FifoCache(DECISION_CACHE)
+        self.mcp = mcp
+        # (session id, client id): ``_mcp_caller``
+        self._mcp_callers: FifoCache[tuple[str, str], tuple[Caller, Caller]] = \
+            FifoCache(DECISION_CACHE)
         # route index -> whether its policy may let in someone not signed in
         # (``_admit_mcp``)
         self._admits_unsigned: dict[int, bool] = {}
 
     def authorize(self, request: RequestInfo, route: Route) -> Decision | Deferred[Decision]:
+        if route.mcp is not None and self.mcp is not None:
+            return self._mcp_authorize(request, route, self.mcp)
         raw, authorization = cookie_and_authorization(request.headers)
         if authorization and self.bearer is not None and self.bearer.of(route):
             found = self.bearer.caller(request, route, raw)
@@ -499,14 +538,9 @@ class Decider:
 
     def _mcp_verdict(self, route: Route, caller: Caller | None, asked: Asked,
                      call: McpCall) -> McpVerdict:
-        """One message decided. One without a method (a GET or DELETE, a client's
-        response) belongs to the person's session whatever they use it for: allowed
-        when the policy lets them send some message on the route
-        (``any_message_allowed``)."""
-        if not call.method and caller is not None and caller.signed_in(asked.now):
-            verdict = any_message_allowed(route.policy, facts_of(caller, asked))
-        else:
-            verdict = decide(route.policy, caller, mcp_asked(asked, call))
+        """One message decided (``decide_message``: one that only keeps the session is
+        the person's whatever they use it for), with the reasons the log names."""
+        verdict = decide_message(route.policy, caller, mcp_asked(asked, call))
         if route.policy_document is not None:
             reasons: tuple[str, ...] = (verdict.reason,)
         elif verdict.allowed:
@@ -515,6 +549,74 @@ class Decider:
             reasons = allow_fields.refused_codes(route, self.groups_available,
                                                  caller.email_refusal if caller else "")
         return McpVerdict(call, verdict.allowed, verdict.rule, reasons)
+
+    def _mcp_authorize(self, request: RequestInfo, route: Route, mcp: McpTokens
+                       ) -> Decision | Deferred[Decision]:
+        """An MCP route: the client's token is the only credential (the cookie and
+        other tokens are not looked at)."""
+        found = mcp.holder(request, route)
+        if isinstance(found, Deferred):
+            return found.addCallback(lambda f: self._mcp_holder(request, route, mcp, f))
+        return self._mcp_holder(request, route, mcp, found)
+
+    def _mcp_holder(self, request: RequestInfo, route: Route, mcp: McpTokens,
+                    found: McpHolder | Reply | None) -> Decision | Deferred[Decision]:
+        if isinstance(found, Reply):
+            return found
+        if found is None:
+            # decided as no one (each message, when it carries some); refused: the
+            # challenge, never a sign-in answer (keeping the messages' verdicts)
+            decision = self.decide_caller(request, route, None, False, self.clock())
+            if isinstance(decision, Allow):
+                return decision
+            return replace(mcp.challenge(request, route), mcp=decision.mcp)
+        session = self.store.get(found.session_id)
+        if session is None and self.store.needs_fetch:
+            async def fetched() -> Decision:
+                try:
+                    read = await self.store.fetch(found.session_id)
+                except Exception as exc:  # never a false "allowed"
+                    log.error("session storage unavailable: {error}", error=str(exc))
+                    return self.error(503, "Sessions cannot be read right now; try again "
+                                      "shortly.", request.headers,
+                                      "session-storage-unavailable")
+                result = self._mcp_session(request, route, mcp, read, found.client_id)
+                return await result if isinstance(result, Deferred) else result
+            return ensureDeferred(fetched())
+        return self._mcp_session(request, route, mcp, session, found.client_id)
+
+    def _mcp_session(self, request: RequestInfo, route: Route, mcp: McpTokens,
+                     session: Session | None, client_id: str
+                     ) -> Decision | Deferred[Decision]:
+        """The token's grant rests on ``session``: ended (sign-out, back-channel logout,
+        expiry, revocation) is an invalid token; its tokens at the provider refreshed
+        when due, as for a browser."""
+        now = self.clock()
+        if session is None or not session.valid(now):
+            return mcp.refused(request, route, "the sign-in behind this token has ended")
+        if session.provider not in self.sign_in.accepted(route):
+            return mcp.refused(request, route, "the sign-in behind this token is not one "
+                               "this route accepts")
+        if self._due_for_refresh(session):
+            async def refreshed() -> Decision:
+                renewed = await self.sign_in.refresh(session)
+                result = self._mcp_session(request, route, mcp, renewed, client_id)
+                return await result if isinstance(result, Deferred) else result
+            return ensureDeferred(refreshed())
+        caller = self._mcp_caller(session, client_id)
+        return self.decide_caller(request, route, caller, True, now)
+
+    def _mcp_caller(self, session: Session, client_id: str) -> Caller:
+        """The session's caller with the client acting for the person: one object per
+        session caller and client (decision caches compare callers by identity)."""
+        person = self.caller(session)
+        key = (session.id, client_id)
+        hit = self._mcp_callers.get(key)
+        if hit is not None and hit[0] is person:
+            return hit[1]
+        caller = replace(person, client_id=client_id)
+        self._mcp_callers.put(key, (person, caller))
+        return caller
 
     def _verdict(self, request: RequestInfo, route: Route, caller: Caller | None,
                  now: float) -> Verdict:

@@ -5,4 +5,5 @@ from __future__ import annotations
 
 AUDIT_FIELDS = ("time", "request_id", "trace_id", "route", "from", "user_id", "email",
                 "provider", "client", "method", "host", "path", "via", "credential",
-                "decision", "status", "reasons", "rule", "ssh_user")
+                "decision", "status", "reasons", "rule", "ssh_user", "client_id",
+                "mcp_method", "mcp_name", "mcp_id", "arguments_sha256")

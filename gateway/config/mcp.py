@@ -12,9 +12,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from gateway.config.errors import Problems
+from gateway.config.mcp_upstream import UpstreamOAuth2, parse_upstream_oauth2
 
-_KNOWN = ("max_request_bytes",)
+_KNOWN = ("max_request_bytes", "max_response_bytes", "upstream_oauth2")
 _DEFAULT_MAX_REQUEST_BYTES = 16 * 1024 * 1024
+_DEFAULT_MAX_RESPONSE_BYTES = 16 * 1024 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -22,9 +24,15 @@ class McpRoute:
     """The ``mcp`` object of a route (``mcp: {}`` takes every default).
 
     ``max_request_bytes``: the largest request body the gateway reads for policy; the
-    whole body is read, never a prefix, and a larger one is refused with 413."""
+    whole body is read, never a prefix, and a larger one is refused with 413.
+    ``max_response_bytes``: the largest list response the gateway reads to filter it (a
+    JSON body, or one event of a stream); a larger one is not passed on (the client gets
+    a JSON-RPC error instead). ``upstream_oauth2``: the upstream token vault's client
+    (``config.mcp_upstream``)."""
 
     max_request_bytes: int = _DEFAULT_MAX_REQUEST_BYTES
+    max_response_bytes: int = _DEFAULT_MAX_RESPONSE_BYTES
+    upstream_oauth2: UpstreamOAuth2 | None = None
 
 
 def parse_mcp(value: object, path: str, problems: Problems) -> McpRoute | None:
@@ -38,9 +46,20 @@ def parse_mcp(value: object, path: str, problems: Problems) -> McpRoute | None:
     for key in raw:
         if key not in _KNOWN:
             problems.error(f"{path}.{key}", f"unknown field; known: {', '.join(_KNOWN)}")
-    size = raw.get("max_request_bytes", _DEFAULT_MAX_REQUEST_BYTES)
+    return McpRoute(
+        max_request_bytes=_size(raw, "max_request_bytes", _DEFAULT_MAX_REQUEST_BYTES, path,
+                                problems),
+        max_response_bytes=_size(raw, "max_response_bytes", _DEFAULT_MAX_RESPONSE_BYTES,
+                                 path, problems),
+        upstream_oauth2=parse_upstream_oauth2(raw.get("upstream_oauth2"),
+                                              f"{path}.upstream_oauth2", problems))
+
+
+def _size(raw: Mapping[str, Any], key: str, default: int, path: str,
+          problems: Problems) -> int:
+    size = raw.get(key, default)
     if isinstance(size, bool) or not isinstance(size, int) or not 1024 <= size <= 1 << 30:
-        problems.error(f"{path}.max_request_bytes",
+        problems.error(f"{path}.{key}",
                        f"must be an integer from 1024 to {1 << 30} (bytes), got {size!r}")
-        size = _DEFAULT_MAX_REQUEST_BYTES
-    return McpRoute(max_request_bytes=size)
+        return default
+    return size

@@ -118,8 +118,9 @@ class Route:
     pass_bearer_token: bool = _f(False, K.BOOL, "Send the caller's bearer token upstream "
                                  "(default: removed; beyond the reference).")
     mcp: McpRoute | None = _f(None, K.OBJECT, "This route serves Model Context Protocol "
-                              "clients: {max_request_bytes} ({} for the defaults; beyond "
-                              "the reference).", parse=parse_mcp)
+                              "clients: {max_request_bytes, max_response_bytes, "
+                              "upstream_oauth2} ({} for the "
+                              "defaults; beyond the reference).", parse=parse_mcp)
     allow_spdy: bool = _f(False, K.BOOL, "Allow SPDY upgrades.")
     allow_websockets: bool = _f(False, K.BOOL, "Allow websocket upgrades (route timeout "
                                 "only).")

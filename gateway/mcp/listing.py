@@ -35,6 +35,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from gateway.mcp.errors import error_object
 from gateway.mcp.messages import McpRequest, RequestId
 
 Allowed = Callable[[str, str], bool]
@@ -128,17 +129,18 @@ def parse(text: str | bytes) -> Any:
         raise Unreadable(f"not JSON: {exc}") from None
 
 
-def error_for(id_value: RequestId, method: str, why: str) -> dict[str, Any]:
+def error_for(id_value: RequestId, method: str, why: str) -> dict[str, object]:
     """The JSON-RPC error a list result the gateway could not filter is replaced by."""
-    return {"jsonrpc": "2.0", "id": id_value, "error": {
-        "code": LIST_UNREADABLE,
-        "message": f"the gateway could not filter the server's {method} result ({why}); "
-                   "it was not passed on"}}
+    return error_object(id_value, LIST_UNREADABLE,
+                        f"the gateway could not filter the server's {method} result "
+                        f"({why}); it was not passed on")
 
 
 def _list_method(message: dict[str, Any], pending: Mapping[IdKey, str]) -> str | None:
-    """The list method ``message`` answers, if it is a result to filter."""
-    if "result" not in message or "method" in message:
+    """The list method ``message`` answers, if it is a result to filter. (Any message
+    with a ``result``: one that also has a ``method`` is no valid message, and a client
+    may still read it as a response.)"""
+    if "result" not in message:
         return None
     key = id_key(message.get("id"))
     method = pending.get(key) if key is not None else None
@@ -231,13 +233,22 @@ def filter_json(body: bytes, request: McpRequest, pending: Mapping[IdKey, str],
     return encode(out).encode() if touched else body
 
 
+def could_hold_result(data: str) -> bool:
+    """Whether ``data`` could hold a member ``result`` for any reader: it names it
+    (quoted or not), or it has an escape, behind which any name may hide
+    (``"\\u0072esult"``). A notification or a request names none and is passed on
+    unparsed (most of a long stream)."""
+    return "result" in data or "\\" in data
+
+
 def filter_data(data: str, pending: Mapping[IdKey, str], allowed: Allowed,
                 counts: Counts) -> str | None:
     """An SSE event's data (one JSON-RPC message or a batch), filtered: ``None`` when it
     holds no list result (the event goes on as it came). Data that is not JSON is
-    replaced by an error for an unknown id: it might have been a list (empty data, a
-    keep-alive some servers send, cannot be and goes on)."""
-    if not data.strip():
+    replaced by an error for an unknown id: it might have been a list (data that cannot
+    hold a ``result``, ``could_hold_result``, goes on unparsed: an empty keep-alive, a
+    notification)."""
+    if not data.strip() or not could_hold_result(data):
         return None
     try:
         message = parse(data)

@@ -5,8 +5,9 @@
 each complete block (the lines up to and including the blank line that ends them) as an
 ``SseEvent``: its raw bytes, so an event the gateway leaves alone is passed on byte for
 byte, and its fields in order. Lines end with CRLF, LF or CR, a CR at the end of one
-piece and an LF at the start of the next being one line end; a UTF-8 byte order mark at
-the start of the stream is skipped; a comment (a line starting with ``:``) and a line
+piece and an LF at the start of the next being one line end (that LF is dropped when the
+CR ended a block already passed on: the CR ends the line on its own); a UTF-8 byte order
+mark at the start of the stream is skipped; a comment (a line starting with ``:``) and a line
 without a colon (a field with an empty value) are kept; one space after the colon is
 not part of the value. ``write_event`` and ``SseEvent.with_data`` make a block again,
 the latter keeping the event's other fields (``id``, ``event``, ``retry``, comments)
@@ -155,7 +156,10 @@ class SseReader:
         if self._after_cr and size:
             self._after_cr = False
             if buffer[0] == 0x0A:  # the LF of a CRLF split across pieces
-                self._block += b"\n"
+                # (after a CR that ended a block, which went on with it: dropped, as the
+                # CR ends the line on its own; else kept with the block it belongs to)
+                if self._block or self._fields:
+                    self._block += b"\n"
                 start = 1
         while start < size:
             lf = buffer.find(b"\n", start)
@@ -177,6 +181,8 @@ class SseReader:
             if line:
                 self._fields.append(_field(line))
             else:
+                if len(self._block) > self.max_event_bytes:
+                    raise EventTooLarge(f"an event larger than {self.max_event_bytes} bytes")
                 events.append(SseEvent(bytes(self._block), tuple(self._fields)))
                 self._block.clear()
                 self._fields.clear()
@@ -186,11 +192,8 @@ class SseReader:
         return events
 
     def close(self) -> bytes:
-        """The stream ended: the bytes of an unfinished block (``b""``: none; the LF
-        of a CRLF whose CR ended the last block is not one)."""
+        """The stream ended: the bytes of an unfinished block (``b""``: none)."""
         rest = bytes(self._block) + bytes(self._buffer)
-        if rest == b"\n" and not self._fields:
-            rest = b""
         self._block.clear()
         self._buffer.clear()
         self._fields.clear()

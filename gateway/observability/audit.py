@@ -29,6 +29,12 @@ outside issuer, ``cookie``, ``none``), ``decision``
 reason codes, a list), ``rule`` (with the policy language: the rule and criterion that
 decided), ``ssh_user`` (the login name of an SSH decision, ``via="ssh"``: the field the
 native SSH server's decisions are to be reported with, through ``AUDIT.decision``).
+An MCP route's request is one event per JSON-RPC message (``via: mcp``), with
+``client_id`` (the MCP client acting for the person, the ``Caller``'s), ``mcp_method``
+(the JSON-RPC method), ``mcp_name`` (the tool or prompt name, the resource URI),
+``mcp_id`` (the message's JSON-RPC id, as text) and ``arguments_sha256`` (the SHA-256 of
+the canonical JSON of its arguments: never the arguments); ``decision``, ``reasons`` and
+``rule`` are then that message's, ``status`` the HTTP request's.
 """
 
 from __future__ import annotations
@@ -36,6 +42,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from twisted.logger import Logger
@@ -168,6 +175,23 @@ class AuditFile:
         self.fd = -1
 
 
+@dataclass(frozen=True, slots=True)
+class McpFields:
+    """An MCP message's own fields of its event (``via: mcp``); ``rule`` and
+    ``reasons`` its verdict's, in place of those the request's reason names."""
+
+    client_id: str
+    method: str
+    name: str
+    id: str
+    arguments_sha256: str
+    rule: str = ""
+    reasons: tuple[str, ...] = ()
+
+
+_NO_MCP = ("", "", "", "", "")
+
+
 class AuditStream:
     """What the running configuration asks for; swapped in place by ``AuditService``."""
 
@@ -195,11 +219,19 @@ class AuditStream:
     def decision(self, when: float, request_id: str, trace_id: str, route: str,
                  route_from: str, user_id: str, email: str, client: str, method: str,
                  host: str, path: str, via: str, credential: str, allowed: bool,
-                 status: int, reason: str, ssh_user: str = "", provider: str = "") -> None:
+                 status: int, reason: str, ssh_user: str = "", provider: str = "",
+                 mcp: McpFields | None = None) -> None:
         reasons, rule = reasons_and_rule(reason)
+        if mcp is not None:
+            rule = mcp.rule  # (the message's verdict, not the request's)
+            reasons = list(mcp.reasons)
+            extra: tuple[str, ...] = (mcp.client_id, mcp.method, mcp.name, mcp.id,
+                                      mcp.arguments_sha256)
+        else:
+            extra = _NO_MCP
         values = (_rfc3339(when), request_id, trace_id, route, route_from, user_id, email,
                   provider, client, method, host, path, via, credential,
-                  "allow" if allowed else "deny", status, reasons, rule, ssh_user)
+                  "allow" if allowed else "deny", status, reasons, rule, ssh_user, *extra)
         # (in FIELDS order; status is kept whatever its value, the others when not empty)
         event = {name: value for name, value in zip(self.fields, (
             values[i] for i in self.indices), strict=True) if value or name == "status"}

@@ -36,6 +36,18 @@ class Group:
 
 
 @dataclass(frozen=True, slots=True)
+class AllowedClient:
+    """An MCP client the person allowed (``gateway.mcp_oauth``), with the button that
+    revokes it."""
+
+    name: str
+    client_id: str
+    resources: tuple[str, ...]
+    granted_at: float
+    revoke: Action
+
+
+@dataclass(frozen=True, slots=True)
 class Profile:
     email: str
     user_id: str
@@ -52,6 +64,7 @@ class Profile:
     email_claimed: str = ""
     email_refused: str = ""
     email_refused_text: str = ""
+    clients: tuple[AllowedClient, ...] = ()
 
 
 def person_claims(claims: Mapping[str, tuple[str, ...]]) -> dict[str, list[str]]:
@@ -70,6 +83,10 @@ def profile_json(profile: Profile) -> bytes:
                     "expires_unix": int(profile.expires)},
         "identity_provider": profile.identity_provider,
     }
+    if profile.clients:
+        doc["mcp_clients"] = [{"client_id": c.client_id, "name": c.name,
+                               "resources": list(c.resources), "allowed": iso(c.granted_at)}
+                              for c in profile.clients]
     if profile.email_refused:
         doc["email_not_used"] = {"claimed": profile.email_claimed,
                                  "reason": profile.email_refused,
@@ -96,6 +113,16 @@ def _claims_html(claims: Mapping[str, tuple[str, ...]]) -> str:
     return f"<dl>{rows}</dl>"
 
 
+def _clients_html(clients: tuple[AllowedClient, ...]) -> str:
+    if not clients:
+        return ""
+    items = "".join(
+        f"<li><strong>{esc(c.name)}</strong> (<code>{esc(c.client_id)}</code>) on "
+        + ", ".join(f"<code>{esc(r)}</code>" for r in c.resources)
+        + f", allowed {esc(utc(c.granted_at))}{buttons((c.revoke,))}</li>" for c in clients)
+    return f"<h2>MCP clients you allowed</h2><ul>{items}</ul>"
+
+
 def profile_html(profile: Profile, look: Look, actions: tuple[Action, ...]) -> bytes:
     who = profile.email or profile.user_id
     email = profile.email or "—"
@@ -111,7 +138,8 @@ def profile_html(profile: Profile, look: Look, actions: tuple[Action, ...]) -> b
     body = (f"<h1>Signed in as {esc(who)}</h1>"
             + (f"<p class=code>on {esc(profile.host)}</p>" if profile.host else "")
             + f"<dl>{details}</dl><h2>Groups</h2>{_groups_html(profile.groups)}"
-            f"<h2>Claims</h2>{_claims_html(profile.claims)}{buttons(actions)}")
+            f"<h2>Claims</h2>{_claims_html(profile.claims)}{_clients_html(profile.clients)}"
+            f"{buttons(actions)}")
     return document("Who am I", body, look)
 
 

@@ -27,6 +27,7 @@ from collections.abc import Iterable, Sequence
 from gateway.authorize.hook import Allow, Decision, Reply, RequestInfo
 from gateway.config.routes import Route
 from gateway.mcp.messages import McpCall, McpRequest, McpVerdict
+from gateway.mcp_oauth.tokens import ACCESS_PREFIX
 from gateway.rpc.protos import authorize_pb2 as pb
 from gateway.sessions.bearer import programmatic_token
 from gateway.sessions.cookie import MAX_CHUNKS, parse_cookies
@@ -57,6 +58,9 @@ def gateway_cookie(headers: Iterable[tuple[bytes, bytes]], name: str) -> bytes:
     jar = parse_cookies(headers)
     wanted = [name, *(f"{name}_{i}" for i in range(1, MAX_CHUNKS + 1))]
     return "; ".join(f"{key}={jar[key]}" for key in wanted if key in jar).encode("latin-1")
+
+
+_MCP_ACCESS = ACCESS_PREFIX.encode()
 
 
 def request_to_pb(request: RequestInfo, cookie_name: str, key: str,
@@ -118,10 +122,13 @@ def _id_of(text: str) -> str | int | None:
 
 def _outside_jwt(value: bytes) -> bool:
     """``Bearer <JWT>`` not of the gateway's own (an application's opaque token is not
-    sent: only a JWT can be an outside issuer's)."""
+    sent: only a JWT can be an outside issuer's), or an MCP client's access token, which
+    authorize looks up (``gateway.mcp_oauth``)."""
     value = value.strip()
-    return (value[:7].lower() == b"bearer " and value[7:15].lower() != b"gateway-"
-            and value.count(b".") == 2)
+    if value[:7].lower() != b"bearer ":
+        return False
+    return (value[7:15].lower() != b"gateway-" and value.count(b".") == 2) or \
+        value[7:7 + len(_MCP_ACCESS)] == _MCP_ACCESS
 
 
 def request_from_pb(message: pb.CheckRequest) -> RequestInfo:

@@ -56,7 +56,7 @@ def test_audit_field_table_is_the_codes_list() -> None:
     table = text.split("(audit-fields)=", 1)[1]
     rows = [line for line in table.splitlines() if line.startswith("| `")]
     named = [name for row in rows
-             for name in re.findall(r"`([a-z_]+)`", row.split(" | ", 1)[0])]
+             for name in re.findall(r"`([a-z0-9_]+)`", row.split(" | ", 1)[0])]
     assert named == list(AUDIT_FIELDS)
 
 

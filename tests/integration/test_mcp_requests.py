@@ -1,7 +1,9 @@
 """An MCP route's requests through the real daemon to a real upstream (the echo
 upstream, which reports the SHA-256 of each body it read and logs every request), for a
-person signed in with a cookie through oidc-provider: what is forwarded byte for byte,
-what is refused as JSON-RPC and never reaches the upstream (docs/how-to/mcp-policy.md)."""
+person signed in through oidc-provider whose MCP client holds an access token for each
+route (MCP routes take only their tokens: tests/support/mcp_oauth_flow.py gets them):
+what is forwarded byte for byte, what is refused as JSON-RPC and never reaches the
+upstream (docs/how-to/mcp-policy.md)."""
 
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ from tests.conftest import _require_binary
 from tests.support.browser import Browser, Reply
 from tests.support.daemon import gateway_daemon
 from tests.support.h2client import H2Client
+from tests.support.mcp_oauth_flow import Flow, pkce
 from tests.support.peers import Upstream, echo_upstream, oidc_provider
 from tests.support.processes import free_port
 from tests.support.rawhttp import one_shot, status_of
@@ -31,11 +34,14 @@ class Setup:
     port: int
     upstream: Upstream
     person: Browser
+    tokens: dict[str, str]  # route prefix -> its access token
 
     def post(self, body: bytes, path: str = "/mcp", **headers: str) -> Reply:
+        token = self.tokens["/small" if path.startswith("/small/") else ""]
         return self.person.request("POST", f"http://mcp.test:{self.port}{path}", body, {
             "Accept": "application/json, text/event-stream",
-            "Content-Type": "application/json", **headers})
+            "Content-Type": "application/json", "Authorization": f"Bearer {token}",
+            **headers})
 
     def forwarded(self) -> int:
         """How many POSTs the upstream has read."""
@@ -66,7 +72,7 @@ def mcp(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
             "authenticate_service_url": f"http://auth.test:{port}",
             "idp_provider": "oidc", "idp_provider_url": op.issuer,
             "idp_client_id": op.client_id, "idp_client_secret": op.client_secret,
-            "cookie_secure": False,
+            "cookie_secure": False, "mcp_dynamic_client_registration": True,
             "codec_type": "auto",  # HTTP/1.1 and h2c
             "policy": [
                 # where the person signs in (no MCP route: the fixture needs none of it)
@@ -84,7 +90,19 @@ def mcp(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
             person = Browser()
             landed = person.sign_in(f"http://mcp.test:{port}/landing/", "alice@example.test")
             assert landed.status == 200, (landed.status, landed.body[:300])
-            yield Setup(port, up, person)
+            flow = Flow(port, f"mcp.test:{port}", browser=person)
+            client_id = flow.register()
+            tokens = {}
+            for prefix in ("", "/small"):
+                verifier, challenge = pkce()
+                resource = flow.origin + prefix
+                got = flow.authorize(flow.authorize_url(client_id, challenge,
+                                                        resource=resource), "alice@example.test")
+                assert "code" in got, got
+                answer = flow.exchange(client_id, got["code"], verifier, resource=resource)
+                assert answer.status == 200, answer.body[:300]
+                tokens[prefix] = answer.json()["access_token"]
+            yield Setup(port, up, person, tokens)
 
 
 def test_an_allowed_call_is_forwarded_byte_for_byte(mcp: Setup) -> None:
@@ -196,10 +214,7 @@ def test_nobody_signed_in_is_answered_before_the_body(mcp: Setup) -> None:
 def test_over_http2(mcp: Setup) -> None:
     """The same over HTTP/2 (h2c): the body comes as DATA frames, the allowed call goes
     upstream whole, the denied one is answered on its stream and never upstream."""
-    jar = {k: v for domain, values in mcp.person.domain_cookies.items()
-           if "mcp.test".endswith(domain) for k, v in values.items()}
-    jar.update(mcp.person.cookies.get("mcp.test", {}))
-    headers = [("cookie", "; ".join(f"{k}={v}" for k, v in jar.items())),
+    headers = [("authorization", f"Bearer {mcp.tokens['']}"),
                ("accept", "application/json, text/event-stream"),
                ("content-type", "application/json")]
     authority = f"mcp.test:{mcp.port}"

@@ -29,7 +29,6 @@ import json
 import sys
 import threading
 import time
-from contextlib import AsyncExitStack
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -116,8 +115,9 @@ class Driver:
             redirect_handler=self.redirect,
             callback_handler=self.callback_result,
             client_metadata_url=args.client_metadata_url or None)
-        self.stack = AsyncExitStack()
         self.client: Client | None = None
+        self.task_group: Any = None  # main_async's: the connections' owner tasks run in it
+        self.closed: anyio.Event | None = None
 
     async def hook(self, response: httpx2.Response) -> None:
         request = response.request
@@ -148,17 +148,46 @@ class Driver:
         return AuthorizationCodeResult(code=params["code"], state=params.get("state"),
                                        iss=params.get("iss"))
 
+    async def own(self, ready: anyio.Event, failed: list[BaseException],
+                  closed: anyio.Event) -> None:
+        """Holds one connection (its HTTP client, transport and session) in a task of its
+        own: a failure inside the SDK's tasks (an authorization that cannot be done) ends
+        this connection, and the next command is answered with an error, not the driver
+        ended."""
+        try:
+            async with httpx2.AsyncClient(auth=self.provider, timeout=httpx2.Timeout(20.0),
+                                          event_hooks={"response": [self.hook]}) as http, \
+                    Client(streamable_http_client(self.args.url, http_client=http),
+                           read_timeout_seconds=20.0) as client:
+                self.client = client
+                ready.set()
+                await closed.wait()
+        except Exception as exc:
+            failed.append(exc)
+            self.log.append({"kind": "connection_ended", "error": _error(exc)})
+        finally:
+            self.client = None
+            ready.set()
+
+    async def disconnect(self) -> None:
+        if self.closed is not None:
+            self.closed.set()
+            self.closed = None
+            await anyio.sleep(0.05)  # the owner leaves its contexts
+
     async def run(self, command: dict[str, Any]) -> dict[str, Any]:
         op = command["op"]
         if op == "connect":
-            http = httpx2.AsyncClient(auth=self.provider, timeout=httpx2.Timeout(20.0),
-                                      event_hooks={"response": [self.hook]})
-            await self.stack.enter_async_context(http)
-            self.client = Client(streamable_http_client(self.args.url, http_client=http),
-                                 read_timeout_seconds=20.0)
-            await self.stack.enter_async_context(self.client)
-            session = self.client.session
-            return {"protocol_version": session.protocol_version}
+            await self.disconnect()
+            ready = anyio.Event()
+            failed: list[BaseException] = []
+            self.closed = anyio.Event()
+            self.task_group.start_soon(self.own, ready, failed, self.closed)
+            await ready.wait()
+            if failed:
+                raise failed[0]
+            assert self.client is not None
+            return {"protocol_version": self.client.session.protocol_version}
         if op == "log":
             return {"log": self.log}
         if op == "tokens":
@@ -174,11 +203,12 @@ class Driver:
             self.provider.context.token_expiry_time = time.time() - 1
             return {}
         if op == "close":
-            await self.stack.aclose()
+            await self.disconnect()
             return {}
         client = self.client
         if client is None:
-            raise RuntimeError("connect first")
+            raise RuntimeError("not connected (connect first; or the connection ended: "
+                               "see the log's connection_ended)")
         if op == "list_tools":
             return {"tools": [t.name for t in (await client.list_tools()).tools]}
         if op == "call":
@@ -226,6 +256,7 @@ async def main_async(args: argparse.Namespace) -> None:
     send_answer, answers = anyio.create_memory_object_stream[dict[str, Any]](1)
     try:
         async with anyio.create_task_group() as tg:
+            driver.task_group = tg
             tg.start_soon(serve, driver, commands, send_answer)
             async for line in stdin:
                 if not line.strip():

@@ -85,8 +85,9 @@ class StreamTests(SynchronousTestCase):
         stream.configure((), True, file, None)
         decide(stream)
         [line] = self.lines()
-        self.assertEqual(list(line), [f for f in FIELDS
-                                      if f not in ("trace_id", "rule", "ssh_user")])
+        self.assertEqual(list(line), [f for f in FIELDS if f not in (
+            "trace_id", "rule", "ssh_user", "client_id", "mcp_method", "mcp_name", "mcp_id",
+            "arguments_sha256")])
         self.assertEqual(line["time"], "2023-11-14T22:13:20.250Z")
         self.assertEqual(line["reasons"], ["allowed-user"])
         self.assertEqual(line["decision"], "allow")

@@ -34,6 +34,14 @@ class McpRouteTests(SynchronousTestCase):
         assert route is not None
         self.assertEqual(route.mcp, McpRoute(max_request_bytes=2048))
 
+    def test_the_response_limit_is_read(self) -> None:
+        route, problems = _route(mcp={"max_response_bytes": 4096})
+        assert route is not None
+        self.assertEqual(problems.errors, [])
+        self.assertEqual(route.mcp, McpRoute(max_response_bytes=4096))
+        _, problems = _route(mcp={"max_response_bytes": 1})
+        self.assertIn("policy[0].mcp.max_response_bytes", str(problems.errors[0]))
+
     def test_bad_values_name_their_key(self) -> None:
         for value, where in (("yes", "policy[0].mcp"),
                              ({"max_request_bytes": "big"}, "policy[0].mcp.max_request_bytes"),

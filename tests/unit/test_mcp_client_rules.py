@@ -12,9 +12,12 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from twisted.internet.task import Clock
 from twisted.trial.unittest import SynchronousTestCase
 
-from gateway.mcp_oauth.client_types import ClientRefused
+from gateway.databroker.memory_records import MemoryRecordStore
+from gateway.mcp_oauth.client_types import ClientRefused, McpClient
+from gateway.mcp_oauth.clients import ClientDirectory, Settings
 from gateway.mcp_oauth.clients.addresses import address_refusal, addresses_refusal
 from gateway.mcp_oauth.clients.client_ids import host_refusal, is_metadata_url, url_problem
 from gateway.mcp_oauth.clients.document import client_of_document
@@ -299,6 +302,22 @@ class SettingsTests(SynchronousTestCase):
             mcp_client_id_metadata_allowed_networks=["127.0.0.0/8", "fd00::/8"],
             mcp_client_id_metadata_ca_file=str(ca)))
         self.assertEqual(snapshot.material.mcp_client_id_metadata_ca, ca.read_bytes())
+        self.assertEqual(Settings.of(snapshot), Settings(
+            frozenset({"claude.ai", "vscode.dev", "127.0.0.1"}),
+            (ipaddress.ip_network("127.0.0.0/8"), ipaddress.ip_network("fd00::/8")),
+            ca.read_bytes(), False))
+
+    def test_reconfigure_forgets_documents_when_trust_changes(self) -> None:
+        clock = Clock()
+        first = Settings(frozenset({"a.example"}), (), None, False)
+        directory = ClientDirectory(clock, MemoryRecordStore(clock.seconds), first)
+        client = McpClient(URL, "A", ("https://a.example/cb",), "metadata_document")
+        directory._cache[URL] = (client, 100.0)
+        directory.reconfigure(Settings(frozenset({"a.example"}), (), None, True))
+        self.assertIn(URL, directory._cache)  # registration is not about documents
+        self.assertTrue(directory.settings.registration)
+        directory.reconfigure(Settings(frozenset({"b.example"}), (), None, True))
+        self.assertEqual(dict(directory._cache), {})
 
     def test_each_problem_names_its_key(self) -> None:
         directory = tempfile.mkdtemp(prefix="gw-mcp-")

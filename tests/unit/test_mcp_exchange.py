@@ -249,6 +249,25 @@ class McpExchangeTests(IdentityCase):
         assert exchange.mcp is not None
         self.assertEqual([v.allowed for v in exchange.mcp.verdicts], [True])
 
+    def test_a_body_sent_after_a_later_admission(self) -> None:
+        """A codec holds the body while the exchange waits (paused for "authorize"): it
+        comes after the admission, and is decided then (it hung: the exchange, still
+        AUTHORIZING, took itself for waiting for the admission)."""
+        later = LaterAdmission(self)
+        self.rebuild(later)
+        body = json.dumps(call("get_ticket")).encode()
+        head = make_head(b"POST", b"/mcp", b"1.1",
+                         [(b"host", HOST.encode()), JSON, self.cookie(self.session(ALICE)),
+                          (b"content-length", b"%d" % len(body))],
+                         HOST, "/mcp", framing=BODY_LENGTH, request_id=b"")
+        exchange = Exchange(self.sink, self.core, FACTS, head)
+        exchange.begin()
+        later.release()
+        exchange.request_body(body[:10])
+        exchange.request_body(body[10:])
+        exchange.request_complete()
+        self.assertTrue(MemoryUpstream(self.reactor).received().endswith(body))
+
     def test_both_decisions_later(self) -> None:
         """Admission and the messages' decision both come later: the exchange waits in
         AUTHORIZING twice (a move the stage table allows for this)."""

@@ -97,6 +97,13 @@ class FilterTests(SynchronousTestCase):
             self.assertTrue(touched)
             self.assertEqual(out["result"]["tools"], tools("search"))
 
+    def test_a_result_beside_a_method_is_still_filtered(self) -> None:
+        # no valid message has both, but a lenient client may read it as a response
+        message = {**response(1, {"tools": tools("search", "x")}), "method": "ping"}
+        out, touched, _ = run(message)
+        self.assertTrue(touched)
+        self.assertEqual(out["result"]["tools"], tools("search"))
+
     def test_an_integral_float_id_is_the_request_it_equals(self) -> None:
         out, _, _ = run(response(1.0, {"nope": []}))
         self.assertEqual(out["error"]["code"], LIST_UNREADABLE)
@@ -155,6 +162,12 @@ class BodyTests(SynchronousTestCase):
                            PENDING, allowed, counts)
         assert data is not None
         self.assertEqual(json.loads(data)["result"]["tools"], tools("search"))
-        refused = filter_data("{not json", PENDING, allowed, counts)
+        # data that cannot name a result goes on unparsed; an escape is parsed
+        self.assertIsNone(filter_data("{not json, no such member", PENDING, allowed, counts))
+        escaped = filter_data('{"id":1,"\\u0072esult":{"tools":[{"name":"x"}]}}', PENDING,
+                              allowed, counts)
+        assert escaped is not None
+        self.assertEqual(json.loads(escaped)["result"]["tools"], [])
+        refused = filter_data("{not json, result", PENDING, allowed, counts)
         assert refused is not None
         self.assertEqual(json.loads(refused)["error"]["code"], LIST_UNREADABLE)

@@ -16,7 +16,8 @@ left out.
 
 An exchange that was decided (a route that is not public, the authorization hook
 answered) is also one event of the audit stream (``observability.audit``), unless the
-stream is off.
+stream is off; an MCP route's request is one event per JSON-RPC message (``via: mcp``,
+``mcp_record``).
 """
 
 from __future__ import annotations
@@ -28,9 +29,12 @@ from twisted.logger import Logger
 
 from gateway.authorize.caller import Caller
 from gateway.authorize.hook import Allow, Reply
+from gateway.dataplane.exchange.mcp_record import audit_fields, verdicts_of
+from gateway.dataplane.exchange.mcp_record import observe as observe_mcp
 from gateway.dataplane.exchange.measure import Measured, observe_exchange
 from gateway.dataplane.routing.plan import RoutePlan
-from gateway.observability.audit import AUDIT, credential_of
+from gateway.mcp.messages import McpDecided
+from gateway.observability.audit import AUDIT, McpFields, credential_of
 from gateway.observability.logging import LEVELS
 from gateway.observability.request_metrics import REQUESTS
 
@@ -71,6 +75,7 @@ class Logged(Measured, Protocol):
     @property
     def headers(self) -> list[tuple[bytes, bytes]]: ...
     trace: Any  # tracer.RequestTrace | None
+    mcp: McpDecided | None
 
     @property
     def request_id(self) -> str: ...
@@ -95,6 +100,9 @@ def log_access(exchange: Logged, status: int) -> None:
     """Count and log the exchange, which ended with ``status``. Also where a traced
     exchange's spans end: every way an exchange ends is logged here."""
     trace = exchange.trace
+    mcp = exchange.mcp
+    if mcp is not None:  # (an MCP route's request: its messages' spans and counts)
+        observe_mcp(exchange, mcp, trace)
     if trace is not None:
         exchange.trace = None
         trace.end(exchange, status)
@@ -150,10 +158,19 @@ def audit(exchange: Logged, status: int, now: float) -> None:
             "cookie" if user_id else "none"
     else:
         credential = credential_of(exchange.headers, user_id)
+    reason = exchange.decision_reason or (allow.reason if allow is not None else "")
+    mcp = exchange.mcp
+    if mcp is not None and mcp.request.calls:
+        # an MCP request is one event per JSON-RPC message, each with its own decision
+        client_id = caller.client_id if caller is not None else ""
+        for verdict in verdicts_of(mcp, allow is not None, reason):
+            audit_event(exchange, now, "mcp", exchange.method, exchange.host,
+                        exchange.path, caller, credential, verdict.allowed, status, reason,
+                        mcp=audit_fields(verdict, client_id))
+        return
     audit_event(exchange, now, "connect" if exchange.connect else "http",
                 exchange.method, exchange.host, exchange.path, caller,
-                credential, allow is not None, status,
-                exchange.decision_reason or (allow.reason if allow is not None else ""))
+                credential, allow is not None, status, reason)
 
 
 def audit_revoked(exchange: Logged, decision: Reply) -> None:
@@ -177,7 +194,7 @@ def bearer_caller(caller: Caller | None) -> bool:
 
 def audit_event(exchange: Audited, when: float, via: str, method: bytes, host: str,
                 path: str, caller: Caller | None, credential: str, allowed: bool,
-                status: int, reason: str) -> None:
+                status: int, reason: str, mcp: McpFields | None = None) -> None:
     """The one writer of an HTTP decision's audit event (a request, a CONNECT, a
     forward-auth question, a recheck that closed a connection): the route, the request's
     ids and the client's address are the exchange's; what was decided about, the
@@ -189,4 +206,4 @@ def audit_event(exchange: Audited, when: float, via: str, method: bytes, host: s
         str(plan.route.from_url), caller.user_id if caller is not None else "",
         caller.email if caller is not None else "", exchange.client_address(),
         method.decode("latin-1"), host, path, via, credential, allowed, status, reason,
-        provider=caller.provider if caller is not None else "")
+        provider=caller.provider if caller is not None else "", mcp=mcp)

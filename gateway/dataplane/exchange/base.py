@@ -162,8 +162,9 @@ class ExchangeBase:
         self.body_sent = False
         self.detail = ""
         self.internal_body: bytearray | None = None
-        # on an MCP route, its messages as read and their verdicts (mcp_request.py), for
-        # the response filter and the audit event; ``None`` on every other route
+        # on an MCP route, its messages as read and their verdicts (mcp_request.py);
+        # ``mcp_response`` filters its response by it, ``access`` audits each message;
+        # ``None`` on every other route
         self.mcp: McpDecided | None = None
 
     def head_read(self, head: RequestHead) -> None:

@@ -25,11 +25,12 @@ from gateway.dataplane.exchange.head import (
     BODY_NONE,
     NO_NAMES,
 )
+from gateway.dataplane.exchange.mcp_response import listener_for
 from gateway.dataplane.exchange.measure import observe_upstream
 from gateway.dataplane.exchange.request_head import upstream_request_head
 from gateway.dataplane.exchange.stage import CONNECTING, DONE, RESPONDING, TUNNEL, WAITING
 from gateway.dataplane.upstream.hosts import UpstreamHost
-from gateway.dataplane.upstream.http1_client import UpstreamConnection
+from gateway.dataplane.upstream.http1_client import UpstreamConnection, UpstreamListener
 from gateway.dataplane.upstream.pool import Pool
 from gateway.net.endpoints import connect_failure
 from gateway.wire.headers import (
@@ -124,7 +125,11 @@ class UpstreamRelay(ExchangeBase):
         self.upstream = conn
         self.stage = WAITING  # (a plain write: see ``stage.MOVED_BY``)
         head = self.head
-        conn.send(self, upstream_request_head(self), head.method == b"HEAD",
+        listener: UpstreamListener = self
+        plan = self.plan
+        if plan is not None and plan.mcp is not None:
+            listener = listener_for(self)  # an MCP route's response may be filtered
+        conn.send(listener, upstream_request_head(self), head.method == b"HEAD",
                   head.framing == BODY_CHUNKED)
         if self.pending:
             for chunk in self.pending:

@@ -28,7 +28,7 @@ from urllib.parse import SplitResult
 
 from cryptography import x509
 from cryptography.hazmat.primitives.serialization import Encoding
-from twisted.internet.defer import CancelledError, Deferred, TimeoutError
+from twisted.internet.defer import CancelledError, Deferred
 from twisted.internet.endpoints import TCP4ClientEndpoint, TCP6ClientEndpoint, wrapClientTLS
 from twisted.internet.error import ConnectError
 from twisted.internet.interfaces import IResolutionReceiver, IStreamClientEndpoint
@@ -201,7 +201,8 @@ def _reason(exc: BaseException) -> str:
     if isinstance(exc, ResponseNeverReceived | ResponseFailed) and exc.reasons:
         inner = exc.reasons[0].value
         text = str(inner) or type(inner).__name__
-        if "certificate" in text.lower() or type(inner).__module__.startswith("OpenSSL"):
+        module = type(inner).__module__
+        if module.startswith(("OpenSSL", "service_identity")):
             return f"TLS failed: {text}"
         return text
     return str(exc) or type(exc).__name__
@@ -275,12 +276,21 @@ def fetch(reactor: Any, url: str, parts: SplitResult, resolve: Resolver,
     """The document at ``url`` (already checked by ``client_ids``), within ``bounds``."""
     done = Deferred.fromCoroutine(_fetch(reactor, url, parts, resolve, exempt, trust_root,
                                          bounds))
-    done.addTimeout(bounds.seconds, reactor)
+    expired = False
 
-    def late(failure: Failure) -> Failure:
-        if failure.check(TimeoutError):
+    def expire() -> None:
+        nonlocal expired
+        expired = True
+        done.cancel()  # whatever step it is in: its connection is aborted
+
+    timer = reactor.callLater(bounds.seconds, expire)
+
+    def settle(result: Any) -> Any:
+        if timer.active():
+            timer.cancel()
+        if expired and isinstance(result, Failure):
             raise ClientRefused("invalid_client", f"the client metadata document at {url} "
                                 f"was not fetched: no whole answer within {bounds.seconds:g} s")
-        return failure
+        return result
 
-    return done.addErrback(late)
+    return done.addBoth(settle)

@@ -1,0 +1,60 @@
+"""The decision on each entry of an MCP list result: would the route's policy let this
+caller make the call that uses it (a tool as ``tools/call`` of its name, a prompt as
+``prompts/get``, a resource as ``resources/read`` of its URI)?
+
+The same pure ``decide`` every entrance uses, with what the request asked
+(``decide.http_asked``: its method, path, address and verified client certificate) and
+the entry's call as the MCP facts (``entry_asked``): a list is filtered by the very rules
+that decide the calls. Decisions are remembered per response (a list names each entry
+once, but a paginated client asks again with the same caller and route).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from gateway.authorize.caller import Caller
+from gateway.authorize.certificates import cert_facts
+from gateway.authorize.decide import Asked, decide, http_asked, mcp_asked
+from gateway.authorize.hook import RequestInfo
+from gateway.config.routes import Route
+from gateway.mcp.messages import McpCall
+from gateway.policy import CLIENT_CERT, CertFacts
+
+Allowed = Callable[[str, str], bool]
+
+
+def entry_asked(asked: Asked, method: str, name: str) -> Asked:
+    """What the request asked, as the call ``method`` about ``name`` would ask it."""
+    return mcp_asked(asked, McpCall(None, method, name))
+
+
+def certificate(request: RequestInfo) -> CertFacts | None:
+    """The client certificate's facts, as the HTTP entrance reads them (``None``: none,
+    or not a certificate, which matches no certificate criterion)."""
+    if not request.client_cert:
+        return None
+    try:
+        return cert_facts(request.client_cert)
+    except ValueError:
+        return None
+
+
+def entry_predicate(route: Route, caller: Caller | None, request: RequestInfo,
+                    now: float) -> Allowed:
+    """``allowed(method, name)`` for entries of a list answered on ``route`` to
+    ``caller``'s ``request``."""
+    cert = certificate(request) if CLIENT_CERT in route.policy.reads else None
+    asked = http_asked(request, now, client_cert=cert)
+    policy = route.policy
+    known: dict[tuple[str, str], bool] = {}
+
+    def allowed(method: str, name: str) -> bool:
+        key = (method, name)
+        answer = known.get(key)
+        if answer is None:
+            answer = known[key] = decide(policy, caller,
+                                         entry_asked(asked, method, name)).allowed
+        return answer
+
+    return allowed
