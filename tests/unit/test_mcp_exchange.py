@@ -428,6 +428,21 @@ class McpExchangeTests(IdentityCase):
         self.reactor.advance(2)
         self.assertTrue(self.core_timed_out(plain))
 
+    def test_the_silence_bound_of_an_mcp_route(self) -> None:
+        """timeout_idle, or the route's timeout when longer; none with timeout_idle 0."""
+        def bound(**settings: Any) -> float:
+            plan, _ = build_plan(snapshot(policy=ROUTES, **settings)).lookup(HOST, "/mcp")
+            assert plan is not None
+            return plan.response_timeout
+
+        self.assertEqual(bound(timeout_idle="60s"), 60.0)
+        self.assertEqual(bound(timeout_idle="5s"), 10.0)  # the route's 10 s is longer
+        self.assertEqual(bound(timeout_idle="0s"), float("inf"))
+        plain, _ = build_plan(snapshot(policy=ROUTES, timeout_idle="0s")).lookup(
+            "plain.test", "/")
+        assert plain is not None
+        self.assertEqual(plain.response_timeout, 10.0)
+
     def core_timed_out(self, exchange: Exchange) -> bool:
         """What the codecs' watchdog does with the exchange's deadline."""
         now = self.reactor.seconds()
