@@ -109,13 +109,14 @@ def gateway_yaml(port: int, upstream: int, codec: str | None,
             "    pass_identity_headers: true",
             POLICY_YAML.rstrip("\n"),
         ]
-        if bearer_jwks is not None:  # (JSON is YAML: a flow mapping per item)
+        if with_mcp:  # (JSON is YAML: a flow mapping per item)
+            lines += ["  - " + q(r) for r in mcp.routes(port, f"http://127.0.0.1:{upstream}",
+                                                        AUTH_USER)]
+        if bearer_jwks is not None:  # (the routes' list goes on; then its provider)
             lines.append("  - " + q(bearer.route(f"http://{bearer.BEARER_HOST}:{port}",
                                                  f"http://127.0.0.1:{upstream}")))
             lines.append("identity_providers: " + q([bearer.provider(bearer_jwks)]))
         if with_mcp:
-            lines += ["  - " + q(r) for r in mcp.routes(port, f"http://127.0.0.1:{upstream}",
-                                                        AUTH_USER)]
             lines += mcp.SETTINGS
     return "\n".join(lines) + "\n"
 

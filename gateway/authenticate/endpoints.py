@@ -27,6 +27,7 @@ from gateway.authenticate.account import (
     who_am_i,
 )
 from gateway.authenticate.backchannel import BackchannelLogout
+from gateway.authenticate.mcp_connect import CALLBACK_PATH, McpConnect
 from gateway.authenticate.oidc import OIDCError, ProviderUnavailable, pkce_pair
 from gateway.authenticate.same_origin import SameOrigin
 from gateway.authenticate.ssh_sign_in import SSH_SIGN_IN, SshSignIn
@@ -65,6 +66,7 @@ if TYPE_CHECKING:
     from gateway.authenticate.identity import Identity
     from gateway.databroker.session_ends import SessionEnds
     from gateway.mcp_oauth.server import McpAuthorizationServer
+    from gateway.mcp_oauth.upstream import UpstreamVault
 
 log = Logger()
 
@@ -103,7 +105,8 @@ class Choice(NamedTuple):
 class Endpoints:
     def __init__(self, identity: Identity, routes: tuple[Route, ...] = (),
                  records: RecordStore | None = None, ends: SessionEnds | None = None,
-                 mcp: McpAuthorizationServer | None = None) -> None:
+                 mcp: McpAuthorizationServer | None = None,
+                 vault: UpstreamVault | None = None) -> None:
         self.identity = identity
         # the authorization server of MCP clients on MCP routes' hosts (None: none)
         self.mcp = mcp
@@ -116,6 +119,8 @@ class Endpoints:
         # every form's submission comes from the gateway's own page (``same_origin``)
         self.same_origin = SameOrigin(identity, routes)
         self._discovery_failed = float("-inf")  # when reading it last failed (clock)
+        # MCP routes' upstream token vault: where the upstream sends people back
+        self.mcp_connect = McpConnect(identity, vault, routes) if vault is not None else None
 
     def handles(self, host: str, path: str) -> bool:
         ident = self.identity
@@ -173,6 +178,8 @@ class Endpoints:
             return routes_portal(ident, self.routes, request)
         if on_auth and self.ssh is not None and path.startswith(SSH_SIGN_IN):
             return self.ssh.answer(request, body)
+        if path == CALLBACK_PATH and self.mcp_connect is not None:
+            return self.mcp_connect.answer(request)
         if own_path(path):
             return self._error(404, "Not found.", request.headers, "not-found")
         return None

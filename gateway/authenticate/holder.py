@@ -28,6 +28,7 @@ from gateway.mcp_oauth.client_types import Clients
 from gateway.mcp_oauth.grants import Grants
 from gateway.mcp_oauth.resource_server import McpResourceServer
 from gateway.mcp_oauth.server import McpAuthorizationServer, allowed_clients
+from gateway.mcp_oauth.upstream import UpstreamVault
 from gateway.sessions.live import Ender, Unwatch
 from gateway.sessions.spent import SpentTokens
 from gateway.sessions.store import SessionStore
@@ -74,6 +75,8 @@ class IdentityHolder:
         self.grants = Grants(broker.store, reactor, time.time)
         self.mcp_tokens = McpResourceServer(self.grants, broker.sessions.follower, time.time)
         self.clients: Clients | None = None
+        # MCP routes' upstream token vault (``mcp.upstream_oauth2``)
+        self.vault = UpstreamVault(reactor, broker.store, snapshot.material.shared_secret)
         self.identity, self.endpoints = self._build(snapshot)
         # the SSH service's entrance, deciding with the snapshot in force
         self.authorize_ssh = AuthorizeSsh(lambda: self.identity.decider, self.store)
@@ -81,6 +84,9 @@ class IdentityHolder:
     def apply(self, snapshot: Snapshot) -> None:
         """After the databroker's ``apply`` (it may start or stop directory data)."""
         self.signer = _signer(snapshot, self.signer)
+        if snapshot.material.shared_secret != self.vault.shared_secret:
+            self.vault = UpstreamVault(self.reactor, self.broker.store,
+                                       snapshot.material.shared_secret)
         self.identity, self.endpoints = self._build(snapshot)
 
     def _build(self, snapshot: Snapshot) -> tuple[Identity, Endpoints]:
@@ -104,7 +110,7 @@ class IdentityHolder:
                 identity.shared, time.time,
                 registration=snapshot.options.mcp_dynamic_client_registration)
         return identity, Endpoints(identity, snapshot.routes, broker.store, broker.ends,
-                                   server)
+                                   server, self.vault)
 
     def watch(self, headers: list[tuple[bytes, bytes]], end: Ender) -> Unwatch:
         """``SessionWatch``: a tunnel or upgraded connection, closed at once when the
@@ -113,7 +119,11 @@ class IdentityHolder:
         return self.broker.live.add(sid or "", end)
 
     def authorize(self, request: RequestInfo, route: Route) -> Decision | Deferred[Decision]:
-        return self.identity.decider.authorize(request, route)
+        decision = self.identity.decider.authorize(request, route)
+        if route.mcp is not None and route.mcp.upstream_oauth2 is not None:
+            # the person's upstream token toward the MCP server (the vault)
+            return self.vault.decorate(decision, route)
+        return decision
 
     # -- SignInApp
 

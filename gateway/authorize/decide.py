@@ -22,6 +22,8 @@ from typing import Protocol
 from gateway.authorize.caller import Caller
 from gateway.mcp.messages import McpCall
 from gateway.policy import CertFacts, Facts, Policy, Verdict
+from gateway.policy.any_message import any_message_allowed
+from gateway.policy.facts import is_session_keeping
 
 # what policies see as the method of an SSH login
 SSH_METHOD = "SSH"
@@ -56,6 +58,19 @@ def decide(policy: Policy, caller: Caller | None, asked: Asked) -> Verdict:
     """Whether ``policy`` lets ``caller`` (``None``: nobody signed in) do what is
     ``asked``, and which rule and criterion decided."""
     return policy.evaluate(facts_of(caller, asked))
+
+
+def decide_message(policy: Policy, caller: Caller | None, asked: Asked) -> Verdict:
+    """One JSON-RPC message of an MCP route's request (``asked.mcp``) decided. One that
+    only keeps the session (``is_session_keeping``: no method, ``initialize``, ``ping``,
+    a notification) belongs to a signed-in person's session whatever they use it for:
+    allowed when the policy lets them send some message on the route
+    (``any_message_allowed``); every other message is decided as the rules say."""
+    mcp = asked.mcp
+    if mcp is not None and is_session_keeping(mcp.method) and caller is not None and \
+            caller.signed_in(asked.now):
+        return any_message_allowed(policy, facts_of(caller, asked))
+    return decide(policy, caller, asked)
 
 
 def facts_of(caller: Caller | None, asked: Asked) -> Facts:

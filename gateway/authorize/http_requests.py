@@ -56,6 +56,7 @@ from gateway.authorize.decide import (
     Asked,
     caller_facts,
     decide,
+    decide_message,
     http_asked,
     mcp_asked,
     method_text,
@@ -72,6 +73,7 @@ from gateway.observability.tracing.active import start_child
 from gateway.pages.layout import Action, look_of
 from gateway.pages.rules import admits
 from gateway.policy import CLIENT_CERT, CertFacts, Specialized, Verdict, specialize
+from gateway.policy.unsigned import admits_without_sign_in
 from gateway.sessions.lookup import COOKIE_CACHE, SessionLookup, cookie_and_authorization
 from gateway.sessions.model import Session
 from gateway.sessions.store import DirectoryGroups, SessionStore
@@ -226,6 +228,9 @@ class Decider:
         # (session id, client id): ``_mcp_caller``
         self._mcp_callers: FifoCache[tuple[str, str], tuple[Caller, Caller]] = \
             FifoCache(DECISION_CACHE)
+        # route index -> whether its policy may let in someone not signed in
+        # (``_admit_mcp``)
+        self._admits_unsigned: dict[int, bool] = {}
 
     def authorize(self, request: RequestInfo, route: Route) -> Decision | Deferred[Decision]:
         if route.mcp is not None and self.mcp is not None:
@@ -479,6 +484,8 @@ class Decider:
         request."""
         mcp = request.mcp
         assert mcp is not None
+        if not mcp.calls:
+            return self._admit_mcp(request, route, caller, now, bearer=bearer)
         cert = self._cert(request) if CLIENT_CERT in route.policy.reads else None
         asked = http_asked(request, now, client_cert=cert)
         verdicts = tuple(self._mcp_verdict(route, caller, asked, call) for call in mcp.calls)
@@ -505,9 +512,35 @@ class Decider:
         status, body = denied_answer(mcp, verdicts)
         return Reply(status, body, JSON_HEADERS, f"denied: {text}", caller, mcp=verdicts)
 
+    def _admit_mcp(self, request: RequestInfo, route: Route, caller: Caller | None,
+                   now: float, *, bearer: bool) -> Decision:
+        """Whether anyone asking as ``caller`` may send MCP messages to the route at all,
+        asked before its body is read (a request with no message): someone signed in
+        may (each message is decided once the body is read), and so may nobody where
+        the policy can let in someone not signed in; anyone else gets the sign-in
+        answer now, before the gateway reads and parses up to ``max_request_bytes``
+        for them. The ``Allow`` only lets the body be read: it carries nothing
+        upstream."""
+        if caller is not None and caller.signed_in(now):
+            return Allow(caller=caller, reason="mcp-admitted")
+        if bearer and caller is not None and self.bearer is not None:
+            return self.bearer.expired(request, caller)
+        admits = self._admits_unsigned.get(route.index)
+        if admits is None:
+            admits = self._admits_unsigned[route.index] = bool(
+                admits_without_sign_in(route.policy))
+        if admits:
+            return Allow(reason="mcp-admitted")
+        answer = self.sign_in.sign_in_answer(request, route)
+        if self.bearer is not None and not bearer:
+            answer = self.bearer.offered(request) or self.bearer.challenge(route, answer)
+        return answer
+
     def _mcp_verdict(self, route: Route, caller: Caller | None, asked: Asked,
                      call: McpCall) -> McpVerdict:
-        verdict = decide(route.policy, caller, mcp_asked(asked, call))
+        """One message decided (``decide_message``: one that only keeps the session is
+        the person's whatever they use it for), with the reasons the log names."""
+        verdict = decide_message(route.policy, caller, mcp_asked(asked, call))
         if route.policy_document is not None:
             reasons: tuple[str, ...] = (verdict.reason,)
         elif verdict.allowed:

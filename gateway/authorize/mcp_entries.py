@@ -14,28 +14,37 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from gateway.authorize.caller import Caller
-from gateway.authorize.decide import Asked, decide, http_asked
+from gateway.authorize.certificates import cert_facts
+from gateway.authorize.decide import Asked, decide, http_asked, mcp_asked
 from gateway.authorize.hook import RequestInfo
-from gateway.authorize.http_requests import Decider
 from gateway.config.routes import Route
-from gateway.policy import CLIENT_CERT
+from gateway.mcp.messages import McpCall
+from gateway.policy import CLIENT_CERT, CertFacts
 
 Allowed = Callable[[str, str], bool]
 
 
 def entry_asked(asked: Asked, method: str, name: str) -> Asked:
-    """What the request asked, as the call ``method`` about ``name`` would ask it.
+    """What the request asked, as the call ``method`` about ``name`` would ask it."""
+    return mcp_asked(asked, McpCall(None, method, name))
 
-    (Until the request side's MCP facts are on ``Asked``: the request as it is; with
-    them this is ``replace(asked, mcp_method=method, mcp_tool=name)``.)"""
-    return asked
+
+def certificate(request: RequestInfo) -> CertFacts | None:
+    """The client certificate's facts, as the HTTP entrance reads them (``None``: none,
+    or not a certificate, which matches no certificate criterion)."""
+    if not request.client_cert:
+        return None
+    try:
+        return cert_facts(request.client_cert)
+    except ValueError:
+        return None
 
 
 def entry_predicate(route: Route, caller: Caller | None, request: RequestInfo,
                     now: float) -> Allowed:
     """``allowed(method, name)`` for entries of a list answered on ``route`` to
     ``caller``'s ``request``."""
-    cert = Decider._cert(request) if CLIENT_CERT in route.policy.reads else None
+    cert = certificate(request) if CLIENT_CERT in route.policy.reads else None
     asked = http_asked(request, now, client_cert=cert)
     policy = route.policy
     known: dict[tuple[str, str], bool] = {}

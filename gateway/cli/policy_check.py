@@ -51,6 +51,8 @@ from gateway.dataplane.routing.router import own_path
 from gateway.mcp.errors import denied_message
 from gateway.mcp.messages import McpCall, McpVerdict
 from gateway.policy import CLIENT_IP, Verdict
+from gateway.policy.any_message import any_message_allowed
+from gateway.policy.facts import is_session_keeping
 
 NOT_CHECKED = 2  # no route, a bad configuration or argument
 
@@ -140,6 +142,12 @@ def check(snapshot: Snapshot, args: argparse.Namespace, token: TokenCheck | None
                      "requests carry no MCP message and the MCP criteria are false")
     elif mcp is not None:
         asked = mcp_asked(asked, mcp)
+        if is_session_keeping(mcp.method) and caller is not None:
+            admitted = any_message_allowed(route.policy, facts_of(caller, asked)).allowed
+            notes.append(f"{mcp.method or 'a request without a message'} only keeps the "
+                         "session: the gateway allows it when the person may send some "
+                         f"message on the route ({'yes' if admitted else 'no'}), whatever "
+                         "the rules below say of it as written")
     elif route.mcp is not None:
         notes.append("an MCP route: decided as a request without an MCP message (the MCP "
                      "criteria false); --mcp-method/--mcp-name ask about one")

@@ -12,8 +12,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from gateway.config.errors import Problems
+from gateway.config.mcp_upstream import UpstreamOAuth2, parse_upstream_oauth2
 
-_KNOWN = ("max_request_bytes", "max_response_bytes")
+_KNOWN = ("max_request_bytes", "max_response_bytes", "upstream_oauth2")
 _DEFAULT_MAX_REQUEST_BYTES = 16 * 1024 * 1024
 _DEFAULT_MAX_RESPONSE_BYTES = 16 * 1024 * 1024
 
@@ -26,10 +27,12 @@ class McpRoute:
     whole body is read, never a prefix, and a larger one is refused with 413.
     ``max_response_bytes``: the largest list response the gateway reads to filter it (a
     JSON body, or one event of a stream); a larger one is not passed on (the client gets
-    a JSON-RPC error instead)."""
+    a JSON-RPC error instead). ``upstream_oauth2``: the upstream token vault's client
+    (``config.mcp_upstream``)."""
 
     max_request_bytes: int = _DEFAULT_MAX_REQUEST_BYTES
     max_response_bytes: int = _DEFAULT_MAX_RESPONSE_BYTES
+    upstream_oauth2: UpstreamOAuth2 | None = None
 
 
 def parse_mcp(value: object, path: str, problems: Problems) -> McpRoute | None:
@@ -47,7 +50,9 @@ def parse_mcp(value: object, path: str, problems: Problems) -> McpRoute | None:
         max_request_bytes=_size(raw, "max_request_bytes", _DEFAULT_MAX_REQUEST_BYTES, path,
                                 problems),
         max_response_bytes=_size(raw, "max_response_bytes", _DEFAULT_MAX_RESPONSE_BYTES,
-                                 path, problems))
+                                 path, problems),
+        upstream_oauth2=parse_upstream_oauth2(raw.get("upstream_oauth2"),
+                                              f"{path}.upstream_oauth2", problems))
 
 
 def _size(raw: Mapping[str, Any], key: str, default: int, path: str,

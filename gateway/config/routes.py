@@ -93,7 +93,9 @@ class Route:
                                           key="policy", parse=None)
     timeout: float = _f(30.0, K.DURATION, "Upstream timeout of this route (default: "
                         "default_upstream_timeout); for a tcp+https route, the tunnel's "
-                        "idle timeout (default: none).")
+                        "idle timeout (default: none); on an MCP route (mcp), whose "
+                        "responses are long-lived event streams, the upstream may be "
+                        "silent for timeout_idle instead when that is longer.")
     set_request_headers: Mapping[str, str] = _f({}, K.HEADERS, "Headers set on requests "
                                                 "sent upstream.")
     remove_request_headers: tuple[str, ...] = _f((), K.LIST, "Headers removed from requests "
@@ -116,7 +118,8 @@ class Route:
     pass_bearer_token: bool = _f(False, K.BOOL, "Send the caller's bearer token upstream "
                                  "(default: removed; beyond the reference).")
     mcp: McpRoute | None = _f(None, K.OBJECT, "This route serves Model Context Protocol "
-                              "clients: {max_request_bytes, max_response_bytes} ({} for the "
+                              "clients: {max_request_bytes, max_response_bytes, "
+                              "upstream_oauth2} ({} for the "
                               "defaults; beyond the reference).", parse=parse_mcp)
     allow_spdy: bool = _f(False, K.BOOL, "Allow SPDY upgrades.")
     allow_websockets: bool = _f(False, K.BOOL, "Allow websocket upgrades (route timeout "

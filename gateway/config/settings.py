@@ -161,7 +161,9 @@ class Options:
     )
     timeout_read: float = _s(30.0, Kind.DURATION, "Global server read timeout.")
     timeout_write: float = _s(0.0, Kind.DURATION, "Global server write timeout (0: none).")
-    timeout_idle: float = _s(300.0, Kind.DURATION, "Global server idle timeout.")
+    timeout_idle: float = _s(300.0, Kind.DURATION, "Global server idle timeout; on "
+                             "an MCP route also how long the upstream may be silent "
+                             "(0: unbounded there).")
     shutdown_drain_timeout: float = _s(
         8.0, Kind.DURATION,
         "On SIGTERM: how long requests, tunnels and SSH sessions in flight may go on "

@@ -25,6 +25,8 @@ SSH_SIGN_IN = "ssh.sign_in"  # an SSH connection waiting for its person to sign 
 SSH_HOST_KEY = "ssh.host_key"  # a server's host key pinned on first use
 SESSION_INDEX = "session.index"  # the sessions one IdP session, user or e-mail names
 MCP_CLIENT = "mcp.client"  # an MCP client registered dynamically (RFC 7591)
+MCP_UPSTREAM_TOKEN = "mcp.upstream_token"  # a person's tokens for an MCP route's upstream
+MCP_UPSTREAM_CONNECT = "mcp.upstream_connect"  # a person authorizing that upstream
 # the authorization server of MCP clients (``gateway.mcp_oauth``): codes, grants and
 # tokens by the SHA-256 of what the client holds, a person's consents to clients
 MCP_CODE = "mcp.code"
@@ -32,7 +34,8 @@ MCP_GRANT = "mcp.grant"
 MCP_TOKEN = "mcp.token"
 MCP_CONSENT = "mcp.consent"
 TYPES = (SESSION, USER, DIRECTORY_USER, DIRECTORY_GROUP, SSH_KEY, SSH_SIGN_IN, SSH_HOST_KEY,
-         SESSION_INDEX, MCP_CLIENT, MCP_CODE, MCP_GRANT, MCP_TOKEN, MCP_CONSENT)
+         SESSION_INDEX, MCP_CLIENT, MCP_CODE, MCP_GRANT, MCP_TOKEN, MCP_CONSENT,
+         MCP_UPSTREAM_TOKEN, MCP_UPSTREAM_CONNECT)
 
 TOMBSTONE_SECONDS = 15 * 60.0
 SYNC_BATCH = 1000

@@ -233,13 +233,22 @@ def filter_json(body: bytes, request: McpRequest, pending: Mapping[IdKey, str],
     return encode(out).encode() if touched else body
 
 
+def could_hold_result(data: str) -> bool:
+    """Whether ``data`` could hold a member ``result`` for any reader: it names it
+    (quoted or not), or it has an escape, behind which any name may hide
+    (``"\\u0072esult"``). A notification or a request names none and is passed on
+    unparsed (most of a long stream)."""
+    return "result" in data or "\\" in data
+
+
 def filter_data(data: str, pending: Mapping[IdKey, str], allowed: Allowed,
                 counts: Counts) -> str | None:
     """An SSE event's data (one JSON-RPC message or a batch), filtered: ``None`` when it
     holds no list result (the event goes on as it came). Data that is not JSON is
-    replaced by an error for an unknown id: it might have been a list (empty data, a
-    keep-alive some servers send, cannot be and goes on)."""
-    if not data.strip():
+    replaced by an error for an unknown id: it might have been a list (data that cannot
+    hold a ``result``, ``could_hold_result``, goes on unparsed: an empty keep-alive, a
+    notification)."""
+    if not data.strip() or not could_hold_result(data):
         return None
     try:
         message = parse(data)

@@ -27,12 +27,11 @@ from twisted.logger import Logger
 
 from gateway.authorize import answers
 from gateway.authorize.caller import Caller
-from gateway.authorize.decide import decide, http_asked, mcp_asked
+from gateway.authorize.decide import facts_of, http_asked
 from gateway.authorize.hook import Decision, Reply, RequestInfo
 from gateway.config.routes import Route
 from gateway.config.values import is_loopback_host
 from gateway.databroker.records import StorageUnavailable
-from gateway.mcp.messages import McpCall
 from gateway.mcp_oauth.authorize_request import (
     AuthorizeAsk,
     RedirectError,
@@ -69,16 +68,13 @@ from gateway.mcp_oauth.resources import (
 from gateway.pages.consent import ConsentView, consent_page
 from gateway.pages.layout import Action, Look
 from gateway.pages.whoami import AllowedClient
+from gateway.policy.any_message import any_message_allowed
 from gateway.sessions.model import Session
 from gateway.sessions.sealed import Sealer
 
 log = Logger()
 
 CONSENT_TTL = 600.0
-# what ``_admitted`` asks the route's policy about (HTTP method, message)
-ADMISSION_PROBES = ((b"GET", McpCall(None, "")), *(
-    (b"POST", McpCall(0, method)) for method in (
-        "initialize", "ping", "tools/list", "prompts/list", "resources/list")))
 REVOKE_CONSENT = "/.gateway/mcp/consents/revoke"
 # paths answered before the same-origin rule of forms: clients post here, not pages
 CLIENT_POSTS = (TOKEN, REVOKE, REGISTER)
@@ -319,19 +315,7 @@ class McpAuthorizationServer:
         return self._consent_page(request, route, ask, client, session, caller, remembered)
 
     def _admitted(self, request: RequestInfo, route: Route, caller: Caller) -> bool:
-        """Whether the route's policy lets the person in at all: whether any of the
-        messages every MCP session starts with (``ADMISSION_PROBES``: the stream's GET,
-        ``initialize``, ``ping``, the lists) would be allowed them, posted to the
-        route's path from this address. (Not a ``tools/call``: its tool names are the
-        server's; a policy letting someone call tools lets them list them.)"""
-        now = self.clock()
-        for method, call in ADMISSION_PROBES:
-            probe = RequestInfo(method, request.scheme, request.host,
-                                resource_path(route) or "/", b"", [], request.client_ip)
-            asked = mcp_asked(http_asked(probe, now), call)
-            if decide(route.policy, caller, asked).allowed:
-                return True
-        return False
+        return admitted(request, route, caller, self.clock())
 
     async def _code(self, request: RequestInfo, ask: AuthorizeAsk, session: Session,
                     iss: str, status: int = 302) -> Decision:
@@ -541,3 +525,15 @@ def allowed_clients(grants: Grants, session: Session, csrf: str
             "Revoke", REVOKE_CONSENT, "post", (("client_id", c.client_id), ("csrf", csrf)),
             primary=False)) for c in sorted(consents.values(), key=lambda c: c.name)]
     return ensureDeferred(run())
+
+
+def admitted(request: RequestInfo, route: Route, caller: Caller, now: float) -> bool:
+    """Whether the route's policy lets the person in at all: whether it lets them send
+    some message on the route (``any_message_allowed``, as the data plane decides the
+    messages that only keep a session), asked as a request of the route's path from this
+    address. Whatever the policy says of single messages is then decided message by
+    message, and the lists are filtered."""
+    probe = RequestInfo(b"GET", request.scheme, request.host,
+                        resource_path(route) or "/", b"", [], request.client_ip)
+    return any_message_allowed(route.policy, facts_of(caller, http_asked(probe, now))
+                               ).allowed

@@ -10,6 +10,8 @@ with it, and builds the ``Facts`` of a caller and what they ask.
 - ``compile.Policy``: ``evaluate(facts) -> Verdict``, ``explain(facts) -> Trace``, ``reads``
 - ``legacy.legacy_rules``: the allow fields as rules
 - ``specialize.specialize``: a policy for one person, only its request criteria left
+- ``any_message.any_message_allowed``: whether a person may send some MCP message on a
+  route (how an MCP route's requests that carry none are decided)
 - ``unsigned.admits_without_sign_in``: the allow rules that may let in a request without
   a session (for ``gateway check``)
 

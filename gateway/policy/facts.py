@@ -12,14 +12,30 @@ from dataclasses import dataclass
 from types import MappingProxyType
 
 NO_CLAIMS: Mapping[str, tuple[str, ...]] = MappingProxyType({})
-# The MCP methods a session needs whatever tools it may call: connecting, keeping
+# The MCP methods a session needs whatever tools it may call: connecting (2026-07-28:
+# ``server/discover``, which every server MUST answer and a client sends first), keeping
 # alive, its notifications, the lists (whose results are filtered entry by entry), the
 # 2026-07-28 change stream, and ``""`` (no method: a client's response, or the
-# body-less GET and DELETE of the 2025 transports). ``mcp_tool`` does not stand in
+# body-less GET and DELETE of the 2025 transports; for a signed-in person those are
+# decided by ``any_message`` instead). ``mcp_tool`` does not stand in
 # their way (``predicates``).
 MCP_HOUSEKEEPING = frozenset({
-    "", "initialize", "ping", "tools/list", "prompts/list", "resources/list",
-    "resources/templates/list", "subscriptions/listen"})
+    "", "initialize", "server/discover", "ping", "tools/list", "prompts/list",
+    "resources/list", "resources/templates/list", "subscriptions/listen"})
+
+
+# The MCP messages that only keep a session: connecting, keeping alive, notifications,
+# and ``""`` (no method). They belong to the person's session whatever they use it for,
+# so a signed-in person's are decided by ``any_message`` (allowed when the policy lets the
+# person send some message on the route), not against the rules as written: a rule of
+# ``mcp_method: {in: [tools/call, tools/list]}`` lets its people connect too.
+MCP_SESSION_KEEPING = frozenset({"", "initialize", "server/discover", "ping"})
+
+
+def is_session_keeping(method: str) -> bool:
+    """Whether the MCP ``method`` only keeps a session (``MCP_SESSION_KEEPING``, and every
+    notification)."""
+    return method in MCP_SESSION_KEEPING or method.startswith("notifications/")
 
 
 def is_housekeeping(method: str) -> bool:

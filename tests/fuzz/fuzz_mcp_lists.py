@@ -11,8 +11,8 @@ Contract:
 - neither the reader nor the filter raises (beyond ``EventTooLarge`` past the bound);
 - what the filter lets out is JSON, and no list in it holds an entry the caller may not
   use (entries are allowed only when their name or URI starts with ``ok``), whatever id,
-  shape or duplicate members the server wrote; a message the filter did not touch holds
-  no list member at all.
+  shape or duplicate members the server wrote; data the filter did not touch holds no
+  list result at all (it is JSON without one, or names no ``result`` and has no escape).
 """
 
 from __future__ import annotations
@@ -56,7 +56,10 @@ def check_out(text: str | bytes) -> None:
 
 
 def untouched(data: str) -> None:
-    """Data the filter passed on as it came: no list result can be in it."""
+    """Data the filter passed on as it came: no list result can be in it (it names no
+    ``result`` and has no escape, or it is JSON whose results hold no list)."""
+    if "result" not in data and "\\" not in data:
+        return
     try:
         message = json.loads(data)
     except ValueError:

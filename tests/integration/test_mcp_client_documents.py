@@ -36,8 +36,9 @@ from gateway.databroker.kv_connect import connect
 from gateway.databroker.kv_records import KVRecordStore
 from gateway.databroker.memory_records import MemoryRecordStore
 from gateway.mcp_oauth.client_types import ClientRefused, McpClient
-from gateway.mcp_oauth.clients import REGISTRATION_OFF, ClientDirectory, Settings
+from gateway.mcp_oauth.clients import RATE_LIMITED, REGISTRATION_OFF, ClientDirectory, Settings
 from gateway.mcp_oauth.clients.fetch import FetchBounds, Resolver
+from gateway.mcp_oauth.clients.rate import RegistrationBuckets
 from tests.support.peers import redis_server
 
 pytestmark = pytest.mark.integration
@@ -174,11 +175,11 @@ class MetadataDocumentFetchTests(TestCase):
 
     def directory(self, hosts: tuple[str, ...] = ("127.0.0.1",), networks: Any = LOOPBACK,
                   ca: bool = True, resolve: Resolver | None = None,
-                  bounds: FetchBounds = SHORT) -> ClientDirectory:
+                  bounds: FetchBounds = SHORT, max_fetches: int = 32) -> ClientDirectory:
         settings = Settings(frozenset(hosts), tuple(networks),
                             self.ca_file.read_bytes() if ca else None, False)
         return ClientDirectory(reactor, MemoryRecordStore(reactor.seconds), settings,
-                               resolve=resolve, bounds=bounds)
+                               resolve=resolve, bounds=bounds, max_fetches=max_fetches)
 
     async def refused(self, directory: ClientDirectory, url: str) -> str:
         with self.assertRaises(ClientRefused) as caught:
@@ -232,6 +233,21 @@ class MetadataDocumentFetchTests(TestCase):
         # the deadline closed the connections the server still held
         await deferLater(0.1)
         self.assertEqual(self.resource.lost, ["/oauth/slow.json", "/oauth/silent.json"])
+
+    async def test_fetches_at_once_are_bounded(self) -> None:
+        """Client ids cost nothing to invent: beyond the bound a new one is refused at
+        once (not queued), and the bound frees as fetches end."""
+        directory = self.directory(max_fetches=2)
+        held = [directory.resolve(f"{self.base}/silent.json?n={n}") for n in range(2)]
+        with self.assertRaises(ClientRefused) as caught:
+            await directory.resolve(f"{self.base}/good.json")
+        self.assertEqual(caught.exception.error, "temporarily_unavailable")
+        self.assertIn("2 documents are being fetched", caught.exception.description)
+        for fetching in held:
+            with self.assertRaises(ClientRefused):
+                await fetching
+        self.assertEqual((await directory.resolve(f"{self.base}/good.json")).name,
+                         "Test Agent")
 
     async def test_wrong_client_id(self) -> None:
         why = await self.refused(self.directory(), f"{self.base}/wrong-id.json")
@@ -320,12 +336,14 @@ class SharedRegistrationTests(TestCase):
         self.addCleanup(stack.close)
         self.redis = stack.enter_context(redis_server(Path(tempfile.mkdtemp())))
 
-    def directory(self, registration: bool) -> ClientDirectory:
+    def directory(self, registration: bool, per_address: int = 20) -> ClientDirectory:
         redis = connect(parse_dsn(f"kvstore://127.0.0.1:{self.redis.port}/0"), 3.0, None,
                         "mcp-clients-test")
         store = KVRecordStore(reactor, redis, RecordCipher(b"k" * 32), reply_timeout=3.0)
         self.addCleanup(store.close)
-        return ClientDirectory(reactor, store, Settings(frozenset(), (), None, registration))
+        return ClientDirectory(reactor, store, Settings(frozenset(), (), None, registration),
+                               buckets=RegistrationBuckets(reactor.seconds, per_address,
+                                                           100, 3600.0))
 
     async def test_registered_in_one_process_known_in_another(self) -> None:
         one, two = self.directory(True), self.directory(True)
@@ -338,3 +356,13 @@ class SharedRegistrationTests(TestCase):
         self.assertEqual(caught.exception.error, REGISTRATION_OFF)
         with self.assertRaises(ClientRefused):
             await off.resolve(client.client_id)
+
+    async def test_registration_is_rate_limited(self) -> None:
+        directory = self.directory(True, per_address=2)
+        metadata = {"redirect_uris": ["http://127.0.0.1:9/cb"]}
+        for _ in range(2):
+            await directory.register(metadata, "192.0.2.5")
+        with self.assertRaises(ClientRefused) as caught:
+            await directory.register(metadata, "192.0.2.5")
+        self.assertEqual(caught.exception.error, RATE_LIMITED)
+        await directory.register(metadata, "192.0.2.6")

@@ -18,9 +18,11 @@ import pytest
 from tests.conftest import _require_binary
 from tests.support.browser import Browser, Reply
 from tests.support.daemon import gateway_daemon
+from tests.support.h2client import H2Client
 from tests.support.mcp_oauth_flow import Flow, pkce
 from tests.support.peers import Upstream, echo_upstream, oidc_provider
 from tests.support.processes import free_port
+from tests.support.rawhttp import one_shot, status_of
 
 pytestmark = pytest.mark.integration
 
@@ -71,6 +73,7 @@ def mcp(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
             "idp_provider": "oidc", "idp_provider_url": op.issuer,
             "idp_client_id": op.client_id, "idp_client_secret": op.client_secret,
             "cookie_secure": False, "mcp_dynamic_client_registration": True,
+            "codec_type": "auto",  # HTTP/1.1 and h2c
             "policy": [
                 # where the person signs in (no MCP route: the fixture needs none of it)
                 {"from": f"http://mcp.test:{port}", "prefix": "/landing/", "to": up.url,
@@ -194,3 +197,38 @@ def test_not_json_is_a_parse_error(mcp: Setup) -> None:
         assert reply.status == 400, body
         assert error_of(reply)["error"]["code"] == -32700
     assert mcp.forwarded() == before
+
+
+def test_nobody_signed_in_is_answered_before_the_body(mcp: Setup) -> None:
+    """A client without a session announcing 10 MiB (and waiting for 100 Continue) gets
+    401 at once: the gateway neither asks for nor reads a body for nobody."""
+    before = mcp.forwarded()
+    head = (f"POST /mcp HTTP/1.1\r\nHost: mcp.test:{mcp.port}\r\n"
+            "Accept: application/json, text/event-stream\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {10 * 1024 * 1024}\r\nExpect: 100-continue\r\n\r\n")
+    reply = one_shot(mcp.port, head.encode(), timeout=5.0)
+    assert status_of(reply) == 401, reply[:200]
+    assert mcp.forwarded() == before
+
+
+def test_over_http2(mcp: Setup) -> None:
+    """The same over HTTP/2 (h2c): the body comes as DATA frames, the allowed call goes
+    upstream whole, the denied one is answered on its stream and never upstream."""
+    jar = {k: v for domain, values in mcp.person.domain_cookies.items()
+           if "mcp.test".endswith(domain) for k, v in values.items()}
+    jar.update(mcp.person.cookies.get("mcp.test", {}))
+    headers = [("cookie", "; ".join(f"{k}={v}" for k, v in jar.items())),
+               ("accept", "application/json, text/event-stream"),
+               ("content-type", "application/json")]
+    authority = f"mcp.test:{mcp.port}"
+    before = mcp.forwarded()
+    allowed = json.dumps(call("search_tickets", q="x" * 12000)).encode()
+    with H2Client(mcp.port) as client:
+        reply = client.request("POST", "/mcp", authority, headers, allowed)
+        assert reply.status == 200, reply.body[:300]
+        assert json.loads(reply.body)["body_sha256"] == hashlib.sha256(allowed).hexdigest()
+        denied = client.request("POST", "/mcp", authority, headers,
+                                json.dumps(call("delete_ticket", id_=5)).encode())
+        assert denied.status == 200
+        assert json.loads(denied.body)["error"]["code"] == -31403
+    assert mcp.forwarded() == before + 1

@@ -18,7 +18,7 @@ from gateway.dataplane.core import ProxyCore
 from gateway.dataplane.exchange.exchange import Exchange
 from gateway.dataplane.exchange.head import BODY_CHUNKED, BODY_LENGTH, BODY_NONE
 from gateway.dataplane.exchange.head import request_head as make_head
-from gateway.dataplane.exchange.stage import DONE, WAITING
+from gateway.dataplane.exchange.stage import AUTHORIZING, DONE, WAITING
 from gateway.dataplane.routing.plan import build_plan
 from gateway.mcp.errors import HEADER_MISMATCH, PARSE_ERROR, REFUSED
 from gateway.rpc.authorize_wire import (
@@ -38,7 +38,10 @@ POLICY = [
     {"allow": {"and": [{"email": {"is": "alice@example.com"}},
                        {"mcp_tool": {"in": ["get_ticket", "search_tickets"]}}]}},
     {"allow": {"and": [{"email": {"is": "bob@example.com"}}, {"http_method": "PUT"}]}},
+    {"allow": {"and": [{"email": {"is": "carol@example.com"}},
+                       {"mcp_method": {"in": ["tools/call"]}}]}},
 ]
+CAROL = {"sub": "carol-id", "email": "carol@example.com"}
 ROUTES = [
     {"from": f"https://{HOST}", "to": "http://127.0.0.1:9", "mcp": {"max_request_bytes": 4096},
      "policy": POLICY, "timeout": "10s"},
@@ -65,6 +68,17 @@ class Authorizer:
         return self.case.identity.sign_in(request)
 
 
+class Sink(RecordingSink):
+    """The recording sink, counting the 100 Continues it sent."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.continued = 0
+
+    def send_continue(self) -> None:
+        self.continued += 1
+
+
 class WireAuthorizer(Authorizer):
     """The decider behind a split deployment's wire: the request and the decision each
     through their protobuf messages (``rpc/authorize_wire.py``), as the authorize
@@ -79,6 +93,28 @@ class WireAuthorizer(Authorizer):
         answer = decision_from_pb(back, request.mcp)
         assert answer is not None
         return answer
+
+
+class LaterAdmission(Authorizer):
+    """Holds its first answer (the admission) until ``release``."""
+
+    def __init__(self, case: IdentityCase, every: bool = False) -> None:
+        super().__init__(case)
+        self.every = every  # hold the decision on the messages too
+        self.held: list[tuple[Deferred[Decision], Decision]] = []
+
+    def authorize(self, request: RequestInfo, route: Route) -> Decision | Deferred[Decision]:
+        decision = super().authorize(request, route)
+        if not self.every and (self.held or request.mcp is None or request.mcp.calls):
+            return decision
+        assert not isinstance(decision, Deferred)
+        later: Deferred[Decision] = Deferred()
+        self.held.append((later, decision))
+        return later
+
+    def release(self) -> None:
+        later, decision = self.held.pop(0)
+        later.callback(decision)
 
 
 class McpExchangeTests(IdentityCase):
@@ -96,7 +132,7 @@ class McpExchangeTests(IdentityCase):
         self.reactor.advance(self.clock.now)
         self.core = ProxyCore(self.reactor, build_plan(self.snapshot), tls=True,
                               authorizer=authorizer or Authorizer(self))
-        self.sink = RecordingSink()
+        self.sink = Sink()
 
     def send(self, body: bytes | None, *, method: bytes = b"POST", headers: list[Any] | None = None,
              who: dict[str, Any] | None = ALICE, host: str = HOST, pieces: int = 1,
@@ -111,8 +147,9 @@ class McpExchangeTests(IdentityCase):
             framing = BODY_LENGTH if length else BODY_CHUNKED
             if length:
                 all_headers.append((b"content-length", b"%d" % len(body)))
+        expect = any(n.lower() == b"expect" for n, _ in all_headers)
         head = make_head(method, b"/mcp", b"1.1", all_headers, host, "/mcp", framing=framing,
-                         complete=not body, request_id=b"")
+                         complete=not body, expect_continue=expect, request_id=b"")
         exchange = Exchange(self.sink, self.core, FACTS, head)
         exchange.begin()
         if body:
@@ -174,10 +211,56 @@ class McpExchangeTests(IdentityCase):
         assert exchange.mcp is not None
         self.assertEqual([v.allowed for v in exchange.mcp.verdicts], [True, True, True, False])
 
-    def test_nobody_signed_in_gets_the_sign_in_answer(self) -> None:
-        self.send(json.dumps(call("get_ticket")).encode(), who=None)
+    def test_nobody_signed_in_is_answered_before_the_body_is_read(self) -> None:
+        """The sign-in answer comes before the gateway reads (and parses) a body for
+        someone it does not know."""
+        exchange = self.send(json.dumps(call("get_ticket", blob="x" * 3000)).encode(),
+                             who=None, headers=[(b"Expect", b"100-continue")])
         self.assertEqual(self.reactor.tcpClients, [])
         self.assertEqual(self.sink.heads[0][0], 401)
+        self.assertEqual((exchange.received, self.sink.continued), (0, 0))
+
+    def test_a_policy_that_lets_nobody_in_admits_them(self) -> None:
+        """Where the policy may let in someone not signed in, their body is read and
+        each message decided."""
+        self.snapshot = snapshot(policy=[{
+            "from": f"https://{HOST}", "to": "http://127.0.0.1:9", "mcp": {},
+            "policy": [{"allow": {"or": [{"mcp_method": "tools/list"}]}}]}])
+        self.rebuild()
+        self.send(json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}).encode(),
+                  who=None)
+        self.assertEqual(len(self.reactor.tcpClients), 1)
+        self.send(json.dumps(call("get_ticket")).encode(), who=None)
+        self.assertEqual(self.sink.heads[-1][0], 401)  # that one needs someone: sign in
+
+    def test_a_later_admission_holds_the_body_until_it_comes(self) -> None:
+        """An admission decided later (a session fetched from the databroker): the body
+        that arrives meanwhile is held, then decided and forwarded."""
+        later = LaterAdmission(self)
+        self.rebuild(later)
+        body = json.dumps(call("get_ticket")).encode()
+        exchange = self.send(body, pieces=2, headers=[(b"Expect", b"100-continue")])
+        self.assertEqual((self.reactor.tcpClients, self.sink.continued), ([], 0))
+        self.assertIn("authorize", self.sink.pauses)
+        later.release()
+        self.assertNotIn("authorize", self.sink.pauses)
+        self.assertEqual(self.sink.continued, 1)
+        self.assertTrue(MemoryUpstream(self.reactor).received().endswith(body))
+        assert exchange.mcp is not None
+        self.assertEqual([v.allowed for v in exchange.mcp.verdicts], [True])
+
+    def test_both_decisions_later(self) -> None:
+        """Admission and the messages' decision both come later: the exchange waits in
+        AUTHORIZING twice (a move the stage table allows for this)."""
+        later = LaterAdmission(self, every=True)
+        self.rebuild(later)
+        exchange = self.send(json.dumps(call("delete_ticket")).encode())
+        later.release()
+        self.assertIs(exchange.stage, AUTHORIZING)
+        self.assertEqual(self.sink.heads, [])
+        later.release()
+        self.assertEqual(self.answered()[0], 200)
+        self.assertEqual(self.reactor.tcpClients, [])
 
     def test_a_body_past_the_limit_is_413(self) -> None:
         body = json.dumps(call("get_ticket", blob="x" * 5000)).encode()
@@ -185,7 +268,7 @@ class McpExchangeTests(IdentityCase):
         status, answer = self.answered()
         self.assertEqual((status, answer["error"]["code"]), (413, -32600))
         self.assertEqual(exchange.received, 0)
-        self.sink = RecordingSink()
+        self.sink = Sink()
         exchange = self.send(body, pieces=5, length=False)  # grows past it
         self.assertEqual(self.answered()[0], 413)
         self.assertFalse(exchange.keep_alive)
@@ -210,7 +293,7 @@ class McpExchangeTests(IdentityCase):
         self.send(b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"a"')
         status, answer = self.answered()
         self.assertEqual((status, answer["error"]["code"]), (400, PARSE_ERROR))
-        self.sink = RecordingSink()
+        self.sink = Sink()
         self.send(None)  # no body at all
         self.assertEqual(self.answered()[1]["error"]["code"], PARSE_ERROR)
 
@@ -220,20 +303,25 @@ class McpExchangeTests(IdentityCase):
         status, answer = self.answered()
         self.assertEqual((status, answer["id"]), (403, None))
         self.assertEqual(self.reactor.tcpClients, [])
-        self.sink = RecordingSink()
+        self.sink = Sink()
         self.send(json.dumps(call("get_ticket")).encode(),
                   headers=[(b"Origin", b"https://mcp.test")])
         self.assertEqual(len(self.reactor.tcpClients), 1)
 
-    def test_get_and_delete_are_decided_as_housekeeping(self) -> None:
+    def test_get_and_delete_need_some_message_allowed(self) -> None:
+        """A GET or DELETE carries no message: whoever the policy lets send some
+        message on the route may (alice by tool, carol by method), nobody else (bob's
+        only rule is about PUT requests, which carry no message)."""
         exchange = self.send(None, method=b"GET")
         self.assertEqual(len(self.reactor.tcpClients), 1)
         assert exchange.mcp is not None
-        self.assertEqual([(v.call.method, v.allowed) for v in exchange.mcp.verdicts],
-                         [("", True)])
-        self.send(None, method=b"DELETE", who=BOB)  # bob's rule names methods: refused
+        self.assertEqual([(v.call.method, v.allowed, v.rule) for v in exchange.mcp.verdicts],
+                         [("", True, "allow[0]")])
+        self.send(None, method=b"DELETE", who=CAROL)
+        self.assertEqual(len(self.reactor.tcpClients), 2)
+        self.send(None, method=b"DELETE", who=BOB)
         self.assertEqual(self.sink.heads[-1][0], 403)
-        self.assertEqual(len(self.reactor.tcpClients), 1)
+        self.assertEqual(len(self.reactor.tcpClients), 2)
 
     def test_other_methods_carry_no_message(self) -> None:
         """A PUT is decided as any request (bob's rule lets PUT in), and is no message:
@@ -294,7 +382,7 @@ class McpExchangeTests(IdentityCase):
         self.reactor.advance(61)
         self.assertTrue(self.core_timed_out(exchange))
         # a route without mcp keeps its timeout between pieces of a response
-        self.sink = RecordingSink()
+        self.sink = Sink()
         plain = self.send(b"{}", host="plain.test")
         upstream = MemoryUpstream(self.reactor)
         upstream.respond(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n")

@@ -162,6 +162,12 @@ class BodyTests(SynchronousTestCase):
                            PENDING, allowed, counts)
         assert data is not None
         self.assertEqual(json.loads(data)["result"]["tools"], tools("search"))
-        refused = filter_data("{not json", PENDING, allowed, counts)
+        # data that cannot name a result goes on unparsed; an escape is parsed
+        self.assertIsNone(filter_data("{not json, no such member", PENDING, allowed, counts))
+        escaped = filter_data('{"id":1,"\\u0072esult":{"tools":[{"name":"x"}]}}', PENDING,
+                              allowed, counts)
+        assert escaped is not None
+        self.assertEqual(json.loads(escaped)["result"]["tools"], [])
+        refused = filter_data("{not json, result", PENDING, allowed, counts)
         assert refused is not None
         self.assertEqual(json.loads(refused)["error"]["code"], LIST_UNREADABLE)

@@ -84,6 +84,10 @@ def snapshot() -> Any:
          "allowed_users": ["alice@example.com"]},
         {"from": "https://app.test", "to": "http://127.0.0.1:9",
          "allowed_users": ["alice@example.com"]},
+        # the issue's shape: a person may call some tools (and so connect and list)
+        {"from": f"https://{HOST}", "prefix": "/c", "to": "http://127.0.0.1:9", "mcp": {},
+         "policy": [{"allow": {"and": [{"email": {"is": "alice@example.com"}},
+                                       {"mcp_tool": {"in": ["search_tickets"]}}]}}]},
     ]
     return load(base_config(**{**IDENTITY, "authenticate_service_url": "https://auth.test"},
                             policy=policy))
@@ -124,7 +128,7 @@ class McpCase(SynchronousTestCase):
             self.identity.shared, self.clock, registration=False)
         self.endpoints = Endpoints(self.identity, self.snapshot.routes, self.records,
                                    None, self.server)
-        self.route_a, self.route_b, self.app = self.snapshot.routes
+        self.route_a, self.route_b, self.app, _ = self.snapshot.routes
 
     # -- helpers
 
@@ -396,6 +400,15 @@ class FlowTests(McpCase):
         self.assertEqual(got["iss"], f"https://{HOST}")
         alice = self.session()
         denied = self.consent(alice, self.authorize(alice), decision="deny")
+        self.assertEqual(params_of(header(denied, b"location"))["error"], "access_denied")
+
+    def test_an_allow_list_of_tools_admits_the_person(self) -> None:
+        """Regression: admission decided a GET without its MCP message, for which
+        ``mcp_tool`` is false, so a route allowing some tools admitted nobody (the
+        data plane decides that GET as the message of method "", which it admits)."""
+        page = self.authorize(self.session(), resource=f"https://{HOST}/c")
+        self.assertEqual(page.status, 200, page.body[:300])
+        denied = self.authorize(self.session(BOB), resource=f"https://{HOST}/c")
         self.assertEqual(params_of(header(denied, b"location"))["error"], "access_denied")
 
     def test_consent_form_bound_to_the_session(self) -> None:

@@ -3,13 +3,14 @@ through the real codecs: JSON bodies with their new length, SSE streams event by
 as they come, HTTP/1.1 and HTTP/2, the upstream's answer split across reads; what cannot
 be filtered becomes JSON-RPC errors; other routes and other requests are untouched.
 
-The request side (reading the JSON-RPC body, deciding each message) is stood in for: the
-exchange is handed the ``McpDecided`` the request side would put on it, and the policy's
-decision on each entry is a fixed table (``entry_predicate`` patched)."""
+The request side is the real one (``mcp_request``: the JSON-RPC body read and each
+message decided by the route's policy); only the authorizer is a small one deciding for a
+fixed caller, as the HTTP entrance does with a session."""
 
 from __future__ import annotations
 
 import gzip
+import hashlib
 import json
 import os
 import shutil
@@ -30,15 +31,17 @@ from twisted.internet.testing import MemoryReactorClock, StringTransport
 from twisted.trial.unittest import SynchronousTestCase
 
 from gateway.authorize.caller import Caller
+from gateway.authorize.decide import decide, http_asked, mcp_asked
 from gateway.authorize.hook import Allow, Reply, RequestInfo
 from gateway.config.routes import Route
 from gateway.dataplane.codecs.http1 import Http1Connection
 from gateway.dataplane.core import ProxyCore
-from gateway.dataplane.exchange import mcp_response, relay
+from gateway.dataplane.exchange import mcp_response
 from gateway.dataplane.http2.connection import H2Connection
 from gateway.dataplane.routing.plan import build_plan
+from gateway.mcp.errors import JSON_HEADERS, denied_answer
 from gateway.mcp.listing import LIST_UNREADABLE
-from gateway.mcp.messages import McpCall, McpDecided, McpRequest, McpVerdict
+from gateway.mcp.messages import McpVerdict
 from gateway.observability.audit import AUDIT, AuditFile
 from gateway.observability.mcp_metrics import TOOLS_PER_ROUTE, McpMetrics
 from gateway.observability.metrics import REGISTRY
@@ -48,22 +51,38 @@ from tests.support.memory_upstream import MemoryUpstream
 
 from .config.helpers import IDENTITY, SECRET, base_config, load
 
+ALLOWED_TOOLS = ["search", "get_ticket"]
 SNAPSHOT = load(base_config(timeout_idle="5s", policy=[
     {"from": "https://mcp.example.com", "to": "http://127.0.0.1:9000/",
-     "allow_any_authenticated_user": True, "mcp": {"max_response_bytes": 4096}},
+     "mcp": {"max_response_bytes": 4096},
+     "policy": [{"allow": {"and": [{"email": {"is": "ada@example.com"}},
+                                   {"mcp_tool": {"in": ALLOWED_TOOLS}}]}}]},
     {"from": "https://app.example.com", "to": "http://127.0.0.1:9001/",
      "allow_any_authenticated_user": True},
 ], shared_secret=SECRET, cookie_secret=SECRET, **IDENTITY))
 CLIENT = IPv4Address("TCP", "192.0.2.7", 50000)
 CALLER = Caller("u1", "ada@example.com", ("support",), {}, 2e9, client_id="https://c.test/")
-ALLOWED_TOOLS = {"search", "get_ticket"}
-LIST = McpRequest((McpCall(1, "tools/list"),))
-CALL = McpRequest((McpCall(2, "tools/call", "search", "ab" * 32),))
+LIST = b'{"jsonrpc":"2.0","id":1,"method":"tools/list"}'
+CALL = b'{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"search"}}'
 
 
-class AllowAll:
-    def authorize(self, request: RequestInfo, route: Route) -> Allow:
-        return Allow(reason="policy-allow allow[0]", caller=CALLER)
+class Decides:
+    """The route's policy on each message for ``CALLER``, as the HTTP entrance decides
+    (``http_requests._decide_mcp``, without sessions): allowed, or the JSON-RPC errors."""
+
+    def authorize(self, request: RequestInfo, route: Route) -> Allow | Reply:
+        if request.mcp is None:
+            return Allow(reason="allowed", caller=CALLER)
+        asked = http_asked(request, 1000.0)
+        verdicts = []
+        for call in request.mcp.calls:
+            verdict = decide(route.policy, CALLER, mcp_asked(asked, call))
+            verdicts.append(McpVerdict(call, verdict.allowed, verdict.rule,
+                                       (verdict.reason,)))
+        if all(v.allowed for v in verdicts):
+            return Allow(reason="allowed", caller=CALLER, mcp=tuple(verdicts))
+        status, body = denied_answer(request.mcp, verdicts)
+        return Reply(status, body, JSON_HEADERS, "denied", CALLER, mcp=tuple(verdicts))
 
     def handles(self, host: str, path: str) -> bool:
         return False
@@ -105,35 +124,25 @@ def event(message: dict[str, Any], id_text: str = "e1") -> bytes:
 
 
 class McpResponseCase(SynchronousTestCase):
-    decided: McpRequest | None = LIST
-
     def setUp(self) -> None:
         self.new_core()
         self.asked: list[tuple[str, str]] = []
+        real = mcp_response.entry_predicate
 
-        def predicate(*_: Any) -> Any:
+        def predicate(*args: Any) -> Any:  # the real one, each question recorded
+            decides = real(*args)
+
             def allowed(method: str, name: str) -> bool:
                 self.asked.append((method, name))
-                return method == "tools/call" and name in ALLOWED_TOOLS
+                return decides(method, name)
             return allowed
 
         self.patch(mcp_response, "entry_predicate", predicate)
-        dispatch = relay.UpstreamRelay.dispatch
-        case = self
-
-        def dispatch_decided(exchange: relay.UpstreamRelay) -> None:
-            # the stand-in for the request side: the request as read and decided
-            if case.decided is not None:
-                exchange.mcp = McpDecided(case.decided, tuple(
-                    McpVerdict(c, True, "allow[0]") for c in case.decided.calls))
-            dispatch(exchange)
-
-        self.patch(relay.UpstreamRelay, "dispatch", _wrapping(dispatch_decided, dispatch))
 
     def new_core(self) -> None:
         self.reactor = MemoryReactorClock()
         self.core = ProxyCore(self.reactor, build_plan(SNAPSHOT), tls=True,
-                              authorizer=AllowAll())
+                              authorizer=Decides())
         self.core.start()
         self.addCleanup(self.core.stop)
 
@@ -174,10 +183,12 @@ class Http1Case(McpResponseCase):
         self.client.clear()
         self.parser.feed_data(data)
 
-    def post(self, host: bytes = b"mcp.example.com", method: bytes = b"POST") -> MemoryUpstream:
-        body = b"{}" if method == b"POST" else b""
+    def post(self, host: bytes = b"mcp.example.com", method: bytes = b"POST",
+             body: bytes = LIST) -> MemoryUpstream:
+        body = body if method == b"POST" else b""
         self.conn.dataReceived(method + b" /mcp HTTP/1.1\r\nHost: " + host +
-                               b"\r\ncontent-length: %d\r\n\r\n" % len(body) + body)
+                               b"\r\ncontent-type: application/json\r\n"
+                               b"content-length: %d\r\n\r\n" % len(body) + body)
         upstream = self.upstream()
         upstream.received()
         return upstream
@@ -255,7 +266,8 @@ class Http1Tests(Http1Case):
             [response] = self.responses
             self.assertTrue(response["complete"])
             bodies.append(response["body"])
-        self.assertEqual(bodies[0], bodies[1])
+        # the same bytes, but for the LF of a CRLF cut after the CR that ended an event
+        self.assertEqual(bodies[0].replace(b"\r\n", b"\r"), bodies[1].replace(b"\r\n", b"\r"))
         self.assertNotIn(b'"a"', bodies[0])
         self.assertNotIn(b'"x"', bodies[0])
         self.assertIn(b"get_ticket", bodies[0])
@@ -297,6 +309,15 @@ class Http1Tests(Http1Case):
     def test_another_media_type_is_refused(self) -> None:
         self.refused(b"")
 
+    def test_a_range_of_a_list_is_refused(self) -> None:
+        upstream = self.post()
+        body = json.dumps(tools_result("nope")).encode()
+        upstream.respond(json_answer(body).replace(b"200 OK", b"206 Partial Content"))
+        self.client_reads()
+        [response] = self.responses
+        self.assertEqual(response["status"], 200)
+        self.assertEqual(json.loads(response["body"])["error"]["code"], LIST_UNREADABLE)
+
     def refused(self, extra: bytes) -> None:
         upstream = self.post()
         body = json.dumps(tools_result("nope")).encode()
@@ -311,7 +332,6 @@ class Http1Tests(Http1Case):
         self.assertNotIn(b"nope", response["body"])
 
     def test_a_get_stream_replaying_a_list_is_filtered(self) -> None:
-        self.decided = McpRequest((McpCall(None, ""),))
         upstream = self.post(method=b"GET")
         upstream.respond(sse_head() + chunk(event(tools_result("nope", "search",
                                                                id_value=7))))
@@ -320,7 +340,6 @@ class Http1Tests(Http1Case):
         self.assertEqual(names(json.loads(data)), ["search"])
 
     def test_a_get_answered_otherwise_than_by_a_stream_is_relayed(self) -> None:
-        self.decided = McpRequest((McpCall(None, ""),))
         upstream = self.post(method=b"GET")
         page = b"<html>the server's own page</html>"
         upstream.respond(b"HTTP/1.1 200 OK\r\ncontent-type: text/html\r\n"
@@ -329,8 +348,7 @@ class Http1Tests(Http1Case):
         self.assertEqual(self.responses[0]["body"], page)
 
     def test_a_call_result_passes_untouched(self) -> None:
-        self.decided = CALL
-        upstream = self.post()
+        upstream = self.post(body=CALL)
         body = json.dumps({"jsonrpc": "2.0", "id": 2, "result": {
             "tools": "not a list, but not a list result either: id 2 is a call"}}).encode()
         upstream.respond(json_answer(body))
@@ -350,56 +368,63 @@ class RecordTests(Http1Case):
     """What is recorded of an MCP request: an audit event per message with the hash of
     its arguments, never the arguments; the counters; a span per message."""
 
-    decided = McpRequest((McpCall(2, "tools/call", "search", "ab" * 32),
-                          McpCall(3, "tools/call", "delete_all", "cd" * 32),
-                          McpCall(None, "notifications/initialized")),
-                         batch=True, protocol_version="2025-11-25")
+    ALLOWED = json.dumps([
+        {"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+         "params": {"name": "search", "arguments": {"q": "secret words"}}},
+        {"jsonrpc": "2.0", "method": "notifications/initialized"}]).encode()
+    DENIED = json.dumps([
+        {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "search"}},
+        {"jsonrpc": "2.0", "id": 3, "method": "tools/call",
+         "params": {"name": "delete_all", "arguments": {"all": True}}}]).encode()
 
     def setUp(self) -> None:
         super().setUp()
-        dispatch = relay.UpstreamRelay.dispatch
-        case = self
-
-        def denied_one(exchange: relay.UpstreamRelay) -> None:
-            # (one refused message, as the request side would record it)
-            assert case.decided is not None
-            exchange.mcp = McpDecided(case.decided, tuple(
-                McpVerdict(c, c.name != "delete_all",
-                           "allow[0]" if c.name != "delete_all" else "",
-                           () if c.name != "delete_all" else ("policy-deny",))
-                for c in case.decided.calls))
-            dispatch.__wrapped__(exchange)  # type: ignore[attr-defined]
-
-        self.patch(relay.UpstreamRelay, "dispatch", _wrapping(denied_one, dispatch))
         directory = tempfile.mkdtemp()
         self.addCleanup(shutil.rmtree, directory)
         self.path = os.path.join(directory, "audit.jsonl")
         AUDIT.configure((), False, AuditFile(self.path), None)
         self.addCleanup(AUDIT.configure, (), False, None, None)
 
-    def answer(self) -> None:
-        upstream = self.post()
-        upstream.respond(json_answer(b'{"jsonrpc":"2.0","id":2,"result":{"content":[]}}'))
+    def send(self, body: bytes) -> None:
+        self.conn.dataReceived(b"POST /mcp HTTP/1.1\r\nHost: mcp.example.com\r\n"
+                               b"MCP-Protocol-Version: 2025-03-26\r\n"  # (batches)
+                               b"content-type: application/json\r\n"
+                               b"content-length: %d\r\n\r\n" % len(body) + body)
+
+    def answered(self) -> None:
+        self.send(self.ALLOWED)
+        upstream = self.upstream()
+        upstream.received()
+        upstream.respond(json_answer(b'[{"jsonrpc":"2.0","id":2,"result":{"content":[]}}]'))
         self.client_reads()
         self.assertTrue(self.responses[0]["complete"])
 
-    def test_one_audit_event_per_message_with_the_hash_not_the_arguments(self) -> None:
-        self.answer()
+    def events(self) -> list[dict[str, Any]]:
         assert AUDIT.file is not None
-        AUDIT.file.close()
+        AUDIT.file.flush()
         with open(self.path) as lines:
-            events = [json.loads(line) for line in lines]
+            return [json.loads(line) for line in lines]
+
+    def test_one_audit_event_per_message_with_the_hash_not_the_arguments(self) -> None:
+        self.answered()
+        self.send(self.DENIED)  # (refused whole by the request side: never upstream)
+        self.client_reads()
+        events = self.events()
         self.assertEqual([(e["via"], e["mcp_method"], e.get("mcp_name"), e["decision"])
                           for e in events],
                          [("mcp", "tools/call", "search", "allow"),
-                          ("mcp", "tools/call", "delete_all", "deny"),
-                          ("mcp", "notifications/initialized", None, "allow")])
-        first, second, third = events
+                          ("mcp", "notifications/initialized", None, "allow"),
+                          ("mcp", "tools/call", "search", "allow"),
+                          ("mcp", "tools/call", "delete_all", "deny")])
+        first = events[0]
+        digest = hashlib.sha256(b'{"q":"secret words"}').hexdigest()
         self.assertEqual((first["client_id"], first["mcp_id"], first["arguments_sha256"],
                           first["rule"], first["status"], first["user_id"]),
-                         ("https://c.test/", "2", "ab" * 32, "allow[0]", 200, "u1"))
-        self.assertEqual((second["reasons"], second.get("rule")), (["policy-deny"], None))
-        self.assertNotIn("mcp_id", third)
+                         ("https://c.test/", "2", digest, "allow[0].and", 200, "u1"))
+        self.assertNotIn("mcp_id", events[1])
+        self.assertEqual(events[3]["rule"], "allow[0].and[1]")  # mcp_tool: not matched
+        with open(self.path) as text:
+            self.assertNotIn("secret words", text.read())
 
     def test_counted_per_route_method_and_tool(self) -> None:
         labels = {"route": "https://mcp.example.com", "method": "tools/call"}
@@ -409,39 +434,37 @@ class RecordTests(Http1Case):
                 **labels, "tool": tool, "decision": decision}) or 0.0
 
         before = (value("search", "allow"), value("other", "deny"))
-        self.answer()
+        self.answered()
+        self.send(self.DENIED)
         self.assertEqual((value("search", "allow"), value("other", "deny")),
-                         (before[0] + 1, before[1] + 1))
+                         (before[0] + 2, before[1] + 1))
 
     def test_a_span_per_message_named_as_the_conventions_say(self) -> None:
         exporter = InMemorySpanExporter()
         provider = TracerProvider()
         provider.add_span_processor(SimpleSpanProcessor(exporter))
         self.core.tracer = Tracer(provider.get_tracer("test"), 1.0)
-        self.answer()
+        self.answered()
         spans = {s.name: s for s in exporter.get_finished_spans()}
         search = spans["tools/call search"]
+        digest = hashlib.sha256(b'{"q":"secret words"}').hexdigest()
         self.assertEqual(dict(search.attributes or {}), {
             "mcp.method.name": "tools/call", "jsonrpc.request.id": "2",
             "gen_ai.tool.name": "search", "gen_ai.operation.name": "execute_tool",
-            "mcp.protocol.version": "2025-11-25", "network.transport": "tcp",
+            "mcp.protocol.version": "2025-03-26", "network.transport": "tcp",
             "network.protocol.name": "http", "gateway.decision": "allow",
-            "gateway.rule": "allow[0]", "gateway.mcp.client_id": "https://c.test/",
-            "gateway.mcp.arguments_sha256": "ab" * 32})
-        denied = spans["tools/call delete_all"]
-        self.assertEqual((denied.attributes or {})["error.type"], "-31403")
-        self.assertFalse(denied.status.is_ok)
-        server = spans["POST https://mcp.example.com"] if "POST https://mcp.example.com" \
-            in spans else next(s for s in spans.values() if s.kind.name == "SERVER")
+            "gateway.rule": "allow[0].and", "gateway.mcp.client_id": "https://c.test/",
+            "gateway.mcp.arguments_sha256": digest})
+        server = next(s for s in spans.values() if s.kind.name == "SERVER")
         self.assertEqual(search.parent.span_id if search.parent else None,
                          server.context.span_id)
         self.assertNotIn("jsonrpc.request.id",
                          spans["notifications/initialized"].attributes or {})
-
-
-def _wrapping(new: Any, old: Any) -> Any:
-    new.__wrapped__ = getattr(old, "__wrapped__", old)
-    return new
+        exporter.clear()
+        self.send(self.DENIED)
+        denied = {s.name: s for s in exporter.get_finished_spans()}["tools/call delete_all"]
+        self.assertEqual((denied.attributes or {})["error.type"], "-31403")
+        self.assertFalse(denied.status.is_ok)
 
 
 class ToolLabelTests(SynchronousTestCase):
@@ -494,8 +517,8 @@ class Http2Tests(McpResponseCase):
         stream_id = self.client.get_next_available_stream_id()
         self.client.send_headers(stream_id, [
             (b":method", b"POST"), (b":scheme", b"https"), (b":authority", b"mcp.example.com"),
-            (b":path", b"/mcp"), (b"content-length", b"2")])
-        self.client.send_data(stream_id, b"{}", end_stream=True)
+            (b":path", b"/mcp"), (b"content-length", b"%d" % len(LIST))])
+        self.client.send_data(stream_id, LIST, end_stream=True)
         self.pump()
         upstream = self.upstream()
         upstream.received()

@@ -15,6 +15,7 @@ from gateway.authorize.decide import Asked, decide, facts_of, mcp_asked
 from gateway.config.errors import Problems
 from gateway.mcp.messages import McpCall
 from gateway.policy import Policy, parse_document, specialize
+from gateway.policy.any_message import NONE_ALLOWED, any_message_allowed
 
 from .test_policy_check_cli import GROUPS_FROM_CLAIM, CliCase
 
@@ -132,6 +133,40 @@ class PolarityTests(SynchronousTestCase):
         policy = compiled("allow: {or: [{mcp_method: {not_in: [tools/call]}}]}")
         self.assertTrue(decide(policy, SUPPORT, asked("")).allowed)
         self.assertFalse(decide(policy, SUPPORT, asked(None)).allowed)
+
+
+class AnyMessageTests(SynchronousTestCase):
+    """A request that carries no message (GET, DELETE, a client's response): allowed when
+    some message would be."""
+
+    def verdict(self, text: str, caller: Caller, method: str = "GET") -> Any:
+        return any_message_allowed(compiled(text), facts_of(caller, Asked(NOW, method, "/mcp")))
+
+    def test_the_issue_example(self) -> None:
+        self.assertEqual(self.verdict(ISSUE_EXAMPLE, SUPPORT).rule, "allow[0]")
+        self.assertEqual(self.verdict(ISSUE_EXAMPLE, LEAD).rule, "allow[1]")
+        nobody_of_theirs = Caller("u-3", "cy@example.com", ("sales",), {}, 2e9,
+                                  groups_available=True)
+        self.assertIs(self.verdict(ISSUE_EXAMPLE, nobody_of_theirs), NONE_ALLOWED)
+
+    def test_deny_rules(self) -> None:
+        # a deny that some message escapes does not stop it; one that holds whatever the
+        # message does
+        some = ("[{allow: {or: [{groups: {has: support}}]}}, "
+                "{deny: {or: [{mcp_tool: {in: [drop_db]}}]}}]")
+        self.assertTrue(self.verdict(some, SUPPORT).allowed)
+        every = ("[{allow: {or: [{groups: {has: support}}]}}, "
+                 "{deny: {or: [{http_method: GET}]}}]")
+        verdict = self.verdict(every, SUPPORT)
+        self.assertEqual((verdict.allowed, verdict.rule), (False, "deny[0]"))
+        self.assertTrue(self.verdict(every, SUPPORT, "DELETE").allowed)
+
+    def test_operators(self) -> None:
+        negated = "allow: {and: [{groups: {has: support}}, {not: [{mcp_method: {is: x}}]}]}"
+        self.assertTrue(self.verdict(negated, SUPPORT).allowed)
+        self.assertFalse(self.verdict(negated, LEAD).allowed)
+        nor = "allow: {nor: [{groups: {has: support}}, {mcp_tool: {is: a}}]}"
+        self.assertTrue(self.verdict(nor, SUPPORT).allowed)  # some tool is not a
 
 
 class ExplainAndSpecializeTests(SynchronousTestCase):

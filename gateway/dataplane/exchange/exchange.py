@@ -74,8 +74,9 @@ class Exchange(UpstreamRelay):
         if self.internal_body is not None:
             plan = self.plan
             if plan is not None and plan.mcp is not None:
-                if mcp_request.body_complete(self):
-                    self._decide_route(plan)
+                if not mcp_request.admission_pending(self) and \
+                        mcp_request.body_complete(self):
+                    self.decide_route(plan)
                 return
             body, self.internal_body = bytes(self.internal_body), None
             if not self._internal(body):
@@ -216,7 +217,7 @@ class Exchange(UpstreamRelay):
             return
         self._authorize(plan)
 
-    def _decide_route(self, plan: RoutePlan) -> None:
+    def decide_route(self, plan: RoutePlan) -> None:
         """An MCP route's request, its body read: decided (or, public, forwarded) as
         ``begin`` does any request."""
         if plan.public:

@@ -8,7 +8,8 @@ otherwise: a resource URI is not a low-cardinality name), children of the reques
 server span, with ``mcp.method.name``, ``jsonrpc.request.id`` (not for a notification),
 ``gen_ai.tool.name`` and ``gen_ai.operation.name: execute_tool`` for a ``tools/call``,
 ``gen_ai.prompt.name`` for a ``prompts/get``, ``mcp.resource.uri`` for the resource
-methods, ``mcp.protocol.version``, ``network.transport`` and ``network.protocol.name``;
+methods, ``mcp.protocol.version`` (the message's own ``_meta`` version, else the
+request's ``MCP-Protocol-Version``), ``network.transport`` and ``network.protocol.name``;
 a message the policy refused has ``error.type`` and ``rpc.response.status_code`` (the
 code the gateway answered it with) and the status ERROR. The gateway's own facts are
 under ``gateway.*``: ``gateway.decision``, ``gateway.rule``, ``gateway.mcp.client_id``,
@@ -82,8 +83,9 @@ def span_attributes(verdict: McpVerdict, protocol_version: str, client_id: str
         attributes["gen_ai.prompt.name"] = call.name
     elif method in _RESOURCE_METHODS and call.name:
         attributes["mcp.resource.uri"] = call.name
-    if protocol_version:
-        attributes["mcp.protocol.version"] = protocol_version
+    version = call.protocol_version or protocol_version  # (2026-07-28: per message)
+    if version:
+        attributes["mcp.protocol.version"] = version
     if verdict.rule:
         attributes["gateway.rule"] = verdict.rule
     if client_id:

@@ -5,8 +5,12 @@ whole and parsed, its metadata headers against the body, then each message decid
 ``mcp`` never comes here and pays one attribute test):
 
 - ``Origin`` present and not the route's own: 403 (``mcp.headers.origin_refusal``).
-- POST: the body is read whole (``body_piece``, ``body_complete``: the exchange's
-  ``internal_body`` buffer, as for the gateway's own endpoints), up to the route's
+- POST: first the route's authorization is asked whether the caller may send MCP
+  messages here at all (a request of no message: someone signed in may, nobody only
+  where the policy lets someone not signed in in), so that the sign-in answer comes
+  before the gateway reads and parses a large body for nobody; then the body is read
+  whole (``body_piece``, ``body_complete``: the exchange's ``internal_body`` buffer, as
+  for the gateway's own endpoints), up to the route's
   ``mcp.max_request_bytes`` (a larger ``Content-Length`` is refused before any of it is
   read, a body that grows past it when it does: 413; never a prefix), then read into
   its messages (``mcp.jsonrpc``) and checked against the headers (``mcp.headers``);
@@ -18,9 +22,9 @@ whole and parsed, its metadata headers against the body, then each message decid
   errors refusing the request (nothing of it forwarded). An allowed body is forwarded
   exactly as it was read.
 - GET and DELETE (the 2025 transports' server stream and end of session) carry no
-  message: they are decided as one message with the method ``""``, for which
-  ``mcp_tool`` steps aside and ``mcp_method`` matches only ``""``
-  (docs/how-to/mcp-policy.md says why).
+  message: they are decided as one message with the method ``""``, which the decider
+  allows when the policy lets the person send some message on the route
+  (``policy.any_message``; docs/how-to/mcp-policy.md says why).
 - Any other method carries no MCP message and is decided as any request is (both MCP
   criteria false).
 
@@ -34,7 +38,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from twisted.logger import Logger
+from twisted.python.failure import Failure
+
 from gateway.authorize.hook import Allow, Reply
+from gateway.dataplane.exchange.stage import AUTHORIZING
 from gateway.mcp.errors import INTERNAL_ERROR, JSON_HEADERS, Refusal, too_large
 from gateway.mcp.headers import McpHeaders, check_agreement, origin_refusal, read_headers
 from gateway.mcp.jsonrpc import read_request
@@ -45,6 +53,10 @@ if TYPE_CHECKING:
     from gateway.dataplane.routing.plan import RoutePlan
 
 _NO_MESSAGE = McpCall(None, "")
+# asked before a POST's body is read: may this caller send messages here at all
+# (``authorize.http_requests.Decider._admit_mcp``)
+_ADMISSION = McpRequest(())
+log = Logger()
 _BODILESS = frozenset({b"GET", b"DELETE"})
 
 
@@ -73,11 +85,64 @@ def begin(exchange: Exchange, plan: RoutePlan) -> bool:
     if length is not None and length > mcp.max_request_bytes:
         answer(exchange, too_large(mcp.max_request_bytes))
         return True
-    exchange.internal_body = bytearray()
+    exchange.internal_body = bytearray()  # what comes while admission is asked waits here
+    if plan.public:
+        _read_body(exchange)
+        return True
+    exchange.mcp = McpDecided(_ADMISSION)
+    decision = exchange.core.authorizer.authorize(exchange.request_info(), plan.route)
+    if isinstance(decision, Allow | Reply):
+        _admitted(exchange, decision)
+        return True
+    exchange.enter(AUTHORIZING)
+    exchange.sink.pause_reading("authorize")
+    decision.addCallbacks(_admitted_later, _admission_failed, (exchange,),
+                          errbackArgs=(exchange,))
+    return True
+
+
+def _admitted(exchange: Exchange, decision: Allow | Reply) -> None:
+    """The answer to ``_ADMISSION``: a refusal (sign in, mostly) answered before the
+    body is read; else the body is read."""
+    exchange.mcp = None
+    if isinstance(decision, Reply):
+        exchange.internal_body = None
+        exchange.caller = decision.caller
+        exchange.decision_reason = exchange.detail = decision.reason
+        exchange.local(decision.status, decision.body, decision.headers)
+        return
+    _read_body(exchange)
+
+
+def _admitted_later(decision: Allow | Reply, exchange: Exchange) -> None:
+    exchange.sink.resume_reading("authorize")
+    if not exchange.finished:
+        _admitted(exchange, decision)
+
+
+def _admission_failed(failure: Failure, exchange: Exchange) -> None:
+    exchange.sink.resume_reading("authorize")
+    if not exchange.finished:
+        log.failure("MCP admission failed", failure)
+        answer(exchange, Refusal(500, INTERNAL_ERROR, "the authorization failed"))
+
+
+def _read_body(exchange: Exchange) -> None:
+    """Go on reading the body (a client that asked waits for 100 Continue until now);
+    one that already came whole is decided."""
     if exchange.expect_continue:
         exchange.expect_continue = False
         exchange.sink.send_continue()
-    return True
+    if exchange.request_done and exchange.internal_body is not None:
+        plan = exchange.plan
+        assert plan is not None
+        if body_complete(exchange):
+            exchange.decide_route(plan)
+
+
+def admission_pending(exchange: Exchange) -> bool:
+    """The route's answer to ``_ADMISSION`` has not come yet (the body waits for it)."""
+    return exchange.stage is AUTHORIZING
 
 
 def body_piece(exchange: Exchange, data: bytes) -> None:

@@ -143,7 +143,8 @@ class McpResponse:
         if exchange.finished or not data:
             return
         plan = exchange.plan
-        exchange.deadline = exchange.core.reactor.seconds() + (plan.timeout if plan else 30)
+        exchange.deadline = exchange.core.reactor.seconds() + (plan.response_timeout
+                                                               if plan else 30)
         if mode == REFUSE:
             return  # (answered at the end: nothing of it is passed on)
         try:

@@ -127,7 +127,7 @@ class UpstreamRelay(ExchangeBase):
         head = self.head
         listener: UpstreamListener = self
         plan = self.plan
-        if plan is not None and plan.route.mcp is not None:
+        if plan is not None and plan.mcp is not None:
             listener = listener_for(self)  # an MCP route's response may be filtered
         conn.send(listener, upstream_request_head(self), head.method == b"HEAD",
                   head.framing == BODY_CHUNKED)

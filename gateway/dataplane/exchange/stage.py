@@ -23,10 +23,12 @@ be arriving while the response is sent (an early answer, a denial) or after it e
                               │                       └─► TUNNEL (CONNECT)           (101)
                               └─► RESPONDING (an answer of the gateway's own) ─► DONE
 
-A head the codec can begin at once goes from HEAD to ROUTING; READY is for one that
-waits its turn (pipelined behind another, or held back). Any stage before TUNNEL may
-end in DONE at once (the client left, the gateway gave up), and any before RESPONDING
-may answer locally (RESPONDING, then DONE).
+An MCP route's POST may wait in AUTHORIZING twice: asked about before its body is read,
+then decided with the messages the body holds (``mcp_request.py``). A head the codec can
+begin at once goes from HEAD to ROUTING; READY is for one that waits its turn (pipelined
+behind another, or held back). Any stage before TUNNEL may end in DONE at once (the
+client left, the gateway gave up), and any before RESPONDING may answer locally
+(RESPONDING, then DONE).
 """
 
 from __future__ import annotations
@@ -57,7 +59,9 @@ NEXT: dict[Stage, frozenset[Stage]] = {
     HEAD: frozenset({READY, ROUTING, RESPONDING, DONE}),
     READY: frozenset({ROUTING, RESPONDING, DONE}),
     ROUTING: frozenset({AUTHORIZING, CONNECTING, RESPONDING, DONE}),
-    AUTHORIZING: frozenset({CONNECTING, RESPONDING, DONE}),
+    # AUTHORIZING again: an MCP route's POST is asked about before its body is read
+    # and decided again with its messages (exchange/mcp_request.py)
+    AUTHORIZING: frozenset({AUTHORIZING, CONNECTING, RESPONDING, DONE}),
     CONNECTING: frozenset({WAITING, TUNNEL, RESPONDING, DONE}),
     WAITING: frozenset({CONNECTING, RESPONDING, DONE}),
     # RESPONDING again: a held-back head is dropped and the gateway answers instead

@@ -45,6 +45,7 @@ REGISTRATION_OFF = "registration_not_supported"
 RATE_LIMITED = "rate_limited"
 
 MAX_CACHED = 512
+MAX_FETCHES = 32  # metadata documents being fetched at once, per process
 REGISTRATIONS_PER_ADDRESS = 20
 REGISTRATIONS_TOTAL = 500
 REGISTRATION_WINDOW = 3600.0
@@ -73,7 +74,8 @@ class ClientDirectory:
 
     def __init__(self, reactor: Any, records: RecordStore, settings: Settings, *,
                  resolve: Resolver | None = None, bounds: FetchBounds = FETCH_BOUNDS,
-                 buckets: RegistrationBuckets | None = None) -> None:
+                 buckets: RegistrationBuckets | None = None,
+                 max_fetches: int = MAX_FETCHES) -> None:
         self.reactor = reactor
         self.records = records
         self.resolver = resolve if resolve is not None else system_resolver(reactor)
@@ -82,7 +84,10 @@ class ClientDirectory:
             reactor.seconds, REGISTRATIONS_PER_ADDRESS, REGISTRATIONS_TOTAL,
             REGISTRATION_WINDOW)
         self._cache: OrderedDict[str, tuple[McpClient, float]] = OrderedDict()
+        # the URLs being fetched, each with its waiters; at most ``max_fetches`` (a
+        # client id costs nothing to invent: the fetches it causes are bounded)
         self._pending: dict[str, list[Deferred[McpClient]]] = {}
+        self.max_fetches = max_fetches
         self.settings = settings
         self._trust = trust(settings.ca_pem)
 
@@ -133,6 +138,11 @@ class ClientDirectory:
         if waiting is not None:  # one fetch per URL at a time; the others wait for it
             waiting.append(mine)
             return mine
+        if len(self._pending) >= self.max_fetches:
+            return fail(self._refused(url, ClientRefused(
+                "temporarily_unavailable", f"the client metadata document at {url} was "
+                f"not fetched: {self.max_fetches} documents are being fetched already; "
+                "try again shortly")))
         self._pending[url] = [mine]
         fetching = fetch(self.reactor, url, parts, self.resolver, self.settings.networks,
                          self._trust, self.bounds)
