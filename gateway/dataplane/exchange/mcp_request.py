@@ -141,8 +141,12 @@ def _read_body(exchange: Exchange) -> None:
 
 
 def admission_pending(exchange: Exchange) -> bool:
-    """The route's answer to ``_ADMISSION`` has not come yet (the body waits for it)."""
-    return exchange.stage is AUTHORIZING
+    """The route's answer to ``_ADMISSION`` has not come yet (the body waits for it).
+    Not the stage: an admission answered later leaves the exchange in AUTHORIZING
+    while the rest of the body arrives (an MCP client's token, looked up in the
+    databroker, answers through a Deferred)."""
+    mcp = exchange.mcp
+    return mcp is not None and mcp.request is _ADMISSION
 
 
 def body_piece(exchange: Exchange, data: bytes) -> None:
