@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from twisted.internet.defer import Deferred
+from twisted.internet.defer import Deferred, succeed
 from twisted.internet.testing import MemoryReactorClock
 
 from gateway.authorize.hook import Allow, Decision, Reply, RequestInfo
@@ -115,6 +115,17 @@ class LaterAdmission(Authorizer):
     def release(self) -> None:
         later, decision = self.held.pop(0)
         later.callback(decision)
+
+
+class FiredAdmission(Authorizer):
+    """Answers the admission through a Deferred that has fired already."""
+
+    def authorize(self, request: RequestInfo, route: Route) -> Decision | Deferred[Decision]:
+        decision = super().authorize(request, route)
+        if request.mcp is not None and not request.mcp.calls:
+            assert not isinstance(decision, Deferred)
+            return succeed(decision)
+        return decision
 
 
 class McpExchangeTests(IdentityCase):
@@ -267,6 +278,28 @@ class McpExchangeTests(IdentityCase):
         exchange.request_body(body[10:])
         exchange.request_complete()
         self.assertTrue(MemoryUpstream(self.reactor).received().endswith(body))
+
+    def test_an_admission_answered_before_the_body_came(self) -> None:
+        """An admission answered through a Deferred (already fired, as the MCP token
+        lookup's over the memory store, or later, over Redis) before the body arrived:
+        the body that comes afterwards is decided and forwarded (it once waited for an
+        admission that had come, the exchange still being in AUTHORIZING)."""
+        for authorizer in (FiredAdmission(self), LaterAdmission(self)):
+            self.rebuild(authorizer)
+            self.sink = Sink()
+            body = json.dumps(call("get_ticket")).encode()
+            headers = [(b"host", HOST.encode()), JSON, self.cookie(self.session(ALICE)),
+                       (b"content-length", b"%d" % len(body))]
+            head = make_head(b"POST", b"/mcp", b"1.1", headers, HOST, "/mcp",
+                             framing=BODY_LENGTH, complete=False, request_id=b"")
+            exchange = Exchange(self.sink, self.core, FACTS, head)
+            exchange.begin()
+            if isinstance(authorizer, LaterAdmission):
+                authorizer.release()
+            exchange.request_body(body)
+            exchange.request_complete()
+            self.assertTrue(MemoryUpstream(self.reactor, -1).received().endswith(body),
+                            type(authorizer).__name__)
 
     def test_both_decisions_later(self) -> None:
         """Admission and the messages' decision both come later: the exchange waits in
