@@ -222,7 +222,11 @@ def refusal(request: McpRequest, why: str) -> bytes:
 def filter_json(body: bytes, request: McpRequest, pending: Mapping[IdKey, str],
                 allowed: Allowed, counts: Counts) -> bytes:
     """An ``application/json`` response body, filtered (the same bytes when it holds no
-    list result; written anew when it does)."""
+    list result; written anew when it does). The answer to a request without a list call
+    is parsed only when it could hold a list for some reader (``could_hold_list``): most
+    tool results go on unparsed, whatever they are."""
+    if not pending and not could_hold_list(body, False):
+        return body  # (the answer to a list call is always read: it must be the list)
     try:
         message = parse(body)
     except Unreadable as exc:
@@ -233,12 +237,29 @@ def filter_json(body: bytes, request: McpRequest, pending: Mapping[IdKey, str],
     return encode(out).encode() if touched else body
 
 
-def could_hold_result(data: str) -> bool:
-    """Whether ``data`` could hold a member ``result`` for any reader: it names it
-    (quoted or not), or it has an escape, behind which any name may hide
-    (``"\\u0072esult"``). A notification or a request names none and is passed on
-    unparsed (most of a long stream)."""
-    return "result" in data or "\\" in data
+_MEMBERS = tuple(_BY_MEMBER)
+_MEMBER_BYTES = tuple(member.encode() for member in _MEMBERS)
+
+
+def could_hold_list(text: str | bytes, pending: bool) -> bool:
+    """Whether ``text`` (a JSON body or an event's data) could hold a list result for any
+    reader, so must be parsed. A member name cannot hide behind an escape other than
+    ``\\u`` (JSON spells no letter otherwise), so without one: with list calls pending,
+    their answers need the name ``result`` (to be checked, even malformed); without, a
+    list result anywhere needs a list member's name (``tools``...). The rest (a
+    notification, most tool results) goes on unparsed: it holds no list for anyone."""
+    if isinstance(text, bytes):
+        # (a NUL: UTF-16 or UTF-32, which Python's json reads, spelling names apart)
+        if b"\\u" in text or b"\\U" in text or b"\x00" in text:
+            return True
+        if pending:
+            return b"result" in text
+        return any(member in text for member in _MEMBER_BYTES)
+    if "\\u" in text or "\\U" in text:
+        return True
+    if pending:
+        return "result" in text
+    return any(member in text for member in _MEMBERS)
 
 
 def filter_data(data: str, pending: Mapping[IdKey, str], allowed: Allowed,
@@ -246,9 +267,9 @@ def filter_data(data: str, pending: Mapping[IdKey, str], allowed: Allowed,
     """An SSE event's data (one JSON-RPC message or a batch), filtered: ``None`` when it
     holds no list result (the event goes on as it came). Data that is not JSON is
     replaced by an error for an unknown id: it might have been a list (data that cannot
-    hold a ``result``, ``could_hold_result``, goes on unparsed: an empty keep-alive, a
+    hold one, ``could_hold_list``, goes on unparsed: an empty keep-alive, a
     notification)."""
-    if not data.strip() or not could_hold_result(data):
+    if not data.strip() or not could_hold_list(data, bool(pending)):
         return None
     try:
         message = parse(data)

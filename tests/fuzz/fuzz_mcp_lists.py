@@ -11,8 +11,10 @@ Contract:
 - neither the reader nor the filter raises (beyond ``EventTooLarge`` past the bound);
 - what the filter lets out is JSON, and no list in it holds an entry the caller may not
   use (entries are allowed only when their name or URI starts with ``ok``), whatever id,
-  shape or duplicate members the server wrote; data the filter did not touch holds no
-  list result at all (it is JSON without one, or names no ``result`` and has no escape).
+  shape or duplicate members the server wrote, with list calls pending or none; what
+  the filter passed on as it came holds no list result for any reader (JSON without
+  one, or text ``could_hold_list`` clears: no ``\\u`` escape, and no ``result`` with a
+  list call pending, no list member's name without).
 """
 
 from __future__ import annotations
@@ -23,7 +25,14 @@ from typing import Any
 from tests.fuzz.harness import describe, fuzz, instrumented
 
 with instrumented("gateway"):
-    from gateway.mcp.listing import LISTS, Counts, filter_data, filter_json, list_calls
+    from gateway.mcp.listing import (
+        LISTS,
+        Counts,
+        could_hold_list,
+        filter_data,
+        filter_json,
+        list_calls,
+    )
     from gateway.mcp.messages import McpCall, McpRequest
     from gateway.mcp.sse import EventTooLarge, SseReader
 
@@ -55,15 +64,16 @@ def check_out(text: str | bytes) -> None:
                     assert allowed("", entry[key]), describe(text)
 
 
-def untouched(data: str) -> None:
-    """Data the filter passed on as it came: no list result can be in it (it names no
-    ``result`` and has no escape, or it is JSON whose results hold no list)."""
-    if "result" not in data and "\\" not in data:
-        return
+def untouched(data: str | bytes, pending: bool) -> None:
+    """What the filter passed on as it came: no list result can be in it (it is JSON
+    whose results hold no list, or text that names none and has no ``\\u`` escape)."""
     try:
         message = json.loads(data)
     except ValueError:
-        raise AssertionError(describe(data)) from None
+        # (text no reader finds a list result in: no escape, and no "result" name with a
+        # list call pending, no list member's name without)
+        assert not could_hold_list(data, pending), describe(data)
+        return
     for item in message if isinstance(message, list) else [message]:
         if isinstance(item, dict) and isinstance(item.get("result"), dict):
             assert not set(item["result"]) & set(MEMBERS), describe(data)
@@ -90,20 +100,24 @@ def TestOneInput(data: bytes) -> None:
     assert [b.fields for b in whole] == [b.fields for b in split], describe(stream)
     assert rest == split_rest, describe(stream)
     assert b"".join(b.raw for b in whole) + rest == stream, describe(stream)
-    for block in whole:
-        text = block.data
-        if text is None:
-            continue
-        out = filter_data(text, PENDING, allowed, Counts.empty())
-        if out is None:
-            if text.strip():
-                untouched(text)
+    for pending in (PENDING, {}):
+        for block in whole:
+            text = block.data
+            if text is None:
+                continue
+            out = filter_data(text, pending, allowed, Counts.empty())
+            if out is None:
+                if text.strip():
+                    untouched(text, bool(pending))
+            else:
+                check_out(out)
+                assert block.with_data(out).endswith(b"\n\n")
+        request = McpRequest(REQUEST.calls if pending else (), batch=bool(cut & 1))
+        body = filter_json(stream, request, pending, allowed, Counts.empty())
+        if body is stream:
+            untouched(stream, bool(pending))
         else:
-            check_out(out)
-            assert block.with_data(out).endswith(b"\n\n")
-    request = McpRequest(REQUEST.calls, batch=bool(cut & 1))
-    body = filter_json(stream, request, PENDING, allowed, Counts.empty())
-    check_out(body)
+            check_out(body)
 
 
 if __name__ == "__main__":

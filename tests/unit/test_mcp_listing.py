@@ -153,6 +153,20 @@ class BodyTests(SynchronousTestCase):
         single = json.loads(filter_json(b"nope", LIST, PENDING, allowed, Counts.empty()))
         self.assertEqual(single["id"], 1)
 
+    def test_an_answer_without_a_list_call_is_parsed_only_when_it_could_hold_a_list(
+            self) -> None:
+        call = McpRequest((McpCall(2, "tools/call", "search"),))
+        # no list member named, no \u escape: no reader finds a list in it (not parsed)
+        plain = b'{"jsonrpc":"2.0","id":2,"result":{"content":[]}} not even JSON'
+        self.assertIs(filter_json(plain, call, {}, allowed, Counts.empty()), plain)
+        for hidden in (
+                b'{"jsonrpc":"2.0","id":2,"result":{"tools":[{"name":"x"}]}}',
+                b'{"jsonrpc":"2.0","id":2,"result":{"\\u0074ools":[{"name":"x"}]}}',
+                '{"jsonrpc":"2.0","id":2,"result":{"tools":[{"name":"x"}]}}'.encode(
+                    "utf-16")):
+            out = json.loads(filter_json(hidden, call, {}, allowed, Counts.empty()))
+            self.assertEqual(out["result"]["tools"], [], hidden)
+
     def test_sse_data(self) -> None:
         counts = Counts.empty()
         self.assertIsNone(filter_data('{"jsonrpc":"2.0","method":"ping"}', PENDING,
