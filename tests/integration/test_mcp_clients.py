@@ -183,8 +183,7 @@ def check_the_whole_life(env: Env, client: McpClient, client_id: str, cookies: P
     assert new["access_token"] != old["access_token"]
     assert new["refresh_token"] != old["refresh_token"]
     assert len(client.browser_runs()) == 1  # no second authorization: a refresh
-    flow = Flow(env.port, f"localhost:{env.port}")
-    # the old refresh token is spent (a reuse ends the grant: the last step shows it too)
+    assert ("POST", "/.gateway/mcp/token", 200) in http_steps(client)[len(steps):]
 
     # sign-out: every token of the session stops working at once
     sign_out(env, cookies)
@@ -194,7 +193,9 @@ def check_the_whole_life(env: Env, client: McpClient, client_id: str, cookies: P
     refused = [e for e in client.http_log() if e["status"] == 401][-1]
     assert "invalid_token" in (refused["www_authenticate"] or ""), refused
     assert len(client.browser_runs()) >= 2  # the client had to ask the person again
-    denied_refresh = flow.refresh(client_id, new["refresh_token"])
+    # the refresh token ended with the session too
+    denied_refresh = Flow(env.port, f"localhost:{env.port}").refresh(
+        client_id, new["refresh_token"])
     assert denied_refresh.status == 400, (denied_refresh.status, denied_refresh.body)
     assert denied_refresh.json()["error"] == "invalid_grant"
 
