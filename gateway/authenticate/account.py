@@ -14,7 +14,7 @@ from twisted.internet.defer import Deferred
 from gateway.authenticate.targets import ROUTES, SIGN_OUT, query_params
 from gateway.authorize import answers
 from gateway.authorize.caller import Caller
-from gateway.authorize.decide import decide, http_asked
+from gateway.authorize.decide import decide, facts_of, http_asked
 from gateway.authorize.email import REFUSAL_TEXT
 from gateway.authorize.hook import Decision, RequestInfo
 from gateway.config.routes import Route
@@ -23,6 +23,7 @@ from gateway.pages.layout import Action, Look, origin
 from gateway.pages.routes import Portal, PortalRoute, entry_path, portal_route, render_portal
 from gateway.pages.signout import confirm_sign_out, signed_out
 from gateway.pages.whoami import AllowedClient, Group, Profile, render_profile
+from gateway.policy.any_message import any_message_allowed
 from gateway.sessions.lookup import cookie_and_authorization
 from gateway.sessions.model import Session
 
@@ -142,7 +143,8 @@ def _portal(ident: Identity, routes: tuple[Route, ...], request: RequestInfo,
             session: Session) -> Decision:
     """Each route decided as the daemon decides it: the route's policy, for the session
     as decisions see it, now, on a GET of the route's entry path (a CONNECT with no
-    path for a TCP route) from this client's address. No client certificate: the
+    path for a TCP route) from this client's address (an MCP route's GET carries no
+    message: listed when the person may send some). No client certificate: the
     gateway's own endpoints belong to no route, so none checked one against a CA (and a
     certificate nobody checked is not one a policy may read); a route whose policy reads
     one is listed only if it allows without. Listed only if allowed; public routes are,
@@ -165,7 +167,11 @@ def _portal(ident: Identity, routes: tuple[Route, ...], request: RequestInfo,
                             request.client_ip)
         if session.provider not in ident.flow.accepted(route):
             continue  # (its page would offer another provider's sign-in)
-        if decide(route.policy, caller, http_asked(probe, now)).allowed:
+        asked = http_asked(probe, now)
+        # an MCP route's GET carries no message: it is let in when some message would be
+        # (as the data plane decides it, ``policy.any_message``)
+        if (any_message_allowed(route.policy, facts_of(caller, asked)) if route.mcp
+                else decide(route.policy, caller, asked)).allowed:
             shown.append(portal_route(route, method=method, path=path,
                                       gateway_url=gateway_url))
     portal = Portal(caller.who, now, tuple(shown), request.host)

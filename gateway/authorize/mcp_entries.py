@@ -2,11 +2,11 @@
 caller make the call that uses it (a tool as ``tools/call`` of its name, a prompt as
 ``prompts/get``, a resource as ``resources/read`` of its URI)?
 
-The same pure ``decide`` every entrance uses, with what the request asked
-(``decide.http_asked``: its method, path, address and verified client certificate) and
-the entry's call as the MCP facts (``entry_asked``): a list is filtered by the very rules
-that decide the calls. Decisions are remembered per response (a list names each entry
-once, but a paginated client asks again with the same caller and route).
+The pure ``decide_message`` the calls themselves are decided with, on what the request
+asked (``decide.http_asked``: its method, path, address and verified client certificate)
+and the entry's call as the MCP facts (``entry_asked``): a list is filtered by the very
+rules that decide the calls. Decisions are remembered for the response (a stream may
+list the same entries more than once).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 from gateway.authorize.caller import Caller
 from gateway.authorize.certificates import cert_facts
-from gateway.authorize.decide import Asked, decide, http_asked, mcp_asked
+from gateway.authorize.decide import Asked, decide_message, http_asked, mcp_asked
 from gateway.authorize.hook import RequestInfo
 from gateway.config.routes import Route
 from gateway.mcp.messages import McpCall
@@ -53,8 +53,8 @@ def entry_predicate(route: Route, caller: Caller | None, request: RequestInfo,
         key = (method, name)
         answer = known.get(key)
         if answer is None:
-            answer = known[key] = decide(policy, caller,
-                                         entry_asked(asked, method, name)).allowed
+            answer = known[key] = decide_message(policy, caller,
+                                                 entry_asked(asked, method, name)).allowed
         return answer
 
     return allowed

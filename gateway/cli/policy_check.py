@@ -28,7 +28,7 @@ from gateway.authorize.allow_fields import refused_codes
 from gateway.authorize.answers import denial_message
 from gateway.authorize.caller import Caller, caller_of
 from gateway.authorize.certificates import cert_facts
-from gateway.authorize.decide import facts_of, http_asked, mcp_asked
+from gateway.authorize.decide import decide_message, facts_of, http_asked, mcp_asked
 from gateway.authorize.hook import RequestInfo
 from gateway.cli.policy_inputs import (
     InputError,
@@ -50,7 +50,7 @@ from gateway.dataplane.routing.plan import RoutePlan, build_plan
 from gateway.dataplane.routing.router import own_path
 from gateway.mcp.errors import denied_message
 from gateway.mcp.messages import McpCall, McpVerdict
-from gateway.policy import CLIENT_IP, Verdict
+from gateway.policy import CLIENT_IP, Trace, Verdict
 from gateway.policy.any_message import any_message_allowed
 from gateway.policy.facts import is_session_keeping
 
@@ -152,6 +152,10 @@ def check(snapshot: Snapshot, args: argparse.Namespace, token: TokenCheck | None
         notes.append("an MCP route: decided as a request without an MCP message (the MCP "
                      "criteria false); --mcp-method/--mcp-name ask about one")
     trace = route.policy.explain(facts_of(caller, asked))
+    if asked.mcp is not None:
+        # the daemon's verdict on the message (one that only keeps the session is the
+        # person's: the note above), beside the rules as written
+        trace = Trace(decide_message(route.policy, caller, asked), trace.rules)
     sentence = "" if trace.verdict.allowed else refusal_sentence(
         route, trace.verdict, caller, now, groups_available)
     if sentence and sentence != SIGN_IN_REQUIRED and asked.mcp is not None:

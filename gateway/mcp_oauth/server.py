@@ -155,10 +155,6 @@ class McpAuthorizationServer:
         self.clock = clock
         self.registration = registration
 
-    @property
-    def any(self) -> bool:
-        return bool(self.routes)
-
     def handles_well_known(self, host: str, path: str) -> bool:
         """The metadata documents of an MCP route's host (routes of other hosts keep
         their ``/.well-known/``)."""

@@ -25,7 +25,7 @@ REPO = HERE.parent.parent
 CORPUS = HERE / "corpus"
 TARGETS = ("normalise", "proxyproto", "cookie", "redirects", "config", "http1_head", "h2_frames",
            "h2_engine", "hpack", "ssh_auth", "ssh_krl", "cross_origin", "ssh_preauth",
-           "bearer_jwt", "mcp_lists")
+           "bearer_jwt", "mcp_request", "mcp_lists")
 RSS_LIMIT_MB = 2048
 INPUT_TIMEOUT = 10  # seconds one input may take before libFuzzer calls it a hang
 MAX_LEN = 16384

@@ -214,10 +214,7 @@ def test_nobody_signed_in_is_answered_before_the_body(mcp: Setup) -> None:
 def test_over_http2(mcp: Setup) -> None:
     """The same over HTTP/2 (h2c): the body comes as DATA frames, the allowed call goes
     upstream whole, the denied one is answered on its stream and never upstream."""
-    jar = {k: v for domain, values in mcp.person.domain_cookies.items()
-           if "mcp.test".endswith(domain) for k, v in values.items()}
-    jar.update(mcp.person.cookies.get("mcp.test", {}))
-    headers = [("cookie", "; ".join(f"{k}={v}" for k, v in jar.items())),
+    headers = [("authorization", f"Bearer {mcp.tokens['']}"),
                ("accept", "application/json, text/event-stream"),
                ("content-type", "application/json")]
     authority = f"mcp.test:{mcp.port}"

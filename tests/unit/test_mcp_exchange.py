@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from twisted.internet.defer import Deferred
+from twisted.internet.defer import Deferred, succeed
 from twisted.internet.testing import MemoryReactorClock
 
 from gateway.authorize.hook import Allow, Decision, Reply, RequestInfo
@@ -115,6 +115,17 @@ class LaterAdmission(Authorizer):
     def release(self) -> None:
         later, decision = self.held.pop(0)
         later.callback(decision)
+
+
+class FiredAdmission(Authorizer):
+    """Answers the admission through a Deferred that has fired already."""
+
+    def authorize(self, request: RequestInfo, route: Route) -> Decision | Deferred[Decision]:
+        decision = super().authorize(request, route)
+        if request.mcp is not None and not request.mcp.calls:
+            assert not isinstance(decision, Deferred)
+            return succeed(decision)
+        return decision
 
 
 class McpExchangeTests(IdentityCase):
@@ -249,6 +260,47 @@ class McpExchangeTests(IdentityCase):
         assert exchange.mcp is not None
         self.assertEqual([v.allowed for v in exchange.mcp.verdicts], [True])
 
+    def test_a_body_sent_after_a_later_admission(self) -> None:
+        """A codec holds the body while the exchange waits (paused for "authorize"): it
+        comes after the admission, and is decided then (it hung: the exchange, still
+        AUTHORIZING, took itself for waiting for the admission)."""
+        later = LaterAdmission(self)
+        self.rebuild(later)
+        body = json.dumps(call("get_ticket")).encode()
+        head = make_head(b"POST", b"/mcp", b"1.1",
+                         [(b"host", HOST.encode()), JSON, self.cookie(self.session(ALICE)),
+                          (b"content-length", b"%d" % len(body))],
+                         HOST, "/mcp", framing=BODY_LENGTH, request_id=b"")
+        exchange = Exchange(self.sink, self.core, FACTS, head)
+        exchange.begin()
+        later.release()
+        exchange.request_body(body[:10])
+        exchange.request_body(body[10:])
+        exchange.request_complete()
+        self.assertTrue(MemoryUpstream(self.reactor).received().endswith(body))
+
+    def test_an_admission_answered_before_the_body_came(self) -> None:
+        """An admission answered through a Deferred (already fired, as the MCP token
+        lookup's over the memory store, or later, over Redis) before the body arrived:
+        the body that comes afterwards is decided and forwarded (it once waited for an
+        admission that had come, the exchange still being in AUTHORIZING)."""
+        for authorizer in (FiredAdmission(self), LaterAdmission(self)):
+            self.rebuild(authorizer)
+            self.sink = Sink()
+            body = json.dumps(call("get_ticket")).encode()
+            headers = [(b"host", HOST.encode()), JSON, self.cookie(self.session(ALICE)),
+                       (b"content-length", b"%d" % len(body))]
+            head = make_head(b"POST", b"/mcp", b"1.1", headers, HOST, "/mcp",
+                             framing=BODY_LENGTH, complete=False, request_id=b"")
+            exchange = Exchange(self.sink, self.core, FACTS, head)
+            exchange.begin()
+            if isinstance(authorizer, LaterAdmission):
+                authorizer.release()
+            exchange.request_body(body)
+            exchange.request_complete()
+            self.assertTrue(MemoryUpstream(self.reactor, -1).received().endswith(body),
+                            type(authorizer).__name__)
+
     def test_both_decisions_later(self) -> None:
         """Admission and the messages' decision both come later: the exchange waits in
         AUTHORIZING twice (a move the stage table allows for this)."""
@@ -323,6 +375,24 @@ class McpExchangeTests(IdentityCase):
         self.assertEqual(self.sink.heads[-1][0], 403)
         self.assertEqual(len(self.reactor.tcpClients), 2)
 
+    def test_the_routes_portal_lists_the_route_as_its_get_is_decided(self) -> None:
+        """/.gateway/routes decides an MCP route as the data plane decides its GET: for
+        whoever may send some message (alice, carol), not for bob."""
+        from gateway.authenticate.endpoints import Endpoints
+
+        from .test_identity import request
+
+        def listed(who: dict[str, Any]) -> list[str]:
+            answer = Endpoints(self.identity, self.snapshot.routes).internal(request(
+                "/.gateway/routes", host=HOST,
+                headers=[JSON, self.cookie(self.session(who))]))
+            assert isinstance(answer, Reply), answer
+            return [r["url"] for r in json.loads(answer.body)["routes"]]
+
+        self.assertIn(f"https://{HOST}/", listed(ALICE))
+        self.assertIn(f"https://{HOST}/", listed(CAROL))
+        self.assertNotIn(f"https://{HOST}/", listed(BOB))
+
     def test_other_methods_carry_no_message(self) -> None:
         """A PUT is decided as any request (bob's rule lets PUT in), and is no message:
         the MCP criteria are false for it (alice's tool rule refuses it)."""
@@ -390,6 +460,21 @@ class McpExchangeTests(IdentityCase):
         self.assertFalse(self.core_timed_out(plain))
         self.reactor.advance(2)
         self.assertTrue(self.core_timed_out(plain))
+
+    def test_the_silence_bound_of_an_mcp_route(self) -> None:
+        """timeout_idle, or the route's timeout when longer; none with timeout_idle 0."""
+        def bound(**settings: Any) -> float:
+            plan, _ = build_plan(snapshot(policy=ROUTES, **settings)).lookup(HOST, "/mcp")
+            assert plan is not None
+            return plan.response_timeout
+
+        self.assertEqual(bound(timeout_idle="60s"), 60.0)
+        self.assertEqual(bound(timeout_idle="5s"), 10.0)  # the route's 10 s is longer
+        self.assertEqual(bound(timeout_idle="0s"), float("inf"))
+        plain, _ = build_plan(snapshot(policy=ROUTES, timeout_idle="0s")).lookup(
+            "plain.test", "/")
+        assert plain is not None
+        self.assertEqual(plain.response_timeout, 10.0)
 
     def core_timed_out(self, exchange: Exchange) -> bool:
         """What the codecs' watchdog does with the exchange's deadline."""

@@ -352,6 +352,36 @@ class FlowTests(McpCase):
         self.assertEqual(self.refresh(first["refresh_token"])[1]["error"], "invalid_grant")
         self.assertInvalidToken(self.call(second["access_token"]))
 
+    def test_two_uses_at_once(self) -> None:
+        """Two token requests with one refresh token at the same moment (two processes,
+        each having read the grant before either wrote): the store's lease lets one
+        through, and the other is a reuse that ends the grant."""
+        first = self.tokens_for(self.session())
+        held: list[Deferred[Any]] = []
+        real_get = self.records.get
+
+        def slow_get(type: str, id: str) -> Deferred[Any]:
+            if type != MCP_GRANT:
+                return real_get(type, id)
+            read = self.successResultOf(real_get(type, id))  # read now, answered later
+            gate: Deferred[Any] = Deferred()
+            held.append(gate)
+            return gate.addCallback(lambda _: read)
+
+        self.records.get = slow_get  # type: ignore[method-assign]
+        given = {"grant_type": "refresh_token", "refresh_token": first["refresh_token"],
+                 "client_id": CLIENT, "resource": A}
+        answers = [self.endpoints.internal(req("/.gateway/mcp/token", method=b"POST"),
+                                           urlencode(given).encode()) for _ in range(2)]
+        self.assertEqual(len(held), 2)  # both read the grant before either went on
+        while held:
+            held.pop(0).callback(None)
+        self.records.get = real_get  # type: ignore[method-assign]
+        replies = [self.successResultOf(a) for a in answers]
+        self.assertEqual(sorted(r.status for r in replies), [200, 400])
+        won = next(json.loads(r.body) for r in replies if r.status == 200)
+        self.assertInvalidToken(self.call(won["access_token"]))
+
     def test_token_expires(self) -> None:
         body = self.tokens_for(self.session())
         self.assertIsInstance(self.call(body["access_token"]), Allow)

@@ -234,6 +234,19 @@ class PolicyCheckTests(CliCase):
         self.assertEqual((code, doc["decision"]["allowed"], doc["decision"]["kind"]),
                          (1, False, "policy"))
 
+    def test_a_session_keeping_message_is_decided_as_the_daemon_does(self) -> None:
+        """A support lead's rule names methods, not initialize: the daemon lets them
+        connect (some message is theirs), and so does the command, exit status and
+        all."""
+        url = "https://mcp-tickets.example.com/mcp"
+        lead = ("--email", "bo@example.com", "--user", "u-2", "--groups", "support-leads")
+        code, out, _ = self.check(self.path, url, *lead, "--mcp-method", "initialize")
+        self.assertEqual(code, 0, out)
+        self.assertIn("decision: allowed", out)
+        nobody = ("--email", "cy@example.com", "--user", "u-3", "--groups", "sales")
+        code, out, _ = self.check(self.path, url, *nobody, "--mcp-method", "initialize")
+        self.assertEqual(code, 1, out)
+
     def test_notes_where_no_mcp_message_is_asked_about(self) -> None:
         base = ("--email", "ada@example.com", "--user", "u-1", "--groups", "support")
         code, out, _ = self.check(self.path, "https://mcp-tickets.example.com/", *base)

@@ -141,8 +141,11 @@ def _read_body(exchange: Exchange) -> None:
 
 
 def admission_pending(exchange: Exchange) -> bool:
-    """The route's answer to ``_ADMISSION`` has not come yet (the body waits for it)."""
-    return exchange.stage is AUTHORIZING
+    """The route's answer to ``_ADMISSION`` has not come yet (the body waits for it).
+    Not the stage: after an admission decided later the exchange stays AUTHORIZING
+    while the rest of the body comes."""
+    carried = exchange.mcp
+    return carried is not None and carried.request is _ADMISSION
 
 
 def body_piece(exchange: Exchange, data: bytes) -> None:
