@@ -64,13 +64,16 @@ class Env:
     def url(self) -> str:
         return f"{self.origin}/mcp"
 
-    def document(self, name: str, callback_port: int, client_name: str) -> str:
-        """Serve a client ID metadata document for a client listening on
-        ``callback_port``; its URL (the client id)."""
-        url = self.docs.url_for(f"/clients/{name}.json")
+    def document(self, name: str, client: McpClient, client_name: str) -> None:
+        """Serve ``client``'s metadata document (its loopback redirect URI listed) at the
+        URL it was started with (``client_id_url``)."""
+        url = client_id_url(self, name)
         self.docs.serve(f"/clients/{name}.json", client_document(
-            url, [f"http://127.0.0.1:{callback_port}/callback"], client_name))
-        return url
+            url, [client.redirect_uri], client_name))
+
+
+def client_id_url(env: Env, name: str) -> str:
+    return env.docs.url_for(f"/clients/{name}.json")
 
 
 @pytest.fixture(scope="module")
@@ -205,11 +208,11 @@ def test_python_sdk_with_a_client_id_metadata_document(env: Env) -> None:
     ``client_id_metadata_document_supported``): no registration, the document fetched by
     the gateway; the stdlib browser signs in and allows."""
     cookies = env.tmp / "cookies-python.json"
-    callback = free_port()
-    client_id = env.document("python", callback, "Ticket Agent (Python)")
+    client_id = client_id_url(env, "python")
     browser = browser_argv(SUPPORT, record=env.tmp / "browser-python.jsonl", cookies=cookies)
     with mcp_client("python", env.tmp, url=env.url, browser=browser,
-                    client_metadata_url=client_id, callback_port=callback) as client:
+                    client_metadata_url=client_id) as client:
+        env.document("python", client, "Ticket Agent (Python)")
         check_the_whole_life(env, client, client_id, cookies, "Ticket Agent (Python)")
         assert not any(p == "/.gateway/mcp/register" for _, p, _ in http_steps(client))
         # a 2026-07-28 client: its requests carry Mcp-Method, which the gateway checked
@@ -224,12 +227,12 @@ def test_typescript_sdk_in_chromium(env: Env, require_binary: Any) -> None:
     follows them, under the page's Content-Security-Policy)."""
     require_binary("chromium", "apt-get install -y chromium")
     cookies = env.tmp / "cookies-typescript.json"
-    callback = free_port()
-    client_id = env.document("typescript", callback, "Ticket Agent (TypeScript)")
+    client_id = client_id_url(env, "typescript")
     browser = browser_argv(SUPPORT, chromium=True, record=env.tmp / "browser-typescript.jsonl",
                            cookies=cookies)
     with mcp_client("typescript", env.tmp, url=env.url, browser=browser,
-                    client_metadata_url=client_id, callback_port=callback) as client:
+                    client_metadata_url=client_id) as client:
+        env.document("typescript", client, "Ticket Agent (TypeScript)")
         check_the_whole_life(env, client, client_id, cookies, "Ticket Agent (TypeScript)")
         assert not any(p == "/.gateway/mcp/register" for _, p, _ in http_steps(client))
     assert "/clients/typescript.json" in env.docs.asked
