@@ -22,7 +22,7 @@ from gateway.config.material import Pem, Reader, key_matches_certificate, load_k
 from gateway.config.providers import IMPLICIT_ID, SETTING, implicit_provider
 from gateway.config.routes import Route
 from gateway.config.settings import Options, default_autocert_dir
-from gateway.config.validate_mcp import mcp_clients
+from gateway.config.validate_mcp import mcp_clients, mcp_resources_distinct
 from gateway.config.validate_observability import observability
 from gateway.config.values import decode_secret
 from gateway.policy.nodes import criteria_of
@@ -119,6 +119,7 @@ def validate(
     _identity(options, routes, reader, problems, material)
     observability(options, reader, problems, material)
     mcp_clients(options, reader, problems, material)
+    mcp_resources_distinct(routes, problems)
     _branding(options, problems)
     _ssh_bounds(options, problems)
     _routes_against_globals(options, routes, problems)

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import ipaddress
 import re
+from collections.abc import Iterable
 from typing import Any
 
 from gateway.config.errors import Problems
 from gateway.config.material import Pem, Reader, load_material
+from gateway.config.routes import Route
 from gateway.config.settings import Options
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -89,3 +91,25 @@ def mcp_clients(options: Options, reader: Reader, problems: Problems,
         reader, problems, inline_key="mcp_client_id_metadata_ca_file", inline="",
         file_key="mcp_client_id_metadata_ca_file",
         file=options.mcp_client_id_metadata_ca_file, kind=Pem.CERTS)
+
+
+def mcp_resources_distinct(routes: Iterable[Route], problems: Problems) -> None:
+    """No two MCP routes of one host share a resource identifier (the host, plus the
+    route's ``path`` or ``prefix`` without its trailing slash; a regex route's is the
+    bare host, as ``gateway.mcp_oauth.resources`` makes it): a token is bound to its
+    identifier, so one issued for either route would be taken by the other, whose
+    policy and consent were never asked (a security review found ``path: /mcp`` beside
+    ``prefix: /mcp/``, and every regex route beside the route on ``/``)."""
+    seen: dict[tuple[str, int | None, str], int] = {}
+    for route in routes:
+        if route.mcp is None:
+            continue
+        key = (route.host.lower(), route.port, (route.path or route.prefix).rstrip("/"))
+        first = seen.setdefault(key, route.index)
+        if first != route.index:
+            identifier = f"{route.scheme}://{route.host}" + \
+                (f":{route.port}" if route.port is not None else "") + key[2]
+            problems.error(f"policy[{route.index}].mcp",
+                           f"policy[{first}] is the same MCP resource ({identifier}): a "
+                           "token issued for one would be taken by the other; give each "
+                           "MCP route of a host its own path or prefix")

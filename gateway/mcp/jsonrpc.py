@@ -48,6 +48,10 @@ NAME_PARAMETERS = {
 PROTOCOL_VERSION_META = "io.modelcontextprotocol/protocolVersion"
 # the first protocol version without JSON-RPC batches
 NO_BATCHES_FROM = "2025-06-18"
+# Entries of one batch at most: each is decided, audited, counted and traced, so a body
+# of tiny messages (some 370,000 notifications fit in 16 MiB) would hold the reactor for
+# seconds; MCP clients batch a handful at most (and 2025-06-18 dropped batches).
+MAX_BATCH = 100
 
 
 class _Duplicate(ValueError):
@@ -97,6 +101,8 @@ def read_request(body: bytes, protocol_version: str = "") -> McpRequest | Refusa
         return _invalid("an empty batch")
     if protocol_version >= NO_BATCHES_FROM:
         return _invalid(f"JSON-RPC batches are not part of MCP {protocol_version}")
+    if len(value) > MAX_BATCH:
+        return _invalid(f"a batch of {len(value)} messages; at most {MAX_BATCH} are read")
     calls: list[McpCall] = []
     ids: set[tuple[type, RequestId]] = set()
     for index, entry in enumerate(value):

@@ -6,8 +6,8 @@ the client used (``issuer``). A route's resource identifier is that origin plus 
 route's ``path`` or ``prefix`` without a trailing slash (the MCP text's canonical
 form; a route on ``/`` is the bare origin). A token is bound to the route its resource
 names; a regex route has no path of its own, so it is the bare origin too (two MCP
-routes whose identifiers are equal: the first listed is the one a token is for, as
-routing would choose it). Pure."""
+routes of a host with equal identifiers are refused at load:
+``config.validate_mcp.mcp_resources_distinct``). Pure."""
 
 from __future__ import annotations
 

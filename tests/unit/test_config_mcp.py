@@ -9,6 +9,8 @@ from gateway.config.material import Reader
 from gateway.config.mcp import McpRoute
 from gateway.config.routes import Route, parse_policy
 
+from .config.helpers import IDENTITY, base_config, errors_of, load
+
 
 def _route(**fields: object) -> tuple[Route | None, Problems]:
     problems = Problems()
@@ -49,3 +51,34 @@ class McpRouteTests(SynchronousTestCase):
                              ({"tools": []}, "policy[0].mcp.tools")):
             _, problems = _route(mcp=value)
             self.assertIn(where, " ".join(str(e) for e in problems.errors), value)
+
+
+class McpResourcesTests(SynchronousTestCase):
+    """Two MCP routes of one host may not share a resource identifier: a token is bound
+    to its identifier, so one issued for either would be taken by the other (a security
+    review: ``path: /mcp`` beside ``prefix: /mcp/``; a regex route beside ``/``)."""
+
+    def errors(self, *routes: dict[str, object]) -> list[str]:
+        policy = [{"to": "http://127.0.0.1:8000", "allow_any_authenticated_user": True,
+                   "mcp": {}, **r} for r in routes]
+        return [e for e in errors_of(base_config(policy=policy, **IDENTITY))
+                if ".mcp" in e]
+
+    def test_equal_identifiers_are_refused(self) -> None:
+        for pair in (({"from": "https://h.example", "path": "/mcp"},
+                      {"from": "https://h.example", "prefix": "/mcp/"}),
+                     ({"from": "https://h.example"},
+                      {"from": "https://h.example", "regex": "/a.*"})):
+            with self.subTest(pair=pair):
+                (problem,) = self.errors(*pair)
+                self.assertIn("policy[1].mcp", problem)
+                self.assertIn("policy[0] is the same MCP resource", problem)
+
+    def test_distinct_identifiers_load(self) -> None:
+        policy = [{"to": "http://127.0.0.1:8000", "allow_any_authenticated_user": True,
+                   "mcp": {}, **r} for r in (
+                       {"from": "https://h.example", "prefix": "/a/"},
+                       {"from": "https://h.example", "prefix": "/b/"},
+                       {"from": "https://other.example", "prefix": "/a/"},
+                       {"from": "https://h.example:8443", "prefix": "/a/"})]
+        self.assertEqual(len(load(base_config(policy=policy, **IDENTITY)).routes), 4)

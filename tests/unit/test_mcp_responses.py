@@ -350,11 +350,30 @@ class Http1Tests(Http1Case):
     def test_a_call_result_passes_untouched(self) -> None:
         upstream = self.post(body=CALL)
         body = json.dumps({"jsonrpc": "2.0", "id": 2, "result": {
-            "tools": "not a list, but not a list result either: id 2 is a call"}}).encode()
+            "content": [{"type": "text", "text": "three tickets"}]}}).encode()
         upstream.respond(json_answer(body))
         self.client_reads()
         self.assertEqual(self.responses[0]["body"], body)
-        self.assertEqual(self.responses[0]["headers"][b"etag"], b'"v1"')
+
+    def test_a_list_answered_to_a_call_is_filtered(self) -> None:
+        """A list result on the answer to a ``tools/call`` is filtered too: the official
+        Python SDK keys its streams by the id's text, so a call sent with the id of a
+        ``tools/list`` in progress got the whole list on its own answer, which the
+        gateway passed on unfiltered (a security review, with mcp 2.3.0)."""
+        self.assert_filtered(json_answer(json.dumps(tools_result(
+            "search", "nope", id_value=2)).encode()))
+
+    def test_a_list_streamed_to_a_call_is_filtered(self) -> None:
+        self.assert_filtered(sse_head() + chunk(event(tools_result(
+            "search", "nope", id_value="2"))) + b"0\r\n\r\n")
+
+    def assert_filtered(self, answer: bytes) -> None:
+        upstream = self.post(body=CALL)
+        upstream.respond(answer)
+        self.client_reads()
+        text = self.responses[-1]["body"]
+        self.assertIn(b"search", text)
+        self.assertNotIn(b"nope", text)
 
     def test_another_route_is_untouched(self) -> None:
         upstream = self.post(host=b"app.example.com")

@@ -79,13 +79,16 @@ def begin(exchange: Exchange, plan: RoutePlan) -> bool:
         return False
     if method != b"POST":
         return False
-    if exchange.request_done:  # no body at all: refused as the empty body it is
-        return not read(exchange, plan, b"")
+    early = _early_body(exchange)
+    if exchange.request_done:  # the whole body came before its turn, or there is none
+        return not read(exchange, plan, early)
     length = _content_length(head.headers)
-    if length is not None and length > mcp.max_request_bytes:
+    if (length is not None and length > mcp.max_request_bytes) or \
+            len(early) > mcp.max_request_bytes:
         answer(exchange, too_large(mcp.max_request_bytes))
         return True
-    exchange.internal_body = bytearray()  # what comes while admission is asked waits here
+    # what comes while admission is asked waits here, after what came before
+    exchange.internal_body = bytearray(early)
     if plan.public:
         _read_body(exchange)
         return True
@@ -99,6 +102,21 @@ def begin(exchange: Exchange, plan: RoutePlan) -> bool:
     decision.addCallbacks(_admitted_later, _admission_failed, (exchange,),
                           errbackArgs=(exchange,))
     return True
+
+
+def _early_body(exchange: Exchange) -> bytes:
+    """The body's pieces that came before the request's turn (a pipelined HTTP/1.1
+    request: the exchange held them in ``pending`` for the upstream), taken back to be
+    read with the rest (they were parsed as no body at all: 400 for a whole body, and
+    a body forwarded without its first piece for one that came in parts)."""
+    if not exchange.pending:
+        return b""
+    early = b"".join(exchange.pending)
+    exchange.pending = []
+    exchange.pending_size = 0
+    exchange.body_sent = False
+    exchange.sink.resume_reading("connect")
+    return early
 
 
 def _admitted(exchange: Exchange, decision: Allow | Reply) -> None:

@@ -3,10 +3,14 @@ the entries the caller's policy allows (``gateway.mcp.listing``), whether the se
 answers with one JSON body or an SSE stream.
 
 The filter stands between the upstream connection and the exchange (it is the
-connection's ``UpstreamListener`` in the exchange's place, ``relay.attach``), and only on
-an MCP route whose request holds a list call, or is a GET (the server's stream, which a
-client resuming with ``Last-Event-ID`` may have replay the answer to an earlier list
-call); every other response goes straight to the exchange, as on any route.
+connection's ``UpstreamListener`` in the exchange's place, ``relay.attach``) on every
+response of an MCP route that is not public, whatever its request asked: a list result
+is filtered wherever it comes (found by its id, or by its shape under any id), since a
+server may send it on another request's stream (the official Python SDK keys its
+streams by the id's text: a ``tools/call`` sent with the id of a ``tools/list`` in
+progress got the whole list, unfiltered, in a security review) or replay it on a GET
+resuming with ``Last-Event-ID``. A JSON answer is read whole to be filtered, so it is
+bounded by ``mcp.max_response_bytes`` whatever it answers.
 
 - ``application/json``: the body is read whole, up to the route's
   ``mcp.max_response_bytes``, filtered, and sent with its new ``content-length`` (HTTP/1.1
@@ -72,10 +76,8 @@ def listener_for(exchange: UpstreamRelay) -> UpstreamListener:
     if plan is None or plan.public or plan.route.mcp is None:
         return exchange
     request = decided.request if decided is not None else McpRequest(())
-    pending = list_calls(request)
-    if not pending and exchange.head.method != b"GET":
-        return exchange
-    return McpResponse(exchange, request, pending, plan.route.mcp.max_response_bytes)
+    return McpResponse(exchange, request, list_calls(request),
+                       plan.route.mcp.max_response_bytes)
 
 
 class McpResponse:
@@ -108,11 +110,12 @@ class McpResponse:
             return  # an upgrade, a HEAD, a 204/304: no body to filter
         status, reason, out, _, close = held
         media, encoding = _content(out)
-        if not self.pending and media != b"text/event-stream":
-            return  # a GET answered otherwise than by a stream: no response it could replay
+        json_media = media == _JSON or media.endswith(b"+json")
+        if not self.pending and not json_media and media != b"text/event-stream":
+            return  # no list asked for, and nothing a client reads a result from
         if media == b"text/event-stream":
             mode = SSE
-        elif media == _JSON or media.endswith(b"+json"):
+        elif json_media:
             mode = JSON
         elif 200 <= status < 300:
             mode = REFUSE
