@@ -64,13 +64,16 @@ class Env:
     def url(self) -> str:
         return f"{self.origin}/mcp"
 
-    def document(self, name: str, callback_port: int, client_name: str) -> str:
-        """Serve a client ID metadata document for a client listening on
-        ``callback_port``; its URL (the client id)."""
-        url = self.docs.url_for(f"/clients/{name}.json")
+    def document(self, name: str, client: McpClient, client_name: str) -> None:
+        """Serve ``client``'s metadata document (its loopback redirect URI listed) at the
+        URL it was started with (``client_id_url``)."""
+        url = client_id_url(self, name)
         self.docs.serve(f"/clients/{name}.json", client_document(
-            url, [f"http://127.0.0.1:{callback_port}/callback"], client_name))
-        return url
+            url, [client.redirect_uri], client_name))
+
+
+def client_id_url(env: Env, name: str) -> str:
+    return env.docs.url_for(f"/clients/{name}.json")
 
 
 @pytest.fixture(scope="module")
@@ -183,8 +186,7 @@ def check_the_whole_life(env: Env, client: McpClient, client_id: str, cookies: P
     assert new["access_token"] != old["access_token"]
     assert new["refresh_token"] != old["refresh_token"]
     assert len(client.browser_runs()) == 1  # no second authorization: a refresh
-    flow = Flow(env.port, f"localhost:{env.port}")
-    # the old refresh token is spent (a reuse ends the grant: the last step shows it too)
+    assert ("POST", "/.gateway/mcp/token", 200) in http_steps(client)[len(steps):]
 
     # sign-out: every token of the session stops working at once
     sign_out(env, cookies)
@@ -194,7 +196,9 @@ def check_the_whole_life(env: Env, client: McpClient, client_id: str, cookies: P
     refused = [e for e in client.http_log() if e["status"] == 401][-1]
     assert "invalid_token" in (refused["www_authenticate"] or ""), refused
     assert len(client.browser_runs()) >= 2  # the client had to ask the person again
-    denied_refresh = flow.refresh(client_id, new["refresh_token"])
+    # the refresh token ended with the session too
+    denied_refresh = Flow(env.port, f"localhost:{env.port}").refresh(
+        client_id, new["refresh_token"])
     assert denied_refresh.status == 400, (denied_refresh.status, denied_refresh.body)
     assert denied_refresh.json()["error"] == "invalid_grant"
 
@@ -204,11 +208,11 @@ def test_python_sdk_with_a_client_id_metadata_document(env: Env) -> None:
     ``client_id_metadata_document_supported``): no registration, the document fetched by
     the gateway; the stdlib browser signs in and allows."""
     cookies = env.tmp / "cookies-python.json"
-    callback = free_port()
-    client_id = env.document("python", callback, "Ticket Agent (Python)")
+    client_id = client_id_url(env, "python")
     browser = browser_argv(SUPPORT, record=env.tmp / "browser-python.jsonl", cookies=cookies)
     with mcp_client("python", env.tmp, url=env.url, browser=browser,
-                    client_metadata_url=client_id, callback_port=callback) as client:
+                    client_metadata_url=client_id) as client:
+        env.document("python", client, "Ticket Agent (Python)")
         check_the_whole_life(env, client, client_id, cookies, "Ticket Agent (Python)")
         assert not any(p == "/.gateway/mcp/register" for _, p, _ in http_steps(client))
         # a 2026-07-28 client: its requests carry Mcp-Method, which the gateway checked
@@ -223,12 +227,12 @@ def test_typescript_sdk_in_chromium(env: Env, require_binary: Any) -> None:
     follows them, under the page's Content-Security-Policy)."""
     require_binary("chromium", "apt-get install -y chromium")
     cookies = env.tmp / "cookies-typescript.json"
-    callback = free_port()
-    client_id = env.document("typescript", callback, "Ticket Agent (TypeScript)")
+    client_id = client_id_url(env, "typescript")
     browser = browser_argv(SUPPORT, chromium=True, record=env.tmp / "browser-typescript.jsonl",
                            cookies=cookies)
     with mcp_client("typescript", env.tmp, url=env.url, browser=browser,
-                    client_metadata_url=client_id, callback_port=callback) as client:
+                    client_metadata_url=client_id) as client:
+        env.document("typescript", client, "Ticket Agent (TypeScript)")
         check_the_whole_life(env, client, client_id, cookies, "Ticket Agent (TypeScript)")
         assert not any(p == "/.gateway/mcp/register" for _, p, _ in http_steps(client))
     assert "/clients/typescript.json" in env.docs.asked

@@ -60,14 +60,13 @@ def test_example_runs(tmp_path: Path) -> None:
                     ("sam@example.test#support", ["search_tickets", "get_ticket"], False),
                     ("lee@example.test#support-leads",
                      ["search_tickets", "get_ticket", "delete_ticket"], True)):
-                callback = free_port()
                 name = login.split("@")[0]
                 client_id = docs.url_for(f"/{name}-agent.json")
-                docs.serve(f"/{name}-agent.json", client_document(
-                    client_id, [f"http://127.0.0.1:{callback}/callback"]))
                 with mcp_client("python", tmp_path, url=f"http://localhost:{port}/mcp",
-                                browser=browser_argv(login), client_metadata_url=client_id,
-                                callback_port=callback) as client:
+                                browser=browser_argv(login),
+                                client_metadata_url=client_id) as client:
+                    docs.serve(f"/{name}-agent.json", client_document(
+                        client_id, [client.redirect_uri]))
                     client.ok("connect", timeout=90)
                     assert client.ok("list_tools")["tools"] == tools, login
                     got = client.ok("call", name="get_ticket", arguments={"ticket_id": "T-3"})

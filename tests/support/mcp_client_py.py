@@ -3,7 +3,7 @@ test one step at a time: one JSON command a line on stdin, one JSON answer a lin
 (the same protocol as ``tests/peers/mcp/client.mjs``, the TypeScript SDK's driver;
 ``tests/support/mcp_peers.py`` runs both).
 
-    python -m tests.support.mcp_client_py --url URL --callback-port N
+    python -m tests.support.mcp_client_py --url URL [--callback-port N]
         [--client-metadata-url URL] [--browser ARGV_JSON] [--client-name NAME]
 
 The authorization step is the SDK's own: on a 401 it discovers the protected resource and
@@ -11,7 +11,8 @@ authorization server metadata, uses ``--client-metadata-url`` as its client id w
 server supports client ID metadata documents (else registers dynamically), runs PKCE and
 calls the redirect handler, which here runs ``--browser`` (a command; the authorization URL
 is appended) as a person's browser would open it. The browser ends at this process's
-loopback callback (``http://127.0.0.1:N/callback``), which hands the code to the SDK.
+loopback callback (``http://127.0.0.1:N/callback``; ``N`` is the first line the driver
+prints, ``{"ok": true, "callback_port": N}``), which hands the code to the SDK.
 
 Commands (``op``): ``connect``, ``list_tools``, ``call`` (``name``, ``arguments``),
 ``list_prompts``, ``get_prompt`` (``name``, ``arguments``), ``list_resources``,
@@ -102,7 +103,8 @@ class Driver:
         self.log: list[dict[str, Any]] = []
         self.storage = MemoryStorage()
         self.callback = Callback(args.callback_port)
-        self.redirect_uri = f"http://127.0.0.1:{args.callback_port}/callback"
+        self.callback_port = self.callback.server.server_address[1]
+        self.redirect_uri = f"http://127.0.0.1:{self.callback_port}/callback"
         self.provider = OAuthClientProvider(
             server_url=args.url,
             client_metadata=OAuthClientMetadata(
@@ -251,6 +253,8 @@ async def serve(driver: Driver, commands: Any, answers: Any) -> None:
 
 async def main_async(args: argparse.Namespace) -> None:
     driver = Driver(args)
+    # the first line: where the callback listens (``--callback-port 0``: the kernel's pick)
+    print(json.dumps({"ok": True, "callback_port": driver.callback_port}), flush=True)
     stdin = anyio.wrap_file(sys.stdin)
     send_command, commands = anyio.create_memory_object_stream[dict[str, Any]](1)
     send_answer, answers = anyio.create_memory_object_stream[dict[str, Any]](1)
@@ -283,7 +287,7 @@ async def main_async(args: argparse.Namespace) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--url", required=True)
-    parser.add_argument("--callback-port", type=int, required=True)
+    parser.add_argument("--callback-port", type=int, default=0)
     parser.add_argument("--client-metadata-url", default="")
     parser.add_argument("--browser", default="")
     parser.add_argument("--client-name", default="Python SDK test client")

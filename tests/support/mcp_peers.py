@@ -5,16 +5,17 @@ clients (``mcp_client_py.py``, ``tests/peers/mcp/client.mjs``) driven one comman
 time over their stdin/stdout.
 
     with tickets_server(tmp) as tickets: ...          # tickets.url: http://127.0.0.1:N/mcp
-    with metadata_server() as docs:                   # docs.url_for("/python.json")
-        docs.serve("/python.json", client_document(docs.url_for("/python.json"), [cb]))
+    with metadata_server(tmp) as docs:                # docs.url_for("/python.json")
     with mcp_client("python", tmp, url=..., browser=browser_argv("alice@example.test"),
-                    client_metadata_url=...) as client:
-        client.ask("connect"); client.ask("call", name="get_ticket", arguments={...})
+                    client_metadata_url=docs.url_for("/python.json")) as client:
+        docs.serve("/python.json", client_document(..., [client.redirect_uri]))
+        client.ok("connect"); client.ask("call", name="get_ticket", arguments={...})
 """
 
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import os
 import selectors
@@ -33,7 +34,7 @@ from typing import Any
 
 import trustme
 
-from tests.support.processes import ManagedProcess, free_port
+from tests.support.processes import ManagedProcess
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 TICKETS_SCRIPT = REPO_ROOT / "tests" / "peers" / "mcp_tickets.py"
@@ -212,29 +213,37 @@ class DriverError(AssertionError):
     pass
 
 
+_RUNS = itertools.count(1)
+
+
 class McpClient:
     """One SDK client process; ``ask`` sends a command and returns its JSON answer."""
 
-    def __init__(self, sdk: str, argv: list[str], log_path: Path, callback_port: int) -> None:
+    def __init__(self, sdk: str, argv: list[str], log_path: Path) -> None:
         self.sdk = sdk
-        self.callback_port = callback_port
-        self.redirect_uri = f"http://127.0.0.1:{callback_port}/callback"
         self.log_path = log_path
         self._log = log_path.open("ab")
         self.process = subprocess.Popen(
             argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log,
             cwd=REPO_ROOT, start_new_session=True,
             env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
+        # the driver's first line: the port its loopback callback listens on
+        self.callback_port = int(self._answer("start", 30)["callback_port"])
+        self.redirect_uri = f"http://127.0.0.1:{self.callback_port}/callback"
 
     def ask(self, op: str, timeout: float = 60.0, **fields: Any) -> dict[str, Any]:
-        assert self.process.stdin is not None and self.process.stdout is not None
+        assert self.process.stdin is not None
         self.process.stdin.write((json.dumps({"op": op, "timeout": timeout, **fields})
                                   + "\n").encode())
         self.process.stdin.flush()
+        return self._answer(op, timeout + 5)
+
+    def _answer(self, op: str, timeout: float) -> dict[str, Any]:
+        assert self.process.stdout is not None
         with selectors.DefaultSelector() as sel:
             sel.register(self.process.stdout, selectors.EVENT_READ)
-            if not sel.select(timeout + 5):
-                raise DriverError(f"{self.sdk} client: no answer to {op} in {timeout + 5}s; "
+            if not sel.select(timeout):
+                raise DriverError(f"{self.sdk} client: no answer to {op} in {timeout}s; "
                                   f"log: {self.log_tail()}")
         line = self.process.stdout.readline()
         if not line:
@@ -295,14 +304,15 @@ def client_argv(sdk: str, url: str, callback_port: int, browser: list[str] | Non
 @contextlib.contextmanager
 def mcp_client(sdk: str, tmpdir: Path, *, url: str, browser: list[str] | None = None,
                client_metadata_url: str = "", client_name: str = "",
-               callback_port: int | None = None) -> Iterator[McpClient]:
-    """Run one SDK client (``python`` or ``typescript``); stopped at the end."""
+               callback_port: int = 0) -> Iterator[McpClient]:
+    """Run one SDK client (``python`` or ``typescript``); stopped at the end. Its loopback
+    callback listens on ``callback_port`` (0: a port the kernel picks, no race), named
+    by ``McpClient.callback_port`` and ``redirect_uri`` once it runs."""
     if sdk == "typescript" and not (TS_DIR / "node_modules" / "@modelcontextprotocol").is_dir():
         raise DriverError("run `npm ci --prefix tests/peers/mcp` first (scripts/setup-dev.sh)")
-    port = callback_port or free_port()
-    log_path = Path(tmpdir) / f"mcp-client-{sdk}-{port}.log"
-    client = McpClient(sdk, client_argv(sdk, url, port, browser, client_metadata_url,
-                                        client_name), log_path, port)
+    log_path = Path(tmpdir) / f"mcp-client-{sdk}-{next(_RUNS)}.log"
+    client = McpClient(sdk, client_argv(sdk, url, callback_port, browser,
+                                        client_metadata_url, client_name), log_path)
     try:
         yield client
     finally:

@@ -3,7 +3,7 @@
 // answer a line on stdout (the protocol of tests/support/mcp_client_py.py, the Python
 // SDK's driver; tests/support/mcp_peers.py runs both).
 //
-//   node client.mjs --url URL --callback-port N [--client-metadata-url URL]
+//   node client.mjs --url URL [--callback-port N] [--client-metadata-url URL]
 //       [--browser ARGV_JSON] [--client-name NAME]
 //
 // The authorization step is the SDK's own (auth() in client/auth.js): on a 401 the
@@ -11,7 +11,8 @@
 // server supports client ID metadata documents (else registers dynamically), runs PKCE
 // and calls redirectToAuthorization, which here runs --browser (the authorization URL
 // appended) as a person's browser would open it. The browser ends at this process's
-// loopback callback; as the SDK's own example client does, the code then goes to
+// loopback callback (its port is the first line printed: {"ok": true, "callback_port": N});
+// as the SDK's own example client does, the code then goes to
 // transport.finishAuth() and the client connects again.
 //
 // Commands (op): connect, list_tools, call {name, arguments}, list_prompts,
@@ -31,13 +32,13 @@ import { UnauthorizedError } from '@modelcontextprotocol/sdk/client/auth.js';
 const { values: args } = parseArgs({
   options: {
     url: { type: 'string' },
-    'callback-port': { type: 'string' },
+    'callback-port': { type: 'string', default: '0' },
     'client-metadata-url': { type: 'string', default: '' },
     browser: { type: 'string', default: '' },
     'client-name': { type: 'string', default: 'TypeScript SDK test client' },
   },
 });
-const redirectUrl = `http://127.0.0.1:${args['callback-port']}/callback`;
+let redirectUrl = '';
 const log = [];
 let callbackParams = null;
 
@@ -53,6 +54,10 @@ const callbackServer = createServer((req, res) => {
   res.end('<p>Signed in. You may close this window.</p>');
 });
 await new Promise((resolve) => callbackServer.listen(Number(args['callback-port']), '127.0.0.1', resolve));
+// the first line: where the callback listens (--callback-port 0: the kernel's pick)
+const callbackPort = callbackServer.address().port;
+redirectUrl = `http://127.0.0.1:${callbackPort}/callback`;
+process.stdout.write(`${JSON.stringify({ ok: true, callback_port: callbackPort })}\n`);
 
 function runBrowser(url) {
   const argv = [...JSON.parse(args.browser), url];
