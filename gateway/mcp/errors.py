@@ -61,6 +61,14 @@ def too_large(limit: int) -> Refusal:
                    "bytes (mcp.max_request_bytes)")
 
 
+def too_much_held(status: int, where: str, budget: int) -> Refusal:
+    """413 (one connection's budget) or 503 (the process's): the MCP request bodies
+    being read at once hold too much; each may come again once others are done."""
+    return Refusal(status, INVALID_REQUEST,
+                   f"the MCP request bodies being read {where} would hold more than "
+                   f"{budget} bytes together; send this one again once others are done")
+
+
 def bad_origin(origin: str) -> Refusal:
     return Refusal(403, REFUSED, f"Origin {origin!r} is not this MCP server's origin")
 

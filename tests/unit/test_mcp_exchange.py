@@ -16,7 +16,7 @@ from gateway.authorize.hook import Allow, Decision, Reply, RequestInfo
 from gateway.config.routes import Route
 from gateway.dataplane.core import ProxyCore
 from gateway.dataplane.exchange.exchange import Exchange
-from gateway.dataplane.exchange.head import BODY_CHUNKED, BODY_LENGTH, BODY_NONE
+from gateway.dataplane.exchange.head import BODY_CHUNKED, BODY_LENGTH, BODY_NONE, ConnectionFacts
 from gateway.dataplane.exchange.head import request_head as make_head
 from gateway.dataplane.exchange.stage import AUTHORIZING, DONE, WAITING
 from gateway.dataplane.routing.plan import build_plan
@@ -259,6 +259,27 @@ class McpExchangeTests(IdentityCase):
         self.assertTrue(MemoryUpstream(self.reactor).received().endswith(body))
         assert exchange.mcp is not None
         self.assertEqual([v.allowed for v in exchange.mcp.verdicts], [True])
+
+    def test_a_body_being_read_is_let_go_when_its_client_goes(self) -> None:
+        """The body of a client that went away while its admission was being decided
+        gives its share of the connection's budget back at once, though the pending
+        decision still holds the exchange (security review: the budgets of MCP bodies
+        being read, ``mcp_request``)."""
+        later = LaterAdmission(self)
+        self.rebuild(later)
+        facts = ConnectionFacts("192.0.2.8")
+        head = make_head(b"POST", b"/mcp", b"1.1", [
+            (b"host", HOST.encode()), JSON, self.cookie(self.session(ALICE)),
+            (b"content-length", b"100")], HOST, "/mcp", framing=BODY_LENGTH,
+            complete=False, request_id=b"")
+        exchange = Exchange(self.sink, self.core, facts, head)
+        exchange.begin()
+        exchange.request_body(b" " * 40)
+        self.assertEqual(facts.mcp_buffered, 40)
+        exchange.downstream_lost()
+        self.assertEqual(facts.mcp_buffered, 0)
+        later.release()
+        self.assertEqual((self.sink.heads, self.reactor.tcpClients), ([], []))
 
     def test_a_pipelined_body_that_came_before_its_turn(self) -> None:
         """A pipelined HTTP/1.1 request's body, whole or its first part, arrives while the

@@ -237,9 +237,16 @@ class ExchangeBase:
         plane reads it a dozen times a request, and a property would be a call each
         time. The test suite checks every write of ``stage`` against ``stage.NEXT``
         and ``stage.MOVED_BY`` (``tests/support/stage_check.py``), which also holds
-        that only this method ends an exchange."""
+        that only this method ends an exchange.
+
+        An exchange that ends with a body still being read (an MCP route's: its
+        client went away, its stream was reset) drops it here, so that the body's
+        share of the connection's and the process's budget comes back now, not when
+        the collector finds the connection's cycle of objects (``mcp_request``)."""
         self.stage = stage
         self.finished = stage >= FINAL
+        if self.internal_body is not None and self.finished:
+            self.internal_body = None
 
     @property
     def response_started(self) -> bool:

@@ -109,7 +109,7 @@ class ConnectionFacts:
     policies. TLS facts are read once, on first use (the handshake is over once a
     request arrives); a plain connection has none."""
 
-    __slots__ = ("_tls", "_verdicts", "peer", "served", "transport")
+    __slots__ = ("_tls", "_verdicts", "mcp_buffered", "peer", "served", "transport")
 
     def __init__(self, peer: str, transport: Any = None) -> None:
         self.peer = peer
@@ -123,6 +123,9 @@ class ConnectionFacts:
         # the last routed Host found to be servable on this connection: routing asks
         # ``misdirected`` only about another (the same host again is the usual request)
         self.served = ""
+        # the bytes of MCP request bodies being read on this connection, together
+        # (HTTP/2 reads many at once: ``exchange.mcp_request``'s per-connection budget)
+        self.mcp_buffered = 0
 
     def tls_info(self) -> tuple[str, Any, Any]:
         """(SNI, the certificate chosen for it, the store it came from)."""

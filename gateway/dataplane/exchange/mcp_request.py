@@ -12,7 +12,8 @@ whole and parsed, its metadata headers against the body, then each message decid
   whole (``body_piece``, ``body_complete``: the exchange's ``internal_body`` buffer, as
   for the gateway's own endpoints), up to the route's
   ``mcp.max_request_bytes`` (a larger ``Content-Length`` is refused before any of it is
-  read, a body that grows past it when it does: 413; never a prefix), then read into
+  read, a body that grows past it when it does: 413; never a prefix; and bounded
+  together, see "Budgets" below), then read into
   its messages (``mcp.jsonrpc``) and checked against the headers (``mcp.headers``);
   each refusal a JSON-RPC error (``mcp.errors``). The messages go on the exchange
   (``exchange.mcp``, an ``McpDecided``), the body into its ``pending`` pieces, and the
@@ -27,6 +28,21 @@ whole and parsed, its metadata headers against the body, then each message decid
   (``policy.any_message``; docs/how-to/mcp-policy.md says why).
 - Any other method carries no MCP message and is decided as any request is (both MCP
   criteria false).
+
+Budgets. A body is held until it has all come, and HTTP/2 acknowledges DATA as it
+arrives with up to 128 streams at once: one client sending many large bodies it never
+ends would have the gateway hold 128 x ``max_request_bytes`` on one connection, and
+any number of connections so. So the bytes of bodies being read are counted, each
+body's as long as its buffer lives (``_Held``: released when the buffer is dropped,
+however the exchange ends: read whole, refused, reset, timed out), per connection and
+per process. A piece that would take the connection past ``connection_budget`` (four
+bodies of the route's limit, at most ``CONNECTION_BUDGET``, never less than one body)
+is refused with 413, and one that would take the process past ``PROCESS_BUDGET`` (or
+one body of the route's limit, the larger) with 503: a JSON-RPC error, the rest of that
+body not read. Refusing rather than stopping flow control: streams stopped with their
+bodies half read hold the budget while they wait for each other, so an honest client
+sending a few large bodies at once could wait forever; refused, it is told why and
+can send them one after another.
 
 ``decided`` keeps the verdicts on the exchange for the response side and the audit
 event (``McpDecided.verdicts``) and refuses an ``Allow`` without a verdict for each
@@ -43,13 +59,14 @@ from twisted.python.failure import Failure
 
 from gateway.authorize.hook import Allow, Reply
 from gateway.dataplane.exchange.stage import AUTHORIZING
-from gateway.mcp.errors import INTERNAL_ERROR, JSON_HEADERS, Refusal, too_large
+from gateway.mcp.errors import INTERNAL_ERROR, JSON_HEADERS, Refusal, too_large, too_much_held
 from gateway.mcp.headers import McpHeaders, check_agreement, origin_refusal, read_headers
 from gateway.mcp.jsonrpc import read_request
 from gateway.mcp.messages import McpCall, McpDecided, McpRequest, McpVerdict
 
 if TYPE_CHECKING:
     from gateway.dataplane.exchange.exchange import Exchange
+    from gateway.dataplane.exchange.head import ConnectionFacts
     from gateway.dataplane.routing.plan import RoutePlan
 
 _NO_MESSAGE = McpCall(None, "")
@@ -58,6 +75,56 @@ _NO_MESSAGE = McpCall(None, "")
 _ADMISSION = McpRequest(())
 log = Logger()
 _BODILESS = frozenset({b"GET", b"DELETE"})
+# the MCP request bytes being read at once, on one connection and in one process
+CONNECTION_BUDGET = 64 * 1024 * 1024
+PROCESS_BUDGET = 256 * 1024 * 1024
+
+
+class _Process:
+    """The bytes of the process's MCP request bodies being read (``_Held``)."""
+
+    held = 0
+
+
+class _Held(bytearray):
+    """A body being read, counted against its connection's and the process's budget
+    from the moment it holds a byte until it is dropped (``__del__``: CPython frees it
+    as the last reference goes, whichever way its exchange ended)."""
+
+    __slots__ = ("facts",)
+
+    def __init__(self, facts: ConnectionFacts, early: bytes) -> None:
+        super().__init__(early)
+        self.facts = facts
+        facts.mcp_buffered += len(early)
+        _Process.held += len(early)
+
+    def grow(self, data: bytes) -> None:
+        self += data
+        self.facts.mcp_buffered += len(data)
+        _Process.held += len(data)
+
+    def __del__(self) -> None:
+        size = len(self)
+        self.facts.mcp_buffered -= size
+        _Process.held -= size
+
+
+def connection_budget(limit: int) -> int:
+    """What the MCP bodies being read on one connection may hold together, for a route
+    whose bodies may be ``limit`` bytes."""
+    return max(limit, min(4 * limit, CONNECTION_BUDGET))
+
+
+def _over_budget(facts: ConnectionFacts, limit: int, adding: int) -> Refusal | None:
+    """The refusal of ``adding`` more bytes to a body being read, or ``None``."""
+    budget = connection_budget(limit)
+    if facts.mcp_buffered + adding > budget:
+        return too_much_held(413, "on this connection", budget)
+    budget = max(limit, PROCESS_BUDGET)
+    if _Process.held + adding > budget:
+        return too_much_held(503, "in this gateway process", budget)
+    return None
 
 
 def begin(exchange: Exchange, plan: RoutePlan) -> bool:
@@ -87,8 +154,13 @@ def begin(exchange: Exchange, plan: RoutePlan) -> bool:
             len(early) > mcp.max_request_bytes:
         answer(exchange, too_large(mcp.max_request_bytes))
         return True
+    refusal = _over_budget(exchange.facts, mcp.max_request_bytes, len(early))
+    if refusal is not None:
+        exchange.keep_alive = False
+        answer(exchange, refusal)
+        return True
     # what comes while admission is asked waits here, after what came before
-    exchange.internal_body = bytearray(early)
+    exchange.internal_body = _Held(exchange.facts, early)
     if plan.public:
         _read_body(exchange)
         return True
@@ -168,17 +240,21 @@ def admission_pending(exchange: Exchange) -> bool:
 
 def body_piece(exchange: Exchange, data: bytes) -> None:
     """A piece of an MCP route's body, held until the whole has come (413 past the
-    route's limit: the rest is not read, and the connection is not kept)."""
+    route's limit or the connection's budget, 503 past the process's: the rest is not
+    read, and the connection is not kept)."""
     buffer = exchange.internal_body
     plan = exchange.plan
     assert buffer is not None and plan is not None and plan.mcp is not None
     limit = plan.mcp.max_request_bytes
-    if len(buffer) + len(data) > limit:
+    refusal = too_large(limit) if len(buffer) + len(data) > limit else \
+        _over_budget(exchange.facts, limit, len(data))
+    if refusal is not None:
         exchange.internal_body = None
         exchange.keep_alive = False
-        answer(exchange, too_large(limit))
+        answer(exchange, refusal)
         return
-    buffer += data
+    assert isinstance(buffer, _Held)
+    buffer.grow(data)
 
 
 def body_complete(exchange: Exchange) -> bool:
