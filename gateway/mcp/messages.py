@@ -17,9 +17,10 @@ class McpCall:
     ``name``: what the message is about, the ``mcp_tool`` of a ``tools/call`` and the
     name of a ``prompts/get`` (``params.name``), the URI of a ``resources/read``,
     ``resources/subscribe`` or ``resources/unsubscribe`` (``params.uri``); ``""`` for
-    every other method. ``arguments_sha256``: the hex SHA-256 of the canonical JSON of
-    ``params.arguments`` (``""`` when there are none): the audit stream records the
-    hash, never the arguments. ``protocol_version``: the 2026-07-28 ``_meta`` field
+    every other method. ``arguments_sha256``: the hex SHA-256 of ``params.arguments``'
+    bytes exactly as sent (``mcp.jsonrpc.arguments_sha256``; ``""`` when there are
+    none): the audit stream records the hash, never the arguments.
+    ``protocol_version``: the 2026-07-28 ``_meta`` field
     ``io.modelcontextprotocol/protocolVersion`` of ``params`` (``""`` when absent),
     which the ``MCP-Protocol-Version`` header must equal. A message without a method
     (a client's JSON-RPC response to a server's request, 2025-03-26 to 2025-11-25)

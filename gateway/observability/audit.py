@@ -33,8 +33,8 @@ An MCP route's request is one event per JSON-RPC message (``via: mcp``), with
 ``client_id`` (the MCP client acting for the person, the ``Caller``'s), ``mcp_method``
 (the JSON-RPC method), ``mcp_name`` (the tool or prompt name, the resource URI),
 ``mcp_id`` (the message's JSON-RPC id, as text) and ``arguments_sha256`` (the SHA-256 of
-the canonical JSON of its arguments: never the arguments); ``decision``, ``reasons`` and
-``rule`` are then that message's, ``status`` the HTTP request's.
+its arguments' bytes as sent, ``mcp.jsonrpc.arguments_sha256``: never the arguments);
+``decision``, ``reasons`` and ``rule`` are then that message's, ``status`` the HTTP request's.
 """
 
 from __future__ import annotations
