@@ -69,6 +69,14 @@ def too_much_held(status: int, where: str, budget: int) -> Refusal:
                    f"{budget} bytes together; send this one again once others are done")
 
 
+def unknown_session() -> Refusal:
+    """404, as the transport answers a session id it does not know: one the gateway did
+    not give this caller on this route (``mcp.session_ids``). The client starts a new
+    session."""
+    return Refusal(404, REFUSED, "Session not found: this Mcp-Session-Id was not given to "
+                   "you on this MCP route; start a new session")
+
+
 def bad_origin(origin: str) -> Refusal:
     return Refusal(403, REFUSED, f"Origin {origin!r} is not this MCP server's origin")
 

@@ -229,3 +229,35 @@ def test_over_http2(mcp: Setup) -> None:
         assert denied.status == 200
         assert json.loads(denied.body)["error"]["code"] == -31403
     assert mcp.forwarded() == before + 1
+
+
+def test_a_session_id_is_bound_to_the_person(mcp: Setup) -> None:
+    """The server's Mcp-Session-Id reaches the client bound to the person (security
+    review): Alice's comes back to the server as it gave it; a second person's token
+    with Alice's session id is refused (404, JSON-RPC) and never reaches the server."""
+    started = mcp.post(json.dumps(call("get_ticket")).encode(), "/mcp-session/s-41")
+    assert started.status == 200, started.body[:300]
+    given = started.header("mcp-session-id")
+    assert given.startswith("s-41.") and all(0x21 <= ord(c) <= 0x7E for c in given), given
+    reply = mcp.post(json.dumps(call("get_ticket", 2)).encode(), **{"Mcp-Session-Id": given})
+    assert reply.status == 200, reply.body[:300]
+    assert ["Mcp-Session-Id", "s-41"] in json.loads(reply.body)["headers"]
+    bob = Browser()
+    landed = bob.sign_in(f"http://mcp.test:{mcp.port}/landing/", "bob@example.test")
+    assert landed.status == 200, (landed.status, landed.body[:300])
+    flow = Flow(mcp.port, f"mcp.test:{mcp.port}", browser=bob)
+    client_id = flow.register()
+    verifier, challenge = pkce()
+    got = flow.authorize(flow.authorize_url(client_id, challenge, resource=flow.origin),
+                         "bob@example.test")
+    token = flow.exchange(client_id, got["code"], verifier, resource=flow.origin
+                          ).json()["access_token"]
+    before = mcp.forwarded()
+    refused = bob.request("POST", f"http://mcp.test:{mcp.port}/mcp",
+                          json.dumps(call("get_ticket", 3)).encode(), {
+                              "Accept": "application/json, text/event-stream",
+                              "Content-Type": "application/json",
+                              "Authorization": f"Bearer {token}", "Mcp-Session-Id": given})
+    assert refused.status == 404, refused.body[:300]
+    assert "Session not found" in error_of(refused)["error"]["message"]
+    assert mcp.forwarded() == before

@@ -19,6 +19,8 @@ Special paths (matched on the path part of the target, query ignored):
 * ``/delay/<seconds>`` sleep (float, capped at 30 s), then answer as above.
 * ``/bytes/<n>``      stream n bytes (capped at 1 GiB) with Content-Length, in 64 KiB
   chunks; byte i of the body is ``i % 256``.
+* ``/mcp-session/<id>`` answer as above with ``Mcp-Session-Id: <id>`` (an MCP server
+  starting a session).
 
 ``--tls-cert FILE`` serves HTTPS with that PEM (chain and key); ``--client-ca FILE``
 then requires client certificates signed by that CA.
@@ -136,8 +138,11 @@ class EchoHandler(BaseHTTPRequestHandler):
         words = self.requestline.split()
         return words[1] if len(words) >= 2 else self.path
 
-    def _send(self, status: int, body: bytes, content_type: str) -> None:
+    def _send(self, status: int, body: bytes, content_type: str,
+              extra: list[tuple[str, str]] | None = None) -> None:
         self.send_response(status)
+        for name, value in extra or ():
+            self.send_header(name, value)
         self.send_header("Content-Type", content_type)
         self.send_header("X-Upstream-Name", self.upstream_name)
         if status not in NO_BODY_STATUSES:
@@ -181,6 +186,7 @@ class EchoHandler(BaseHTTPRequestHandler):
         path = urlsplit(target).path
         parts = path.split("/")
         status = 200
+        extra: list[tuple[str, str]] = []
         if len(parts) == 3 and parts[0] == "":
             kind, arg = parts[1], parts[2]
             try:
@@ -193,6 +199,8 @@ class EchoHandler(BaseHTTPRequestHandler):
                     if not delay >= 0:  # also rejects NaN
                         raise ValueError(arg)
                     time.sleep(min(delay, MAX_DELAY))
+                elif kind == "mcp-session":
+                    extra.append(("Mcp-Session-Id", arg))
                 elif kind == "bytes":
                     count = int(arg)
                     if count < 0:
@@ -214,7 +222,7 @@ class EchoHandler(BaseHTTPRequestHandler):
             "client": client,
         }
         body = json.dumps(description).encode() + b"\n"
-        self._send(status, body, "application/json")
+        self._send(status, body, "application/json", extra)
 
 
 class Server(ThreadingHTTPServer):

@@ -260,6 +260,58 @@ class McpExchangeTests(IdentityCase):
         assert exchange.mcp is not None
         self.assertEqual([v.allowed for v in exchange.mcp.verdicts], [True])
 
+    def session_given(self) -> bytes:
+        """Alice initializes; the server answers with its session id ``s-1``: the
+        ``Mcp-Session-Id`` she gets."""
+        self.send(json.dumps(call("get_ticket")).encode())
+        upstream = self.upstream = MemoryUpstream(self.reactor)
+        upstream.respond(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
+                         b"mcp-session-id: s-1\r\ncontent-length: 2\r\n\r\n{}")
+        self.assertNotIn(b"mcp-session-id", upstream.received().lower())
+        given = [v for n, v in self.sink.heads[-1][1] if n.lower() == b"mcp-session-id"]
+        self.assertEqual(len(given), 1)
+        self.sink = Sink()
+        return given[0]
+
+    def test_the_session_id_is_bound_to_the_person(self) -> None:
+        """The server's session id reaches the client with a MAC over who got it
+        (visible ASCII only, as the transport asks); the server gets its own id back
+        only from that person: another person's token with it, or the server's bare
+        id, is 404 with a JSON-RPC error and reaches no server (security review: anyone
+        who learnt a session id could attach to its stream and replay its events)."""
+        given = self.session_given()
+        self.assertTrue(given.startswith(b"s-1."))
+        self.assertTrue(all(0x21 <= c <= 0x7E for c in given))
+        for method, body in ((b"POST", json.dumps(call("get_ticket", 2)).encode()),
+                             (b"GET", None)):
+            with self.subTest(method=method):
+                self.send(body, method=method, headers=[(b"Mcp-Session-Id", given),
+                                                        (b"Last-Event-ID", b"e-9")])
+                sent = self.upstream.received().lower()  # (the pooled connection)
+                self.assertIn(b"mcp-session-id: s-1\r\n", sent)
+                self.upstream.respond(b"HTTP/1.1 204 No Content\r\n\r\n")
+        for who, value in ((CAROL, given), (ALICE, b"s-1"), (ALICE, given[:-1] + b"A"),
+                           (ALICE, given.replace(b"s-1", b"s-2"))):
+            with self.subTest(who=who["email"], value=value):
+                self.sink = Sink()
+                exchange = self.send(json.dumps(call("get_ticket", 3)).encode(), who=who,
+                                     headers=[(b"Mcp-Session-Id", value)])
+                self.assertIs(exchange.stage, DONE)
+                status, answer = self.answered()
+                self.assertEqual((status, answer["error"]["code"]), (404, REFUSED))
+                self.assertIn("Session not found", answer["error"]["message"])
+        self.assertEqual(len(self.reactor.tcpClients), 1)
+        self.assertEqual(self.upstream.received(), b"")
+
+    def test_a_request_of_no_message_carries_no_session_id(self) -> None:
+        """A method that carries no MCP message (here PUT, which Bob's rule allows)
+        reaches the server without a session id: nobody checked it."""
+        given = self.session_given()
+        self.send(b"{}", method=b"PUT", who=BOB, headers=[(b"Mcp-Session-Id", given)])
+        sent = self.upstream.received()  # (the pooled connection)
+        self.assertTrue(sent.startswith(b"PUT "), sent)
+        self.assertNotIn(b"mcp-session-id", sent.lower())
+
     def test_a_body_being_read_is_let_go_when_its_client_goes(self) -> None:
         """The body of a client that went away while its admission was being decided
         gives its share of the connection's budget back at once, though the pending

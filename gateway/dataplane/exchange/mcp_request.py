@@ -59,14 +59,24 @@ from twisted.python.failure import Failure
 
 from gateway.authorize.hook import Allow, Reply
 from gateway.dataplane.exchange.stage import AUTHORIZING
-from gateway.mcp.errors import INTERNAL_ERROR, JSON_HEADERS, Refusal, too_large, too_much_held
+from gateway.mcp.errors import (
+    INTERNAL_ERROR,
+    JSON_HEADERS,
+    Refusal,
+    too_large,
+    too_much_held,
+    unknown_session,
+)
 from gateway.mcp.headers import McpHeaders, check_agreement, origin_refusal, read_headers
 from gateway.mcp.jsonrpc import read_request
 from gateway.mcp.messages import McpCall, McpDecided, McpRequest, McpVerdict
+from gateway.mcp.session_ids import HEADER as SESSION_HEADER
 
 if TYPE_CHECKING:
+    from gateway.authorize.caller import Caller
     from gateway.dataplane.exchange.exchange import Exchange
     from gateway.dataplane.exchange.head import ConnectionFacts
+    from gateway.dataplane.exchange.relay import UpstreamRelay
     from gateway.dataplane.routing.plan import RoutePlan
 
 _NO_MESSAGE = McpCall(None, "")
@@ -145,6 +155,7 @@ def begin(exchange: Exchange, plan: RoutePlan) -> bool:
         _carry(exchange, plan, McpRequest((_NO_MESSAGE,), False, version))
         return False
     if method != b"POST":
+        _drop_session(exchange)
         return False
     early = _early_body(exchange)
     if exchange.request_done:  # the whole body came before its turn, or there is none
@@ -304,12 +315,59 @@ def decided(exchange: Exchange, decision: Allow | Reply) -> bool:
     carried = exchange.mcp
     assert carried is not None
     carried.verdicts = decision.mcp
-    if isinstance(decision, Reply) or len(decision.mcp) == len(carried.request.calls):
+    if isinstance(decision, Reply):
         return True
-    answer(exchange, Refusal(500, INTERNAL_ERROR,
-                             "the authorization service decided no MCP message of this "
-                             "request; it may be older than this proxy"))
-    return False
+    if len(decision.mcp) != len(carried.request.calls):
+        answer(exchange, Refusal(500, INTERNAL_ERROR,
+                                 "the authorization service decided no MCP message of this "
+                                 "request; it may be older than this proxy"))
+        return False
+    return _session(exchange, decision.caller)
+
+
+def _session(exchange: Exchange, caller: Caller | None) -> bool:
+    """The request's ``Mcp-Session-Id`` given back to the upstream as the server's id
+    when the gateway bound it to this caller on this route (``mcp.session_ids``); False
+    when it did not (answered 404, as for a session the server does not know)."""
+    plan = exchange.plan
+    sessions = plan.mcp_sessions if plan is not None else None
+    if sessions is None:
+        return True  # a public route: nobody to bind it to
+    headers = exchange.head.headers
+    found = [i for i, (name, _) in enumerate(headers) if name.lower() == SESSION_HEADER]
+    if not found:
+        return True
+    provider, user_id = (caller.provider, caller.user_id) if caller is not None else ("", "")
+    server_id = sessions.unbind(headers[found[0]][1].strip(b" \t"), provider, user_id) \
+        if len(found) == 1 else None
+    if server_id is None:
+        answer(exchange, unknown_session())
+        return False
+    headers[found[0]] = (headers[found[0]][0], server_id)
+    return True
+
+
+def _drop_session(exchange: Exchange) -> None:
+    """A request of an MCP route that carries no MCP message (``OPTIONS``, ``PUT``, ...)
+    is no part of a session: the server never gets a session id with it (it would be
+    one nobody checked)."""
+    headers = exchange.head.headers
+    if any(name.lower() == SESSION_HEADER for name, _ in headers):
+        headers[:] = [pair for pair in headers if pair[0].lower() != SESSION_HEADER]
+
+
+def bound_session(exchange: UpstreamRelay, headers: list[tuple[bytes, bytes]]
+                  ) -> list[tuple[bytes, bytes]]:
+    """The response head's ``headers`` with the server's ``Mcp-Session-Id`` bound to the
+    exchange's caller (``mcp.session_ids``): what the client gets, and must send back."""
+    plan = exchange.plan
+    sessions = plan.mcp_sessions if plan is not None else None
+    if sessions is None or not any(name.lower() == SESSION_HEADER for name, _ in headers):
+        return headers
+    caller = exchange.caller
+    provider, user_id = (caller.provider, caller.user_id) if caller is not None else ("", "")
+    return [(name, sessions.bind(value.strip(b" \t"), provider, user_id))
+            if name.lower() == SESSION_HEADER else (name, value) for name, value in headers]
 
 
 def answer(exchange: Exchange, refusal: Refusal) -> None:

@@ -38,6 +38,7 @@ from twisted.logger import Logger
 
 from gateway.authorize.mcp_entries import Allowed, entry_predicate
 from gateway.dataplane.exchange.head import BODY_CHUNKED, BODY_LENGTH, BODY_NONE
+from gateway.dataplane.exchange.mcp_request import bound_session
 from gateway.mcp.listing import (
     Counts,
     IdKey,
@@ -104,6 +105,7 @@ class McpResponse:
     def upstream_head(self, status: int, reason: bytes, headers: list[tuple[bytes, bytes]],
                       keep_alive: bool) -> None:
         exchange = self.exchange
+        headers = bound_session(exchange, headers)  # (mcp_request: the session id's binding)
         exchange.upstream_head(status, reason, headers, keep_alive)
         held = exchange.head_pending
         if held is None or exchange.finished or held[3] == BODY_NONE:

@@ -19,6 +19,7 @@ from gateway.dataplane.routing.header_table import request_actions
 from gateway.dataplane.routing.router import normalise_host, path_matches, route_host_keys
 from gateway.dataplane.upstream.balancer import Balancer, make_balancer
 from gateway.dataplane.upstream.hosts import UpstreamHost, hosts_for
+from gateway.mcp.session_ids import SessionIds
 from gateway.observability.request_metrics import (
     NO_ROUTE,
     UNKNOWN_HOST,
@@ -62,6 +63,9 @@ class RoutePlan:
     # an MCP route's ``mcp`` (``None``: not one): its POST bodies are read and decided
     # message by message (exchange/mcp_request.py)
     mcp: McpRoute | None = None
+    # the binding of its session ids to the person (exchange/mcp_request.py); ``None``
+    # on a public route (nobody to bind to) and on every other route
+    mcp_sessions: SessionIds | None = None
     # how long the upstream may stay silent while a request is in flight (for its
     # response head, between pieces of its body): the route ``timeout``; on an MCP
     # route, whose responses are long-lived event streams, ``timeout_idle`` when that is
@@ -207,6 +211,8 @@ def build_plan(snapshot: Snapshot, previous: Plan | None = None) -> Plan:
             tcp=route.tcp,
             metric_labels=(route_host_label(route), route_label(route)),
             mcp=route.mcp,
+            mcp_sessions=None if route.mcp is None or route.allow_public_unauthenticated_access
+            else SessionIds(material.shared_secret, _route_identity(route)),
             response_timeout=route.timeout if route.mcp is None
             else _stream_timeout(route.timeout, options.timeout_idle),
         )
@@ -221,6 +227,11 @@ def build_plan(snapshot: Snapshot, previous: Plan | None = None) -> Plan:
         state_key=state,
         forward_auth_host=_forward_auth_host(options.forward_auth_url),
     )
+
+
+def _route_identity(route: Route) -> str:
+    """What tells a route from the others in every process of one configuration."""
+    return "\n".join((route.from_url, route.path, route.prefix, route.regex))
 
 
 def _stream_timeout(route_timeout: float, idle: float) -> float:
