@@ -37,7 +37,6 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from _json import scanstring
 from collections.abc import Callable
 from json.decoder import JSONDecodeError
 from typing import Any
@@ -81,6 +80,10 @@ def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
+# json.decoder's string reader (C), which the decoder's object reading uses for names;
+# the public module's name for it (the stubs do not list it)
+scanstring: Callable[[str, int, bool], tuple[str, int]] = \
+    json.decoder.scanstring  # type: ignore[attr-defined]
 _DECODER = json.JSONDecoder(object_pairs_hook=_unique, parse_constant=_no_constant)
 # the decoder's own scanner (C), which reads each value and says where it ends
 _scan: Callable[[str, int], tuple[Any, int]] = _DECODER.scan_once  # type: ignore[attr-defined]
