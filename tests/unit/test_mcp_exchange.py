@@ -290,7 +290,8 @@ class McpExchangeTests(IdentityCase):
                 sent = self.upstream.received().lower()  # (the pooled connection)
                 self.assertIn(b"mcp-session-id: s-1\r\n", sent)
                 self.upstream.respond(b"HTTP/1.1 204 No Content\r\n\r\n")
-        for who, value in ((CAROL, given), (ALICE, b"s-1"), (ALICE, given[:-1] + b"A"),
+        changed = given[:-1] + (b"B" if given.endswith(b"A") else b"A")
+        for who, value in ((CAROL, given), (ALICE, b"s-1"), (ALICE, changed),
                            (ALICE, given.replace(b"s-1", b"s-2"))):
             with self.subTest(who=who["email"], value=value):
                 self.sink = Sink()
