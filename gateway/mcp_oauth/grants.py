@@ -11,7 +11,12 @@ and 4.3.1; the MCP text requires rotation for public clients). A code's and a to
 record stays until it expires, so a replay finds the grant it has to end.
 
 A person's consents are one record per person (provider and user id), changed under a
-lease; each names the client's grants, which revoking the consent ends."""
+lease; each names the client's newest grants, which revoking the consent ends at once.
+Each consent has a generation, new whenever it is given afresh; a code and its grant
+carry the generation they were made under, and redeeming, refreshing and using an
+access token each require that very consent to be in force: a grant the record no
+longer lists, a code redeemed after the revocation, a grant from before a revocation
+followed by a new consent all end there."""
 
 from __future__ import annotations
 
@@ -60,9 +65,13 @@ log = Logger()
 LEASE_SECONDS = 10.0
 LEASE_TRIES = 40
 LEASE_WAIT = 0.025
+# the newest grants a consent lists (ended at once on revocation); older ones end at
+# their next use, which checks the consent's generation
 GRANTS_PER_CONSENT = 100
 # how long a refresh token's once-lease is held: longer than a token request takes
-REFRESH_CLAIM_SECONDS = 60.0  # the newest kept; older ones end with their sessions anyway
+REFRESH_CLAIM_SECONDS = 60.0
+# the consent generation of a code issued with no consent in force: matches none
+NO_CONSENT = "-"
 
 # the session a grant rests on, as the store holds it now (None: ended)
 SessionOf = Callable[[str], Awaitable[Session | None]]
@@ -109,9 +118,13 @@ class Grants:
 
     async def issue_code(self, ask: AuthorizeAsk, session: Session) -> str:
         code = new_token(CODE_PREFIX)
+        consent = (await self.consents(session.provider, session.user_id)).get(
+            ask.client_id)
+        # a code issued with no consent in force can never be redeemed
+        generation = consent.generation if consent is not None else NO_CONSENT
         expires = self.clock() + CODE_SECONDS
         value = Code(ask.client_id, ask.redirect_uri, ask.challenge, ask.resource,
-                     ask.scope, session.id, expires, os.urandom(16).hex())
+                     ask.scope, session.id, expires, os.urandom(16).hex(), generation)
         await self.records.put(MCP_CODE, token_hash(code), to_json(value), expires)
         return code
 
@@ -150,9 +163,17 @@ class Grants:
             raise TokenError("invalid_grant", "the sign-in this code was issued in has "
                              "ended")
         grant = Grant(value.grant_id, client_id, value.resource, value.scope, session.id,
-                      session.provider, session.user_id, now, session.expires_at, "")
+                      session.provider, session.user_id, now, session.expires_at, "",
+                      value.consent)
+        if not await self._in_force(grant):
+            raise TokenError("invalid_grant", "the person revoked this client's consent "
+                             "after the code was issued")
         issued = await self._tokens(grant)
-        await self._add_to_consent(grant)
+        if not await self._add_to_consent(grant):
+            # revoked between the check and now: the grant is listed nowhere, so end it
+            await self.end(grant.id, "the person revoked the client's consent")
+            raise TokenError("invalid_grant", "the person revoked this client's consent "
+                             "after the code was issued")
         return issued
 
     # -- tokens
@@ -198,6 +219,9 @@ class Grants:
                              "grant is revoked")
         if resource and not within(resource, grant.resource):
             raise TokenError("invalid_target", "resource differs from the grant's")
+        if not await self._in_force(grant):
+            await self.end(grant.id, "the person revoked the client's consent")
+            raise TokenError("invalid_grant", "the person revoked this client's consent")
         session = await session_of(grant.session_id)
         if session is None or not session.valid(now):
             await self.end(grant.id, "the session ended")
@@ -217,12 +241,15 @@ class Grants:
         return key, value
 
     async def access(self, token: str) -> tuple[Token, Grant] | None:
-        """The access token's record and its grant, both in force (``None``: not)."""
+        """The access token's record and its grant, both in force, and the consent the
+        grant rests on too (``None``: not)."""
         found = await self._token(token, ACCESS_PREFIX, "access")
         if found is None:
             return None
         grant = await self.grant(found[1].grant_id)
-        return (found[1], grant) if grant is not None else None
+        if grant is None or not await self._in_force(grant):
+            return None
+        return found[1], grant
 
     async def grant(self, grant_id: str) -> Grant | None:
         record = await self.records.get(MCP_GRANT, grant_id)
@@ -262,6 +289,14 @@ class Grants:
             return {}
         return consents_from_json(record.data)
 
+    async def _in_force(self, grant: Grant) -> bool:
+        """Whether the consent ``grant`` was made under still stands for its resource
+        (the same generation: not revoked, not revoked and given again)."""
+        consent = (await self.consents(grant.provider, grant.user_id)).get(
+            grant.client_id)
+        return consent is not None and consent.generation == grant.consent and \
+            grant.resource in consent.resources
+
     async def consented(self, session: Session, client_id: str, resource: str) -> bool:
         consent = (await self.consents(session.provider, session.user_id)).get(client_id)
         return consent is not None and resource in consent.resources
@@ -271,8 +306,9 @@ class Grants:
         def change(consents: dict[str, Consent]) -> None:
             old = consents.get(client_id)
             resources = tuple(dict.fromkeys((*(old.resources if old else ()), resource)))
-            consents[client_id] = Consent(client_id, name, resources, self.clock(),
-                                          old.grants if old else ())
+            consents[client_id] = Consent(
+                client_id, name, resources, self.clock(), old.grants if old else (),
+                old.generation if old else os.urandom(16).hex())
         await self._change_consents(session.provider, session.user_id, change)
 
     async def forget(self, provider: str, user_id: str, client_id: str) -> int:
@@ -286,15 +322,26 @@ class Grants:
         await self._change_consents(provider, user_id, change)
         for grant_id in ended:
             await self.end(grant_id, "the person revoked the client's consent")
+        # grants the record did not list end at their next use, which checks the
+        # consent; cached lookups of their access tokens are dropped now (in other
+        # processes, the listed grants' ends in the change stream drop them)
+        self._ended()
         return len(ended)
 
-    async def _add_to_consent(self, grant: Grant) -> None:
+    async def _add_to_consent(self, grant: Grant) -> bool:
+        """List ``grant`` in the consent it was made under; ``False``: that consent is
+        no longer in force."""
+        listed = False
+
         def change(consents: dict[str, Consent]) -> None:
+            nonlocal listed
             old = consents.get(grant.client_id)
-            if old is not None:
+            if old is not None and old.generation == grant.consent:
                 grants = (*old.grants, grant.id)[-GRANTS_PER_CONSENT:]
                 consents[grant.client_id] = replace(old, grants=grants)
+                listed = True
         await self._change_consents(grant.provider, grant.user_id, change)
+        return listed
 
     async def _change_consents(self, provider: str, user_id: str,
                                change: Callable[[dict[str, Consent]], None]) -> None:

@@ -57,6 +57,8 @@ class Code:
     session_id: str
     expires_at: float
     grant_id: str
+    # the generation of the person's consent the code was issued under
+    consent: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +73,9 @@ class Grant:
     created_at: float
     expires_at: float
     refresh_hash: str
+    # the generation of the consent the grant rests on: a grant lives only while
+    # that very consent does (not one given again after a revocation)
+    consent: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,13 +93,17 @@ class Token:
 @dataclass(frozen=True, slots=True)
 class Consent:
     """What a person allowed one client: the resources (routes) and when; ``grants``
-    the grants made since, which revoking the consent ends."""
+    the newest grants made since, which revoking the consent ends at once;
+    ``generation`` is new each time the consent is given afresh, and every code and
+    grant names the one it was made under (so none outlives the consent, listed or
+    not, and none comes back with a later consent)."""
 
     client_id: str
     name: str
     resources: tuple[str, ...]
     granted_at: float
     grants: tuple[str, ...] = ()
+    generation: str = ""
 
 
 T = TypeVar("T", Code, Grant, Token, Consent)

@@ -15,7 +15,8 @@ from dataclasses import replace
 from typing import Any
 from urllib.parse import parse_qs, urlencode, urlsplit
 
-from twisted.internet.defer import Deferred, fail, succeed
+from twisted.internet.defer import Deferred, ensureDeferred, fail, succeed
+from twisted.internet.testing import MemoryReactorClock
 from twisted.trial.unittest import SynchronousTestCase
 
 from gateway.authenticate.endpoints import Endpoints
@@ -112,7 +113,7 @@ class McpCase(SynchronousTestCase):
         self.clock = Clock()
         self.snapshot = snapshot()
         self.records = MemoryRecordStore(self.clock)
-        follower = ChangeFollower(None, self.records)
+        self.follower = follower = ChangeFollower(MemoryReactorClock(), self.records)
         self.store = RecordSessionStore(self.records, follower, complete=True)
         self.ends = SessionEnds(self.store, follower)
         signer = AssertionSigner(None, "ES256", "auth.test", clock=self.clock)
@@ -701,3 +702,63 @@ class EndsTests(McpCase):
         self.assertNotIn(b"Test Client", page.body)
         # and the consent is asked for again
         self.assertEqual(self.authorize(alice, redirect_uri=WEB_REDIRECT).status, 200)
+
+
+class ConsentRevocationTests(McpCase):
+    """Security review (round 4): revoking a consent must end every grant made under
+    it. The consent record listed only the newest 100 grants, so the 101st-newest
+    outlived the revocation; a code issued before the revocation and redeemed after it
+    made a grant listed nowhere; and a consent given again must not revive a grant or
+    a code from before the revocation."""
+
+    def revoke(self, session: Session) -> None:
+        self.successResultOf(ensureDeferred(self.grants.forget(session.provider,
+                                                       session.user_id, CLIENT)))
+
+    def test_revoking_ends_more_grants_than_the_record_lists(self) -> None:
+        alice = self.session()
+        issued = [self.tokens_for(alice) for _ in range(101)]
+        first = issued[0]
+        self.assertIsInstance(self.call(first["access_token"]), Allow)  # now cached
+        self.revoke(alice)
+        self.assertInvalidToken(self.call(first["access_token"]))
+        for body in issued:
+            status, answer = self.refresh(body["refresh_token"])
+            self.assertEqual((status, answer.get("error")), (400, "invalid_grant"))
+
+    def test_revoked_in_another_process_drops_cached_lookups(self) -> None:
+        """Another process's revocation reaches this one's cache through the change
+        stream (the listed grants' ends drop the cached lookups), and the lookup again
+        checks the consent: an unlisted grant's access token is refused at once."""
+        alice = self.session()
+        issued = [self.tokens_for(alice) for _ in range(101)]
+        first = issued[0]["access_token"]
+        self.successResultOf(ensureDeferred(self.follower.poll()))  # caught up
+        self.assertIsInstance(self.call(first), Allow)  # now cached
+        elsewhere = Grants(self.records, None, self.clock)
+        self.successResultOf(ensureDeferred(elsewhere.forget(
+            alice.provider, alice.user_id, CLIENT)))
+        self.successResultOf(ensureDeferred(self.follower.poll()))  # the change stream
+        self.assertInvalidToken(self.call(first))
+
+    def test_code_issued_before_revocation_refused(self) -> None:
+        alice = self.session()
+        code = self.code(alice)
+        self.revoke(alice)
+        status, body = self.redeem(code)
+        self.assertEqual((status, body.get("error")), (400, "invalid_grant"), body)
+
+    def test_revoke_then_consent_again_revives_nothing(self) -> None:
+        alice = self.session()
+        old = self.tokens_for(alice)
+        old_code = self.code(alice)
+        self.revoke(alice)
+        new = self.tokens_for(alice)  # the consent page again, allowed
+        self.assertEqual(self.redeem(old_code)[1].get("error"), "invalid_grant")
+        self.assertEqual(self.refresh(old["refresh_token"])[1].get("error"),
+                         "invalid_grant")
+        self.assertInvalidToken(self.call(old["access_token"]))
+        self.assertIsInstance(self.call(new["access_token"]), Allow)
+        status, fresh = self.refresh(new["refresh_token"])
+        self.assertEqual(status, 200, fresh)
+        self.assertIsInstance(self.call(fresh["access_token"]), Allow)

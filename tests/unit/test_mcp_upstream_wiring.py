@@ -98,6 +98,10 @@ class VaultWiringTests(SynchronousTestCase):
         ask = AuthorizeAsk("https://client.test/c.json", "http://127.0.0.1:3000/cb",
                            s256(verifier), resource, "st", "")
         grants = self.holder.grants
+        # the person's consent first, as the consent page records it (a code issued
+        # without one is never redeemed)
+        self.successResultOf(ensureDeferred(grants.remember(
+            self.session, ask.client_id, "Test client", resource)))
         code = self.successResultOf(ensureDeferred(grants.issue_code(ask, self.session)))
 
         async def session_of(_: str) -> Session:
