@@ -198,9 +198,12 @@ class McpAuthorizationServer:
                 return oauth_error(405, "invalid_request", "use GET", "method-not-allowed")
             return self._metadata(request)
         if path == AUTHORIZE:
-            if request.method not in (b"GET", b"HEAD"):
-                return self.people.error(405, "Use GET.", request.headers,
-                                         "method-not-allowed")
+            # GET only: with a remembered consent a GET issues a code at once, and a
+            # HEAD must have no such effect (a prefetch, a link checker)
+            if request.method != b"GET":
+                refused = self.people.error(405, "Use GET.", request.headers,
+                                            "method-not-allowed")
+                return replace(refused, headers=(*refused.headers, (b"allow", b"GET")))
             return ensureDeferred(self._authorize(request))
         if path == CONSENT and request.method == b"POST":
             return ensureDeferred(self._consent(request, body))

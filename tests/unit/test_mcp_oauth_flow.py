@@ -715,6 +715,10 @@ class ConsentRevocationTests(McpCase):
         self.successResultOf(ensureDeferred(self.grants.forget(session.provider,
                                                        session.user_id, CLIENT)))
 
+    def live_codes(self) -> int:
+        records = self.successResultOf(self.records.query(MCP_CODE))
+        return sum(1 for r in records if not r.deleted)
+
     def test_revoking_ends_more_grants_than_the_record_lists(self) -> None:
         alice = self.session()
         issued = [self.tokens_for(alice) for _ in range(101)]
@@ -762,3 +766,19 @@ class ConsentRevocationTests(McpCase):
         status, fresh = self.refresh(new["refresh_token"])
         self.assertEqual(status, 200, fresh)
         self.assertIsInstance(self.call(fresh["access_token"]), Allow)
+
+    def test_head_of_authorize_issues_no_code(self) -> None:
+        """HEAD must be safe: with a remembered consent and an https redirect URI a GET
+        issues a code at once; a HEAD did too."""
+        alice = self.session()
+        self.code(alice, redirect_uri=WEB_REDIRECT)  # consent remembered
+        before = self.live_codes()
+        answer = self.internal(req("/.gateway/mcp/authorize", self.authorize_query(
+            redirect_uri=WEB_REDIRECT), method=b"HEAD",
+            headers=[BROWSER, self.cookie(alice)]))
+        self.assertEqual(answer.status, 405)
+        self.assertEqual(header(answer, b"allow"), "GET")
+        self.assertNotIn("code=", header(answer, b"location"))
+        self.assertEqual(self.live_codes(),
+                         before)
+        self.assertEqual(self.authorize(alice, redirect_uri=WEB_REDIRECT).status, 302)
