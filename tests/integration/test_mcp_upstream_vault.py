@@ -42,9 +42,12 @@ CALLBACK = f"https://{HOST}{CALLBACK_PATH}"
 CONTINUE = f"https://{HOST}/.gateway/mcp/authorize?resume=abc"
 
 
+IDP = "default"
+
+
 def alice(user: str = "alice") -> Caller:
     return Caller(user_id=user, email=f"{user}@example.test", groups=(), claims={},
-                  expires_at=2e9, session_id=f"sid-{user}")
+                  expires_at=2e9, provider=IDP, session_id=f"sid-{user}")
 
 
 class UpstreamVaultTests(TestCase):
@@ -77,7 +80,7 @@ class UpstreamVaultTests(TestCase):
     async def authorize(self, user: str = "alice", session: str = "") -> dict[str, str]:
         """The consent flow's step, then the person at the provider: the callback's
         query (not fetched: no gateway listens here)."""
-        url = await self.vault.connect_step(self.route, user, session or f"sid-{user}",
+        url = await self.vault.connect_step(self.route, IDP, user, session or f"sid-{user}",
                                             CONTINUE, CALLBACK)
         assert url is not None
         reply = await deferToThread(Browser().sign_in, url, user, CALLBACK)
@@ -100,11 +103,11 @@ class UpstreamVaultTests(TestCase):
 
     async def test_authorize_once_then_the_token_goes_upstream(self) -> None:
         query = await self.authorize()
-        self.assertEqual(await self.vault.callback([self.route], "alice", "sid-alice", query),
+        self.assertEqual(await self.vault.callback([self.route], IDP, "alice", "sid-alice", query),
                          CONTINUE)
         # stored sealed: neither token is readable in the record
         (record,) = await self.records.query(MCP_UPSTREAM_TOKEN)
-        token = await self.vault.bearer(self.route, "alice")
+        token = await self.vault.bearer(self.route, IDP, "alice")
         assert token is not None
         self.assertNotIn(token.encode(), record.data)
         self.assertEqual(self.me(token)["sub"], "alice")
@@ -116,11 +119,11 @@ class UpstreamVaultTests(TestCase):
         self.assertEqual((decision.mcp, decision.reason, decision.caller),
                          (VERDICTS, "r", alice()))  # the rest as decided
         # authorized: the consent flow goes straight on next time
-        self.assertIsNone(await self.vault.connect_step(self.route, "alice", "sid-alice",
+        self.assertIsNone(await self.vault.connect_step(self.route, IDP, "alice", "sid-alice",
                                                         CONTINUE, CALLBACK))
         # a state works once
         with self.assertRaises(ConnectRefused):
-            await self.vault.callback([self.route], "alice", "sid-alice", query)
+            await self.vault.callback([self.route], IDP, "alice", "sid-alice", query)
 
     async def test_someone_who_never_authorized_gets_401(self) -> None:
         decision = await self.decided("bob")
@@ -133,17 +136,17 @@ class UpstreamVaultTests(TestCase):
         their upstream account in that person's vault."""
         query = await self.authorize("mallory")
         with self.assertRaises(ConnectRefused) as caught:
-            await self.vault.callback([self.route], "alice", "sid-alice", query)
+            await self.vault.callback([self.route], IDP, "alice", "sid-alice", query)
         self.assertIn("another session", str(caught.exception))
         self.assertEqual(await self.records.query(MCP_UPSTREAM_TOKEN), [])
         self.assertEqual(await self.records.query(MCP_UPSTREAM_CONNECT), [])  # used up
-        self.assertIsNone(await self.vault.bearer(self.route, "alice"))
+        self.assertIsNone(await self.vault.bearer(self.route, IDP, "alice"))
 
     async def test_due_token_is_refreshed_and_rotated(self) -> None:
-        await self.vault.callback([self.route], "alice", "sid-alice", await self.authorize())
-        first = await self.vault.bearer(self.route, "alice")
+        await self.vault.callback([self.route], IDP, "alice", "sid-alice", await self.authorize())
+        first = await self.vault.bearer(self.route, IDP, "alice")
         self.now += 3600  # the provider's tokens last an hour: due
-        together = [self.vault.bearer(self.route, "alice") for _ in range(3)]
+        together = [self.vault.bearer(self.route, IDP, "alice") for _ in range(3)]
         second, *others = [await d for d in together]
         assert first is not None and second is not None
         self.assertNotEqual(second, first)
@@ -151,12 +154,12 @@ class UpstreamVaultTests(TestCase):
         self.assertEqual(self.me(second)["sub"], "alice")
         self.assertEqual(self.op.process.log_text().count("REFRESH GRANTED"), 1)
         self.now += 3600  # the rotated refresh token works in turn
-        third = await self.vault.bearer(self.route, "alice")
+        third = await self.vault.bearer(self.route, IDP, "alice")
         assert third is not None
         self.assertNotIn(third, (first, second))
 
     async def test_refused_refresh_sends_the_person_back_to_authorize(self) -> None:
-        await self.vault.callback([self.route], "alice", "sid-alice", await self.authorize())
+        await self.vault.callback([self.route], IDP, "alice", "sid-alice", await self.authorize())
         (record,) = await self.records.query(MCP_UPSTREAM_TOKEN)
         tokens = await self._tokens(record.id)
         await self._revoke(tokens["refresh_token"])
@@ -165,7 +168,7 @@ class UpstreamVaultTests(TestCase):
         assert isinstance(decision, Reply)
         self.assertEqual(decision.status, 401)
         self.assertEqual(await self.records.query(MCP_UPSTREAM_TOKEN), [])
-        self.assertIsNotNone(await self.vault.connect_step(self.route, "alice", "sid-alice",
+        self.assertIsNotNone(await self.vault.connect_step(self.route, IDP, "alice", "sid-alice",
                                                            CONTINUE, CALLBACK))
 
     async def _tokens(self, rid: str) -> dict[str, Any]:
