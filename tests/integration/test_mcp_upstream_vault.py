@@ -4,7 +4,9 @@ oidc-provider as the upstream's authorization server: the person authorizes it o
 tokens sealed in the databroker for that person's session only, an allowed request's
 decision carries the person's access token (the provider's userinfo accepts it) and
 drops the client's, a due token is refreshed (rotated), a revoked one sends the person
-back to authorize, someone who never authorized gets 401."""
+back to authorize, someone who never authorized gets 401. And the whole way through
+the daemon: an MCP client's authorization sends the person to the upstream once, and a
+tool call reaches the MCP server with the person's upstream token."""
 
 from __future__ import annotations
 
@@ -186,3 +188,74 @@ class UpstreamVaultTests(TestCase):
                 b"mcp-upstream:upstream-secret").decode()})
         with urllib.request.urlopen(request, timeout=5) as answer:
             self.assertEqual(answer.status, 200)
+
+
+def test_through_the_gateway(tmp_path: Path) -> None:
+    """End to end with the daemon: an MCP client authorizes on a route with
+    ``mcp.upstream_oauth2``; the person signs in, is sent to the upstream's
+    authorization server once (oidc-provider: here the same instance as the gateway's
+    identity provider, its client registered for both callbacks), comes back to the same
+    authorization request, consents, and a tool call reaches the MCP server with the
+    person's upstream token, not the client's. A second authorization goes straight to
+    the consent page. Regression: nothing called the vault's step, so such a route
+    answered every request 401."""
+    from tests.support.browser import Browser as Person
+    from tests.support.daemon import gateway_daemon
+    from tests.support.mcp_browser import answer_consent
+    from tests.support.mcp_oauth_flow import Flow, pkce, tool_call
+    from tests.support.peers import echo_upstream
+    from tests.support.processes import free_port
+
+    port = free_port()
+    host = f"mcp.test:{port}"
+    connect_callback = f"http://{host}{CALLBACK_PATH}"
+    with oidc_provider(tmp_path, [f"http://auth.test:{port}/oauth2/callback",
+                                  connect_callback]) as op, echo_upstream(tmp_path) as up:
+        meta = op.discovery()
+        config = {
+            "authenticate_service_url": f"http://auth.test:{port}",
+            "idp_provider": "oidc", "idp_provider_url": op.issuer,
+            "idp_client_id": op.client_id, "idp_client_secret": op.client_secret,
+            "idp_scopes": ["openid", "email"], "cookie_secure": False,
+            "mcp_dynamic_client_registration": True,
+            "policy": [{"from": f"http://{host}", "to": up.url,
+                        "allow_any_authenticated_user": True,
+                        "mcp": {"upstream_oauth2": {
+                            "client_id": op.client_id, "client_secret": op.client_secret,
+                            "authorization_url": meta["authorization_endpoint"],
+                            "token_url": meta["token_endpoint"],
+                            "scopes": ["openid", "offline_access"]}}}],
+        }
+        with gateway_daemon(tmp_path, config, port=port):
+            flow = Flow(port, host, browser=Person())
+            client_id = flow.register()
+            verifier, challenge = pkce()
+            got = flow.authorize(flow.authorize_url(client_id, challenge), "alice")
+            to_upstream = [url for _, url, _ in flow.browser.history
+                           if url.startswith(meta["authorization_endpoint"])
+                           and "connect%2Fcallback" in url]
+            assert len(to_upstream) == 1, flow.browser.history
+            assert any(url.startswith(connect_callback) for _, url, _ in
+                       flow.browser.history)
+            answer = flow.exchange(client_id, got["code"], verifier)
+            assert answer.status == 200, answer.body[:300]
+            client_token = answer.json()["access_token"]
+            called = flow.rpc(tool_call("search"), client_token)
+            assert called.status == 200, called.body[:300]
+            seen = {k.lower(): v for k, v in json.loads(called.body)["headers"]}
+            scheme, _, upstream_token = seen["authorization"].partition(" ")
+            assert scheme == "Bearer" and upstream_token
+            assert client_token not in seen["authorization"]
+            request = urllib.request.Request(meta["userinfo_endpoint"], headers={
+                "Authorization": f"Bearer {upstream_token}"})
+            with urllib.request.urlopen(request, timeout=5) as info:
+                assert json.load(info)["sub"] == "alice"
+            # authorized once: the next authorization goes to the consent page directly
+            before = len(flow.browser.history)
+            reply = flow.page(flow.authorize_url(client_id, challenge, state="again"),
+                              "alice")
+            assert reply.status == 200 and reply.url.startswith(flow.origin), reply.url
+            assert not any(url.startswith(meta["authorization_endpoint"])
+                           for _, url, _ in flow.browser.history[before:])
+            assert answer_consent(flow.browser, reply, True,
+                                  stop=flow.redirect_uri).url.startswith(flow.redirect_uri)
