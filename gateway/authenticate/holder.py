@@ -108,7 +108,8 @@ class IdentityHolder:
             server = McpAuthorizationServer(
                 snapshot.routes, grants, self.clients, McpPeople(identity),
                 identity.shared, time.time,
-                registration=snapshot.options.mcp_dynamic_client_registration)
+                registration=snapshot.options.mcp_dynamic_client_registration,
+                vault=self.vault)
         return identity, Endpoints(identity, snapshot.routes, broker.store, broker.ends,
                                    server, self.vault)
 

@@ -52,7 +52,8 @@ class McpConnect:
 
     async def _answer(self, request: RequestInfo, session: Session) -> Decision:
         try:
-            target = await self.vault.callback(self.routes, session.user_id, session.id,
+            target = await self.vault.callback(self.routes, session.provider,
+                                               session.user_id, session.id,
                                                query_params(request))
         except ConnectRefused as exc:
             return self._error(400, str(exc), request, "mcp-connect-refused")

@@ -65,6 +65,7 @@ from gateway.mcp_oauth.resources import (
     route_named,
     route_of_metadata_path,
 )
+from gateway.mcp_oauth.upstream import CALLBACK_PATH, UpstreamVault
 from gateway.pages.consent import ConsentView, consent_page
 from gateway.pages.layout import Action, Look
 from gateway.pages.whoami import AllowedClient
@@ -146,7 +147,7 @@ class McpAuthorizationServer:
 
     def __init__(self, routes: tuple[Route, ...], grants: Grants, clients: Clients,
                  people: People, sealer: Sealer, clock: Callable[[], float], *,
-                 registration: bool) -> None:
+                 registration: bool, vault: UpstreamVault | None = None) -> None:
         self.routes = tuple(r for r in routes if r.mcp is not None)
         self.grants = grants
         self.clients = clients
@@ -154,6 +155,9 @@ class McpAuthorizationServer:
         self.sealer = sealer
         self.clock = clock
         self.registration = registration
+        # the upstream token vault: a route with ``mcp.upstream_oauth2`` has the person
+        # authorize its upstream once, before consenting (``_signed_in``)
+        self.vault = vault
 
     def handles_well_known(self, host: str, path: str) -> bool:
         """The metadata documents of an MCP route's host (routes of other hosts keep
@@ -306,6 +310,22 @@ class McpAuthorizationServer:
             return self._back(ask.redirect_uri, RedirectError(
                 "access_denied", "the MCP server's policy does not let this account in"),
                 ask.state, iss)
+        if self.vault is not None:
+            # the route's upstream first (once per person): then back to this very
+            # request, which finds the tokens stored and goes on to the consent
+            here = f"{iss}{request.path}?{request.query.decode('utf-8', 'replace')}"
+            try:
+                to_upstream = await self.vault.connect_step(
+                    route, session.provider, session.user_id, session.id,
+                    continue_url=here, callback_url=iss + CALLBACK_PATH)
+            except StorageUnavailable as exc:
+                log.error("mcp: an upstream authorization could not be stored: {error}",
+                          error=str(exc))
+                return people.error(503, "This MCP server's upstream cannot be connected "
+                                    "right now; try again shortly.", request.headers,
+                                    "mcp-upstream-unavailable")
+            if to_upstream is not None:
+                return answers.redirect(to_upstream)
         remembered = await self.grants.consented(session, client.client_id, ask.resource)
         if remembered and urlsplit(ask.redirect_uri).scheme == "https":
             return await self._code(request, ask, session, iss)
@@ -505,6 +525,11 @@ class McpAuthorizationServer:
                 status = {REGISTRATION_OFF: 404, RATE_LIMITED: 429}.get(exc.error, 400)
                 return oauth_error(status, exc.error, exc.description,
                                    "mcp-register-refused")
+            except StorageUnavailable as exc:  # the registration is kept in the databroker
+                log.error("mcp: a registration could not be stored: {error}",
+                          error=str(exc))
+                return oauth_error(503, "temporarily_unavailable", "try again shortly",
+                                   "mcp-register-unavailable")
             return _json(201, registration_response(client, self.clock()), "mcp-registered")
         return ensureDeferred(run())
 

@@ -26,7 +26,13 @@ from gateway.authorize.assertion import AssertionSigner
 from gateway.authorize.hook import Allow, Reply, RequestInfo
 from gateway.databroker.follower import ChangeFollower
 from gateway.databroker.memory_records import MemoryRecordStore
-from gateway.databroker.records import MCP_CODE, MCP_GRANT, MCP_TOKEN
+from gateway.databroker.records import (
+    MCP_CODE,
+    MCP_GRANT,
+    MCP_TOKEN,
+    MCP_UPSTREAM_CONNECT,
+    StorageUnavailable,
+)
 from gateway.databroker.session_ends import SessionEnds
 from gateway.databroker.session_records import RecordSessionStore
 from gateway.mcp.messages import McpCall, McpRequest
@@ -34,6 +40,13 @@ from gateway.mcp_oauth.client_types import ClientRefused, McpClient
 from gateway.mcp_oauth.grants import Grants
 from gateway.mcp_oauth.resource_server import McpResourceServer
 from gateway.mcp_oauth.server import McpAuthorizationServer, allowed_clients
+from gateway.mcp_oauth.upstream import CALLBACK_PATH, UpstreamVault, route_key
+from gateway.mcp_oauth.upstream.tokens import (
+    UpstreamTokens,
+    take_connect,
+    token_id,
+    write_tokens,
+)
 from gateway.rpc.authorize_wire import request_from_pb, request_to_pb
 from gateway.sessions.model import Session
 
@@ -69,6 +82,8 @@ class FakeClients:
         return None if redirect_uri in client.redirect_uris else "not one it lists"
 
     def register(self, metadata: Any, peer: str) -> Deferred[McpClient]:
+        if metadata.get("client_name") == "store down":
+            return fail(StorageUnavailable("redis: timed out"))
         if metadata.get("client_name") == "refuse me":
             return fail(ClientRefused("invalid_redirect_uri", "javascript: is no scheme"))
         client = McpClient("reg-1", str(metadata.get("client_name")),
@@ -596,10 +611,74 @@ class RegistrationTests(McpCase):
         self.assertEqual(json.loads(refused.body)["error"], "invalid_redirect_uri")
         self.assertEqual(self.internal(req("/.gateway/mcp/register", method=b"POST"),
                                        b"[1]").status, 400)
+        # the databroker (where registrations are kept) down: 503, not a crash
+        down = self.register({"client_name": "store down", "redirect_uris": [REDIRECT]})
+        self.assertEqual((down.status, json.loads(down.body)["error"]),
+                         (503, "temporarily_unavailable"))
         # registering grants nothing: the person still consents
         page = self.authorize(self.session(), client_id="reg-1")
         self.assertEqual(page.status, 200)
         self.assertIn(b"nothing vouches for its name", page.body)
+
+
+class UpstreamVaultStepTests(McpCase):
+    """A route with ``mcp.upstream_oauth2``: the consent flow sends the person to the
+    upstream's authorization server first (once), and comes back to this very
+    authorization request. Regression: nothing called the vault's step, so such a route
+    answered every request 401 (no person ever had upstream tokens)."""
+
+    UPSTREAM = {"client_id": "gw", "client_secret": "s3cret",
+                "authorization_url": "https://upstream.example/authorize",
+                "token_url": "https://upstream.example/token", "scopes": ["tickets.read"]}
+
+    def setUp(self) -> None:
+        super().setUp()
+        policy = [{"from": f"https://{HOST}", "prefix": "/a", "to": "http://127.0.0.1:9",
+                   "mcp": {"upstream_oauth2": self.UPSTREAM},
+                   "allowed_users": ["alice@example.com"]}]
+        snap = load(base_config(**{**IDENTITY, "authenticate_service_url": "https://auth.test"},
+                                policy=policy))
+        (self.route,) = snap.routes
+        self.vault = UpstreamVault(None, self.records, b"s" * 32, clock=self.clock)
+        self.server = McpAuthorizationServer(
+            snap.routes, self.grants, self.clients, McpPeople(self.identity),
+            self.identity.shared, self.clock, registration=False, vault=self.vault)
+        self.endpoints = Endpoints(self.identity, snap.routes, self.records, None,
+                                   self.server, self.vault)
+
+    def test_upstream_first_then_consent(self) -> None:
+        alice = self.session()
+        answer = self.authorize(alice)
+        self.assertEqual(answer.status, 302, answer.body[:300])
+        to = header(answer, b"location")
+        self.assertTrue(to.startswith("https://upstream.example/authorize?"), to)
+        got = params_of(to)
+        self.assertEqual((got["client_id"], got["redirect_uri"], got["code_challenge_method"]),
+                         ("gw", f"https://{HOST}{CALLBACK_PATH}", "S256"))
+        (pending,) = self.successResultOf(self.records.query(MCP_UPSTREAM_CONNECT))
+        self.assertEqual(pending.id, got["state"])
+        # the person's tokens stored (as the callback stores them): the same request
+        # now goes on to the consent page, and the code
+        upstream = self.route.mcp.upstream_oauth2  # type: ignore[union-attr]
+        rid = token_id(route_key(self.route), upstream, alice.provider, alice.user_id)
+        self.successResultOf(Deferred.fromCoroutine(write_tokens(
+            self.records, self.vault.cipher, rid,
+            UpstreamTokens("up-1", "", self.clock() + 300), self.clock())))
+        page = self.authorize(alice)
+        self.assertEqual(page.status, 200, page.body[:300])
+        self.assertIn(b"Test Client", page.body)
+        self.assertEqual(self.consent(alice, page).status, 303)
+
+    def test_the_callback_continues_at_the_authorization_request(self) -> None:
+        alice = self.session()
+        state = params_of(header(self.authorize(alice), b"location"))["state"]
+        pending = self.successResultOf(Deferred.fromCoroutine(take_connect(
+            self.records, self.vault.cipher, state, self.clock())))
+        assert pending is not None
+        self.assertEqual((pending.provider, pending.user_id, pending.session_id),
+                         (alice.provider, alice.user_id, alice.id))
+        self.assertEqual(pending.continue_url,
+                         f"https://{HOST}/.gateway/mcp/authorize?{self.authorize_query()}")
 
 
 class EndsTests(McpCase):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import replace
 from types import SimpleNamespace
 from typing import Any
 from urllib.parse import urlencode
@@ -121,7 +122,8 @@ class VaultWiringTests(SynchronousTestCase):
     def store_tokens(self, access: str, refresh: str = "", lifetime: float = 300) -> None:
         upstream = self.mcp.mcp.upstream_oauth2
         assert upstream is not None
-        rid = token_id(route_key(self.mcp), upstream, self.session.user_id)
+        rid = token_id(route_key(self.mcp), upstream, self.session.provider,
+                       self.session.user_id)
         self.successResultOf(Deferred.fromCoroutine(write_tokens(
             self.records, self.holder.vault.cipher, rid,
             UpstreamTokens(access, refresh, self.reactor.seconds() + lifetime),
@@ -163,6 +165,32 @@ class VaultWiringTests(SynchronousTestCase):
         self.assertEqual(header(self.successResultOf(decision), b"authorization"),
                          b"Bearer upstream-token-1")
 
+    def test_the_same_sub_at_another_provider_is_another_person(self) -> None:
+        """Security review: the vault's record was keyed by the user id alone, so on a
+        route that accepts two identity providers, someone whose ``sub`` at provider B
+        equals the victim's ``sub`` at provider A got the victim's upstream token. Keyed
+        by (provider, user id) now, as sessions and MCP grants are."""
+        self.store_tokens("victims-upstream-token")  # alice-id at the session's provider
+        alice = self.decide()
+        assert isinstance(alice, Allow) and alice.caller is not None
+        self.assertEqual(header(alice, b"authorization"), b"Bearer victims-upstream-token")
+        other = replace(alice.caller, provider="other-idp", session_id="s-b")
+        self.assertNotEqual(other.provider, alice.caller.provider)
+        decision = self.holder.vault.decorate(replace(alice, caller=other), self.mcp)
+        decision = self.successResultOf(decision) if isinstance(decision, Deferred) \
+            else decision
+        self.assertIsInstance(decision, Reply)
+        self.assertEqual((decision.status, decision.reason),
+                         (401, "mcp-upstream-not-connected"))
+        # and a connect started by the other provider's person is not the victim's
+        url = self.successResultOf(self.holder.vault.connect_step(
+            self.mcp, "other-idp", self.session.user_id, "s-b", CONTINUE,
+            f"https://{MCP}{CALLBACK_PATH}"))
+        self.assertIsNotNone(url)
+        self.assertIsNone(self.successResultOf(self.holder.vault.connect_step(
+            self.mcp, self.session.provider, self.session.user_id, self.session.id,
+            CONTINUE, f"https://{MCP}{CALLBACK_PATH}")))
+
     def test_other_routes_are_left_alone(self) -> None:
         self.store_tokens("upstream-token-0")
         decision = self.decide("app.test")
@@ -181,7 +209,8 @@ class VaultWiringTests(SynchronousTestCase):
 
     def start(self, session_id: str = "") -> dict[str, str]:
         url = self.successResultOf(self.holder.vault.connect_step(
-            self.mcp, self.session.user_id, session_id or self.session.id, CONTINUE,
+            self.mcp, self.session.provider, self.session.user_id,
+            session_id or self.session.id, CONTINUE,
             f"https://{MCP}{CALLBACK_PATH}"))
         assert url is not None
         self.assertTrue(url.startswith("https://upstream.example/authorize?"))

@@ -4,7 +4,8 @@ from ``shared_secret``, bound to the record's type and id): neither the memory s
 nor Redis, nor its backups hold a usable token. Record ids are hashes, so the store's
 keys name no person and no route.
 
-- ``mcp.upstream_token``/H(route, upstream, person): the access and refresh tokens;
+- ``mcp.upstream_token``/H(route, upstream, provider, user id): the access and refresh
+  tokens (a user id names a person only within the provider that issued it);
   kept while the refresh token may work (``KEEP_SECONDS``), else until the access token
   expires.
 - ``mcp.upstream_connect``/STATE: an authorization started at the upstream (the PKCE
@@ -35,6 +36,7 @@ class UpstreamTokens:
 @dataclass(frozen=True, slots=True)
 class PendingConnect:
     route_key: str
+    provider: str
     user_id: str
     session_id: str
     verifier: str
@@ -43,10 +45,12 @@ class PendingConnect:
     expires_at: float
 
 
-def token_id(route_key: str, upstream: UpstreamOAuth2, user_id: str) -> str:
+def token_id(route_key: str, upstream: UpstreamOAuth2, provider: str, user_id: str) -> str:
     """The record id of a person's tokens: another upstream (a changed token_url or
-    client) is another record, so tokens are never sent where they were not issued."""
-    text = "\n".join((route_key, upstream.token_url, upstream.client_id, user_id))
+    client) is another record, so tokens are never sent where they were not issued; and
+    the person is their provider and user id together, as sessions and MCP grants key
+    them (on a route that accepts two providers, the same ``sub`` at each is two people)."""
+    text = "\0".join((route_key, upstream.token_url, upstream.client_id, provider, user_id))
     return hashlib.sha256(text.encode()).hexdigest()
 
 

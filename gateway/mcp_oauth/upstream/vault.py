@@ -100,46 +100,50 @@ class UpstreamVault:
 
     # --- the consent flow's step ---------------------------------------------------
 
-    def connect_step(self, route: Route, user_id: str, session_id: str, continue_url: str,
-                     callback_url: str) -> Deferred[str | None]:
-        """The upstream authorization URL to send the person to first, or None (the
-        route has no upstream, or the person's tokens are stored)."""
-        return Deferred.fromCoroutine(self._connect_step(route, user_id, session_id,
-                                                         continue_url, callback_url))
+    def connect_step(self, route: Route, provider: str, user_id: str, session_id: str,
+                     continue_url: str, callback_url: str) -> Deferred[str | None]:
+        """The upstream authorization URL to send the person (``provider``'s
+        ``user_id``) to first, or None (the route has no upstream, or the person's
+        tokens are stored)."""
+        return Deferred.fromCoroutine(self._connect_step(route, provider, user_id,
+                                                         session_id, continue_url,
+                                                         callback_url))
 
-    async def _connect_step(self, route: Route, user_id: str, session_id: str,
-                            continue_url: str, callback_url: str) -> str | None:
+    async def _connect_step(self, route: Route, provider: str, user_id: str,
+                            session_id: str, continue_url: str, callback_url: str
+                            ) -> str | None:
         upstream = upstream_of(route)
         if upstream is None:
             return None
         now = self.clock()
-        rid = token_id(route_key(route), upstream, user_id)
+        rid = token_id(route_key(route), upstream, provider, user_id)
         if await read_tokens(self.records, self.cipher, rid, now) is not None:
             return None
         state = secrets.token_urlsafe(32)
         verifier, challenge = oauth.pkce_pair()
         await start_connect(self.records, self.cipher, state, PendingConnect(
-            route_key(route), user_id, session_id, verifier, continue_url, callback_url,
+            route_key(route), provider, user_id, session_id, verifier, continue_url, callback_url,
             now + CONNECT_SECONDS))
         return oauth.authorization_url(upstream, state, challenge, callback_url)
 
     # --- the callback --------------------------------------------------------------
 
-    def callback(self, routes: Iterable[Route], user_id: str, session_id: str,
-                 query: Mapping[str, str]) -> Deferred[str]:
+    def callback(self, routes: Iterable[Route], provider: str, user_id: str,
+                 session_id: str, query: Mapping[str, str]) -> Deferred[str]:
         """Where the person goes next (the consent flow's ``continue_url``); fails with
         ``ConnectRefused`` (a page) or ``oauth.UpstreamUnavailable`` (503)."""
-        return Deferred.fromCoroutine(self._callback(tuple(routes), user_id, session_id,
-                                                     query))
+        return Deferred.fromCoroutine(self._callback(tuple(routes), provider, user_id,
+                                                     session_id, query))
 
-    async def _callback(self, routes: tuple[Route, ...], user_id: str, session_id: str,
-                        query: Mapping[str, str]) -> str:
+    async def _callback(self, routes: tuple[Route, ...], provider: str, user_id: str,
+                        session_id: str, query: Mapping[str, str]) -> str:
         now = self.clock()
         pending = await take_connect(self.records, self.cipher, query.get("state", ""), now)
         if pending is None:
             raise ConnectRefused("This authorization is unknown, used or expired. Connect "
                                  "again from your MCP client.")
-        if (pending.user_id, pending.session_id) != (user_id, session_id):
+        if (pending.provider, pending.user_id, pending.session_id) != (
+                provider, user_id, session_id):
             log.warn("MCP upstream authorization for {route} refused: it was started in "
                      "another session", route=pending.route_key)
             raise ConnectRefused("This authorization was started in another session. "
@@ -164,20 +168,21 @@ class UpstreamVault:
                      error=str(exc))
             raise ConnectRefused(f"The upstream refused the code ({exc.error}).") from None
         await write_tokens(self.records, self.cipher,
-                           token_id(pending.route_key, upstream, user_id), tokens, now)
+                           token_id(pending.route_key, upstream, provider, user_id),
+                           tokens, now)
         log.info("MCP upstream of {route} authorized for {user}", route=pending.route_key,
                  user=user_id)
         return pending.continue_url
 
     # --- requests --------------------------------------------------------------------
 
-    def bearer(self, route: Route, user_id: str) -> Deferred[str | None]:
+    def bearer(self, route: Route, provider: str, user_id: str) -> Deferred[str | None]:
         """The person's access token for the route's upstream (refreshed if due), or
         None: not authorized, or no longer (the refresh was refused)."""
         upstream = upstream_of(route)
         if upstream is None or not user_id:
             return Deferred.fromCoroutine(_none())
-        rid = token_id(route_key(route), upstream, user_id)
+        rid = token_id(route_key(route), upstream, provider, user_id)
         mine: Deferred[str | None] = Deferred()
         waiting = self._refreshing.get(rid)
         if waiting is not None:  # a read or refresh under way: wait for its token
@@ -217,12 +222,12 @@ class UpstreamVault:
         await write_tokens(self.records, self.cipher, rid, fresh, now)
         return fresh.access_token
 
-    def forget(self, route: Route, user_id: str) -> Deferred[None]:
+    def forget(self, route: Route, provider: str, user_id: str) -> Deferred[None]:
         upstream = upstream_of(route)
         if upstream is None:
             return Deferred.fromCoroutine(_nothing())
         return Deferred.fromCoroutine(forget_tokens(
-            self.records, token_id(route_key(route), upstream, user_id)))
+            self.records, token_id(route_key(route), upstream, provider, user_id)))
 
     def decorate(self, decision: Decision | Deferred[Decision], route: Route
                  ) -> Decision | Deferred[Decision]:
@@ -255,7 +260,8 @@ class UpstreamVault:
                 (b"content-type", b"application/json"), (b"retry-after", b"5")),
                 reason="mcp-upstream-unavailable", caller=caller)
 
-        return self.bearer(route, caller.user_id).addCallbacks(with_token, unavailable)
+        return self.bearer(route, caller.provider, caller.user_id).addCallbacks(
+            with_token, unavailable)
 
 
 async def _none() -> str | None:
