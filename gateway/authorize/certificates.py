@@ -35,3 +35,14 @@ def cert_facts(der: bytes) -> CertFacts:
         san_email=tuple(names.get_values_for_type(x509.RFC822Name)),
         san_dns=tuple(names.get_values_for_type(x509.DNSName)),
         san_uri=tuple(names.get_values_for_type(x509.UniformResourceIdentifier)))
+
+
+def presented_cert(der: bytes) -> CertFacts | None:
+    """The facts of the client certificate a request presented (``None``: none, or not a
+    certificate, which matches no certificate criterion)."""
+    if not der:
+        return None
+    try:
+        return cert_facts(der)
+    except ValueError:
+        return None

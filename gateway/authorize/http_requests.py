@@ -51,7 +51,7 @@ from gateway.authorize import allow_fields, answers
 from gateway.authorize.answers import denial_message
 from gateway.authorize.assertion import AssertionSigner, claim_headers
 from gateway.authorize.caller import Caller, caller_of
-from gateway.authorize.certificates import cert_facts
+from gateway.authorize.certificates import presented_cert
 from gateway.authorize.decide import (
     Asked,
     caller_facts,
@@ -627,14 +627,7 @@ class Decider:
 
     @staticmethod
     def _cert(request: RequestInfo) -> CertFacts | None:
-        """The client certificate's facts (``None``: none, or not a certificate, which
-        matches no certificate criterion)."""
-        if not request.client_cert:
-            return None
-        try:
-            return cert_facts(request.client_cert)
-        except ValueError:
-            return None
+        return presented_cert(request.client_cert)
 
     @staticmethod
     def _with_reason(allow: Allow, verdict: Verdict) -> Allow:

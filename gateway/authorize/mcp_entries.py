@@ -14,12 +14,12 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from gateway.authorize.caller import Caller
-from gateway.authorize.certificates import cert_facts
+from gateway.authorize.certificates import presented_cert
 from gateway.authorize.decide import Asked, decide_message, http_asked, mcp_asked
 from gateway.authorize.hook import RequestInfo
 from gateway.config.routes import Route
 from gateway.mcp.messages import McpCall
-from gateway.policy import CLIENT_CERT, CertFacts
+from gateway.policy import CLIENT_CERT
 
 Allowed = Callable[[str, str], bool]
 
@@ -29,22 +29,11 @@ def entry_asked(asked: Asked, method: str, name: str) -> Asked:
     return mcp_asked(asked, McpCall(None, method, name))
 
 
-def certificate(request: RequestInfo) -> CertFacts | None:
-    """The client certificate's facts, as the HTTP entrance reads them (``None``: none,
-    or not a certificate, which matches no certificate criterion)."""
-    if not request.client_cert:
-        return None
-    try:
-        return cert_facts(request.client_cert)
-    except ValueError:
-        return None
-
-
 def entry_predicate(route: Route, caller: Caller | None, request: RequestInfo,
                     now: float) -> Allowed:
     """``allowed(method, name)`` for entries of a list answered on ``route`` to
     ``caller``'s ``request``."""
-    cert = certificate(request) if CLIENT_CERT in route.policy.reads else None
+    cert = presented_cert(request.client_cert) if CLIENT_CERT in route.policy.reads else None
     asked = http_asked(request, now, client_cert=cert)
     policy = route.policy
     known: dict[tuple[str, str], bool] = {}
