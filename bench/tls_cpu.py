@@ -40,10 +40,10 @@ from harness.gateway import (
 from harness.idle import idle_memory, open_idle_tls
 from harness.load import parse_h2load, parse_wrk
 from harness.nginx import start_nginx, upstream_conf
-from harness.paths import REPO_ROOT
+from harness.paths import REPO_ROOT, import_peers
 from harness.procs import Proc, Processes, free_port, raise_nofile, wait_port
 from harness.sample import TCK
-from harness.signin import import_peers, sign_in
+from harness.signin import sign_in
 
 # What a browser sends with a page request besides Host and Cookie (Chromium 130).
 BROWSER_HEADERS = (

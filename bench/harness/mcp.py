@@ -49,7 +49,7 @@ def wrk_script(tmp: Path) -> Path:
 
 def token(gw_port: int, user: str) -> dict[str, Any]:
     """An access token for the MCP route, obtained as a client does; and how long it took."""
-    from .signin import import_peers
+    from .paths import import_peers
 
     import_peers()  # tests/ on the path
     from tests.support.mcp_oauth_flow import Flow

@@ -5,23 +5,13 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import sys
 import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from .gateway import AUTH_HOST, AUTH_USER, AuthProvider
-from .paths import REPO_ROOT
-
-
-def import_peers() -> Any:
-    """``tests.support.peers`` and ``.browser`` from the repository (stdlib only)."""
-    if str(REPO_ROOT) not in sys.path:
-        sys.path.insert(0, str(REPO_ROOT))
-    import tests.support.browser as browser
-    import tests.support.peers as peers
-    return peers, browser
+from .paths import REPO_ROOT, import_peers
 
 
 def auth_unavailable(args: argparse.Namespace) -> str | None:
