@@ -17,6 +17,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from gateway.wire.json_members import DuplicateMember, unique_members
+
 # Stable check names (the WWW-Authenticate description, logs, tests and the CLI).
 OVERSIZE = "oversize"
 MALFORMED = "malformed"
@@ -57,17 +59,6 @@ def b64url_decode(segment: str, what: str) -> bytes:
     return data
 
 
-class _Duplicate(Exception):
-    pass
-
-
-def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    out = dict(pairs)
-    if len(out) != len(pairs):
-        raise _Duplicate
-    return out
-
-
 def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
@@ -76,9 +67,9 @@ def json_object(data: bytes, what: str) -> dict[str, Any]:
     """``data`` as one JSON object; a name repeated at any depth is refused."""
     try:
         text = data.decode("utf-8")
-        value = json.loads(text, object_pairs_hook=_no_duplicates,
+        value = json.loads(text, object_pairs_hook=unique_members,
                            parse_constant=_no_constant)
-    except _Duplicate:
+    except DuplicateMember:
         raise Malformed(DUPLICATE_KEY, f"the {what} names a member twice") from None
     except (UnicodeDecodeError, ValueError, RecursionError):
         raise Malformed(MALFORMED, f"the {what} is not JSON") from None

@@ -43,6 +43,7 @@ from typing import Any
 
 from gateway.mcp.errors import INVALID_PARAMS, INVALID_REQUEST, PARSE_ERROR, Refusal
 from gateway.mcp.messages import McpCall, McpRequest, RequestId
+from gateway.wire.json_members import DuplicateMember, unique_members
 
 # the parameter each method's name (``McpCall.name``) is read from
 NAME_PARAMETERS = {
@@ -61,21 +62,6 @@ NO_BATCHES_FROM = "2025-06-18"
 MAX_BATCH = 100
 
 
-class _Duplicate(ValueError):
-    pass
-
-
-def _unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    value = dict(pairs)
-    if len(value) != len(pairs):
-        seen: set[str] = set()
-        for name, _ in pairs:
-            if name in seen:
-                raise _Duplicate(f"duplicate member {name!r}")
-            seen.add(name)
-    return value
-
-
 def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
@@ -84,7 +70,7 @@ def _no_constant(name: str) -> Any:
 # the public module's name for it (the stubs do not list it)
 scanstring: Callable[[str, int, bool], tuple[str, int]] = \
     json.decoder.scanstring  # type: ignore[attr-defined]
-_DECODER = json.JSONDecoder(object_pairs_hook=_unique, parse_constant=_no_constant)
+_DECODER = json.JSONDecoder(object_pairs_hook=unique_members, parse_constant=_no_constant)
 # the decoder's own scanner (C), which reads each value and says where it ends
 _scan: Callable[[str, int], tuple[Any, int]] = _DECODER.scan_once  # type: ignore[attr-defined]
 _SPACE = re.compile(r"[ \t\n\r]*")  # JSON's white space (json.decoder.WHITESPACE)
@@ -188,7 +174,7 @@ def _object(text: str, index: int, inner: str) -> tuple[dict[str, Any], Span | N
             raise JSONDecodeError("Expecting ',' delimiter", text, _skip(text, index))
         index = after.end()
         if after.lastindex == 2:  # the "}"
-            return _unique(pairs), span, index
+            return unique_members(pairs), span, index
 
 
 def read_request(body: bytes, protocol_version: str = "") -> McpRequest | Refusal:
@@ -201,7 +187,7 @@ def read_request(body: bytes, protocol_version: str = "") -> McpRequest | Refusa
         return _parse_error(f"the body is not UTF-8 (byte {exc.start})")
     try:
         value, spans = _loads(text)
-    except _Duplicate as exc:
+    except DuplicateMember as exc:
         return _parse_error(f"the body is not valid JSON: {exc}")
     except json.JSONDecodeError as exc:
         return _parse_error(f"the body is not valid JSON: {exc.msg} at byte "

@@ -37,6 +37,7 @@ from typing import Any
 
 from gateway.mcp.errors import error_object
 from gateway.mcp.messages import McpRequest, RequestId
+from gateway.wire.json_members import DuplicateMember, unique_members
 
 Allowed = Callable[[str, str], bool]
 """``allowed(method, name)``: whether the caller may make the call ``method`` about
@@ -109,22 +110,12 @@ class Counts:
         return cls({}, {}, {})
 
 
-def _unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for name, value in pairs:
-        if name in out:
-            # two readers of one message may keep different copies: refused
-            raise Unreadable(f"duplicate member {name!r}")
-        out[name] = value
-    return out
-
-
 def parse(text: str | bytes) -> Any:
     """JSON with duplicate members refused (``Unreadable``), as the request side reads."""
     try:
-        return json.loads(text, object_pairs_hook=_unique)
-    except Unreadable:
-        raise
+        return json.loads(text, object_pairs_hook=unique_members)
+    except DuplicateMember as exc:  # two readers may keep different copies: refused
+        raise Unreadable(str(exc)) from None
     except (ValueError, RecursionError) as exc:
         raise Unreadable(f"not JSON: {exc}") from None
 

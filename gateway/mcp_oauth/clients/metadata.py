@@ -17,6 +17,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from gateway.mcp_oauth.clients.redirect_uris import listing_problem
+from gateway.wire.json_members import DuplicateMember, unique_members
 
 MAX_REDIRECT_URIS = 20
 MAX_NAME = 200
@@ -37,20 +38,14 @@ class MetadataProblem(ValueError):
 def strict_json(body: bytes) -> Any:
     """JSON from UTF-8 ``body``; duplicate member names refused (two readers of one
     document must not see two different clients). ValueError says why not."""
-    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        for key, value in items:
-            if key in out:
-                raise ValueError(f"the member {key!r} appears twice")
-            out[key] = value
-        return out
-
     try:
         text = body.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ValueError(f"is not UTF-8: {exc}") from None
     try:
-        return json.loads(text, object_pairs_hook=pairs)
+        return json.loads(text, object_pairs_hook=unique_members)
+    except DuplicateMember as exc:
+        raise ValueError(f"the member {exc.name!r} appears twice") from None
     except RecursionError:
         raise ValueError("is nested too deeply") from None
     except json.JSONDecodeError as exc:
